@@ -1,0 +1,49 @@
+/**
+ * What the protocol layer (JSON-RPC and REST handling) asks before it forwards a call: who is
+ * calling, may they call this chain, and how many of the calls pass the limits. Implemented by
+ * the gatekeeper (token cache + plan rules + limiter); the protocol layer knows nothing of
+ * tokens, plans or Redis.
+ */
+export interface AdmissionRequest {
+  chain: string;
+  /** The token as passed (path segment or Bearer), or null when none was given. */
+  token: string | null;
+  /** How the token was passed; anything but `path` or `bearer` is refused with 401. */
+  via: 'path' | 'bearer' | 'query' | 'basic' | 'other' | null;
+  /** Calls in this request (a batch's member count, 1 otherwise). */
+  cost: number;
+  nowMs: number;
+}
+
+export interface Caller {
+  tokenId: string;
+  accountId: string;
+}
+
+/** Headers every chain answer carries: X-RateLimit-* and X-MonthlyLimit-* (and Retry-After on 429). */
+export type LimitHeaders = Record<string, string>;
+
+export type Admission =
+  | {
+      ok: true;
+      caller: Caller;
+      /** The first `granted` calls pass; the rest were refused by a limit (429 / -32005 each). */
+      granted: number;
+      headers: LimitHeaders;
+      retryAfterSeconds: number | null;
+    }
+  | {
+      ok: false;
+      status: 401 | 403 | 429;
+      /** Stable code: `unauthorized`, `token_disabled`, `chain_not_in_plan`, `rate_limited`, `monthly_limit_reached`. */
+      code: string;
+      message: string;
+      /** Known when the token was recognised: refused calls are metered too. */
+      caller: Caller | null;
+      headers: LimitHeaders;
+      retryAfterSeconds: number | null;
+    };
+
+export interface Gatekeeper {
+  admit(request: AdmissionRequest): Promise<Admission>;
+}

@@ -1,0 +1,37 @@
+/**
+ * The limiter port: per-second rate limit and monthly quota decided together, atomically, so
+ * concurrent gateways never admit more than the limits (Redis: one Lua call; in process: one
+ * synchronous step). A refused call uses no quota.
+ */
+export interface LimitRequest {
+  tokenId: string;
+  /** Requests per second allowed for this token (its own or its plan's). */
+  rps: number;
+  /**
+   * Monthly quota bucket: `token:<id>` when the token has its own monthly limit, otherwise
+   * `account:<id>` (the spec: a token with its own limit does not count against the account's).
+   * `limit: null` is unlimited (still counted, for the headers and the dashboard).
+   */
+  monthly: { key: string; limit: number | null };
+  /** Calls asked for at once (a batch's size). Admission is partial: the first `granted` pass. */
+  cost: number;
+  nowMs: number;
+}
+
+export interface LimitDecision {
+  /** How many of the `cost` calls are admitted (0..cost). */
+  granted: number;
+  /** Why the rest was refused. */
+  refusedBy: 'rate' | 'monthly' | null;
+  rate: { limit: number; remaining: number; /** Unix seconds */ resetAt: number };
+  monthly: { limit: number | null; remaining: number | null; /** Unix seconds: next UTC month start */ resetAt: number };
+  /** Seconds until a refused call may succeed; null when nothing was refused. */
+  retryAfterSeconds: number | null;
+}
+
+export interface Limiter {
+  take(request: LimitRequest): Promise<LimitDecision>;
+  /** Current month's usage of a quota bucket (for the dashboard and the account view). */
+  monthlyUsed(key: string, nowMs: number): Promise<number>;
+  close(): Promise<void>;
+}

@@ -1,0 +1,45 @@
+import type { Position } from '../eventstore/port.js';
+
+/**
+ * The read-model port: named collections of JSON documents under string keys, ordered by key
+ * so that range scans by prefix serve every query (secondary indexes are collections that the
+ * projections write themselves, e.g. `tokens_by_hash`). Maps onto LevelDB (key prefixes) and
+ * MongoDB (one collection each, `_id` = key).
+ */
+export type Doc = Record<string, unknown>;
+
+export type ReadModelWrite =
+  /** Replaces the whole document. */
+  | { op: 'put'; collection: string; key: string; doc: Doc }
+  /** Sets top-level fields, creating the document when missing. */
+  | { op: 'merge'; collection: string; key: string; fields: Doc }
+  /** Adds to numeric top-level fields (missing counts as 0), sets `set` fields; creates when missing. */
+  | { op: 'inc'; collection: string; key: string; inc: Record<string, number>; set?: Doc }
+  | { op: 'delete'; collection: string; key: string };
+
+export interface RangeOptions {
+  prefix?: string;
+  /** Inclusive lower bound on the key. */
+  gte?: string;
+  /** Exclusive upper bound on the key. */
+  lt?: string;
+  limit?: number;
+  reverse?: boolean;
+}
+
+export interface ReadModelStore {
+  get<T extends Doc = Doc>(collection: string, key: string): Promise<T | null>;
+  range<T extends Doc = Doc>(collection: string, options?: RangeOptions): Promise<Array<{ key: string; doc: T }>>;
+  /**
+   * Applies a projection's writes for events up to `position` together with its checkpoint.
+   * Atomic where the store allows; idempotent always: writes for a position at or before the
+   * stored checkpoint change nothing.
+   */
+  commit(projection: string, position: Position, writes: ReadModelWrite[]): Promise<void>;
+  checkpoint(projection: string): Promise<Position | null>;
+  /** Writes outside any projection (e.g. sessions); not replayed on rebuild. */
+  write(writes: ReadModelWrite[]): Promise<void>;
+  /** Drops the collections and the projection's checkpoint, for a rebuild. */
+  reset(projection: string, collections: string[]): Promise<void>;
+  close(): Promise<void>;
+}

@@ -1,0 +1,24 @@
+import type { UsageRecord } from '../../domain/usage.js';
+
+/**
+ * The usage queue: the gateway hands every usage record to it without waiting; the ingester
+ * reads records, appends them to `usage-<accountId>` streams, and acknowledges them only
+ * after the append succeeded, so a crash replays (idempotently) rather than loses.
+ */
+export interface QueuedUsage {
+  ackId: string;
+  record: UsageRecord;
+}
+
+export interface UsageQueue {
+  /** Never blocks and never throws: buffers in memory while the backend is away. */
+  enqueue(record: UsageRecord): void;
+  /** Up to `max` records not yet acknowledged, including ones a crashed consumer left pending. */
+  read(max: number, blockMs?: number): Promise<QueuedUsage[]>;
+  ack(ackIds: string[]): Promise<void>;
+  /** Records enqueued but not yet acknowledged (approximate for Redis). */
+  depth(): Promise<number>;
+  /** Sends what is buffered in memory to the backend; resolves when it is there. */
+  flush(): Promise<void>;
+  close(): Promise<void>;
+}
