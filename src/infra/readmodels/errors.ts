@@ -1,0 +1,11 @@
+export type ReadModelErrorCode = 'invalid_collection_name' | 'closed';
+
+export class ReadModelError extends Error {
+  constructor(
+    readonly code: ReadModelErrorCode,
+    message: string,
+  ) {
+    super(message);
+    this.name = 'ReadModelError';
+  }
+}
