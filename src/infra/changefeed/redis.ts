@@ -1,0 +1,67 @@
+import type { Redis } from 'ioredis';
+import { closeClient, connectRedis, waitForReady } from '../limits/redisConnection.js';
+import { safely } from './memory.js';
+import type { ChangeFeed } from './port.js';
+
+type Handler = (message: string) => void;
+
+/** Topics live under this channel prefix, apart from anything else on the same Redis. */
+const CHANNEL_PREFIX = 'changefeed:';
+
+/**
+ * Change feed on Redis pub/sub. Subscribing takes a connection of its own (a subscribed RESP2
+ * connection can do nothing else); ioredis subscribes it again to every channel after a
+ * reconnect. Messages published while a subscriber is disconnected are lost (pub/sub keeps
+ * nothing), so a cache fed by this should also expire its entries on its own.
+ */
+export class RedisChangeFeed implements ChangeFeed {
+  private readonly publisher: Redis;
+  private readonly subscriber: Redis;
+  private readonly handlers = new Map<string, Set<Handler>>();
+  /** The SUBSCRIBE of each topic, so a second subscriber waits for it too. */
+  private readonly subscribed = new Map<string, Promise<unknown>>();
+
+  constructor(redisUrl: string) {
+    // A publish while Redis is away fails after one retry rather than waiting for it.
+    this.publisher = connectRedis(redisUrl, { maxRetriesPerRequest: 1 });
+    this.subscriber = connectRedis(redisUrl, { autoResubscribe: true });
+    this.subscriber.on('message', (channel: string, message: string) => {
+      const handlers = this.handlers.get(channel.slice(CHANNEL_PREFIX.length));
+      for (const handler of handlers ?? []) safely(handler, message);
+    });
+  }
+
+  async whenReady(timeoutMs = 5000): Promise<void> {
+    await Promise.all([waitForReady(this.publisher, timeoutMs), waitForReady(this.subscriber, timeoutMs)]);
+  }
+
+  async publish(topic: string, message: string): Promise<void> {
+    await this.publisher.publish(CHANNEL_PREFIX + topic, message);
+  }
+
+  async subscribe(topic: string, handler: Handler): Promise<() => Promise<void>> {
+    let handlers = this.handlers.get(topic);
+    if (!handlers) {
+      handlers = new Set();
+      this.handlers.set(topic, handlers);
+      this.subscribed.set(topic, this.subscriber.subscribe(CHANNEL_PREFIX + topic));
+    }
+    // A distinct wrapper per call: the same function subscribed twice is unsubscribed once each.
+    const own: Handler = (message) => handler(message);
+    handlers.add(own);
+    await this.subscribed.get(topic);
+    return async () => {
+      const current = this.handlers.get(topic);
+      if (!current?.delete(own) || current.size > 0) return;
+      this.handlers.delete(topic);
+      this.subscribed.delete(topic);
+      await this.subscriber.unsubscribe(CHANNEL_PREFIX + topic);
+    };
+  }
+
+  async close(): Promise<void> {
+    this.handlers.clear();
+    this.subscribed.clear();
+    await Promise.all([closeClient(this.publisher), closeClient(this.subscriber)]);
+  }
+}

@@ -1,0 +1,79 @@
+import type { LimitDecision, LimitRequest, Limiter } from './port.js';
+import { MONTHLY_RETENTION_SECONDS, decide, monthId, nextMonthStart, rateWindow } from './window.js';
+
+interface RateWindow {
+  second: number;
+  used: number;
+}
+
+/** Old windows and months are swept at most this often (lazily, on a call: no timer to leak). */
+const PRUNE_EVERY_SECONDS = 10;
+
+/**
+ * In-process limiter with the same semantics as the Redis one: each `take` is one
+ * synchronous step (check and count), so concurrent calls in this process never over-admit.
+ * Counts live only as long as the process.
+ */
+export class MemoryLimiter implements Limiter {
+  private readonly rateWindows = new Map<string, RateWindow>();
+  /** Monthly counts by `<bucket>|<YYYYMM>`, with the month's expiry (Unix s) for pruning. */
+  private readonly monthly = new Map<string, { used: number; expireAt: number }>();
+  private lastPruneSecond = 0;
+
+  async take(request: LimitRequest): Promise<LimitDecision> {
+    return this.takeNow(request);
+  }
+
+  /** The synchronous step, also used by the resilient limiter's fallback. */
+  takeNow(request: LimitRequest): LimitDecision {
+    const second = rateWindow(request.nowMs);
+    this.pruneIfDue(second);
+
+    const window = this.rateWindows.get(request.tokenId);
+    const rateUsed = window && window.second === second ? window.used : 0;
+    const monthKey = monthlyKey(request.monthly.key, request.nowMs);
+    const month = this.monthly.get(monthKey);
+    const decision = decide(request, rateUsed, month?.used ?? 0);
+
+    if (decision.granted > 0) {
+      this.rateWindows.set(request.tokenId, { second, used: rateUsed + decision.granted });
+      const expireAt = nextMonthStart(request.nowMs) + MONTHLY_RETENTION_SECONDS;
+      this.monthly.set(monthKey, { used: (month?.used ?? 0) + decision.granted, expireAt });
+    }
+    return decision;
+  }
+
+  async monthlyUsed(key: string, nowMs: number): Promise<number> {
+    return this.monthly.get(monthlyKey(key, nowMs))?.used ?? 0;
+  }
+
+  /**
+   * Raises a bucket's count for the month to at least `used` (the resilient limiter seeds its
+   * fallback with the last count Redis reported, so an outage does not restart the quota at 0).
+   */
+  seedMonthly(key: string, nowMs: number, used: number): void {
+    const k = monthlyKey(key, nowMs);
+    const current = this.monthly.get(k);
+    if (!current || current.used < used) {
+      this.monthly.set(k, { used, expireAt: nextMonthStart(nowMs) + MONTHLY_RETENTION_SECONDS });
+    }
+  }
+
+  async close(): Promise<void> {
+    this.rateWindows.clear();
+    this.monthly.clear();
+  }
+
+  private pruneIfDue(second: number): void {
+    if (second - this.lastPruneSecond < PRUNE_EVERY_SECONDS) return;
+    this.lastPruneSecond = second;
+    for (const [token, window] of this.rateWindows) {
+      if (window.second < second) this.rateWindows.delete(token);
+    }
+    for (const [key, month] of this.monthly) {
+      if (month.expireAt < second) this.monthly.delete(key);
+    }
+  }
+}
+
+const monthlyKey = (bucket: string, nowMs: number): string => `${bucket}|${monthId(nowMs)}`;

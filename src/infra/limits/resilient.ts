@@ -1,0 +1,99 @@
+import { MemoryLimiter } from './memory.js';
+import type { LimitDecision, LimitRequest, Limiter } from './port.js';
+import type { RedisLimiter } from './redis.js';
+import { nextMonthStart, rateWindow } from './window.js';
+
+const REDIS_COOLDOWN_MS = 500;
+
+export interface ResilientLimiterOptions {
+  /**
+   * What to do while Redis is unreachable.
+   * - fail-open (default): answer from an in-process limiter, so each gateway instance
+   *   enforces the limits on its own share of traffic (N instances may admit up to N × rps
+   *   in total, and monthly counts made meanwhile are not written back to Redis).
+   * - fail-closed: refuse every call as rate-limited (`granted: 0`, `refusedBy: 'rate'`,
+   *   `retryAfterSeconds: 1`); the monthly `remaining` is reported as null (unknown).
+   */
+  failClosed?: boolean;
+}
+
+/**
+ * The Redis limiter, with a fallback when Redis is unreachable (disconnected, a command error
+ * or a timeout): never a stalled or failed call on the gateway's hot path. It goes back to
+ * Redis as soon as the connection is ready again (ioredis reconnects on its own).
+ */
+export class ResilientLimiter implements Limiter {
+  private readonly fallback = new MemoryLimiter();
+  /** After a failed command, Redis is left alone this long, so a hung server costs one timeout, not one per call. */
+  private skipRedisUntil = 0;
+  /** Number of calls answered without Redis (for /metrics and tests). */
+  fallbackCount = 0;
+  lastError: Error | null = null;
+
+  constructor(
+    private readonly redis: RedisLimiter,
+    private readonly options: ResilientLimiterOptions = {},
+  ) {}
+
+  /** Where the next call goes. */
+  get backend(): 'redis' | 'fallback' {
+    return this.useRedis() ? 'redis' : 'fallback';
+  }
+
+  /** Resolves once Redis is connected (at startup, to start counting there at once), or rejects after `timeoutMs`. */
+  async whenReady(timeoutMs = 5000): Promise<void> {
+    await this.redis.whenReady(timeoutMs);
+  }
+
+  async take(request: LimitRequest): Promise<LimitDecision> {
+    if (this.useRedis()) {
+      try {
+        const decision = await this.redis.take(request);
+        // Remember the month's count, so a later fallback starts from it rather than from 0.
+        if (decision.monthly.limit !== null && decision.monthly.remaining !== null) {
+          this.fallback.seedMonthly(request.monthly.key, request.nowMs, decision.monthly.limit - decision.monthly.remaining);
+        }
+        return decision;
+      } catch (error) {
+        this.failed(error);
+      }
+    }
+    this.fallbackCount += 1;
+    return this.options.failClosed ? refuseAll(request) : this.fallback.takeNow(request);
+  }
+
+  async monthlyUsed(key: string, nowMs: number): Promise<number> {
+    if (this.useRedis()) {
+      try {
+        return await this.redis.monthlyUsed(key, nowMs);
+      } catch (error) {
+        this.failed(error);
+      }
+    }
+    return this.fallback.monthlyUsed(key, nowMs);
+  }
+
+  private useRedis(): boolean {
+    return this.redis.ready && Date.now() >= this.skipRedisUntil;
+  }
+
+  private failed(error: unknown): void {
+    this.lastError = error instanceof Error ? error : new Error(String(error));
+    this.skipRedisUntil = Date.now() + REDIS_COOLDOWN_MS;
+  }
+
+  async close(): Promise<void> {
+    await this.redis.close();
+    await this.fallback.close();
+  }
+}
+
+function refuseAll(request: LimitRequest): LimitDecision {
+  return {
+    granted: 0,
+    refusedBy: request.cost > 0 ? 'rate' : null,
+    rate: { limit: request.rps, remaining: 0, resetAt: rateWindow(request.nowMs) + 1 },
+    monthly: { limit: request.monthly.limit, remaining: null, resetAt: nextMonthStart(request.nowMs) },
+    retryAfterSeconds: request.cost > 0 ? 1 : null,
+  };
+}

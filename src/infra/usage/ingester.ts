@@ -1,0 +1,214 @@
+import { USAGE_EVENT_TYPE, type UsageRecord, usageEventId, usageStream } from '../../domain/usage.js';
+import type { EventStore, NewEvent } from '../eventstore/port.js';
+import type { QueuedUsage, UsageQueue } from './port.js';
+
+export interface UsageIngesterOptions {
+  queue: UsageQueue;
+  store: EventStore;
+  /** Records read at once. */
+  batchSize?: number;
+  /** How long one read waits for new records (also bounds how long `stop` waits on an idle queue). */
+  readBlockMs?: number;
+  /** Serialized size budget of one append; the store refuses 1 MiB, so stay well under. */
+  maxAppendBytes?: number;
+  /** Backoff after a failed read or append: doubles from `initialMs` up to `maxMs`. */
+  backoff?: { initialMs: number; maxMs: number };
+  /** Told about every failure (the loop itself never stops on one). */
+  onError?: (error: unknown, stage: 'read' | 'append' | 'ack') => void;
+}
+
+export interface IngesterStats {
+  batches: number;
+  appendedEvents: number;
+  appendFailures: number;
+  readFailures: number;
+  ackFailures: number;
+}
+
+/** Fixed cost of an event beyond its data (id, type, framing), for the size budget. */
+const EVENT_OVERHEAD_BYTES = 200;
+
+/**
+ * Moves usage records from the queue to the event store: reads a batch, appends each
+ * account's records to `usage-<accountId>` (expected revision `any`, event id derived from the
+ * request id, so a replayed record is a no-op), and acknowledges records only after their
+ * append succeeded. A failed append is retried with backoff, never acknowledged; a crash
+ * leaves records unacknowledged for the queue to hand out again.
+ */
+export class UsageIngester {
+  private readonly queue: UsageQueue;
+  private readonly store: EventStore;
+  private readonly batchSize: number;
+  private readonly readBlockMs: number;
+  private readonly maxAppendBytes: number;
+  private readonly backoff: { initialMs: number; maxMs: number };
+  private readonly onError: (error: unknown, stage: 'read' | 'append' | 'ack') => void;
+  private running = false;
+  private loop: Promise<void> | null = null;
+  private inFlight = false;
+  private wakeSleeper: (() => void) | null = null;
+  readonly stats: IngesterStats = { batches: 0, appendedEvents: 0, appendFailures: 0, readFailures: 0, ackFailures: 0 };
+
+  constructor(options: UsageIngesterOptions) {
+    this.queue = options.queue;
+    this.store = options.store;
+    this.batchSize = options.batchSize ?? 500;
+    this.readBlockMs = options.readBlockMs ?? 250;
+    this.maxAppendBytes = options.maxAppendBytes ?? 256 * 1024;
+    this.backoff = options.backoff ?? { initialMs: 50, maxMs: 5000 };
+    this.onError = options.onError ?? (() => {});
+  }
+
+  start(): void {
+    if (this.running) return;
+    this.running = true;
+    this.loop = this.run();
+  }
+
+  /**
+   * Stops after the batch in flight: its appends finish and are acknowledged. An append that
+   * keeps failing is abandoned at its next retry (left unacknowledged, so it is not lost).
+   */
+  async stop(): Promise<void> {
+    this.running = false;
+    this.wakeSleeper?.();
+    await this.loop;
+    this.loop = null;
+  }
+
+  /** Resolves once everything enqueued so far is in the store and acknowledged (tests, graceful shutdown). */
+  async whenDrained(timeoutMs = 10_000): Promise<void> {
+    const deadline = Date.now() + timeoutMs;
+    await withDeadline(this.queue.flush(), deadline, 'usage queue flush');
+    while ((await this.queue.depth()) > 0 || this.inFlight) {
+      if (Date.now() > deadline) throw new Error(`usage ingester: queue not drained after ${timeoutMs} ms`);
+      await sleep(20);
+    }
+  }
+
+  private async run(): Promise<void> {
+    let delay = this.backoff.initialMs;
+    while (this.running) {
+      let batch: QueuedUsage[];
+      try {
+        batch = await this.queue.read(this.batchSize, this.readBlockMs);
+        delay = this.backoff.initialMs;
+      } catch (error) {
+        this.stats.readFailures += 1;
+        this.onError(error, 'read');
+        await this.pause(delay);
+        delay = Math.min(delay * 2, this.backoff.maxMs);
+        continue;
+      }
+      if (batch.length === 0) continue;
+      this.inFlight = true;
+      try {
+        await this.ingest(batch);
+        this.stats.batches += 1;
+      } finally {
+        this.inFlight = false;
+      }
+    }
+  }
+
+  private async ingest(batch: QueuedUsage[]): Promise<void> {
+    for (const [accountId, items] of groupByAccount(batch)) {
+      for (const chunk of chunkBySize(items, this.maxAppendBytes)) {
+        if (!(await this.appendWithRetry(accountId, chunk))) return;
+        try {
+          await this.queue.ack(chunk.map((item) => item.ackId));
+        } catch (error) {
+          // Appended but not acknowledged: handed out again later, and the append is then a no-op.
+          this.stats.ackFailures += 1;
+          this.onError(error, 'ack');
+        }
+      }
+    }
+  }
+
+  /** True once appended; false when stopping gave up on it (left unacknowledged). */
+  private async appendWithRetry(accountId: string, chunk: QueuedUsage[]): Promise<boolean> {
+    const events = toEvents(chunk.map((item) => item.record));
+    let delay = this.backoff.initialMs;
+    for (;;) {
+      try {
+        await this.store.append(usageStream(accountId), events, 'any');
+        this.stats.appendedEvents += events.length;
+        return true;
+      } catch (error) {
+        this.stats.appendFailures += 1;
+        this.onError(error, 'append');
+        if (!this.running) return false;
+        await this.pause(delay);
+        delay = Math.min(delay * 2, this.backoff.maxMs);
+      }
+    }
+  }
+
+  /** A backoff that `stop` cuts short. */
+  private async pause(ms: number): Promise<void> {
+    if (!this.running) return;
+    await new Promise<void>((resolve) => {
+      const timer = setTimeout(done, ms);
+      function done(): void {
+        clearTimeout(timer);
+        resolve();
+      }
+      this.wakeSleeper = done;
+    });
+    this.wakeSleeper = null;
+  }
+}
+
+function groupByAccount(batch: QueuedUsage[]): Map<string, QueuedUsage[]> {
+  const groups = new Map<string, QueuedUsage[]>();
+  for (const item of batch) {
+    const group = groups.get(item.record.accountId);
+    if (group) group.push(item);
+    else groups.set(item.record.accountId, [item]);
+  }
+  return groups;
+}
+
+/** Splits one account's records so each append's serialized size stays within `maxBytes`. */
+export function chunkBySize(items: QueuedUsage[], maxBytes: number): QueuedUsage[][] {
+  const chunks: QueuedUsage[][] = [];
+  let current: QueuedUsage[] = [];
+  let size = 0;
+  for (const item of items) {
+    const itemSize = Buffer.byteLength(JSON.stringify(item.record)) + EVENT_OVERHEAD_BYTES;
+    if (current.length > 0 && size + itemSize > maxBytes) {
+      chunks.push(current);
+      current = [];
+      size = 0;
+    }
+    current.push(item);
+    size += itemSize;
+  }
+  if (current.length > 0) chunks.push(current);
+  return chunks;
+}
+
+/** One event per record; a record queued twice (a re-sent XADD) becomes one event. */
+function toEvents(records: UsageRecord[]): NewEvent[] {
+  const events = new Map<string, NewEvent>();
+  for (const record of records) {
+    const id = usageEventId(record.requestId);
+    if (!events.has(id)) events.set(id, { id, type: USAGE_EVENT_TYPE, data: { ...record } });
+  }
+  return [...events.values()];
+}
+
+async function withDeadline<T>(promise: Promise<T>, deadline: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what}: not done in time`)), Math.max(deadline - Date.now(), 0));
+  });
+  try {
+    return await Promise.race([promise, timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));

@@ -1,0 +1,135 @@
+import type { UsageRecord } from '../../domain/usage.js';
+import type { QueuedUsage, UsageQueue } from './port.js';
+
+/** Records held at most; beyond, new ones are dropped and counted (`dropped`). */
+export const DEFAULT_QUEUE_CAPACITY = 1_000_000;
+/** A record read but not acknowledged this long is handed out again. */
+export const DEFAULT_VISIBILITY_TIMEOUT_MS = 30_000;
+
+interface Entry {
+  record: UsageRecord;
+  /** Consumer that holds it, and since when; null while nobody does. */
+  deliveredTo: string | null;
+  deliveredAt: number;
+}
+
+export interface MemoryUsageBackendOptions {
+  capacity?: number;
+  visibilityTimeoutMs?: number;
+}
+
+/**
+ * The in-process queue itself, shared by every role of the process (the gateway enqueues, the
+ * ingester reads): records in arrival order until acknowledged, with the same delivery rules
+ * as the Redis consumer group. Lost with the process; that is the embedded mode's trade-off.
+ */
+export class MemoryUsageBackend {
+  /** Map keeps insertion order: reads scan from the oldest. */
+  private readonly entries = new Map<string, Entry>();
+  private nextId = 0;
+  private readonly waiters = new Set<() => void>();
+  readonly capacity: number;
+  readonly visibilityTimeoutMs: number;
+  /** Records refused because the queue was full. */
+  dropped = 0;
+
+  constructor(options: MemoryUsageBackendOptions = {}) {
+    this.capacity = options.capacity ?? DEFAULT_QUEUE_CAPACITY;
+    this.visibilityTimeoutMs = options.visibilityTimeoutMs ?? DEFAULT_VISIBILITY_TIMEOUT_MS;
+  }
+
+  get size(): number {
+    return this.entries.size;
+  }
+
+  add(record: UsageRecord): void {
+    if (this.entries.size >= this.capacity) {
+      this.dropped += 1;
+      return;
+    }
+    this.nextId += 1;
+    this.entries.set(String(this.nextId), { record: { ...record }, deliveredTo: null, deliveredAt: 0 });
+    for (const wake of this.waiters) wake();
+  }
+
+  /** Hands out up to `max` records nobody holds, or held past the visibility timeout. */
+  take(consumer: string, max: number, nowMs = Date.now()): QueuedUsage[] {
+    const taken: QueuedUsage[] = [];
+    for (const [ackId, entry] of this.entries) {
+      if (taken.length >= max) break;
+      if (entry.deliveredTo !== null && nowMs - entry.deliveredAt < this.visibilityTimeoutMs) continue;
+      entry.deliveredTo = consumer;
+      entry.deliveredAt = nowMs;
+      taken.push({ ackId, record: { ...entry.record } });
+    }
+    return taken;
+  }
+
+  ack(ackIds: string[]): void {
+    for (const id of ackIds) this.entries.delete(id);
+  }
+
+  /** A consumer (re)starting: what it held before is handed out again at once. */
+  release(consumer: string): void {
+    for (const entry of this.entries.values()) {
+      if (entry.deliveredTo === consumer) entry.deliveredTo = null;
+    }
+  }
+
+  /** Resolves on the next `add`, or after `ms`. */
+  async waitForRecords(ms: number): Promise<void> {
+    await new Promise<void>((resolve) => {
+      const done = (): void => {
+        clearTimeout(timer);
+        this.waiters.delete(done);
+        resolve();
+      };
+      const timer = setTimeout(done, ms);
+      this.waiters.add(done);
+    });
+  }
+}
+
+let processBackend: MemoryUsageBackend | undefined;
+
+/** The queue every role of this process shares when no Redis is configured. */
+export function processUsageBackend(): MemoryUsageBackend {
+  processBackend ??= new MemoryUsageBackend();
+  return processBackend;
+}
+
+/** One consumer's (or producer's) view of an in-process queue. */
+export class MemoryUsageQueue implements UsageQueue {
+  constructor(
+    readonly backend: MemoryUsageBackend,
+    readonly consumer: string,
+  ) {
+    backend.release(consumer);
+  }
+
+  enqueue(record: UsageRecord): void {
+    this.backend.add(record);
+  }
+
+  async read(max: number, blockMs = 0): Promise<QueuedUsage[]> {
+    const taken = this.backend.take(this.consumer, max);
+    if (taken.length > 0 || blockMs <= 0) return taken;
+    await this.backend.waitForRecords(blockMs);
+    return this.backend.take(this.consumer, max);
+  }
+
+  async ack(ackIds: string[]): Promise<void> {
+    this.backend.ack(ackIds);
+  }
+
+  async depth(): Promise<number> {
+    return this.backend.size;
+  }
+
+  async flush(): Promise<void> {}
+
+  async whenReady(): Promise<void> {}
+
+  /** The records stay in the backend for the process's other roles. */
+  async close(): Promise<void> {}
+}

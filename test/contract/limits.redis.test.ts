@@ -1,0 +1,166 @@
+import { spawn } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import type { LimitRequest } from '../../src/infra/limits/port.js';
+import { RedisLimiter } from '../../src/infra/limits/redis.js';
+import { ResilientLimiter } from '../../src/infra/limits/resilient.js';
+import { freePort, startTestRedisServer, type TestRedisServer } from './fixtures/limits-redisServer.js';
+
+const HAMMER = fileURLToPath(new URL('./fixtures/limits-hammer.ts', import.meta.url));
+
+interface HammerResult {
+  calls: number;
+  grantedPerSecond: Record<string, number>;
+}
+
+function runHammer(args: string[]): Promise<HammerResult> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, ['--import', 'tsx', HAMMER, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    let err = '';
+    child.stdout.on('data', (chunk: Buffer) => {
+      out += chunk.toString();
+    });
+    child.stderr.on('data', (chunk: Buffer) => {
+      err += chunk.toString();
+    });
+    child.once('error', reject);
+    child.once('exit', (code) => {
+      if (code === 0) resolve(JSON.parse(out) as HammerResult);
+      else reject(new Error(`hammer exited ${code}: ${err}`));
+    });
+  });
+}
+
+async function until(condition: () => boolean, timeoutMs = 5000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!condition()) {
+    if (Date.now() > deadline) throw new Error('condition not met in time');
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+}
+
+describe('Redis limiter across processes', () => {
+  it('two processes hammering one token never get more than rps granted within any second', async () => {
+    const rps = 20;
+    const tokenId = `tok${randomUUID()}`;
+    const bucket = `account:${randomUUID()}`;
+    // Both start on the same instant, after tsx has had time to load them.
+    const startAtMs = Date.now() + 3000;
+    const args = [inject('redisUrl'), tokenId, bucket, String(rps), String(startAtMs), '2000'];
+    const results = await Promise.all([runHammer(args), runHammer(args)]);
+
+    const perSecond = new Map<string, number>();
+    for (const result of results) {
+      expect(result.calls).toBeGreaterThan(rps);
+      for (const [second, granted] of Object.entries(result.grantedPerSecond)) {
+        perSecond.set(second, (perSecond.get(second) ?? 0) + granted);
+      }
+    }
+    for (const granted of perSecond.values()) expect(granted).toBeLessThanOrEqual(rps);
+    // The limit was really contended: some second was filled to the brim.
+    expect(Math.max(...perSecond.values())).toBe(rps);
+    // Both processes got a share, so they really competed for one window.
+    for (const result of results) expect(Object.values(result.grantedPerSecond).reduce((a, b) => a + b, 0)).toBeGreaterThan(0);
+  }, 20_000);
+});
+
+describe('ResilientLimiter', () => {
+  const request = (overrides: Partial<LimitRequest> = {}): LimitRequest => {
+    const id = randomUUID();
+    return { tokenId: `tok${id}`, rps: 3, monthly: { key: `account:${id}`, limit: 100 }, cost: 1, nowMs: Date.now(), ...overrides };
+  };
+
+  it('answers from memory at once when Redis cannot be reached', async () => {
+    const limiter = new ResilientLimiter(new RedisLimiter(`redis://127.0.0.1:${await freePort()}`));
+    try {
+      const req = request({ cost: 5 });
+      const started = performance.now();
+      const decision = await limiter.take(req);
+      expect(performance.now() - started).toBeLessThan(50);
+      expect(decision).toMatchObject({ granted: 3, refusedBy: 'rate' });
+      expect(limiter.backend).toBe('fallback');
+      expect(limiter.fallbackCount).toBe(1);
+      expect(await limiter.monthlyUsed(req.monthly.key, req.nowMs)).toBe(3);
+    } finally {
+      await limiter.close();
+    }
+  });
+
+  it('fail-closed refuses every call while Redis cannot be reached', async () => {
+    const limiter = new ResilientLimiter(new RedisLimiter(`redis://127.0.0.1:${await freePort()}`), { failClosed: true });
+    try {
+      const decision = await limiter.take(request({ cost: 2 }));
+      expect(decision).toMatchObject({ granted: 0, refusedBy: 'rate', retryAfterSeconds: 1 });
+      expect(decision.rate.remaining).toBe(0);
+    } finally {
+      await limiter.close();
+    }
+  });
+
+  describe('through an outage of its Redis', () => {
+    let server: TestRedisServer;
+    let limiter: ResilientLimiter;
+    beforeAll(async () => {
+      server = await startTestRedisServer();
+      limiter = new ResilientLimiter(new RedisLimiter(server.url, { commandTimeoutMs: 200 }));
+      await limiter.whenReady();
+    });
+    afterAll(async () => {
+      await limiter.close();
+      await server.stop();
+    });
+
+    it('falls back to memory, keeps the month counted so far, and returns to Redis', async () => {
+      const req = request({ rps: 100, cost: 3, monthly: { key: `account:${randomUUID()}`, limit: 5 } });
+      expect(await limiter.take(req)).toMatchObject({ granted: 3 });
+      expect(limiter.fallbackCount).toBe(0);
+
+      await server.stop();
+      await until(() => limiter.backend === 'fallback');
+      const started = performance.now();
+      const during = await limiter.take(req);
+      expect(performance.now() - started).toBeLessThan(100);
+      expect(limiter.fallbackCount).toBe(1);
+      // Seeded with the 3 Redis had counted: only 2 left this month, not 5.
+      expect(during).toMatchObject({ granted: 2, refusedBy: 'monthly' });
+
+      await server.start();
+      await until(() => limiter.backend === 'redis');
+
+      // The restarted server is empty (no persistence): counting there starts again.
+      const after = await limiter.take({ ...req, monthly: { key: req.monthly.key, limit: 100 } });
+      expect(after).toMatchObject({ granted: 3 });
+      expect(limiter.fallbackCount).toBe(1);
+      const direct = new RedisLimiter(server.url, { commandTimeoutMs: 1000 });
+      await direct.whenReady();
+      expect(await direct.monthlyUsed(req.monthly.key, req.nowMs)).toBe(3);
+      await direct.close();
+    });
+
+    it('falls back after one timeout when Redis hangs, and returns once it answers again', async () => {
+      await until(() => limiter.backend === 'redis');
+      const req = request({ rps: 100, cost: 1 });
+      const fallbacksBefore = limiter.fallbackCount;
+      server.pause();
+      try {
+        const started = performance.now();
+        expect((await limiter.take(req)).granted).toBe(1);
+        const firstMs = performance.now() - started;
+        expect(firstMs).toBeGreaterThanOrEqual(150);
+        expect(firstMs).toBeLessThan(1000);
+        // The next calls do not wait for the hung server again.
+        const next = performance.now();
+        expect((await limiter.take(req)).granted).toBe(1);
+        expect(performance.now() - next).toBeLessThan(50);
+        expect(limiter.fallbackCount).toBe(fallbacksBefore + 2);
+      } finally {
+        server.resume();
+      }
+      await until(() => limiter.backend === 'redis');
+      expect((await limiter.take(req)).granted).toBe(1);
+      expect(limiter.fallbackCount).toBe(fallbacksBefore + 2);
+    });
+  });
+});

@@ -1,0 +1,58 @@
+import { randomUUID } from 'node:crypto';
+import { describe, expect, inject, it } from 'vitest';
+import { openLimiter } from '../../src/infra/limits/index.js';
+import { MemoryLimiter } from '../../src/infra/limits/memory.js';
+import { RedisLimiter } from '../../src/infra/limits/redis.js';
+import { ResilientLimiter } from '../../src/infra/limits/resilient.js';
+import { limiterContract } from './limits.contract.js';
+
+/** Generous command deadline: a loaded test machine must not turn a slow reply into a failure. */
+const TEST_TIMEOUT_MS = 1000;
+
+limiterContract('in process', async () => new MemoryLimiter());
+
+limiterContract('redis', async () => {
+  const limiter = new RedisLimiter(inject('redisUrl'), { commandTimeoutMs: TEST_TIMEOUT_MS });
+  await limiter.whenReady();
+  return limiter;
+});
+
+limiterContract('resilient over redis', async () => {
+  const limiter = new ResilientLimiter(new RedisLimiter(inject('redisUrl'), { commandTimeoutMs: TEST_TIMEOUT_MS }));
+  await limiter.whenReady();
+  // Every answer must come from Redis here, not from the fallback.
+  return {
+    take: async (request) => {
+      const decision = await limiter.take(request);
+      expect(limiter.fallbackCount).toBe(0);
+      return decision;
+    },
+    monthlyUsed: (key, nowMs) => limiter.monthlyUsed(key, nowMs),
+    close: () => limiter.close(),
+  };
+});
+
+describe('openLimiter', () => {
+  it('without Redis, gives every role of the process the same counts', async () => {
+    const gateway = openLimiter();
+    const api = openLimiter();
+    const key = `account:${randomUUID()}`;
+    const nowMs = Date.now();
+    await gateway.take({ tokenId: 't', rps: 10, monthly: { key, limit: 100 }, cost: 4, nowMs });
+    await gateway.close();
+    expect(await api.monthlyUsed(key, nowMs)).toBe(4);
+  });
+
+  it('with Redis, counts in Redis', async () => {
+    const limiter = openLimiter({ redisUrl: inject('redisUrl') });
+    await limiter.whenReady();
+    const key = `account:${randomUUID()}`;
+    const nowMs = Date.now();
+    await limiter.take({ tokenId: 't', rps: 10, monthly: { key, limit: 100 }, cost: 2, nowMs });
+    const direct = new RedisLimiter(inject('redisUrl'), { commandTimeoutMs: TEST_TIMEOUT_MS });
+    await direct.whenReady();
+    expect(await direct.monthlyUsed(key, nowMs)).toBe(2);
+    await direct.close();
+    await limiter.close();
+  });
+});

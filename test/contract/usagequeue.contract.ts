@@ -1,0 +1,168 @@
+import { randomUUID } from 'node:crypto';
+import { describe, expect, it } from 'vitest';
+import { USAGE_EVENT_TYPE, type UsageRecord, usageEventId, usageStream } from '../../src/domain/usage.js';
+import { UsageIngester } from '../../src/infra/usage/ingester.js';
+import type { UsageQueue } from '../../src/infra/usage/port.js';
+import { MemoryEventStore } from '../support/memoryEventStore.js';
+
+/** One isolated queue per test; `connect` opens a consumer's view of it. */
+export interface QueueHarness {
+  connect(consumer: string): Promise<UsageQueue>;
+}
+
+/** Records a consumer holds without acknowledging are handed to others after this long. */
+export const ABANDON_AFTER_MS = 300;
+
+export function usageRecord(overrides: Partial<UsageRecord> = {}): UsageRecord {
+  return {
+    requestId: randomUUID(),
+    at: new Date().toISOString(),
+    accountId: 'acc1',
+    tokenId: 'tok1',
+    chain: 'eth',
+    method: 'eth_blockNumber',
+    status: 200,
+    rpcErrorCode: null,
+    errorMessage: null,
+    totalMs: 12.5,
+    upstreamMs: 10,
+    clientIp: '127.0.0.1',
+    upstream: 'primary',
+    ...overrides,
+  };
+}
+
+const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** Reads until `count` records came or `timeoutMs` passed. */
+async function readAll(queue: UsageQueue, count: number, timeoutMs = 5000) {
+  const got = [];
+  const deadline = Date.now() + timeoutMs;
+  while (got.length < count && Date.now() < deadline) got.push(...(await queue.read(count - got.length, 100)));
+  return got;
+}
+
+export function usageQueueContract(name: string, newHarness: () => Promise<QueueHarness>): void {
+  describe(`UsageQueue contract: ${name}`, () => {
+    it('hands out enqueued records in order until they are acknowledged', async () => {
+      const queue = await (await newHarness()).connect('a');
+      const records = [usageRecord(), usageRecord({ rpcErrorCode: -32601, errorMessage: 'nope', upstreamMs: null, upstream: null })];
+      for (const record of records) queue.enqueue(record);
+      await queue.flush();
+      expect(await queue.depth()).toBe(2);
+
+      const got = await readAll(queue, 2);
+      expect(got.map((item) => item.record)).toEqual(records);
+      expect(await queue.read(10)).toEqual([]);
+      await queue.ack(got.map((item) => item.ackId));
+      expect(await queue.depth()).toBe(0);
+      await queue.close();
+    });
+
+    it('reads at most `max` records at once', async () => {
+      const queue = await (await newHarness()).connect('a');
+      for (let i = 0; i < 5; i++) queue.enqueue(usageRecord());
+      await queue.flush();
+      expect(await queue.read(3)).toHaveLength(3);
+      expect(await queue.read(3)).toHaveLength(2);
+      await queue.close();
+    });
+
+    it('waits up to blockMs for a record to arrive', async () => {
+      const queue = await (await newHarness()).connect('a');
+      const started = Date.now();
+      setTimeout(() => queue.enqueue(usageRecord()), 50);
+      const got = await queue.read(10, 2000);
+      expect(got).toHaveLength(1);
+      expect(Date.now() - started).toBeLessThan(1500);
+      expect(await queue.read(10, 50)).toEqual([]);
+      await queue.close();
+    });
+
+    it('gives a restarted consumer the records it had read but not acknowledged', async () => {
+      const harness = await newHarness();
+      const before = await harness.connect('a');
+      for (let i = 0; i < 3; i++) before.enqueue(usageRecord());
+      await before.flush();
+      const held = await readAll(before, 3);
+      await before.close();
+
+      const after = await harness.connect('a');
+      const again = await readAll(after, 3);
+      expect(again.map((item) => item.record.requestId).sort()).toEqual(held.map((item) => item.record.requestId).sort());
+      await after.ack(again.map((item) => item.ackId));
+      expect(await after.depth()).toBe(0);
+      await after.close();
+    });
+
+    it('hands records held too long by a silent consumer to another one', async () => {
+      const harness = await newHarness();
+      const crashed = await harness.connect('crashed');
+      const other = await harness.connect('other');
+      crashed.enqueue(usageRecord());
+      await crashed.flush();
+      expect(await readAll(crashed, 1)).toHaveLength(1);
+      expect(await other.read(10)).toEqual([]);
+
+      await sleep(ABANDON_AFTER_MS + 100);
+      const claimed = await readAll(other, 1);
+      expect(claimed).toHaveLength(1);
+      await other.ack(claimed.map((item) => item.ackId));
+      expect(await other.depth()).toBe(0);
+      await crashed.close();
+      await other.close();
+    });
+
+    it('through the ingester: N records become exactly N UsageRecorded events, per account', async () => {
+      const queue = await (await newHarness()).connect('ingester-1');
+      const store = new MemoryEventStore();
+      const ingester = new UsageIngester({ queue, store, batchSize: 200, readBlockMs: 50 });
+      const accounts = ['acc-a', 'acc-b', 'acc-c'];
+      const records = Array.from({ length: 1200 }, (_, i) => usageRecord({ accountId: accounts[i % 3] ?? 'acc-a' }));
+      ingester.start();
+      for (const record of records) queue.enqueue(record);
+      await ingester.whenDrained(15_000);
+      await ingester.stop();
+
+      for (const account of accounts) {
+        const events = await store.readStream(usageStream(account));
+        expect(events).toHaveLength(400);
+        expect(new Set(events.map((event) => event.id)).size).toBe(400);
+        for (const event of events) {
+          expect(event.type).toBe(USAGE_EVENT_TYPE);
+          expect(event.id).toBe(usageEventId(String(event.data.requestId)));
+          expect(event.data.accountId).toBe(account);
+        }
+      }
+      const stored = (await Promise.all(accounts.map((a) => store.readStream(usageStream(a))))).flat();
+      expect(new Set(stored.map((event) => event.data.requestId))).toEqual(new Set(records.map((r) => r.requestId)));
+      await queue.close();
+    });
+
+    it('a consumer killed mid-batch (appended part, acknowledged nothing) loses and duplicates nothing after restart', async () => {
+      const harness = await newHarness();
+      const store = new MemoryEventStore();
+      const records = Array.from({ length: 300 }, () => usageRecord());
+      const victim = await harness.connect('ingester-1');
+      for (const record of records) victim.enqueue(record);
+      await victim.flush();
+
+      // The dying ingester: read a batch, appended its first half, crashed before the ack.
+      const batch = await readAll(victim, 200);
+      const half = batch.slice(0, 100).map(({ record }) => ({ id: usageEventId(record.requestId), type: USAGE_EVENT_TYPE, data: { ...record } }));
+      await store.append(usageStream('acc1'), half, 'any');
+      await victim.close();
+
+      const restarted = await harness.connect('ingester-1');
+      const ingester = new UsageIngester({ queue: restarted, store, readBlockMs: 50 });
+      ingester.start();
+      await ingester.whenDrained(15_000);
+      await ingester.stop();
+
+      const events = await store.readStream(usageStream('acc1'));
+      expect(events).toHaveLength(300);
+      expect(new Set(events.map((event) => event.data.requestId))).toEqual(new Set(records.map((r) => r.requestId)));
+      await restarted.close();
+    });
+  });
+}

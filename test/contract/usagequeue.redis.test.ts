@@ -1,0 +1,82 @@
+import { randomUUID } from 'node:crypto';
+import { Redis } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { usageStream } from '../../src/domain/usage.js';
+import { UsageIngester } from '../../src/infra/usage/ingester.js';
+import { RedisUsageQueue } from '../../src/infra/usage/redis.js';
+import { MemoryEventStore } from '../support/memoryEventStore.js';
+import { freePort, startTestRedisServer, type TestRedisServer } from './fixtures/limits-redisServer.js';
+import { usageRecord } from './usagequeue.contract.js';
+
+describe('Redis usage queue through a Redis outage', () => {
+  let server: TestRedisServer;
+  beforeAll(async () => {
+    server = await startTestRedisServer();
+  });
+  afterAll(async () => {
+    await server.stop();
+  });
+
+  it('keeps records enqueued while Redis is down and delivers them all once it is back', async () => {
+    const queue = new RedisUsageQueue(server.url, { consumer: 'ingester-1' });
+    await queue.whenReady();
+    const store = new MemoryEventStore();
+    const ingester = new UsageIngester({ queue, store, readBlockMs: 50, backoff: { initialMs: 20, maxMs: 200 } });
+    ingester.start();
+
+    const before = Array.from({ length: 100 }, () => usageRecord());
+    for (const record of before) queue.enqueue(record);
+    await ingester.whenDrained();
+
+    await server.stop();
+    const during = Array.from({ length: 500 }, () => usageRecord());
+    for (const record of during) queue.enqueue(record);
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    expect(queue.buffered).toBe(500);
+    expect(await queue.depth()).toBe(500);
+
+    // Back empty (no persistence): stream and consumer group are made again.
+    await server.start();
+    await ingester.whenDrained(15_000);
+    await ingester.stop();
+    await queue.close();
+
+    const events = await store.readStream(usageStream('acc1'));
+    expect(events).toHaveLength(600);
+    expect(new Set(events.map((event) => event.data.requestId))).toEqual(new Set([...before, ...during].map((r) => r.requestId)));
+    expect(queue.dropped).toBe(0);
+  });
+});
+
+describe('Redis usage queue', () => {
+  it('never throws on enqueue, and bounds its buffer while Redis cannot be reached', async () => {
+    const queue = new RedisUsageQueue(`redis://127.0.0.1:${await freePort()}`, { consumer: 'c', bufferCapacity: 10, closeTimeoutMs: 50 });
+    for (let i = 0; i < 15; i++) queue.enqueue(usageRecord());
+    expect(queue.buffered).toBe(10);
+    expect(queue.dropped).toBe(5);
+    expect(await queue.depth()).toBe(10);
+    await expect(queue.read(10)).rejects.toThrow();
+    await queue.close();
+  });
+
+  it('acknowledges and skips a stream entry that is not a usage record', async () => {
+    const stream = `usage-test-${randomUUID()}`;
+    const raw = new Redis(inject('redisUrl'));
+    await raw.xadd(stream, '*', 'r', '{"not":"a record"}');
+    await raw.xadd(stream, '*', 'r', 'not json');
+    const queue = new RedisUsageQueue(inject('redisUrl'), { consumer: 'c', stream });
+    await queue.whenReady();
+    const good = usageRecord();
+    queue.enqueue(good);
+    await queue.flush();
+
+    const got = await queue.read(10);
+    expect(got.map((item) => item.record)).toEqual([good]);
+    expect(queue.malformed).toBe(2);
+    await queue.ack(got.map((item) => item.ackId));
+    expect(await queue.depth()).toBe(0);
+    expect(await raw.xlen(stream)).toBe(0);
+    await queue.close();
+    await raw.quit();
+  });
+});

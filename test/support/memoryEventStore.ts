@@ -1,0 +1,75 @@
+import type {
+  AppendResult,
+  EventStore,
+  ExpectedRevision,
+  NewEvent,
+  Position,
+  StoredEvent,
+  Subscription,
+} from '../../src/infra/eventstore/port.js';
+import { WrongExpectedRevisionError } from '../../src/infra/eventstore/port.js';
+
+/**
+ * A minimal in-memory EventStore for tests of code that only appends and reads streams (the
+ * usage ingester). It keeps the port's rules that such code relies on: expected revisions,
+ * and an event whose id the stream already holds is skipped (idempotent retry). It has no
+ * subscriptions: use the real adapters for projector tests.
+ */
+export class MemoryEventStore implements EventStore {
+  private readonly streams = new Map<string, StoredEvent[]>();
+  private lastPosition = 0;
+
+  async append(streamId: string, events: NewEvent[], expected: ExpectedRevision): Promise<AppendResult> {
+    const stream = this.streams.get(streamId) ?? [];
+    const actual = stream.length === 0 ? 'no_stream' : stream.length - 1;
+    const matches =
+      expected === 'any' ||
+      (expected === 'no_stream' && actual === 'no_stream') ||
+      (expected === 'stream_exists' && actual !== 'no_stream') ||
+      expected === actual;
+    if (!matches) throw new WrongExpectedRevisionError(streamId, expected, actual);
+
+    const known = new Set(stream.map((event) => event.id));
+    for (const event of events) {
+      if (known.has(event.id)) continue;
+      known.add(event.id);
+      this.lastPosition += 1;
+      stream.push({
+        streamId,
+        revision: stream.length,
+        position: formatPosition(this.lastPosition),
+        id: event.id,
+        type: event.type,
+        data: structuredClone(event.data),
+        metadata: structuredClone(event.metadata ?? {}),
+        created: new Date().toISOString(),
+      });
+    }
+    if (stream.length > 0) this.streams.set(streamId, stream);
+    const last = stream.at(-1);
+    return { nextExpectedRevision: stream.length - 1, position: last?.position ?? formatPosition(this.lastPosition) };
+  }
+
+  async readStream(streamId: string, options: { fromRevision?: number; maxCount?: number } = {}): Promise<StoredEvent[]> {
+    const from = options.fromRevision ?? 0;
+    const events = (this.streams.get(streamId) ?? []).slice(from, from + (options.maxCount ?? Number.POSITIVE_INFINITY));
+    return events.map((event) => structuredClone(event));
+  }
+
+  /** Ids of every stream written, for assertions. */
+  streamIds(): string[] {
+    return [...this.streams.keys()];
+  }
+
+  subscribeToAll(): Subscription {
+    throw new Error('MemoryEventStore (test double) has no subscriptions');
+  }
+
+  async headPosition(): Promise<Position | null> {
+    return this.lastPosition === 0 ? null : formatPosition(this.lastPosition);
+  }
+
+  async close(): Promise<void> {}
+}
+
+const formatPosition = (n: number): Position => String(n).padStart(20, '0');

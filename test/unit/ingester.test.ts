@@ -1,0 +1,139 @@
+import { describe, expect, it } from 'vitest';
+import { usageStream } from '../../src/domain/usage.js';
+import type { AppendResult, EventStore, ExpectedRevision, NewEvent } from '../../src/infra/eventstore/port.js';
+import { UsageIngester } from '../../src/infra/usage/ingester.js';
+import { MemoryUsageBackend, MemoryUsageQueue } from '../../src/infra/usage/memory.js';
+import { usageRecord } from '../contract/usagequeue.contract.js';
+import { MemoryEventStore } from '../support/memoryEventStore.js';
+
+/** A store that lets a test break appends: before writing, after writing, or record their sizes. */
+class FaultyStore extends MemoryEventStore {
+  failBefore = 0;
+  failAfterWrite = 0;
+  readonly appendSizes: number[] = [];
+
+  override async append(streamId: string, events: NewEvent[], expected: ExpectedRevision): Promise<AppendResult> {
+    if (this.failBefore > 0) {
+      this.failBefore -= 1;
+      throw new Error('store unavailable');
+    }
+    this.appendSizes.push(Buffer.byteLength(JSON.stringify(events)));
+    const result = await super.append(streamId, events, expected);
+    if (this.failAfterWrite > 0) {
+      this.failAfterWrite -= 1;
+      throw new Error('connection lost after the write');
+    }
+    return result;
+  }
+}
+
+/** A store whose appends wait until the test opens the gate. */
+class GatedStore extends MemoryEventStore {
+  private readonly gate: Promise<void>;
+  open: () => void = () => {};
+
+  constructor() {
+    super();
+    this.gate = new Promise((resolve) => {
+      this.open = resolve;
+    });
+  }
+
+  override async append(streamId: string, events: NewEvent[], expected: ExpectedRevision): Promise<AppendResult> {
+    await this.gate;
+    return super.append(streamId, events, expected);
+  }
+}
+
+const fastBackoff = { initialMs: 5, maxMs: 20 };
+
+function setup(store: EventStore, options: { batchSize?: number; maxAppendBytes?: number } = {}) {
+  const queue = new MemoryUsageQueue(new MemoryUsageBackend(), 'ingester');
+  const ingester = new UsageIngester({ queue, store, readBlockMs: 20, backoff: fastBackoff, ...options });
+  return { queue, ingester };
+}
+
+describe('UsageIngester', () => {
+  it('retries an append that failed after writing, without duplicating events', async () => {
+    const store = new FaultyStore();
+    store.failAfterWrite = 2;
+    const { queue, ingester } = setup(store, { batchSize: 50 });
+    const records = Array.from({ length: 200 }, () => usageRecord());
+    for (const record of records) queue.enqueue(record);
+    ingester.start();
+    await ingester.whenDrained();
+    await ingester.stop();
+
+    const events = await store.readStream(usageStream('acc1'));
+    expect(events).toHaveLength(200);
+    expect(events.map((event) => event.data.requestId)).toEqual(records.map((r) => r.requestId));
+    expect(ingester.stats.appendFailures).toBe(2);
+  });
+
+  it('acknowledges nothing while the store refuses appends', async () => {
+    const store = new FaultyStore();
+    store.failBefore = Number.POSITIVE_INFINITY;
+    const { queue, ingester } = setup(store);
+    for (let i = 0; i < 10; i++) queue.enqueue(usageRecord());
+    ingester.start();
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    expect(ingester.stats.appendFailures).toBeGreaterThan(1);
+    expect(await queue.depth()).toBe(10);
+
+    store.failBefore = 0;
+    await ingester.whenDrained();
+    await ingester.stop();
+    expect(await store.readStream(usageStream('acc1'))).toHaveLength(10);
+  });
+
+  it('stop gives up a failing append, leaving its records queued', async () => {
+    const store = new FaultyStore();
+    store.failBefore = Number.POSITIVE_INFINITY;
+    const { queue, ingester } = setup(store);
+    queue.enqueue(usageRecord());
+    ingester.start();
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    await ingester.stop();
+    expect(await queue.depth()).toBe(1);
+  });
+
+  it('stop finishes the batch in flight', async () => {
+    const store = new GatedStore();
+    const { queue, ingester } = setup(store);
+    for (let i = 0; i < 5; i++) queue.enqueue(usageRecord());
+    ingester.start();
+    await new Promise((resolve) => setTimeout(resolve, 30));
+    const stopped = ingester.stop();
+    store.open();
+    await stopped;
+    expect(await store.readStream(usageStream('acc1'))).toHaveLength(5);
+    expect(await queue.depth()).toBe(0);
+  });
+
+  it('keeps each append under its size budget and each account in its own stream', async () => {
+    const store = new FaultyStore();
+    const { queue, ingester } = setup(store, { batchSize: 500, maxAppendBytes: 8 * 1024 });
+    const bigMessage = 'x'.repeat(1000);
+    for (let i = 0; i < 300; i++) queue.enqueue(usageRecord({ accountId: i % 2 ? 'odd' : 'even', errorMessage: bigMessage, status: 500 }));
+    ingester.start();
+    await ingester.whenDrained();
+    await ingester.stop();
+
+    expect(await store.readStream(usageStream('odd'))).toHaveLength(150);
+    expect(await store.readStream(usageStream('even'))).toHaveLength(150);
+    expect(store.appendSizes.length).toBeGreaterThan(2);
+    for (const size of store.appendSizes) expect(size).toBeLessThanOrEqual(8 * 1024);
+  });
+
+  it('turns a record queued twice into one event', async () => {
+    const store = new MemoryEventStore();
+    const { queue, ingester } = setup(store);
+    const record = usageRecord();
+    queue.enqueue(record);
+    queue.enqueue(record);
+    ingester.start();
+    await ingester.whenDrained();
+    await ingester.stop();
+    expect(await store.readStream(usageStream('acc1'))).toHaveLength(1);
+  });
+});
