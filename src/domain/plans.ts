@@ -52,7 +52,7 @@ export const DEFAULT_PLANS: PlanCatalog = {
   },
 };
 
-const PlanOverrides = z.record(PlanId, Plan.omit({ id: true }).partial().strict());
+const PlanOverrides = z.partialRecord(PlanId, Plan.omit({ id: true }).partial().strict());
 
 /** Merges an operator's overrides (PLANS_CONFIG) into the default catalog; unknown plan ids or fields are refused. */
 export function planCatalog(overrides: unknown = {}): PlanCatalog {

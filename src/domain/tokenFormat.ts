@@ -22,7 +22,7 @@ function base62(n: number, width: number): string {
   return s;
 }
 
-function randomBase62(length: number): string {
+export function randomBase62(length: number): string {
   // Rejection sampling keeps the distribution uniform (248 = 4 * 62).
   let out = '';
   while (out.length < length) {

@@ -1,0 +1,99 @@
+import type { Decider } from '../domain/decider.js';
+import { DomainError } from '../domain/errors.js';
+import type { DomainEvent } from '../domain/events.js';
+import { type EventStore, type Position, WrongExpectedRevisionError } from '../infra/eventstore/port.js';
+import { decodeEvent, encodeEvent } from './eventCodec.js';
+
+export interface Loaded<S> {
+  state: S;
+  /** Revision of the stream's last event; -1 when the stream is empty. */
+  revision: number;
+}
+
+export interface Executed<S, E> {
+  state: S;
+  events: E[];
+  /** Global position of the last appended event; null when nothing was appended. */
+  position: Position | null;
+}
+
+const MAX_ATTEMPTS = 25;
+
+/**
+ * Loads aggregates from their streams and runs commands with optimistic concurrency: read,
+ * fold, decide, append at the revision that was read; on a conflict, do it all again.
+ */
+export class AggregateStore {
+  constructor(private readonly store: EventStore) {}
+
+  async load<S, C, E extends DomainEvent>(streamId: string, decider: Decider<S, C, E>): Promise<Loaded<S>> {
+    const stored = await this.store.readStream(streamId);
+    let state = decider.initialState();
+    for (const s of stored) {
+      const event = decodeEvent(s);
+      if (event) state = decider.evolve(state, event as E);
+    }
+    return { state, revision: stored.length === 0 ? -1 : (stored[stored.length - 1] as { revision: number }).revision };
+  }
+
+  /** `decideFn` sees the current state and returns the events (it may throw a DomainError). */
+  async execute<S, C, E extends DomainEvent>(
+    streamId: string,
+    decider: Decider<S, C, E>,
+    decideFn: (state: S) => E[],
+  ): Promise<Executed<S, E>> {
+    for (let attempt = 1; ; attempt++) {
+      const { state, revision } = await this.load(streamId, decider);
+      const events = decideFn(state);
+      if (events.length === 0) return { state, events, position: null };
+      try {
+        const result = await this.store.append(streamId, events.map((e) => encodeEvent(e)), revision === -1 ? 'no_stream' : revision);
+        return { state: events.reduce(decider.evolve, state), events, position: result.position };
+      } catch (e) {
+        if (!(e instanceof WrongExpectedRevisionError)) throw e;
+        if (attempt >= MAX_ATTEMPTS) throw new DomainError('concurrency_conflict', 'Too many concurrent changes; try again.');
+        await new Promise((r) => setTimeout(r, Math.random() * 5 * attempt));
+      }
+    }
+  }
+
+  /** Each event with its time and the aggregate's state after it, for audit. */
+  async history<S, C, E extends DomainEvent>(
+    streamId: string,
+    decider: Decider<S, C, E>,
+  ): Promise<Array<{ revision: number; position: Position; type: string; at: string; recordedAt: string; state: S }>> {
+    let state = decider.initialState();
+    const out = [];
+    for (const stored of await this.store.readStream(streamId)) {
+      const event = decodeEvent(stored);
+      if (!event) continue;
+      state = decider.evolve(state, event as E);
+      out.push({ revision: stored.revision, position: stored.position, type: event.type, at: event.data.at, recordedAt: stored.created, state });
+    }
+    return out;
+  }
+
+  async lastPosition(streamId: string): Promise<Position> {
+    const events = await this.store.readStream(streamId);
+    const last = events[events.length - 1];
+    if (!last) throw new DomainError('not_found', `Stream ${streamId} is empty.`);
+    return last.position;
+  }
+
+  /** Runs one command through the decider (the common case of `execute`). */
+  run<S, C, E extends DomainEvent>(streamId: string, decider: Decider<S, C, E>, command: C): Promise<Executed<S, E>> {
+    return this.execute(streamId, decider, (state) => decider.decide(command, state));
+  }
+}
+
+/** Decides several commands in a row on the evolving state: one append for all of them. */
+export function decideAll<S, C, E>(decider: Decider<S, C, E>, commands: C[], state: S): E[] {
+  const out: E[] = [];
+  let current = state;
+  for (const command of commands) {
+    const events = decider.decide(command, current);
+    current = events.reduce(decider.evolve, current);
+    out.push(...events);
+  }
+  return out;
+}

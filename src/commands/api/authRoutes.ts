@@ -1,0 +1,33 @@
+import type { FastifyPluginAsync } from 'fastify';
+import { DomainError } from '../../domain/errors.js';
+import type { ApiDeps } from './deps.js';
+import { Credentials } from './schemas.js';
+import { readCookie, SESSION_COOKIE, sessionCookie } from './sessions.js';
+
+/** Sign-up, log-in and log-out for the dashboard: a session cookie (httpOnly, SameSite=Strict). */
+export const authRoutes: FastifyPluginAsync<ApiDeps> = async (app, deps) => {
+  app.post('/api/v1/auth/signup', async (request, reply) => {
+    const { email, password } = Credentials.parse(request.body);
+    const { accountId, position } = await deps.commands.signUp(email, password);
+    await deps.waitFor(position);
+    const session = await deps.sessions.open(accountId);
+    reply.header('set-cookie', sessionCookie(session.id, session.expiresAt, deps.secureCookies));
+    return reply.code(201).send({ id: accountId, email: email.trim().toLowerCase(), plan: 'free' });
+  });
+
+  app.post('/api/v1/auth/login', async (request, reply) => {
+    const { email, password } = Credentials.parse(request.body);
+    const accountId = await deps.commands.authenticate(email, password);
+    if (!accountId) throw new DomainError('invalid_credentials', 'Wrong email or password.');
+    const session = await deps.sessions.open(accountId);
+    reply.header('set-cookie', sessionCookie(session.id, session.expiresAt, deps.secureCookies));
+    return { id: accountId };
+  });
+
+  app.post('/api/v1/auth/logout', async (request, reply) => {
+    const sessionId = readCookie(request.headers.cookie, SESSION_COOKIE);
+    if (sessionId) await deps.sessions.close(sessionId);
+    reply.header('set-cookie', sessionCookie('', null, deps.secureCookies));
+    return reply.code(204).send();
+  });
+};

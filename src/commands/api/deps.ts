@@ -1,0 +1,19 @@
+import type { PlanCatalog } from '../../domain/plans.js';
+import type { Position } from '../../infra/eventstore/port.js';
+import type { Queries } from '../../projections/queries.js';
+import type { AccountCommands } from '../accountCommands.js';
+import type { Sessions } from './sessions.js';
+
+/** What the management API needs, passed to each plugin (no global state). */
+export interface ApiDeps {
+  commands: AccountCommands;
+  queries: Queries;
+  sessions: Sessions;
+  plans: PlanCatalog;
+  /** Resolves once the read models include the event at `position` (read-your-writes). */
+  waitFor(position: Position | null): Promise<void>;
+  /** Operator token for /api/v1/admin; admin routes refuse everything when unset. */
+  adminToken: string | null;
+  secureCookies: boolean;
+  now(): Date;
+}

@@ -1,0 +1,64 @@
+import { timingSafeEqual } from 'node:crypto';
+import type { FastifyRequest } from 'fastify';
+import { DomainError } from '../../domain/errors.js';
+import { hashToken, isWellFormedToken } from '../../domain/tokenFormat.js';
+import type { ApiDeps } from './deps.js';
+import { readCookie, SESSION_COOKIE } from './sessions.js';
+
+export type OwnerCredential = 'session' | 'access_token' | 'api_token';
+
+export interface Owner {
+  accountId: string;
+  via: OwnerCredential;
+  /** Set when `via` is `api_token`. */
+  tokenId?: string;
+}
+
+const unauthorized = (message: string) => new DomainError('unauthorized', message);
+
+const bearerOf = (request: FastifyRequest): string | null => {
+  const h = request.headers.authorization;
+  if (!h) return null;
+  const m = /^Bearer\s+(\S+)\s*$/i.exec(h);
+  if (!m) throw unauthorized('Use "Authorization: Bearer <access token>".');
+  return m[1] as string;
+};
+
+/**
+ * Who is calling the management API: an access token (`gka_…`) as Bearer, or the dashboard's
+ * session cookie; an API token (`gk_…`) only where `allowed` says so (the metrics call).
+ */
+export async function owner(request: FastifyRequest, deps: ApiDeps, allowed: OwnerCredential[]): Promise<Owner> {
+  const bearer = bearerOf(request);
+  if (bearer !== null) {
+    if (isWellFormedToken('access', bearer) && allowed.includes('access_token')) {
+      const doc = await deps.queries.accessTokenByHash(hashToken(bearer));
+      if (doc && doc.status === 'active') return { accountId: doc.accountId, via: 'access_token' };
+      throw unauthorized('The access token is not valid.');
+    }
+    if (isWellFormedToken('api', bearer)) {
+      if (!allowed.includes('api_token')) throw unauthorized('API tokens (gk_…) are for chain calls; this call needs an access token (gka_…) or a session.');
+      const doc = await deps.queries.tokenDocByHash(hashToken(bearer));
+      const status = doc ? (await deps.queries.tokenRecord(doc)).status : null;
+      if (doc && status === 'active') return { accountId: doc.accountId, via: 'api_token', tokenId: doc.id };
+      throw unauthorized('The API token is not valid.');
+    }
+    throw unauthorized(allowed.includes('access_token') ? 'The access token is not valid.' : 'This call needs a dashboard session.');
+  }
+  const sessionId = readCookie(request.headers.cookie, SESSION_COOKIE);
+  if (sessionId && allowed.includes('session')) {
+    const accountId = await deps.sessions.accountOf(sessionId);
+    if (accountId) return { accountId, via: 'session' };
+    throw unauthorized('The session has ended; log in again.');
+  }
+  throw unauthorized('Log in, or pass an access token as "Authorization: Bearer gka_…".');
+}
+
+export function requireAdmin(request: FastifyRequest, deps: ApiDeps): void {
+  const bearer = bearerOf(request);
+  const expected = deps.adminToken;
+  if (!expected || !bearer) throw unauthorized('Operator calls need "Authorization: Bearer <ADMIN_TOKEN>".');
+  const a = Buffer.from(bearer);
+  const b = Buffer.from(expected);
+  if (a.length !== b.length || !timingSafeEqual(a, b)) throw unauthorized('The operator token is not valid.');
+}

@@ -1,0 +1,70 @@
+import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
+import { ZodError } from 'zod';
+import { DomainError, type ErrorCode } from '../../domain/errors.js';
+
+/** The one place where error codes become HTTP statuses. */
+export const STATUS_OF: Record<ErrorCode, number> = {
+  validation_failed: 400,
+  unauthorized: 401,
+  invalid_credentials: 401,
+  forbidden: 403,
+  plan_feature_unavailable: 403,
+  not_found: 404,
+  conflict: 409,
+  email_taken: 409,
+  token_limit_reached: 409,
+  token_revoked: 409,
+  token_expired: 409,
+  invalid_transition: 409,
+  concurrency_conflict: 409,
+  limit_above_account: 422,
+};
+
+const TITLES: Record<number, string> = {
+  400: 'Bad Request', 401: 'Unauthorized', 403: 'Forbidden', 404: 'Not Found', 405: 'Method Not Allowed', 409: 'Conflict',
+  413: 'Content Too Large', 415: 'Unsupported Media Type', 422: 'Unprocessable Content', 429: 'Too Many Requests',
+  500: 'Internal Server Error', 503: 'Service Unavailable',
+};
+
+export interface Problem {
+  type: string;
+  title: string;
+  status: number;
+  detail: string;
+  code: string;
+  [extension: string]: unknown;
+}
+
+export function problem(status: number, code: string, detail: string, extensions: Record<string, unknown> = {}): Problem {
+  return { type: `/problems/${code}`, title: TITLES[status] ?? 'Error', status, detail, code, ...extensions };
+}
+
+export function sendProblem(reply: FastifyReply, p: Problem): FastifyReply {
+  return reply.code(p.status).type('application/problem+json').send(p);
+}
+
+/** RFC 9457 problem+json for every error of the management API; a 500 never shows internals. */
+export function toProblem(error: unknown): Problem {
+  if (error instanceof DomainError) {
+    return problem(STATUS_OF[error.code], error.code, error.message, error.details ?? {});
+  }
+  if (error instanceof ZodError) {
+    const errors = error.issues.map((i) => ({ path: i.path.join('.'), message: i.message }));
+    const first = errors[0];
+    return problem(400, 'validation_failed', first ? `${first.path || 'body'}: ${first.message}` : 'Invalid request.', { errors });
+  }
+  const fe = error as Partial<FastifyError>;
+  if (typeof fe.statusCode === 'number' && fe.statusCode >= 400 && fe.statusCode < 500) {
+    const code = fe.code === 'FST_ERR_CTP_BODY_TOO_LARGE' ? 'body_too_large'
+      : fe.code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE' ? 'unsupported_media_type'
+      : fe.statusCode === 404 ? 'not_found' : 'invalid_request';
+    return problem(fe.statusCode, code, fe.message ?? 'Invalid request.');
+  }
+  return problem(500, 'internal_error', 'Something went wrong on our side; it has been logged.');
+}
+
+export function problemErrorHandler(error: unknown, request: FastifyRequest, reply: FastifyReply): FastifyReply {
+  const p = toProblem(error);
+  if (p.status >= 500) request.log.error({ err: error }, 'unhandled error');
+  return sendProblem(reply, p);
+}

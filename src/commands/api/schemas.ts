@@ -1,0 +1,39 @@
+import { z } from 'zod';
+import { PlanId } from '../../domain/plans.js';
+import { ID_PATTERN } from '../ids.js';
+
+/** Request schemas at the edge: unknown fields, wrong types and over-long strings are 400s. */
+const text = (max: number) => z.string().max(max, `at most ${max} characters`);
+const name = text(100).trim().min(1, 'required');
+const limit = z.number().int().positive().max(1e12).nullable();
+
+export const Credentials = z.strictObject({
+  email: z.email().max(254),
+  password: z.string().min(8, 'at least 8 characters').max(200),
+});
+
+export const CreateApiToken = z.strictObject({
+  name,
+  description: text(500).optional(),
+  expires_in_days: z.number().int().min(1).max(3650).optional(),
+  monthly_limit: limit.optional(),
+  rate_limit: limit.optional(),
+});
+
+export const PatchApiToken = z
+  .strictObject({
+    name: name.optional(),
+    description: text(500).optional(),
+    status: z.enum(['active', 'disabled']).optional(),
+    monthly_limit: limit.optional(),
+    rate_limit: limit.optional(),
+  })
+  .refine((p) => Object.keys(p).length > 0, 'give at least one field to change');
+
+export const CreateAccessToken = z.strictObject({ name });
+export const ChangePlan = z.strictObject({ plan: PlanId });
+
+const id = (prefix: string) => z.string().regex(ID_PATTERN).startsWith(`${prefix}_`, `not a ${prefix}_ id`);
+export const TokenParams = z.strictObject({ id: id('tok') });
+export const AccessTokenParams = z.strictObject({ id: id('key') });
+export const AccountParams = z.strictObject({ id: id('acc') });

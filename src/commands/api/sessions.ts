@@ -1,0 +1,49 @@
+import { createHash, randomBytes } from 'node:crypto';
+import type { ReadModelStore } from '../../infra/readmodels/port.js';
+
+const COLLECTION = 'sessions';
+export const SESSION_COOKIE = 'gw_session';
+const TTL_MS = 7 * 86_400_000;
+
+const keyOf = (sessionId: string) => createHash('sha256').update(sessionId).digest('hex');
+
+/** Dashboard sessions: a random id in an httpOnly cookie, stored only as its hash, 7 days. */
+export class Sessions {
+  constructor(
+    private readonly rm: ReadModelStore,
+    private readonly now: () => Date,
+  ) {}
+
+  async open(accountId: string): Promise<{ id: string; expiresAt: Date }> {
+    const id = randomBytes(32).toString('base64url');
+    const expiresAt = new Date(this.now().getTime() + TTL_MS);
+    await this.rm.write([{ op: 'put', collection: COLLECTION, key: keyOf(id), doc: { accountId, expiresAt: expiresAt.toISOString() } }]);
+    return { id, expiresAt };
+  }
+
+  async accountOf(sessionId: string): Promise<string | null> {
+    const doc = await this.rm.get<{ accountId: string; expiresAt: string }>(COLLECTION, keyOf(sessionId));
+    if (!doc || doc.expiresAt <= this.now().toISOString()) return null;
+    return doc.accountId;
+  }
+
+  async close(sessionId: string): Promise<void> {
+    await this.rm.write([{ op: 'delete', collection: COLLECTION, key: keyOf(sessionId) }]);
+  }
+}
+
+export function readCookie(header: string | undefined, name: string): string | null {
+  if (!header) return null;
+  for (const part of header.split(';')) {
+    const eq = part.indexOf('=');
+    if (eq > 0 && part.slice(0, eq).trim() === name) return decodeURIComponent(part.slice(eq + 1).trim());
+  }
+  return null;
+}
+
+export function sessionCookie(value: string, expiresAt: Date | null, secure: boolean): string {
+  const parts = [`${SESSION_COOKIE}=${encodeURIComponent(value)}`, 'Path=/', 'HttpOnly', 'SameSite=Strict'];
+  parts.push(expiresAt ? `Expires=${expiresAt.toUTCString()}` : 'Max-Age=0');
+  if (secure) parts.push('Secure');
+  return parts.join('; ');
+}

@@ -1,0 +1,78 @@
+import { effectiveStatus } from '../domain/apiToken.js';
+import { type PlanCatalog, planAllowsChain } from '../domain/plans.js';
+import { hashToken, isWellFormedToken } from '../domain/tokenFormat.js';
+import type { LimitDecision, Limiter } from '../infra/limits/port.js';
+import type { Admission, AdmissionRequest, Caller, Gatekeeper, LimitHeaders } from './admission.js';
+import type { TokenCache } from './tokenCache.js';
+
+const INVALID_TOKEN = 'The API token is missing, invalid, revoked or expired.';
+
+function limitHeaders(d: LimitDecision): LimitHeaders {
+  const h: LimitHeaders = {
+    'x-ratelimit-limit': String(d.rate.limit),
+    'x-ratelimit-remaining': String(d.rate.remaining),
+    'x-ratelimit-reset': String(d.rate.resetAt),
+    'x-monthlylimit-limit': d.monthly.limit === null ? 'unlimited' : String(d.monthly.limit),
+    'x-monthlylimit-remaining': d.monthly.remaining === null ? 'unlimited' : String(d.monthly.remaining),
+    'x-monthlylimit-reset': String(d.monthly.resetAt),
+  };
+  if (d.retryAfterSeconds !== null) h['retry-after'] = String(d.retryAfterSeconds);
+  return h;
+}
+
+const refuse = (status: 401 | 403, code: string, message: string, caller: Caller | null = null): Admission => ({
+  ok: false, status, code, message, caller, headers: {}, retryAfterSeconds: null,
+});
+
+/**
+ * The spec's rejection rules in order: 401 for a token that is missing, malformed, unknown,
+ * revoked, expired or passed the wrong way; 403 for a disabled token or a chain outside the
+ * plan; then the rate limit and monthly quota in one limiter call (429 when nothing passes).
+ */
+export class TokenGatekeeper implements Gatekeeper {
+  constructor(
+    private readonly tokens: TokenCache,
+    private readonly limiter: Limiter,
+    private readonly plans: PlanCatalog,
+  ) {}
+
+  async admit(request: AdmissionRequest): Promise<Admission> {
+    if (request.token === null) return refuse(401, 'unauthorized', INVALID_TOKEN);
+    if (request.via !== 'path' && request.via !== 'bearer') {
+      return refuse(401, 'unauthorized', 'Pass the API token in the path (/<chain>/<token>) or as "Authorization: Bearer <token>".');
+    }
+    if (!isWellFormedToken('api', request.token)) return refuse(401, 'unauthorized', INVALID_TOKEN);
+    const token = await this.tokens.get(hashToken(request.token));
+    if (!token) return refuse(401, 'unauthorized', INVALID_TOKEN);
+
+    const status = effectiveStatus(token, new Date(request.nowMs).toISOString());
+    if (status === 'revoked' || status === 'expired') return refuse(401, 'unauthorized', INVALID_TOKEN);
+    const caller: Caller = { tokenId: token.tokenId, accountId: token.accountId };
+    if (status === 'disabled') return refuse(403, 'token_disabled', 'The API token is disabled; enable it in the dashboard.', caller);
+    const plan = this.plans[token.plan];
+    if (!planAllowsChain(plan, request.chain)) {
+      return refuse(403, 'chain_not_in_plan', `The ${plan.name} plan does not include the ${request.chain} network.`, caller);
+    }
+
+    const custom = plan.custom_limits;
+    const decision = await this.limiter.take({
+      tokenId: token.tokenId,
+      rps: custom && token.rateLimit !== null ? token.rateLimit : plan.rps,
+      monthly: custom && token.monthlyLimit !== null
+        ? { key: `token:${token.tokenId}`, limit: token.monthlyLimit }
+        : { key: `account:${token.accountId}`, limit: plan.monthly_requests },
+      cost: request.cost,
+      nowMs: request.nowMs,
+    });
+    const headers = limitHeaders(decision);
+    if (decision.granted === 0) {
+      const monthly = decision.refusedBy === 'monthly';
+      return {
+        ok: false, status: 429, caller, headers, retryAfterSeconds: decision.retryAfterSeconds,
+        code: monthly ? 'monthly_limit_reached' : 'rate_limited',
+        message: monthly ? 'The monthly request limit is reached.' : 'Too many requests per second.',
+      };
+    }
+    return { ok: true, caller, granted: decision.granted, headers, retryAfterSeconds: decision.retryAfterSeconds };
+  }
+}

@@ -1,0 +1,112 @@
+import { effectiveStatus } from '../domain/apiToken.js';
+import type { ReadModelStore } from '../infra/readmodels/port.js';
+import { type AccessTokenDoc, type AccountDoc, COLLECTIONS as C, type TokenDoc } from './core.js';
+import { monthKey, monthOf, USAGE_TOTALS } from './usageTotals.js';
+
+/** A token as the API shows it (DESIGN §4): snake_case, ISO times, never the token string. */
+export interface TokenRecord {
+  id: string;
+  name: string;
+  description: string;
+  status: TokenDoc['status'];
+  masked: string;
+  created_at: string;
+  last_used_at: string | null;
+  current_month_usage: number;
+  expires_at: string | null;
+  monthly_limit: number | null;
+  rate_limit: number | null;
+}
+
+export interface AccessTokenRecord {
+  id: string;
+  name: string;
+  masked: string;
+  status: AccessTokenDoc['status'];
+  created_at: string;
+}
+
+/** Reads over the read models for the management API, the gatekeeper and the CLI. */
+export class Queries {
+  constructor(
+    private readonly rm: ReadModelStore,
+    private readonly now: () => Date = () => new Date(),
+  ) {}
+
+  account(accountId: string): Promise<AccountDoc | null> {
+    return this.rm.get<AccountDoc>(C.accounts, accountId);
+  }
+
+  async accountMonthUsage(accountId: string): Promise<number> {
+    const doc = await this.rm.get<{ requests: number }>(USAGE_TOTALS.byAccount, monthKey(accountId, monthOf(this.now().toISOString())));
+    return doc?.requests ?? 0;
+  }
+
+  tokenDoc(tokenId: string): Promise<TokenDoc | null> {
+    return this.rm.get<TokenDoc>(C.tokens, tokenId);
+  }
+
+  async tokenDocByHash(tokenHash: string): Promise<TokenDoc | null> {
+    const ref = await this.rm.get<{ tokenId: string }>(C.tokensByHash, tokenHash);
+    return ref ? this.tokenDoc(ref.tokenId) : null;
+  }
+
+  /** The account's token, or null when it does not exist or belongs to another account. */
+  async token(accountId: string, tokenId: string): Promise<TokenRecord | null> {
+    const doc = await this.tokenDoc(tokenId);
+    return doc && doc.accountId === accountId ? this.tokenRecord(doc) : null;
+  }
+
+  async tokens(accountId: string): Promise<TokenRecord[]> {
+    const refs = await this.rm.range<{ tokenId: string }>(C.tokensByAccount, { prefix: `${accountId}/` });
+    const docs = await Promise.all(refs.map((r) => this.tokenDoc(r.doc.tokenId)));
+    const records = await Promise.all(docs.filter((d): d is TokenDoc => d !== null).map((d) => this.tokenRecord(d)));
+    return records.sort((a, b) => a.created_at.localeCompare(b.created_at) || a.id.localeCompare(b.id));
+  }
+
+  async tokenRecord(doc: TokenDoc): Promise<TokenRecord> {
+    const nowIso = this.now().toISOString();
+    const usage = await this.rm.get<{ requests: number; lastUsedAt: string }>(USAGE_TOTALS.byToken, monthKey(doc.id, monthOf(nowIso)));
+    const lastUsed = usage?.lastUsedAt ?? (await this.lastUsedBefore(doc.id));
+    return {
+      id: doc.id,
+      name: doc.name,
+      description: doc.description,
+      status: effectiveStatus(doc, nowIso),
+      masked: doc.masked,
+      created_at: doc.createdAt,
+      last_used_at: lastUsed,
+      current_month_usage: usage?.requests ?? 0,
+      expires_at: doc.expiresAt,
+      monthly_limit: doc.monthlyLimit,
+      rate_limit: doc.rateLimit,
+    };
+  }
+
+  /** Last use in an earlier month, when the token has not been used this month. */
+  private async lastUsedBefore(tokenId: string): Promise<string | null> {
+    const [latest] = await this.rm.range<{ lastUsedAt: string }>(USAGE_TOTALS.byToken, { prefix: `${tokenId}/`, reverse: true, limit: 1 });
+    return latest?.doc.lastUsedAt ?? null;
+  }
+
+  /** Tokens whose expiration has passed but that are not yet marked expired (for the scheduler). */
+  async tokensPastExpiry(limit = 500): Promise<TokenDoc[]> {
+    const refs = await this.rm.range<{ tokenId: string }>(C.tokensByExpiry, { lt: `${this.now().toISOString()}/\uffff` });
+    const docs = await Promise.all(refs.map((r) => this.tokenDoc(r.doc.tokenId)));
+    return docs.filter((d): d is TokenDoc => d !== null && (d.status === 'active' || d.status === 'disabled')).slice(0, limit);
+  }
+
+  async accessTokenByHash(tokenHash: string): Promise<AccessTokenDoc | null> {
+    const ref = await this.rm.get<{ accessTokenId: string }>(C.accessTokensByHash, tokenHash);
+    return ref ? this.rm.get<AccessTokenDoc>(C.accessTokens, ref.accessTokenId) : null;
+  }
+
+  async accessTokens(accountId: string): Promise<AccessTokenRecord[]> {
+    const refs = await this.rm.range<{ accessTokenId: string }>(C.accessTokensByAccount, { prefix: `${accountId}/` });
+    const docs = await Promise.all(refs.map((r) => this.rm.get<AccessTokenDoc>(C.accessTokens, r.doc.accessTokenId)));
+    return docs
+      .filter((d): d is AccessTokenDoc => d !== null)
+      .map((d) => ({ id: d.id, name: d.name, masked: d.masked, status: d.status, created_at: d.createdAt }))
+      .sort((a, b) => a.created_at.localeCompare(b.created_at));
+  }
+}

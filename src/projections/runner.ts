@@ -1,0 +1,134 @@
+import type { ChangeFeed } from '../infra/changefeed/port.js';
+import type { EventStore, Position, StoredEvent, Subscription, SubscriptionItem } from '../infra/eventstore/port.js';
+import type { ReadModelStore, ReadModelWrite } from '../infra/readmodels/port.js';
+import type { Projection } from './projection.js';
+
+export const INVALIDATION_TOPIC = 'invalidate';
+
+const BATCH_MAX = 2000;
+const FLUSH_MS = 5;
+
+/**
+ * Follows the log from the oldest checkpoint of its projections, commits each batch per
+ * projection with that projection's checkpoint, then publishes change notifications. A crash
+ * between commits is harmless: each projection skips what its checkpoint already covers.
+ */
+export class ProjectionRunner {
+  private subscription: Subscription | null = null;
+  private processed: Position | null = null;
+  private checkpoints = new Map<string, Position | null>();
+  private waiters: Array<{ position: Position; resolve: () => void }> = [];
+  private caughtUpOnce = false;
+  private caughtUpResolve!: () => void;
+  private loop: Promise<void> | null = null;
+  /** Resolves once the projections have caught up with the log as it was at start. */
+  readonly caughtUp: Promise<void> = new Promise((r) => {
+    this.caughtUpResolve = r;
+  });
+  lastError: unknown = null;
+
+  constructor(
+    private readonly store: EventStore,
+    private readonly readModels: ReadModelStore,
+    private readonly projections: Projection[],
+    private readonly feed: ChangeFeed | null = null,
+  ) {}
+
+  get isCaughtUp(): boolean {
+    return this.caughtUpOnce;
+  }
+
+  get position(): Position | null {
+    return this.processed;
+  }
+
+  async start(): Promise<void> {
+    for (const p of this.projections) this.checkpoints.set(p.name, await this.readModels.checkpoint(p.name));
+    const all = [...this.checkpoints.values()];
+    const from = all.some((c) => c === null) ? undefined : all.reduce<Position | null>((min, c) => (min === null || (c as Position) < min ? c : min), null);
+    this.processed = from ?? null;
+    const subscription = this.store.subscribeToAll(from ? { after: from } : {});
+    this.subscription = subscription;
+    this.loop = this.run(subscription);
+  }
+
+  private async run(subscription: Subscription): Promise<void> {
+    const batch: StoredEvent[] = [];
+    const iterator = subscription[Symbol.asyncIterator]();
+    let pending: Promise<IteratorResult<SubscriptionItem>> | null = null;
+    // One timer per batch (not per event): a batch is committed when full, on catching up, or
+    // FLUSH_MS after its first event, whichever comes first.
+    let flushAt: Promise<null> | null = null;
+    try {
+      for (;;) {
+        pending ??= iterator.next();
+        const next = flushAt ? await Promise.race([pending, flushAt]) : await pending;
+        if (next === null) {
+          flushAt = null;
+          await this.commit(batch.splice(0));
+          continue;
+        }
+        pending = null;
+        if (next.done) break;
+        const item = next.value;
+        if (item.kind === 'event') {
+          batch.push(item.event);
+          flushAt ??= new Promise((r) => setTimeout(r, FLUSH_MS, null));
+          if (batch.length >= BATCH_MAX) {
+            flushAt = null;
+            await this.commit(batch.splice(0));
+          }
+        } else {
+          flushAt = null;
+          await this.commit(batch.splice(0));
+          if (!this.caughtUpOnce) {
+            this.caughtUpOnce = true;
+            this.caughtUpResolve();
+          }
+        }
+      }
+      await this.commit(batch.splice(0));
+    } catch (e) {
+      this.lastError = e;
+      throw e;
+    }
+  }
+
+  private async commit(events: StoredEvent[]): Promise<void> {
+    const last = events[events.length - 1];
+    if (!last) return;
+    const messages: string[] = [];
+    for (const p of this.projections) {
+      const checkpoint = this.checkpoints.get(p.name) ?? null;
+      const writes: ReadModelWrite[] = [];
+      for (const e of events) {
+        if (checkpoint !== null && e.position <= checkpoint) continue;
+        writes.push(...p.project(e));
+        if (p.notifications) messages.push(...p.notifications(e));
+      }
+      await this.readModels.commit(p.name, last.position, writes);
+      this.checkpoints.set(p.name, last.position);
+    }
+    this.processed = last.position;
+    if (this.feed) for (const m of new Set(messages)) await this.feed.publish(INVALIDATION_TOPIC, m);
+    this.waiters = this.waiters.filter((w) => {
+      if (w.position > last.position) return true;
+      w.resolve();
+      return false;
+    });
+  }
+
+  /** Resolves once every projection has applied the event at `position` (read-your-writes). */
+  waitFor(position: Position, timeoutMs = 5000): Promise<void> {
+    if (this.processed !== null && this.processed >= position) return Promise.resolve();
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`projections did not reach ${position} within ${timeoutMs} ms`)), timeoutMs);
+      this.waiters.push({ position, resolve: () => { clearTimeout(timer); resolve(); } });
+    });
+  }
+
+  async stop(): Promise<void> {
+    await this.subscription?.close();
+    await this.loop?.catch(() => undefined);
+  }
+}
