@@ -1,0 +1,136 @@
+import {
+  ANY,
+  type AppendExpectedRevision,
+  BACKWARDS,
+  END,
+  EventStoreDBClient,
+  jsonEvent,
+  MaxAppendSizeExceededError,
+  NO_STREAM,
+  STREAM_EXISTS,
+  StreamNotFoundError,
+  WrongExpectedVersionError,
+} from '@eventstore/db-client';
+import { validateAppend } from './appendRules.js';
+import { EventStoreError } from './errors.js';
+import { formatEsdbPosition, toStoredEvent } from './esdbEvents.js';
+import { EsdbSubscription } from './esdbSubscription.js';
+import {
+  type AppendResult,
+  type EventStore,
+  type ExpectedRevision,
+  type NewEvent,
+  type Position,
+  type StoredEvent,
+  type SubscribeOptions,
+  type Subscription,
+  WrongExpectedRevisionError,
+} from './port.js';
+
+/**
+ * The production event store: EventStoreDB / KurrentDB over gRPC (`@eventstore/db-client` v6).
+ * Needs a server of 23.10 or later (positions on stream reads, caught-up on subscriptions).
+ */
+export class EsdbEventStore implements EventStore {
+  private readonly subscriptions = new Set<EsdbSubscription>();
+
+  private constructor(private readonly client: EventStoreDBClient) {}
+
+  /** E.g. `esdb://localhost:2113?tls=false`. Connects lazily, on the first call. */
+  static connect(connectionString: string): EsdbEventStore {
+    return new EsdbEventStore(EventStoreDBClient.connectionString(connectionString));
+  }
+
+  async append(streamId: string, events: NewEvent[], expected: ExpectedRevision): Promise<AppendResult> {
+    validateAppend(streamId, events, expected);
+    let result: Awaited<ReturnType<EventStoreDBClient['appendToStream']>>;
+    try {
+      result = await this.client.appendToStream(
+        streamId,
+        events.map((event) => jsonEvent({ id: event.id, type: event.type, data: event.data, metadata: event.metadata })),
+        { expectedRevision: toEsdbExpected(expected) },
+      );
+    } catch (error) {
+      throw fromEsdbAppendError(error, streamId, expected);
+    }
+    const nextExpectedRevision = Number(result.nextExpectedRevision);
+    // The append answer's position is that of the write, which for several events (or an
+    // idempotent retry, answered without one) need not be the last event's: read that back.
+    const position =
+      events.length === 1 && result.position
+        ? formatEsdbPosition(result.position)
+        : await this.positionOf(streamId, nextExpectedRevision);
+    return { nextExpectedRevision, position };
+  }
+
+  async readStream(streamId: string, options: { fromRevision?: number; maxCount?: number } = {}): Promise<StoredEvent[]> {
+    const { fromRevision = 0, maxCount } = options;
+    if (maxCount !== undefined && maxCount <= 0) return [];
+    const events: StoredEvent[] = [];
+    try {
+      const read = this.client.readStream(streamId, {
+        fromRevision: BigInt(Math.max(0, fromRevision)),
+        ...(maxCount === undefined ? {} : { maxCount }),
+      });
+      for await (const resolved of read) {
+        if (resolved.event) events.push(toStoredEvent(resolved.event));
+      }
+    } catch (error) {
+      if (error instanceof StreamNotFoundError) return [];
+      throw error;
+    }
+    return events;
+  }
+
+  subscribeToAll(options: SubscribeOptions = {}): Subscription {
+    const subscription = new EsdbSubscription(this.client, options, (closed) => this.subscriptions.delete(closed));
+    this.subscriptions.add(subscription);
+    return subscription;
+  }
+
+  async headPosition(): Promise<Position | null> {
+    for await (const resolved of this.client.readAll({ direction: BACKWARDS, fromPosition: END, maxCount: 1 })) {
+      if (resolved.event) return formatEsdbPosition(resolved.event.position);
+    }
+    return null;
+  }
+
+  async close(): Promise<void> {
+    await Promise.all([...this.subscriptions].map((subscription) => subscription.close()));
+    await this.client.dispose();
+  }
+
+  private async positionOf(streamId: string, revision: number): Promise<Position> {
+    const read = this.client.readStream(streamId, { fromRevision: BigInt(revision), maxCount: 1, requiresLeader: true });
+    for await (const resolved of read) {
+      if (resolved.event) return toStoredEvent(resolved.event).position;
+    }
+    throw new EventStoreError('position_unavailable', `${streamId}@${revision} was appended but cannot be read back`);
+  }
+}
+
+function toEsdbExpected(expected: ExpectedRevision): AppendExpectedRevision {
+  switch (expected) {
+    case 'any':
+      return ANY;
+    case 'no_stream':
+      return NO_STREAM;
+    case 'stream_exists':
+      return STREAM_EXISTS;
+    default:
+      return BigInt(expected);
+  }
+}
+
+function fromEsdbAppendError(error: unknown, streamId: string, expected: ExpectedRevision): unknown {
+  if (error instanceof WrongExpectedVersionError) {
+    const actual = error.actualVersion === NO_STREAM ? 'no_stream' : Number(error.actualVersion);
+    return new WrongExpectedRevisionError(streamId, expected, actual);
+  }
+  if (error instanceof MaxAppendSizeExceededError) {
+    return new EventStoreError('append_too_large', `append to ${streamId} exceeds the server's ${error.maxAppendSize} bytes`, {
+      streamId,
+    });
+  }
+  return error;
+}

@@ -1,0 +1,121 @@
+import { checkExpectedRevision } from './appendRules.js';
+import { EventStoreError } from './errors.js';
+import { eventIdKey, formatPosition, headKey, type LogEntry, logKey, pad, streamKey } from './levelKeys.js';
+import type { AppendResult, ExpectedRevision, NewEvent } from './port.js';
+
+/** Point reads of the committed index (synchronous: the writer plans a whole group in one go). */
+export interface EventIndexReader {
+  /** Revision of the stream's last event, undefined when the stream does not exist. */
+  head(streamId: string): number | undefined;
+  /** `<revision> <seq:20>` of an event id already in the stream. */
+  eventId(streamId: string, eventId: string): string | undefined;
+}
+
+/** The same limit as EventStoreDB's default, so code that fits one store fits the other. */
+export const MAX_APPEND_BYTES = 1024 * 1024;
+
+/** A key and its value, to be put in the group's batch. */
+export type Put = [key: string, value: string];
+
+/**
+ * One group commit being planned: every append of the group is checked against the committed
+ * index plus what earlier appends of the same group will write, and contributes its puts to
+ * one batch. An append that fails its checks contributes nothing.
+ */
+export class AppendPlan {
+  readonly puts: Put[] = [];
+  /** The new log entries, for live subscribers (who decode only what they deliver). */
+  readonly appended: LogEntry[] = [];
+  private readonly heads = new Map<string, number>();
+  private readonly ids = new Map<string, string>();
+
+  constructor(
+    private readonly index: EventIndexReader,
+    public lastSeq: number,
+    private readonly created: string,
+  ) {}
+
+  add(streamId: string, given: NewEvent[], expected: ExpectedRevision): AppendResult {
+    const head = this.heads.get(streamId) ?? this.index.head(streamId);
+    let events = given;
+    if (head !== undefined) {
+      const retried = this.alreadyAppended(streamId, events, expected);
+      if (retried.done) return retried.done;
+      events = retried.rest;
+    }
+    checkExpectedRevision(streamId, expected, head);
+
+    const puts: Put[] = [];
+    const appended: LogEntry[] = [];
+    const ids: Array<[string, string]> = [];
+    let revision = head ?? -1;
+    let seq = this.lastSeq;
+    let bytes = 0;
+    for (const event of events) {
+      revision++;
+      seq++;
+      // streamId first: a filtered replay reads it without parsing the event (sniffStreamId).
+      const json = JSON.stringify({
+        streamId,
+        revision,
+        id: event.id,
+        type: event.type,
+        created: this.created,
+        data: event.data,
+        metadata: event.metadata ?? {},
+      });
+      bytes += Buffer.byteLength(json);
+      if (bytes > MAX_APPEND_BYTES) {
+        throw new EventStoreError('append_too_large', `append to ${streamId} exceeds ${MAX_APPEND_BYTES} bytes`, { streamId });
+      }
+      const logEntry: LogEntry = [logKey(seq), json];
+      const idEntry: Put = [eventIdKey(streamId, event.id), `${revision} ${pad(seq)}`];
+      puts.push(logEntry, [streamKey(streamId, revision), pad(seq)], idEntry);
+      appended.push(logEntry);
+      ids.push(idEntry);
+    }
+    puts.push([headKey(streamId), String(revision)]);
+
+    for (const put of puts) this.puts.push(put);
+    for (const entry of appended) this.appended.push(entry);
+    for (const [key, value] of ids) this.ids.set(key, value);
+    this.heads.set(streamId, revision);
+    this.lastSeq = seq;
+    return { nextExpectedRevision: revision, position: formatPosition(seq) };
+  }
+
+  /**
+   * A retry of an append whose ids are all in the stream already writes nothing and answers
+   * what the first append answered. With `any`, ids already there are skipped and the rest is
+   * appended (a redelivered batch may mix old and new events); with a definite expected
+   * revision, repeating only some of them is refused.
+   */
+  private alreadyAppended(
+    streamId: string,
+    events: NewEvent[],
+    expected: ExpectedRevision,
+  ): { done: AppendResult; rest?: never } | { done?: never; rest: NewEvent[] } {
+    const found: Array<{ id: string; revision: number; seq: number }> = [];
+    for (const event of events) {
+      const key = eventIdKey(streamId, event.id);
+      const entry = this.ids.get(key) ?? this.index.eventId(streamId, event.id);
+      if (entry === undefined) continue;
+      const [revision, seq] = entry.split(' ');
+      found.push({ id: event.id, revision: Number(revision), seq: Number(seq) });
+    }
+    if (found.length === 0) return { rest: events };
+    if (found.length < events.length) {
+      if (expected === 'any') {
+        const seen = new Set(found.map((f) => f.id));
+        return { rest: events.filter((e) => !seen.has(e.id)) };
+      }
+      throw new EventStoreError(
+        'duplicate_event_ids',
+        `append to ${streamId} repeats ${found.length} of its ${events.length} event ids already in the stream`,
+        { streamId, ids: found.map((f) => f.id) },
+      );
+    }
+    const last = found.reduce((a, b) => (b.revision > a.revision ? b : a));
+    return { done: { nextExpectedRevision: last.revision, position: formatPosition(last.seq) } };
+  }
+}

@@ -1,0 +1,64 @@
+import { EventStoreError } from './errors.js';
+import type { Position, StoredEvent } from './port.js';
+
+/**
+ * Key layout of the LevelDB event store (utf8 keys, NUL separates a stream id from what follows):
+ *   l\0<seq:20>            → the event as JSON (global log; seq starts at 1)
+ *   s\0<stream>\0<rev:20>  → <seq:20>        (stream index)
+ *   h\0<stream>            → <rev>           (revision of the stream's last event)
+ *   e\0<stream>\0<eventId> → <rev> <seq:20>  (ids already in the stream, for idempotent retries)
+ * Numbers are zero-padded to 20 digits so that string order is numeric order.
+ */
+const WIDTH = 20;
+
+export const pad = (n: number): string => String(n).padStart(WIDTH, '0');
+
+export const LOG_START = 'l\u0000';
+export const LOG_END = 'l\u0001';
+export const logKey = (seq: number): string => LOG_START + pad(seq);
+export const seqOfLogKey = (key: string): number => Number(key.slice(LOG_START.length));
+
+const streamPrefix = (streamId: string): string => `s\u0000${streamId}\u0000`;
+export const streamKey = (streamId: string, revision: number): string => streamPrefix(streamId) + pad(revision);
+export const streamRange = (streamId: string): { gte: string; lt: string } => ({
+  gte: streamPrefix(streamId),
+  lt: `s\u0000${streamId}\u0001`,
+});
+
+export const headKey = (streamId: string): string => `h\u0000${streamId}`;
+export const eventIdKey = (streamId: string, eventId: string): string => `e\u0000${streamId}\u0000${eventId}`;
+
+export const formatPosition = (seq: number): Position => pad(seq);
+
+/** A Level position is the 20-digit sequence number of an event in the global log. */
+export function parsePosition(position: Position): number {
+  if (!/^\d{20}$/.test(position)) {
+    throw new EventStoreError('invalid_position', `not a position of this store: ${JSON.stringify(position)}`);
+  }
+  const seq = Number(position);
+  if (!Number.isSafeInteger(seq)) throw new EventStoreError('invalid_position', `position out of range: ${position}`);
+  return seq;
+}
+
+/** A raw entry of the global log: its key and the event as JSON. */
+export type LogEntry = [key: string, value: string];
+
+/** Log values are the event without its position, which is the key. */
+export function decodeEvent(key: string, value: string): StoredEvent {
+  const event = JSON.parse(value) as StoredEvent;
+  event.position = key.slice(LOG_START.length);
+  return event;
+}
+
+const STREAM_ID_FIELD = '{"streamId":"';
+
+/**
+ * The stream id of a log value without parsing the whole event (values start with it), so a
+ * filtered replay parses only what it delivers. Undefined when the id holds escapes.
+ */
+export function sniffStreamId(value: string): string | undefined {
+  if (!value.startsWith(STREAM_ID_FIELD)) return undefined;
+  const end = value.indexOf('"', STREAM_ID_FIELD.length);
+  const streamId = value.slice(STREAM_ID_FIELD.length, end);
+  return end < 0 || streamId.includes('\\') ? undefined : streamId;
+}
