@@ -1,0 +1,106 @@
+import type { Admission } from './admission.js';
+import type { Chain } from './chains.js';
+import { admissionRpcCode, JSON_CONTENT_TYPE, restError, rpcError } from './errors.js';
+import type { UpstreamPool } from './upstream.js';
+
+/**
+ * What a protocol handler hands back to the routes: the HTTP answer, the admission it got (for
+ * the limit headers and the caller) and one usage draft per call. The routes add what only they
+ * know (request id, time, client IP, caller) and send.
+ */
+
+export interface UsageDraft {
+  /** Position in a batch; null for a single call or a REST call. */
+  memberIndex: number | null;
+  method: string;
+  rpcErrorCode: number | null;
+  errorMessage: string | null;
+  upstreamMs: number | null;
+  upstream: string | null;
+}
+
+export interface Answer {
+  status: number;
+  /** null: no body (204). */
+  body: string | Buffer | null;
+  contentType: string;
+  headers?: Record<string, string>;
+  /** null when no admission was asked (unknown chain). */
+  admission: Admission | null;
+  usage: UsageDraft[];
+}
+
+/** Everything a handler may use for one request; `admit` is asked at most once. */
+export interface CallScope {
+  chain: Chain;
+  pool: UpstreamPool;
+  admit(cost: number): Promise<Admission>;
+}
+
+export type Refusal = Extract<Admission, { ok: false }>;
+
+/** Stands for the method of a call too malformed to have one. */
+export const INVALID_METHOD = '(invalid)';
+
+export const draft = (method: string, rpcErrorCode: number | null, errorMessage: string | null, memberIndex: number | null = null): UsageDraft => ({
+  memberIndex,
+  method,
+  rpcErrorCode,
+  errorMessage,
+  upstreamMs: null,
+  upstream: null,
+});
+
+export const retryData = (a: Admission): { retryAfter: number } | undefined =>
+  a.retryAfterSeconds === null ? undefined : { retryAfter: a.retryAfterSeconds };
+
+export function refusedRest(refusal: Refusal, method: string): Answer {
+  const extra = retryData(refusal);
+  return {
+    status: refusal.status,
+    body: restError(refusal.code, refusal.message, extra),
+    contentType: JSON_CONTENT_TYPE,
+    admission: refusal,
+    usage: [draft(method, null, refusal.message)],
+  };
+}
+
+export function refusedRpcSingle(refusal: Refusal, idText: string, method: string): Answer {
+  const code = admissionRpcCode(refusal.status);
+  return {
+    status: refusal.status,
+    body: rpcError(idText, code, refusal.message, retryData(refusal)),
+    contentType: JSON_CONTENT_TYPE,
+    admission: refusal,
+    usage: [draft(method, code, refusal.message)],
+  };
+}
+
+export type Shape = 'rpc' | 'rest';
+
+export interface LocalError {
+  shape: Shape;
+  status: number;
+  rpcCode: number;
+  restCode: string;
+  message: string;
+  method: string;
+  headers?: Record<string, string>;
+}
+
+/**
+ * An answer the gateway gives itself (bad input, wrong protocol). The admission is still asked,
+ * at cost 0, so an unknown token gets its 401 first and a known caller's mistake is metered.
+ */
+export async function localError(scope: CallScope, e: LocalError): Promise<Answer> {
+  const admission = await scope.admit(0);
+  if (!admission.ok) return e.shape === 'rpc' ? refusedRpcSingle(admission, 'null', e.method) : refusedRest(admission, e.method);
+  return {
+    status: e.status,
+    body: e.shape === 'rpc' ? rpcError('null', e.rpcCode, e.message) : restError(e.restCode, e.message),
+    contentType: JSON_CONTENT_TYPE,
+    headers: e.headers,
+    admission,
+    usage: [draft(e.method, e.shape === 'rpc' ? e.rpcCode : null, e.message)],
+  };
+}

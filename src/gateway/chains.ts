@@ -1,0 +1,281 @@
+import { existsSync, readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { z } from 'zod';
+import { compileGlobs, type Matcher } from './glob.js';
+
+/**
+ * The chain registry: which chains the gateway serves, in which protocol, and where their
+ * nodes are. Read from `config/chains.json` (or `CHAINS_CONFIG`), validated with zod, with one
+ * chain's upstreams overridable by `UPSTREAM_<ID>=url[,url…]`.
+ */
+
+/** Methods no public caller may reach, whatever the node exposes. */
+export const DEFAULT_DENIED_METHODS = ['admin_*', 'personal_*', 'debug_*', 'miner_*', 'engine_*'];
+
+/**
+ * Calls that change state or submit something: never retried on another upstream (a retry could
+ * submit twice) and, over REST, only accepted with POST.
+ */
+export const DEFAULT_WRITE_METHODS = [
+  'eth_sendRawTransaction',
+  'eth_sendTransaction',
+  'eth_sendRawTransactionConditional',
+  'eth_sendBundle',
+  'eth_sendPrivateTransaction',
+  'eth_sendPrivateRawTransaction',
+  'eth_cancelPrivateTransaction',
+  'eth_submitWork',
+  'eth_submitHashrate',
+  'evm_*',
+  'hardhat_*',
+  'anvil_*',
+  'sendTransaction',
+  'requestAirdrop',
+  'sui_executeTransactionBlock',
+];
+
+/** JSON-RPC methods reachable as `GET|POST /<chain>/<token>/<method>` per REST flavour. */
+const DEFAULT_REST_METHODS: Record<'solana' | 'sui', string[]> = {
+  solana: ['get*', 'isBlockhashValid', 'minimumLedgerSlot', 'simulateTransaction', 'sendTransaction', 'requestAirdrop'],
+  sui: ['sui_*', 'suix_*', 'unsafe_*'],
+};
+
+const isHttpUrl = (value: string): boolean => {
+  try {
+    const u = new URL(value);
+    return (u.protocol === 'http:' || u.protocol === 'https:') && u.hostname !== '';
+  } catch {
+    return false;
+  }
+};
+
+const Glob = z.string().min(1).max(200);
+
+const UpstreamConfig = z
+  .object({
+    url: z.string().refine(isHttpUrl, { message: 'must be an absolute http:// or https:// URL' }),
+    weight: z.number().int().min(1).max(1000).default(1),
+    label: z.string().min(1).max(100).optional(),
+    /** Extra headers for this node, e.g. a provider's API key header. */
+    headers: z.record(z.string(), z.string()).optional(),
+  })
+  .strict();
+
+const ChainConfig = z
+  .object({
+    id: z.string().regex(/^[a-z][a-z0-9]{0,31}$/, { message: 'must be lowercase letters and digits, starting with a letter' }),
+    name: z.string().min(1),
+    protocol: z.enum(['jsonrpc', 'rest']),
+    rest: z.enum(['solana', 'sui', 'passthrough']).optional(),
+    /** A REST chain that also takes JSON-RPC POSTs on `/<chain>/<token>` (Solana). */
+    jsonRpcPost: z.boolean().optional(),
+    upstreams: z.array(UpstreamConfig).min(1, { message: 'at least one upstream is required' }),
+    timeoutMs: z.number().int().min(1).max(300_000).default(10_000),
+    allowedMethods: z.array(Glob).optional(),
+    deniedMethods: z.array(Glob).optional(),
+    writeMethods: z.array(Glob).optional(),
+    restMethods: z.array(Glob).optional(),
+    allowedPaths: z.array(Glob).optional(),
+    deniedPaths: z.array(Glob).optional(),
+    readOnlyPosts: z.array(Glob).optional(),
+  })
+  .strict()
+  .superRefine((c, ctx) => {
+    if (c.protocol === 'rest' && c.rest === undefined) {
+      ctx.addIssue({ code: 'custom', path: ['rest'], message: 'a rest chain needs "rest": "solana" | "sui" | "passthrough"' });
+    }
+    if (c.protocol === 'jsonrpc' && c.rest !== undefined) {
+      ctx.addIssue({ code: 'custom', path: ['rest'], message: 'only rest chains take a "rest" flavour' });
+    }
+    const labels = new Set<string>();
+    c.upstreams.forEach((u, i) => {
+      if (u.label === undefined) return;
+      if (labels.has(u.label)) ctx.addIssue({ code: 'custom', path: ['upstreams', i, 'label'], message: `duplicate label "${u.label}"` });
+      labels.add(u.label);
+    });
+  });
+
+export const ChainsFile = z
+  .object({ chains: z.array(ChainConfig).min(1, { message: 'at least one chain is required' }) })
+  .strict()
+  .superRefine((file, ctx) => {
+    const seen = new Set<string>();
+    file.chains.forEach((c, i) => {
+      if (seen.has(c.id)) ctx.addIssue({ code: 'custom', path: ['chains', i, 'id'], message: `duplicate chain id "${c.id}"` });
+      seen.add(c.id);
+    });
+  });
+export type ChainsFile = z.infer<typeof ChainsFile>;
+type ChainConfig = z.infer<typeof ChainConfig>;
+
+export interface Upstream {
+  url: URL;
+  weight: number;
+  /** Names the node in usage records and health reports. */
+  label: string;
+  headers: Record<string, string>;
+}
+
+export type RestFlavour = 'solana' | 'sui' | 'passthrough';
+
+export interface Chain {
+  id: string;
+  name: string;
+  protocol: 'jsonrpc' | 'rest';
+  restFlavour: RestFlavour | null;
+  /** JSON-RPC bodies are accepted on `POST /<chain>[/<token>]`. */
+  acceptsJsonRpc: boolean;
+  upstreams: Upstream[];
+  timeoutMs: number;
+  isMethodAllowed: Matcher;
+  isWriteMethod: Matcher;
+  isRestMethodAllowed: Matcher;
+  isPathAllowed: Matcher;
+  isReadOnlyPost: Matcher;
+}
+
+export class ChainConfigError extends Error {
+  readonly code = 'invalid_chain_config';
+  constructor(message: string) {
+    super(message);
+    this.name = 'ChainConfigError';
+  }
+}
+
+export class ChainRegistry {
+  private readonly byId: Map<string, Chain>;
+  constructor(chains: Chain[]) {
+    this.byId = new Map(chains.map((c) => [c.id, c]));
+  }
+  get(id: string): Chain | undefined {
+    return this.byId.get(id);
+  }
+  list(): Chain[] {
+    return [...this.byId.values()];
+  }
+}
+
+function defaultLabels(upstreams: ChainConfig['upstreams']): string[] {
+  const used = new Set(upstreams.flatMap((u) => (u.label ? [u.label] : [])));
+  return upstreams.map((u) => {
+    if (u.label) return u.label;
+    const host = new URL(u.url).host;
+    let label = host;
+    for (let n = 2; used.has(label); n++) label = `${host}#${n}`;
+    used.add(label);
+    return label;
+  });
+}
+
+function basicAuthHeader(url: URL): Record<string, string> {
+  if (url.username === '' && url.password === '') return {};
+  const credentials = `${decodeURIComponent(url.username)}:${decodeURIComponent(url.password)}`;
+  return { authorization: `Basic ${Buffer.from(credentials).toString('base64')}` };
+}
+
+function toChain(c: ChainConfig): Chain {
+  const labels = defaultLabels(c.upstreams);
+  const upstreams = c.upstreams.map((u, i): Upstream => {
+    const url = new URL(u.url);
+    const headers = { ...basicAuthHeader(url), ...(u.headers ?? {}) };
+    url.username = '';
+    url.password = '';
+    return { url, weight: u.weight, label: labels[i] as string, headers };
+  });
+  const denied = compileGlobs(c.deniedMethods ?? DEFAULT_DENIED_METHODS);
+  const allowed = c.allowedMethods ? compileGlobs(c.allowedMethods) : () => true;
+  const isMethodAllowed: Matcher = (m) => allowed(m) && !denied(m);
+  const flavour = c.rest ?? null;
+  const restDefaults = flavour === 'solana' || flavour === 'sui' ? DEFAULT_REST_METHODS[flavour] : [];
+  const restAllowed = compileGlobs(c.restMethods ?? restDefaults);
+  const pathAllowed = c.allowedPaths ? compileGlobs(c.allowedPaths) : () => true;
+  const pathDenied = compileGlobs(c.deniedPaths ?? []);
+  return {
+    id: c.id,
+    name: c.name,
+    protocol: c.protocol,
+    restFlavour: flavour,
+    acceptsJsonRpc: c.protocol === 'jsonrpc' || c.jsonRpcPost === true,
+    upstreams,
+    timeoutMs: c.timeoutMs,
+    isMethodAllowed,
+    isWriteMethod: compileGlobs(c.writeMethods ?? DEFAULT_WRITE_METHODS),
+    isRestMethodAllowed: (m) => restAllowed(m) && isMethodAllowed(m),
+    isPathAllowed: (p) => pathAllowed(p) && !pathDenied(p),
+    isReadOnlyPost: compileGlobs(c.readOnlyPosts ?? []),
+  };
+}
+
+/** `chains[2] (eth).upstreams[0].url` — names the chain so an operator finds the line. */
+function describePath(path: readonly PropertyKey[], raw: unknown): string {
+  const parts = path.map((key) => (typeof key === 'number' ? `[${key}]` : `.${String(key)}`));
+  if (path[0] === 'chains' && typeof path[1] === 'number') {
+    const chains = raw && typeof raw === 'object' ? (raw as { chains?: unknown }).chains : undefined;
+    const chain: unknown = Array.isArray(chains) ? chains[path[1]] : undefined;
+    const id = chain && typeof chain === 'object' ? (chain as { id?: unknown }).id : undefined;
+    if (typeof id === 'string') parts[1] = `${parts[1]} (${id})`;
+  }
+  const out = parts.join('').replace(/^\./, '');
+  return out === '' ? '(root)' : out;
+}
+
+/** Validates a parsed chains file; `source` names it in error messages. */
+export function parseChainsConfig(raw: unknown, source: string): ChainRegistry {
+  const result = ChainsFile.safeParse(raw, { reportInput: true });
+  if (!result.success) {
+    const lines = result.error.issues.map((issue) => {
+      const input = 'input' in issue && issue.input !== undefined && typeof issue.input !== 'object' ? ` (got ${JSON.stringify(issue.input)})` : '';
+      return `  ${describePath(issue.path, raw)}: ${issue.message}${input}`;
+    });
+    throw new ChainConfigError(`invalid chain config ${source}:\n${lines.join('\n')}`);
+  }
+  return new ChainRegistry(result.data.chains.map(toChain));
+}
+
+export const envKeyFor = (chainId: string): string => `UPSTREAM_${chainId.toUpperCase()}`;
+
+/** Applies `UPSTREAM_<ID>=url[,url…]` to the raw file before validation. */
+function applyUpstreamOverrides(raw: unknown, env: Record<string, string | undefined>): unknown {
+  const overrides = Object.entries(env).filter(([k, v]) => k.startsWith('UPSTREAM_') && v !== undefined && v.trim() !== '');
+  if (overrides.length === 0) return raw;
+  if (!raw || typeof raw !== 'object' || !Array.isArray((raw as { chains?: unknown }).chains)) return raw;
+  const chains = (raw as { chains: unknown[] }).chains.map((c) => (c && typeof c === 'object' ? { ...(c as object) } : c)) as Array<
+    Record<string, unknown>
+  >;
+  for (const [key, value] of overrides) {
+    const target = chains.find((c) => c && typeof c.id === 'string' && envKeyFor(c.id) === key);
+    if (!target) {
+      const known = chains.flatMap((c) => (c && typeof c.id === 'string' ? [envKeyFor(c.id)] : []));
+      throw new ChainConfigError(`${key} names no chain in the registry (known: ${known.join(', ')})`);
+    }
+    const urls = (value as string).split(',').map((s) => s.trim()).filter((s) => s !== '');
+    const bad = urls.find((u) => !isHttpUrl(u));
+    if (bad !== undefined) throw new ChainConfigError(`${key}: ${JSON.stringify(bad)} is not an absolute http:// or https:// URL`);
+    target.upstreams = urls.map((url, i) => ({ url, weight: 1, label: `${target.id}-env-${i + 1}` }));
+  }
+  return { ...(raw as object), chains };
+}
+
+/** The shipped `config/chains.json`, found from the source tree or from `dist/`. */
+export function defaultChainsPath(): string {
+  const candidates = ['../../config/chains.json', '../../../config/chains.json'].map((rel) => fileURLToPath(new URL(rel, import.meta.url)));
+  return candidates.find((p) => existsSync(p)) ?? (candidates[0] as string);
+}
+
+export function loadChains(options: { configPath?: string; env?: Record<string, string | undefined> } = {}): ChainRegistry {
+  const env = options.env ?? process.env;
+  const path = options.configPath ?? env.CHAINS_CONFIG ?? defaultChainsPath();
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (err) {
+    throw new ChainConfigError(`cannot read chain config ${path}: ${(err as Error).message}`);
+  }
+  let raw: unknown;
+  try {
+    raw = JSON.parse(text);
+  } catch (err) {
+    throw new ChainConfigError(`chain config ${path} is not valid JSON: ${(err as Error).message}`);
+  }
+  return parseChainsConfig(applyUpstreamOverrides(raw, env), path);
+}

@@ -1,0 +1,43 @@
+/**
+ * Error answers of the chain-facing surface (DESIGN §5). JSON-RPC errors carry the request's id
+ * as JSON text (so a huge numeric id is echoed exactly); REST errors are
+ * `{"error":{"code","message",…}}`.
+ */
+export const RpcCode = {
+  parseError: -32700,
+  invalidRequest: -32600,
+  methodNotFound: -32601,
+  invalidParams: -32602,
+  internalError: -32603,
+  unauthorized: -32001,
+  forbidden: -32003,
+  limitExceeded: -32005,
+  upstreamUnavailable: -32010,
+  upstreamTimeout: -32015,
+} as const;
+
+export const JSON_CONTENT_TYPE = 'application/json; charset=utf-8';
+
+/** A JSON-RPC error response; `idText` is the id's JSON text (`null` when unknown). */
+export function rpcError(idText: string, code: number, message: string, data?: unknown): string {
+  const error = data === undefined ? { code, message } : { code, message, data };
+  return `{"jsonrpc":"2.0","id":${idText},"error":${JSON.stringify(error)}}`;
+}
+
+export function restError(code: string, message: string, extra?: Record<string, unknown>): string {
+  return JSON.stringify({ error: { code, message, ...extra } });
+}
+
+/** The JSON-RPC code for a refused admission. */
+export function admissionRpcCode(status: 401 | 403 | 429): number {
+  if (status === 401) return RpcCode.unauthorized;
+  if (status === 403) return RpcCode.forbidden;
+  return RpcCode.limitExceeded;
+}
+
+/** The upstream layer's failures, as HTTP status, JSON-RPC code and REST code. */
+export function upstreamFailureCodes(kind: 'unavailable' | 'timeout'): { status: 502 | 504; rpc: number; rest: string } {
+  return kind === 'timeout'
+    ? { status: 504, rpc: RpcCode.upstreamTimeout, rest: 'upstream_timeout' }
+    : { status: 502, rpc: RpcCode.upstreamUnavailable, rest: 'upstream_unavailable' };
+}

@@ -1,0 +1,234 @@
+import { RpcCode } from './errors.js';
+import { arrayElements, documentStart, JsonScanError, objectMembers, type Span } from './jsonScan.js';
+
+/**
+ * JSON-RPC 2.0 bodies: parsing and validation (single and batch), the body sent upstream, and
+ * reading the upstream's answer. Pure: no I/O. Ids and params are kept as their JSON text so
+ * they reach the node and come back exactly as the caller wrote them.
+ */
+
+/** A well-formed call. `idText` is the id's JSON text; undefined for a notification. */
+export interface RpcCall {
+  kind: 'call';
+  index: number;
+  idText: string | undefined;
+  /** A number id a node could round (beyond 2^53, fractional): sent upstream as a stand-in. */
+  idIsFragile: boolean;
+  method: string;
+  paramsText: string | undefined;
+}
+
+/** A member the gateway answers itself with -32600 or -32602. */
+export interface RpcInvalid {
+  kind: 'invalid';
+  index: number;
+  idText: string;
+  code: number;
+  message: string;
+  method: string | null;
+}
+
+export type RpcMember = RpcCall | RpcInvalid;
+
+export type ParsedRpc =
+  | { kind: 'error'; status: 400 | 413; code: number; message: string }
+  | { kind: 'single'; member: RpcMember }
+  | { kind: 'batch'; members: RpcMember[] };
+
+const MAX_METHOD_LENGTH = 200;
+const utf8 = new TextDecoder('utf-8', { fatal: true });
+
+export function decodeUtf8(body: Buffer): string | null {
+  try {
+    return utf8.decode(body);
+  } catch {
+    return null;
+  }
+}
+
+const isPlainObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+
+function validateMember(value: unknown, text: string, span: Span, index: number): RpcMember {
+  const invalid = (idText: string, code: number, message: string, method: string | null = null): RpcInvalid => ({
+    kind: 'invalid',
+    index,
+    idText,
+    code,
+    message,
+    method,
+  });
+  if (!isPlainObject(value)) return invalid('null', RpcCode.invalidRequest, 'Invalid Request: a call must be a JSON object');
+  const spans = objectMembers(text, span[0]);
+  const hasId = Object.hasOwn(value, 'id');
+  const id = value.id;
+  if (hasId && id !== null && typeof id !== 'string' && typeof id !== 'number') {
+    return invalid('null', RpcCode.invalidRequest, 'Invalid Request: id must be a string, a number or null');
+  }
+  const idSpan = spans.get('id');
+  const idText = hasId && idSpan ? text.slice(idSpan[0], idSpan[1]) : undefined;
+  const echoId = idText ?? 'null';
+  const method = typeof value.method === 'string' ? value.method : null;
+  if (value.jsonrpc !== '2.0') return invalid(echoId, RpcCode.invalidRequest, 'Invalid Request: jsonrpc must be "2.0"', method);
+  if (method === null || method === '') return invalid(echoId, RpcCode.invalidRequest, 'Invalid Request: method must be a non-empty string');
+  if (method.length > MAX_METHOD_LENGTH) return invalid(echoId, RpcCode.invalidRequest, 'Invalid Request: method name too long');
+  const params = value.params;
+  if (Object.hasOwn(value, 'params') && (typeof params !== 'object' || params === null)) {
+    return invalid(echoId, RpcCode.invalidParams, 'Invalid params: params must be an array or an object', method);
+  }
+  const paramsSpan = spans.get('params');
+  return {
+    kind: 'call',
+    index,
+    idText,
+    idIsFragile: typeof id === 'number' && !Number.isSafeInteger(id),
+    method,
+    paramsText: paramsSpan ? text.slice(paramsSpan[0], paramsSpan[1]) : undefined,
+  };
+}
+
+export function parseJsonRpc(body: Buffer, maxBatch: number): ParsedRpc {
+  const text = decodeUtf8(body);
+  if (text === null) return { kind: 'error', status: 400, code: RpcCode.parseError, message: 'Parse error: body is not valid UTF-8' };
+  const start = documentStart(text);
+  let value: unknown;
+  try {
+    value = JSON.parse(start === 0 ? text : text.slice(start));
+  } catch {
+    return { kind: 'error', status: 400, code: RpcCode.parseError, message: 'Parse error: body is not valid JSON' };
+  }
+  try {
+    if (!Array.isArray(value)) return { kind: 'single', member: validateMember(value, text, [start, text.length], 0) };
+    if (value.length === 0) return { kind: 'error', status: 400, code: RpcCode.invalidRequest, message: 'Invalid Request: empty batch' };
+    if (value.length > maxBatch) {
+      return {
+        kind: 'error',
+        status: 413,
+        code: RpcCode.invalidRequest,
+        message: `Invalid Request: a batch of ${value.length} calls exceeds the limit of ${maxBatch}`,
+      };
+    }
+    const spans = arrayElements(text, start);
+    return { kind: 'batch', members: value.map((member, i) => validateMember(member, text, spans[i] as Span, i)) };
+  } catch (err) {
+    // JSON.parse accepted the body, so the scanner cannot fail on it; stay safe if it ever does.
+    if (err instanceof JsonScanError) return { kind: 'error', status: 400, code: RpcCode.parseError, message: 'Parse error' };
+    throw err;
+  }
+}
+
+/** One call as sent upstream, rebuilt from its parts so no smuggled duplicate key survives. */
+export function upstreamCallText(call: RpcCall, idText: string | undefined): string {
+  const id = idText === undefined ? '' : `"id":${idText},`;
+  const params = call.paramsText === undefined ? '' : `,"params":${call.paramsText}`;
+  return `{"jsonrpc":"2.0",${id}"method":${JSON.stringify(call.method)}${params}}`;
+}
+
+/** A fragile id travels upstream as a stand-in and is put back in the answer. */
+export const STAND_IN_ID = '1';
+
+export function singleUpstreamBody(call: RpcCall): string {
+  return upstreamCallText(call, call.idIsFragile ? STAND_IN_ID : call.idText);
+}
+
+/** Calls of a batch sent upstream with their position as id (callers may repeat ids). */
+export function batchUpstreamBody(calls: RpcCall[]): string {
+  return `[${calls.map((c) => upstreamCallText(c, c.idText === undefined ? undefined : String(c.index))).join(',')}]`;
+}
+
+export interface RpcErrorInfo {
+  code: number | null;
+  message: string | null;
+}
+
+/** Code and message of a JSON-RPC error object given as JSON text. */
+export function errorInfoFrom(errorText: string): RpcErrorInfo {
+  try {
+    const e: unknown = JSON.parse(errorText);
+    if (!isPlainObject(e)) return { code: null, message: null };
+    return {
+      code: typeof e.code === 'number' && Number.isInteger(e.code) ? e.code : RpcCode.internalError,
+      message: typeof e.message === 'string' ? e.message.slice(0, 500) : null,
+    };
+  } catch {
+    return { code: RpcCode.internalError, message: null };
+  }
+}
+
+/**
+ * The JSON-RPC error of a single upstream answer, for metering. Cheap for the common case: the
+ * bytes are searched for `"error"` natively and only the error member is parsed.
+ */
+export function rpcErrorOf(body: Buffer): RpcErrorInfo | null {
+  if (!body.includes('"error"')) return null;
+  const text = body.toString('utf8');
+  try {
+    const start = documentStart(text);
+    if (text.charCodeAt(start) !== 0x7b) return null;
+    const span = objectMembers(text, start).get('error');
+    if (!span) return null;
+    const errorText = text.slice(span[0], span[1]);
+    return errorText === 'null' ? null : errorInfoFrom(errorText);
+  } catch {
+    return null;
+  }
+}
+
+/** Puts the caller's id back into a single answer sent upstream with a stand-in id. */
+export function restoreId(body: Buffer, idText: string): Buffer {
+  const text = body.toString('utf8');
+  try {
+    const start = documentStart(text);
+    const span = objectMembers(text, start).get('id');
+    if (!span) return body;
+    return Buffer.from(text.slice(0, span[0]) + idText + text.slice(span[1]));
+  } catch {
+    return body;
+  }
+}
+
+export interface MemberAnswer {
+  text: string;
+  error: RpcErrorInfo | null;
+}
+
+/**
+ * Reads an upstream batch answer and returns, per forwarded call index, the answer with the
+ * caller's id restored. An object (one error for the whole batch) applies to every call; calls
+ * the node left unanswered are missing from the map.
+ */
+export function splitBatchAnswer(body: Buffer, calls: RpcCall[]): Map<number, MemberAnswer> | null {
+  const byIndex = new Map(calls.map((c) => [c.index, c]));
+  const out = new Map<number, MemberAnswer>();
+  const text = body.toString('utf8');
+  try {
+    const start = documentStart(text);
+    if (text.charCodeAt(start) === 0x7b) {
+      const errorSpan = objectMembers(text, start).get('error');
+      if (!errorSpan) return null;
+      const errorText = text.slice(errorSpan[0], errorSpan[1]);
+      const error = errorInfoFrom(errorText);
+      for (const c of calls) {
+        if (c.idText !== undefined) out.set(c.index, { text: `{"jsonrpc":"2.0","id":${c.idText},"error":${errorText}}`, error });
+      }
+      return out;
+    }
+    for (const [elStart, elEnd] of arrayElements(text, start)) {
+      if (text.charCodeAt(elStart) !== 0x7b) continue;
+      const members = objectMembers(text, elStart);
+      const idSpan = members.get('id');
+      if (!idSpan) continue;
+      const call = byIndex.get(Number(text.slice(idSpan[0], idSpan[1])));
+      if (!call || call.idText === undefined || out.has(call.index)) continue;
+      const errorSpan = members.get('error');
+      const errorText = errorSpan ? text.slice(errorSpan[0], errorSpan[1]) : 'null';
+      out.set(call.index, {
+        text: text.slice(elStart, idSpan[0]) + call.idText + text.slice(idSpan[1], elEnd),
+        error: errorText === 'null' ? null : errorInfoFrom(errorText),
+      });
+    }
+    return out;
+  } catch (err) {
+    if (err instanceof JsonScanError || err instanceof SyntaxError) return null;
+    throw err;
+  }
+}

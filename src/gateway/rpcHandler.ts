@@ -1,0 +1,194 @@
+import type { Admission } from './admission.js';
+import {
+  type Answer,
+  type CallScope,
+  draft,
+  INVALID_METHOD,
+  localError,
+  type Refusal,
+  refusedRpcSingle,
+  retryData,
+  type UsageDraft,
+} from './answer.js';
+import { admissionRpcCode, JSON_CONTENT_TYPE, RpcCode, rpcError, upstreamFailureCodes } from './errors.js';
+import {
+  batchUpstreamBody,
+  type MemberAnswer,
+  parseJsonRpc,
+  type RpcCall,
+  type RpcErrorInfo,
+  type RpcMember,
+  restoreId,
+  rpcErrorOf,
+  singleUpstreamBody,
+  splitBatchAnswer,
+} from './jsonrpc.js';
+import { startsLikeJson } from './jsonScan.js';
+import type { UpstreamFailure } from './upstream.js';
+
+/**
+ * A JSON-RPC request end to end: validate, ask the gatekeeper for the calls that would reach the
+ * node, forward the granted ones (a batch as one upstream batch), and answer every member in
+ * the caller's order. A single answer from the node is passed on byte for byte.
+ */
+
+const deniedMessage = (method: string, chainId: string): string => `Method not found: ${method} is not available on ${chainId}`;
+const limitMessage = (a: Admission): string => (a.ok ? 'Limit exceeded: this call was refused by the rate or monthly limit' : a.message);
+const methodOf = (m: RpcMember): string => (m.kind === 'call' ? m.method : (m.method ?? INVALID_METHOD));
+
+export async function handleJsonRpc(scope: CallScope, body: Buffer, maxBatch: number): Promise<Answer> {
+  const parsed = parseJsonRpc(body, maxBatch);
+  if (parsed.kind === 'error') {
+    return localError(scope, { shape: 'rpc', status: parsed.status, rpcCode: parsed.code, restCode: 'invalid_request', message: parsed.message, method: INVALID_METHOD });
+  }
+  const members = parsed.kind === 'single' ? [parsed.member] : parsed.members;
+  const { chain } = scope;
+  const forwardable = members.filter((m): m is RpcCall => m.kind === 'call' && chain.isMethodAllowed(m.method));
+  const admission = await scope.admit(forwardable.length);
+  if (!admission.ok) return refuseAll(admission, members, parsed.kind === 'batch');
+  const granted = new Set(forwardable.slice(0, admission.granted).map((c) => c.index));
+  return parsed.kind === 'single' ? single(scope, parsed.member, granted, admission) : batch(scope, parsed.members, granted, admission);
+}
+
+function refuseAll(refusal: Refusal, members: RpcMember[], isBatch: boolean): Answer {
+  if (!isBatch) {
+    const m = members[0] as RpcMember;
+    return refusedRpcSingle(refusal, m.idText ?? 'null', methodOf(m));
+  }
+  const code = admissionRpcCode(refusal.status);
+  const data = retryData(refusal);
+  const elements = members.filter((m) => m.idText !== undefined).map((m) => rpcError(m.idText as string, code, refusal.message, data));
+  return {
+    status: refusal.status,
+    body: elements.length > 0 ? `[${elements.join(',')}]` : rpcError('null', code, refusal.message, data),
+    contentType: JSON_CONTENT_TYPE,
+    admission: refusal,
+    usage: members.map((m) => draft(methodOf(m), code, refusal.message, m.index)),
+  };
+}
+
+async function single(scope: CallScope, m: RpcMember, granted: Set<number>, admission: Admission): Promise<Answer> {
+  const { chain, pool } = scope;
+  const plain = (status: number, idText: string, code: number, message: string, data?: unknown): Answer => ({
+    status,
+    body: rpcError(idText, code, message, data),
+    contentType: JSON_CONTENT_TYPE,
+    admission,
+    usage: [draft(methodOf(m), code, message)],
+  });
+  if (m.kind === 'invalid') return plain(400, m.idText, m.code, m.message);
+  const idText = m.idText ?? 'null';
+  if (!chain.isMethodAllowed(m.method)) return plain(403, idText, RpcCode.methodNotFound, deniedMessage(m.method, chain.id));
+  if (!granted.has(m.index)) return plain(429, idText, RpcCode.limitExceeded, limitMessage(admission), retryData(admission));
+
+  const outcome = await pool.send({ method: 'POST', path: '', body: singleUpstreamBody(m), retriable: !chain.isWriteMethod(m.method) });
+  if (!outcome.ok) {
+    const f = upstreamFailureCodes(outcome.kind);
+    return withUpstream(plain(f.status, idText, f.rpc, outcome.message), outcome);
+  }
+  const isSuccess = outcome.status >= 200 && outcome.status < 300;
+  if (m.idText === undefined && isSuccess) {
+    return withUpstream({ status: 204, body: null, contentType: JSON_CONTENT_TYPE, admission, usage: [draft(m.method, null, null)] }, outcome);
+  }
+  const error = startsLikeJson(outcome.body) ? rpcErrorOf(outcome.body) : null;
+  if (!startsLikeJson(outcome.body) || (!isSuccess && error === null)) {
+    const message = `upstream ${outcome.upstream} sent an invalid answer (HTTP ${outcome.status})`;
+    return withUpstream(plain(502, idText, RpcCode.upstreamUnavailable, message), outcome);
+  }
+  return withUpstream(
+    {
+      status: outcome.status,
+      body: m.idIsFragile && m.idText !== undefined ? restoreId(outcome.body, m.idText) : outcome.body,
+      contentType: JSON_CONTENT_TYPE,
+      admission,
+      usage: [draft(m.method, error?.code ?? null, error?.message ?? null)],
+    },
+    outcome,
+  );
+}
+
+function withUpstream(answer: Answer, u: { upstreamMs: number | null; upstream: string | null }): Answer {
+  for (const d of answer.usage) {
+    d.upstreamMs = u.upstreamMs;
+    d.upstream = u.upstream;
+  }
+  return answer;
+}
+
+interface ForwardResult {
+  answers: Map<number, MemberAnswer> | null;
+  failure: UpstreamFailure | null;
+  upstreamMs: number | null;
+  upstream: string | null;
+}
+
+async function forwardBatch(scope: CallScope, calls: RpcCall[]): Promise<ForwardResult> {
+  const outcome = await scope.pool.send({
+    method: 'POST',
+    path: '',
+    body: batchUpstreamBody(calls),
+    retriable: calls.every((c) => !scope.chain.isWriteMethod(c.method)),
+  });
+  if (!outcome.ok) return { answers: null, failure: outcome, upstreamMs: outcome.upstreamMs, upstream: outcome.upstream };
+  const answers = splitBatchAnswer(outcome.body, calls);
+  const failure: UpstreamFailure | null =
+    answers === null
+      ? { ok: false, kind: 'unavailable', message: `upstream ${outcome.upstream} sent an invalid answer (HTTP ${outcome.status})`, upstreamMs: outcome.upstreamMs, upstream: outcome.upstream }
+      : null;
+  return { answers, failure, upstreamMs: outcome.upstreamMs, upstream: outcome.upstream };
+}
+
+async function batch(scope: CallScope, members: RpcMember[], granted: Set<number>, admission: Admission): Promise<Answer> {
+  const { chain } = scope;
+  const forwarded = members.filter((m): m is RpcCall => m.kind === 'call' && granted.has(m.index));
+  const result: ForwardResult =
+    forwarded.length > 0 ? await forwardBatch(scope, forwarded) : { answers: null, failure: null, upstreamMs: null, upstream: null };
+  const failure = result.failure ? upstreamFailureCodes(result.failure.kind) : null;
+
+  const elements: string[] = [];
+  const usage: UsageDraft[] = [];
+  const local = (m: RpcMember, code: number, message: string, data?: unknown): void => {
+    if (m.idText !== undefined) elements.push(rpcError(m.idText, code, message, data));
+    usage.push(draft(methodOf(m), code, message, m.index));
+  };
+  for (const m of members) {
+    if (m.kind === 'invalid') local(m, m.code, m.message);
+    else if (!chain.isMethodAllowed(m.method)) local(m, RpcCode.methodNotFound, deniedMessage(m.method, chain.id));
+    else if (!granted.has(m.index)) local(m, RpcCode.limitExceeded, limitMessage(admission), retryData(admission));
+    else {
+      const before = usage.length;
+      if (failure && result.failure) local(m, failure.rpc, result.failure.message);
+      else if (m.idText === undefined) usage.push(draft(m.method, null, null, m.index));
+      else {
+        const answer = result.answers?.get(m.index);
+        if (answer) {
+          elements.push(answer.text);
+          usage.push(memberDraft(m, answer.error));
+        } else local(m, RpcCode.upstreamUnavailable, `upstream ${result.upstream} returned no answer for this call`);
+      }
+      for (const d of usage.slice(before)) {
+        d.upstreamMs = result.upstreamMs;
+        d.upstream = result.upstream;
+      }
+    }
+  }
+  const status = failure?.status ?? (forwarded.length > 0 ? 200 : localBatchStatus(members, granted, chain));
+  if (elements.length === 0) {
+    const body = failure && result.failure ? rpcError('null', failure.rpc, result.failure.message) : null;
+    return { status: body === null ? 204 : status, body, contentType: JSON_CONTENT_TYPE, admission, usage };
+  }
+  return { status, body: `[${elements.join(',')}]`, contentType: JSON_CONTENT_TYPE, admission, usage };
+}
+
+/**
+ * The status of a batch the gateway answered alone: a limit refusal says "back off" (429),
+ * otherwise bad input (400) before denied methods (403).
+ */
+function localBatchStatus(members: RpcMember[], granted: Set<number>, chain: CallScope['chain']): number {
+  const calls = members.filter((m): m is RpcCall => m.kind === 'call');
+  if (calls.some((c) => chain.isMethodAllowed(c.method) && !granted.has(c.index))) return 429;
+  if (members.some((m) => m.kind === 'invalid')) return 400;
+  return 403;
+}
+
+const memberDraft = (m: RpcCall, error: RpcErrorInfo | null): UsageDraft => draft(m.method, error?.code ?? null, error?.message ?? null, m.index);

@@ -1,0 +1,274 @@
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+
+/**
+ * Small loopback HTTP servers that answer like real chain nodes (shapes taken from the nodes'
+ * public documentation), count the calls they get, and can be told to misbehave: answer 500,
+ * answer late, answer garbage, or drop the connection.
+ */
+
+export interface ReceivedCall {
+  method: string;
+  url: string;
+  headers: IncomingMessage['headers'];
+  body: string;
+}
+
+export type FakeMode = 'ok' | 'fail' | 'slow' | 'garbage' | 'hangup';
+
+export interface FakeReply {
+  status?: number;
+  body: unknown;
+  /** Sent as is when set (otherwise `body` is JSON-encoded). */
+  raw?: string;
+  contentType?: string;
+}
+
+export interface FakeUpstream {
+  url: string;
+  calls: ReceivedCall[];
+  mode: FakeMode;
+  /** Delay of the `slow` mode. */
+  delayMs: number;
+  reset(): void;
+  close(): Promise<void>;
+}
+
+type Route = (call: ReceivedCall) => FakeReply;
+
+async function readBody(req: IncomingMessage): Promise<string> {
+  const chunks: Buffer[] = [];
+  for await (const chunk of req) chunks.push(chunk as Buffer);
+  return Buffer.concat(chunks).toString('utf8');
+}
+
+export async function startFake(route: Route): Promise<FakeUpstream> {
+  const open = new Set<ServerResponse>();
+  const fake: FakeUpstream = {
+    url: '',
+    calls: [],
+    mode: 'ok',
+    delayMs: 1_000,
+    reset() {
+      fake.calls.length = 0;
+      fake.mode = 'ok';
+    },
+    close: async () => {
+      for (const res of open) res.destroy();
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+  const server = createServer(async (req, res) => {
+    open.add(res);
+    res.on('close', () => open.delete(res));
+    const call: ReceivedCall = { method: req.method ?? 'GET', url: req.url ?? '/', headers: req.headers, body: await readBody(req) };
+    fake.calls.push(call);
+    if (fake.mode === 'hangup') {
+      req.socket.destroy();
+      return;
+    }
+    if (fake.mode === 'slow') await new Promise((r) => setTimeout(r, fake.delayMs));
+    if (res.destroyed) return;
+    if (fake.mode === 'fail') {
+      res.writeHead(500, { 'content-type': 'text/plain' }).end('internal error');
+      return;
+    }
+    if (fake.mode === 'garbage') {
+      res.writeHead(200, { 'content-type': 'text/html' }).end('<html>maintenance</html>');
+      return;
+    }
+    const reply = route(call);
+    res
+      .writeHead(reply.status ?? 200, { 'content-type': reply.contentType ?? 'application/json' })
+      .end(reply.raw ?? JSON.stringify(reply.body));
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  fake.url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  return fake;
+}
+
+/** A loopback URL nothing listens on: connections are refused. */
+export async function closedPortUrl(): Promise<string> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return `http://127.0.0.1:${port}`;
+}
+
+// --- JSON-RPC nodes -------------------------------------------------------------------------
+
+interface RpcRequest {
+  jsonrpc?: unknown;
+  id?: unknown;
+  method?: unknown;
+  params?: unknown;
+}
+
+type RpcResult = { result: unknown } | { error: { code: number; message: string } };
+type MethodTable = Record<string, (params: unknown) => RpcResult>;
+
+const methodNotFound = (method: unknown): RpcResult => ({ error: { code: -32601, message: `Method not found: ${String(method)}` } });
+
+/** A JSON-RPC 2.0 node over a method table; batches are answered in reverse order, as a node may. */
+function jsonRpcRoute(methods: MethodTable): Route {
+  const answer = (req: RpcRequest): unknown => {
+    const fn = typeof req.method === 'string' ? methods[req.method] : undefined;
+    const outcome = fn ? fn(req.params) : methodNotFound(req.method);
+    return { jsonrpc: '2.0', ...outcome, id: req.id ?? null };
+  };
+  return (call) => {
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(call.body);
+    } catch {
+      return { body: { jsonrpc: '2.0', error: { code: -32700, message: 'Parse error' }, id: null } };
+    }
+    if (Array.isArray(parsed)) {
+      const answers = (parsed as RpcRequest[]).filter((r) => r.id !== undefined).map(answer);
+      return { body: answers.reverse() };
+    }
+    return { body: answer(parsed as RpcRequest) };
+  };
+}
+
+export const EVM_TX_HASH = `0x${'ab'.repeat(32)}`;
+
+/** An EVM node that knows a handful of methods; anything else answers `null`. */
+export function startEvmFake(): Promise<FakeUpstream> {
+  const methods: MethodTable = new Proxy(
+    {
+      eth_blockNumber: () => ({ result: '0x10' }),
+      eth_chainId: () => ({ result: '0x539' }),
+      eth_getBalance: () => ({ result: '0xde0b6b3a7640000' }),
+      eth_sendRawTransaction: () => ({ result: EVM_TX_HASH }),
+      eth_call: () => ({ error: { code: 3, message: 'execution reverted' } }),
+    } as MethodTable,
+    { get: (target, key: string) => target[key] ?? (() => ({ result: null })) },
+  );
+  return startFake(jsonRpcRoute(methods));
+}
+
+export const SOLANA = { blockHeight: 289_012_345, slot: 301_234_567, lamports: 709_301_491_443, apiVersion: '2.1.21' };
+
+/** A Solana node: getBlockHeight and getSlot answer bare integers, getBalance a context/value pair. */
+export function startSolanaFake(): Promise<FakeUpstream> {
+  const context = { apiVersion: SOLANA.apiVersion, slot: SOLANA.slot };
+  return startFake(
+    jsonRpcRoute({
+      getBlockHeight: () => ({ result: SOLANA.blockHeight }),
+      getSlot: () => ({ result: SOLANA.slot }),
+      getHealth: () => ({ result: 'ok' }),
+      getVersion: () => ({ result: { 'feature-set': 1725507508, 'solana-core': SOLANA.apiVersion } }),
+      getBalance: (params) =>
+        Array.isArray(params) && typeof params[0] === 'string'
+          ? { result: { context, value: SOLANA.lamports } }
+          : { error: { code: -32602, message: 'Invalid params: missing pubkey' } },
+      sendTransaction: () => ({ result: '5VERv8NMvzbJMEkV8xnrLkEaWRtSz9CosKDYjCJjBRnbJLgp8uirBgmQpjKhoR4tjF3ZpRzrFmBV6UjKdiSZkQUW' }),
+    }),
+  );
+}
+
+export const SUI = { checkpoint: '143498509' };
+
+/** A Sui full node: sequence numbers are decimal strings. */
+export function startSuiFake(): Promise<FakeUpstream> {
+  return startFake(
+    jsonRpcRoute({
+      sui_getLatestCheckpointSequenceNumber: () => ({ result: SUI.checkpoint }),
+      sui_getChainIdentifier: () => ({ result: '35834a8a' }),
+      suix_getReferenceGasPrice: () => ({ result: '750' }),
+      sui_getObject: (params) => ({ result: { data: { objectId: Array.isArray(params) ? params[0] : null, version: '1' } } }),
+    }),
+  );
+}
+
+// --- REST nodes -----------------------------------------------------------------------------
+
+export const TRON = {
+  blockID: '0000000003fe266bf6b6d392f654dc2e5011601546ed04623d9fcc4e9d439a25',
+  number: 66_987_627,
+};
+
+/** A java-tron HTTP API: `/wallet/…` answers 200 JSON; unknown paths 404. */
+export function startTronFake(): Promise<FakeUpstream> {
+  return startFake((call) => {
+    const path = call.url.split('?')[0];
+    if (path === '/wallet/getnowblock' || path === '/walletsolidity/getnowblock') {
+      return {
+        body: {
+          blockID: TRON.blockID,
+          block_header: {
+            raw_data: {
+              number: TRON.number,
+              txTrieRoot: 'f8156964cc3e5793a368f938a18ea45c02bd48fe3a412f7091ce8d9ef56df174',
+              witness_address: '41e7860196ad5b5718c1d6326babab039b70b8c1cd',
+              parentHash: '0000000003fe266a65d5194c947f6f7a059d4646c8e9a5293226bc7fdcfc775e',
+              version: 34,
+              timestamp: 1_777_445_307_000,
+            },
+            witness_signature: '55a29981b2ba121613788de5d1b6bd87579ef63479f4fbb7bc99b1c7217694',
+          },
+        },
+      };
+    }
+    if (path === '/wallet/broadcasttransaction') return { body: { result: true, txid: 'c'.repeat(64) } };
+    if (path === '/wallet/getaccount') return { body: JSON.parse(call.body || '{}') };
+    return { status: 404, raw: 'Not Found', body: null, contentType: 'text/plain' };
+  });
+}
+
+export const COSMOS = { chainId: 'cosmoshub-4', height: '24123456' };
+
+/** A Cosmos SDK LCD (gRPC gateway): latest block, and grpc-gateway errors for unknown paths. */
+export function startCosmosFake(): Promise<FakeUpstream> {
+  return startFake((call) => {
+    const path = call.url.split('?')[0];
+    if (path === '/cosmos/base/tendermint/v1beta1/blocks/latest') {
+      const blockId = { hash: 'q83YWXqkrSc3Y5ZWSkq8Qg2sT1ZJbG3cb3lDWZN6Ixo=', part_set_header: { total: 1, hash: 'f1zvTtHyDQfT8Sh5rZmI5q7NvOCpSzR1Kb/hbkvF9ho=' } };
+      const header = {
+        version: { block: '11', app: '0' },
+        chain_id: COSMOS.chainId,
+        height: COSMOS.height,
+        time: '2025-01-01T00:00:00.000000000Z',
+        last_block_id: blockId,
+        proposer_address: 'hU8WrPrq8c7O9e5x1QqNNeDgTMo=',
+      };
+      return {
+        body: {
+          block_id: blockId,
+          block: { header, data: { txs: [] }, evidence: { evidence: [] }, last_commit: { height: String(Number(COSMOS.height) - 1), round: 0, block_id: blockId, signatures: [] } },
+          sdk_block: { header: { ...header, proposer_address: 'cosmosvalcons1s483vp7pyt4fnvqkhlns5ty5x9h8xn9gxxr8pg' }, data: { txs: [] }, evidence: { evidence: [] } },
+        },
+      };
+    }
+    if (path === '/cosmos/tx/v1beta1/txs' && call.method === 'POST') return { body: { tx_response: { height: '0', txhash: 'D'.repeat(64), code: 0 } } };
+    return { status: 501, body: { code: 12, message: 'Not Implemented', details: [] } };
+  });
+}
+
+export const KASPA = { networkName: 'kaspa-mainnet', blockCount: '260890', virtualDaaScore: '19989141' };
+
+/** The Kaspa REST server (FastAPI): `/info/blockdag`, and `{"detail":"Not Found"}` otherwise. */
+export function startKaspaFake(): Promise<FakeUpstream> {
+  return startFake((call) => {
+    const path = call.url.split('?')[0];
+    if (path === '/info/blockdag') {
+      return {
+        body: {
+          networkName: KASPA.networkName,
+          blockCount: KASPA.blockCount,
+          headerCount: KASPA.blockCount,
+          tipHashes: ['78273854a739e3e379dfd34a262bbe922400d8e360e30e3f31228519a334350a'],
+          difficulty: 3870677677777.2,
+          pastMedianTime: '1656455670700',
+          virtualParentHashes: ['78273854a739e3e379dfd34a262bbe922400d8e360e30e3f31228519a334350a'],
+          pruningPointHash: '5d32a9403273a34b6551b84340a1459ddde2ae6ba59a47987a6374340ba41d5d',
+          virtualDaaScore: KASPA.virtualDaaScore,
+        },
+      };
+    }
+    return { status: 404, body: { detail: 'Not Found' } };
+  });
+}

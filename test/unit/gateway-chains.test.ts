@@ -1,0 +1,122 @@
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { ChainConfigError, defaultChainsPath, loadChains, parseChainsConfig } from '../../src/gateway/chains.js';
+
+/** The chain registry: the shipped config, overrides, and clear errors for bad config. */
+
+const jsonrpcChain = (extra: Record<string, unknown> = {}) => ({
+  id: 'eth',
+  name: 'Ethereum',
+  protocol: 'jsonrpc',
+  upstreams: [{ url: 'https://node.example/rpc' }],
+  ...extra,
+});
+
+function writeConfig(content: unknown): string {
+  const dir = mkdtempSync(join(tmpdir(), 'gw-chains-'));
+  const path = join(dir, 'chains.json');
+  writeFileSync(path, typeof content === 'string' ? content : JSON.stringify(content));
+  return path;
+}
+
+const errorOf = (fn: () => unknown): string => {
+  try {
+    fn();
+  } catch (err) {
+    expect(err).toBeInstanceOf(ChainConfigError);
+    return (err as Error).message;
+  }
+  throw new Error('expected a ChainConfigError');
+};
+
+describe('the shipped config', () => {
+  it('names every chain of the design, each with public endpoints, and local on 127.0.0.1:8545', () => {
+    const registry = loadChains({ env: {} });
+    const ids = registry.list().map((c) => c.id);
+    expect(ids.sort()).toEqual(['arb', 'atom', 'avax', 'base', 'bsc', 'eth', 'kas', 'local', 'matic', 'op', 'scr', 'sei', 'sol', 'sui', 'trx'].sort());
+    for (const chain of registry.list()) {
+      expect(chain.upstreams.length).toBeGreaterThan(0);
+      if (chain.id !== 'local') for (const u of chain.upstreams) expect(u.url.protocol).toBe('https:');
+    }
+    expect(registry.get('local')?.upstreams[0]?.url.href).toBe('http://127.0.0.1:8545/');
+    expect(registry.get('sol')).toMatchObject({ protocol: 'rest', restFlavour: 'solana', acceptsJsonRpc: true });
+    expect(registry.get('sui')).toMatchObject({ protocol: 'rest', restFlavour: 'sui', acceptsJsonRpc: false });
+    expect(registry.get('trx')).toMatchObject({ restFlavour: 'passthrough', acceptsJsonRpc: false });
+    expect(defaultChainsPath()).toMatch(/config[/\\]chains\.json$/);
+  });
+
+  it('denies admin, personal, debug and miner methods by default, whatever the case', () => {
+    const eth = loadChains({ env: {} }).get('eth')!;
+    for (const m of ['admin_peers', 'personal_sign', 'debug_traceCall', 'miner_start', 'Admin_Peers']) expect(eth.isMethodAllowed(m), m).toBe(false);
+    for (const m of ['eth_blockNumber', 'eth_call', 'net_version', 'web3_clientVersion']) expect(eth.isMethodAllowed(m), m).toBe(true);
+    expect(eth.isWriteMethod('eth_sendRawTransaction')).toBe(true);
+    expect(eth.isWriteMethod('eth_getBalance')).toBe(false);
+  });
+
+  it('knows which REST calls are reads', () => {
+    const registry = loadChains({ env: {} });
+    const trx = registry.get('trx')!;
+    expect(trx.isReadOnlyPost('wallet/getnowblock')).toBe(true);
+    expect(trx.isReadOnlyPost('wallet/broadcasttransaction')).toBe(false);
+    expect(trx.isPathAllowed('wallet/easytransferbyprivate')).toBe(false);
+    const sol = registry.get('sol')!;
+    expect(sol.isRestMethodAllowed('getBlockHeight')).toBe(true);
+    expect(sol.isRestMethodAllowed('sendTransaction')).toBe(true);
+    expect(sol.isWriteMethod('sendTransaction')).toBe(true);
+    expect(sol.isRestMethodAllowed('admin_peers')).toBe(false);
+  });
+});
+
+describe('overrides', () => {
+  it('replaces a chain upstreams with UPSTREAM_<ID>', () => {
+    const registry = loadChains({ env: { UPSTREAM_ETH: 'http://127.0.0.1:8545, http://127.0.0.1:8546' } });
+    expect(registry.get('eth')?.upstreams.map((u) => [u.url.origin, u.label])).toEqual([
+      ['http://127.0.0.1:8545', 'eth-env-1'],
+      ['http://127.0.0.1:8546', 'eth-env-2'],
+    ]);
+  });
+
+  it('reads another file from CHAINS_CONFIG and fills in labels, weights and timeouts', () => {
+    const path = writeConfig({ chains: [jsonrpcChain({ upstreams: [{ url: 'https://user:secret@node.example:8443/rpc' }, { url: 'https://node.example:8443/other' }] })] });
+    const eth = loadChains({ env: { CHAINS_CONFIG: path } }).get('eth')!;
+    expect(eth.timeoutMs).toBe(10_000);
+    expect(eth.upstreams.map((u) => [u.label, u.weight])).toEqual([
+      ['node.example:8443', 1],
+      ['node.example:8443#2', 1],
+    ]);
+    // Credentials in the URL become a header and leave the URL.
+    expect(eth.upstreams[0]?.url.href).toBe('https://node.example:8443/rpc');
+    expect(eth.upstreams[0]?.headers.authorization).toBe(`Basic ${Buffer.from('user:secret').toString('base64')}`);
+  });
+
+  it('lets an override stand in for missing upstreams in the file', () => {
+    const path = writeConfig({ chains: [jsonrpcChain({ upstreams: [] })] });
+    expect(errorOf(() => loadChains({ configPath: path, env: {} }))).toContain('chains[0] (eth).upstreams: at least one upstream is required');
+    expect(loadChains({ configPath: path, env: { UPSTREAM_ETH: 'http://127.0.0.1:1' } }).get('eth')?.upstreams).toHaveLength(1);
+  });
+});
+
+describe('errors name the bad field', () => {
+  it.each([
+    [{ chains: [jsonrpcChain({ upstreams: [{ url: 'ftp://node.example' }] })] }, 'chains[0] (eth).upstreams[0].url: must be an absolute http:// or https:// URL (got "ftp://node.example")'],
+    [{ chains: [jsonrpcChain({ upstreams: [{ url: 'not a url' }] })] }, 'chains[0] (eth).upstreams[0].url'],
+    [{ chains: [jsonrpcChain({ protocol: 'grpc' })] }, 'chains[0] (eth).protocol: Invalid option'],
+    [{ chains: [jsonrpcChain({ protocol: 'rest' })] }, 'chains[0] (eth).rest: a rest chain needs'],
+    [{ chains: [jsonrpcChain({ upstreams: undefined })] }, 'chains[0] (eth).upstreams'],
+    [{ chains: [jsonrpcChain(), jsonrpcChain()] }, 'chains[1] (eth).id: duplicate chain id "eth"'],
+    [{ chains: [jsonrpcChain({ id: 'ETH!' })] }, 'chains[0] (ETH!).id: must be lowercase'],
+    [{ chains: [jsonrpcChain({ timeout: 5 })] }, 'Unrecognized key: "timeout"'],
+    [{ chains: [] }, 'chains: at least one chain is required'],
+  ])('%#', (config, message) => {
+    expect(errorOf(() => parseChainsConfig(config, 'test.json'))).toContain(message);
+  });
+
+  it('names an unreadable file, bad JSON, a bad override URL and an override for no chain', () => {
+    expect(errorOf(() => loadChains({ configPath: '/nonexistent/chains.json', env: {} }))).toContain('cannot read chain config /nonexistent/chains.json');
+    expect(errorOf(() => loadChains({ configPath: writeConfig('{ nope'), env: {} }))).toContain('is not valid JSON');
+    expect(errorOf(() => loadChains({ env: { UPSTREAM_ETH: 'localhost:8545' } }))).toContain('UPSTREAM_ETH: "localhost:8545" is not an absolute http:// or https:// URL');
+    expect(errorOf(() => loadChains({ env: { UPSTREAM_ETHH: 'http://127.0.0.1:8545' } }))).toContain('UPSTREAM_ETHH names no chain');
+  });
+});
