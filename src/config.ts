@@ -29,6 +29,8 @@ const Env = z.object({
   LOCAL_DEVNET: z.enum(['on', 'off']).default('on'),
   LIMITS_FAIL_CLOSED: z.enum(['true', 'false']).default('false'),
   SECURE_COOKIES: z.enum(['true', 'false']).default('false'),
+  /** Behind a reverse proxy: take the client IP from X-Forwarded-For. */
+  TRUST_PROXY: z.enum(['true', 'false']).default('false'),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
 });
 
@@ -45,6 +47,7 @@ export interface Config {
   localDevnet: boolean;
   limitsFailClosed: boolean;
   secureCookies: boolean;
+  trustProxy: boolean;
   logLevel: string;
   /** The environment, for the chain registry's CHAINS_CONFIG and UPSTREAM_<ID> overrides. */
   env: Record<string, string | undefined>;
@@ -75,7 +78,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     role: e.ROLE, port: e.PORT, host: e.HOST, dataDir: resolve(e.DATA_DIR),
     eventstoreUrl: e.EVENTSTORE_URL, mongodbUrl: e.MONGODB_URL, redisUrl: e.REDIS_URL,
     plans, adminToken: e.ADMIN_TOKEN ?? null, localDevnet: e.LOCAL_DEVNET === 'on',
-    limitsFailClosed: e.LIMITS_FAIL_CLOSED === 'true', secureCookies: e.SECURE_COOKIES === 'true',
+    limitsFailClosed: e.LIMITS_FAIL_CLOSED === 'true', secureCookies: e.SECURE_COOKIES === 'true', trustProxy: e.TRUST_PROXY === 'true',
     logLevel: e.LOG_LEVEL, env,
   };
 }

@@ -18,9 +18,20 @@ import type { Projection } from './projections/projection.js';
 import { Queries } from './projections/queries.js';
 import { ProjectionRunner } from './projections/runner.js';
 import { usageTotalsProjection } from './projections/usageTotals.js';
+import { type ChainRegistry, loadChains } from './gateway/chains.js';
+import { TokenGatekeeper } from './gateway/gatekeeper.js';
+import { TokenCache } from './gateway/tokenCache.js';
+import { UpstreamPools } from './gateway/upstream.js';
 
 /** Every projection the projector runs, in one place (the rebuild command uses it too). */
 export const PROJECTIONS: Projection[] = [coreProjection, usageTotalsProjection];
+
+export interface GatewayParts {
+  chains: ChainRegistry;
+  pools: UpstreamPools;
+  tokens: TokenCache;
+  gatekeeper: TokenGatekeeper;
+}
 
 /** The adapters and services of one process, chosen by the configuration (DESIGN §2). */
 export interface Runtime {
@@ -35,6 +46,8 @@ export interface Runtime {
   /** Present where this process projects (roles `all` and `projector`). */
   projector: ProjectionRunner | null;
   ingester: UsageIngester | null;
+  /** Present where this process serves chain calls (roles `all` and `gateway`). */
+  gateway: GatewayParts | null;
   now(): Date;
   api: ApiDeps;
   close(): Promise<void>;
@@ -52,6 +65,14 @@ export async function openRuntime(config: Config, now: () => Date = () => new Da
   const projector = projects ? new ProjectionRunner(store, readModels, PROJECTIONS, feed) : null;
   const ingester = projects ? new UsageIngester({ queue: usageQueue, store }) : null;
 
+  let gateway: GatewayParts | null = null;
+  if (config.role === 'all' || config.role === 'gateway') {
+    const chains = loadChains({ env: config.env });
+    const tokens = new TokenCache(queries);
+    await tokens.listen(feed);
+    gateway = { chains, pools: new UpstreamPools(chains), tokens, gatekeeper: new TokenGatekeeper(tokens, limiter, config.plans) };
+  }
+
   const waitFor = async (position: Position | null): Promise<void> => {
     if (position === null) return;
     if (projector) return projector.waitFor(position);
@@ -65,12 +86,14 @@ export async function openRuntime(config: Config, now: () => Date = () => new Da
   };
 
   return {
-    config, store, readModels, feed, limiter, usageQueue, queries, commands, projector, ingester, now,
+    config, store, readModels, feed, limiter, usageQueue, queries, commands, projector, ingester, gateway, now,
     api: {
       commands, queries, plans: config.plans, waitFor, adminToken: config.adminToken, secureCookies: config.secureCookies, now,
       sessions: new Sessions(readModels, now),
     },
     async close() {
+      await gateway?.tokens.close();
+      await gateway?.pools.close();
       // What the gateway served is recorded before the process goes: drain, then stop.
       if (ingester) {
         await ingester.whenDrained(5000).catch(() => undefined);

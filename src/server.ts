@@ -1,6 +1,8 @@
+import { randomUUID } from 'node:crypto';
 import Fastify, { type FastifyInstance } from 'fastify';
 import { managementApi } from './commands/api/plugin.js';
 import { problemErrorHandler } from './commands/api/problem.js';
+import { gatewayRoutes } from './gateway/routes.js';
 import type { Runtime } from './runtime.js';
 
 /** The HTTP server of a process: the management API and/or the gateway, by role, and health checks. */
@@ -8,7 +10,9 @@ export async function buildServer(runtime: Runtime, options: { logger?: boolean 
   const { role } = runtime.config;
   const app = Fastify({
     logger: options.logger ? { level: runtime.config.logLevel } : false,
-    trustProxy: true,
+    trustProxy: runtime.config.trustProxy,
+    // Usage event ids derive from request ids: they must be unique across restarts and instances.
+    genReqId: () => randomUUID(),
     bodyLimit: 1024 * 1024,
     // Malformed URLs (bad percent-encoding) fail before any route: answer them as problems too.
     frameworkErrors: (error, request, reply) => {
@@ -24,5 +28,14 @@ export async function buildServer(runtime: Runtime, options: { logger?: boolean 
   });
 
   if (role === 'all' || role === 'api') await app.register(managementApi, runtime.api);
+  const gateway = runtime.gateway;
+  if (gateway) {
+    await app.register(gatewayRoutes, {
+      chains: gateway.chains,
+      gatekeeper: gateway.gatekeeper,
+      recordUsage: (record) => runtime.usageQueue.enqueue(record),
+      pools: gateway.pools,
+    });
+  }
   return app;
 }

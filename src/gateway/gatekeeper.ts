@@ -65,7 +65,8 @@ export class TokenGatekeeper implements Gatekeeper {
       nowMs: request.nowMs,
     });
     const headers = limitHeaders(decision);
-    if (decision.granted === 0) {
+    // cost 0: every call of the request was invalid; the caller is known (metered) but charged nothing.
+    if (decision.granted === 0 && request.cost > 0) {
       const monthly = decision.refusedBy === 'monthly';
       return {
         ok: false, status: 429, caller, headers, retryAfterSeconds: decision.retryAfterSeconds,

@@ -1,0 +1,66 @@
+import { createServer } from 'node:net';
+import { startExpiryScheduler } from './commands/expiryScheduler.js';
+import { type Config, ConfigError, loadConfig } from './config.js';
+import { ChainConfigError } from './gateway/chains.js';
+import { type Devnet, startDevnet } from './infra/devnet.js';
+import { openRuntime } from './runtime.js';
+import { buildServer } from './server.js';
+
+const DEVNET_PORT = 8545;
+
+const portIsFree = (port: number): Promise<boolean> =>
+  new Promise((resolve) => {
+    const probe = createServer();
+    probe.once('error', () => resolve(false));
+    probe.listen(port, '127.0.0.1', () => probe.close(() => resolve(true)));
+  });
+
+/** The `local` chain gets an in-process EVM devnet unless an upstream is configured for it. */
+async function maybeStartDevnet(config: Config): Promise<Devnet | null> {
+  if (config.role !== 'all' || !config.localDevnet || config.env.UPSTREAM_LOCAL) return null;
+  const devnet = await startDevnet({ port: (await portIsFree(DEVNET_PORT)) ? DEVNET_PORT : 0 });
+  config.env = { ...config.env, UPSTREAM_LOCAL: devnet.url };
+  return devnet;
+}
+
+async function main(): Promise<void> {
+  const config = loadConfig(process.env, process.argv[2]);
+  const devnet = await maybeStartDevnet(config);
+  const runtime = await openRuntime(config);
+  const app = await buildServer(runtime, { logger: true });
+  await runtime.projector?.start();
+  runtime.ingester?.start();
+  const expiry = config.role === 'all' || config.role === 'projector'
+    ? startExpiryScheduler(runtime.queries, runtime.commands, { onError: (e) => app.log.error({ err: e }, 'expiry scheduler') })
+    : null;
+  await app.listen({ port: config.port, host: config.host });
+  const address = app.server.address();
+  const port = typeof address === 'object' && address ? address.port : config.port;
+  const base = `http://${config.host === '0.0.0.0' ? 'localhost' : config.host}:${port}`;
+  console.log(`\nGateway (${config.role}) ready at ${base}`);
+  if (runtime.gateway) console.log(`  chains: ${runtime.gateway.chains.list().map((c) => c.id).join(', ')}${devnet ? ` (local devnet at ${devnet.url})` : ''}`);
+  if (config.role === 'all' || config.role === 'api') console.log(`  dashboard and API: ${base}/   data: ${config.dataDir}\n`);
+
+  let stopping = false;
+  const stop = async (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    app.log.info({ signal }, 'shutting down: no new connections, finishing calls in flight, flushing usage');
+    expiry?.stop();
+    await app.close();
+    await runtime.close();
+    await devnet?.close();
+    process.exit(0);
+  };
+  process.on('SIGTERM', () => void stop('SIGTERM'));
+  process.on('SIGINT', () => void stop('SIGINT'));
+}
+
+main().catch((e: unknown) => {
+  if (e instanceof ConfigError || e instanceof ChainConfigError) {
+    console.error(`Configuration error: ${e.message}`);
+    process.exit(2);
+  }
+  console.error('Could not start:', e);
+  process.exit(1);
+});
