@@ -4,12 +4,24 @@ import { managementApi } from './commands/api/plugin.js';
 import { problemErrorHandler } from './commands/api/problem.js';
 import { gatewayRoutes } from './gateway/routes.js';
 import type { Runtime } from './runtime.js';
+import { maskToken } from './domain/tokenFormat.js';
+
+const TOKEN_IN_TEXT = /gka?_[0-9A-Za-z]{38}/g;
+export const redactTokens = (text: string): string => text.replace(TOKEN_IN_TEXT, (t) => maskToken(t));
 
 /** The HTTP server of a process: the management API and/or the gateway, by role, and health checks. */
 export async function buildServer(runtime: Runtime, options: { logger?: boolean } = {}): Promise<FastifyInstance> {
   const { role } = runtime.config;
   const app = Fastify({
-    logger: options.logger ? { level: runtime.config.logLevel } : false,
+    logger: options.logger
+      ? {
+          level: runtime.config.logLevel,
+          // Tokens travel in paths: logs show them masked, never whole.
+          serializers: {
+            req: (req: { method: string; url: string; ip?: string }) => ({ method: req.method, url: redactTokens(req.url), ip: req.ip }),
+          },
+        }
+      : false,
     trustProxy: runtime.config.trustProxy,
     // Usage event ids derive from request ids: they must be unique across restarts and instances.
     genReqId: () => randomUUID(),
