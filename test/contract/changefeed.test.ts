@@ -3,7 +3,7 @@ import { describe, expect, inject, it } from 'vitest';
 import { openChangeFeed } from '../../src/infra/changefeed/index.js';
 import { MemoryChangeFeed } from '../../src/infra/changefeed/memory.js';
 import { RedisChangeFeed } from '../../src/infra/changefeed/redis.js';
-import { startTestRedisServer } from './fixtures/limits-redisServer.js';
+import { startTestRedisServer } from '../support/redisServer.js';
 import { changeFeedContract, collect } from './changefeed.contract.js';
 
 changeFeedContract('in process', async () => {

@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import type { LimitRequest } from '../../src/infra/limits/port.js';
 import { RedisLimiter } from '../../src/infra/limits/redis.js';
 import { ResilientLimiter } from '../../src/infra/limits/resilient.js';
-import { freePort, startTestRedisServer, type TestRedisServer } from './fixtures/limits-redisServer.js';
+import { freePort, startTestRedisServer, type TestRedisServer } from '../support/redisServer.js';
 
 const HAMMER = fileURLToPath(new URL('./fixtures/limits-hammer.ts', import.meta.url));
 

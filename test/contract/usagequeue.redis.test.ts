@@ -5,7 +5,7 @@ import { usageStream } from '../../src/domain/usage.js';
 import { UsageIngester } from '../../src/infra/usage/ingester.js';
 import { RedisUsageQueue } from '../../src/infra/usage/redis.js';
 import { MemoryEventStore } from '../support/memoryEventStore.js';
-import { freePort, startTestRedisServer, type TestRedisServer } from './fixtures/limits-redisServer.js';
+import { freePort, startTestRedisServer, type TestRedisServer } from '../support/redisServer.js';
 import { usageRecord } from './usagequeue.contract.js';
 
 describe('Redis usage queue through a Redis outage', () => {

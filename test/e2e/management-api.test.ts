@@ -252,7 +252,7 @@ describe('bad input: a clear 4xx problem and no event appended', () => {
     for (const [request, status] of cases) {
       const res = await inject(request);
       expect(res.statusCode, `${request.method} ${request.url} ${String(request.payload).slice(0, 40)}`).toBe(status);
-      expect(res.headers['content-type'], request.url).toMatch(/^application\/problem\+json/);
+      expect(res.headers['content-type'], String(request.url)).toMatch(/^application\/problem\+json/);
       expect(res.json()).toMatchObject({ status, type: expect.any(String), title: expect.any(String), detail: expect.any(String) });
     }
     expect(await t.runtime.store.headPosition()).toBe(head);

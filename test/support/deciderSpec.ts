@@ -9,6 +9,7 @@ export function deciderSpec<S, C, E>(decider: Decider<S, C, E>) {
       when: (command: C) => {
         const run = () => decider.decide(command, events.reduce(decider.evolve, decider.initialState()));
         return {
+          // biome-ignore lint/suspicious/noThenProperty: given/when/then is the pattern's vocabulary; this object is never awaited
           then: (expected: E[]) => expect(run()).toEqual(expected),
           thenNothing: () => expect(run()).toEqual([]),
           thenError: (code: ErrorCode) => {

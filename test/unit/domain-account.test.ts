@@ -1,5 +1,5 @@
 import { describe, it } from 'vitest';
-import { accountDecider } from '../../src/domain/account.js';
+import { accountDecider, type TokenSlot } from '../../src/domain/account.js';
 import type { AccountEvent } from '../../src/domain/events.js';
 import { DEFAULT_PLANS, type PlanId } from '../../src/domain/plans.js';
 import { deciderSpec } from '../support/deciderSpec.js';
@@ -10,13 +10,13 @@ const spec = deciderSpec(accountDecider(DEFAULT_PLANS));
 const signedUp: AccountEvent = { type: 'AccountSignedUp', version: 1, data: { accountId: 'a1', email: 'o@example.com', passwordHash: 'h', plan: 'free', at } };
 const onPlan = (plan: PlanId): AccountEvent[] =>
   plan === 'free' ? [signedUp] : [signedUp, { type: 'AccountPlanChanged', version: 1, data: { accountId: 'a1', from: 'free', to: plan, at } }];
-const slot = (tokenId: string) => ({
+const slot = (tokenId: string): TokenSlot => ({
   tokenId, tokenHash: `hash-${tokenId}`, masked: 'gk_abcd…wxyz', name: `t ${tokenId}`, description: '',
   expiresAt: null, monthlyLimit: null, rateLimit: null,
 });
 const issued = (tokenId: string): AccountEvent => ({ type: 'ApiTokenIssued', version: 1, data: { ...slot(tokenId), accountId: 'a1', at } });
 const released = (tokenId: string): AccountEvent => ({ type: 'ApiTokenReleased', version: 1, data: { accountId: 'a1', tokenId, reason: 'revoked', at } });
-const issue = (tokenId: string, options: Partial<ReturnType<typeof slot>> = {}) => ({ type: 'IssueApiToken' as const, at, ...slot(tokenId), ...options });
+const issue = (tokenId: string, options: Partial<TokenSlot> = {}) => ({ type: 'IssueApiToken' as const, at, ...slot(tokenId), ...options });
 
 describe('account decider', () => {
   it('signs up on the Free plan', () =>

@@ -1,0 +1,110 @@
+import { inject } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { hashToken } from '../../src/domain/tokenFormat.js';
+import { USAGE_EVENT_TYPE } from '../../src/domain/usage.js';
+import { TokenGatekeeper } from '../../src/gateway/gatekeeper.js';
+import { TokenCache } from '../../src/gateway/tokenCache.js';
+import { openChangeFeed } from '../../src/infra/changefeed/index.js';
+import { openLimiter } from '../../src/infra/limits/index.js';
+import { Queries } from '../../src/projections/queries.js';
+import { startGanache, type GanacheNode } from '../support/ganache.js';
+import { startTestRedisServer, type TestRedisServer } from '../support/redisServer.js';
+import { ADMIN_TOKEN, owner, startTestApp, type TestApp } from '../support/testApp.js';
+
+let node: GanacheNode;
+beforeAll(async () => {
+  node = await startGanache();
+});
+afterAll(async () => {
+  await node?.close();
+});
+
+const blockNumber = { jsonrpc: '2.0', id: 1, method: 'eth_blockNumber', params: [] };
+
+async function listen(t: TestApp): Promise<string> {
+  await t.app.listen({ port: 0, host: '127.0.0.1' });
+  const address = t.app.server.address();
+  return `http://127.0.0.1:${typeof address === 'object' && address ? address.port : 0}`;
+}
+
+async function unlimitedToken(t: TestApp) {
+  const o = await owner(t.app);
+  await t.app.inject({ method: 'PUT', url: `/api/v1/admin/accounts/${o.accountId}/plan`, headers: { authorization: `Bearer ${ADMIN_TOKEN}` }, payload: { plan: 'unlimited' } });
+  const res = await t.app.inject({ method: 'POST', url: '/api/v1/tokens', headers: o.auth, payload: { name: 'redis' } });
+  return { ...o, token: res.json().token as string, tokenId: res.json().id as string };
+}
+
+describe('several gateway instances on one Redis', () => {
+  it('each instance learns of a revoke within a second through Redis pub/sub', async () => {
+    const t = await startTestApp({ env: { REDIS_URL: inject('redisUrl'), UPSTREAM_LOCAL: node.url } });
+    // A second gateway instance: its own token cache, change-feed connection and limiter, the same read models.
+    const feed = await openChangeFeed({ redisUrl: inject('redisUrl') });
+    const limiter = openLimiter({ redisUrl: inject('redisUrl') });
+    const cache = new TokenCache(new Queries(t.runtime.readModels));
+    await cache.listen(feed);
+    const second = new TokenGatekeeper(cache, limiter, t.runtime.config.plans);
+    try {
+      const o = await unlimitedToken(t);
+      const admit = () => second.admit({ chain: 'local', token: o.token, via: 'path', cost: 1, nowMs: Date.now() });
+      expect((await admit()).ok).toBe(true);
+      expect(cache.size).toBe(1);
+      await t.app.inject({ method: 'DELETE', url: `/api/v1/tokens/${o.tokenId}`, headers: o.auth });
+      const started = Date.now();
+      while (cache.size > 0 && Date.now() - started < 1000) await new Promise((r) => setTimeout(r, 10));
+      expect(cache.size, 'the cached entry is dropped by the notification').toBe(0);
+      expect(Date.now() - started).toBeLessThan(1000);
+      const after = await admit();
+      expect(after).toMatchObject({ ok: false, status: 401 });
+      expect(await cache.get(hashToken(o.token))).toMatchObject({ status: 'revoked' });
+    } finally {
+      await cache.close();
+      await feed.close();
+      await limiter.close();
+      await t.close();
+    }
+  });
+});
+
+describe('Redis going away under load', () => {
+  let redis: TestRedisServer;
+  afterAll(async () => {
+    await redis?.stop();
+  });
+
+  it('keeps answering, buffers usage, and records every served call once Redis is back', async () => {
+    redis = await startTestRedisServer({ persistent: true });
+    const t = await startTestApp({ env: { REDIS_URL: redis.url, UPSTREAM_LOCAL: node.url } });
+    try {
+      const base = await listen(t);
+      const o = await unlimitedToken(t);
+      let served = 0;
+      const statuses = new Map<number, number>();
+      const call = async () => {
+        const res = await fetch(`${base}/local/${o.token}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(blockNumber) });
+        await res.arrayBuffer();
+        statuses.set(res.status, (statuses.get(res.status) ?? 0) + 1);
+        if (res.status === 200) served++;
+      };
+      const burst = async (n: number) => {
+        for (let i = 0; i < n; i += 10) await Promise.all(Array.from({ length: 10 }, call));
+      };
+      await burst(100);
+      await redis.stop();
+      await burst(200); // Redis is away: in-process limits, usage buffered in memory
+      await redis.start();
+      await burst(100);
+      expect(statuses.get(200), JSON.stringify([...statuses])).toBe(400);
+      const deadline = Date.now() + 15_000;
+      let recorded = 0;
+      while (Date.now() < deadline) {
+        const events = await t.runtime.store.readStream(`usage-${o.accountId}`);
+        recorded = new Set(events.filter((e) => e.type === USAGE_EVENT_TYPE).map((e) => e.id)).size;
+        if (recorded >= served) break;
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      expect(recorded).toBe(served);
+    } finally {
+      await t.close();
+    }
+  });
+});
