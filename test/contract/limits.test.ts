@@ -33,14 +33,14 @@ limiterContract('resilient over redis', async () => {
 });
 
 describe('openLimiter', () => {
-  it('without Redis, gives every role of the process the same counts', async () => {
-    const gateway = openLimiter();
-    const api = openLimiter();
+  it('without Redis, counts in this process (the runtime shares the one limiter among its roles)', async () => {
+    const limiter = openLimiter();
+    await limiter.whenReady();
     const key = `account:${randomUUID()}`;
     const nowMs = Date.now();
-    await gateway.take({ tokenId: 't', rps: 10, monthly: { key, limit: 100 }, cost: 4, nowMs });
-    await gateway.close();
-    expect(await api.monthlyUsed(key, nowMs)).toBe(4);
+    await limiter.take({ tokenId: 't', rps: 10, monthly: { key, limit: 100 }, cost: 4, nowMs });
+    expect(await limiter.monthlyUsed(key, nowMs)).toBe(4);
+    await limiter.close();
   });
 
   it('with Redis, counts in Redis', async () => {

@@ -30,11 +30,11 @@ usageQueueContract('redis', async () => {
 });
 
 describe('openUsageQueue', () => {
-  it('without Redis, hands the gateway role\'s records to the ingester role of the same process', async () => {
-    const gateway = openUsageQueue({ consumer: 'gateway' });
-    const ingester = openUsageQueue({ consumer: 'ingester' });
+  it('without Redis, queues in this process (the runtime hands the one queue to the gateway and the ingester)', async () => {
+    const queue = openUsageQueue({ consumer: 'all' });
     const record = usageRecord();
-    gateway.enqueue(record);
+    queue.enqueue(record);
+    const ingester = queue;
     const got = await ingester.read(1000);
     expect(got.map((item) => item.record)).toContainEqual(record);
     await ingester.ack(got.map((item) => item.ackId));

@@ -3,13 +3,6 @@ import type { ChangeFeed } from './port.js';
 
 type Handler = (message: string) => void;
 
-/** The bus every role of the process shares when no Redis is configured. */
-let processBus: EventEmitter | undefined;
-
-export function processChangeBus(): EventEmitter {
-  processBus ??= new EventEmitter().setMaxListeners(0);
-  return processBus;
-}
 
 /**
  * In-process change feed. Delivery is asynchronous (next turn of the event loop), as it is over
@@ -18,7 +11,7 @@ export function processChangeBus(): EventEmitter {
 export class MemoryChangeFeed implements ChangeFeed {
   private readonly own = new Set<{ topic: string; listener: Handler }>();
 
-  constructor(private readonly bus: EventEmitter = processChangeBus()) {}
+  constructor(private readonly bus: EventEmitter = new EventEmitter().setMaxListeners(0)) {}
 
   async publish(topic: string, message: string): Promise<void> {
     setImmediate(() => this.bus.emit(topic, message));

@@ -15,9 +15,6 @@ export interface OpenLimiterOptions {
   failClosed?: boolean;
 }
 
-/** One in-process limiter per process, so roles run together (gateway, api) see the same counts. */
-let processLimiter: MemoryLimiter | undefined;
-
 /** `whenReady` resolves once the backend is connected (at startup; rejects after the timeout). */
 export type OpenedLimiter = Limiter & { whenReady(timeoutMs?: number): Promise<void> };
 
@@ -25,13 +22,6 @@ export function openLimiter(options: OpenLimiterOptions = {}): OpenedLimiter {
   if (options.redisUrl) {
     return new ResilientLimiter(new RedisLimiter(options.redisUrl), { failClosed: options.failClosed ?? false });
   }
-  processLimiter ??= new MemoryLimiter();
-  const shared = processLimiter;
-  return {
-    take: (request) => shared.take(request),
-    monthlyUsed: (key, nowMs) => shared.monthlyUsed(key, nowMs),
-    // Other roles of this process still use the counts.
-    close: async () => {},
-    whenReady: async () => {},
-  };
+  // In process: the runtime opens one and hands it to every role of the process.
+  return Object.assign(new MemoryLimiter(), { whenReady: async () => {} });
 }

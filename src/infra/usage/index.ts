@@ -1,4 +1,4 @@
-import { MemoryUsageQueue, processUsageBackend } from './memory.js';
+import { MemoryUsageBackend, MemoryUsageQueue } from './memory.js';
 import type { UsageQueue } from './port.js';
 import { RedisUsageQueue } from './redis.js';
 
@@ -22,6 +22,6 @@ export type OpenedUsageQueue = UsageQueue & { whenReady(timeoutMs?: number): Pro
 
 export function openUsageQueue(options: OpenUsageQueueOptions): OpenedUsageQueue {
   if (options.redisUrl) return new RedisUsageQueue(options.redisUrl, { consumer: options.consumer });
-  // Every role of the process shares one in-process queue: the gateway's records reach the ingester.
-  return new MemoryUsageQueue(processUsageBackend(), options.consumer);
+  // In process: the runtime opens one and hands it to the gateway and the ingester alike.
+  return new MemoryUsageQueue(new MemoryUsageBackend(), options.consumer);
 }

@@ -90,13 +90,8 @@ export class MemoryUsageBackend {
   }
 }
 
-let processBackend: MemoryUsageBackend | undefined;
 
 /** The queue every role of this process shares when no Redis is configured. */
-export function processUsageBackend(): MemoryUsageBackend {
-  processBackend ??= new MemoryUsageBackend();
-  return processBackend;
-}
 
 /** One consumer's (or producer's) view of an in-process queue. */
 export class MemoryUsageQueue implements UsageQueue {
