@@ -1,7 +1,9 @@
 import { readFileSync } from 'node:fs';
-import { resolve } from 'node:path';
+import { join, resolve } from 'node:path';
 import { z } from 'zod';
 import { type PlanCatalog, planCatalog } from './domain/plans.js';
+import type { NotifyConfig } from './infra/notify/index.js';
+import { loadChains } from './gateway/chains.js';
 
 export const ROLES = ['all', 'gateway', 'api', 'projector'] as const;
 export type Role = (typeof ROLES)[number];
@@ -32,6 +34,26 @@ const Env = z.object({
   /** Behind a reverse proxy: take the client IP from X-Forwarded-For. */
   TRUST_PROXY: z.enum(['true', 'false']).default('false'),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+  /** Alerts: seconds between evaluations (0: only on demand, as the tests do). */
+  ALERT_EVALUATION_INTERVAL_SECONDS: z.coerce.number().int().min(0).max(3600).default(30),
+  /** Email notifications go through this SMTP server; without it they are appended to the outbox file. */
+  SMTP_URL: url(['smtp:', 'smtps:']).optional(),
+  NOTIFY_EMAIL_FROM: z.string().min(3).default('Chain Gateway <alerts@localhost>'),
+  /** The outbox file (NDJSON); `<DATA_DIR>/outbox.ndjson` by default. */
+  NOTIFY_OUTBOX: z.string().optional(),
+  /** Let owner-given notification URLs reach private, loopback and link-local addresses (tests, closed networks). */
+  NOTIFY_ALLOW_PRIVATE: z.enum(['true', 'false']).default('false'),
+  NOTIFY_TIMEOUT_MS: z.coerce.number().int().min(100).max(60_000).default(10_000),
+  NOTIFY_MAX_ATTEMPTS: z.coerce.number().int().min(1).max(20).default(8),
+  /** Delay before the first retry; each later one is 3× longer (with jitter), up to an hour. */
+  NOTIFY_RETRY_BASE_MS: z.coerce.number().int().min(1).max(3_600_000).default(5000),
+  /** A PagerDuty Events API v2 compatible service for the incident channel. */
+  INCIDENT_EVENTS_URL: url(['http:', 'https:']).default('https://events.pagerduty.com'),
+  /** A Twilio-compatible Messages API for the SMS channel; SMS is skipped until the three credentials are set. */
+  SMS_API_URL: url(['http:', 'https:']).default('https://api.twilio.com'),
+  SMS_ACCOUNT_SID: z.string().min(1).optional(),
+  SMS_AUTH_TOKEN: z.string().min(1).optional(),
+  SMS_FROM: z.string().min(1).optional(),
 });
 
 export interface Config {
@@ -51,6 +73,10 @@ export interface Config {
   logLevel: string;
   /** The environment, for the chain registry's CHAINS_CONFIG and UPSTREAM_<ID> overrides. */
   env: Record<string, string | undefined>;
+  /** Alert evaluation (0: only on demand). */
+  alerts: { evaluateEveryMs: number };
+  /** Notification channels (src/infra/notify). */
+  notify: NotifyConfig;
 }
 
 export class ConfigError extends Error {
@@ -74,11 +100,21 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
   if (e.ROLE !== 'all' && (!e.EVENTSTORE_URL || !e.MONGODB_URL || !e.REDIS_URL)) {
     throw new ConfigError(`ROLE=${e.ROLE} runs beside other roles and needs EVENTSTORE_URL, MONGODB_URL and REDIS_URL; the embedded default runs only as ROLE=all.`);
   }
+  // The chain registry is checked now too, so a broken one stops the process before anything starts.
+  if (e.ROLE === 'all' || e.ROLE === 'gateway') loadChains({ env });
   return {
     role: e.ROLE, port: e.PORT, host: e.HOST, dataDir: resolve(e.DATA_DIR),
     eventstoreUrl: e.EVENTSTORE_URL, mongodbUrl: e.MONGODB_URL, redisUrl: e.REDIS_URL,
     plans, adminToken: e.ADMIN_TOKEN ?? null, localDevnet: e.LOCAL_DEVNET === 'on',
     limitsFailClosed: e.LIMITS_FAIL_CLOSED === 'true', secureCookies: e.SECURE_COOKIES === 'true', trustProxy: e.TRUST_PROXY === 'true',
     logLevel: e.LOG_LEVEL, env,
+    alerts: { evaluateEveryMs: e.ALERT_EVALUATION_INTERVAL_SECONDS * 1000 },
+    notify: {
+      allowPrivate: e.NOTIFY_ALLOW_PRIVATE === 'true', timeoutMs: e.NOTIFY_TIMEOUT_MS,
+      email: { smtpUrl: e.SMTP_URL ?? null, from: e.NOTIFY_EMAIL_FROM, outboxPath: resolve(e.NOTIFY_OUTBOX ?? join(e.DATA_DIR, 'outbox.ndjson')) },
+      incident: { eventsUrl: e.INCIDENT_EVENTS_URL },
+      sms: { apiUrl: e.SMS_API_URL, accountSid: e.SMS_ACCOUNT_SID ?? null, authToken: e.SMS_AUTH_TOKEN ?? null, from: e.SMS_FROM ?? null },
+      maxAttempts: e.NOTIFY_MAX_ATTEMPTS, retryBaseMs: e.NOTIFY_RETRY_BASE_MS,
+    },
   };
 }

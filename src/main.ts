@@ -47,9 +47,15 @@ async function main(): Promise<void> {
     stopping = true;
     app.log.info({ signal }, 'shutting down: no new connections, finishing calls in flight, flushing usage');
     expiry?.stop();
+    // Keep-alive clients would hold the server open: while it closes, drop each connection as
+    // soon as it is idle (after the answer to its call in flight, or to its 503).
+    const dropIdle = setInterval(() => app.server.closeIdleConnections(), 50);
     await app.close();
+    clearInterval(dropIdle);
+    app.log.info('HTTP closed; draining usage and closing stores');
     await runtime.close();
     await devnet?.close();
+    app.log.info('stopped');
     process.exit(0);
   };
   process.on('SIGTERM', () => void stop('SIGTERM'));

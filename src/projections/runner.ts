@@ -26,6 +26,8 @@ export class ProjectionRunner {
     this.caughtUpResolve = r;
   });
   lastError: unknown = null;
+  /** How old the newest applied event was when it was applied, in ms (the projection lag). */
+  lastLagMs: number | null = null;
 
   constructor(
     private readonly store: EventStore,
@@ -110,6 +112,7 @@ export class ProjectionRunner {
       this.checkpoints.set(p.name, last.position);
     }
     this.processed = last.position;
+    this.lastLagMs = Math.max(0, Date.now() - Date.parse(last.created));
     if (this.feed) for (const m of new Set(messages)) await this.feed.publish(INVALIDATION_TOPIC, m);
     this.waiters = this.waiters.filter((w) => {
       if (w.position > last.position) return true;

@@ -1,0 +1,117 @@
+import { execFileSync } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { loadConfig } from '../../src/config.js';
+import { USAGE_EVENT_TYPE } from '../../src/domain/usage.js';
+import { LevelEventStore } from '../../src/infra/eventstore/level.js';
+import { startService } from '../support/serviceProcess.js';
+
+const CLI = fileURLToPath(new URL('../../src/cli.ts', import.meta.url));
+const dirs: string[] = [];
+const tempDir = () => {
+  const d = mkdtempSync(join(tmpdir(), 'gw-proc-'));
+  dirs.push(d);
+  return d;
+};
+afterAll(() => {
+  for (const d of dirs) rmSync(d, { recursive: true, force: true });
+});
+
+describe('broken configuration: says what is wrong and exits non-zero', () => {
+  const badChains = () => {
+    const p = join(tempDir(), 'chains.json');
+    writeFileSync(p, JSON.stringify({ chains: [{ id: 'eth', protocol: 'carrier-pigeon', upstreams: [] }] }));
+    return p;
+  };
+  const badPlans = () => {
+    const p = join(tempDir(), 'plans.json');
+    writeFileSync(p, JSON.stringify({ gold: { rps: 1 } }));
+    return p;
+  };
+  const cases: Array<[string, () => Record<string, string>, RegExp]> = [
+    ['a port that is not a number', () => ({ PORT: 'eighty' }), /PORT/],
+    ['a role without its services', () => ({ ROLE: 'gateway' }), /ROLE=gateway .*EVENTSTORE_URL/],
+    ['a bad Redis URL', () => ({ REDIS_URL: 'localhost:6379' }), /REDIS_URL/],
+    ['an unknown plan name', () => ({ PLANS_CONFIG: badPlans() }), /PLANS_CONFIG.*gold/s],
+    ['a broken chain config', () => ({ CHAINS_CONFIG: badChains() }), /chain/i],
+    ['a bad upstream URL', () => ({ UPSTREAM_ETH: 'not a url' }), /UPSTREAM_ETH|url/i],
+  ];
+  it.each(cases)('%s', (_name, env, message) => {
+    expect(() => loadConfig({ DATA_DIR: tempDir(), ...env() })).toThrow(message);
+  });
+  it('the process prints the error and exits with 2 before starting anything', async () => {
+    const service = startService({ DATA_DIR: tempDir(), LOCAL_DEVNET: 'off', UPSTREAM_ETH: 'not a url' });
+    expect(await service.exited).toBe(2);
+    expect(service.output()).toMatch(/Configuration error: .*UPSTREAM_ETH|Configuration error: .*url/i);
+    expect(service.output()).not.toMatch(/ready at/);
+  });
+});
+
+describe('a running service', () => {
+  it('finishes calls in flight on SIGTERM, records every served call, and never logs a token', { timeout: 60_000 }, async () => {
+    const dataDir = tempDir();
+    const service = startService({ DATA_DIR: dataDir, ADMIN_TOKEN: 'admin-token-for-the-process-test' });
+    const base = await service.ready;
+    const post = (path: string, body: unknown, headers: Record<string, string> = {}) =>
+      fetch(`${base}${path}`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(body) });
+    const signup = await post('/api/v1/auth/signup', { email: 'proc@example.com', password: 'a long password' });
+    const cookie = String(signup.headers.get('set-cookie')).split(';')[0] as string;
+    const accountId = (await signup.json()).id as string;
+    const key = (await (await post('/api/v1/access-tokens', { name: 'k' }, { cookie })).json()).token as string;
+    await fetch(`${base}/api/v1/admin/accounts/${accountId}/plan`, {
+      method: 'PUT', headers: { 'content-type': 'application/json', authorization: 'Bearer admin-token-for-the-process-test' }, body: '{"plan":"unlimited"}',
+    });
+    const created = await (await post('/api/v1/tokens', { name: 't' }, { authorization: `Bearer ${key}` })).json();
+    const token = created.token as string;
+    await fetch(`${base}/api/v1/tokens/${created.id}`, {
+      method: 'PATCH', headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` }, body: '{"name":"renamed"}',
+    });
+    expect(token).toMatch(/^gk_/);
+
+    let answered = 0;
+    let stop = false;
+    const worker = async () => {
+      while (!stop) {
+        try {
+          const res = await post(`/local/${token}`, { jsonrpc: '2.0', id: 1, method: 'eth_blockNumber', params: [] });
+          await res.arrayBuffer();
+          // A 503 is the closing server refusing a new call: not served, not metered.
+          if (res.status !== 503) answered++;
+        } catch {
+          return; // the server has stopped accepting
+        }
+      }
+    };
+    const workers = Array.from({ length: 8 }, worker);
+    await new Promise((r) => setTimeout(r, 1500));
+    service.child.kill('SIGTERM');
+    const code = await Promise.race([service.exited, new Promise((r) => setTimeout(() => r('timeout'), 15_000))]);
+    if (code !== 0) writeFileSync('/tmp/svc.log', service.output());
+    expect(code, service.output().slice(-3000)).toBe(0);
+    stop = true;
+    await Promise.all(workers);
+    expect(answered).toBeGreaterThan(50);
+
+    const store = await LevelEventStore.open(join(dataDir, 'eventstore'));
+    const events = await store.readStream(`usage-${accountId}`);
+    await store.close();
+    expect(new Set(events.filter((e) => e.type === USAGE_EVENT_TYPE).map((e) => e.id)).size).toBe(answered);
+
+    const logs = service.output();
+    expect(logs).toMatch(/"msg":"incoming request"/);
+    for (const secret of [token, key]) expect(logs).not.toContain(secret);
+    expect(logs).toContain(`${token.slice(0, 7)}…${token.slice(-4)}`);
+
+    // The audit CLI reads the same data directory once the service has stopped.
+    const history = execFileSync(process.execPath, ['--import', 'tsx', CLI, 'history', created.id], { env: { ...process.env, DATA_DIR: dataDir }, encoding: 'utf8' });
+    const lines = history.trim().split('\n');
+    expect(lines).toHaveLength(2);
+    expect(lines[0]).toMatch(/^\S+Z  #0 ApiTokenCreated\s+status=active name="t"/);
+    expect(lines[1]).toMatch(/#1 ApiTokenRenamed\s+status=active name="renamed"/);
+    const rebuilt = execFileSync(process.execPath, ['--import', 'tsx', CLI, 'rebuild'], { env: { ...process.env, DATA_DIR: dataDir }, encoding: 'utf8' });
+    expect(rebuilt).toMatch(/^rebuilt core, .* in \d+ ms/);
+  });
+});
