@@ -1,5 +1,6 @@
 import type { PlanCatalog } from '../../domain/plans.js';
 import type { Position } from '../../infra/eventstore/port.js';
+import type { UsageQueries } from '../../projections/metricsQueries.js';
 import type { Queries } from '../../projections/queries.js';
 import type { AccountCommands } from '../accountCommands.js';
 import type { Sessions } from './sessions.js';
@@ -16,4 +17,8 @@ export interface ApiDeps {
   adminToken: string | null;
   secureCookies: boolean;
   now(): Date;
+  /** Usage metrics and raw rows (the metrics API and the exports). */
+  usage: UsageQueries;
+  /** Chain ids of the registry, to validate `?chain=`. */
+  chainIds: readonly string[];
 }

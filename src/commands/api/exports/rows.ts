@@ -1,0 +1,42 @@
+import { isErrorUsage } from '../../../domain/usage.js';
+import type { RequestRow } from '../../../projections/usageMetrics.js';
+
+/** One exported call: the columns of the CSV and the fields of the JSON export, in order. */
+export interface ExportRow {
+  time: string;
+  request_id: string;
+  token_id: string;
+  chain: string;
+  method: string;
+  status: number;
+  outcome: 'success' | 'error';
+  rpc_error_code: number | null;
+  error_message: string | null;
+  total_ms: number;
+  upstream_ms: number | null;
+  client_ip: string;
+  upstream: string | null;
+}
+
+export const EXPORT_COLUMNS: ReadonlyArray<keyof ExportRow> = [
+  'time', 'request_id', 'token_id', 'chain', 'method', 'status', 'outcome', 'rpc_error_code', 'error_message', 'total_ms', 'upstream_ms',
+  'client_ip', 'upstream',
+];
+
+export function exportRow(r: RequestRow): ExportRow {
+  return {
+    time: r.at,
+    request_id: r.requestId,
+    token_id: r.tokenId,
+    chain: r.chain,
+    method: r.method,
+    status: r.status,
+    outcome: isErrorUsage(r) ? 'error' : 'success',
+    rpc_error_code: r.rpcErrorCode,
+    error_message: r.errorMessage,
+    total_ms: r.totalMs,
+    upstream_ms: r.upstreamMs,
+    client_ip: r.clientIp,
+    upstream: r.upstream,
+  };
+}

@@ -1,0 +1,149 @@
+import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
+import { z } from 'zod';
+import { DomainError, fail } from '../../domain/errors.js';
+import type { Plan } from '../../domain/plans.js';
+import type { UsageScope } from '../../projections/metricsQueries.js';
+import { retentionCutoff } from '../../projections/retention.js';
+import { ceilTo, DAY_MS, floorTo, nextBucket, seriesGranularity } from '../../projections/usageBuckets.js';
+import type { ApiDeps } from './deps.js';
+import { owner } from './owner.js';
+import { TokenParams } from './schemas.js';
+
+/** ISO 8601 UTC per the spec; an offset is accepted and converted, a bare date means its midnight UTC. */
+const Timestamp = z.union([z.iso.datetime({ offset: true }), z.iso.date()], { error: 'must be an ISO 8601 timestamp, e.g. 2024-05-01T00:00:00Z' });
+
+/** `?start&end&chain&method`, each optional (the metrics call, the token analytics and the exports). */
+export const PeriodQuery = z.strictObject({
+  start: Timestamp.optional(),
+  end: Timestamp.optional(),
+  chain: z.string().max(64).optional(),
+  method: z.string().min(1).max(200).optional(),
+});
+
+const toMs = (ts: string): number => Date.parse(ts.length === 10 ? `${ts}T00:00:00Z` : ts);
+const iso = (ms: number): string => new Date(ms).toISOString();
+
+export interface ResolvedPeriod {
+  scope: UsageScope;
+  /** What the figures cover: minute-aligned, start clamped to the plan's retention. */
+  period: { start: string; end: string };
+  chain: string | null;
+  granularity: UsageScope['granularity'];
+  retention: { retentionDays: number; clamped: boolean; earliest: string };
+}
+
+/**
+ * Reads `start`, `end` and `chain`: no `start` is the plan's whole retention window, no `end`
+ * is now; a `start` older than the retention is clamped (and said so). Figures count whole
+ * minutes, or whole hours when the series is per day (over 14 days): `start` is rounded down
+ * and `end` up, and `period` says exactly what is covered. Whole hours keep a 30-day query to
+ * about 75 documents per (token, chain, method) instead of about 200.
+ */
+export function resolvePeriod(query: unknown, context: { accountId: string; plan: Plan; now: Date; chainIds: readonly string[] }): ResolvedPeriod {
+  const q = PeriodQuery.parse(query ?? {});
+  const now = context.now.getTime();
+  const end = q.end === undefined ? now : toMs(q.end);
+  const requestedStart = q.start === undefined ? null : toMs(q.start);
+  if (end > now + DAY_MS) fail('validation_failed', 'end: must not be more than a day in the future.');
+  if (requestedStart !== null && end <= requestedStart) fail('validation_failed', 'end: must be after start.');
+  if (q.chain !== undefined && !context.chainIds.includes(q.chain)) {
+    fail('validation_failed', `chain: unknown chain "${q.chain}"; known chains: ${context.chainIds.join(', ')}.`);
+  }
+  const earliest = retentionCutoff(context.now, context.plan.retention_days);
+  const clamped = requestedStart !== null && requestedStart < earliest;
+  const start = Math.max(requestedStart ?? earliest, earliest);
+  const granularity = seriesGranularity(ceilTo(end, 'minute') - floorTo(start, 'minute'));
+  const unit = granularity === 'day' ? 'hour' : 'minute';
+  const endAligned = ceilTo(end, unit);
+  // Rounding the retention cutoff down would show data from before it: round it up instead.
+  const startAligned = Math.min(start === earliest ? ceilTo(start, unit) : floorTo(start, unit), endAligned);
+  const chain = q.chain ?? null;
+  return {
+    scope: { accountId: context.accountId, start: startAligned, end: endAligned, granularity, chain, method: q.method ?? null },
+    period: { start: iso(startAligned), end: iso(endAligned) },
+    chain,
+    granularity,
+    retention: { retentionDays: context.plan.retention_days, clamped, earliest: iso(earliest) },
+  };
+}
+
+/** The monthly quota as the metrics show it (UTC calendar month). */
+export function monthlyLimits(monthlyLimit: number | null, used: number, now: Date) {
+  return {
+    monthlyLimit,
+    used,
+    remaining: monthlyLimit === null ? null : Math.max(0, monthlyLimit - used),
+    resetsAt: iso(nextBucket(floorTo(now.getTime(), 'month'), 'month')),
+  };
+}
+
+/** The caller's account and plan, and the period the request's query asks for (metrics and exports). */
+export async function periodFor(request: FastifyRequest, deps: ApiDeps, accountId: string) {
+  const account = await deps.queries.account(accountId);
+  if (!account) throw new DomainError('not_found', 'No such account.');
+  const plan = deps.plans[account.plan];
+  return { account, plan, resolved: resolvePeriod(request.query, { accountId, plan, now: deps.now(), chainIds: deps.chainIds }) };
+}
+
+/** The metrics API (DESIGN §4): an account's usage, performance and errors, and one token's analytics. */
+export const metricsRoutes: FastifyPluginAsync<ApiDeps> = async (app, deps) => {
+  // The spec has this call carry an API token; an access token or the dashboard's session work too.
+  app.get('/api/v1/metrics/user', async (request) => {
+    const { accountId } = await owner(request, deps, ['api_token', 'access_token', 'session']);
+    const { plan, resolved } = await periodFor(request, deps, accountId);
+    const { scope } = resolved;
+    const [report, errors, recentErrors, used] = await Promise.all([
+      deps.usage.usage(scope),
+      deps.usage.errorGroups(scope),
+      deps.usage.recentErrors(scope),
+      deps.queries.accountMonthUsage(accountId),
+    ]);
+    return {
+      period: resolved.period,
+      chain: resolved.chain,
+      granularity: resolved.granularity,
+      totals: report.totals,
+      byChain: report.byChain,
+      byMethod: report.byMethod,
+      byToken: report.byToken,
+      series: report.series,
+      errors,
+      recentErrors,
+      limits: monthlyLimits(plan.monthly_requests, used, deps.now()),
+      retention: resolved.retention,
+    };
+  });
+
+  app.get('/api/v1/metrics/tokens/:id', async (request) => {
+    const { accountId } = await owner(request, deps, ['access_token', 'session']);
+    const { id } = TokenParams.parse(request.params);
+    const { plan, resolved } = await periodFor(request, deps, accountId);
+    const token = await deps.queries.token(accountId, id);
+    if (!token) throw new DomainError('not_found', 'No such token.');
+    const scope = { ...resolved.scope, tokenId: id };
+    const ownLimit = plan.custom_limits && token.monthly_limit !== null;
+    const [report, recentErrors, clientIps, accountUsed] = await Promise.all([
+      deps.usage.usage(scope),
+      deps.usage.recentErrors(scope),
+      deps.usage.clientIps(scope),
+      ownLimit ? Promise.resolve(0) : deps.queries.accountMonthUsage(accountId),
+    ]);
+    return {
+      token: { id: token.id, name: token.name, masked: token.masked, status: token.status },
+      period: resolved.period,
+      chain: resolved.chain,
+      granularity: resolved.granularity,
+      totals: report.totals,
+      byChain: report.byChain,
+      byMethod: report.byMethod,
+      series: report.series,
+      recentErrors,
+      clientIps,
+      // A token without its own limit draws on the account's (spec: Authentication 6).
+      limits: ownLimit
+        ? { ...monthlyLimits(token.monthly_limit, token.current_month_usage, deps.now()), appliesTo: 'token' }
+        : { ...monthlyLimits(plan.monthly_requests, accountUsed, deps.now()), appliesTo: 'account', tokenUsed: token.current_month_usage },
+      retention: resolved.retention,
+    };
+  });
+};

@@ -1,0 +1,327 @@
+import type { Doc, ReadModelStore } from '../infra/readmodels/port.js';
+import { bucketName, bucketStart, coverRange, floorTo, type SeriesGranularity, seriesBuckets } from './usageBuckets.js';
+import { HISTOGRAM_FIELDS, quantile } from './usageHistogram.js';
+import {
+  decodeRequestRow,
+  granularityPrefix,
+  parseRollupKey,
+  type RequestRow,
+  type RollupKey,
+  type RequestRowFields,
+  USAGE_METRICS,
+} from './usageMetrics.js';
+
+/** What a metrics query covers: the minute-aligned range [start, end) (epoch ms), optionally one chain, optionally one token. */
+export interface UsageScope {
+  accountId: string;
+  start: number;
+  end: number;
+  granularity: SeriesGranularity;
+  chain: string | null;
+  tokenId?: string | null;
+  /** One JSON-RPC method or normalised REST path (the dashboard's method filter). */
+  method?: string | null;
+}
+
+/** Counts that add up across documents. */
+interface Tally {
+  requests: number;
+  errors: number;
+  totalUs: number;
+  upstreamUs: number;
+  upstreamCalls: number;
+  histogram: number[];
+}
+
+const emptyTally = (): Tally => ({ requests: 0, errors: 0, totalUs: 0, upstreamUs: 0, upstreamCalls: 0, histogram: HISTOGRAM_FIELDS.map(() => 0) });
+const num = (v: unknown): number => (typeof v === 'number' ? v : 0);
+const HISTOGRAM_INDEX = new Map(HISTOGRAM_FIELDS.map((field, i) => [field, i]));
+
+/** Adds a roll-up document (only the fields it has: most hold one or two histogram buckets). */
+function addDoc(t: Tally, doc: Doc): void {
+  for (const field in doc) {
+    const v = doc[field];
+    if (typeof v !== 'number') continue;
+    switch (field) {
+      case 'requests': t.requests += v; break;
+      case 'errors': t.errors += v; break;
+      case 'totalUs': t.totalUs += v; break;
+      case 'upstreamUs': t.upstreamUs += v; break;
+      case 'upstreamCalls': t.upstreamCalls += v; break;
+      default: {
+        const i = HISTOGRAM_INDEX.get(field);
+        if (i !== undefined) t.histogram[i] = (t.histogram[i] as number) + v;
+      }
+    }
+  }
+}
+
+function addTally(into: Tally, t: Tally): void {
+  into.requests += t.requests;
+  into.errors += t.errors;
+  into.totalUs += t.totalUs;
+  into.upstreamUs += t.upstreamUs;
+  into.upstreamCalls += t.upstreamCalls;
+  for (let i = 0; i < t.histogram.length; i++) into.histogram[i] = (into.histogram[i] as number) + (t.histogram[i] as number);
+}
+
+/** What a series point needs. */
+interface SeriesTally {
+  requests: number;
+  errors: number;
+  totalUs: number;
+}
+
+const round = (v: number, places: number): number => Math.round(v * 10 ** places) / 10 ** places;
+const percent = (part: number, whole: number): number | null => (whole === 0 ? null : round((100 * part) / whole, 4));
+const ms = (v: number | null): number | null => (v === null ? null : round(v, 2));
+
+/** Figures of a set of calls as the API shows them; rates are percentages, times ms; null when there were no calls. */
+export interface UsageFigures {
+  requests: number;
+  success: number;
+  errors: number;
+  successRate: number | null;
+  errorRate: number | null;
+  avgResponseMs: number | null;
+  p50ResponseMs: number | null;
+  p95ResponseMs: number | null;
+  p99ResponseMs: number | null;
+  avgNodeLatencyMs: number | null;
+}
+
+function figures(t: Tally): UsageFigures {
+  return {
+    requests: t.requests,
+    success: t.requests - t.errors,
+    errors: t.errors,
+    successRate: percent(t.requests - t.errors, t.requests),
+    errorRate: percent(t.errors, t.requests),
+    avgResponseMs: t.requests === 0 ? null : ms(t.totalUs / 1000 / t.requests),
+    p50ResponseMs: ms(quantile(t.histogram, 0.5)),
+    p95ResponseMs: ms(quantile(t.histogram, 0.95)),
+    p99ResponseMs: ms(quantile(t.histogram, 0.99)),
+    avgNodeLatencyMs: t.upstreamCalls === 0 ? null : ms(t.upstreamUs / 1000 / t.upstreamCalls),
+  };
+}
+
+export interface SeriesPoint {
+  /** Start of the bucket, ISO 8601 UTC. */
+  t: string;
+  requests: number;
+  errors: number;
+  avgResponseMs: number | null;
+}
+
+export interface UsageReport {
+  totals: UsageFigures;
+  byChain: Array<{ chain: string } & UsageFigures>;
+  byMethod: Array<{ chain: string; method: string } & UsageFigures>;
+  byToken: Array<{ tokenId: string } & UsageFigures>;
+  series: SeriesPoint[];
+}
+
+export interface ErrorGroup {
+  code: number;
+  message: string;
+  chain: string;
+  method: string;
+  count: number;
+  lastSeen: string;
+}
+
+export interface RecentError {
+  at: string;
+  requestId: string;
+  tokenId: string;
+  chain: string;
+  method: string;
+  status: number;
+  code: number;
+  message: string;
+}
+
+export interface ClientIp {
+  ip: string;
+  count: number;
+  lastSeen: string;
+}
+
+const BY_METHOD_MAX = 100;
+const ERROR_GROUPS_MAX = 50;
+const CLIENT_IPS_MAX = 100;
+/** Rows per read when streaming an export: bounds memory whatever the export's size. */
+export const EXPORT_PAGE = 1000;
+
+function entry<K, V>(map: Map<K, V>, key: K, create: () => V): V {
+  const found = map.get(key);
+  if (found !== undefined) return found;
+  const made = create();
+  map.set(key, made);
+  return made;
+}
+
+const byRequestsDesc = <T extends { requests: number }>(a: T, b: T): number => b.requests - a.requests;
+
+/** Metrics over the usage read models: every query is a handful of key-range scans. */
+export class UsageQueries {
+  constructor(private readonly rm: ReadModelStore) {}
+
+  /** Range scans over the spans that cover the scope exactly (see coverRange). */
+  private async scanSpans(collection: string, scope: UsageScope): Promise<Array<{ key: string; doc: Doc }>> {
+    const spans = coverRange(scope.start, scope.end, scope.granularity);
+    const parts = await Promise.all(
+      spans.map((s) => {
+        const prefix = granularityPrefix(scope.accountId, s.granularity);
+        return this.rm.range(collection, { gte: prefix + bucketName(s.from, s.granularity), lt: prefix + bucketName(s.to, s.granularity) });
+      }),
+    );
+    return parts.flat();
+  }
+
+  /** Totals, breakdowns by chain, (chain, method) and token, and the series at the scope's granularity. */
+  async usage(scope: UsageScope): Promise<UsageReport> {
+    const docs = await this.scanSpans(USAGE_METRICS.rollups, scope);
+    // Documents are tallied per (token, chain, method) and per series bucket only; the totals and
+    // the breakdowns are sums of those few tallies. Key parts are cut with indexOf and cached: a
+    // 30-day query reads thousands of documents over a handful of combinations and buckets.
+    const combos = new Map<string, { key: RollupKey; tally: Tally } | null>();
+    const buckets = new Map<string, SeriesTally>();
+    const series = new Map<number, SeriesTally>();
+    for (const { key, doc } of docs) {
+      const afterGranularity = key.indexOf('/', key.indexOf('/') + 1);
+      const afterBucket = key.indexOf('/', afterGranularity + 1);
+      const comboId = key.slice(afterBucket + 1);
+      let combo = combos.get(comboId);
+      if (combo === undefined) {
+        const parsed = parseRollupKey(key);
+        const included = (!scope.chain || parsed.chain === scope.chain) && (!scope.tokenId || parsed.tokenId === scope.tokenId)
+          && (!scope.method || parsed.method === scope.method);
+        combo = included ? { key: parsed, tally: emptyTally() } : null;
+        combos.set(comboId, combo);
+      }
+      if (combo === null) continue;
+      addDoc(combo.tally, doc);
+      const bucket = key.slice(afterGranularity + 1, afterBucket);
+      let point = buckets.get(bucket);
+      if (point === undefined) {
+        point = entry(series, floorTo(bucketStart(bucket), scope.granularity), () => ({ requests: 0, errors: 0, totalUs: 0 }));
+        buckets.set(bucket, point);
+      }
+      point.requests += num(doc['requests']);
+      point.errors += num(doc['errors']);
+      point.totalUs += num(doc['totalUs']);
+    }
+    const totals = emptyTally();
+    const chains = new Map<string, Tally>();
+    const tokens = new Map<string, Tally>();
+    const methods = new Map<string, { chain: string; method: string; tally: Tally }>();
+    for (const combo of combos.values()) {
+      if (combo === null) continue;
+      const { chain, tokenId, method } = combo.key;
+      addTally(totals, combo.tally);
+      addTally(entry(chains, chain, emptyTally), combo.tally);
+      addTally(entry(tokens, tokenId, emptyTally), combo.tally);
+      addTally(entry(methods, `${chain}\0${method}`, () => ({ chain, method, tally: emptyTally() })).tally, combo.tally);
+    }
+    return {
+      totals: figures(totals),
+      byChain: [...chains].map(([chain, t]) => ({ chain, ...figures(t) })).sort(byRequestsDesc),
+      byMethod: [...methods.values()]
+        .map((m) => ({ chain: m.chain, method: m.method, ...figures(m.tally) }))
+        .sort(byRequestsDesc)
+        .slice(0, BY_METHOD_MAX),
+      byToken: [...tokens].map(([tokenId, t]) => ({ tokenId, ...figures(t) })).sort(byRequestsDesc),
+      series: seriesBuckets(scope.start, scope.end, scope.granularity).map((t) => {
+        const p = series.get(t);
+        return {
+          t: new Date(t).toISOString(),
+          requests: p?.requests ?? 0,
+          errors: p?.errors ?? 0,
+          avgResponseMs: p && p.requests > 0 ? ms(p.totalUs / 1000 / p.requests) : null,
+        };
+      }),
+    };
+  }
+
+  /** Errors grouped by (code, message, chain, method) with counts and the last time seen, most frequent first. */
+  async errorGroups(scope: UsageScope): Promise<ErrorGroup[]> {
+    const docs = await this.scanSpans(USAGE_METRICS.errorGroups, scope);
+    const groups = new Map<string, ErrorGroup>();
+    for (const { key, doc } of docs) {
+      // `<account>/<g>/<bucket>/<chain>/<code>/<hash>/<method>`
+      const [, , , chain = '', , hash = '', ...method] = key.split('/');
+      if (scope.chain && chain !== scope.chain) continue;
+      if (scope.method && method.join('/') !== scope.method) continue;
+      const id = `${chain}\0${hash}\0${doc['code']}\0${method.join('/')}`;
+      const lastSeen = String(doc['lastSeen'] ?? '');
+      const g = groups.get(id);
+      if (g) {
+        g.count += num(doc['count']);
+        if (lastSeen > g.lastSeen) g.lastSeen = lastSeen;
+      } else {
+        groups.set(id, { code: num(doc['code']), message: String(doc['message'] ?? ''), chain, method: method.join('/'), count: num(doc['count']), lastSeen });
+      }
+    }
+    return [...groups.values()].sort((a, b) => b.count - a.count || b.lastSeen.localeCompare(a.lastSeen)).slice(0, ERROR_GROUPS_MAX);
+  }
+
+  /** The latest failed calls in the scope, newest first. */
+  async recentErrors(scope: UsageScope, limit = 20): Promise<RecentError[]> {
+    const prefix = `${scope.accountId}/`;
+    const out: RecentError[] = [];
+    let lt = prefix + new Date(scope.end).toISOString();
+    const gte = prefix + new Date(scope.start).toISOString();
+    // Newest first, page by page, until enough match the chain filter.
+    for (;;) {
+      const page = await this.rm.range(USAGE_METRICS.recentErrors, { gte, lt, reverse: true, limit: 200 });
+      for (const { key, doc } of page) {
+        const [, at = '', ...requestId] = key.split('/');
+        if (scope.chain && doc['chain'] !== scope.chain) continue;
+        if (scope.tokenId && doc['tokenId'] !== scope.tokenId) continue;
+        if (scope.method && doc['method'] !== scope.method) continue;
+        out.push({
+          at, requestId: requestId.join('/'), tokenId: String(doc['tokenId']), chain: String(doc['chain']), method: String(doc['method']),
+          status: num(doc['status']), code: num(doc['code']), message: String(doc['message'] ?? ''),
+        });
+        if (out.length >= limit) return out;
+      }
+      const last = page[page.length - 1];
+      if (page.length < 200 || !last) return out;
+      lt = last.key;
+    }
+  }
+
+  /** A token's client IPs over the days the scope touches, busiest first. */
+  async clientIps(scope: UsageScope & { tokenId: string }): Promise<ClientIp[]> {
+    const prefix = `${scope.accountId}/${scope.tokenId}/`;
+    const docs = await this.rm.range(USAGE_METRICS.clientIps, { gte: prefix + bucketName(scope.start, 'day'), lt: `${prefix}${bucketName(scope.end - 1, 'day')}\uffff` });
+    const ips = new Map<string, ClientIp>();
+    for (const { key, doc } of docs) {
+      const ip = key.slice(prefix.length + 11);
+      const lastSeen = String(doc['lastSeen'] ?? '');
+      const seen = ips.get(ip);
+      if (seen) {
+        seen.count += num(doc['count']);
+        if (lastSeen > seen.lastSeen) seen.lastSeen = lastSeen;
+      } else ips.set(ip, { ip, count: num(doc['count']), lastSeen });
+    }
+    return [...ips.values()].sort((a, b) => b.count - a.count || a.ip.localeCompare(b.ip)).slice(0, CLIENT_IPS_MAX);
+  }
+
+  /** The raw rows of the scope in time order, a page at a time (an export never holds more than one page). */
+  async *requestRows(scope: UsageScope): AsyncGenerator<RequestRow[]> {
+    const prefix = `${scope.accountId}/`;
+    let gte = prefix + new Date(scope.start).toISOString();
+    const lt = prefix + new Date(scope.end).toISOString();
+    for (;;) {
+      const page = await this.rm.range<{ r: RequestRowFields }>(USAGE_METRICS.requests, { gte, lt, limit: EXPORT_PAGE });
+      const rows = page.map(({ key, doc }) => decodeRequestRow(key, doc)).filter((row) => !scope.chain || row.chain === scope.chain);
+      if (rows.length > 0) yield rows;
+      const last = page[page.length - 1];
+      if (page.length < EXPORT_PAGE || !last) return;
+      // Just past the last key: keys never contain \0.
+      gte = `${last.key}\0`;
+    }
+  }
+}
