@@ -1,8 +1,7 @@
 import type { Decider } from '../domain/decider.js';
 import { DomainError } from '../domain/errors.js';
-import type { DomainEvent } from '../domain/events.js';
-import { type EventStore, type Position, WrongExpectedRevisionError } from '../infra/eventstore/port.js';
-import { decodeEvent, encodeEvent } from './eventCodec.js';
+import { type EventStore, type Position, type StoredEvent, WrongExpectedRevisionError } from '../infra/eventstore/port.js';
+import { decodeEvent, encodeEvent, type VersionedEvent } from './eventCodec.js';
 
 export interface Loaded<S> {
   state: S;
@@ -21,23 +20,27 @@ const MAX_ATTEMPTS = 25;
 
 /**
  * Loads aggregates from their streams and runs commands with optimistic concurrency: read,
- * fold, decide, append at the revision that was read; on a conflict, do it all again.
+ * fold, decide, append at the revision that was read; on a conflict, do it all again. `decode`
+ * reads the stored events of the aggregates it serves (the domain's by default, or the alerts').
  */
 export class AggregateStore {
-  constructor(private readonly store: EventStore) {}
+  constructor(
+    private readonly store: EventStore,
+    private readonly decode: (stored: StoredEvent) => VersionedEvent | null = decodeEvent,
+  ) {}
 
-  async load<S, C, E extends DomainEvent>(streamId: string, decider: Decider<S, C, E>): Promise<Loaded<S>> {
+  async load<S, C, E extends VersionedEvent>(streamId: string, decider: Decider<S, C, E>): Promise<Loaded<S>> {
     const stored = await this.store.readStream(streamId);
     let state = decider.initialState();
     for (const s of stored) {
-      const event = decodeEvent(s);
+      const event = this.decode(s);
       if (event) state = decider.evolve(state, event as E);
     }
     return { state, revision: stored.length === 0 ? -1 : (stored[stored.length - 1] as { revision: number }).revision };
   }
 
   /** `decideFn` sees the current state and returns the events (it may throw a DomainError). */
-  async execute<S, C, E extends DomainEvent>(
+  async execute<S, C, E extends VersionedEvent>(
     streamId: string,
     decider: Decider<S, C, E>,
     decideFn: (state: S) => E[],
@@ -58,17 +61,17 @@ export class AggregateStore {
   }
 
   /** Each event with its time and the aggregate's state after it, for audit. */
-  async history<S, C, E extends DomainEvent>(
+  async history<S, C, E extends VersionedEvent>(
     streamId: string,
     decider: Decider<S, C, E>,
   ): Promise<Array<{ revision: number; position: Position; type: string; at: string; recordedAt: string; state: S }>> {
     let state = decider.initialState();
     const out = [];
     for (const stored of await this.store.readStream(streamId)) {
-      const event = decodeEvent(stored);
+      const event = this.decode(stored);
       if (!event) continue;
       state = decider.evolve(state, event as E);
-      out.push({ revision: stored.revision, position: stored.position, type: event.type, at: event.data.at, recordedAt: stored.created, state });
+      out.push({ revision: stored.revision, position: stored.position, type: event.type, at: String(event.data['at'] ?? stored.created), recordedAt: stored.created, state });
     }
     return out;
   }
@@ -81,7 +84,7 @@ export class AggregateStore {
   }
 
   /** Runs one command through the decider (the common case of `execute`). */
-  run<S, C, E extends DomainEvent>(streamId: string, decider: Decider<S, C, E>, command: C): Promise<Executed<S, E>> {
+  run<S, C, E extends VersionedEvent>(streamId: string, decider: Decider<S, C, E>, command: C): Promise<Executed<S, E>> {
     return this.execute(streamId, decider, (state) => decider.decide(command, state));
   }
 }

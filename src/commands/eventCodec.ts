@@ -2,8 +2,15 @@ import { randomUUID } from 'node:crypto';
 import { DomainEvent } from '../domain/events.js';
 import type { NewEvent, StoredEvent } from '../infra/eventstore/port.js';
 
-/** A domain event as stored: type name as the event type, schema version in the metadata. */
-export const encodeEvent = (event: DomainEvent, id: string = randomUUID()): NewEvent => ({
+/** What every event of ours looks like before it is stored: a type name, a schema version, its data. */
+export interface VersionedEvent {
+  type: string;
+  version: number;
+  data: Record<string, unknown>;
+}
+
+/** An event as stored: type name as the event type, schema version in the metadata. */
+export const encodeEvent = (event: VersionedEvent, id: string = randomUUID()): NewEvent => ({
   id,
   type: event.type,
   data: event.data,

@@ -16,7 +16,9 @@ export type ErrorCode =
   | 'invalid_transition'
   | 'email_taken'
   | 'invalid_credentials'
-  | 'concurrency_conflict';
+  | 'concurrency_conflict'
+  /** An alert rule that cannot apply to this account (e.g. a percentage of a limit it does not have). */
+  | 'alert_not_applicable';
 
 export class DomainError extends Error {
   constructor(

@@ -18,6 +18,7 @@ export const STATUS_OF: Record<ErrorCode, number> = {
   invalid_transition: 409,
   concurrency_conflict: 409,
   limit_above_account: 422,
+  alert_not_applicable: 422,
 };
 
 const TITLES: Record<number, string> = {

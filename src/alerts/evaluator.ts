@@ -1,0 +1,154 @@
+import { z } from 'zod';
+import type { AlertCommands } from '../commands/alertCommands.js';
+import { evaluationStep } from '../domain/alert.js';
+import { AlertRule } from '../domain/alertEvents.js';
+import type { Plan, PlanCatalog } from '../domain/plans.js';
+import type { Position } from '../infra/eventstore/port.js';
+import type { AlertQueries } from '../projections/alertsQueries.js';
+import type { Queries } from '../projections/queries.js';
+import type { AlertMetrics } from './alertMetrics.js';
+import { effectiveTokenLimits, type Figures, measure } from './measure.js';
+
+/** What the evaluator reads of an alert document; anything else in the read model is skipped, not trusted. */
+const EvaluatedAlert = z.object({
+  id: z.string().min(1),
+  accountId: z.string().min(1),
+  enabled: z.boolean(),
+  state: z.enum(['ok', 'firing', 'resolved']),
+  resolvedAt: z.string().nullable(),
+  lastNotifiedAt: z.string().nullable(),
+  rule: AlertRule,
+});
+type EvaluatedAlert = z.infer<typeof EvaluatedAlert>;
+
+export interface EvaluationReport {
+  evaluated: number;
+  /** Unreadable alert documents. */
+  skipped: number;
+  /** Alerts whose evaluation threw (reported to onError; the others went on). */
+  failed: number;
+  /** Events appended, e.g. `AlertFired`, by alert. */
+  transitions: Array<{ alertId: string; event: string }>;
+}
+
+export interface AlertEvaluatorDeps {
+  alerts: AlertQueries;
+  queries: Queries;
+  plans: PlanCatalog;
+  metrics: AlertMetrics;
+  commands: AlertCommands;
+  now: () => Date;
+  /** Resolves once the read models include `position`: a pass ends with its transitions queued for the notifier. */
+  waitFor?: (position: Position | null) => Promise<void>;
+  onError?: (error: unknown, alertId: string | null) => void;
+}
+
+/**
+ * Looks at every enabled alert, measures its rule on the read models and records what changes
+ * (fired, re-notified, resolved, back to ok) on the alert's stream. It only appends events: the
+ * notifier delivers them, so a slow endpoint never holds up an evaluation. One bad alert or one
+ * bad figure is reported and skipped; the pass goes on.
+ */
+export class AlertEvaluator {
+  constructor(private readonly deps: AlertEvaluatorDeps) {}
+
+  private report(error: unknown, alertId: string | null): void {
+    try {
+      this.deps.onError?.(error, alertId);
+    } catch {
+      // a failing error reporter must not stop the pass either
+    }
+  }
+
+  async runOnce(): Promise<EvaluationReport> {
+    const report: EvaluationReport = { evaluated: 0, skipped: 0, failed: 0, transitions: [] };
+    const now = this.deps.now();
+    const at = now.toISOString();
+    let rows: Array<{ key: string; doc: Record<string, unknown> }>;
+    try {
+      rows = await this.deps.alerts.allAlertDocs();
+    } catch (e) {
+      this.report(e, null);
+      return report;
+    }
+    const observations: Parameters<AlertQueries['recordObservations']>[0] = [];
+    let last: Position | null = null;
+    for (const row of rows) {
+      const parsed = EvaluatedAlert.safeParse(row.doc);
+      if (!parsed.success) {
+        report.skipped++;
+        this.report(new Error(`alert ${row.key}: unreadable document (${parsed.error.issues[0]?.message ?? 'invalid'})`), row.key);
+        continue;
+      }
+      const alert = parsed.data;
+      if (!alert.enabled) continue;
+      try {
+        const m = measure(alert.rule, await this.figures(alert, now));
+        observations.push({ alertId: alert.id, value: m.value, breached: m.breached, at });
+        // Ask the read model first: an alert with nothing to change costs no stream read.
+        if (evaluationStep(alert, m.breached, at) !== null) {
+          const { events, position } = await this.deps.commands.evaluate(alert.id, m);
+          for (const e of events) report.transitions.push({ alertId: alert.id, event: e.type });
+          if (position !== null && (last === null || position > last)) last = position;
+        }
+        report.evaluated++;
+      } catch (e) {
+        report.failed++;
+        this.report(e, alert.id);
+      }
+    }
+    try {
+      await this.deps.alerts.recordObservations(observations);
+      await this.deps.waitFor?.(last);
+    } catch (e) {
+      this.report(e, null);
+    }
+    return report;
+  }
+
+  private async figures(alert: EvaluatedAlert, now: Date): Promise<Figures> {
+    const { rule, accountId } = alert;
+    const { queries, metrics } = this.deps;
+    const account = await queries.account(accountId);
+    const plan: Plan | undefined = account ? this.deps.plans[account.plan] : undefined;
+    if (!plan) return { unavailable: `The account ${accountId} is not readable.` };
+    const token = rule.tokenId === null ? null : await queries.tokenDoc(rule.tokenId);
+    if (rule.tokenId !== null && (!token || token.accountId !== accountId)) return { unavailable: `The token ${rule.tokenId} no longer exists.` };
+    const to = now;
+    const from = new Date(now.getTime() - (rule.windowMinutes ?? 0) * 60_000);
+    const window = () => metrics.windowStats(accountId, rule.tokenId, from, to);
+
+    switch (rule.type) {
+      case 'usage_threshold':
+        return { monthUsed: await metrics.monthUsage({ accountId }, now), monthlyLimit: plan.monthly_requests };
+      case 'error_rate':
+      case 'response_time':
+        return { window: await window() };
+      case 'rate_limiting': {
+        if (rule.condition !== 'approaching') return { window: await window() };
+        const watched = token ? [token] : (await queries.tokens(accountId)).filter((t) => t.status === 'active').map((t) => ({ id: t.id, monthlyLimit: t.monthly_limit, rateLimit: t.rate_limit }));
+        let peakRpsPercent: number | null = null;
+        for (const t of watched) {
+          const stats = await metrics.windowStats(accountId, t.id, from, to);
+          if (stats.requests === 0) continue;
+          const share = (stats.peakRps / effectiveTokenLimits(plan, t).rps) * 100;
+          peakRpsPercent = Math.max(peakRpsPercent ?? 0, share);
+        }
+        return { peakRpsPercent };
+      }
+      case 'token_usage': {
+        if (!token) return { unavailable: 'token_usage needs a token.' };
+        if (rule.condition === 'percent_of_limit') {
+          const limits = effectiveTokenLimits(plan, token);
+          return { monthUsed: await metrics.monthUsage({ tokenId: token.id }, now), monthlyLimit: limits.monthly };
+        }
+        if (rule.condition === 'unusual_traffic' && rule.windowMinutes !== null && rule.baselineHours !== null) {
+          const baselineStart = new Date(from.getTime() - rule.baselineHours * 3_600_000);
+          const baseline = await metrics.windowStats(accountId, token.id, baselineStart, from);
+          return { window: await window(), baselinePerWindow: baseline.requests / ((rule.baselineHours * 60) / rule.windowMinutes) };
+        }
+        return { window: await window() };
+      }
+    }
+  }
+}

@@ -1,0 +1,144 @@
+import type { AlertCommands } from '../commands/alertCommands.js';
+import type { LiveAlert } from '../domain/alert.js';
+import type { AlertChannel } from '../domain/alertEvents.js';
+import type { PlanCatalog } from '../domain/plans.js';
+import type { Position } from '../infra/eventstore/port.js';
+import type { AlertNotification, DeliveryResult, Senders } from '../infra/notify/port.js';
+import type { DeliveryDoc } from '../projections/alerts.js';
+import type { AlertQueries } from '../projections/alertsQueries.js';
+import type { Queries } from '../projections/queries.js';
+import { type RetryPolicy, retryDelayMs } from './backoff.js';
+
+export interface NotifierDeps {
+  alerts: AlertQueries;
+  queries: Queries;
+  plans: PlanCatalog;
+  commands: AlertCommands;
+  senders: Senders;
+  /** Resolves once the read models include `position` (so a recorded attempt is off the queue). */
+  waitFor(position: Position | null): Promise<void>;
+  retry: RetryPolicy;
+  now: () => Date;
+  random?: () => number;
+  onError?: (error: unknown) => void;
+}
+
+function sendVia(senders: Senders, channel: AlertChannel, n: AlertNotification): Promise<DeliveryResult> {
+  switch (channel.type) {
+    case 'email':
+      return senders.email.send(channel, n);
+    case 'webhook':
+      return senders.webhook.send(channel, n);
+    case 'chat':
+      return senders.chat.send(channel, n);
+    case 'incident':
+      return senders.incident.send(channel, n);
+    case 'sms':
+      return senders.sms.send(channel, n);
+  }
+}
+
+const skipped = (error: string): DeliveryResult => ({ outcome: 'skipped', error });
+
+/**
+ * Why a delivery still queued (being retried) is out of date, if it is: a late "fired" must
+ * never reach a receiver after its "resolved", nor a stale "resolved" after a new "fired".
+ */
+function supersededBy(alert: LiveAlert, d: DeliveryDoc): string | null {
+  if (d.kind === 'resolved') {
+    return alert.state === 'firing' && (alert.firedAt ?? '') > d.triggeredAt ? 'Superseded: the alert fired again since.' : null;
+  }
+  if (alert.status === 'deleted' || alert.state !== 'firing') return 'Superseded: the alert is no longer firing.';
+  return (alert.lastNotifiedAt ?? '') > d.triggeredAt ? 'Superseded by a later notification.' : null;
+}
+
+/**
+ * Delivers what the evaluator decided. Its queue is the `alert_deliveries` read model (one entry
+ * per notification and channel, written by the alerts projection from AlertFired, -Renotified
+ * and -Resolved), so nothing is lost across restarts. Each attempt is recorded on the alert's
+ * stream as NotificationAttempted (with the time of the next one when it will be retried);
+ * deliveries run concurrently, so one slow endpoint holds up no other.
+ */
+export class Notifier {
+  private readonly inFlight = new Map<string, Promise<void>>();
+
+  constructor(private readonly deps: NotifierDeps) {}
+
+  /** Starts every due delivery not already under way, without waiting for them. */
+  async dispatch(): Promise<Array<Promise<void>>> {
+    const due = await this.deps.alerts.dueDeliveries(this.deps.now().toISOString());
+    const started: Array<Promise<void>> = [];
+    for (const d of due) {
+      const key = `${d.notificationId}/${d.channelId}`;
+      if (this.inFlight.has(key)) continue;
+      const run = this.deliver(d)
+        .catch((e) => this.deps.onError?.(e))
+        .finally(() => this.inFlight.delete(key));
+      this.inFlight.set(key, run);
+      started.push(run);
+    }
+    return started;
+  }
+
+  /** One pass: starts the due deliveries and waits for them. Returns how many it started. */
+  async runOnce(): Promise<number> {
+    const started = await this.dispatch();
+    // Also those a background poll started: when this resolves, nothing due is under way.
+    await Promise.allSettled([...this.inFlight.values()]);
+    return started.length;
+  }
+
+  /** Waits (bounded) for deliveries under way; what is left is retried after a restart. */
+  async stop(timeoutMs = 2000): Promise<void> {
+    await Promise.race([Promise.allSettled([...this.inFlight.values()]), new Promise((r) => setTimeout(r, timeoutMs).unref())]);
+  }
+
+  private async deliver(d: DeliveryDoc): Promise<void> {
+    const attempt = d.attempts + 1;
+    const { alert } = await this.deps.commands.load(d.alertId);
+    if (alert.status === 'none') throw new Error(`delivery ${d.notificationId}/${d.channelId}: alert ${d.alertId} has no stream`);
+    const result = await this.attempt(alert, d);
+    const retry = result.outcome === 'failed' && result.retryable && attempt < this.deps.retry.maxAttempts;
+    const at = this.deps.now().getTime();
+    const position = await this.deps.commands.recordAttempt(d.alertId, {
+      notificationId: d.notificationId,
+      kind: d.kind,
+      channelId: d.channelId,
+      channel: d.channel,
+      attempt,
+      outcome: retry ? 'retrying' : result.outcome,
+      status: 'status' in result ? result.status : null,
+      error: 'error' in result ? result.error.slice(0, 500) : null,
+      nextAttemptAt: retry ? new Date(at + retryDelayMs(this.deps.retry, attempt, this.deps.random)).toISOString() : null,
+    });
+    await this.deps.waitFor(position);
+  }
+
+  private async attempt(alert: LiveAlert, d: DeliveryDoc): Promise<DeliveryResult> {
+    const superseded = supersededBy(alert, d);
+    if (superseded) return skipped(superseded);
+    const channel = alert.channels.find((c) => c.id === d.channelId);
+    if (!channel) return skipped('The channel was removed from the alert.');
+    if (!channel.active) return skipped('The endpoint was switched off after it answered 410 Gone.');
+    const account = await this.deps.queries.account(d.accountId);
+    const plan = account ? this.deps.plans[account.plan] : undefined;
+    if (!plan?.channels.includes(channel.type)) return skipped(`The ${plan?.name ?? 'account'} plan does not include the ${channel.type} channel.`);
+    const notification: AlertNotification = {
+      id: d.notificationId,
+      kind: d.kind,
+      at: d.triggeredAt,
+      accountId: d.accountId,
+      alert: {
+        id: alert.alertId, name: alert.name, type: alert.rule.type, condition: alert.rule.condition,
+        threshold: d.threshold, windowMinutes: alert.rule.windowMinutes, tokenId: alert.rule.tokenId,
+      },
+      value: d.value,
+      summary: d.summary,
+    };
+    try {
+      return await sendVia(this.deps.senders, channel, notification);
+    } catch (e) {
+      return { outcome: 'failed', retryable: true, status: null, error: String((e as Error).message ?? e) };
+    }
+  }
+}

@@ -1,0 +1,49 @@
+import type { ReadModelStore } from '../infra/readmodels/port.js';
+import type { UsageQueries } from '../projections/metricsQueries.js';
+import { ceilTo, MINUTE_MS, seriesGranularity } from '../projections/usageBuckets.js';
+import { monthKey, monthOf, USAGE_TOTALS } from '../projections/usageTotals.js';
+import { type AlertMetrics, LIMIT_EXCEEDED_RPC_CODE, type UsageScope, type WindowStats } from './alertMetrics.js';
+
+/** Failed calls read to count limit refusals in one window; past it the count is a floor (and far above any sane threshold). */
+const REFUSALS_SCANNED_MAX = 10_000;
+
+/**
+ * AlertMetrics over the usage read models: window figures from the roll-ups (UsageQueries, the
+ * metrics API's own queries), limit refusals from the recent-errors log, month totals from
+ * `usage_totals` (what the gatekeeper and the account page count too).
+ */
+export class RollupAlertMetrics implements AlertMetrics {
+  constructor(
+    private readonly usage: UsageQueries,
+    private readonly readModels: ReadModelStore,
+  ) {}
+
+  async monthUsage(scope: UsageScope, at: Date): Promise<number> {
+    const [collection, id] = 'tokenId' in scope ? [USAGE_TOTALS.byToken, scope.tokenId] : [USAGE_TOTALS.byAccount, scope.accountId];
+    const doc = await this.readModels.get<{ requests?: unknown }>(collection, monthKey(id, monthOf(at.toISOString())));
+    return typeof doc?.requests === 'number' && Number.isFinite(doc.requests) ? doc.requests : 0;
+  }
+
+  /**
+   * The roll-ups are per minute: the window is the same number of whole minutes ending with the
+   * minute that holds `to` (so the calls of the last seconds count at once).
+   */
+  async windowStats(accountId: string, tokenId: string | null, from: Date, to: Date): Promise<WindowStats> {
+    const end = ceilTo(to.getTime() + 1, 'minute');
+    const start = end - Math.max(1, Math.round((to.getTime() - from.getTime()) / MINUTE_MS)) * MINUTE_MS;
+    const granularity = seriesGranularity(end - start);
+    const scope = { accountId, start, end, granularity, chain: null, tokenId };
+    const [report, failures] = await Promise.all([this.usage.usage(scope), this.usage.recentErrors(scope, REFUSALS_SCANNED_MAX)]);
+    const { totals } = report;
+    const bucketSeconds = (granularity === 'minute' ? MINUTE_MS : granularity === 'hour' ? 60 * MINUTE_MS : 1440 * MINUTE_MS) / 1000;
+    const busiest = report.series.reduce((max, p) => Math.max(max, p.requests), 0);
+    return {
+      requests: totals.requests,
+      errors: totals.errors,
+      avgMs: totals.avgResponseMs,
+      p95Ms: totals.p95ResponseMs,
+      rateLimited: failures.filter((f) => f.status === 429 || f.code === LIMIT_EXCEEDED_RPC_CODE).length,
+      peakRps: busiest / bucketSeconds,
+    };
+  }
+}
