@@ -1,0 +1,31 @@
+import { ErrorTable, RecentErrors } from '../components/errorTable.js';
+import { FiltersBar } from '../components/filters.js';
+import { Panel } from '../components/ui.js';
+import { fmtInt, fmtPct, rate } from '../format.js';
+import { RetentionNote, useUserMetrics } from '../metrics.js';
+
+export function ErrorsPage() {
+  const metrics = useUserMetrics();
+  const m = metrics.data;
+  return (
+    <>
+      <div class="page-head">
+        <h1>Errors</h1>
+        <FiltersBar seenChains={m?.byChain.flatMap((r) => (r.chain ? [r.chain] : []))} />
+      </div>
+      <RetentionNote metrics={m} />
+      <Panel title="Error analysis" polled={metrics}>
+        {m && (
+          <p class="chart-total">
+            <strong>{fmtInt(m.totals.errors)}</strong> errors in {fmtInt(m.totals.requests)} requests ({fmtPct(rate(m.totals.errors, m.totals.requests))}). HTTP errors
+            and JSON-RPC error answers both count.
+          </p>
+        )}
+        <ErrorTable rows={m?.errors ?? []} loaded={m !== null} />
+      </Panel>
+      <Panel title="Latest failed calls">
+        <RecentErrors rows={m?.recentErrors ?? []} loaded={m !== null} />
+      </Panel>
+    </>
+  );
+}

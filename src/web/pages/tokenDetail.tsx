@@ -1,0 +1,242 @@
+import { useEffect, useState } from 'preact/hooks';
+import { ApiError } from '../api.js';
+import { RecentErrors } from '../components/errorTable.js';
+import { FiltersBar } from '../components/filters.js';
+import { TokenActions } from '../components/tokenActions.js';
+import { Empty, Field, Panel, ProblemMessage, StatusBadge, TableWrap } from '../components/ui.js';
+import { fmtDateTime, fmtInt } from '../format.js';
+import { usePolled, useSession } from '../hooks.js';
+import { RetentionNote, useTokenMetrics } from '../metrics.js';
+import { hrefOf } from '../router.js';
+import type { ClientIpRow, TokenRecord } from '../types.js';
+import { Breakdown, MetricCards } from './overview.js';
+import { UsageCharts } from './usage.js';
+
+interface HistoryEvent {
+  revision: number;
+  type: string;
+  at: string;
+}
+
+export function TokenDetailPage({ id }: { id: string }) {
+  const { api } = useSession();
+  const record = usePolled((signal) => api.get<TokenRecord>(`/api/v1/tokens/${encodeURIComponent(id)}`, signal), [id]);
+  const metrics = useTokenMetrics(id);
+  const [changed, setChanged] = useState<TokenRecord | null>(null);
+  useEffect(() => setChanged(null), [record.data]);
+  const [actionError, setActionError] = useState<Error | null>(null);
+  const token = changed && changed.id === id ? changed : record.data;
+
+  if (!token) {
+    return (
+      <>
+        <p>
+          <a href={hrefOf('/tokens')}>← Tokens</a>
+        </p>
+        {record.error ? <ProblemMessage error={record.error} /> : <Empty>Loading…</Empty>}
+      </>
+    );
+  }
+  const m = metrics.data;
+  return (
+    <>
+      <p class="crumbs">
+        <a href={hrefOf('/tokens')}>← Tokens</a>
+      </p>
+      <div class="page-head">
+        <h1>
+          {token.name} <StatusBadge status={token.status} />
+        </h1>
+        {(token.status === 'active' || token.status === 'disabled') && <TokenActions token={token} onChanged={setChanged} onError={setActionError} />}
+      </div>
+      <ProblemMessage error={actionError} />
+      <div class="two-col">
+        <Panel title="Details" polled={record}>
+          <TokenFacts token={token} />
+        </Panel>
+        <Panel title="Edit">
+          {token.status === 'active' || token.status === 'disabled' ? (
+            <EditTokenForm key={token.id} token={token} onSaved={setChanged} />
+          ) : (
+            <p class="muted">A {token.status} token cannot change any more.</p>
+          )}
+        </Panel>
+      </div>
+      <div class="page-head">
+        <h2 class="section-title">Analytics</h2>
+        <FiltersBar seenChains={m?.byChain.flatMap((r) => (r.chain ? [r.chain] : []))} />
+      </div>
+      <RetentionNote metrics={m} />
+      <Panel title="Performance" polled={metrics}>
+        <MetricCards metrics={m} />
+      </Panel>
+      <Panel title="Usage over time">
+        <UsageCharts metrics={m} testId="token-chart" />
+      </Panel>
+      <div class="two-col">
+        <Panel title="By network">
+          <Breakdown rows={m?.byChain ?? []} by="chain" loaded={m !== null} />
+        </Panel>
+        <Panel title="Client IP addresses">
+          <ClientIps rows={m?.clientIps ?? []} loaded={m !== null} />
+        </Panel>
+      </div>
+      <Panel title="Recent errors">
+        <RecentErrors rows={m?.recentErrors ?? []} loaded={m !== null} />
+      </Panel>
+      <History id={id} />
+    </>
+  );
+}
+
+function TokenFacts({ token }: { token: TokenRecord }) {
+  return (
+    <dl class="plan-list">
+      <div>
+        <dt>Token</dt>
+        <dd class="mono">{token.masked}</dd>
+      </div>
+      <div>
+        <dt>Description</dt>
+        <dd>{token.description || '—'}</dd>
+      </div>
+      <div>
+        <dt>Created</dt>
+        <dd>{fmtDateTime(token.created_at)}</dd>
+      </div>
+      <div>
+        <dt>Last used</dt>
+        <dd>{token.last_used_at ? fmtDateTime(token.last_used_at) : 'Never'}</dd>
+      </div>
+      <div>
+        <dt>This month</dt>
+        <dd data-testid="detail-usage">
+          {fmtInt(token.current_month_usage)} requests{token.monthly_limit !== null ? ` of ${fmtInt(token.monthly_limit)}` : ''}
+        </dd>
+      </div>
+      {token.expires_at && (
+        <div>
+          <dt>Expires</dt>
+          <dd>{fmtDateTime(token.expires_at)}</dd>
+        </div>
+      )}
+      <div>
+        <dt>Rate limit</dt>
+        <dd>{token.rate_limit === null ? "The plan's" : `${fmtInt(token.rate_limit)} requests per second`}</dd>
+      </div>
+    </dl>
+  );
+}
+
+function EditTokenForm({ token, onSaved }: { token: TokenRecord; onSaved(t: TokenRecord): void }) {
+  const { api } = useSession();
+  const [name, setName] = useState(token.name);
+  const [description, setDescription] = useState(token.description);
+  const [touched, setTouched] = useState(false);
+  const [busy, setBusy] = useState(false);
+  const [refusal, setRefusal] = useState<Error | null>(null);
+  const [saved, setSaved] = useState(false);
+  const nameError = !touched ? null : !name.trim() ? 'A token needs a name.' : name.trim().length > 100 ? 'At most 100 characters.' : null;
+  const descriptionError = description.length > 500 ? 'At most 500 characters.' : null;
+
+  const submit = async (e: Event) => {
+    e.preventDefault();
+    setTouched(true);
+    setSaved(false);
+    if (!name.trim() || name.trim().length > 100 || descriptionError) return;
+    setBusy(true);
+    setRefusal(null);
+    try {
+      onSaved(await api.patch<TokenRecord>(`/api/v1/tokens/${encodeURIComponent(token.id)}`, { name: name.trim(), description: description.trim() }));
+      setSaved(true);
+    } catch (error) {
+      setRefusal(error instanceof ApiError ? error : new Error(String(error)));
+    } finally {
+      setBusy(false);
+    }
+  };
+
+  return (
+    <form onSubmit={submit} noValidate aria-label="Edit token">
+      <Field label="Name" error={nameError}>
+        {(c) => <input {...c} value={name} onInput={(e) => setName(e.currentTarget.value)} />}
+      </Field>
+      <Field label="Description" error={descriptionError}>
+        {(c) => <textarea {...c} rows={2} value={description} onInput={(e) => setDescription(e.currentTarget.value)} />}
+      </Field>
+      <ProblemMessage error={refusal} />
+      <div class="button-row">
+        <span class="muted" aria-live="polite">
+          {saved ? 'Saved.' : ''}
+        </span>
+        <button type="submit" class="button primary" disabled={busy}>
+          {busy ? 'Saving…' : 'Save'}
+        </button>
+      </div>
+    </form>
+  );
+}
+
+function ClientIps({ rows, loaded }: { rows: ClientIpRow[]; loaded: boolean }) {
+  if (!loaded) return <Empty>Loading…</Empty>;
+  if (rows.length === 0) return <Empty>No requests in this period.</Empty>;
+  return (
+    <TableWrap label="Client IP addresses">
+      <table data-testid="client-ips">
+        <thead>
+          <tr>
+            <th scope="col">IP address</th>
+            <th scope="col" class="num">
+              Requests
+            </th>
+            <th scope="col" class="num">
+              Last seen
+            </th>
+          </tr>
+        </thead>
+        <tbody>
+          {rows.map((r) => (
+            <tr key={r.ip}>
+              <td class="mono">{r.ip}</td>
+              <td class="num">{fmtInt(r.count)}</td>
+              <td class="num nowrap">{r.lastSeen ? fmtDateTime(r.lastSeen) : '—'}</td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+    </TableWrap>
+  );
+}
+
+const EVENT_NAMES: Record<string, string> = {
+  ApiTokenCreated: 'Created',
+  ApiTokenRenamed: 'Renamed',
+  ApiTokenDescriptionChanged: 'Description changed',
+  ApiTokenDisabled: 'Disabled',
+  ApiTokenEnabled: 'Enabled',
+  ApiTokenRevoked: 'Revoked',
+  ApiTokenExpired: 'Expired',
+  ApiTokenLimitsChanged: 'Limits changed',
+};
+
+/** The token's audit trail, from its event stream. */
+function History({ id }: { id: string }) {
+  const { api } = useSession();
+  const history = usePolled((signal) => api.get<{ events: HistoryEvent[] }>(`/api/v1/tokens/${encodeURIComponent(id)}/history`, signal), [id]);
+  const events = history.data?.events ?? [];
+  return (
+    <Panel title="History" polled={history}>
+      {events.length === 0 ? (
+        <Empty>{history.data ? 'No events.' : 'Loading…'}</Empty>
+      ) : (
+        <ul class="timeline">
+          {[...events].reverse().map((e) => (
+            <li key={e.revision}>
+              <span class="nowrap">{fmtDateTime(e.at)}</span> — {EVENT_NAMES[e.type] ?? e.type}
+            </li>
+          ))}
+        </ul>
+      )}
+    </Panel>
+  );
+}

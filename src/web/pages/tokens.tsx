@@ -1,0 +1,246 @@
+import { useEffect, useState } from 'preact/hooks';
+import { ApiError } from '../api.js';
+import { TokenActions } from '../components/tokenActions.js';
+import { Empty, Field, Panel, ProblemMessage, SecretOnce, StatusBadge } from '../components/ui.js';
+import { fmtDate, fmtDateTime, fmtInt } from '../format.js';
+import { usePolled, useSession } from '../hooks.js';
+import { hrefOf } from '../router.js';
+import type { Account, CreatedToken, TokenRecord } from '../types.js';
+
+const DAY = 86_400_000;
+const utcToday = (): number => Math.floor(Date.now() / DAY) * DAY;
+const daysUntil = (date: string): number => Math.round((Date.parse(`${date}T00:00:00Z`) - utcToday()) / DAY);
+const isoDate = (ms: number): string => new Date(ms).toISOString().slice(0, 10);
+
+/** Why a plan can't create another token, or null when it can. */
+export function tokenMaxMessage(account: Account, liveTokens: number): string | null {
+  const max = account.plan.max_tokens;
+  if (max === null || liveTokens < max) return null;
+  return `Your ${account.plan.name} plan allows ${max} token${max === 1 ? '' : 's'} and you have ${liveTokens}. Revoke one to create another, or move to a bigger plan.`;
+}
+
+export function TokensPage() {
+  const { api, account } = useSession();
+  const list = usePolled((signal) => api.get<{ tokens: TokenRecord[] }>('/api/v1/tokens', signal), []);
+  const [creating, setCreating] = useState(false);
+  const [created, setCreated] = useState<CreatedToken | null>(null);
+  const [actionError, setActionError] = useState<Error | null>(null);
+  // A change shows at once; the next load of the list supersedes it.
+  const [overrides, setOverrides] = useState<Record<string, TokenRecord>>({});
+  useEffect(() => setOverrides({}), [list.data]);
+
+  const tokens = (list.data?.tokens ?? []).map((t) => overrides[t.id] ?? t);
+  const live = tokens.filter((t) => t.status === 'active' || t.status === 'disabled').length;
+  const atMax = list.data ? tokenMaxMessage(account, live) : null;
+  const max = account.plan.max_tokens;
+
+  const onChanged = (t: TokenRecord) => setOverrides((o) => ({ ...o, [t.id]: t }));
+
+  return (
+    <>
+      <div class="page-head">
+        <h1>Tokens</h1>
+        <p class="muted" data-testid="token-count">
+          {live} of {max === null ? 'unlimited' : max} tokens on the {account.plan.name} plan
+        </p>
+      </div>
+      {created ? (
+        <Panel title="Token created">
+          <SecretOnce
+            title={`API token “${created.name}”`}
+            value={created.token}
+            onDone={() => {
+              setCreated(null);
+              list.refresh();
+            }}
+          >
+            <p class="muted">
+              Call a chain with it: <code class="wrap">POST {location.origin}/eth/{'<token>'}</code> or the header <code>Authorization: Bearer {'<token>'}</code>.
+            </p>
+          </SecretOnce>
+        </Panel>
+      ) : creating ? (
+        <Panel title="New token">
+          <CreateTokenForm
+            account={account}
+            atMax={atMax}
+            onCancel={() => setCreating(false)}
+            onCreated={(t) => {
+              setCreating(false);
+              setCreated(t);
+              list.refresh();
+            }}
+          />
+        </Panel>
+      ) : (
+        <div class="create-row">
+          <button type="button" class="button primary" onClick={() => setCreating(true)} disabled={atMax !== null} aria-describedby={atMax ? 'token-max' : undefined}>
+            Create token
+          </button>
+          {atMax && (
+            <p class="note" id="token-max" role="status">
+              {atMax}
+            </p>
+          )}
+        </div>
+      )}
+      <Panel title="Your tokens" polled={list}>
+        <ProblemMessage error={actionError} />
+        {list.data && tokens.length === 0 ? (
+          <Empty>No tokens yet. Create one to call a chain.</Empty>
+        ) : (
+          <TokenTable tokens={tokens} onChanged={onChanged} onError={setActionError} />
+        )}
+      </Panel>
+    </>
+  );
+}
+
+function TokenTable(props: { tokens: TokenRecord[]; onChanged(t: TokenRecord): void; onError(e: Error | null): void }) {
+  return (
+    <table class="stack" data-testid="token-table">
+      <thead>
+        <tr>
+          <th scope="col">Name</th>
+          <th scope="col">Token</th>
+          <th scope="col">Created</th>
+          <th scope="col">Last used</th>
+          <th scope="col" class="num">
+            This month
+          </th>
+          <th scope="col">Expires</th>
+          <th scope="col">Status</th>
+          <th scope="col">Actions</th>
+        </tr>
+      </thead>
+      <tbody>
+        {props.tokens.map((t) => (
+          <tr key={t.id} data-token-id={t.id} class={t.status === 'revoked' || t.status === 'expired' ? 'gone' : ''}>
+            <th scope="row" data-label="Name">
+              <span>
+                <a href={hrefOf(`/tokens/${t.id}`)}>{t.name}</a>
+                {t.description && <span class="sub">{t.description}</span>}
+              </span>
+            </th>
+            <td data-label="Token" class="mono nowrap">
+              {t.masked}
+            </td>
+            <td data-label="Created" class="nowrap">
+              {fmtDate(t.created_at)}
+            </td>
+            <td data-label="Last used" class="nowrap">
+              {t.last_used_at ? fmtDateTime(t.last_used_at) : 'Never'}
+            </td>
+            <td data-label="This month" class="num" data-testid="token-usage">
+              <span>
+                {fmtInt(t.current_month_usage)}
+                {t.monthly_limit !== null && <span class="sub">of {fmtInt(t.monthly_limit)}</span>}
+              </span>
+            </td>
+            <td data-label="Expires" class="nowrap">
+              {t.expires_at ? fmtDate(t.expires_at) : '—'}
+            </td>
+            <td data-label="Status">
+              <StatusBadge status={t.status} />
+            </td>
+            <td data-label="Actions">
+              <TokenActions token={t} onChanged={props.onChanged} onError={props.onError} />
+            </td>
+          </tr>
+        ))}
+      </tbody>
+    </table>
+  );
+}
+
+interface Draft {
+  name: string;
+  description: string;
+  monthlyLimit: string;
+  expiresOn: string;
+}
+
+function validate(d: Draft, account: Account): Partial<Record<keyof Draft, string>> {
+  const e: Partial<Record<keyof Draft, string>> = {};
+  if (!d.name.trim()) e.name = 'Give the token a name.';
+  else if (d.name.trim().length > 100) e.name = 'At most 100 characters.';
+  if (d.description.length > 500) e.description = 'At most 500 characters.';
+  if (d.monthlyLimit.trim()) {
+    const n = Number(d.monthlyLimit);
+    const total = account.plan.monthly_requests;
+    if (!Number.isInteger(n) || n < 1) e.monthlyLimit = 'A whole number of requests, 1 or more.';
+    else if (total !== null && n >= total) e.monthlyLimit = `Must be lower than the account's ${fmtInt(total)} requests a month.`;
+  }
+  if (d.expiresOn) {
+    const days = daysUntil(d.expiresOn);
+    if (!Number.isFinite(days)) e.expiresOn = 'Pick a date.';
+    else if (days < 1) e.expiresOn = 'Pick a date after today.';
+    else if (days > 3650) e.expiresOn = 'At most 10 years ahead.';
+  }
+  return e;
+}
+
+function CreateTokenForm(props: { account: Account; atMax: string | null; onCancel(): void; onCreated(t: CreatedToken): void }) {
+  const { api, refreshAccount } = useSession();
+  const plan = props.account.plan;
+  const [draft, setDraft] = useState<Draft>({ name: '', description: '', monthlyLimit: '', expiresOn: '' });
+  const [touched, setTouched] = useState(false);
+  const [busy, setBusy] = useState(false);
+  const [refusal, setRefusal] = useState<Error | null>(null);
+  const errors = touched ? validate(draft, props.account) : {};
+  const set = (k: keyof Draft) => (e: Event) => setDraft({ ...draft, [k]: (e.currentTarget as HTMLInputElement).value });
+  const planReason = `Needs the Developer plan or above; you are on ${plan.name}.`;
+  const days = draft.expiresOn ? daysUntil(draft.expiresOn) : null;
+
+  const submit = async (e: Event) => {
+    e.preventDefault();
+    setTouched(true);
+    if (Object.keys(validate(draft, props.account)).length > 0) return;
+    setBusy(true);
+    setRefusal(null);
+    try {
+      const body: Record<string, unknown> = { name: draft.name.trim() };
+      if (draft.description.trim()) body.description = draft.description.trim();
+      if (plan.custom_limits && draft.monthlyLimit.trim()) body.monthly_limit = Number(draft.monthlyLimit);
+      if (plan.expiration && days !== null) body.expires_in_days = days;
+      const created = await api.post<CreatedToken>('/api/v1/tokens', body);
+      await refreshAccount().catch(() => undefined);
+      props.onCreated(created);
+    } catch (error) {
+      setRefusal(error instanceof ApiError ? error : new Error(String(error)));
+    } finally {
+      setBusy(false);
+    }
+  };
+
+  return (
+    <form onSubmit={submit} noValidate class="form-grid" aria-label="New token">
+      <Field label="Name (required)" error={errors.name} hint="What the token is for, e.g. “backend production”.">
+        {(c) => <input {...c} value={draft.name} onInput={set('name')} maxLength={120} required />}
+      </Field>
+      <Field label="Description" error={errors.description}>
+        {(c) => <textarea {...c} value={draft.description} onInput={set('description')} rows={2} />}
+      </Field>
+      <Field label="Custom monthly limit" error={errors.monthlyLimit} hint={plan.custom_limits ? 'Requests per month for this token; empty uses the account limit.' : planReason}>
+        {(c) => <input {...c} type="number" inputMode="numeric" min={1} step={1} value={draft.monthlyLimit} onInput={set('monthlyLimit')} disabled={!plan.custom_limits} />}
+      </Field>
+      <Field
+        label="Expiration date"
+        error={errors.expiresOn}
+        hint={plan.expiration ? (days !== null && days > 0 ? `Expires in ${days} day${days === 1 ? '' : 's'} (UTC).` : 'Empty: never expires.') : planReason}
+      >
+        {(c) => <input {...c} type="date" min={isoDate(utcToday() + DAY)} value={draft.expiresOn} onInput={set('expiresOn')} disabled={!plan.expiration} />}
+      </Field>
+      {props.atMax && <p class="note">{props.atMax}</p>}
+      <ProblemMessage error={refusal} />
+      <div class="button-row">
+        <button type="button" class="button" onClick={props.onCancel}>
+          Cancel
+        </button>
+        <button type="submit" class="button primary" disabled={busy}>
+          {busy ? 'Creating…' : 'Create token'}
+        </button>
+      </div>
+    </form>
+  );
+}

@@ -1,0 +1,80 @@
+import { useMemo, useRef, useState } from 'preact/hooks';
+import { type ChartSeries, TimeChart } from '../components/chart.js';
+import { FiltersBar } from '../components/filters.js';
+import { Empty, Field, Panel, Segmented } from '../components/ui.js';
+import { fmtInt, fmtMs } from '../format.js';
+import { RetentionNote, useUserMetrics } from '../metrics.js';
+import { chartBuckets } from '../series.js';
+import type { Metrics } from '../types.js';
+
+type Kind = 'total' | 'success' | 'errors';
+const KINDS: { value: Kind; label: string }[] = [
+  { value: 'total', label: 'Total' },
+  { value: 'success', label: 'Successful' },
+  { value: 'errors', label: 'Errors' },
+];
+const COLORS: Record<Kind, string> = { total: '#2457d6', success: '#1e8e3e', errors: '#c5221f' };
+
+export function UsagePage() {
+  const [method, setMethod] = useState('');
+  const [kind, setKind] = useState<Kind>('total');
+  const metrics = useUserMetrics(method);
+  // The method list comes from unfiltered answers; remember it while one method is picked.
+  const knownMethods = useRef(new Set<string>());
+  for (const r of metrics.data?.byMethod ?? []) if (r.method) knownMethods.current.add(r.method);
+  const methods = [...knownMethods.current].sort();
+
+  return (
+    <>
+      <div class="page-head">
+        <h1>Usage</h1>
+        <FiltersBar seenChains={metrics.data?.byChain.flatMap((r) => (r.chain ? [r.chain] : []))}>
+          <Field label="Method" class="inline">
+            {(c) => (
+              <select {...c} value={method} onChange={(e) => setMethod(e.currentTarget.value)}>
+                <option value="">All methods</option>
+                {methods.map((m) => (
+                  <option key={m} value={m}>
+                    {m}
+                  </option>
+                ))}
+              </select>
+            )}
+          </Field>
+          <Segmented<Kind> legend="Requests shown" name="kind" options={KINDS} value={kind} onChange={setKind} />
+        </FiltersBar>
+      </div>
+      <RetentionNote metrics={metrics.data} />
+      <Panel title="Requests over time" polled={metrics}>
+        <UsageCharts metrics={metrics.data} kind={kind} />
+      </Panel>
+    </>
+  );
+}
+
+export function UsageCharts({ metrics, kind = 'total', testId = 'usage-chart' }: { metrics: Metrics | null; kind?: Kind; testId?: string }) {
+  const data = useMemo(() => {
+    if (!metrics) return null;
+    const buckets = chartBuckets(metrics.series, metrics.period, metrics.granularity);
+    const times = buckets.map((b) => b.t);
+    const values = buckets.map((b) => (kind === 'total' ? b.requests : kind === 'success' ? b.success : b.errors));
+    const counts: ChartSeries[] = [{ label: KINDS.find((k) => k.value === kind)?.label ?? 'Requests', values, color: COLORS[kind] }];
+    const latency: ChartSeries[] = [{ label: 'Average response', values: buckets.map((b) => b.avgResponseMs), color: '#8a4baf', format: fmtMs, points: true }];
+    const sum = values.reduce((s, v) => s + v, 0);
+    const peak = Math.max(0, ...values);
+    return { times, counts, latency, sum, peak };
+  }, [metrics, kind]);
+
+  if (!data) return <Empty>Loading…</Empty>;
+  const label = KINDS.find((k) => k.value === kind)?.label.toLowerCase() ?? 'requests';
+  return (
+    <div class="charts">
+      <p class="chart-total">
+        <strong data-testid={`${testId}-sum`}>{fmtInt(data.sum)}</strong> {label === 'total' ? 'requests' : `${label} requests`} in the period, at most {fmtInt(data.peak)} per interval.
+      </p>
+      <TimeChart times={data.times} series={data.counts} summary={`Chart of ${label} requests over time: ${fmtInt(data.sum)} in all, peak ${fmtInt(data.peak)}.`} testId={testId} />
+      <h3>Average response time</h3>
+      <TimeChart times={data.times} series={data.latency} height={180} summary="Chart of the average response time over time." />
+    </div>
+  );
+}
