@@ -18,19 +18,41 @@ import type { Projection } from './projections/projection.js';
 import { Queries } from './projections/queries.js';
 import { ProjectionRunner } from './projections/runner.js';
 import { usageTotalsProjection } from './projections/usageTotals.js';
+import { UsageQueries } from './projections/metricsQueries.js';
+import { type RetentionJob, startRetentionJob } from './projections/retention.js';
+import { usageMetricsProjection } from './projections/usageMetrics.js';
 import { type ChainRegistry, loadChains } from './gateway/chains.js';
 import { TokenGatekeeper } from './gateway/gatekeeper.js';
 import { TokenCache } from './gateway/tokenCache.js';
 import { UpstreamPools } from './gateway/upstream.js';
+import { Telemetry } from './infra/telemetry.js';
+import { DEFAULT_RETRY } from './alerts/backoff.js';
+import { AlertEvaluator } from './alerts/evaluator.js';
+import { Notifier } from './alerts/notifier.js';
+import { RollupAlertMetrics } from './alerts/rollupMetrics.js';
+import { startAlertScheduler } from './alerts/scheduler.js';
+import { AlertCommands } from './commands/alertCommands.js';
+import { DomainError } from './domain/errors.js';
+import { createSenders } from './infra/notify/index.js';
+import { alertsProjection } from './projections/alerts.js';
+import { AlertQueries } from './projections/alertsQueries.js';
 
 /** Every projection the projector runs, in one place (the rebuild command uses it too). */
-export const PROJECTIONS: Projection[] = [coreProjection, usageTotalsProjection];
+export const PROJECTIONS: Projection[] = [coreProjection, usageTotalsProjection, usageMetricsProjection, alertsProjection];
 
 export interface GatewayParts {
   chains: ChainRegistry;
   pools: UpstreamPools;
   tokens: TokenCache;
   gatekeeper: TokenGatekeeper;
+}
+
+/** Alert rules; the evaluator and the notifier run where this process projects (they read the read models it keeps). */
+export interface AlertParts {
+  commands: AlertCommands;
+  queries: AlertQueries;
+  evaluator: AlertEvaluator | null;
+  notifier: Notifier | null;
 }
 
 /** The adapters and services of one process, chosen by the configuration (DESIGN §2). */
@@ -48,6 +70,8 @@ export interface Runtime {
   ingester: UsageIngester | null;
   /** Present where this process serves chain calls (roles `all` and `gateway`). */
   gateway: GatewayParts | null;
+  telemetry: Telemetry;
+  alerts: AlertParts;
   now(): Date;
   api: ApiDeps;
   close(): Promise<void>;
@@ -64,13 +88,20 @@ export async function openRuntime(config: Config, now: () => Date = () => new Da
   const projects = config.role === 'all' || config.role === 'projector';
   const projector = projects ? new ProjectionRunner(store, readModels, PROJECTIONS, feed) : null;
   const ingester = projects ? new UsageIngester({ queue: usageQueue, store }) : null;
+  const retention: RetentionJob | null = projects ? startRetentionJob({ readModels, plans: config.plans, now, onError: (e) => console.error('usage retention pass failed:', e) }) : null;
 
   let gateway: GatewayParts | null = null;
+  const telemetry = new Telemetry({
+    usageQueueDepth: () => usageQueue.depth(),
+    projectionLagMs: () => projector?.lastLagMs ?? null,
+    cachedTokens: () => gateway?.tokens.size ?? 0,
+    upstreams: () => gateway?.pools.health() ?? {},
+  });
   if (config.role === 'all' || config.role === 'gateway') {
     const chains = loadChains({ env: config.env });
     const tokens = new TokenCache(queries);
     await tokens.listen(feed);
-    gateway = { chains, pools: new UpstreamPools(chains), tokens, gatekeeper: new TokenGatekeeper(tokens, limiter, config.plans) };
+    gateway = { chains, pools: new UpstreamPools(chains), tokens, gatekeeper: new TokenGatekeeper(tokens, telemetry.countDecisions(limiter), config.plans) };
   }
 
   const waitFor = async (position: Position | null): Promise<void> => {
@@ -85,13 +116,49 @@ export async function openRuntime(config: Config, now: () => Date = () => new Da
     }
   };
 
+  const alertQueries = new AlertQueries(readModels);
+  const alertCommands = new AlertCommands(store, config.plans, {
+    planOf: async (accountId) => (await commands.account(accountId)).plan,
+    tokenOf: async (accountId, tokenId) => {
+      const token = await commands.apiToken(accountId, tokenId).catch((e: unknown) => {
+        if (e instanceof DomainError && e.code === 'not_found') return null;
+        throw e;
+      });
+      return token && token.status !== 'revoked' && token.status !== 'expired' ? token : null;
+    },
+  }, now);
+  const reportAlertError = (e: unknown) => console.error(`alerts: ${e instanceof Error ? e.message : String(e)}`);
+  const notify = projects ? createSenders(config.notify) : null;
+  const notifier = notify
+    ? new Notifier({
+        alerts: alertQueries, queries, plans: config.plans, commands: alertCommands, senders: notify.senders, waitFor, now, onError: reportAlertError,
+        retry: { ...DEFAULT_RETRY, maxAttempts: config.notify.maxAttempts, baseMs: config.notify.retryBaseMs },
+      })
+    : null;
+  const evaluator = projects
+    ? new AlertEvaluator({
+        alerts: alertQueries, queries, plans: config.plans, commands: alertCommands, now, waitFor, onError: reportAlertError,
+        metrics: new RollupAlertMetrics(new UsageQueries(readModels), readModels),
+      })
+    : null;
+  const alertScheduler = evaluator && notifier
+    ? startAlertScheduler(evaluator, notifier, { evaluateEveryMs: config.alerts.evaluateEveryMs, onError: reportAlertError })
+    : null;
+
   return {
-    config, store, readModels, feed, limiter, usageQueue, queries, commands, projector, ingester, gateway, now,
+    config, store, readModels, feed, limiter, usageQueue, queries, commands, projector, ingester, gateway, telemetry, now,
+    alerts: { commands: alertCommands, queries: alertQueries, evaluator, notifier },
     api: {
+      alerts: alertCommands, alertQueries,
       commands, queries, plans: config.plans, waitFor, adminToken: config.adminToken, secureCookies: config.secureCookies, now,
       sessions: new Sessions(readModels, now),
+      usage: new UsageQueries(readModels),
+      chainIds: (gateway?.chains ?? loadChains({ env: config.env })).list().map((c) => c.id),
     },
     async close() {
+      // Deliveries under way finish (bounded) while the stores are still open; the rest resume after a restart.
+      await alertScheduler?.stop();
+      await notify?.close();
       await gateway?.tokens.close();
       await gateway?.pools.close();
       // What the gateway served is recorded before the process goes: drain, then stop.
@@ -99,6 +166,7 @@ export async function openRuntime(config: Config, now: () => Date = () => new Da
         await ingester.whenDrained(5000).catch(() => undefined);
         await ingester.stop();
       }
+      await retention?.stop();
       await projector?.stop();
       await usageQueue.close();
       await limiter.close();

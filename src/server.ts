@@ -2,8 +2,10 @@ import { randomUUID } from 'node:crypto';
 import Fastify, { type FastifyInstance } from 'fastify';
 import { managementApi } from './commands/api/plugin.js';
 import { problemErrorHandler } from './commands/api/problem.js';
+import { webRoutes } from './commands/api/webRoutes.js';
 import { gatewayRoutes } from './gateway/routes.js';
 import type { Runtime } from './runtime.js';
+import { coreProjection } from './projections/core.js';
 import { maskToken } from './domain/tokenFormat.js';
 
 const TOKEN_IN_TEXT = /gka?_[0-9A-Za-z]{38}/g;
@@ -34,20 +36,36 @@ export async function buildServer(runtime: Runtime, options: { logger?: boolean 
 
   app.get('/healthz', async () => ({ status: 'ok' }));
   app.get('/readyz', async (_request, reply) => {
-    const projecting = runtime.projector;
-    const ready = projecting ? projecting.isCaughtUp : true;
+    const ready = await isReady(runtime);
     return reply.code(ready ? 200 : 503).send({ status: ready ? 'ready' : 'catching_up' });
   });
+  // Operators only: the compose file's proxy does not route it from outside.
+  app.get('/metrics', async (_request, reply) =>
+    reply.type(runtime.telemetry.registry.contentType).send(await runtime.telemetry.metrics()));
 
   if (role === 'all' || role === 'api') await app.register(managementApi, runtime.api);
+  if (role === 'all' || role === 'api') await app.register(webRoutes);
   const gateway = runtime.gateway;
   if (gateway) {
     await app.register(gatewayRoutes, {
       chains: gateway.chains,
       gatekeeper: gateway.gatekeeper,
-      recordUsage: (record) => runtime.usageQueue.enqueue(record),
+      recordUsage: (record) => {
+        runtime.usageQueue.enqueue(record);
+        runtime.telemetry.observeCall(record);
+      },
       pools: gateway.pools,
     });
   }
   return app;
+}
+
+/**
+ * Ready once the token read model has caught up with the log: the projector's own state where
+ * this process projects, otherwise the presence of its checkpoint (or an empty log).
+ */
+async function isReady(runtime: Runtime): Promise<boolean> {
+  if (runtime.projector) return runtime.projector.isCaughtUp;
+  if ((await runtime.readModels.checkpoint(coreProjection.name)) !== null) return true;
+  return (await runtime.store.headPosition()) === null;
 }

@@ -147,3 +147,30 @@ describe('metering', () => {
     expect(await usageOf(o.accountId)).toHaveLength(expected);
   });
 });
+
+describe('operations endpoints', () => {
+  it('exposes Prometheus metrics that follow the calls, the limiter, the queue and the projector', async () => {
+    const scrape = async () => (await fetch(`${base}/metrics`)).text();
+    const count = (text: string, line: RegExp) => Number(line.exec(text)?.[1] ?? 0);
+    const calls = /gateway_chain_calls_total\{chain="local",method_class="read",status="200"\} (\d+)/;
+    const admitted = /gateway_limiter_decisions_total\{outcome="admitted"\} (\d+)/;
+    const before = await scrape();
+    const o = await newToken('developer');
+    for (let i = 0; i < 3; i++) expect((await rpc(`/local/${o.token}`, blockNumber)).status).toBe(200);
+    const after = await scrape();
+    expect(count(after, calls) - count(before, calls)).toBe(3);
+    expect(count(after, admitted) - count(before, admitted)).toBe(3);
+    expect(after).toMatch(/gateway_call_duration_seconds_bucket\{le="0.1",chain="local"\} \d+/);
+    expect(after).toMatch(/gateway_upstream_healthy\{chain="local",upstream="[^"]+"\} 1/);
+    expect(after).toMatch(/gateway_usage_queue_depth \d+/);
+    expect(after).toMatch(/gateway_projection_lag_seconds [\d.e-]+/);
+    expect(after).toMatch(/gateway_cached_tokens [1-9]\d*/);
+  });
+
+  it('is healthy and ready once the projections have caught up', async () => {
+    expect((await fetch(`${base}/healthz`)).status).toBe(200);
+    const ready = await fetch(`${base}/readyz`);
+    expect(ready.status).toBe(200);
+    expect(await ready.json()).toEqual({ status: 'ready' });
+  });
+});

@@ -3,17 +3,11 @@ import { z } from 'zod';
 import type { ChannelInput, RuleInput } from '../../domain/alert.js';
 import { ALERT_TYPES } from '../../domain/alertEvents.js';
 import { DomainError } from '../../domain/errors.js';
-import type { AlertQueries, AlertRecord } from '../../projections/alertsQueries.js';
-import { ALERT_ID_PATTERN, type AlertCommands } from '../alertCommands.js';
+import type { AlertRecord } from '../../projections/alertsQueries.js';
+import { ALERT_ID_PATTERN } from '../alertCommands.js';
 import { ID_PATTERN } from '../ids.js';
 import type { ApiDeps } from './deps.js';
 import { owner } from './owner.js';
-
-/** What the alert routes need beside the common API dependencies. */
-export interface AlertApiDeps {
-  alerts: AlertCommands;
-  alertQueries: AlertQueries;
-}
 
 // ── Request schemas: shapes and formats here; ranges per type in the domain (ruleFromInput) ──
 
@@ -98,7 +92,7 @@ const withSecrets = (record: AlertRecord, secrets: Record<string, string>) => ({
 });
 
 /** Alert rules: create, list, get, edit, delete, and the delivery attempts of their notifications. */
-export const alertRoutes: FastifyPluginAsync<ApiDeps & AlertApiDeps> = async (app, deps) => {
+export const alertRoutes: FastifyPluginAsync<ApiDeps> = async (app, deps) => {
   const ownerOf = (request: FastifyRequest) => owner(request, deps, ['session', 'access_token']);
   const record = async (accountId: string, alertId: string) => {
     const r = await deps.alertQueries.alert(accountId, alertId);

@@ -2,7 +2,9 @@ import type { PlanCatalog } from '../../domain/plans.js';
 import type { Position } from '../../infra/eventstore/port.js';
 import type { UsageQueries } from '../../projections/metricsQueries.js';
 import type { Queries } from '../../projections/queries.js';
+import type { AlertQueries } from '../../projections/alertsQueries.js';
 import type { AccountCommands } from '../accountCommands.js';
+import type { AlertCommands } from '../alertCommands.js';
 import type { Sessions } from './sessions.js';
 
 /** What the management API needs, passed to each plugin (no global state). */
@@ -21,4 +23,6 @@ export interface ApiDeps {
   usage: UsageQueries;
   /** Chain ids of the registry, to validate `?chain=`. */
   chainIds: readonly string[];
+  alerts: AlertCommands;
+  alertQueries: AlertQueries;
 }

@@ -1,8 +1,11 @@
 import type { FastifyPluginAsync } from 'fastify';
 import { accessTokenRoutes } from './accessTokenRoutes.js';
 import { accountRoutes } from './accountRoutes.js';
+import { alertRoutes } from './alertRoutes.js';
 import { authRoutes } from './authRoutes.js';
 import type { ApiDeps } from './deps.js';
+import { exportRoutes } from './exportRoutes.js';
+import { metricsRoutes } from './metricsRoutes.js';
 import { problemErrorHandler } from './problem.js';
 import { tokenRoutes } from './tokenRoutes.js';
 
@@ -18,4 +21,7 @@ export const managementApi: FastifyPluginAsync<ApiDeps> = async (app, deps) => {
   await app.register(accountRoutes, deps);
   await app.register(accessTokenRoutes, deps);
   await app.register(tokenRoutes, deps);
+  await app.register(metricsRoutes, deps);
+  await app.register(exportRoutes, deps);
+  await app.register(alertRoutes, deps);
 };
