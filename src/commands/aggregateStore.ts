@@ -17,6 +17,13 @@ export interface Executed<S, E> {
 }
 
 const MAX_ATTEMPTS = 25;
+const CACHED_STREAMS = 10_000;
+
+interface CachedState {
+  decider: unknown;
+  state: unknown;
+  revision: number;
+}
 
 /**
  * Loads aggregates from their streams and runs commands with optimistic concurrency: read,
@@ -24,19 +31,37 @@ const MAX_ATTEMPTS = 25;
  * reads the stored events of the aggregates it serves (the domain's by default, or the alerts').
  */
 export class AggregateStore {
+  /**
+   * The last state seen of recently used streams (states are immutable): a load reads only the
+   * events after it. Other processes' appends are still read, since the read starts from the
+   * cached revision; only the fold of what came before is saved. Least recently used first out.
+   */
+  private readonly cache = new Map<string, CachedState>();
+
   constructor(
     private readonly store: EventStore,
     private readonly decode: (stored: StoredEvent) => VersionedEvent | null = decodeEvent,
   ) {}
 
   async load<S, C, E extends VersionedEvent>(streamId: string, decider: Decider<S, C, E>): Promise<Loaded<S>> {
-    const stored = await this.store.readStream(streamId);
-    let state = decider.initialState();
-    for (const s of stored) {
+    const hit = this.cache.get(streamId);
+    const cached = hit && hit.decider === decider ? (hit as CachedState & { state: S }) : null;
+    let state = cached ? cached.state : decider.initialState();
+    let revision = cached ? cached.revision : -1;
+    for (const s of await this.store.readStream(streamId, { fromRevision: revision + 1 })) {
       const event = this.decode(s);
       if (event) state = decider.evolve(state, event as E);
+      revision = s.revision;
     }
-    return { state, revision: stored.length === 0 ? -1 : (stored[stored.length - 1] as { revision: number }).revision };
+    this.remember(streamId, decider, state, revision);
+    return { state, revision };
+  }
+
+  private remember(streamId: string, decider: unknown, state: unknown, revision: number): void {
+    if (revision < 0) return;
+    this.cache.delete(streamId);
+    this.cache.set(streamId, { decider, state, revision });
+    if (this.cache.size > CACHED_STREAMS) this.cache.delete(this.cache.keys().next().value as string);
   }
 
   /** `decideFn` sees the current state and returns the events (it may throw a DomainError). */
@@ -51,7 +76,9 @@ export class AggregateStore {
       if (events.length === 0) return { state, events, position: null };
       try {
         const result = await this.store.append(streamId, events.map((e) => encodeEvent(e)), revision === -1 ? 'no_stream' : revision);
-        return { state: events.reduce(decider.evolve, state), events, position: result.position };
+        const next = events.reduce(decider.evolve, state);
+        this.remember(streamId, decider, next, result.nextExpectedRevision);
+        return { state: next, events, position: result.position };
       } catch (e) {
         if (!(e instanceof WrongExpectedRevisionError)) throw e;
         if (attempt >= MAX_ATTEMPTS) throw new DomainError('concurrency_conflict', 'Too many concurrent changes; try again.');
