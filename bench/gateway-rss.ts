@@ -1,0 +1,144 @@
+/**
+ * Gateway memory with 100,000 tokens cached (issue 3). Writes 1,000 Unlimited accounts × 100
+ * tokens straight into a fresh embedded store (events of the real shapes; the commands re-read
+ * each account and would take minutes), starts the service as its own process
+ * (bench/servers/warmGateway.ts: src/main.ts's wiring) once so its projector builds the read
+ * models, restarts it (checkpoint present, as a gateway in service starts), measures its RSS
+ * (baseline), fills its token cache with every token (the lookup a first call does), calls
+ * through it with a sample of tokens, and measures its RSS again.
+ *
+ *   npx tsx bench/gateway-rss.ts
+ */
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { LevelEventStore } from '../src/infra/eventstore/level.js';
+import { seedAccounts } from './lib/eventMix.js';
+import { JSON_RPC_BODY } from './lib/load.js';
+import { Processes, rssMb, runMain, timeLimit } from './lib/processes.js';
+import { emit, log, round } from './lib/report.js';
+import { startGateway, startUpstream, writeBenchPlans } from './lib/services.js';
+
+const COMMAND = 'npx tsx bench/gateway-rss.ts';
+const ACCOUNTS = 1000;
+const TOKENS_PER_ACCOUNT = 100;
+const SAMPLE_CALLS = 2000;
+
+async function waitForOutput(read: () => string, pattern: RegExp, timeoutMs: number): Promise<RegExpExecArray> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    const m = pattern.exec(read());
+    if (m) return m;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`no ${pattern} within ${timeoutMs} ms:\n${read()}`);
+}
+
+async function main(): Promise<void> {
+  timeLimit(150);
+  const processes = new Processes();
+  const workDir = mkdtempSync(join(tmpdir(), 'bench-rss-'));
+  try {
+    const plansFile = writeBenchPlans(workDir);
+    const dataDir = join(workDir, 'data');
+    let t = performance.now();
+    const store = await LevelEventStore.open(join(dataDir, 'eventstore'), { sync: false });
+    const tokens = await seedAccounts(store, ACCOUNTS, TOKENS_PER_ACCOUNT, new Date().toISOString());
+    await store.close();
+    const tokensFile = join(workDir, 'tokens.txt');
+    writeFileSync(tokensFile, `${tokens.map((x) => x.token).join('\n')}\n`);
+    log(`wrote ${tokens.length} tokens of ${ACCOUNTS} accounts in ${round((performance.now() - t) / 1000)} s`);
+
+    const upstream = await startUpstream(processes);
+    const gatewayOptions = {
+      dataDir, upstreamUrl: upstream.url, plansFile, entry: 'bench/servers/warmGateway.ts', nodeFlags: ['--expose-gc'], env: { TOKENS_FILE: tokensFile }, label: 'gateway (warmable)',
+    };
+    // First start: the projector builds the read models from scratch; then a restart, as a
+    // gateway in service starts: with its checkpoint and read models on disk.
+    t = performance.now();
+    const first = await startGateway(processes, gatewayOptions);
+    const catchUpSeconds = (performance.now() - t) / 1000;
+    const catchUpRss = rssMb(first.process.child.pid as number);
+    await processes.stop(first.process, 15_000);
+    log(`first start: projected ${tokens.length} tokens, ready in ${round(catchUpSeconds)} s, RSS ${round(catchUpRss)} MB`);
+
+    t = performance.now();
+    const gateway = await startGateway(processes, gatewayOptions);
+    const readySeconds = (performance.now() - t) / 1000;
+    const pid = gateway.process.child.pid as number;
+    await new Promise((r) => setTimeout(r, 1000));
+    const idleRss = rssMb(pid);
+    log(`restart: ready in ${round(readySeconds)} s; RSS ${round(idleRss)} MB with no token cached`);
+
+    process.kill(pid, 'SIGUSR2');
+    const warmed = await waitForOutput(gateway.process.output, /warmed (\d+) tokens in (\d+) ms, cache size (\d+), live heap before ([\d.]+) MB/, 90_000);
+    const heapBefore = Number(warmed[4]);
+    const cached = Number(warmed[3]);
+    if (cached < tokens.length) throw new Error(`only ${cached} of ${tokens.length} tokens cached:\n${gateway.process.output()}`);
+    log(`cache filled: ${warmed[0]}`);
+
+    // Calls through the gateway with cached tokens: the process serves, and its RSS includes serving.
+    for (let i = 0; i < SAMPLE_CALLS; i += 50) {
+      const from = (i * 997) % (tokens.length - 50);
+      await Promise.all(
+        tokens.slice(from, from + 50).map(async ({ token }) => {
+          const res = await fetch(`${gateway.url}/eth/${token}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON_RPC_BODY });
+          await res.arrayBuffer();
+          if (res.status !== 200) throw new Error(`call with a cached token answered ${res.status}`);
+        }),
+      );
+    }
+    await new Promise((r) => setTimeout(r, 2000));
+    const warmRss = rssMb(pid);
+    process.kill(pid, 'SIGUSR2');
+    const afterGc = await waitForOutput(gateway.process.output, /live heap ([\d.]+) MB, after gc: rss (\d+) MB, heap total (\d+) MB, external (\d+) MB/, 10_000);
+    const heapAfter = Number(afterGc[1]);
+    const rssAfterGc = Number(afterGc[2]);
+    log(`RSS ${round(warmRss)} MB with ${cached} tokens cached; live heap ${heapBefore} → ${heapAfter} MB; ${afterGc[0]}`);
+
+    emit({
+      name: 'gateway_rss_100k_tokens_cached',
+      target: '<= 200',
+      result: round(warmRss),
+      unit: 'MB',
+      ratio: round(warmRss / idleRss),
+      baseline: `the same process before its cache was filled ${round(idleRss)} MB`,
+      command: COMMAND,
+      method: `VmRSS of the service process (ROLE=all, embedded stores, bench/servers/warmGateway.ts) 2 s after every one of ${cached} tokens (${ACCOUNTS} accounts × ${TOKENS_PER_ACCOUNT}) was looked up through runtime.gateway.tokens.get and ${SAMPLE_CALLS} calls were served`,
+    });
+    emit({
+      name: 'gateway_rss_100k_tokens_cached_after_full_gc',
+      target: null,
+      result: rssAfterGc,
+      unit: 'MB',
+      ratio: round(rssAfterGc / idleRss),
+      baseline: `the same process before its cache was filled ${round(idleRss)} MB`,
+      command: COMMAND,
+      method: `the same process right after a forced full collection (global.gc): what of the RSS is live; V8 heap total ${afterGc[3]} MB, external ${afterGc[4]} MB`,
+    });
+    emit({
+      name: 'token_cache_live_bytes_per_token',
+      target: null,
+      result: round(((heapAfter - heapBefore) * 1048576) / cached),
+      unit: 'bytes',
+      baseline: `live heap ${heapBefore} MB before filling the cache, ${heapAfter} MB after`,
+      command: COMMAND,
+      method: 'V8 heap used after a full collection (the process runs with --expose-gc for this), after − before filling the cache, ÷ tokens cached',
+    });
+    emit({
+      name: 'gateway_rss_after_projecting_100k_tokens',
+      target: null,
+      result: round(catchUpRss),
+      unit: 'MB',
+      ratio: round(catchUpRss / idleRss),
+      baseline: `the restarted process, nothing cached ${round(idleRss)} MB`,
+      command: COMMAND,
+      method: `VmRSS of the first process (ROLE=all) right after its projector built the read models from scratch (${tokens.length + ACCOUNTS} account and token events); ready in ${round(catchUpSeconds)} s, the restart in ${round(readySeconds)} s`,
+    });
+  } finally {
+    await processes.stopAll();
+    rmSync(workDir, { recursive: true, force: true });
+  }
+}
+
+runMain(main);

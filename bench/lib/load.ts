@@ -1,0 +1,66 @@
+import { execFile } from 'node:child_process';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { ROOT } from './processes.js';
+
+const run = promisify(execFile);
+
+export const JSON_RPC_BODY = '{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber","params":[]}';
+
+export interface WrkResult {
+  requestsPerSecond: number;
+  requests: number;
+  /** Non-2xx/3xx answers plus socket errors: a throughput figure is worth nothing if these are not 0. */
+  failures: number;
+  output: string;
+}
+
+const WRK_SCRIPTS = join(ROOT, 'bench', 'wrk');
+
+/** Closed-loop load at full speed: `connections` keep-alive connections on one wrk thread. */
+export async function wrk(url: string, options: { seconds: number; connections: number; script?: string; env?: Record<string, string>; timeoutSeconds?: number }): Promise<WrkResult> {
+  const args = ['-t1', `-c${options.connections}`, `-d${options.seconds}s`, '--timeout', `${options.timeoutSeconds ?? 5}s`, '-s', join(WRK_SCRIPTS, options.script ?? 'post.lua'), url];
+  const { stdout } = await run('wrk', args, { env: { ...process.env, ...options.env }, timeout: (options.seconds + 30) * 1000, maxBuffer: 1 << 20 });
+  const rps = /Requests\/sec:\s+([\d.]+)/.exec(stdout);
+  const total = /(\d+) requests in/.exec(stdout);
+  if (!rps || !total) throw new Error(`could not read wrk's output:\n${stdout}`);
+  const non2xx = Number(/Non-2xx or 3xx responses:\s+(\d+)/.exec(stdout)?.[1] ?? 0);
+  const socket = /Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)/.exec(stdout);
+  const socketErrors = socket ? socket.slice(1).reduce((a, b) => a + Number(b), 0) : 0;
+  return { requestsPerSecond: Number(rps[1]), requests: Number(total[1]), failures: non2xx + socketErrors, output: stdout };
+}
+
+export interface PacedResult {
+  /** Requests per second actually sent. */
+  rate: number;
+  p50Ms: number;
+  p99Ms: number;
+  failures: number;
+}
+
+const toMs = (value: string, unit: string): number => Number(value) * (unit === 'us' ? 0.001 : unit === 's' ? 1000 : 1);
+
+/**
+ * Latency at about `rate` req/s, measured by wrk (C, so the client stays cheap when the cores are
+ * busy; µs-resolution percentiles): `connections` = rate × mean delay / 1000 keep-alive
+ * connections, each waiting a random 0…2×50 ms before each request (bench/wrk/paced.lua). wrk2
+ * is not packaged here, and autocannon's `overallRate` sends each connection's quota for a
+ * second in a burst at the start of that second. Closed loop: a proxy slower than a few ms gets
+ * a little less than `rate` (reported).
+ */
+export async function pacedLatency(url: string, options: { rate: number; seconds: number }): Promise<PacedResult> {
+  const meanDelayMs = 50;
+  const connections = Math.max(1, Math.round((options.rate * meanDelayMs) / 1000));
+  const args = ['-t1', `-c${connections}`, `-d${options.seconds}s`, '--timeout', '5s', '--latency', '-s', join(WRK_SCRIPTS, 'paced.lua'), url];
+  const { stdout } = await run('wrk', args, { env: { ...process.env, MEAN_DELAY_MS: String(meanDelayMs) }, timeout: (options.seconds + 30) * 1000, maxBuffer: 1 << 20 });
+  const at = (p: number): number => {
+    const m = new RegExp(`^\\s+${p}%\\s+([\\d.]+)(us|ms|s)\\s*$`, 'm').exec(stdout);
+    if (!m) throw new Error(`no ${p}th percentile in wrk's output:\n${stdout}`);
+    return toMs(m[1] as string, m[2] as string);
+  };
+  const rps = /Requests\/sec:\s+([\d.]+)/.exec(stdout);
+  const non2xx = Number(/Non-2xx or 3xx responses:\s+(\d+)/.exec(stdout)?.[1] ?? 0);
+  const socket = /Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)/.exec(stdout);
+  const socketErrors = socket ? socket.slice(1).reduce((a, b) => a + Number(b), 0) : 0;
+  return { rate: Number(rps?.[1] ?? 0), p50Ms: at(50), p99Ms: at(99), failures: non2xx + socketErrors };
+}

@@ -1,0 +1,161 @@
+import { randomUUID } from 'node:crypto';
+import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { connect } from 'node:net';
+import { loadConfig } from '../../src/config.js';
+import { openRuntime } from '../../src/runtime.js';
+import { freePort, type Processes, requireTool, ROOT, type Started, tsNodeArgs, waitForHttp } from './processes.js';
+
+/** The processes the gateway benchmarks put on 127.0.0.1, each started through `Processes` so it is stopped. */
+
+export interface Service {
+  url: string;
+  process: Started;
+}
+
+async function waitForPort(port: number, p: Started, timeoutMs = 10_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    const open = await new Promise<boolean>((done) => {
+      const socket = connect(port, '127.0.0.1');
+      socket.once('connect', () => {
+        socket.destroy();
+        done(true);
+      });
+      socket.once('error', () => done(false));
+    });
+    if (open) return;
+    if (p.child.exitCode !== null) break;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  throw new Error(`${p.label} is not listening on ${port}:\n${p.output()}`);
+}
+
+export async function startUpstream(processes: Processes): Promise<Service> {
+  const port = await freePort();
+  const p = processes.start('upstream', process.execPath, [...tsNodeArgs('bench/servers/upstream.ts'), String(port)], { env: { NODE_ENV: 'production' } });
+  await waitForPort(port, p);
+  return { url: `http://127.0.0.1:${port}`, process: p };
+}
+
+export async function startBareProxy(processes: Processes, upstreamUrl: string): Promise<Service> {
+  const port = await freePort();
+  const p = processes.start('bare Node proxy', process.execPath, [...tsNodeArgs('bench/servers/bareProxy.ts'), String(port), upstreamUrl], {
+    env: { NODE_ENV: 'production' },
+  });
+  await waitForPort(port, p);
+  return { url: `http://127.0.0.1:${port}`, process: p };
+}
+
+export async function startNginx(processes: Processes, upstreamPort: number): Promise<Service> {
+  const nginx = requireTool('nginx', 'apt-get install -y nginx');
+  const prefix = mkdtempSync(join(tmpdir(), 'bench-nginx-'));
+  for (const d of ['client_body', 'proxy', 'fastcgi', 'uwsgi', 'scgi']) mkdirSync(join(prefix, d));
+  const port = await freePort();
+  const conf = readFileSync(join(ROOT, 'bench', 'nginx.conf.template'), 'utf8')
+    .replaceAll('{{PREFIX}}', prefix)
+    .replaceAll('{{LISTEN_PORT}}', String(port))
+    .replaceAll('{{UPSTREAM_PORT}}', String(upstreamPort));
+  writeFileSync(join(prefix, 'nginx.conf'), conf);
+  const p = processes.start('nginx', nginx, ['-p', prefix, '-c', join(prefix, 'nginx.conf'), '-e', 'stderr']);
+  await waitForPort(port, p);
+  return { url: `http://127.0.0.1:${port}`, process: p };
+}
+
+export async function startRedis(processes: Processes): Promise<Service> {
+  const redis = requireTool('redis-server', 'apt-get install -y redis-server');
+  const port = await freePort();
+  const dir = mkdtempSync(join(tmpdir(), 'bench-redis-'));
+  const p = processes.start('redis-server', redis, ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir]);
+  await waitForPort(port, p);
+  return { url: `redis://127.0.0.1:${port}`, process: p };
+}
+
+/**
+ * The environment of a runtime a benchmark opens in its own process: embedded stores under
+ * `dataDir`, no devnet. CHAINS_CONFIG passes through, for a run from a build (where the default
+ * chain config path does not resolve).
+ */
+export function embeddedEnv(dataDir: string, extra: Record<string, string> = {}): Record<string, string> {
+  return {
+    DATA_DIR: dataDir,
+    LOCAL_DEVNET: 'off',
+    LOG_LEVEL: 'warn',
+    ...(process.env.CHAINS_CONFIG ? { CHAINS_CONFIG: process.env.CHAINS_CONFIG } : {}),
+    ...extra,
+  };
+}
+
+/** Rate limits raised so nothing is refused: the benchmark measures the path a call takes, not the 429s. */
+export function writeBenchPlans(dir: string): string {
+  const file = join(dir, 'plans.json');
+  writeFileSync(file, JSON.stringify({ unlimited: { rps: 10_000_000, monthly_requests: null } }));
+  return file;
+}
+
+/** An Unlimited account with one token, written through the commands into `dataDir`. */
+export async function seedOneToken(dataDir: string, plansFile: string): Promise<string> {
+  const runtime = await openRuntime(loadConfig(embeddedEnv(dataDir, { PLANS_CONFIG: plansFile })));
+  try {
+    await runtime.projector?.start();
+    const { accountId } = await runtime.commands.signUp(`bench-${randomUUID()}@example.com`, 'correct horse battery');
+    await runtime.commands.changePlan(accountId, 'unlimited');
+    const { token, position } = await runtime.commands.createApiToken(accountId, { name: 'bench' });
+    await runtime.projector?.waitFor(position);
+    return token;
+  } finally {
+    await runtime.close();
+  }
+}
+
+export interface GatewayOptions {
+  dataDir: string;
+  upstreamUrl: string;
+  plansFile: string;
+  redisUrl?: string;
+  label?: string;
+  /** Another TypeScript entry than src/main.ts (bench/servers/warmGateway.ts). */
+  entry?: string;
+  nodeFlags?: string[];
+  env?: Record<string, string>;
+}
+
+/**
+ * The whole service (ROLE=all: ROLE=gateway alone needs EventStoreDB and MongoDB) as its own
+ * process, so its CPU and memory are its own. From the source through tsx, or from a build with
+ * GATEWAY_ENTRY=<dir>/src/main.js; GATEWAY_CPU_PROF=<dir> writes a V8 CPU profile there on exit.
+ */
+export async function startGateway(processes: Processes, options: GatewayOptions): Promise<Service> {
+  const port = await freePort();
+  const built = options.entry ? undefined : process.env.GATEWAY_ENTRY;
+  const flags = [...(options.nodeFlags ?? []), ...(process.env.GATEWAY_CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.GATEWAY_CPU_PROF}`] : [])];
+  const args = built ? [...flags, built] : tsNodeArgs(options.entry ?? 'src/main.ts', flags);
+  const p = processes.start(options.label ?? 'gateway', process.execPath, args, {
+    env: {
+      NODE_ENV: 'production',
+      DATA_DIR: options.dataDir,
+      PORT: String(port),
+      HOST: '127.0.0.1',
+      LOCAL_DEVNET: 'off',
+      CHAINS_CONFIG: join(ROOT, 'config', 'chains.json'),
+      UPSTREAM_ETH: options.upstreamUrl,
+      PLANS_CONFIG: options.plansFile,
+      LOG_LEVEL: 'warn',
+      REDIS_URL: options.redisUrl,
+      EVENTSTORE_URL: undefined,
+      MONGODB_URL: undefined,
+      ...options.env,
+    },
+  });
+  const url = `http://127.0.0.1:${port}`;
+  await waitForHttp(`${url}/readyz`, p, 60_000);
+  return { url, process: p };
+}
+
+/** One call through a service; fails unless it answers 200 with the upstream's result. */
+export async function checkCall(url: string): Promise<void> {
+  const res = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber","params":[]}' });
+  const text = await res.text();
+  if (res.status !== 200 || !text.includes('"result"')) throw new Error(`${url} answered ${res.status}: ${text.slice(0, 300)}`);
+}

@@ -1,0 +1,27 @@
+/**
+ * The baseline the gateway's throughput is held against: a bare Node pass-through proxy on the
+ * same HTTP stack (node:http in, an undici Pool out, keep-alive, no pipelining), without auth,
+ * limits or metering.
+ *
+ *   node --import tsx bench/servers/bareProxy.ts <port> <upstream-url>
+ */
+import { createServer } from 'node:http';
+import { Pool } from 'undici';
+
+const [port, upstream] = [Number(process.argv[2] ?? 0), process.argv[3] ?? 'http://127.0.0.1:8545'];
+const pool = new Pool(upstream, { connections: 64, pipelining: 1 });
+const server = createServer(async (req, res) => {
+  const chunks: Buffer[] = [];
+  for await (const chunk of req) chunks.push(chunk as Buffer);
+  try {
+    const answer = await pool.request({ method: 'POST', path: '/', headers: { 'content-type': 'application/json' }, body: Buffer.concat(chunks) });
+    const body = Buffer.from(await answer.body.arrayBuffer());
+    res.writeHead(answer.statusCode, { 'content-type': 'application/json', 'content-length': body.length });
+    res.end(body);
+  } catch {
+    res.writeHead(502).end();
+  }
+});
+server.keepAliveTimeout = 60_000;
+server.listen(port, '127.0.0.1');
+process.on('SIGTERM', () => server.close(() => void pool.close().then(() => process.exit(0))));

@@ -1,0 +1,4 @@
+-- One JSON-RPC eth_blockNumber call per request, the gateway's most common call.
+wrk.method = "POST"
+wrk.body = '{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber","params":[]}'
+wrk.headers["Content-Type"] = "application/json"
