@@ -17,6 +17,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { loadConfig } from '../src/config.js';
+import { emit, round } from './lib/report.js';
 import type { UsageRecord } from '../src/domain/usage.js';
 import { encodeRequestRow, timeKey, USAGE_METRICS } from '../src/projections/usageMetrics.js';
 import { openRuntime } from '../src/runtime.js';
@@ -101,6 +102,10 @@ async function measureExport(dataDir: string, cookie: string): Promise<void> {
     console.log(`baseline              RSS ${(base.rss / MB).toFixed(1)} MB, heap ${(base.heapUsed / MB).toFixed(1)} MB`);
     console.log(`peak RSS growth       ${rssGrowth.toFixed(1)} MB (limit ${LIMIT_MB} MB)${gc ? '' : '  [run with --expose-gc for a clean baseline]'}`);
     console.log(`peak heap growth      ${((peakHeap - base.heapUsed) / MB).toFixed(1)} MB`);
+    emit({
+      name: 'export_csv_rss_growth_mb', target: `<= ${LIMIT_MB}`, result: round(rssGrowth), unit: 'MB',
+      command: 'node --expose-gc --import tsx bench/export-memory.ts', method: `${ROWS} rows of CSV over HTTP, first byte after ${firstByteMs.toFixed(0)} ms; peak RSS above the baseline, server and client in one process`,
+    });
     if (lines - 1 !== ROWS) throw new Error(`expected ${ROWS} rows, got ${lines - 1}`);
     if (rssGrowth > LIMIT_MB) process.exitCode = 1;
   } finally {

@@ -21,6 +21,10 @@ const BENCHMARKS: Array<{ file: string; title: string; timeoutSeconds: number; n
   { file: 'bench/replay.ts', title: 'Projection replay of 1,000,000 events, restart to ready', timeoutSeconds: 240 },
   { file: 'bench/gateway.ts', title: 'Gateway throughput and added latency', timeoutSeconds: 150 },
   { file: 'bench/gateway-rss.ts', title: 'Gateway memory with 100,000 tokens cached', timeoutSeconds: 180 },
+  { file: 'bench/usage-pipeline.ts', title: 'Usage pipeline: ingest + projection rate, projection lag', timeoutSeconds: 180 },
+  { file: 'bench/metrics-latency.ts', title: 'Metrics API latency over 30 days of minute data', timeoutSeconds: 200 },
+  { file: 'bench/revocation.ts', title: 'Revocation propagation to another gateway instance', timeoutSeconds: 100 },
+  { file: 'bench/export-memory.ts', title: 'Memory of a 1,000,000-row CSV export', timeoutSeconds: 240, nodeFlags: ['--expose-gc'] },
 ];
 
 const RESULTS_FILE = join(ROOT, 'bench', 'results.json');
