@@ -4,16 +4,20 @@
  *   direct       wrk → upstream
  *   nginx        wrk → nginx (plain reverse proxy, one worker, keep-alive upstream) → upstream
  *   bare node    wrk → bench/servers/bareProxy.ts (node:http + undici, nothing else) → upstream
- *   gateway      wrk → the service (embedded stores; then with REDIS_URL) → upstream,
- *                with a valid token of an Unlimited account whose rps is raised (PLANS_CONFIG)
- * Throughput: wrk, one thread, 32 connections, 1 s warm-up then 4 s, with the CPU time the
- * process in front of the upstream spent per request (from /proc: steadier than req/s when
- * other work shares the cores). Latency: about 1,000 req/s from wrk with random think times
- * (bench/lib/load.ts, pacedLatency) for 3 s; added = the same percentile through the proxy − direct.
+ *   gateway      wrk → the service (embedded stores; and a second one with REDIS_URL, on a copy
+ *                of the data) → upstream, with a valid token of an Unlimited account whose rps
+ *                is raised (PLANS_CONFIG)
+ * Throughput: wrk, one thread, 32 connections, 3 s, with the CPU time the process in front of
+ * the upstream spent per request (from /proc). Every process runs from the start, and the bare
+ * proxy and both gateways are measured in turn, ROUNDS times: on shared cores the load moves
+ * within seconds, so each ratio is the median of the rounds' ratios, each taken from
+ * measurements a few seconds apart. Latency: about 1,000 req/s from wrk with random think
+ * times (bench/lib/load.ts, pacedLatency) for 3 s; added = the same percentile through the
+ * proxy − direct.
  *
  *   npx tsx bench/gateway.ts
  */
-import { mkdtempSync, rmSync } from 'node:fs';
+import { cpSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { type PacedResult, pacedLatency, wrk } from './lib/load.js';
@@ -23,37 +27,47 @@ import { checkCall, type Service, seedOneToken, startBareProxy, startGateway, st
 
 const COMMAND = 'npx tsx bench/gateway.ts';
 const CONNECTIONS = 32;
-const WARMUP_SECONDS = 1;
-const SECONDS = 4;
+const WARMUP_SECONDS = 2;
+const SECONDS = 3;
+const ROUNDS = 3;
 const LATENCY_RATE = 1000;
 const LATENCY_SECONDS = 3;
 
-interface Measured {
+interface Target {
   name: string;
-  rps: number;
-  /** CPU time (all threads) the measured process spent per request during the throughput run. */
-  cpuUsPerRequest: number;
-  latency: PacedResult;
-  rssMb: number;
+  url: string;
+  /** The process in front of the upstream (the upstream itself for the direct run). */
+  service: Service;
 }
 
-/** `service` is the process in front of the upstream (the upstream itself for the direct run). */
-async function measure(name: string, url: string, service: Service): Promise<Measured> {
-  const pid = service.process.child.pid as number;
-  await checkCall(url);
-  await wrk(url, { seconds: WARMUP_SECONDS, connections: CONNECTIONS });
-  const cpuBefore = cpuSeconds(pid);
-  const throughput = await wrk(url, { seconds: SECONDS, connections: CONNECTIONS });
-  const cpuUsPerRequest = ((cpuSeconds(pid) - cpuBefore) * 1e6) / throughput.requests;
-  if (throughput.failures > 0) throw new Error(`${name}: ${throughput.failures} failed requests under load:\n${throughput.output}`);
-  const rss = rssMb(pid);
-  const latency = await pacedLatency(url, { rate: LATENCY_RATE, seconds: LATENCY_SECONDS });
-  if (latency.failures > 0) throw new Error(`${name}: ${latency.failures} failed requests at ${LATENCY_RATE} req/s`);
-  log(
-    `${name.padEnd(16)} ${String(Math.round(throughput.requestsPerSecond)).padStart(6)} req/s ${String(Math.round(cpuUsPerRequest)).padStart(5)} µs CPU/req   at ${Math.round(latency.rate)} req/s: p50 ${latency.p50Ms.toFixed(3)} ms, p99 ${latency.p99Ms.toFixed(3)} ms   RSS ${Math.round(rss)} MB`,
-  );
-  return { name, rps: throughput.requestsPerSecond, cpuUsPerRequest, latency, rssMb: rss };
+interface Throughput {
+  rps: number;
+  /** CPU time (all threads) the measured process spent per request during the run. */
+  cpuUsPerRequest: number;
 }
+
+async function throughput(t: Target): Promise<Throughput> {
+  const pid = t.service.process.child.pid as number;
+  const cpuBefore = cpuSeconds(pid);
+  const run = await wrk(t.url, { seconds: SECONDS, connections: CONNECTIONS });
+  const cpuUsPerRequest = ((cpuSeconds(pid) - cpuBefore) * 1e6) / run.requests;
+  if (run.failures > 0) throw new Error(`${t.name}: ${run.failures} failed requests under load:\n${run.output}`);
+  log(`${t.name.padEnd(16)} ${String(Math.round(run.requestsPerSecond)).padStart(6)} req/s ${String(Math.round(cpuUsPerRequest)).padStart(5)} µs CPU/req`);
+  return { rps: run.requestsPerSecond, cpuUsPerRequest };
+}
+
+async function latency(t: Target): Promise<PacedResult> {
+  const result = await pacedLatency(t.url, { rate: LATENCY_RATE, seconds: LATENCY_SECONDS });
+  if (result.failures > 0) throw new Error(`${t.name}: ${result.failures} failed requests at ${LATENCY_RATE} req/s`);
+  log(`${t.name.padEnd(16)} at ${Math.round(result.rate)} req/s: p50 ${result.p50Ms.toFixed(3)} ms, p99 ${result.p99Ms.toFixed(3)} ms`);
+  return result;
+}
+
+const median = (values: number[]): number => {
+  const sorted = [...values].sort((a, b) => a - b);
+  const mid = Math.floor(sorted.length / 2);
+  return sorted.length % 2 === 1 ? (sorted[mid] as number) : ((sorted[mid - 1] as number) + (sorted[mid] as number)) / 2;
+};
 
 async function main(): Promise<void> {
   timeLimit(120);
@@ -66,68 +80,94 @@ async function main(): Promise<void> {
     const plansFile = writeBenchPlans(workDir);
     const dataDir = join(workDir, 'data');
     const token = await seedOneToken(dataDir, plansFile);
+    // LevelDB lets one process open a directory: the Redis-mode gateway gets a copy.
+    const redisDataDir = join(workDir, 'data-redis');
+    cpSync(dataDir, redisDataDir, { recursive: true });
     const path = `/eth/${token}`;
 
     const upstream = await startUpstream(processes);
-    const direct = await measure('direct', upstream.url + path, upstream);
-
     const nginx = await startNginx(processes, Number(new URL(upstream.url).port));
-    const viaNginx = await measure('nginx', nginx.url + path, nginx);
-    await processes.stop(nginx.process);
-
     const bare = await startBareProxy(processes, upstream.url);
-    const viaBare = await measure('bare node proxy', bare.url + path, bare);
-    await processes.stop(bare.process);
-
     const embedded = await startGateway(processes, { dataDir, upstreamUrl: upstream.url, plansFile, label: 'gateway (embedded)' });
-    const viaEmbedded = await measure('gateway embedded', embedded.url + path, embedded);
-    await processes.stop(embedded.process, 15_000);
-
     const redis = await startRedis(processes);
-    const withRedis = await startGateway(processes, { dataDir, upstreamUrl: upstream.url, plansFile, redisUrl: redis.url, label: 'gateway (redis)' });
-    const viaRedis = await measure('gateway redis', withRedis.url + path, withRedis);
-    await processes.stop(withRedis.process, 15_000);
+    const withRedis = await startGateway(processes, { dataDir: redisDataDir, upstreamUrl: upstream.url, plansFile, redisUrl: redis.url, label: 'gateway (redis)' });
+    const target = (name: string, service: Service): Target => ({ name, url: service.url + path, service });
+    const direct = target('direct', upstream);
+    const viaNginx = target('nginx', nginx);
+    const viaBare = target('bare node proxy', bare);
+    const viaEmbedded = target('gateway embedded', embedded);
+    const viaRedis = target('gateway redis', withRedis);
+    const all = [direct, viaNginx, viaBare, viaEmbedded, viaRedis];
+    for (const t of all) {
+      await checkCall(t.url);
+      await wrk(t.url, { seconds: WARMUP_SECONDS, connections: CONNECTIONS });
+    }
 
-    const method = `wrk -t1 -c${CONNECTIONS}, ${WARMUP_SECONDS} s warm-up then ${SECONDS} s, POST eth_blockNumber (bench/wrk/post.lua) to /eth/<token>; every process on the same 2 cores`;
+    // Direct and nginx give context once; the bare proxy and the gateways take turns, each round
+    // in another order, so that no one is always measured first or right after another.
+    const runs = new Map<Target, Throughput[]>(all.map((t) => [t, []]));
+    for (const t of [direct, viaNginx]) runs.get(t)?.push(await throughput(t));
+    const compared = [viaBare, viaEmbedded, viaRedis];
+    for (let r = 0; r < ROUNDS; r++) {
+      for (let i = 0; i < compared.length; i++) {
+        const t = compared[(i + r) % compared.length] as Target;
+        runs.get(t)?.push(await throughput(t));
+      }
+    }
+    const rss = new Map(all.map((t) => [t, rssMb(t.service.process.child.pid as number)]));
+    const latencies = new Map<Target, PacedResult>();
+    for (const t of all) latencies.set(t, await latency(t));
+
+    const of = (t: Target): Throughput[] => runs.get(t) ?? [];
+    const rpsOf = (t: Target): number => median(of(t).map((x) => x.rps));
+    const cpuOf = (t: Target): number => median(of(t).map((x) => x.cpuUsPerRequest));
+    /** Median over the rounds of the ratio within each round. */
+    const ratioOf = (t: Target, to: Target, pick: (x: Throughput) => number): number => median(of(t).map((x, i) => pick(x) / pick(of(to)[i] as Throughput)));
+    const perRound = (t: Target, pick: (x: Throughput) => number): string => of(t).map((x) => Math.round(pick(x))).join(', ');
+    const lat = (t: Target): PacedResult => latencies.get(t) as PacedResult;
+
+    const method = `wrk -t1 -c${CONNECTIONS}, ${SECONDS} s per run after a ${WARMUP_SECONDS} s warm-up, POST eth_blockNumber (bench/wrk/post.lua) to /eth/<token>; every process running on the same 2 cores throughout; the bare proxy and the two gateways measured in turn, ${ROUNDS} rounds, each ratio the median of the rounds' ratios (nginx and direct: one run)`;
     const figures: Figure[] = [];
+    const rps = (x: Throughput): number => x.rps;
+    const cpu = (x: Throughput): number => x.cpuUsPerRequest;
     for (const gw of [viaEmbedded, viaRedis]) {
       const mode = gw === viaEmbedded ? 'embedded' : 'redis';
       figures.push(
         {
           name: `gateway_${mode}_vs_bare_node_throughput`,
           target: '>= 0.9',
-          result: round(gw.rps / viaBare.rps),
+          result: round(ratioOf(gw, viaBare, rps)),
           unit: '×',
-          baseline: `gateway ${Math.round(gw.rps)} req/s ÷ bare Node proxy ${Math.round(viaBare.rps)} req/s`,
+          baseline: `gateway ${Math.round(rpsOf(gw))} req/s ÷ bare Node proxy ${Math.round(rpsOf(viaBare))} req/s (medians; by round: ${perRound(gw, rps)} ÷ ${perRound(viaBare, rps)})`,
           command: COMMAND,
           method,
         },
         {
           name: `gateway_${mode}_vs_nginx_throughput`,
           target: null,
-          result: round(gw.rps / viaNginx.rps),
+          result: round(rpsOf(gw) / rpsOf(viaNginx)),
           unit: '×',
-          baseline: `gateway ${Math.round(gw.rps)} req/s ÷ nginx ${Math.round(viaNginx.rps)} req/s (direct to upstream ${Math.round(direct.rps)} req/s)`,
+          baseline: `gateway ${Math.round(rpsOf(gw))} req/s ÷ nginx ${Math.round(rpsOf(viaNginx))} req/s (direct to upstream ${Math.round(rpsOf(direct))} req/s)`,
           command: COMMAND,
           method,
         },
         {
           name: `gateway_${mode}_cpu_per_request_vs_bare_node`,
           target: null,
-          result: round(gw.cpuUsPerRequest / viaBare.cpuUsPerRequest),
+          result: round(ratioOf(gw, viaBare, cpu)),
           unit: '×',
-          baseline: `gateway ${Math.round(gw.cpuUsPerRequest)} µs ÷ bare Node proxy ${Math.round(viaBare.cpuUsPerRequest)} µs of CPU per request (nginx ${Math.round(viaNginx.cpuUsPerRequest)} µs, upstream ${Math.round(direct.cpuUsPerRequest)} µs)`,
+          baseline: `gateway ${Math.round(cpuOf(gw))} µs ÷ bare Node proxy ${Math.round(cpuOf(viaBare))} µs of CPU per request (medians; by round: ${perRound(gw, cpu)} ÷ ${perRound(viaBare, cpu)}; nginx ${Math.round(cpuOf(viaNginx))} µs, upstream ${Math.round(cpuOf(direct))} µs)`,
           command: COMMAND,
           method: `${method}; CPU time (user + system, all threads) of the process from /proc/<pid>/stat over the measured run ÷ requests served`,
         },
       );
     }
-    const latencyMethod = `wrk -t1 -c50 --latency for ${LATENCY_SECONDS} s right after the throughput run, each connection waiting a random 0–100 ms before each request (bench/wrk/paced.lua): about ${LATENCY_RATE} req/s (achieved: direct ${Math.round(direct.latency.rate)}, nginx ${Math.round(viaNginx.latency.rate)}, bare ${Math.round(viaBare.latency.rate)}, embedded ${Math.round(viaEmbedded.latency.rate)}, redis ${Math.round(viaRedis.latency.rate)}); added = the percentile through the proxy − the same percentile direct`;
+    const latencyMethod = `wrk -t1 -c50 --latency for ${LATENCY_SECONDS} s each, after the throughput runs, one target after the other, each connection waiting a random 0–100 ms before each request (bench/wrk/paced.lua): about ${LATENCY_RATE} req/s (achieved: direct ${Math.round(lat(direct).rate)}, nginx ${Math.round(lat(viaNginx).rate)}, bare ${Math.round(lat(viaBare).rate)}, embedded ${Math.round(lat(viaEmbedded).rate)}, redis ${Math.round(lat(viaRedis).rate)}); added = the percentile through the proxy − the same percentile direct`;
     for (const m of [viaNginx, viaBare, viaEmbedded, viaRedis]) {
       const key = m.name.replaceAll(' ', '_');
       for (const [p, value, directValue] of [
-        ['p50', m.latency.p50Ms, direct.latency.p50Ms],
-        ['p99', m.latency.p99Ms, direct.latency.p99Ms],
+        ['p50', lat(m).p50Ms, lat(direct).p50Ms],
+        ['p99', lat(m).p99Ms, lat(direct).p99Ms],
       ] as const) {
         figures.push({
           name: `added_latency_${p}_${key}`,
@@ -141,16 +181,17 @@ async function main(): Promise<void> {
         });
       }
     }
+    const rssOf = (t: Target): number => rss.get(t) ?? 0;
     for (const m of [viaEmbedded, viaRedis]) {
       figures.push({
         name: `rss_after_load_${m.name.replaceAll(' ', '_')}`,
         target: null,
-        result: round(m.rssMb),
+        result: round(rssOf(m)),
         unit: 'MB',
-        ratio: round(m.rssMb / viaBare.rssMb),
-        baseline: `bare Node proxy ${Math.round(viaBare.rssMb)} MB`,
+        ratio: round(rssOf(m) / rssOf(viaBare)),
+        baseline: `bare Node proxy ${Math.round(rssOf(viaBare))} MB`,
         command: COMMAND,
-        method: 'VmRSS of the process right after its throughput run (one token in use)',
+        method: 'VmRSS of the process right after the throughput runs (one token in use)',
       });
     }
     for (const f of figures) emit(f);

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import Fastify, { type FastifyInstance } from 'fastify';
+import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest, LogController } from 'fastify';
 import { managementApi } from './commands/api/plugin.js';
 import { problemErrorHandler } from './commands/api/problem.js';
 import { webRoutes } from './commands/api/webRoutes.js';
@@ -10,6 +10,38 @@ import { maskToken } from './domain/tokenFormat.js';
 
 const TOKEN_IN_TEXT = /gka?_[0-9A-Za-z]{38}/g;
 export const redactTokens = (text: string): string => text.replace(TOKEN_IN_TEXT, (t) => maskToken(t));
+
+const LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'];
+
+/**
+ * Fastify's "incoming request" and "request completed" lines at the level each route asks for in
+ * `config.requestLogLevel` (default info). Chain calls ask for debug: thousands a second, two
+ * lines each, would cost more than serving them and drown every other line, and each is
+ * already metered (usage events, metrics). Errors stay at error whatever the route.
+ */
+class RequestLogLevels extends LogController {
+  private readonly silent: boolean;
+
+  constructor(level: string) {
+    super();
+    // Above info, no request line is ever written: skip even looking at the route.
+    this.silent = LEVELS.indexOf(level) > LEVELS.indexOf('info');
+  }
+
+  override incomingRequest(request: FastifyRequest, reply: FastifyReply): void {
+    if (this.silent) return;
+    if (requestLogLevel(request) === 'debug') request.log.debug({ req: request }, 'incoming request');
+    else super.incomingRequest(request, reply);
+  }
+
+  override requestCompleted(error: Error | null | undefined, request: FastifyRequest, reply: FastifyReply): void {
+    if (this.silent && !error) return;
+    if (!error && requestLogLevel(request) === 'debug') reply.log.debug({ res: reply, responseTime: reply.elapsedTime }, 'request completed');
+    else super.requestCompleted(error, request, reply);
+  }
+}
+
+const requestLogLevel = (request: FastifyRequest): string => request.routeOptions.config.requestLogLevel ?? 'info';
 
 /** The HTTP server of a process: the management API and/or the gateway, by role, and health checks. */
 export async function buildServer(runtime: Runtime, options: { logger?: boolean } = {}): Promise<FastifyInstance> {
@@ -24,6 +56,7 @@ export async function buildServer(runtime: Runtime, options: { logger?: boolean 
           },
         }
       : false,
+    logController: new RequestLogLevels(runtime.config.logLevel),
     trustProxy: runtime.config.trustProxy,
     // Usage event ids derive from request ids: they must be unique across restarts and instances.
     genReqId: () => randomUUID(),

@@ -19,6 +19,8 @@ export const AUTH_QUERY_PARAMS = new Set(['token', 'api_key', 'apikey', 'access_
 const TOKEN_SHAPE = /^gka?_/;
 
 const decode = (segment: string): string => {
+  // A token has no escapes: skip decoding (and its exception handling) for the common case.
+  if (!segment.includes('%')) return segment;
   try {
     return decodeURIComponent(segment);
   } catch {
@@ -52,10 +54,11 @@ function fromQuery(query: string): string | null {
 
 export function extractCredentials(segments: string[], authorization: string | undefined, query: string): Credentials {
   const first = segments[0];
-  if (first !== undefined && TOKEN_SHAPE.test(decode(first))) return { token: decode(first), via: 'path', segments: segments.slice(1) };
+  const decodedFirst = first === undefined ? undefined : decode(first);
+  if (decodedFirst !== undefined && TOKEN_SHAPE.test(decodedFirst)) return { token: decodedFirst, via: 'path', segments: segments.slice(1) };
   if (authorization !== undefined && authorization.trim() !== '') return { ...fromAuthorization(authorization), segments };
   const queryToken = fromQuery(query);
   if (queryToken !== null) return { token: queryToken, via: 'query', segments };
-  if (first !== undefined) return { token: decode(first), via: 'path', segments: segments.slice(1) };
+  if (decodedFirst !== undefined) return { token: decodedFirst, via: 'path', segments: segments.slice(1) };
   return { token: null, via: null, segments };
 }

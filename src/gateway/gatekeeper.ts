@@ -3,6 +3,7 @@ import { type PlanCatalog, planAllowsChain } from '../domain/plans.js';
 import { hashToken, isWellFormedToken } from '../domain/tokenFormat.js';
 import type { LimitDecision, Limiter } from '../infra/limits/port.js';
 import type { Admission, AdmissionRequest, Caller, Gatekeeper, LimitHeaders } from './admission.js';
+import { IsoClock } from './isoClock.js';
 import type { TokenCache } from './tokenCache.js';
 
 const INVALID_TOKEN = 'The API token is missing, invalid, revoked or expired.';
@@ -30,6 +31,8 @@ const refuse = (status: 401 | 403, code: string, message: string, caller: Caller
  * plan; then the rate limit and monthly quota in one limiter call (429 when nothing passes).
  */
 export class TokenGatekeeper implements Gatekeeper {
+  private readonly clock = new IsoClock();
+
   constructor(
     private readonly tokens: TokenCache,
     private readonly limiter: Limiter,
@@ -45,7 +48,7 @@ export class TokenGatekeeper implements Gatekeeper {
     const token = await this.tokens.get(hashToken(request.token));
     if (!token) return refuse(401, 'unauthorized', INVALID_TOKEN);
 
-    const status = effectiveStatus(token, new Date(request.nowMs).toISOString());
+    const status = effectiveStatus(token, this.clock.format(request.nowMs));
     if (status === 'revoked' || status === 'expired') return refuse(401, 'unauthorized', INVALID_TOKEN);
     const caller: Caller = { tokenId: token.tokenId, accountId: token.accountId };
     if (status === 'disabled') return refuse(403, 'token_disabled', 'The API token is disabled; enable it in the dashboard.', caller);

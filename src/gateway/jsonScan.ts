@@ -119,7 +119,8 @@ export function documentStart(text: string): number {
 
 /** True when the first non-blank byte opens an object or an array. */
 export function startsLikeJson(body: Buffer): boolean {
-  for (const byte of body) {
+  for (let i = 0; i < body.length; i++) {
+    const byte = body[i] as number;
     if (isWhitespace(byte)) continue;
     return byte === 0x7b || byte === 0x5b;
   }

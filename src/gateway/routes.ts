@@ -5,8 +5,9 @@ import type { Admission, Gatekeeper } from './admission.js';
 import { type Answer, type CallScope, INVALID_METHOD, localError, type LocalError } from './answer.js';
 import { BodyTooLarge, isJsonRpcMediaType, registerRawBodyParser } from './body.js';
 import type { ChainRegistry } from './chains.js';
-import { extractCredentials } from './credentials.js';
+import { type Credentials, extractCredentials } from './credentials.js';
 import { JSON_CONTENT_TYPE, RpcCode, restError, rpcError } from './errors.js';
+import { IsoClock } from './isoClock.js';
 import { handleRest } from './rest.js';
 import { handleJsonRpc } from './rpcHandler.js';
 import type { UpstreamPools } from './upstream.js';
@@ -41,6 +42,45 @@ interface RouteParams {
 
 class GatekeeperUnavailable extends Error {}
 
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** performance.now() when a chain call arrived, before its body was read. */
+    gatewayArrivedAt: number;
+  }
+  interface FastifyContextConfig {
+    /** Level of the route's "incoming request" / "request completed" lines (src/server.ts). */
+    requestLogLevel?: 'debug' | 'info';
+  }
+}
+
+/** Chain calls are metered one by one: their request lines are debug, not info (src/server.ts). */
+const CHAIN_ROUTE_CONFIG = { requestLogLevel: 'debug' } as const;
+
+/** One chain call's scope: the admission is asked at most once, whatever the handlers ask. */
+class RequestScope implements CallScope {
+  private admission: Promise<Admission> | null = null;
+
+  constructor(
+    readonly chain: CallScope['chain'],
+    readonly pool: CallScope['pool'],
+    private readonly gatekeeper: Gatekeeper,
+    private readonly credentials: Credentials,
+  ) {}
+
+  admit(cost: number): Promise<Admission> {
+    this.admission ??= this.ask(cost);
+    return this.admission;
+  }
+
+  private async ask(cost: number): Promise<Admission> {
+    try {
+      return await this.gatekeeper.admit({ chain: this.chain.id, token: this.credentials.token, via: this.credentials.via, cost, nowMs: Date.now() });
+    } catch (err) {
+      throw new GatekeeperUnavailable('gatekeeper failed', { cause: err });
+    }
+  }
+}
+
 const EXPOSED_HEADERS = [
   'x-ratelimit-limit',
   'x-ratelimit-remaining',
@@ -74,21 +114,22 @@ interface Incoming {
   limits: GatewayLimits;
 }
 
+const rpcIssue = (status: number, message: string): LocalError => ({
+  shape: 'rpc', status, rpcCode: RpcCode.invalidRequest, restCode: 'invalid_request', message, method: INVALID_METHOD,
+});
+
+const restIssue = (segments: string[], status: number, restCode: string, message: string): LocalError => ({
+  shape: 'rest', status, rpcCode: RpcCode.invalidRequest, restCode, message, method: segments.join('/').slice(0, 200) || INVALID_METHOD,
+});
+
+const EMPTY_BODY = Buffer.alloc(0);
+
 /** Which protocol handles the call, or which local error answers it. */
-async function dispatch(scope: CallScope, req: Incoming): Promise<Answer> {
+function dispatch(scope: CallScope, req: Incoming): Promise<Answer> {
   const { chain } = scope;
   const { segments, isPost, limits } = req;
   const tooLarge = req.body instanceof BodyTooLarge;
-  const raw = Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0);
-  const rpcIssue = (status: number, message: string): LocalError => ({ shape: 'rpc', status, rpcCode: RpcCode.invalidRequest, restCode: 'invalid_request', message, method: INVALID_METHOD });
-  const restIssue = (status: number, restCode: string, message: string): LocalError => ({
-    shape: 'rest',
-    status,
-    rpcCode: RpcCode.invalidRequest,
-    restCode,
-    message,
-    method: segments.join('/').slice(0, 200) || INVALID_METHOD,
-  });
+  const raw = Buffer.isBuffer(req.body) ? req.body : EMPTY_BODY;
 
   if (segments.length === 0 && isPost) {
     if (!chain.acceptsJsonRpc) return localError(scope, rpcIssue(400, `${chain.id} speaks REST, not JSON-RPC: call /${chain.id}/<token>/<method_or_path>`));
@@ -100,32 +141,45 @@ async function dispatch(scope: CallScope, req: Incoming): Promise<Answer> {
     return localError(
       scope,
       chain.protocol === 'jsonrpc'
-        ? restIssue(400, 'protocol_mismatch', `${chain.id} speaks JSON-RPC: POST a JSON-RPC 2.0 body to /${chain.id}/<token>`)
-        : restIssue(400, 'missing_path', `${chain.id} speaks REST: call /${chain.id}/<token>/<method_or_path>`),
+        ? restIssue(segments, 400, 'protocol_mismatch', `${chain.id} speaks JSON-RPC: POST a JSON-RPC 2.0 body to /${chain.id}/<token>`)
+        : restIssue(segments, 400, 'missing_path', `${chain.id} speaks REST: call /${chain.id}/<token>/<method_or_path>`),
     );
   }
   if (chain.protocol === 'jsonrpc') {
-    return localError(scope, restIssue(400, 'protocol_mismatch', `${chain.id} speaks JSON-RPC, not REST: POST a JSON-RPC 2.0 body to /${chain.id}/<token>`));
+    return localError(scope, restIssue(segments, 400, 'protocol_mismatch', `${chain.id} speaks JSON-RPC, not REST: POST a JSON-RPC 2.0 body to /${chain.id}/<token>`));
   }
-  if (tooLarge) return localError(scope, restIssue(413, 'payload_too_large', `Request body larger than ${limits.maxBodyBytes} bytes`));
+  if (tooLarge) return localError(scope, restIssue(segments, 413, 'payload_too_large', `Request body larger than ${limits.maxBodyBytes} bytes`));
   return handleRest(scope, { httpMethod: isPost ? 'POST' : 'GET', segments, query: req.query, body: isPost ? raw : null, contentType: req.contentType });
+}
+
+/**
+ * What every chain answer carries: its request id, and for browsers (a request with an Origin
+ * header: only those are CORS requests) the CORS headers. Browser dApps call chain endpoints
+ * directly, as they do Infura's or Alchemy's.
+ */
+function commonHeaders(request: FastifyRequest, reply: FastifyReply): void {
+  reply.header('x-request-id', request.id);
+  if (request.headers.origin !== undefined) {
+    reply.header('access-control-allow-origin', '*');
+    reply.header('access-control-expose-headers', EXPOSED_HEADERS);
+  }
 }
 
 export async function gatewayRoutes(fastify: FastifyInstance, options: GatewayRoutesOptions): Promise<void> {
   const limits = { ...DEFAULT_GATEWAY_LIMITS, ...options.limits };
   const { chains, gatekeeper, pools } = options;
+  const clock = new IsoClock();
   registerRawBodyParser(fastify, limits.maxBodyBytes);
-  // When each request arrived, before its body was read: the start of its total time.
-  const arrivals = new WeakMap<FastifyRequest, { at: string; started: number }>();
-  fastify.addHook('onRequest', async (request, reply) => {
-    arrivals.set(request, { at: new Date().toISOString(), started: performance.now() });
-    reply.header('x-request-id', request.id);
-    // Browser dApps call chain endpoints directly, as they do Infura's or Alchemy's.
-    reply.header('access-control-allow-origin', '*');
-    reply.header('access-control-expose-headers', EXPOSED_HEADERS);
+  // When each request arrived, before its body was read: the start of its total time. A
+  // callback hook, not an async one: no promise per call.
+  fastify.decorateRequest('gatewayArrivedAt', 0);
+  fastify.addHook('onRequest', (request, _reply, done) => {
+    request.gatewayArrivedAt = performance.now();
+    done();
   });
 
   fastify.setErrorHandler((error, request, reply) => {
+    commonHeaders(request, reply);
     const rpcShaped = isRpcShaped(request);
     const frameworkStatus = (error as { statusCode?: unknown }).statusCode;
     if (typeof frameworkStatus === 'number' && frameworkStatus >= 400 && frameworkStatus < 500) {
@@ -151,12 +205,13 @@ export async function gatewayRoutes(fastify: FastifyInstance, options: GatewayRo
   const emit = (request: FastifyRequest, answer: Answer, chainId: string): void => {
     const caller = answer.admission?.caller;
     if (!caller) return;
-    const arrival = arrivals.get(request) ?? { at: new Date().toISOString(), started: performance.now() };
-    const totalMs = Math.round((performance.now() - arrival.started) * 100) / 100;
+    const elapsed = performance.now() - request.gatewayArrivedAt;
+    const totalMs = Math.round(elapsed * 100) / 100;
+    const at = clock.format(Date.now() - elapsed);
     for (const d of answer.usage) {
       const record: UsageRecord = {
         requestId: d.memberIndex === null ? request.id : `${request.id}:${d.memberIndex}`,
-        at: arrival.at,
+        at,
         accountId: caller.accountId,
         tokenId: caller.tokenId,
         chain: chainId,
@@ -177,7 +232,8 @@ export async function gatewayRoutes(fastify: FastifyInstance, options: GatewayRo
     }
   };
 
-  const send = (reply: FastifyReply, answer: Answer): FastifyReply => {
+  const send = (request: FastifyRequest, reply: FastifyReply, answer: Answer): FastifyReply => {
+    commonHeaders(request, reply);
     const admission = answer.admission;
     if (admission) reply.headers(admission.headers);
     if (answer.headers) reply.headers(answer.headers);
@@ -198,24 +254,13 @@ export async function gatewayRoutes(fastify: FastifyInstance, options: GatewayRo
     if (!chain) {
       const message = `Unknown chain "${chainId.slice(0, 64)}"`;
       const body = isPost && afterChain.length <= 1 ? rpcError('null', RpcCode.methodNotFound, message) : restError('unknown_chain', message);
+      commonHeaders(request, reply);
       return reply.code(404).type(JSON_CONTENT_TYPE).send(body);
     }
     const pool = pools.get(chain.id);
     if (!pool) throw new Error(`no upstream pool for chain ${chain.id}`);
     const credentials = extractCredentials(afterChain, request.headers.authorization, query);
-    let admission: Promise<Admission> | null = null;
-    const scope: CallScope = {
-      chain,
-      pool,
-      admit: (cost) => {
-        admission ??= gatekeeper
-          .admit({ chain: chain.id, token: credentials.token, via: credentials.via, cost, nowMs: Date.now() })
-          .catch((err: unknown) => {
-            throw new GatekeeperUnavailable('gatekeeper failed', { cause: err });
-          });
-        return admission;
-      },
-    };
+    const scope = new RequestScope(chain, pool, gatekeeper, credentials);
     const answer = await dispatch(scope, {
       segments: credentials.segments,
       isPost,
@@ -225,11 +270,12 @@ export async function gatewayRoutes(fastify: FastifyInstance, options: GatewayRo
       limits,
     });
     emit(request, answer, chain.id);
-    return send(reply, answer);
+    return send(request, reply, answer);
   };
 
   const preflight = async (request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> => {
     const asked = request.headers['access-control-request-headers'];
+    commonHeaders(request, reply);
     return reply
       .code(204)
       .headers({
@@ -241,7 +287,7 @@ export async function gatewayRoutes(fastify: FastifyInstance, options: GatewayRo
   };
 
   for (const url of ['/:chain', '/:chain/*']) {
-    fastify.route<{ Params: RouteParams }>({ method: ['GET', 'POST'], url, handler });
-    fastify.route({ method: 'OPTIONS', url, handler: preflight });
+    fastify.route<{ Params: RouteParams }>({ method: ['GET', 'POST'], url, handler, config: CHAIN_ROUTE_CONFIG });
+    fastify.route({ method: 'OPTIONS', url, handler: preflight, config: CHAIN_ROUTE_CONFIG });
   }
 }

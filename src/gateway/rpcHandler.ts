@@ -41,20 +41,18 @@ export async function handleJsonRpc(scope: CallScope, body: Buffer, maxBatch: nu
   if (parsed.kind === 'error') {
     return localError(scope, { shape: 'rpc', status: parsed.status, rpcCode: parsed.code, restCode: 'invalid_request', message: parsed.message, method: INVALID_METHOD });
   }
-  const members = parsed.kind === 'single' ? [parsed.member] : parsed.members;
+  if (parsed.kind === 'single') return single(scope, parsed.member);
+  const { members } = parsed;
   const { chain } = scope;
   const forwardable = members.filter((m): m is RpcCall => m.kind === 'call' && chain.isMethodAllowed(m.method));
   const admission = await scope.admit(forwardable.length);
-  if (!admission.ok) return refuseAll(admission, members, parsed.kind === 'batch');
+  if (!admission.ok) return refuseBatch(admission, members);
   const granted = new Set(forwardable.slice(0, admission.granted).map((c) => c.index));
-  return parsed.kind === 'single' ? single(scope, parsed.member, granted, admission) : batch(scope, parsed.members, granted, admission);
+  return batch(scope, members, granted, admission);
 }
 
-function refuseAll(refusal: Refusal, members: RpcMember[], isBatch: boolean): Answer {
-  if (!isBatch) {
-    const m = members[0] as RpcMember;
-    return refusedRpcSingle(refusal, m.idText ?? 'null', methodOf(m));
-  }
+/** A batch refused as a whole (unknown token, limits exhausted...): one error per member with an id. */
+function refuseBatch(refusal: Refusal, members: RpcMember[]): Answer {
   const code = admissionRpcCode(refusal.status);
   const data = retryData(refusal);
   const elements = members.filter((m) => m.idText !== undefined).map((m) => rpcError(m.idText as string, code, refusal.message, data));
@@ -67,33 +65,42 @@ function refuseAll(refusal: Refusal, members: RpcMember[], isBatch: boolean): An
   };
 }
 
-async function single(scope: CallScope, m: RpcMember, granted: Set<number>, admission: Admission): Promise<Answer> {
-  const { chain, pool } = scope;
-  const plain = (status: number, idText: string, code: number, message: string, data?: unknown): Answer => ({
+/** A single call the gateway answers with an error of its own (one usage draft). */
+function singleError(admission: Admission, m: RpcMember, status: number, idText: string, code: number, message: string, data?: unknown): Answer {
+  return {
     status,
     body: rpcError(idText, code, message, data),
     contentType: JSON_CONTENT_TYPE,
     admission,
     usage: [draft(methodOf(m), code, message)],
-  });
-  if (m.kind === 'invalid') return plain(400, m.idText, m.code, m.message);
+  };
+}
+
+/** A single call: the common case, so it skips the batch's bookkeeping. */
+async function single(scope: CallScope, m: RpcMember): Promise<Answer> {
+  const { chain, pool } = scope;
+  const allowed = m.kind === 'call' && chain.isMethodAllowed(m.method);
+  const admission = await scope.admit(allowed ? 1 : 0);
+  if (!admission.ok) return refusedRpcSingle(admission, m.idText ?? 'null', methodOf(m));
+  if (m.kind === 'invalid') return singleError(admission, m, 400, m.idText, m.code, m.message);
   const idText = m.idText ?? 'null';
-  if (!chain.isMethodAllowed(m.method)) return plain(403, idText, RpcCode.methodNotFound, deniedMessage(m.method, chain.id));
-  if (!granted.has(m.index)) return plain(429, idText, RpcCode.limitExceeded, limitMessage(admission), retryData(admission));
+  if (!allowed) return singleError(admission, m, 403, idText, RpcCode.methodNotFound, deniedMessage(m.method, chain.id));
+  if (admission.granted < 1) return singleError(admission, m, 429, idText, RpcCode.limitExceeded, limitMessage(admission), retryData(admission));
 
   const outcome = await pool.send({ method: 'POST', path: '', body: singleUpstreamBody(m), retriable: !chain.isWriteMethod(m.method) });
   if (!outcome.ok) {
     const f = upstreamFailureCodes(outcome.kind);
-    return withUpstream(plain(f.status, idText, f.rpc, outcome.message), outcome);
+    return withUpstream(singleError(admission, m, f.status, idText, f.rpc, outcome.message), outcome);
   }
   const isSuccess = outcome.status >= 200 && outcome.status < 300;
   if (m.idText === undefined && isSuccess) {
     return withUpstream({ status: 204, body: null, contentType: JSON_CONTENT_TYPE, admission, usage: [draft(m.method, null, null)] }, outcome);
   }
-  const error = startsLikeJson(outcome.body) ? rpcErrorOf(outcome.body) : null;
-  if (!startsLikeJson(outcome.body) || (!isSuccess && error === null)) {
+  const isJson = startsLikeJson(outcome.body);
+  const error = isJson ? rpcErrorOf(outcome.body) : null;
+  if (!isJson || (!isSuccess && error === null)) {
     const message = `upstream ${outcome.upstream} sent an invalid answer (HTTP ${outcome.status})`;
-    return withUpstream(plain(502, idText, RpcCode.upstreamUnavailable, message), outcome);
+    return withUpstream(singleError(admission, m, 502, idText, RpcCode.upstreamUnavailable, message), outcome);
   }
   return withUpstream(
     {

@@ -18,6 +18,27 @@ export interface CachedToken {
 const POSITIVE_TTL_MS = 60_000;
 const NEGATIVE_TTL_MS = 2_000;
 const NEGATIVE_MAX = 100_000;
+/** Account ids kept for sharing between the tokens of an account; cleared beyond this many. */
+const ACCOUNT_IDS_MAX = 100_000;
+
+/**
+ * A cache entry is the token itself plus its expiry: one object per token. The expiry is kept
+ * in whole seconds since the cache started, which V8 stores inline (a small integer) where
+ * epoch milliseconds would need a heap number of their own.
+ */
+class Entry implements CachedToken {
+  constructor(
+    readonly tokenId: string,
+    readonly accountId: string,
+    readonly plan: PlanId,
+    readonly status: TokenDoc['status'],
+    readonly expiresAt: string | null,
+    readonly monthlyLimit: number | null,
+    readonly rateLimit: number | null,
+    /** Seconds since the cache's epoch after which the entry is stale. */
+    readonly until: number,
+  ) {}
+}
 
 /**
  * Token lookups by hash from the read models, cached in process. Every change to a token or an
@@ -25,15 +46,20 @@ const NEGATIVE_MAX = 100_000;
  * safety net for a lost notification (e.g. while Redis was away).
  */
 export class TokenCache {
-  private byHash = new Map<string, { token: CachedToken; until: number }>();
+  private byHash = new Map<string, Entry>();
   private hashById = new Map<string, string>();
   private unknown = new Map<string, number>();
+  /** One string per account id, shared by its tokens' entries (each read model lookup parses a new one). */
+  private accountIds = new Map<string, string>();
   private unsubscribe: (() => Promise<void>) | null = null;
+  private readonly epochMs: number;
 
   constructor(
     private readonly queries: Queries,
     private readonly now: () => number = Date.now,
-  ) {}
+  ) {
+    this.epochMs = now();
+  }
 
   async listen(feed: ChangeFeed): Promise<void> {
     this.unsubscribe = await feed.subscribe(INVALIDATION_TOPIC, (message) => this.invalidate(message));
@@ -50,9 +76,9 @@ export class TokenCache {
       this.unknown.clear();
     } else if (kind === 'account') {
       for (const [hash, entry] of this.byHash) {
-        if (entry.token.accountId === id) {
+        if (entry.accountId === id) {
           this.byHash.delete(hash);
-          this.hashById.delete(entry.token.tokenId);
+          this.hashById.delete(entry.tokenId);
         }
       }
     }
@@ -65,7 +91,7 @@ export class TokenCache {
   async get(tokenHash: string): Promise<CachedToken | null> {
     const t = this.now();
     const hit = this.byHash.get(tokenHash);
-    if (hit && hit.until > t) return hit.token;
+    if (hit && hit.until > (t - this.epochMs) / 1000) return hit;
     const missUntil = this.unknown.get(tokenHash);
     if (missUntil !== undefined && missUntil > t) return null;
 
@@ -76,14 +102,20 @@ export class TokenCache {
       this.unknown.set(tokenHash, t + NEGATIVE_TTL_MS);
       return null;
     }
-    const token: CachedToken = {
-      tokenId: doc.id, accountId: doc.accountId, plan: account.plan, status: doc.status,
-      expiresAt: doc.expiresAt, monthlyLimit: doc.monthlyLimit, rateLimit: doc.rateLimit,
-    };
-    this.byHash.set(tokenHash, { token, until: t + POSITIVE_TTL_MS });
+    const until = Math.floor((t + POSITIVE_TTL_MS - this.epochMs) / 1000);
+    const token = new Entry(doc.id, this.shared(doc.accountId), account.plan, doc.status, doc.expiresAt, doc.monthlyLimit, doc.rateLimit, until);
+    this.byHash.set(tokenHash, token);
     this.hashById.set(token.tokenId, tokenHash);
     this.unknown.delete(tokenHash);
     return token;
+  }
+
+  private shared(accountId: string): string {
+    const known = this.accountIds.get(accountId);
+    if (known !== undefined) return known;
+    if (this.accountIds.size >= ACCOUNT_IDS_MAX) this.accountIds.clear();
+    this.accountIds.set(accountId, accountId);
+    return accountId;
   }
 
   async close(): Promise<void> {

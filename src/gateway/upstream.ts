@@ -1,3 +1,4 @@
+import type { IncomingHttpHeaders } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import { type Dispatcher, Pool } from 'undici';
 import type { Chain, ChainRegistry, Upstream } from './chains.js';
@@ -62,6 +63,11 @@ export interface UpstreamHealth {
 interface Member {
   upstream: Upstream;
   dispatcher: Dispatcher;
+  /** The path of a call to the upstream URL itself (JSON-RPC), computed once. */
+  rootPath: string;
+  /** Request headers, built once: without a body, and with a JSON body (the common case). */
+  headers: Record<string, string>;
+  jsonHeaders: Record<string, string>;
   consecutiveFailures: number;
   ejectedUntil: number | null;
   probing: boolean;
@@ -79,25 +85,12 @@ export function isNodeFailure(status: number, body: Buffer): boolean {
 }
 
 class ResponseTooLarge extends Error {}
+class UpstreamTimeout extends Error {}
 
-async function readBody(body: Dispatcher.ResponseData['body'], maxBytes: number): Promise<Buffer> {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of body) {
-    const buf = chunk as Buffer;
-    size += buf.length;
-    if (size > maxBytes) {
-      body.destroy();
-      throw new ResponseTooLarge(`answer larger than ${maxBytes} bytes`);
-    }
-    chunks.push(buf);
-  }
-  return Buffer.concat(chunks, size);
-}
-
-function flattenHeaders(headers: Dispatcher.ResponseData['headers']): Record<string, string> {
+function flattenHeaders(headers: IncomingHttpHeaders): Record<string, string> {
   const out: Record<string, string> = {};
-  for (const [k, v] of Object.entries(headers)) {
+  for (const k in headers) {
+    const v = headers[k];
     if (v !== undefined) out[k] = Array.isArray(v) ? v.join(', ') : v;
   }
   return out;
@@ -128,19 +121,26 @@ export class UpstreamPool {
   private readonly maxResponseBytes: number;
   private readonly random: () => number;
   private readonly now: () => number;
+  private readonly inFlight = new InFlightCalls();
 
   constructor(
     readonly chain: Chain,
     dispatcherFor: (origin: string) => Dispatcher,
     options: UpstreamPoolOptions = {},
   ) {
-    this.members = chain.upstreams.map((upstream) => ({
-      upstream,
-      dispatcher: dispatcherFor(upstream.url.origin),
-      consecutiveFailures: 0,
-      ejectedUntil: null,
-      probing: false,
-    }));
+    this.members = chain.upstreams.map((upstream) => {
+      const headers = { accept: 'application/json', 'user-agent': 'chain-gateway', ...upstream.headers };
+      return {
+        upstream,
+        dispatcher: dispatcherFor(upstream.url.origin),
+        rootPath: targetPath(upstream.url, ''),
+        headers,
+        jsonHeaders: { ...headers, 'content-type': 'application/json' },
+        consecutiveFailures: 0,
+        ejectedUntil: null,
+        probing: false,
+      };
+    });
     this.ejectAfter = options.ejectAfterFailures ?? 3;
     this.coolDownMs = options.coolDownMs ?? 5_000;
     this.maxAttempts = options.maxAttempts ?? 3;
@@ -150,13 +150,14 @@ export class UpstreamPool {
   }
 
   async send(request: UpstreamRequest): Promise<UpstreamOutcome> {
-    const tried = new Set<Member>();
     const attempts = request.retriable ? Math.min(this.maxAttempts, this.members.length) : 1;
+    let tried: Member[] | null = null;
     let last: UpstreamFailure | null = null;
     for (let attempt = 0; attempt < attempts; attempt++) {
       const member = this.pick(tried);
       if (member === null) break;
-      tried.add(member);
+      if (tried === null) tried = [member];
+      else tried.push(member);
       const outcome = await this.attempt(member, request);
       if (outcome.ok && !isNodeFailure(outcome.status, outcome.body)) {
         this.recordSuccess(member);
@@ -179,21 +180,30 @@ export class UpstreamPool {
     }));
   }
 
-  /** Weighted choice among untried upstreams that are healthy or due for a trial call. */
-  private pick(tried: Set<Member>): Member | null {
+  /** Weighted choice among untried upstreams that are healthy or due for a trial call (no allocation: it runs per call). */
+  private pick(tried: Member[] | null): Member | null {
     const now = this.now();
-    const eligible = this.members.filter(
-      (m) => !tried.has(m) && (m.ejectedUntil === null || (now >= m.ejectedUntil && !m.probing)),
-    );
-    if (eligible.length === 0) return null;
-    const total = eligible.reduce((sum, m) => sum + m.upstream.weight, 0);
-    let r = this.random() * total;
-    let chosen = eligible[eligible.length - 1] as Member;
-    for (const m of eligible) {
-      r -= m.upstream.weight;
-      if (r < 0) {
-        chosen = m;
-        break;
+    const eligible = (m: Member): boolean => !tried?.includes(m) && (m.ejectedUntil === null || (now >= m.ejectedUntil && !m.probing));
+    let total = 0;
+    let count = 0;
+    let only: Member | null = null;
+    for (const m of this.members) {
+      if (!eligible(m)) continue;
+      total += m.upstream.weight;
+      count++;
+      only = m;
+    }
+    if (count === 0) return null;
+    let chosen = only as Member;
+    if (count > 1) {
+      let r = this.random() * total;
+      for (const m of this.members) {
+        if (!eligible(m)) continue;
+        r -= m.upstream.weight;
+        if (r < 0) {
+          chosen = m;
+          break;
+        }
       }
     }
     if (chosen.ejectedUntil !== null) chosen.probing = true;
@@ -212,43 +222,161 @@ export class UpstreamPool {
     m.probing = false;
   }
 
-  private async attempt(m: Member, request: UpstreamRequest): Promise<UpstreamOutcome> {
-    const { upstream } = m;
-    const started = performance.now();
-    const elapsed = (): number => Math.max(0, Math.round((performance.now() - started) * 100) / 100);
-    const controller = new AbortController();
-    let timedOut = false;
-    const timer = setTimeout(() => {
-      timedOut = true;
-      controller.abort();
-    }, this.chain.timeoutMs);
-    const headers: Record<string, string> = { accept: 'application/json', 'user-agent': 'chain-gateway', ...upstream.headers };
-    if (request.body !== undefined) headers['content-type'] = request.contentType ?? 'application/json';
-    try {
-      const res = await m.dispatcher.request({
-        method: request.method,
-        path: targetPath(upstream.url, request.path),
-        headers,
-        body: request.body,
-        signal: controller.signal,
-      });
-      const body = await readBody(res.body, this.maxResponseBytes);
-      return { ok: true, status: res.statusCode, headers: flattenHeaders(res.headers), body, upstreamMs: elapsed(), upstream: upstream.label };
-    } catch (err) {
-      if (timedOut) {
-        return {
-          ok: false,
-          kind: 'timeout',
-          message: `upstream ${upstream.label} did not answer within ${this.chain.timeoutMs} ms`,
-          upstreamMs: elapsed(),
-          upstream: upstream.label,
-        };
+  private attempt(m: Member, request: UpstreamRequest): Promise<UpstreamOutcome> {
+    const hasBody = request.body !== undefined;
+    const json = request.contentType === undefined || request.contentType === 'application/json';
+    return new Promise((resolve) => {
+      const call = new UpstreamCall(m.upstream.label, this.chain.timeoutMs, this.maxResponseBytes, resolve);
+      this.inFlight.add(call);
+      try {
+        m.dispatcher.dispatch(
+          {
+            method: request.method,
+            path: request.path === '' ? m.rootPath : targetPath(m.upstream.url, request.path),
+            headers: !hasBody ? m.headers : json ? m.jsonHeaders : { ...m.headers, 'content-type': request.contentType as string },
+            body: request.body,
+          },
+          call,
+        );
+      } catch (error) {
+        call.onResponseError(null, error as Error);
       }
-      return { ok: false, kind: 'unavailable', message: `upstream ${upstream.label}: ${describeError(err)}`, upstreamMs: elapsed(), upstream: upstream.label };
-    } finally {
-      clearTimeout(timer);
-    }
+    });
   }
+}
+
+/**
+ * One call to one upstream, as an undici dispatch handler: the answer is gathered into one
+ * Buffer without a body stream, and the deadline is kept by the pool's `InFlightCalls` (one
+ * timer for all calls) instead of an AbortController and a timer per call. The deadline
+ * covers everything, from waiting for a free connection to the last byte.
+ */
+class UpstreamCall implements Dispatcher.DispatchHandler {
+  /** Links of the pool's in-flight list. */
+  prev: UpstreamCall | null = null;
+  next: UpstreamCall | null = null;
+  readonly started = performance.now();
+  readonly deadline: number;
+  onSettle: ((call: UpstreamCall) => void) | null = null;
+  private controller: Dispatcher.DispatchController | null = null;
+  private settled = false;
+  private status = 0;
+  private headers: IncomingHttpHeaders = {};
+  private readonly chunks: Buffer[] = [];
+  private size = 0;
+
+  constructor(
+    private readonly label: string,
+    private readonly timeoutMs: number,
+    private readonly maxBytes: number,
+    private readonly resolve: (outcome: UpstreamOutcome) => void,
+  ) {
+    this.deadline = this.started + timeoutMs;
+  }
+
+  onRequestStart(controller: Dispatcher.DispatchController): void {
+    this.controller = controller;
+    // Expired while waiting for a connection: never sent.
+    if (this.settled) controller.abort(new UpstreamTimeout('deadline passed'));
+  }
+
+  onResponseStart(_controller: Dispatcher.DispatchController, statusCode: number, headers: IncomingHttpHeaders): void {
+    this.status = statusCode;
+    this.headers = headers;
+  }
+
+  onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    if (this.settled) return;
+    this.size += chunk.length;
+    if (this.size > this.maxBytes) {
+      controller.abort(new ResponseTooLarge(`answer larger than ${this.maxBytes} bytes`));
+      return;
+    }
+    this.chunks.push(chunk);
+  }
+
+  onResponseEnd(): void {
+    if (this.settled) return;
+    const body = this.chunks.length === 1 ? (this.chunks[0] as Buffer) : Buffer.concat(this.chunks, this.size);
+    this.settle({ ok: true, status: this.status, headers: flattenHeaders(this.headers), body, upstreamMs: this.elapsed(), upstream: this.label });
+  }
+
+  onResponseError(_controller: Dispatcher.DispatchController | null, error: Error): void {
+    if (this.settled) return;
+    this.settle({ ok: false, kind: 'unavailable', message: `upstream ${this.label}: ${describeError(error)}`, upstreamMs: this.elapsed(), upstream: this.label });
+  }
+
+  /** Called by the pool's timer once the deadline has passed. */
+  expire(): void {
+    if (this.settled) return;
+    this.settle({
+      ok: false,
+      kind: 'timeout',
+      message: `upstream ${this.label} did not answer within ${this.timeoutMs} ms`,
+      upstreamMs: this.elapsed(),
+      upstream: this.label,
+    });
+    this.controller?.abort(new UpstreamTimeout('deadline passed'));
+  }
+
+  private settle(outcome: UpstreamOutcome): void {
+    this.settled = true;
+    this.chunks.length = 0;
+    this.onSettle?.(this);
+    this.resolve(outcome);
+  }
+
+  private elapsed(): number {
+    return Math.max(0, Math.round((performance.now() - this.started) * 100) / 100);
+  }
+}
+
+/**
+ * A pool's calls in flight, oldest first, in a linked list: every call of a pool has the same
+ * timeout, so the oldest is always the next to expire, and one timer armed for it serves them
+ * all. A settled call leaves the list at once (O(1)); under steady traffic the timer fires about
+ * once per timeout, finds nothing expired and is armed again.
+ */
+class InFlightCalls {
+  private head: UpstreamCall | null = null;
+  private tail: UpstreamCall | null = null;
+  private timer: NodeJS.Timeout | null = null;
+  private readonly remove = (call: UpstreamCall): void => {
+    if (call.prev) call.prev.next = call.next;
+    else this.head = call.next;
+    if (call.next) call.next.prev = call.prev;
+    else this.tail = call.prev;
+    call.prev = null;
+    call.next = null;
+  };
+
+  add(call: UpstreamCall): void {
+    call.onSettle = this.remove;
+    call.prev = this.tail;
+    if (this.tail) this.tail.next = call;
+    else this.head = call;
+    this.tail = call;
+    if (this.timer === null) this.arm();
+  }
+
+  private arm(): void {
+    if (this.head === null) return;
+    const wait = Math.max(1, Math.ceil(this.head.deadline - performance.now()));
+    this.timer = setTimeout(this.expireDue, wait);
+    // A call in flight keeps the process alive through its socket, not through this timer.
+    this.timer.unref();
+  }
+
+  private readonly expireDue = (): void => {
+    this.timer = null;
+    const now = performance.now();
+    while (this.head !== null && this.head.deadline <= now) {
+      const call = this.head;
+      call.expire();
+      if (this.head === call) this.remove(call); // settled already: it should have left; never spin
+    }
+    this.arm();
+  };
 }
 
 /** One pool per chain over shared keep-alive connections, one undici `Pool` per upstream origin. */

@@ -1,4 +1,4 @@
-import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { Counter, Gauge, Registry } from 'prom-client';
 import type { UsageRecord } from '../domain/usage.js';
 import type { LimitDecision, Limiter, LimitRequest } from './limits/port.js';
 
@@ -18,22 +18,79 @@ export function methodClass(method: string): 'write' | 'read' | 'rest' {
   return /send|submit|broadcast|execute/i.test(method) ? 'write' : 'read';
 }
 
+const escapeLabelValue = (v: string): string => v.replace(/\\/g, '\\\\').replace(/\n/g, '\\n').replace(/"/g, '\\"');
+
+/**
+ * A histogram labelled by chain, kept by hand for the call path: prom-client's `observe` costs
+ * about a microsecond (a closure, label validation and hashing per call), this a Map lookup and
+ * a bucket search. Rendered in the text format prom-client writes, after the registry's metrics.
+ */
+class ChainHistogram {
+  private readonly series = new Map<string, { counts: number[]; sum: number; count: number }>();
+
+  constructor(
+    private readonly name: string,
+    private readonly help: string,
+    private readonly bounds: readonly number[],
+  ) {}
+
+  observe(chain: string, value: number): void {
+    let s = this.series.get(chain);
+    if (!s) {
+      s = { counts: this.bounds.map(() => 0), sum: 0, count: 0 };
+      this.series.set(chain, s);
+    }
+    for (let i = 0; i < this.bounds.length; i++) {
+      if (value <= (this.bounds[i] as number)) {
+        s.counts[i] = (s.counts[i] as number) + 1;
+        break;
+      }
+    }
+    s.sum += value;
+    s.count += 1;
+  }
+
+  render(): string {
+    const lines = [`# HELP ${this.name} ${this.help}`, `# TYPE ${this.name} histogram`];
+    for (const [chain, s] of this.series) {
+      const label = `chain="${escapeLabelValue(chain)}"`;
+      let cumulative = 0;
+      this.bounds.forEach((bound, i) => {
+        cumulative += s.counts[i] as number;
+        lines.push(`${this.name}_bucket{le="${bound}",${label}} ${cumulative}`);
+      });
+      lines.push(`${this.name}_bucket{le="+Inf",${label}} ${s.count}`, `${this.name}_sum{${label}} ${s.sum}`, `${this.name}_count{${label}} ${s.count}`);
+    }
+    return `${lines.join('\n')}\n`;
+  }
+}
+
+type CallLabels = { chain: string; method_class: string; status: string };
+
 /**
  * Prometheus metrics of one process, on its own registry (no global state). Chain calls are
- * observed from their usage records, so metering and metrics can never disagree.
+ * observed from their usage records, so metering and metrics can never disagree. A call costs
+ * a few Map updates: the calls counter is summed here and handed to prom-client when scraped,
+ * and the latency histograms are `ChainHistogram`s.
  */
 export class Telemetry {
   readonly registry = new Registry();
-  private readonly calls: Counter<'chain' | 'method_class' | 'status'>;
-  private readonly latency: Histogram<'chain'>;
-  private readonly upstreamLatency: Histogram<'chain'>;
+  private readonly latency = new ChainHistogram('gateway_call_duration_seconds', 'Time from arrival to answer of a chain call', LATENCY_BUCKETS);
+  private readonly upstreamLatency = new ChainHistogram('gateway_upstream_duration_seconds', 'Time the upstream node took', LATENCY_BUCKETS);
+  /** Calls counted since the last scrape, by `<chain>\n<class>\n<status>`. */
+  private readonly pendingCalls = new Map<string, { labels: CallLabels; count: number }>();
   private readonly limiterDecisions: Counter<'outcome'>;
 
   constructor(sources: TelemetrySources = {}) {
     const registers = [this.registry];
-    this.calls = new Counter({ name: 'gateway_chain_calls_total', help: 'Chain calls (batch members count one each) by chain, method class and HTTP status', labelNames: ['chain', 'method_class', 'status'], registers });
-    this.latency = new Histogram({ name: 'gateway_call_duration_seconds', help: 'Time from arrival to answer of a chain call', labelNames: ['chain'], buckets: LATENCY_BUCKETS, registers });
-    this.upstreamLatency = new Histogram({ name: 'gateway_upstream_duration_seconds', help: 'Time the upstream node took', labelNames: ['chain'], buckets: LATENCY_BUCKETS, registers });
+    const pendingCalls = this.pendingCalls;
+    new Counter({
+      name: 'gateway_chain_calls_total', help: 'Chain calls (batch members count one each) by chain, method class and HTTP status', labelNames: ['chain', 'method_class', 'status'], registers,
+      collect() {
+        for (const { labels, count } of pendingCalls.values()) if (count > 0) this.inc(labels, count);
+        for (const entry of pendingCalls.values()) entry.count = 0;
+      },
+    });
     this.limiterDecisions = new Counter({ name: 'gateway_limiter_decisions_total', help: 'Calls admitted or refused by the rate limit or the monthly quota', labelNames: ['outcome'], registers });
     new Gauge({
       name: 'gateway_usage_queue_depth', help: 'Usage records not yet appended to the event store', registers,
@@ -59,9 +116,13 @@ export class Telemetry {
   }
 
   observeCall(record: UsageRecord): void {
-    this.calls.inc({ chain: record.chain, method_class: methodClass(record.method), status: String(record.status) });
-    this.latency.observe({ chain: record.chain }, record.totalMs / 1000);
-    if (record.upstreamMs !== null) this.upstreamLatency.observe({ chain: record.chain }, record.upstreamMs / 1000);
+    const cls = methodClass(record.method);
+    const key = `${record.chain}\n${cls}\n${record.status}`;
+    const pending = this.pendingCalls.get(key);
+    if (pending) pending.count += 1;
+    else this.pendingCalls.set(key, { labels: { chain: record.chain, method_class: cls, status: String(record.status) }, count: 1 });
+    this.latency.observe(record.chain, record.totalMs / 1000);
+    if (record.upstreamMs !== null) this.upstreamLatency.observe(record.chain, record.upstreamMs / 1000);
   }
 
   /** The limiter, counting its decisions. */
@@ -78,7 +139,7 @@ export class Telemetry {
     };
   }
 
-  metrics(): Promise<string> {
-    return this.registry.metrics();
+  async metrics(): Promise<string> {
+    return `${await this.registry.metrics()}${this.latency.render()}${this.upstreamLatency.render()}`;
   }
 }

@@ -367,4 +367,12 @@ describe('browsers', () => {
     expect(r.headers.get('access-control-expose-headers')).toContain('x-ratelimit-remaining');
     expect(gateway.usage).toHaveLength(1);
   });
+
+  it('leaves the CORS headers out of answers to callers that are not browsers (no Origin)', async () => {
+    const r = await rpc('fake', call('eth_blockNumber'));
+    expect(r.status).toBe(200);
+    expect(r.headers.get('x-request-id')).toMatch(/^[0-9a-f-]{36}$/);
+    expect(r.headers.get('x-ratelimit-remaining')).not.toBeNull();
+    expect(r.headers.get('access-control-allow-origin')).toBeNull();
+  });
 });

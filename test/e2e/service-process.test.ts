@@ -53,7 +53,9 @@ describe('broken configuration: says what is wrong and exits non-zero', () => {
 describe('a running service', () => {
   it('finishes calls in flight on SIGTERM, records every served call, and never logs a token', { timeout: 60_000 }, async () => {
     const dataDir = tempDir();
-    const service = startService({ DATA_DIR: dataDir, ADMIN_TOKEN: 'admin-token-for-the-process-test' });
+    // debug: chain calls log their request lines at debug (management calls at info), and the
+    // token in their paths must show masked there too.
+    const service = startService({ DATA_DIR: dataDir, ADMIN_TOKEN: 'admin-token-for-the-process-test', LOG_LEVEL: 'debug' });
     const base = await service.ready;
     const post = (path: string, body: unknown, headers: Record<string, string> = {}) =>
       fetch(`${base}${path}`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(body) });
@@ -101,7 +103,11 @@ describe('a running service', () => {
     expect(new Set(events.filter((e) => e.type === USAGE_EVENT_TYPE).map((e) => e.id)).size).toBe(answered);
 
     const logs = service.output();
-    expect(logs).toMatch(/"msg":"incoming request"/);
+    const requestLines = logs.split('\n').filter((line) => line.includes('"msg":"incoming request"'));
+    expect(requestLines.some((line) => line.includes('"level":30') && line.includes('"url":"/api/v1/'))).toBe(true);
+    const chainLines = requestLines.filter((line) => line.includes('"url":"/local/'));
+    expect(chainLines.length).toBeGreaterThan(0);
+    expect(chainLines.every((line) => line.includes('"level":20'))).toBe(true);
     for (const secret of [token, key]) expect(logs).not.toContain(secret);
     expect(logs).toContain(`${token.slice(0, 7)}…${token.slice(-4)}`);
 

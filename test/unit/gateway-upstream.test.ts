@@ -111,6 +111,22 @@ describe('retries', () => {
     expect(await poolFor([{ url: deadUrl, label: 'dead' }]).send(READ)).toMatchObject({ ok: false, kind: 'unavailable', message: expect.stringContaining('ECONNREFUSED') });
   });
 
+  it('counts the wait for a free connection in the timeout, and forgets nothing after it', async () => {
+    b.mode = 'slow';
+    b.delayMs = 400;
+    const pool = poolFor([{ url: b.url, label: 'b' }], { connections: 1, ejectAfterFailures: 100 }, 120);
+    const started = performance.now();
+    // One connection: the second call waits for the first, and its deadline runs meanwhile.
+    const outcomes = await Promise.all([pool.send(READ), pool.send(READ)]);
+    expect(outcomes).toMatchObject([
+      { ok: false, kind: 'timeout', upstream: 'b' },
+      { ok: false, kind: 'timeout', upstream: 'b' },
+    ]);
+    expect(performance.now() - started).toBeLessThan(380);
+    b.mode = 'ok';
+    expect(await pool.send(READ)).toMatchObject({ ok: true, upstream: 'b' });
+  });
+
   it('treats a dropped connection and an oversize answer as unavailable', async () => {
     b.mode = 'hangup';
     expect(await poolFor([{ url: b.url, label: 'b' }]).send(READ)).toMatchObject({ ok: false, kind: 'unavailable' });

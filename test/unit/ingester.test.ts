@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { usageStream } from '../../src/domain/usage.js';
 import type { AppendResult, EventStore, ExpectedRevision, NewEvent } from '../../src/infra/eventstore/port.js';
-import { UsageIngester } from '../../src/infra/usage/ingester.js';
+import { estimatedJsonBytes, UsageIngester } from '../../src/infra/usage/ingester.js';
 import { MemoryUsageBackend, MemoryUsageQueue } from '../../src/infra/usage/memory.js';
 import { usageRecord } from '../contract/usagequeue.contract.js';
 import { MemoryEventStore } from '../support/memoryEventStore.js';
@@ -47,9 +47,10 @@ class GatedStore extends MemoryEventStore {
 
 const fastBackoff = { initialMs: 5, maxMs: 20 };
 
-function setup(store: EventStore, options: { batchSize?: number; maxAppendBytes?: number } = {}) {
+function setup(store: EventStore, options: { batchSize?: number; maxAppendBytes?: number; lingerMs?: number } = {}) {
   const queue = new MemoryUsageQueue(new MemoryUsageBackend(), 'ingester');
-  const ingester = new UsageIngester({ queue, store, readBlockMs: 20, backoff: fastBackoff, ...options });
+  // No linger unless a test is about it: the others time retries and failures.
+  const ingester = new UsageIngester({ queue, store, readBlockMs: 20, lingerMs: 0, backoff: fastBackoff, ...options });
   return { queue, ingester };
 }
 
@@ -135,5 +136,30 @@ describe('UsageIngester', () => {
     await ingester.whenDrained();
     await ingester.stop();
     expect(await store.readStream(usageStream('acc1'))).toHaveLength(1);
+  });
+
+  it('lets records trickling in gather into one append for lingerMs', async () => {
+    const store = new FaultyStore();
+    const { queue, ingester } = setup(store, { lingerMs: 500 });
+    ingester.start();
+    for (let i = 0; i < 10; i++) {
+      queue.enqueue(usageRecord());
+      await new Promise((resolve) => setTimeout(resolve, 5));
+    }
+    await ingester.whenDrained();
+    await ingester.stop();
+    expect(await store.readStream(usageStream('acc1'))).toHaveLength(10);
+    expect(store.appendSizes).toHaveLength(1);
+  });
+
+  it('estimates a record\'s serialized size from above, exactly for plain text', () => {
+    const plain = usageRecord();
+    const odd = usageRecord({ errorMessage: 'quote " backslash \\ newline \n tab \t control \u0001 é 漢 😀', method: 'eth_call' });
+    for (const record of [plain, odd, usageRecord({ errorMessage: 'x'.repeat(500), upstreamMs: 1.2345678901234567e300, totalMs: 0.1 + 0.2 })]) {
+      const actual = Buffer.byteLength(JSON.stringify(record));
+      const estimate = estimatedJsonBytes(record);
+      expect(estimate).toBeGreaterThanOrEqual(actual);
+      expect(estimate - actual).toBeLessThan(400);
+    }
   });
 });

@@ -5,7 +5,6 @@ import { EXPORT_FORMATS, type ExportFormat, PLAN_IDS, type Plan, type PlanCatalo
 import type { ApiDeps } from './deps.js';
 import { csvChunks } from './exports/csv.js';
 import { jsonChunks } from './exports/json.js';
-import { usagePdf } from './exports/pdf.js';
 import { monthlyLimits, periodFor } from './metricsRoutes.js';
 import { owner } from './owner.js';
 
@@ -50,7 +49,9 @@ export const exportRoutes: FastifyPluginAsync<ApiDeps> = async (app, deps) => {
         const header = { period, chain: resolved.chain, retention: resolved.retention };
         return reply.send(Readable.from(jsonChunks(header, deps.usage.requestRows(scope)), STREAM_OPTIONS));
       }
-      const [report, errors, used] = await Promise.all([
+      // pdfkit (~25 MB resident with its fonts) loads on the first PDF export, not at start-up.
+      const [{ usagePdf }, report, errors, used] = await Promise.all([
+        import('./exports/pdf.js'),
         deps.usage.usage(scope),
         deps.usage.errorGroups(scope),
         deps.queries.accountMonthUsage(accountId),

@@ -1,7 +1,8 @@
 import { chatSender } from './chat.js';
-import { type EmailTransport, emailSender, outboxTransport, smtpTransport } from './email.js';
+import type { AlertChannel } from '../../domain/alertEvents.js';
+import type { EmailTransport } from './email.js';
 import { incidentSender } from './incident.js';
-import type { Senders } from './port.js';
+import type { ChannelSender, Senders } from './port.js';
 import { createHttpPoster } from './safeHttp.js';
 import { type SmsConfig, smsSender } from './sms.js';
 import { webhookSender } from './webhook.js';
@@ -19,6 +20,28 @@ export interface NotifyConfig {
   retryBaseMs: number;
 }
 
+type EmailChannel = Extract<AlertChannel, { type: 'email' }>;
+
+/**
+ * The email sender, loaded with its transport on the first email: the mail library (nodemailer,
+ * ~15 MB resident) stays out of a process that never sends one, as most never do.
+ */
+function lazyEmail(config: NotifyConfig, override: EmailTransport | undefined): { sender: ChannelSender<EmailChannel>; close(): Promise<void> } {
+  let loaded: Promise<{ sender: ChannelSender<EmailChannel>; transport: EmailTransport }> | null = null;
+  const load = () =>
+    (loaded ??= import('./email.js').then((email) => {
+      const transport = override ?? (config.email.smtpUrl ? email.smtpTransport(config.email.smtpUrl, config.timeoutMs) : email.outboxTransport(config.email.outboxPath));
+      return { transport, sender: email.emailSender(transport, config.email.from) };
+    }));
+  return {
+    sender: { send: async (channel, notification) => (await load()).sender.send(channel, notification) },
+    async close() {
+      if (loaded) await (await loaded).transport.close();
+      else await override?.close();
+    },
+  };
+}
+
 /**
  * One sender per channel type. Owner-given URLs (webhook, chat) go through the SSRF guard; the
  * operator's own service URLs (incident, SMS) and SMTP are trusted configuration.
@@ -26,10 +49,10 @@ export interface NotifyConfig {
 export function createSenders(config: NotifyConfig, overrides: { emailTransport?: EmailTransport } = {}): { senders: Senders; close(): Promise<void> } {
   const ownerUrls = createHttpPoster({ guard: true, allowPrivate: config.allowPrivate, timeoutMs: config.timeoutMs });
   const operatorUrls = createHttpPoster({ guard: false, allowPrivate: true, timeoutMs: config.timeoutMs });
-  const mail = overrides.emailTransport ?? (config.email.smtpUrl ? smtpTransport(config.email.smtpUrl, config.timeoutMs) : outboxTransport(config.email.outboxPath));
+  const mail = lazyEmail(config, overrides.emailTransport);
   return {
     senders: {
-      email: emailSender(mail, config.email.from),
+      email: mail.sender,
       webhook: webhookSender(ownerUrls),
       chat: chatSender(ownerUrls),
       incident: incidentSender(operatorUrls, config.incident.eventsUrl),

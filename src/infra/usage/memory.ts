@@ -60,7 +60,8 @@ export class MemoryUsageBackend {
       if (entry.deliveredTo !== null && nowMs - entry.deliveredAt < this.visibilityTimeoutMs) continue;
       entry.deliveredTo = consumer;
       entry.deliveredAt = nowMs;
-      taken.push({ ackId, record: { ...entry.record } });
+      // The snapshot taken by `add`, shared: consumers only read it.
+      taken.push({ ackId, record: entry.record });
     }
     return taken;
   }
