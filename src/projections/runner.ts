@@ -5,8 +5,15 @@ import type { Projection } from './projection.js';
 
 export const INVALIDATION_TOPIC = 'invalidate';
 
-const BATCH_MAX = 2000;
+/** Live, a batch is committed when full or FLUSH_MS after its first event, whichever comes first. */
+const LIVE_BATCH_MAX = 2000;
 const FLUSH_MS = 5;
+/**
+ * While catching up (a restart, a rebuild) the log is read back to back: a batch is committed
+ * when full or at the head, with no timer raced against every event, and batches are larger,
+ * so the roll-ups of many events fold into one read and one write per key.
+ */
+const CATCH_UP_BATCH_MAX = 5000;
 
 /**
  * Follows the log from the oldest checkpoint of its projections, commits each batch per
@@ -21,6 +28,8 @@ export class ProjectionRunner {
   private caughtUpOnce = false;
   private caughtUpResolve!: () => void;
   private loop: Promise<void> | null = null;
+  /** The batch being committed while the next one is read and projected; at most one. */
+  private committing: Promise<void> | null = null;
   /** Resolves once the projections have caught up with the log as it was at start. */
   readonly caughtUp: Promise<void> = new Promise((r) => {
     this.caughtUpResolve = r;
@@ -58,8 +67,7 @@ export class ProjectionRunner {
     const batch: StoredEvent[] = [];
     const iterator = subscription[Symbol.asyncIterator]();
     let pending: Promise<IteratorResult<SubscriptionItem>> | null = null;
-    // One timer per batch (not per event): a batch is committed when full, on catching up, or
-    // FLUSH_MS after its first event, whichever comes first.
+    // Live, one timer per batch (not per event).
     let flushAt: Promise<null> | null = null;
     try {
       for (;;) {
@@ -68,6 +76,7 @@ export class ProjectionRunner {
         if (next === null) {
           flushAt = null;
           await this.commit(batch.splice(0));
+          await this.settle();
           continue;
         }
         pending = null;
@@ -75,14 +84,16 @@ export class ProjectionRunner {
         const item = next.value;
         if (item.kind === 'event') {
           batch.push(item.event);
-          flushAt ??= new Promise((r) => setTimeout(r, FLUSH_MS, null));
-          if (batch.length >= BATCH_MAX) {
+          if (this.caughtUpOnce) flushAt ??= new Promise((r) => setTimeout(r, FLUSH_MS, null));
+          if (batch.length >= (this.caughtUpOnce ? LIVE_BATCH_MAX : CATCH_UP_BATCH_MAX)) {
             flushAt = null;
+            // Not settled: the store writes this batch while the next one is read and projected.
             await this.commit(batch.splice(0));
           }
         } else {
           flushAt = null;
           await this.commit(batch.splice(0));
+          await this.settle();
           if (!this.caughtUpOnce) {
             this.caughtUpOnce = true;
             this.caughtUpResolve();
@@ -90,25 +101,48 @@ export class ProjectionRunner {
         }
       }
       await this.commit(batch.splice(0));
+      await this.settle();
     } catch (e) {
       this.lastError = e;
+      await this.committing?.catch(() => undefined);
       throw e;
     }
   }
 
+  /**
+   * Projects the events and starts committing them (each projection's writes with its
+   * checkpoint), once the previous batch is committed. Resolves when the commit has started.
+   */
   private async commit(events: StoredEvent[]): Promise<void> {
     const last = events[events.length - 1];
     if (!last) return;
     const messages: string[] = [];
-    for (const p of this.projections) {
+    const writesByProjection = this.projections.map((p) => {
       const checkpoint = this.checkpoints.get(p.name) ?? null;
       const writes: ReadModelWrite[] = [];
       for (const e of events) {
         if (checkpoint !== null && e.position <= checkpoint) continue;
-        writes.push(...p.project(e));
-        if (p.notifications) messages.push(...p.notifications(e));
+        for (const w of p.project(e)) writes.push(w);
+        if (p.notifications) for (const m of p.notifications(e)) messages.push(m);
       }
-      await this.readModels.commit(p.name, last.position, writes);
+      return writes;
+    });
+    await this.settle();
+    const committing = this.apply(last, writesByProjection, messages);
+    committing.catch(() => undefined); // awaited by the next settle(); not an unhandled rejection meanwhile
+    this.committing = committing;
+  }
+
+  /** Waits for the batch being committed; rethrows its failure. */
+  private async settle(): Promise<void> {
+    const committing = this.committing;
+    this.committing = null;
+    await committing;
+  }
+
+  private async apply(last: StoredEvent, writesByProjection: ReadModelWrite[][], messages: string[]): Promise<void> {
+    for (const [i, p] of this.projections.entries()) {
+      await this.readModels.commit(p.name, last.position, writesByProjection[i] ?? []);
       this.checkpoints.set(p.name, last.position);
     }
     this.processed = last.position;

@@ -42,8 +42,14 @@ export function ceilTo(t: number, g: Granularity): number {
   return f === t ? t : nextBucket(f, g);
 }
 
+/**
+ * The name of the bucket holding the time whose `toISOString()` is `iso`: its prefix, since
+ * flooring a time to a bucket start only zeroes the fields after that prefix.
+ */
+export const bucketNameOfIso = (iso: string, g: Granularity): string => iso.slice(0, NAME_LENGTH[g]);
+
 /** The name of the bucket holding `t` (ms) — the key segment of roll-up documents. */
-export const bucketName = (t: number, g: Granularity): string => new Date(floorTo(t, g)).toISOString().slice(0, NAME_LENGTH[g]);
+export const bucketName = (t: number, g: Granularity): string => bucketNameOfIso(new Date(t).toISOString(), g);
 
 /** Parses a bucket name back to its start (epoch ms). */
 export function bucketStart(name: string): number {
