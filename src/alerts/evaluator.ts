@@ -2,12 +2,12 @@ import { z } from 'zod';
 import type { AlertCommands } from '../commands/alertCommands.js';
 import { evaluationStep } from '../domain/alert.js';
 import { AlertRule } from '../domain/alertEvents.js';
-import type { Plan, PlanCatalog } from '../domain/plans.js';
+import { effectiveTokenLimits, type Plan, type PlanCatalog } from '../domain/plans.js';
 import type { Position } from '../infra/eventstore/port.js';
 import type { AlertQueries } from '../projections/alertsQueries.js';
 import type { Queries } from '../projections/queries.js';
 import type { AlertMetrics } from './alertMetrics.js';
-import { effectiveTokenLimits, type Figures, measure } from './measure.js';
+import { type Figures, measure } from './measure.js';
 
 /** What the evaluator reads of an alert document; anything else in the read model is skipped, not trusted. */
 const EvaluatedAlert = z.object({

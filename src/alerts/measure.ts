@@ -1,6 +1,5 @@
 import type { Measurement } from '../domain/alert.js';
 import type { AlertRule } from '../domain/alertEvents.js';
-import type { Plan } from '../domain/plans.js';
 import type { WindowStats } from './alertMetrics.js';
 
 /** What the evaluator gathered for one rule (only the parts that rule needs). */
@@ -17,16 +16,6 @@ export interface Figures {
   unavailable?: string | undefined;
 }
 
-/** The limits a token works under: its own only where the plan has custom limits (as the gatekeeper does). */
-export function effectiveTokenLimits(plan: Plan, token: { monthlyLimit: number | null; rateLimit: number | null }): { rps: number; monthly: number | null; ownMonthly: boolean } {
-  const custom = plan.custom_limits;
-  const ownMonthly = custom && token.monthlyLimit !== null;
-  return {
-    rps: custom && token.rateLimit !== null ? token.rateLimit : plan.rps,
-    monthly: ownMonthly ? token.monthlyLimit : plan.monthly_requests,
-    ownMonthly,
-  };
-}
 
 const finite = (n: unknown): n is number => typeof n === 'number' && Number.isFinite(n);
 const round = (n: number, digits = 1) => Math.round(n * 10 ** digits) / 10 ** digits;

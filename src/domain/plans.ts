@@ -66,3 +66,21 @@ export function planCatalog(overrides: unknown = {}): PlanCatalog {
 }
 
 export const planAllowsChain = (plan: Plan, chain: string): boolean => plan.chains === null || plan.chains.includes(chain);
+
+/**
+ * The limits a token runs under: its own rate and monthly limits where the plan allows custom
+ * limits, otherwise the plan's. `ownMonthly`: the token counts against its own quota, not the
+ * account's (the spec: a token with its own limit does not count against the account's).
+ */
+export function effectiveTokenLimits(
+  plan: Plan,
+  token: { monthlyLimit: number | null; rateLimit: number | null },
+): { rps: number; monthly: number | null; ownMonthly: boolean } {
+  const custom = plan.custom_limits;
+  const ownMonthly = custom && token.monthlyLimit !== null;
+  return {
+    rps: custom && token.rateLimit !== null ? token.rateLimit : plan.rps,
+    monthly: ownMonthly ? token.monthlyLimit : plan.monthly_requests,
+    ownMonthly,
+  };
+}

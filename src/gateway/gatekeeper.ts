@@ -1,5 +1,5 @@
 import { effectiveStatus } from '../domain/apiToken.js';
-import { type PlanCatalog, planAllowsChain } from '../domain/plans.js';
+import { effectiveTokenLimits, type PlanCatalog, planAllowsChain } from '../domain/plans.js';
 import { hashToken, isWellFormedToken } from '../domain/tokenFormat.js';
 import type { LimitDecision, Limiter } from '../infra/limits/port.js';
 import type { Admission, AdmissionRequest, Caller, Gatekeeper, LimitHeaders } from './admission.js';
@@ -57,13 +57,11 @@ export class TokenGatekeeper implements Gatekeeper {
       return refuse(403, 'chain_not_in_plan', `The ${plan.name} plan does not include the ${request.chain} network.`, caller);
     }
 
-    const custom = plan.custom_limits;
+    const limits = effectiveTokenLimits(plan, token);
     const decision = await this.limiter.take({
       tokenId: token.tokenId,
-      rps: custom && token.rateLimit !== null ? token.rateLimit : plan.rps,
-      monthly: custom && token.monthlyLimit !== null
-        ? { key: `token:${token.tokenId}`, limit: token.monthlyLimit }
-        : { key: `account:${token.accountId}`, limit: plan.monthly_requests },
+      rps: limits.rps,
+      monthly: { key: limits.ownMonthly ? `token:${token.tokenId}` : `account:${token.accountId}`, limit: limits.monthly },
       cost: request.cost,
       nowMs: request.nowMs,
     });

@@ -115,7 +115,7 @@ describe('a running service', () => {
     const history = execFileSync(process.execPath, ['--import', 'tsx', CLI, 'history', created.id], { env: { ...process.env, DATA_DIR: dataDir }, encoding: 'utf8' });
     const lines = history.trim().split('\n');
     expect(lines).toHaveLength(2);
-    expect(lines[0]).toMatch(/^\S+Z  #0 ApiTokenCreated\s+status=active name="t"/);
+    expect(lines[0]).toMatch(/^\S+Z {2}#0 ApiTokenCreated\s+status=active name="t"/);
     expect(lines[1]).toMatch(/#1 ApiTokenRenamed\s+status=active name="renamed"/);
     const rebuilt = execFileSync(process.execPath, ['--import', 'tsx', CLI, 'rebuild'], { env: { ...process.env, DATA_DIR: dataDir }, encoding: 'utf8' });
     expect(rebuilt).toMatch(/^rebuilt core, .* in \d+ ms/);

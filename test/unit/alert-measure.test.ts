@@ -1,8 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { EMPTY_WINDOW, type WindowStats } from '../../src/alerts/alertMetrics.js';
-import { effectiveTokenLimits, measure } from '../../src/alerts/measure.js';
+import { measure } from '../../src/alerts/measure.js';
 import { type RuleInput, ruleFromInput } from '../../src/domain/alert.js';
-import { DEFAULT_PLANS } from '../../src/domain/plans.js';
+import { DEFAULT_PLANS, effectiveTokenLimits } from '../../src/domain/plans.js';
 
 const rule = (input: RuleInput) => {
   const { rule: r, issues } = ruleFromInput(input);

@@ -1,10 +1,11 @@
 import type { FastifyPluginAsync } from 'fastify';
 import { DomainError } from '../../domain/errors.js';
+import { floorTo, nextBucket } from '../../projections/usageBuckets.js';
 import type { ApiDeps } from './deps.js';
 import { owner, requireAdmin } from './owner.js';
 import { AccountParams, ChangePlan } from './schemas.js';
 
-const nextMonthStart = (now: Date) => new Date(Date.UTC(now.getUTCFullYear(), now.getUTCMonth() + 1, 1)).toISOString();
+const nextMonthStart = (now: Date) => new Date(nextBucket(floorTo(now.getTime(), 'month'), 'month')).toISOString();
 
 /** The account view (plan, limits, usage this month) and the operator's plan change. */
 export const accountRoutes: FastifyPluginAsync<ApiDeps> = async (app, deps) => {
