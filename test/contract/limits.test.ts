@@ -56,3 +56,36 @@ describe('openLimiter', () => {
     await limiter.close();
   });
 });
+
+describe('RedisLimiter batching (the calls of one event-loop turn go as one pipeline)', () => {
+  it('gives each call of a turn its own decision, in order, across tokens and buckets', async () => {
+    const limiter = new RedisLimiter(inject('redisUrl'), { commandTimeoutMs: TEST_TIMEOUT_MS });
+    await limiter.whenReady();
+    const nowMs = Date.now();
+    const a = `account:${randomUUID()}`;
+    const b = `token:${randomUUID()}`;
+    // One turn: token ta (rps 2) three times, token tb (rps 5, monthly 1) twice.
+    const decisions = await Promise.all([
+      limiter.take({ tokenId: 'ta', rps: 2, monthly: { key: a, limit: null }, cost: 1, nowMs }),
+      limiter.take({ tokenId: 'tb', rps: 5, monthly: { key: b, limit: 1 }, cost: 1, nowMs }),
+      limiter.take({ tokenId: 'ta', rps: 2, monthly: { key: a, limit: null }, cost: 1, nowMs }),
+      limiter.take({ tokenId: 'tb', rps: 5, monthly: { key: b, limit: 1 }, cost: 1, nowMs }),
+      limiter.take({ tokenId: 'ta', rps: 2, monthly: { key: a, limit: null }, cost: 1, nowMs }),
+    ]);
+    expect(decisions.map((d) => d.granted)).toEqual([1, 1, 1, 0, 0]);
+    expect(decisions[3]?.refusedBy).toBe('monthly');
+    expect(decisions[4]?.refusedBy).toBe('rate');
+    expect(await limiter.monthlyUsed(a, nowMs)).toBe(2);
+    expect(await limiter.monthlyUsed(b, nowMs)).toBe(1);
+    await limiter.close();
+  });
+
+  it('rejects every call of the turn when Redis cannot be reached (the resilient wrapper then answers)', async () => {
+    const limiter = new RedisLimiter(inject('redisUrl'), { commandTimeoutMs: TEST_TIMEOUT_MS });
+    await limiter.whenReady();
+    await limiter.close();
+    const request = { tokenId: 't', rps: 5, monthly: { key: `account:${randomUUID()}`, limit: null }, cost: 1, nowMs: Date.now() };
+    const results = await Promise.allSettled([limiter.take(request), limiter.take(request)]);
+    expect(results.map((r) => r.status)).toEqual(['rejected', 'rejected']);
+  });
+});
