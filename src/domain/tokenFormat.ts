@@ -1,4 +1,5 @@
-import { createHash, randomBytes } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
+import { sha256Hex } from './sha256.js';
 import { crc32 } from 'node:zlib';
 
 /**
@@ -51,7 +52,7 @@ export function isWellFormedToken(kind: TokenKind, candidate: string): boolean {
   return m !== null && checksum(m[1] as string) === m[2];
 }
 
-export const hashToken = (token: string): string => createHash('sha256').update(token).digest('hex');
+export const hashToken = (token: string): string => sha256Hex(token);
 
 /** `gk_abcd…wxyz`: enough to recognise a token, never enough to use it. */
 export function maskToken(token: string): string {

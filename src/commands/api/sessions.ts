@@ -1,11 +1,12 @@
-import { createHash, randomBytes } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
+import { sha256Hex } from '../../domain/sha256.js';
 import type { ReadModelStore } from '../../infra/readmodels/port.js';
 
 const COLLECTION = 'sessions';
 export const SESSION_COOKIE = 'gw_session';
 const TTL_MS = 7 * 86_400_000;
 
-const keyOf = (sessionId: string) => createHash('sha256').update(sessionId).digest('hex');
+const keyOf = (sessionId: string) => sha256Hex(sessionId);
 
 /** Dashboard sessions: a random id in an httpOnly cookie, stored only as its hash, 7 days. */
 export class Sessions {
