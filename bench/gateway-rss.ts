@@ -5,7 +5,9 @@
  * (bench/servers/warmGateway.ts: src/main.ts's wiring) once so its projector builds the read
  * models, restarts it (checkpoint present, as a gateway in service starts), measures its RSS
  * (baseline), fills its token cache with every token (the lookup a first call does), calls
- * through it with a sample of tokens, and measures its RSS again.
+ * through it with a sample of tokens, and measures its RSS again; then the same with the
+ * production gateway role (bench/servers/benchConfig.ts: ROLE=gateway, limits and metering in a
+ * redis-server it starts), which holds the target: a gateway process in service runs no projector.
  *
  *   npx tsx bench/gateway-rss.ts
  */
@@ -17,7 +19,7 @@ import { seedAccounts } from './lib/eventMix.js';
 import { JSON_RPC_BODY } from './lib/load.js';
 import { Processes, rssMb, runMain, timeLimit } from './lib/processes.js';
 import { emit, log, round } from './lib/report.js';
-import { startGateway, startUpstream, writeBenchPlans } from './lib/services.js';
+import { type GatewayOptions, startGateway, startRedis, startUpstream, writeBenchPlans } from './lib/services.js';
 
 const COMMAND = 'npx tsx bench/gateway-rss.ts';
 const ACCOUNTS = 1000;
@@ -34,8 +36,60 @@ async function waitForOutput(read: () => string, pattern: RegExp, timeoutMs: num
   throw new Error(`no ${pattern} within ${timeoutMs} ms:\n${read()}`);
 }
 
+interface WarmMeasure {
+  readySeconds: number;
+  idleRss: number;
+  warmRss: number;
+  rssAfterGc: number;
+  heapBefore: number;
+  heapAfter: number;
+  heapTotalMb: number;
+  externalMb: number;
+  cached: number;
+}
+
+/** Starts the service, fills its token cache with every token, calls through it, and reads its memory. */
+async function warmAndMeasure(processes: Processes, gatewayOptions: GatewayOptions, tokens: Array<{ token: string }>, label: string): Promise<WarmMeasure> {
+  const t = performance.now();
+  const gateway = await startGateway(processes, gatewayOptions);
+  const readySeconds = (performance.now() - t) / 1000;
+  const pid = gateway.process.child.pid as number;
+  await new Promise((r) => setTimeout(r, 1000));
+  const idleRss = rssMb(pid);
+  log(`${label}: ready in ${round(readySeconds)} s; RSS ${round(idleRss)} MB with no token cached`);
+
+  process.kill(pid, 'SIGUSR2');
+  const warmed = await waitForOutput(gateway.process.output, /warmed (\d+) tokens in (\d+) ms, cache size (\d+), live heap before ([\d.]+) MB/, 90_000);
+  const heapBefore = Number(warmed[4]);
+  const cached = Number(warmed[3]);
+  if (cached < tokens.length) throw new Error(`only ${cached} of ${tokens.length} tokens cached:\n${gateway.process.output()}`);
+  log(`${label}: cache filled: ${warmed[0]}`);
+
+  // Calls through the gateway with cached tokens: the process serves, and its RSS includes serving.
+  for (let i = 0; i < SAMPLE_CALLS; i += 50) {
+    const from = (i * 997) % (tokens.length - 50);
+    await Promise.all(
+      tokens.slice(from, from + 50).map(async ({ token }) => {
+        const res = await fetch(`${gateway.url}/eth/${token}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON_RPC_BODY });
+        await res.arrayBuffer();
+        if (res.status !== 200) throw new Error(`call with a cached token answered ${res.status}`);
+      }),
+    );
+  }
+  await new Promise((r) => setTimeout(r, 2000));
+  const warmRss = rssMb(pid);
+  process.kill(pid, 'SIGUSR2');
+  const afterGc = await waitForOutput(gateway.process.output, /live heap ([\d.]+) MB, after gc: rss (\d+) MB, heap total (\d+) MB, external (\d+) MB/, 10_000);
+  const heapAfter = Number(afterGc[1]);
+  log(`${label}: RSS ${round(warmRss)} MB with ${cached} tokens cached; live heap ${heapBefore} → ${heapAfter} MB; ${afterGc[0]}`);
+  await processes.stop(gateway.process, 15_000);
+  return {
+    readySeconds, idleRss, warmRss, rssAfterGc: Number(afterGc[2]), heapBefore, heapAfter, heapTotalMb: Number(afterGc[3]), externalMb: Number(afterGc[4]), cached,
+  };
+}
+
 async function main(): Promise<void> {
-  timeLimit(150);
+  timeLimit(240);
   const processes = new Processes();
   const workDir = mkdtempSync(join(tmpdir(), 'bench-rss-'));
   try {
@@ -50,7 +104,7 @@ async function main(): Promise<void> {
     log(`wrote ${tokens.length} tokens of ${ACCOUNTS} accounts in ${round((performance.now() - t) / 1000)} s`);
 
     const upstream = await startUpstream(processes);
-    const gatewayOptions = {
+    const gatewayOptions: GatewayOptions = {
       dataDir, upstreamUrl: upstream.url, plansFile, entry: 'bench/servers/warmGateway.ts', nodeFlags: ['--expose-gc'], env: { TOKENS_FILE: tokensFile }, label: 'gateway (warmable)',
     };
     // First start: the projector builds the read models from scratch; then a restart, as a
@@ -62,43 +116,24 @@ async function main(): Promise<void> {
     await processes.stop(first.process, 15_000);
     log(`first start: projected ${tokens.length} tokens, ready in ${round(catchUpSeconds)} s, RSS ${round(catchUpRss)} MB`);
 
-    t = performance.now();
-    const gateway = await startGateway(processes, gatewayOptions);
-    const readySeconds = (performance.now() - t) / 1000;
-    const pid = gateway.process.child.pid as number;
-    await new Promise((r) => setTimeout(r, 1000));
-    const idleRss = rssMb(pid);
-    log(`restart: ready in ${round(readySeconds)} s; RSS ${round(idleRss)} MB with no token cached`);
-
-    process.kill(pid, 'SIGUSR2');
-    const warmed = await waitForOutput(gateway.process.output, /warmed (\d+) tokens in (\d+) ms, cache size (\d+), live heap before ([\d.]+) MB/, 90_000);
-    const heapBefore = Number(warmed[4]);
-    const cached = Number(warmed[3]);
-    if (cached < tokens.length) throw new Error(`only ${cached} of ${tokens.length} tokens cached:\n${gateway.process.output()}`);
-    log(`cache filled: ${warmed[0]}`);
-
-    // Calls through the gateway with cached tokens: the process serves, and its RSS includes serving.
-    for (let i = 0; i < SAMPLE_CALLS; i += 50) {
-      const from = (i * 997) % (tokens.length - 50);
-      await Promise.all(
-        tokens.slice(from, from + 50).map(async ({ token }) => {
-          const res = await fetch(`${gateway.url}/eth/${token}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON_RPC_BODY });
-          await res.arrayBuffer();
-          if (res.status !== 200) throw new Error(`call with a cached token answered ${res.status}`);
-        }),
-      );
-    }
-    await new Promise((r) => setTimeout(r, 2000));
-    const warmRss = rssMb(pid);
-    process.kill(pid, 'SIGUSR2');
-    const afterGc = await waitForOutput(gateway.process.output, /live heap ([\d.]+) MB, after gc: rss (\d+) MB, heap total (\d+) MB, external (\d+) MB/, 10_000);
-    const heapAfter = Number(afterGc[1]);
-    const rssAfterGc = Number(afterGc[2]);
-    log(`RSS ${round(warmRss)} MB with ${cached} tokens cached; live heap ${heapBefore} → ${heapAfter} MB; ${afterGc[0]}`);
+    const all = await warmAndMeasure(processes, gatewayOptions, tokens, 'ROLE=all');
+    const redis = await startRedis(processes);
+    const role = await warmAndMeasure(processes, { ...gatewayOptions, redisUrl: redis.url, env: { ...gatewayOptions.env, BENCH_ROLE: 'gateway' }, label: 'gateway role (warmable)' }, tokens, 'gateway role');
+    const { readySeconds, idleRss, warmRss, rssAfterGc, heapBefore, heapAfter, cached } = all;
 
     emit({
-      name: 'gateway_rss_100k_tokens_cached',
+      name: 'gateway_role_rss_100k_tokens_cached',
       target: '<= 200',
+      result: round(role.warmRss),
+      unit: 'MB',
+      ratio: round(role.warmRss / role.idleRss),
+      baseline: `the same process before its cache was filled ${round(role.idleRss)} MB (after a full collection: ${role.rssAfterGc} MB, V8 heap total ${role.heapTotalMb} MB)`,
+      command: COMMAND,
+      method: `VmRSS of the production gateway process (bench/servers/warmGateway.ts with BENCH_ROLE=gateway: ROLE=gateway, limits and metering in Redis, the embedded read models standing in for MongoDB) 2 s after every one of ${role.cached} tokens was looked up through runtime.gateway.tokens.get and ${SAMPLE_CALLS} calls were served`,
+    });
+    emit({
+      name: 'gateway_rss_100k_tokens_cached',
+      target: null,
       result: round(warmRss),
       unit: 'MB',
       ratio: round(warmRss / idleRss),
@@ -114,7 +149,7 @@ async function main(): Promise<void> {
       ratio: round(rssAfterGc / idleRss),
       baseline: `the same process before its cache was filled ${round(idleRss)} MB`,
       command: COMMAND,
-      method: `the same process right after a forced full collection (global.gc): what of the RSS is live; V8 heap total ${afterGc[3]} MB, external ${afterGc[4]} MB`,
+      method: `the same process right after a forced full collection (global.gc): what of the RSS is live; V8 heap total ${all.heapTotalMb} MB, external ${all.externalMb} MB`,
     });
     emit({
       name: 'token_cache_live_bytes_per_token',

@@ -1,6 +1,6 @@
 /**
  * The service as `src/main.ts` starts it (ROLE=all from the environment: runtime, HTTP server,
- * projector, ingester), plus one thing for bench/gateway-rss.ts: on SIGUSR2 it looks up every
+ * projector, ingester; or the gateway role with BENCH_ROLE=gateway, see benchConfig.ts), plus one thing for bench/gateway-rss.ts: on SIGUSR2 it looks up every
  * token of TOKENS_FILE through its own token cache (`runtime.gateway.tokens.get(hash)`, what a
  * first call with that token does) and prints `warmed <n> tokens…`; on the next SIGUSR2 it prints
  * its live heap (after a full collection when started with --expose-gc). Calling
@@ -9,15 +9,15 @@
  *   TOKENS_FILE=… DATA_DIR=… PORT=… node --import tsx bench/servers/warmGateway.ts
  */
 import { readFileSync } from 'node:fs';
-import { loadConfig } from '../../src/config.js';
 import { hashToken } from '../../src/domain/tokenFormat.js';
 import { openRuntime } from '../../src/runtime.js';
 import { buildServer } from '../../src/server.js';
+import { benchConfig } from './benchConfig.js';
 
 const LOOKUPS_IN_FLIGHT = 64;
 
 async function main(): Promise<void> {
-  const config = loadConfig(process.env);
+  const config = benchConfig(process.env);
   const runtime = await openRuntime(config);
   const app = await buildServer(runtime, { logger: true });
   await runtime.projector?.start();

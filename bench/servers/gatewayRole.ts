@@ -1,0 +1,26 @@
+/**
+ * The production gateway role for the gateway benchmark's Redis mode (see benchConfig.ts): the
+ * usage records stay in the Redis stream, where a projector elsewhere would ingest them.
+ *
+ *   REDIS_URL=… DATA_DIR=… PORT=… node --import tsx bench/servers/gatewayRole.ts
+ */
+import { openRuntime } from '../../src/runtime.js';
+import { buildServer } from '../../src/server.js';
+import { benchConfig } from './benchConfig.js';
+
+async function main(): Promise<void> {
+  const runtime = await openRuntime(benchConfig({ ...process.env, BENCH_ROLE: 'gateway' }));
+  const app = await buildServer(runtime, { logger: true });
+  await app.listen({ port: runtime.config.port, host: runtime.config.host });
+  process.on('SIGTERM', () => {
+    // Closing flushes buffered records to Redis; bounded, the benchmark waits 5 s at most.
+    const done = (): never => process.exit(0);
+    setTimeout(done, 2000).unref();
+    void app.close().then(() => runtime.close()).then(done, done);
+  });
+}
+
+main().catch((e: unknown) => {
+  console.error(e);
+  process.exit(1);
+});
