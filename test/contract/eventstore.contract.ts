@@ -168,6 +168,25 @@ export function describeEventStoreContract(name: string, open: () => Promise<Eve
         expect((await store.readStream(stream)).map((e) => e.type)).toEqual(['A', 'B', 'C']);
       });
 
+      // What exactly-once usage appends (src/infra/usage/exactlyOnce.ts) rely on.
+      it('a refused append names the stream\'s last revision, for no_stream and for a stale revision', async () => {
+        const stream = `${category()}-1`;
+        await store.append(stream, [newEvent('A'), newEvent('B'), newEvent('C')], 'no_stream');
+        await expect(store.append(stream, [newEvent('D')], 'no_stream')).rejects.toMatchObject({ actual: 2 });
+        await expect(store.append(stream, [newEvent('D')], 0)).rejects.toMatchObject({ actual: 2 });
+        await expect(store.append(`${category()}-1`, [newEvent('D')], 0)).rejects.toMatchObject({ actual: 'no_stream' });
+        expect(await store.readStream(stream)).toHaveLength(3);
+      });
+
+      it('at a stale revision, an append repeating only some of the events after it writes nothing', async () => {
+        const stream = `${category()}-1`;
+        const b = newEvent('B');
+        await store.append(stream, [newEvent('A'), b], 'no_stream');
+        await expect(store.append(stream, [b, newEvent('C')], 0)).rejects.toThrow();
+        await expect(store.append(stream, [newEvent('C'), b], 0)).rejects.toThrow();
+        expect((await store.readStream(stream)).map((e) => e.type)).toEqual(['A', 'B']);
+      });
+
       it('a retried single event with its original expected revision writes nothing', async () => {
         const stream = `${category()}-1`;
         await store.append(stream, [newEvent('A')], 'no_stream');

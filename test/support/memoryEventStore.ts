@@ -18,9 +18,10 @@ import { WrongExpectedRevisionError } from '../../src/infra/eventstore/port.js';
 export class MemoryEventStore implements EventStore {
   private readonly streams = new Map<string, StoredEvent[]>();
   private lastPosition = 0;
+  readCalls = 0;
 
   async append(streamId: string, events: NewEvent[], expected: ExpectedRevision): Promise<AppendResult> {
-    const stream = this.streams.get(streamId) ?? [];
+    const stream = this.events(streamId);
     const actual = stream.length === 0 ? 'no_stream' : stream.length - 1;
     const matches =
       expected === 'any' ||
@@ -30,9 +31,13 @@ export class MemoryEventStore implements EventStore {
     if (!matches) throw new WrongExpectedRevisionError(streamId, expected, actual);
 
     const known = new Set(stream.map((event) => event.id));
+    const fresh = events.filter((event) => !known.has(event.id) && known.add(event.id));
+    return this.write(streamId, stream, fresh);
+  }
+
+  /** Appends `events` to the stream as they are (no id checks) and answers as the port does. */
+  protected write(streamId: string, stream: StoredEvent[], events: NewEvent[]): AppendResult {
     for (const event of events) {
-      if (known.has(event.id)) continue;
-      known.add(event.id);
       this.lastPosition += 1;
       stream.push({
         streamId,
@@ -50,9 +55,15 @@ export class MemoryEventStore implements EventStore {
     return { nextExpectedRevision: stream.length - 1, position: last?.position ?? formatPosition(this.lastPosition) };
   }
 
+  /** The stored events of a stream (empty when it does not exist); appended to by `write`. */
+  protected events(streamId: string): StoredEvent[] {
+    return this.streams.get(streamId) ?? [];
+  }
+
   async readStream(streamId: string, options: { fromRevision?: number; maxCount?: number } = {}): Promise<StoredEvent[]> {
+    this.readCalls += 1;
     const from = options.fromRevision ?? 0;
-    const events = (this.streams.get(streamId) ?? []).slice(from, from + (options.maxCount ?? Number.POSITIVE_INFINITY));
+    const events = this.events(streamId).slice(from, from + (options.maxCount ?? Number.POSITIVE_INFINITY));
     return events.map((event) => structuredClone(event));
   }
 
@@ -62,7 +73,7 @@ export class MemoryEventStore implements EventStore {
   }
 
   subscribeToAll(): Subscription {
-    throw new Error('MemoryEventStore (test double) has no subscriptions');
+    throw new Error(`${this.constructor.name} (test double) has no subscriptions`);
   }
 
   async headPosition(): Promise<Position | null> {

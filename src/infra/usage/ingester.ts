@@ -1,5 +1,6 @@
 import { USAGE_EVENT_TYPE, type UsageRecord, usageEventId, usageStream } from '../../domain/usage.js';
 import type { EventStore, NewEvent } from '../eventstore/port.js';
+import { ExactlyOnceAppender, type ExactlyOnceOptions } from './exactlyOnce.js';
 import type { QueuedUsage, UsageQueue } from './port.js';
 
 export interface UsageIngesterOptions {
@@ -20,13 +21,20 @@ export interface UsageIngesterOptions {
   maxAppendBytes?: number;
   /** Backoff after a failed read or append: doubles from `initialMs` up to `maxMs`. */
   backoff?: { initialMs: number; maxMs: number };
+  /** Clock tolerance and memory bounds of the exactly-once appends. */
+  exactlyOnce?: ExactlyOnceOptions;
   /** Told about every failure (the loop itself never stops on one). */
   onError?: (error: unknown, stage: 'read' | 'append' | 'ack') => void;
 }
 
 export interface IngesterStats {
   batches: number;
+  /** Events the store acknowledged (an identical batch two ingesters append at once is acknowledged to both). */
   appendedEvents: number;
+  /** Records the stream held already (redelivered after a crash or a lost acknowledgement, or queued twice). */
+  duplicatesDropped: number;
+  /** Appends another ingester got in first (retried after reading what it appended). */
+  appendConflicts: number;
   appendFailures: number;
   readFailures: number;
   ackFailures: number;
@@ -37,14 +45,15 @@ const EVENT_OVERHEAD_BYTES = 200;
 
 /**
  * Moves usage records from the queue to the event store: reads a batch, appends each
- * account's records to `usage-<accountId>` (expected revision `any`, event id derived from the
- * request id, so a replayed record is a no-op), and acknowledges records only after their
- * append succeeded. A failed append is retried with backoff, never acknowledged; a crash
- * leaves records unacknowledged for the queue to hand out again.
+ * account's records to `usage-<accountId>` exactly once (event id derived from the request id;
+ * see ExactlyOnceAppender: EventStoreDB does not skip ids it holds when a redelivery regroups
+ * them), and acknowledges records only after their append succeeded. A failed append is
+ * retried with backoff, never acknowledged; a crash leaves records unacknowledged for the
+ * queue to hand out again.
  */
 export class UsageIngester {
   private readonly queue: UsageQueue;
-  private readonly store: EventStore;
+  private readonly appender: ExactlyOnceAppender;
   private readonly batchSize: number;
   private readonly readBlockMs: number;
   private readonly lingerMs: number;
@@ -55,11 +64,19 @@ export class UsageIngester {
   private loop: Promise<void> | null = null;
   private inFlight = false;
   private wakeSleeper: (() => void) | null = null;
-  readonly stats: IngesterStats = { batches: 0, appendedEvents: 0, appendFailures: 0, readFailures: 0, ackFailures: 0 };
+  readonly stats: IngesterStats = {
+    batches: 0,
+    appendedEvents: 0,
+    duplicatesDropped: 0,
+    appendConflicts: 0,
+    appendFailures: 0,
+    readFailures: 0,
+    ackFailures: 0,
+  };
 
   constructor(options: UsageIngesterOptions) {
     this.queue = options.queue;
-    this.store = options.store;
+    this.appender = new ExactlyOnceAppender(options.store, options.exactlyOnce);
     this.batchSize = options.batchSize ?? 500;
     this.readBlockMs = options.readBlockMs ?? 250;
     this.lingerMs = options.lingerMs ?? 100;
@@ -151,12 +168,16 @@ export class UsageIngester {
 
   /** True once appended; false when stopping gave up on it (left unacknowledged). */
   private async appendWithRetry(accountId: string, chunk: QueuedUsage[]): Promise<boolean> {
-    const events = toEvents(chunk.map((item) => item.record));
+    const records = chunk.map((item) => item.record);
+    const events = toEvents(records);
+    const since = oldestTime(records);
     let delay = this.backoff.initialMs;
     for (;;) {
       try {
-        await this.store.append(usageStream(accountId), events, 'any');
-        this.stats.appendedEvents += events.length;
+        const outcome = await this.appender.append(usageStream(accountId), events, since);
+        this.stats.appendedEvents += outcome.appended;
+        this.stats.duplicatesDropped += outcome.duplicates;
+        this.stats.appendConflicts += outcome.conflicts;
         return true;
       } catch (error) {
         this.stats.appendFailures += 1;
@@ -212,8 +233,8 @@ export function chunkBySize(items: QueuedUsage[], maxBytes: number): QueuedUsage
   return chunks;
 }
 
-/** Keys, quotes, colons, commas and braces of a serialized record, plus room for its six numbers. */
-const RECORD_FRAME_BYTES = 200 + 6 * 24;
+/** Keys, quotes, colons, commas and braces of a serialized record, plus room for its seven numbers. */
+const RECORD_FRAME_BYTES = 230 + 7 * 24;
 /** Characters JSON escapes (or encodes in more than one UTF-8 byte). */
 // biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what it looks for
 const NOT_PLAIN = /[\u0000-\u001f"\\\u007f-\uffff]/;
@@ -251,6 +272,13 @@ function toEvents(records: UsageRecord[]): NewEvent[] {
     if (!events.has(id)) events.set(id, { id, type: USAGE_EVENT_TYPE, data: record });
   }
   return [...events.values()];
+}
+
+/** The earliest `at` of the records (ms); NaN when one is not a time. */
+function oldestTime(records: UsageRecord[]): number {
+  let oldest = Number.POSITIVE_INFINITY;
+  for (const record of records) oldest = Math.min(oldest, Date.parse(record.at));
+  return oldest;
 }
 
 async function withDeadline<T>(promise: Promise<T>, deadline: number, what: string): Promise<T> {

@@ -1,0 +1,224 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { USAGE_EVENT_TYPE, type UsageRecord, usageEventId, usageStream } from '../../src/domain/usage.js';
+import { LevelEventStore } from '../../src/infra/eventstore/level.js';
+import type { EventStore, NewEvent } from '../../src/infra/eventstore/port.js';
+import { ExactlyOnceAppender } from '../../src/infra/usage/exactlyOnce.js';
+import { UsageIngester } from '../../src/infra/usage/ingester.js';
+import { MemoryUsageBackend, MemoryUsageQueue } from '../../src/infra/usage/memory.js';
+import { usageRecord } from '../contract/usagequeue.contract.js';
+import { EsdbLikeEventStore } from '../support/esdbLikeEventStore.js';
+
+const dirs: string[] = [];
+afterAll(() => {
+  for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
+});
+
+const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** A consumer whose acknowledgements get lost: every `failEvery`-th one, or all of them. */
+class LossyAckQueue extends MemoryUsageQueue {
+  private acks = 0;
+  constructor(
+    backend: MemoryUsageBackend,
+    consumer: string,
+    private readonly failEvery: number,
+  ) {
+    super(backend, consumer);
+  }
+
+  override async ack(ackIds: string[]): Promise<void> {
+    this.acks += 1;
+    if (this.acks % this.failEvery === 0) throw new Error('acknowledgement lost');
+    await super.ack(ackIds);
+  }
+}
+
+const ingesterOn = (queue: MemoryUsageQueue, store: EventStore, batchSize: number): UsageIngester =>
+  new UsageIngester({ queue, store, batchSize, readBlockMs: 10, lingerMs: 0, backoff: { initialMs: 5, maxMs: 20 } });
+
+async function waitFor(condition: () => Promise<boolean>, what: string, timeoutMs = 10_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await condition())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await sleep(10);
+  }
+}
+
+function expectEachOnce(events: Array<{ data: Record<string, unknown> }>, records: UsageRecord[]): void {
+  const ids = events.map((event) => event.data['requestId']);
+  expect(new Set(ids).size).toBe(ids.length);
+  expect([...ids].sort()).toEqual(records.map((r) => r.requestId).sort());
+}
+
+const stores: Array<[string, () => Promise<EventStore>]> = [
+  ['an EventStoreDB-like store', async () => new EsdbLikeEventStore()],
+  [
+    'the embedded store',
+    async () => {
+      const dir = mkdtempSync(join(tmpdir(), 'gw-exactly-once-'));
+      dirs.push(dir);
+      return LevelEventStore.open(dir);
+    },
+  ],
+];
+
+describe('EsdbLikeEventStore (the double)', () => {
+  it('writes an id twice when a redelivery regroups it behind a new one with expected revision any, as EventStoreDB does', async () => {
+    const store = new EsdbLikeEventStore();
+    const event = (id: string): NewEvent => ({ id, type: 'T', data: {} });
+    await store.append('s-1', [event('a')], 'any');
+    await store.append('s-1', [event('b'), event('a')], 'any');
+    expect((await store.readStream('s-1')).map((e) => e.id)).toEqual(['a', 'b', 'a']);
+    // An identical retry is recognized; a partial one at a definite revision is refused.
+    await store.append('s-1', [event('b'), event('a')], 'any');
+    await expect(store.append('s-1', [event('b'), event('c')], 0)).rejects.toMatchObject({ actual: 2 });
+    expect(await store.readStream('s-1')).toHaveLength(3);
+  });
+});
+
+describe.each(stores)('exactly-once usage appends on %s', (_name, open) => {
+  it('a crashed ingester\'s records handed out again, regrouped with new ones: N records, N events', async () => {
+    const store = await open();
+    const backend = new MemoryUsageBackend({ visibilityTimeoutMs: 50 });
+    const first = ingesterOn(new LossyAckQueue(backend, 'gw-1', 1), store, 7);
+    const before = Array.from({ length: 30 }, () => usageRecord());
+    for (const record of before) backend.add(record);
+    first.start();
+    await waitFor(async () => (await store.readStream(usageStream('acc1'))).length === 30, 'the first appends');
+    await first.stop(); // appended, never acknowledged: "crashed"
+
+    const after = Array.from({ length: 20 }, () => usageRecord());
+    for (const record of after) backend.add(record);
+    const second = ingesterOn(new MemoryUsageQueue(backend, 'gw-2'), store, 11);
+    second.start();
+    await second.whenDrained();
+    await second.stop();
+
+    expectEachOnce(await store.readStream(usageStream('acc1')), [...before, ...after]);
+    expect(second.stats.duplicatesDropped).toBeGreaterThanOrEqual(30);
+    expect(second.stats.appendedEvents).toBe(20);
+    await store.close();
+  });
+
+  it('several ingesters on one stream with lost acknowledgements: N records, N events', async () => {
+    const store = await open();
+    const backend = new MemoryUsageBackend({ visibilityTimeoutMs: 30 });
+    const ingesters = [
+      ingesterOn(new LossyAckQueue(backend, 'gw-1', 3), store, 5),
+      ingesterOn(new LossyAckQueue(backend, 'gw-2', 4), store, 7),
+      ingesterOn(new LossyAckQueue(backend, 'gw-3', 5), store, 13),
+    ];
+    for (const ingester of ingesters) ingester.start();
+    const records: UsageRecord[] = [];
+    for (let round = 0; round < 20; round++) {
+      for (let i = 0; i < 15; i++) {
+        const record = usageRecord({ accountId: i % 4 === 0 ? 'acc2' : 'acc1' });
+        records.push(record);
+        backend.add(record);
+      }
+      await sleep(3);
+    }
+    await waitFor(async () => backend.size === 0, 'every record acknowledged', 20_000);
+    for (const ingester of ingesters) await ingester.stop();
+
+    const events = [...(await store.readStream(usageStream('acc1'))), ...(await store.readStream(usageStream('acc2')))];
+    expectEachOnce(events, records);
+    const stats = ingesters.map((ingester) => ingester.stats);
+    expect(stats.reduce((sum, s) => sum + s.ackFailures, 0)).toBeGreaterThan(0);
+    expect(stats.reduce((sum, s) => sum + s.duplicatesDropped, 0)).toBeGreaterThan(0);
+    await store.close();
+  });
+});
+
+describe('ExactlyOnceAppender', () => {
+  const event = (record: UsageRecord): NewEvent => ({ id: usageEventId(record.requestId), type: USAGE_EVENT_TYPE, data: record });
+
+  it('appends a new stream at once, then each batch at the revision it last saw, without reading', async () => {
+    const store = new EsdbLikeEventStore();
+    const appender = new ExactlyOnceAppender(store);
+    for (let i = 0; i < 5; i++) {
+      const records = [usageRecord(), usageRecord()];
+      expect(await appender.append('usage-a', records.map(event), Date.now())).toEqual({ appended: 2, duplicates: 0, conflicts: 0 });
+    }
+    expect(store.appendCalls).toBe(5);
+    expect(store.readCalls).toBe(0);
+    expect(await store.readStream('usage-a')).toHaveLength(10);
+  });
+
+  it('after another writer appended, reads what it appended and drops the ids already there', async () => {
+    const store = new EsdbLikeEventStore();
+    const mine = new ExactlyOnceAppender(store);
+    const theirs = new ExactlyOnceAppender(store);
+    const [a, b, c] = [usageRecord(), usageRecord(), usageRecord()];
+    await mine.append('usage-a', [event(a!)], Date.now());
+    await theirs.append('usage-a', [event(b!)], Date.now());
+    const outcome = await mine.append('usage-a', [event(c!), event(b!)], Date.parse(b!.at));
+    expect(outcome).toEqual({ appended: 1, duplicates: 1, conflicts: 1 });
+    expect((await store.readStream('usage-a')).map((e) => e.data['requestId'])).toEqual([a!.requestId, b!.requestId, c!.requestId]);
+  });
+
+  it('looks back in the stream for a record older than the ids it remembers', async () => {
+    const store = new EsdbLikeEventStore();
+    const appender = new ExactlyOnceAppender(store, { clockSkewMs: 5, readPage: 2 });
+    const old = usageRecord();
+    await appender.append('usage-a', [event(old)], Date.parse(old.at));
+    await sleep(30);
+    for (let i = 0; i < 4; i++) {
+      const record = usageRecord();
+      await appender.append('usage-a', [event(record)], Date.parse(record.at)); // forgets `old` by now
+    }
+    expect(store.readCalls).toBe(0);
+    const outcome = await appender.append('usage-a', [event(usageRecord()), event(old)], Date.parse(old.at));
+    expect(outcome).toMatchObject({ appended: 1, duplicates: 1 });
+    expect(store.readCalls).toBeGreaterThan(0);
+    expect(await store.readStream('usage-a')).toHaveLength(6);
+  });
+
+  it('a record whose time is not a time is looked for in the whole stream', async () => {
+    const store = new EsdbLikeEventStore();
+    const writer = new ExactlyOnceAppender(store, { clockSkewMs: 5 });
+    const odd = usageRecord({ at: 'not a time' });
+    await writer.append('usage-a', [event(odd)], Number.NaN);
+    await sleep(20);
+    await writer.append('usage-a', [event(usageRecord())], Date.now());
+    const again = new ExactlyOnceAppender(store, { clockSkewMs: 5 });
+    await again.append('usage-a', [event(odd)], Number.NaN);
+    await again.append('usage-a', [event(usageRecord()), event(odd)], Number.NaN);
+    expect(await store.readStream('usage-a')).toHaveLength(3);
+  });
+
+  it('a retry after an append whose answer was lost writes nothing more', async () => {
+    const store = new EsdbLikeEventStore();
+    const appender = new ExactlyOnceAppender(store);
+    await appender.append('usage-a', [event(usageRecord())], Date.now());
+    const batch = [event(usageRecord()), event(usageRecord())];
+    const original = store.append.bind(store);
+    let lose = true;
+    store.append = async (...args) => {
+      const result = await original(...args);
+      if (lose) {
+        lose = false;
+        throw new Error('connection lost after the write');
+      }
+      return result;
+    };
+    await expect(appender.append('usage-a', batch, Date.now())).rejects.toThrow('connection lost');
+    // Answered as a retry of the same batch at the same revision: once in the stream.
+    expect(await appender.append('usage-a', batch, Date.now())).toMatchObject({ appended: 2 });
+    expect(await store.readStream('usage-a')).toHaveLength(3);
+  });
+
+  it('forgets the least recently used stream beyond maxStreams, and still appends it exactly once', async () => {
+    const store = new EsdbLikeEventStore();
+    const appender = new ExactlyOnceAppender(store, { maxStreams: 2 });
+    const first = usageRecord();
+    await appender.append('usage-a', [event(first)], Date.now());
+    await appender.append('usage-b', [event(usageRecord())], Date.now());
+    await appender.append('usage-c', [event(usageRecord())], Date.now());
+    expect(await appender.append('usage-a', [event(first), event(usageRecord())], Date.parse(first.at))).toMatchObject({ appended: 1, duplicates: 1 });
+    expect(await store.readStream('usage-a')).toHaveLength(2);
+  });
+});
