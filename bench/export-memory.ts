@@ -4,7 +4,8 @@
  *   node --expose-gc --import tsx bench/export-memory.ts [rows]
  *
  * A child process starts the service on the embedded default in a temporary directory and
- * writes the rows straight into the raw-row read model (as the usage projection would). This
+ * appends the calls to the account's usage stream (as the ingester does: batches of 1,000),
+ * which the export reads back, and waits for the projections. This
  * process then opens the same data with a fresh heap, serves it, and downloads
  * /api/v1/exports/usage.csv over HTTP on loopback while sampling its RSS and heap. Server and
  * client share the process, so the figure includes both.
@@ -18,8 +19,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { loadConfig } from '../src/config.js';
 import { emit, round } from './lib/report.js';
-import type { UsageRecord } from '../src/domain/usage.js';
-import { encodeRequestRow, timeKey, USAGE_METRICS } from '../src/projections/usageMetrics.js';
+import { USAGE_EVENT_TYPE, type UsageRecord, usageEventId, usageStream } from '../src/domain/usage.js';
 import { openRuntime } from '../src/runtime.js';
 import { buildServer } from '../src/server.js';
 
@@ -36,7 +36,7 @@ async function start(dataDir: string) {
   return { runtime, app, close: async () => { await app.close(); await runtime.close(); } };
 }
 
-/** Child: an account, a token and ROWS raw rows over the last 6 days (inside Free's 7); prints the session cookie. */
+/** Child: an account, a token and ROWS calls over the last 6 days (inside Free's 7); prints the session cookie. */
 async function writeRows(dataDir: string): Promise<void> {
   const { runtime, app, close } = await start(dataDir);
   const signup = await app.inject({ method: 'POST', url: '/api/v1/auth/signup', payload: { email: 'bench@example.com', password: 'bench password' } });
@@ -46,19 +46,25 @@ async function writeRows(dataDir: string): Promise<void> {
   const started = performance.now();
   const from = Date.now() - 6 * 86_400_000;
   const step = Math.max(1, Math.floor((6 * 86_400_000) / ROWS));
-  for (let first = 0; first < ROWS; first += 10_000) {
+  const wave: Array<Promise<unknown>> = [];
+  for (let first = 0; first < ROWS; first += 1000) {
     const batch = [];
-    for (let i = first; i < Math.min(ROWS, first + 10_000); i++) {
+    for (let i = first; i < Math.min(ROWS, first + 1000); i++) {
       const at = new Date(from + i * step).toISOString();
       const r: UsageRecord = {
         requestId: `00000000-0000-4000-8000-${String(i).padStart(12, '0')}`, at, accountId, tokenId, chain: 'eth',
         method: i % 10 === 0 ? 'eth_call' : 'eth_getBalance', status: 200, rpcErrorCode: i % 100 === 0 ? 3 : null,
         errorMessage: i % 100 === 0 ? 'execution reverted' : null, totalMs: 12.34, upstreamMs: 10.5, clientIp: '203.0.113.45', upstream: 'eth-1',
       };
-      batch.push({ op: 'put' as const, collection: USAGE_METRICS.requests, key: timeKey(accountId, at, r.requestId), doc: encodeRequestRow(r) });
+      batch.push({ id: usageEventId(r.requestId), type: USAGE_EVENT_TYPE, data: { ...r } });
     }
-    await runtime.readModels.write(batch);
+    // A few appends in flight, so the store commits them in groups.
+    wave.push(runtime.store.append(usageStream(accountId), batch, 'any'));
+    if (wave.length >= 10) await Promise.all(wave.splice(0));
   }
+  await Promise.all(wave);
+  const head = await runtime.store.headPosition();
+  if (head) await runtime.projector?.waitFor(head, 600_000);
   await close();
   console.log(JSON.stringify({ cookie, writeSeconds: (performance.now() - started) / 1000 }));
 }

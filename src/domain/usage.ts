@@ -1,5 +1,5 @@
-import { createHash } from 'node:crypto';
 import { z } from 'zod';
+import { sha256Hex } from './sha256.js';
 
 /** One chain-facing call (one batch member) as metered by the gateway. */
 export const UsageRecord = z.object({
@@ -22,6 +22,11 @@ export const UsageRecord = z.object({
   clientIp: z.string(),
   /** Which upstream answered, by its configured label. */
   upstream: z.string().nullable(),
+  /**
+   * Days the account's plan kept usage when the call was metered: read models may expire what
+   * this call counts after that (absent in records from before it was carried).
+   */
+  retentionDays: z.number().int().positive().optional(),
 });
 export type UsageRecord = z.infer<typeof UsageRecord>;
 
@@ -34,6 +39,6 @@ export const isErrorUsage = (r: Pick<UsageRecord, 'status' | 'rpcErrorCode'>): b
 
 /** Deterministic event id (UUID-shaped, from the request id) so a retried append is idempotent. */
 export function usageEventId(requestId: string): string {
-  const h = createHash('sha256').update(`usage:${requestId}`).digest('hex');
+  const h = sha256Hex(`usage:${requestId}`);
   return `${h.slice(0, 8)}-${h.slice(8, 12)}-5${h.slice(13, 16)}-a${h.slice(17, 20)}-${h.slice(20, 32)}`;
 }

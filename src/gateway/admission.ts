@@ -18,6 +18,8 @@ export interface AdmissionRequest {
 export interface Caller {
   tokenId: string;
   accountId: string;
+  /** Days the account's plan keeps usage: carried in each usage record (read-model expiry). */
+  retentionDays?: number;
 }
 
 /** Headers every chain answer carries: X-RateLimit-* and X-MonthlyLimit-* (and Retry-After on 429). */

@@ -223,6 +223,7 @@ export async function gatewayRoutes(fastify: FastifyInstance, options: GatewayRo
         upstreamMs: d.upstreamMs,
         clientIp: request.ip,
         upstream: d.upstream,
+        retentionDays: caller.retentionDays,
       };
       try {
         options.recordUsage(record);

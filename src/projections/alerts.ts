@@ -1,5 +1,5 @@
 import type { AlertHealth } from '../domain/alert.js';
-import { type AlertChannel, type AlertRule, decodeAlertEvent, type NotificationKind } from '../domain/alertEvents.js';
+import { type AlertChannel, AlertEvent, type AlertRule, decodeAlertEvent, type NotificationKind } from '../domain/alertEvents.js';
 import type { ChannelType } from '../domain/plans.js';
 import type { StoredEvent } from '../infra/eventstore/port.js';
 import type { ReadModelWrite } from '../infra/readmodels/port.js';
@@ -100,6 +100,7 @@ const mergeAlert = (alertId: string, fields: Partial<AlertDoc>): ReadModelWrite 
 export const alertsProjection: Projection = {
   name: 'alerts',
   collections: Object.values(C),
+  eventTypes: new Set(AlertEvent.options.map((o) => o.shape.type.value)),
 
   project(stored: StoredEvent): ReadModelWrite[] {
     if (!stored.streamId.startsWith('alert-')) return [];

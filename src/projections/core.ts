@@ -1,5 +1,6 @@
 import { decodeEvent } from '../commands/eventCodec.js';
 import type { TokenStatus } from '../domain/apiToken.js';
+import { DomainEvent } from '../domain/events.js';
 import type { PlanId } from '../domain/plans.js';
 import type { StoredEvent } from '../infra/eventstore/port.js';
 import type { ReadModelWrite } from '../infra/readmodels/port.js';
@@ -60,6 +61,7 @@ const merge = (collection: string, key: string, fields: Record<string, unknown>)
 export const coreProjection: Projection = {
   name: 'core',
   collections: Object.values(C),
+  eventTypes: new Set(DomainEvent.options.map((o) => o.shape.type.value)),
 
   project(stored: StoredEvent): ReadModelWrite[] {
     const event = decodeEvent(stored);

@@ -1,13 +1,13 @@
 import type { Doc, ReadModelStore } from '../infra/readmodels/port.js';
-import { bucketName, bucketStart, coverRange, floorTo, type SeriesGranularity, seriesBuckets } from './usageBuckets.js';
+import { bucketName, bucketStart, ceilTo, coverRange, floorTo, type SeriesGranularity, seriesBuckets } from './usageBuckets.js';
 import { HISTOGRAM_FIELDS, quantile } from './usageHistogram.js';
 import {
   decodeRequestRow,
   granularityPrefix,
   parseRollupKey,
   type RequestRow,
-  type RollupKey,
   type RequestRowFields,
+  type RollupKey,
   USAGE_METRICS,
 } from './usageMetrics.js';
 
@@ -150,8 +150,8 @@ export interface ClientIp {
 const BY_METHOD_MAX = 100;
 const ERROR_GROUPS_MAX = 50;
 const CLIENT_IPS_MAX = 100;
-/** Rows per read when streaming an export: bounds memory whatever the export's size. */
-export const EXPORT_PAGE = 1000;
+/** Request blocks per read when streaming an export (up to REQUEST_BLOCK rows each): bounds memory whatever the export's size. */
+export const EXPORT_PAGE = 64;
 
 function entry<K, V>(map: Map<K, V>, key: K, create: () => V): V {
   const found = map.get(key);
@@ -309,14 +309,28 @@ export class UsageQueries {
     return [...ips.values()].sort((a, b) => b.count - a.count || a.ip.localeCompare(b.ip)).slice(0, CLIENT_IPS_MAX);
   }
 
-  /** The raw rows of the scope in time order, a page at a time (an export never holds more than one page). */
+  /**
+   * The raw rows of the scope, a page at a time (an export never holds more than one page):
+   * hour by hour, and within an hour in the order they were recorded (their stream revision).
+   */
   async *requestRows(scope: UsageScope): AsyncGenerator<RequestRow[]> {
     const prefix = `${scope.accountId}/`;
-    let gte = prefix + new Date(scope.start).toISOString();
-    const lt = prefix + new Date(scope.end).toISOString();
+    let gte = prefix + bucketName(scope.start, 'hour');
+    const lt = prefix + bucketName(ceilTo(scope.end, 'hour'), 'hour');
+    const startIso = new Date(scope.start).toISOString();
+    const endIso = new Date(scope.end).toISOString();
     for (;;) {
-      const page = await this.rm.range<{ r: RequestRowFields }>(USAGE_METRICS.requests, { gte, lt, limit: EXPORT_PAGE });
-      const rows = page.map(({ key, doc }) => decodeRequestRow(key, doc)).filter((row) => !scope.chain || row.chain === scope.chain);
+      const page = await this.rm.range<Record<string, RequestRowFields>>(USAGE_METRICS.requestBlocks, { gte, lt, limit: EXPORT_PAGE });
+      const rows: RequestRow[] = [];
+      for (const { doc } of page) {
+        // Integer-like fields enumerate in ascending order: the block's revisions in order.
+        for (const slot in doc) {
+          const row = doc[slot] as RequestRowFields;
+          const at = row[1];
+          if (at < startIso || at >= endIso || (scope.chain && row[3] !== scope.chain)) continue;
+          rows.push(decodeRequestRow(row));
+        }
+      }
       if (rows.length > 0) yield rows;
       const last = page[page.length - 1];
       if (page.length < EXPORT_PAGE || !last) return;

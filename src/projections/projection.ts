@@ -10,7 +10,18 @@ export interface Projection {
   name: string;
   /** Collections it owns: dropped and rebuilt together. */
   collections: string[];
+  /**
+   * The event types it handles, when it handles only some: the runner does not call it for
+   * the others (a replay is mostly usage events, which most projections ignore).
+   */
+  eventTypes?: ReadonlySet<string>;
   project(event: StoredEvent): ReadModelWrite[];
+  /**
+   * The writes of several events at once, with the effect of `project` applied to each in
+   * order: for projections that fold what they count (a replay projects thousands of events
+   * into the same documents). The runner uses it when present.
+   */
+  projectBatch?(events: readonly StoredEvent[]): ReadModelWrite[];
   /** Messages for the change feed after the writes are committed. */
   notifications?(event: StoredEvent): string[];
 }

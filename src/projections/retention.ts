@@ -1,7 +1,8 @@
 import type { PlanCatalog } from '../domain/plans.js';
-import type { ReadModelStore } from '../infra/readmodels/port.js';
+import type { Doc, ReadModelStore, ReadModelWrite } from '../infra/readmodels/port.js';
 import { type AccountDoc, COLLECTIONS } from './core.js';
-import { bucketName, DAY_MS, floorTo, GRANULARITIES } from './usageBuckets.js';
+import { bucketName, bucketStart, DAY_MS, floorTo, GRANULARITIES, type Granularity } from './usageBuckets.js';
+import { bucketEnd, usageExpiry } from './usageExpiry.js';
 import { ERROR_GROUP_GRANULARITIES, granularityPrefix, USAGE_METRICS } from './usageMetrics.js';
 
 const PAGE = 1000;
@@ -21,32 +22,91 @@ async function deleteRange(rm: ReadModelStore, collection: string, gte: string, 
 }
 
 /**
- * Deletes an account's usage read models older than `cutoff`: every roll-up and error-group
- * bucket that ends before it (the bucket holding the cutoff stays, it is partly inside the
- * window), raw rows, recent errors and client-IP days. Keys lead with the account and then the
- * time, so each is one key-range delete.
+ * Where an account's usage documents are, as key ranges that start with a time: a range per
+ * roll-up and error-group granularity, the per-call documents, the stream hours, and each
+ * token's client IPs. Within one, `prefix + from` is the first key at or after the cutoff
+ * (`from` names the bucket holding it, or the cutoff itself for per-call documents), and
+ * `covers` reads a key back to the end of the time its document covers.
+ */
+interface UsageRange {
+  collection: string;
+  prefix: string;
+  from: string;
+  covers: (key: string) => number;
+}
+
+async function usageRanges(rm: ReadModelStore, accountId: string, cutoff: number): Promise<UsageRange[]> {
+  const ranges: UsageRange[] = [];
+  const own = `${accountId}/`;
+  const bucketed = (collection: string, prefix: string, g: Granularity, bucketOf: (rest: string) => string): UsageRange => ({
+    collection,
+    prefix,
+    from: bucketName(cutoff, g),
+    covers: (key) => bucketEnd(bucketStart(bucketOf(key.slice(prefix.length))), g),
+  });
+  const firstSegment = (rest: string): string => rest.split('/', 1)[0] ?? '';
+  for (const g of GRANULARITIES) ranges.push(bucketed(USAGE_METRICS.rollups, granularityPrefix(accountId, g), g, firstSegment));
+  for (const g of ERROR_GROUP_GRANULARITIES) ranges.push(bucketed(USAGE_METRICS.errorGroups, granularityPrefix(accountId, g), g, firstSegment));
+  ranges.push(bucketed(USAGE_METRICS.requestBlocks, own, 'hour', firstSegment));
+  for (const collection of [USAGE_METRICS.requests, USAGE_METRICS.recentErrors]) {
+    ranges.push({ collection, prefix: own, from: new Date(cutoff).toISOString(), covers: (key) => Date.parse(firstSegment(key.slice(own.length))) });
+  }
+  const tokens = await rm.range(COLLECTIONS.tokensByAccount, { prefix: own });
+  for (const { key } of tokens) {
+    ranges.push(bucketed(USAGE_METRICS.clientIps, `${own}${key.slice(own.length)}/`, 'day', firstSegment));
+  }
+  return ranges;
+}
+
+/**
+ * Deletes an account's usage read models older than `cutoff`: every roll-up, error-group and
+ * stream-hour bucket that ends before it (the bucket holding the cutoff stays, it is partly
+ * inside the window), per-call documents, and client-IP days. Keys lead with the account and
+ * then the time, so each is one key-range delete.
  */
 export async function purgeAccountUsage(rm: ReadModelStore, accountId: string, cutoff: number): Promise<number> {
   let deleted = 0;
-  for (const g of GRANULARITIES) {
-    const prefix = granularityPrefix(accountId, g);
-    deleted += await deleteRange(rm, USAGE_METRICS.rollups, prefix, prefix + bucketName(cutoff, g));
-  }
-  for (const g of ERROR_GROUP_GRANULARITIES) {
-    const prefix = granularityPrefix(accountId, g);
-    deleted += await deleteRange(rm, USAGE_METRICS.errorGroups, prefix, prefix + bucketName(cutoff, g));
-  }
-  const cutoffIso = new Date(cutoff).toISOString();
-  for (const collection of [USAGE_METRICS.requests, USAGE_METRICS.recentErrors]) {
-    deleted += await deleteRange(rm, collection, `${accountId}/`, `${accountId}/${cutoffIso}`);
-  }
-  const tokens = await rm.range(COLLECTIONS.tokensByAccount, { prefix: `${accountId}/` });
-  for (const { key } of tokens) {
-    const tokenId = key.slice(accountId.length + 1);
-    const prefix = `${accountId}/${tokenId}/`;
-    deleted += await deleteRange(rm, USAGE_METRICS.clientIps, prefix, prefix + bucketName(cutoff, 'day'));
+  for (const { collection, prefix, from } of await usageRanges(rm, accountId, cutoff)) {
+    deleted += await deleteRange(rm, collection, prefix, prefix + from);
   }
   return deleted;
+}
+
+/**
+ * After an upgrade, on a store that expires documents: the account's usage documents from
+ * `cutoff` on get the expiry of the new retention, so that what the account has keeps as long
+ * as its plan now says. Expiries only move later (the furthest is kept), nothing else is
+ * written (counts may be moving), and `cutoff` is chosen well inside the old window so that
+ * no document is written back after the store dropped it. Returns how many were touched.
+ */
+export async function extendAccountUsage(rm: ReadModelStore, accountId: string, cutoff: number, retentionDays: number): Promise<number> {
+  let extended = 0;
+  for (const range of await usageRanges(rm, accountId, cutoff)) {
+    let gte = range.prefix + range.from;
+    for (;;) {
+      const page = await rm.range(range.collection, { prefix: range.prefix, gte, limit: PAGE });
+      const writes: ReadModelWrite[] = [];
+      for (const { key } of page) {
+        const covered = range.covers(key);
+        if (Number.isFinite(covered)) {
+          writes.push({ op: 'merge', collection: range.collection, key, fields: {}, expiresAt: usageExpiry(covered, retentionDays) });
+        }
+      }
+      if (writes.length > 0) await rm.write(writes);
+      extended += writes.length;
+      const last = page[page.length - 1];
+      if (page.length < PAGE || !last) break;
+      gte = `${last.key}\0`;
+    }
+  }
+  return extended;
+}
+
+/** The job's own record per account (no projection's: a rebuild leaves it): the retention applied last, and the last full sweep. */
+export const RETENTION_STATE = 'usage_retention';
+interface RetentionState extends Doc {
+  retentionDays: number;
+  sweptAt: number;
 }
 
 export interface RetentionJob {
@@ -64,19 +124,50 @@ export interface RetentionOptions {
   intervalMs?: number;
   /** Before the first pass, so that start-up is not slowed down. */
   initialDelayMs?: number;
+  /**
+   * On a store that expires documents itself: how often an account's usage is still swept by
+   * key ranges when its plan did not change (documents written without an expiry: events
+   * recorded before it was carried, replayed by a rebuild). A day by default.
+   */
+  sweepEveryMs?: number;
   onError?: (error: unknown) => void;
 }
 
 /**
- * Applies each plan's data retention (Free 7 days … Unlimited 365) to the usage read models
- * by deleting what falls out of the window. Queries clamp to the same window, so what is past
- * retention is never shown even before a pass has deleted it. On MongoDB a TTL index would do
- * this server-side; the key-range deletes work on every adapter.
+ * Applies each plan's data retention (Free 7 days … Unlimited 365) to the usage read models.
+ * Queries clamp to the same window, so what is past retention is never shown even before it is
+ * deleted.
+ *
+ * - A store without expiry (the embedded LevelDB): every pass deletes what falls out of each
+ *   account's window, by key ranges.
+ * - A store that expires documents (MongoDB's TTL index on the expiry each call carries, from
+ *   the plan it was metered under): the store deletes; a pass only handles what the expiries
+ *   cannot know — a downgrade (key-range delete at the new, shorter window), an upgrade (the
+ *   documents still there get the longer expiry), and once a day a sweep for documents written
+ *   without an expiry.
  */
 export function startRetentionJob(options: RetentionOptions): RetentionJob {
   const { readModels: rm, plans, now } = options;
+  const sweepEveryMs = options.sweepEveryMs ?? DAY_MS;
   let pass: Promise<number> | null = null;
   let stopped = false;
+
+  /** One account on a store that expires documents; returns the documents deleted. */
+  const applyExpiring = async (accountId: string, retentionDays: number): Promise<number> => {
+    const state = await rm.get<RetentionState>(RETENTION_STATE, accountId);
+    const t = now();
+    let deleted = 0;
+    if (state && state.retentionDays < retentionDays) {
+      await extendAccountUsage(rm, accountId, retentionCutoff(t, state.retentionDays) + DAY_MS, retentionDays);
+    }
+    const sweep = !state || state.retentionDays > retentionDays || t.getTime() - state.sweptAt >= sweepEveryMs;
+    if (sweep) deleted = await purgeAccountUsage(rm, accountId, retentionCutoff(t, retentionDays));
+    if (!state || sweep || state.retentionDays !== retentionDays) {
+      const next: RetentionState = { retentionDays, sweptAt: sweep ? t.getTime() : state.sweptAt };
+      await rm.write([{ op: 'put', collection: RETENTION_STATE, key: accountId, doc: next }]);
+    }
+    return deleted;
+  };
 
   const sweep = async (): Promise<number> => {
     let deleted = 0;
@@ -87,7 +178,9 @@ export function startRetentionJob(options: RetentionOptions): RetentionJob {
         if (stopped) return deleted;
         const retentionDays = plans[doc.plan]?.retention_days;
         if (retentionDays === undefined) continue;
-        deleted += await purgeAccountUsage(rm, key, retentionCutoff(now(), retentionDays));
+        deleted += rm.expires
+          ? await applyExpiring(key, retentionDays)
+          : await purgeAccountUsage(rm, key, retentionCutoff(now(), retentionDays));
       }
       const last = accounts[accounts.length - 1];
       if (accounts.length < 500 || !last) return deleted;

@@ -119,12 +119,14 @@ export class ProjectionRunner {
     const messages: string[] = [];
     const writesByProjection = this.projections.map((p) => {
       const checkpoint = this.checkpoints.get(p.name) ?? null;
+      const types = p.eventTypes;
+      const mine = types === undefined && checkpoint === null
+        ? events
+        : events.filter((e) => (types === undefined || types.has(e.type)) && (checkpoint === null || e.position > checkpoint));
+      if (p.notifications) for (const e of mine) for (const m of p.notifications(e)) messages.push(m);
+      if (p.projectBatch) return p.projectBatch(mine);
       const writes: ReadModelWrite[] = [];
-      for (const e of events) {
-        if (checkpoint !== null && e.position <= checkpoint) continue;
-        for (const w of p.project(e)) writes.push(w);
-        if (p.notifications) for (const m of p.notifications(e)) messages.push(m);
-      }
+      for (const e of mine) for (const w of p.project(e)) writes.push(w);
       return writes;
     });
     await this.settle();

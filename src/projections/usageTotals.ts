@@ -1,7 +1,8 @@
-import { isErrorUsage, USAGE_EVENT_TYPE, UsageRecord } from '../domain/usage.js';
+import { isErrorUsage, USAGE_EVENT_TYPE } from '../domain/usage.js';
 import type { StoredEvent } from '../infra/eventstore/port.js';
 import type { ReadModelWrite } from '../infra/readmodels/port.js';
 import type { Projection } from './projection.js';
+import { usageRecordOf } from './usageRecord.js';
 
 export const USAGE_TOTALS = { byToken: 'token_month_usage', byAccount: 'account_month_usage' } as const;
 
@@ -10,20 +11,61 @@ export const monthOf = (iso: string): string => iso.slice(0, 7);
 /** Joined, not a template literal: a flat string, cheaper for the read models to hash (see usageMetrics.ts). */
 export const monthKey = (ownerId: string, month: string): string => [ownerId, month].join('/');
 
+interface MonthFold {
+  requests: number;
+  errors: number;
+  lastUsedAt: string;
+}
+
+/** owner → month → counts; nested, so that a call builds no key. */
+type Owners = Map<string, Map<string, MonthFold>>;
+
+function count(owners: Owners, owner: string, month: string, failed: boolean, at: string): void {
+  let months = owners.get(owner);
+  if (months === undefined) {
+    months = new Map();
+    owners.set(owner, months);
+  }
+  const fold = months.get(month);
+  if (fold === undefined) months.set(month, { requests: 1, errors: failed ? 1 : 0, lastUsedAt: at });
+  else {
+    fold.requests++;
+    if (failed) fold.errors++;
+    fold.lastUsedAt = at;
+  }
+}
+
+/** The writes of a run of usage events, folded: one per token-month and per account-month, a later call's time winning. */
+function projectTotals(events: readonly StoredEvent[]): ReadModelWrite[] {
+  const tokens: Owners = new Map();
+  const accounts: Owners = new Map();
+  for (const stored of events) {
+    const r = usageRecordOf(stored);
+    if (r === null) continue;
+    const failed = isErrorUsage(r);
+    const month = monthOf(r.at);
+    count(tokens, r.tokenId, month, failed, r.at);
+    count(accounts, r.accountId, month, failed, r.at);
+  }
+  const writes: ReadModelWrite[] = [];
+  for (const [tokenId, months] of tokens) {
+    for (const [month, { requests, errors, lastUsedAt }] of months) {
+      writes.push({ op: 'inc', collection: USAGE_TOTALS.byToken, key: monthKey(tokenId, month), inc: { requests, errors }, set: { lastUsedAt } });
+    }
+  }
+  for (const [accountId, months] of accounts) {
+    for (const [month, { requests, errors }] of months) {
+      writes.push({ op: 'inc', collection: USAGE_TOTALS.byAccount, key: monthKey(accountId, month), inc: { requests, errors } });
+    }
+  }
+  return writes;
+}
+
 /** Requests and errors per token and per account per month, and each token's last use. */
 export const usageTotalsProjection: Projection = {
   name: 'usage_totals',
   collections: Object.values(USAGE_TOTALS),
-  project(stored: StoredEvent): ReadModelWrite[] {
-    if (stored.type !== USAGE_EVENT_TYPE) return [];
-    const parsed = UsageRecord.safeParse(stored.data);
-    if (!parsed.success) return [];
-    const r = parsed.data;
-    const inc = { requests: 1, errors: isErrorUsage(r) ? 1 : 0 };
-    const month = monthOf(r.at);
-    return [
-      { op: 'inc', collection: USAGE_TOTALS.byToken, key: monthKey(r.tokenId, month), inc, set: { lastUsedAt: r.at } },
-      { op: 'inc', collection: USAGE_TOTALS.byAccount, key: monthKey(r.accountId, month), inc },
-    ];
-  },
+  eventTypes: new Set([USAGE_EVENT_TYPE]),
+  project: (stored) => projectTotals([stored]),
+  projectBatch: projectTotals,
 };

@@ -56,7 +56,8 @@ describe('retention per plan', () => {
   });
 
   it('deletes every usage document older than the plan keeps (7, 30, 90, 365 days), and nothing newer', async () => {
-    for (const a of accounts) expect((await counts(a.accountId))[USAGE_METRICS.requests]).toBe(AGES_DAYS.length);
+    // Each call in its own hour: one raw-row block each.
+    for (const a of accounts) expect((await counts(a.accountId))[USAGE_METRICS.requestBlocks]).toBe(AGES_DAYS.length);
     const deleted = await job.runOnce();
     expect(deleted).toBeGreaterThan(0);
     for (const a of accounts) {
@@ -64,7 +65,8 @@ describe('retention per plan', () => {
       const c = await counts(a.accountId);
       expect({ plan: a.plan, ...c }).toEqual({
         plan: a.plan,
-        [USAGE_METRICS.requests]: kept,
+        [USAGE_METRICS.requestBlocks]: kept,
+        [USAGE_METRICS.requests]: 0,
         [USAGE_METRICS.recentErrors]: kept,
         [USAGE_METRICS.clientIps]: kept,
         // Minute, hour and day per kept call; the buckets at the cutoff stay, nothing else older.
@@ -88,7 +90,7 @@ describe('retention per plan', () => {
     const free = accounts.find((a) => a.plan === 'free');
     const developer = accounts.find((a) => a.plan === 'developer');
     // The 3-day-old call is now 8 days old: past Free's 7 days, inside Developer's 30.
-    expect((await counts(free?.accountId ?? ''))[USAGE_METRICS.requests]).toBe(0);
-    expect((await counts(developer?.accountId ?? ''))[USAGE_METRICS.requests]).toBe(2);
+    expect((await counts(free?.accountId ?? ''))[USAGE_METRICS.requestBlocks]).toBe(0);
+    expect((await counts(developer?.accountId ?? ''))[USAGE_METRICS.requestBlocks]).toBe(2);
   });
 });

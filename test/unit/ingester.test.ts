@@ -155,7 +155,8 @@ describe('UsageIngester', () => {
   it('estimates a record\'s serialized size from above, exactly for plain text', () => {
     const plain = usageRecord();
     const odd = usageRecord({ errorMessage: 'quote " backslash \\ newline \n tab \t control \u0001 é 漢 😀', method: 'eth_call' });
-    for (const record of [plain, odd, usageRecord({ errorMessage: 'x'.repeat(500), upstreamMs: 1.2345678901234567e300, totalMs: 0.1 + 0.2 })]) {
+    const long = usageRecord({ errorMessage: 'x'.repeat(500), upstreamMs: 1.2345678901234567e300, totalMs: 0.1 + 0.2, retentionDays: 365 });
+    for (const record of [plain, odd, long]) {
       const actual = Buffer.byteLength(JSON.stringify(record));
       const estimate = estimatedJsonBytes(record);
       expect(estimate).toBeGreaterThanOrEqual(actual);

@@ -5,7 +5,7 @@ import type { ReadModelWrite } from '../../src/infra/readmodels/port.js';
 import { bucketName, bucketStart, coverRange, DAY_MS, HOUR_MS, MINUTE_MS, seriesBuckets, seriesGranularity } from '../../src/projections/usageBuckets.js';
 import { HISTOGRAM_FIELDS, histogramIndex, LATENCY_BOUNDS_MS, quantile } from '../../src/projections/usageHistogram.js';
 import { methodLabel } from '../../src/projections/usageMethod.js';
-import { decodeRequestRow, parseRollupKey, type RequestRowFields, timeKey, USAGE_METRICS, usageWrites } from '../../src/projections/usageMetrics.js';
+import { canonicalTime, decodeRequestRow, parseRollupKey, REQUEST_BLOCK, type RequestRowFields, USAGE_METRICS, usageWrites } from '../../src/projections/usageMetrics.js';
 
 const t = (iso: string): number => Date.parse(iso);
 
@@ -109,7 +109,7 @@ describe('the usage projection', () => {
   };
 
   it('counts one call into every granularity, with integer µs latency sums and one histogram bucket', () => {
-    const writes = usageWrites(record);
+    const writes = usageWrites(record, 0);
     const rollups = writes.filter((w): w is Extract<ReadModelWrite, { op: 'inc' }> => w.collection === USAGE_METRICS.rollups && w.op === 'inc');
     expect(rollups.map((w) => w.key)).toEqual([
       'acc_A/minute/2024-05-07T13:45/tok_T/atom/cosmos/bank/v1beta1/balances/{id}',
@@ -122,28 +122,45 @@ describe('the usage projection', () => {
   });
 
   it('records an error in three error-group granularities and the recent list, keyed by the JSON-RPC code', () => {
-    const writes = usageWrites(record);
+    const writes = usageWrites(record, 0);
     const groups = writes.filter((w) => w.collection === USAGE_METRICS.errorGroups);
     expect(groups).toHaveLength(3);
     expect(groups[0]).toMatchObject({ op: 'inc', inc: { count: 1 }, set: { code: -32000, message: 'account not found', lastSeen: record.at } });
     expect(writes.find((w) => w.collection === USAGE_METRICS.recentErrors)).toMatchObject({ key: 'acc_A/2024-05-07T13:45:12.345Z/req-1' });
-    const ok = usageWrites({ ...record, rpcErrorCode: null, errorMessage: null });
+    const ok = usageWrites({ ...record, rpcErrorCode: null, errorMessage: null }, 0);
     expect(ok.some((w) => w.collection === USAGE_METRICS.errorGroups || w.collection === USAGE_METRICS.recentErrors)).toBe(false);
   });
 
-  it('keeps the raw row (raw method) for exports and decodes it back', () => {
-    const row = usageWrites(record).find((w) => w.collection === USAGE_METRICS.requests);
-    expect(row?.op).toBe('put');
-    if (row?.op !== 'put') return;
+  it('keeps the raw row (raw method) for exports, in the block of its hour and stream revision, and decodes it back', () => {
+    const revision = 3 * REQUEST_BLOCK + 5;
+    const rows = usageWrites(record, revision).filter((w) => w.collection === USAGE_METRICS.requestBlocks);
+    expect(rows).toHaveLength(1);
+    const row = rows[0];
+    expect(row).toMatchObject({ op: 'merge', key: 'acc_A/2024-05-07T13/0000000000000003' });
+    if (row?.op !== 'merge') return;
+    expect(Object.keys(row.fields)).toEqual(['5']);
     const { accountId: _, ...rest } = record;
-    expect(decodeRequestRow(row.key, row.doc as { r: RequestRowFields })).toEqual(rest);
-    expect(row.key).toBe(timeKey('acc_A', record.at, 'req-1'));
+    expect(decodeRequestRow(row.fields['5'] as RequestRowFields)).toEqual(rest);
+    expect(usageWrites(record, revision).some((w) => w.collection === USAGE_METRICS.requests)).toBe(false);
   });
 
   it('normalises a time with an offset and ignores one that is not a time', () => {
-    const shifted = usageWrites({ ...record, at: '2024-05-07T15:45:12.345+02:00' });
-    expect(shifted.find((w) => w.collection === USAGE_METRICS.requests)?.key).toBe('acc_A/2024-05-07T13:45:12.345Z/req-1');
-    expect(usageWrites({ ...record, at: 'yesterday' })).toEqual([]);
+    const shifted = usageWrites({ ...record, at: '2024-05-07T15:45:12.345+02:00' }, 0);
+    expect(shifted.find((w) => w.collection === USAGE_METRICS.recentErrors)?.key).toBe('acc_A/2024-05-07T13:45:12.345Z/req-1');
+    const row = shifted.find((w) => w.collection === USAGE_METRICS.requestBlocks);
+    expect(row?.op === 'merge' && (row.fields['0'] as RequestRowFields)[1]).toBe('2024-05-07T13:45:12.345Z');
+    expect(usageWrites({ ...record, at: 'yesterday' }, 0)).toEqual([]);
+  });
+
+  it('takes a time in toISOString() form as it is, and makes every other form canonical as Date does', () => {
+    const viaDate = (at: string): string | null => (Number.isFinite(Date.parse(at)) ? new Date(Date.parse(at)).toISOString() : null);
+    for (const at of [
+      '2024-05-07T13:45:12.345Z', '2024-02-28T23:59:59.999Z', '2024-02-29T00:00:00.000Z', '2023-02-29T00:00:00.000Z', '2024-04-31T10:00:00.000Z',
+      '2024-01-31T00:00:00.000Z', '2024-01-01T24:00:00.000Z', '2024-01-01T23:60:00.000Z', '2024-05-07T13:45:12Z', '2024-05-07T13:45:12.345+02:00',
+      '+002024-01-01T00:00:00.000Z', '2024-05-07', 'yesterday', '',
+    ]) {
+      expect([at, canonicalTime(at)]).toEqual([at, viaDate(at)]);
+    }
   });
 });
 

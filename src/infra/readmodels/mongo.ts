@@ -16,10 +16,14 @@ import { resolveRange } from './keyRange.js';
 import type { Doc, RangeOptions, ReadModelStore, ReadModelWrite } from './port.js';
 import { SerialQueue } from './serialQueue.js';
 
-/** A read-model document as stored: `_id` is the key, `_pos` the position that last changed it. */
+/**
+ * A read-model document as stored: `_id` is the key, `_pos` the position that last changed it,
+ * `_expiresAt` when the TTL index drops it (only documents written with an expiry).
+ */
 interface StoredDoc {
   _id: string;
   _pos?: string;
+  _expiresAt?: Date;
   [field: string]: unknown;
 }
 
@@ -31,6 +35,8 @@ interface CheckpointDoc {
 const COLLECTION_PREFIX = 'rm_';
 const CHECKPOINTS = 'rm_checkpoints';
 const DUPLICATE_KEY = 11000;
+/** The TTL index of a collection that received documents with an expiry: each goes at its own `_expiresAt`. */
+const TTL_INDEX = { key: { _expiresAt: 1 }, name: 'rm_expires_at', expireAfterSeconds: 0 } as const;
 
 export interface MongoReadModelOptions {
   /** Database name; defaults to the one in the URL (or the driver's default). */
@@ -48,15 +54,33 @@ async function supportsTransactions(db: Db): Promise<boolean> {
   return typeof hello['setName'] === 'string' || hello['msg'] === 'isdbgrid';
 }
 
-/** `_id`/`_pos` are the store's own fields; a document's fields of those names are not kept. */
+/** `_id`/`_pos`/`_expiresAt` are the store's own fields; a document's fields of those names are not kept. */
 function userFields(doc: Doc): Doc {
-  const { _id, _pos, ...fields } = doc;
+  const { _id, _pos, _expiresAt, ...fields } = doc;
   return fields;
 }
 
 function toDoc<T extends Doc>(stored: StoredDoc): T {
-  const { _id, _pos, ...fields } = stored;
+  const { _id, _pos, _expiresAt, ...fields } = stored;
   return fields as T;
+}
+
+/** Expiries per collection and key (the furthest when several writes give one), or null when no write has one. */
+type Expiries = Map<string, Map<string, number>>;
+
+function expiriesOf(writes: ReadModelWrite[]): Expiries | null {
+  let expiries: Expiries | null = null;
+  for (const write of writes) {
+    if (write.op === 'delete' || write.expiresAt === undefined) continue;
+    expiries ??= new Map();
+    let byKey = expiries.get(write.collection);
+    if (!byKey) {
+      byKey = new Map();
+      expiries.set(write.collection, byKey);
+    }
+    byKey.set(write.key, Math.max(write.expiresAt, byKey.get(write.key) ?? Number.NEGATIVE_INFINITY));
+  }
+  return expiries;
 }
 
 /** Every write error of a bulk is a duplicate key (an upsert whose guard found a newer `_pos`). */
@@ -75,21 +99,25 @@ function onlyDuplicateKeys(error: unknown): boolean {
  */
 type Stamp = { position: Position; guarded: boolean } | undefined;
 
-function toOperation(key: string, change: KeyChange, stamp: Stamp): AnyBulkWriteOperation<StoredDoc> {
+function toOperation(key: string, change: KeyChange, stamp: Stamp, expiresAt: number | undefined): AnyBulkWriteOperation<StoredDoc> {
   if (change.kind === 'replace' && change.doc === null) return { deleteOne: { filter: { _id: key } } };
   const filter: Filter<StoredDoc> = stamp?.guarded
     ? { _id: key, _pos: { $not: { $gte: stamp.position } } }
     : { _id: key };
   const positionField = stamp ? { _pos: stamp.position } : {};
+  const expiry = expiresAt === undefined ? undefined : new Date(expiresAt);
   if (change.kind === 'replace') {
-    const replacement = { ...userFields(change.doc ?? {}), ...positionField };
+    const replacement = { ...userFields(change.doc ?? {}), ...positionField, ...(expiry ? { _expiresAt: expiry } : {}) };
     return { replaceOne: { filter, replacement, upsert: true } };
   }
   const inc = userFields(change.inc);
+  const set = { ...userFields(change.set), ...positionField };
   // The driver's typing cannot tell that `inc` never names `_id`/`_pos` (userFields removed them).
+  // `$max`: an expiry only moves later, whatever order the writes to a key come in.
   const update = {
-    $set: { ...userFields(change.set), ...positionField },
+    ...(Object.keys(set).length > 0 || (expiry === undefined && Object.keys(inc).length === 0) ? { $set: set } : {}),
     ...(Object.keys(inc).length > 0 ? { $inc: inc } : {}),
+    ...(expiry ? { $max: { _expiresAt: expiry } } : {}),
   } as UpdateFilter<StoredDoc>;
   return { updateOne: { filter, update, upsert: true } };
 }
@@ -104,6 +132,9 @@ export class MongoReadModelStore implements ReadModelStore {
   /** In-process order: concurrent commits from this process never skip each other's writes. */
   private readonly queue = new SerialQueue();
   private readonly checkpoints: Collection<CheckpointDoc>;
+  /** Collections whose TTL index this process has made sure of. */
+  private readonly expiring = new Set<string>();
+  readonly expires = true;
 
   private constructor(
     private readonly client: MongoClient,
@@ -155,11 +186,14 @@ export class MongoReadModelStore implements ReadModelStore {
 
   commit(projection: string, position: Position, writes: ReadModelWrite[]): Promise<void> {
     const changes = composeWrites(writes);
-    return this.queue.run(() =>
-      this.useTransactions
-        ? this.commitInTransaction(projection, position, changes)
-        : this.commitGuarded(projection, position, changes),
-    );
+    const expiries = expiriesOf(writes);
+    return this.queue.run(async () => {
+      // Outside the transaction: an index cannot be created inside one.
+      await this.ensureTtlIndexes(expiries);
+      return this.useTransactions
+        ? this.commitInTransaction(projection, position, changes, expiries)
+        : this.commitGuarded(projection, position, changes, expiries);
+    });
   }
 
   async checkpoint(projection: string): Promise<Position | null> {
@@ -169,7 +203,11 @@ export class MongoReadModelStore implements ReadModelStore {
 
   write(writes: ReadModelWrite[]): Promise<void> {
     const changes = composeWrites(writes);
-    return this.queue.run(() => this.apply(changes, undefined, undefined));
+    const expiries = expiriesOf(writes);
+    return this.queue.run(async () => {
+      await this.ensureTtlIndexes(expiries);
+      await this.apply(changes, expiries, undefined, undefined);
+    });
   }
 
   reset(projection: string, collections: string[]): Promise<void> {
@@ -178,7 +216,10 @@ export class MongoReadModelStore implements ReadModelStore {
       // an old checkpoint over dropped collections.
       await this.checkpoints.deleteOne({ _id: projection });
       // The driver ignores a drop of a collection that does not exist.
-      for (const name of collections) await this.collection(name).drop();
+      for (const name of collections) {
+        await this.collection(name).drop();
+        this.expiring.delete(name);
+      }
     });
   }
 
@@ -194,14 +235,30 @@ export class MongoReadModelStore implements ReadModelStore {
     return this.db.collection<StoredDoc>(`${COLLECTION_PREFIX}${name}`);
   }
 
-  private async commitInTransaction(projection: string, position: Position, changes: ComposedChange[]): Promise<void> {
+  /** The TTL index on each collection that gets documents with an expiry (createIndex is a no-op when it exists). */
+  private async ensureTtlIndexes(expiries: Expiries | null): Promise<void> {
+    if (expiries === null) return;
+    for (const name of expiries.keys()) {
+      if (this.expiring.has(name)) continue;
+      const { key, ...options } = TTL_INDEX;
+      await this.collection(name).createIndex(key, options);
+      this.expiring.add(name);
+    }
+  }
+
+  private async commitInTransaction(
+    projection: string,
+    position: Position,
+    changes: ComposedChange[],
+    expiries: Expiries | null,
+  ): Promise<void> {
     const session = this.client.startSession();
     try {
       // withTransaction retries the whole callback on transient errors, so it re-checks the checkpoint.
       await session.withTransaction(async () => {
         const stored = await this.checkpoints.findOne({ _id: projection }, { session });
         if (stored && stored.position >= position) return;
-        await this.apply(changes, { position, guarded: false }, session);
+        await this.apply(changes, expiries, { position, guarded: false }, session);
         await this.checkpoints.updateOne({ _id: projection }, { $set: { position } }, { upsert: true, session });
       });
     } finally {
@@ -209,10 +266,15 @@ export class MongoReadModelStore implements ReadModelStore {
     }
   }
 
-  private async commitGuarded(projection: string, position: Position, changes: ComposedChange[]): Promise<void> {
+  private async commitGuarded(
+    projection: string,
+    position: Position,
+    changes: ComposedChange[],
+    expiries: Expiries | null,
+  ): Promise<void> {
     const stored = await this.checkpoints.findOne({ _id: projection });
     if (stored && stored.position >= position) return;
-    await this.apply(changes, { position, guarded: true }, undefined);
+    await this.apply(changes, expiries, { position, guarded: true }, undefined);
     try {
       // Only forward: a lost race against a newer checkpoint ends in a duplicate key, which is fine.
       await this.checkpoints.updateOne(
@@ -226,11 +288,16 @@ export class MongoReadModelStore implements ReadModelStore {
   }
 
   /** One bulk per collection; keys are distinct after composing, so order does not matter. */
-  private async apply(changes: ComposedChange[], stamp: Stamp, session: ClientSession | undefined): Promise<void> {
+  private async apply(
+    changes: ComposedChange[],
+    expiries: Expiries | null,
+    stamp: Stamp,
+    session: ClientSession | undefined,
+  ): Promise<void> {
     const byCollection = new Map<string, AnyBulkWriteOperation<StoredDoc>[]>();
     for (const { collection, key, change } of changes) {
       const operations = byCollection.get(collection) ?? [];
-      operations.push(toOperation(key, change, stamp));
+      operations.push(toOperation(key, change, stamp, expiries?.get(collection)?.get(key)));
       byCollection.set(collection, operations);
     }
     for (const [name, operations] of byCollection) {

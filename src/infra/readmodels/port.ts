@@ -10,12 +10,21 @@ export type Doc = Record<string, unknown>;
 
 export type ReadModelWrite =
   /** Replaces the whole document. */
-  | { op: 'put'; collection: string; key: string; doc: Doc }
+  | ({ op: 'put'; collection: string; key: string; doc: Doc } & Expiry)
   /** Sets top-level fields, creating the document when missing. */
-  | { op: 'merge'; collection: string; key: string; fields: Doc }
+  | ({ op: 'merge'; collection: string; key: string; fields: Doc } & Expiry)
   /** Adds to numeric top-level fields (missing counts as 0), sets `set` fields; creates when missing. */
-  | { op: 'inc'; collection: string; key: string; inc: Record<string, number>; set?: Doc }
+  | ({ op: 'inc'; collection: string; key: string; inc: Record<string, number>; set?: Doc } & Expiry)
   | { op: 'delete'; collection: string; key: string };
+
+/**
+ * When the document may be dropped (epoch ms), for stores that expire documents themselves
+ * (`expires`: MongoDB's TTL index). A document keeps the furthest expiry its writes gave it.
+ * Other stores ignore it: the usage retention job deletes there.
+ */
+export interface Expiry {
+  expiresAt?: number;
+}
 
 export interface RangeOptions {
   prefix?: string;
@@ -28,6 +37,8 @@ export interface RangeOptions {
 }
 
 export interface ReadModelStore {
+  /** True when the store drops documents past their `expiresAt` by itself. */
+  readonly expires?: boolean;
   get<T extends Doc = Doc>(collection: string, key: string): Promise<T | null>;
   range<T extends Doc = Doc>(collection: string, options?: RangeOptions): Promise<Array<{ key: string; doc: T }>>;
   /**

@@ -1,0 +1,31 @@
+import { USAGE_EVENT_TYPE, type UsageRecord } from '../domain/usage.js';
+import type { StoredEvent } from '../infra/eventstore/port.js';
+
+/*
+ * The usage projections and the exports read every UsageRecorded event. The records were
+ * checked against the UsageRecord schema before they were appended, so this only guards
+ * against an event that is not one (written by hand, a future shape): the same verdicts as
+ * `UsageRecord.safeParse` (test/unit/usage-record.test.ts), a few times faster than zod,
+ * and the event's own data object instead of a copy.
+ */
+
+const isInt = (v: unknown): v is number => Number.isSafeInteger(v);
+const isNonNegative = (v: unknown): v is number => typeof v === 'number' && Number.isFinite(v) && v >= 0;
+const isStringOrNull = (v: unknown): v is string | null => v === null || typeof v === 'string';
+
+/** The data of a usage event as a record, or null when it does not have the record's shape. */
+export function asUsageRecord(data: Record<string, unknown>): UsageRecord | null {
+  const { requestId, at, accountId, tokenId, chain, method, status, rpcErrorCode, errorMessage, totalMs, upstreamMs, clientIp, upstream, retentionDays } = data;
+  if (typeof requestId !== 'string' || requestId.length === 0) return null;
+  if (typeof at !== 'string' || typeof accountId !== 'string' || typeof tokenId !== 'string' || typeof chain !== 'string') return null;
+  if (typeof method !== 'string' || typeof clientIp !== 'string') return null;
+  if (!isInt(status) || !(rpcErrorCode === null || isInt(rpcErrorCode))) return null;
+  if (!isStringOrNull(errorMessage) || !isStringOrNull(upstream)) return null;
+  if (!isNonNegative(totalMs) || !(upstreamMs === null || isNonNegative(upstreamMs))) return null;
+  if (retentionDays !== undefined && !(isInt(retentionDays) && retentionDays > 0)) return null;
+  return data as UsageRecord;
+}
+
+/** The record a stored event carries, or null when it is not a (well-formed) usage event. */
+export const usageRecordOf = (stored: StoredEvent): UsageRecord | null =>
+  stored.type === USAGE_EVENT_TYPE ? asUsageRecord(stored.data) : null;

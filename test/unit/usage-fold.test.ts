@@ -1,0 +1,72 @@
+import { describe, expect, it } from 'vitest';
+import { USAGE_EVENT_TYPE, type UsageRecord } from '../../src/domain/usage.js';
+import type { StoredEvent } from '../../src/infra/eventstore/port.js';
+import { applyChange, composeWrites } from '../../src/infra/readmodels/compose.js';
+import type { Doc, ReadModelWrite } from '../../src/infra/readmodels/port.js';
+import { usageMetricsProjection, usageWrites } from '../../src/projections/usageMetrics.js';
+import { usageTotalsProjection } from '../../src/projections/usageTotals.js';
+
+/** What a list of writes leaves in an empty store (documents by collection and key), and each document's furthest expiry. */
+function outcome(writes: ReadModelWrite[]): { docs: Record<string, Doc | null>; expiries: Record<string, number> } {
+  const docs: Record<string, Doc | null> = {};
+  for (const { collection, key, change } of composeWrites(writes)) docs[`${collection} ${key}`] = applyChange(null, change);
+  const expiries: Record<string, number> = {};
+  for (const w of writes) {
+    if (w.op === 'delete' || w.expiresAt === undefined) continue;
+    const id = `${w.collection} ${w.key}`;
+    expiries[id] = Math.max(w.expiresAt, expiries[id] ?? Number.NEGATIVE_INFINITY);
+  }
+  return { docs, expiries };
+}
+
+/** A deterministic pseudo-random sequence (no flaky inputs). */
+function random(seed: number): () => number {
+  let s = seed;
+  return () => {
+    s = (Math.imul(s ^ (s >>> 15), 0x2c1b3c6d) + 0x6d2b79f5) | 0;
+    return ((s >>> 0) % 1_000_000) / 1_000_000;
+  };
+}
+
+function events(count: number, seed: number): StoredEvent[] {
+  const next = random(seed);
+  const pick = <T>(items: readonly T[]): T => items[Math.floor(next() * items.length)] as T;
+  const start = Date.parse('2024-05-31T22:50:00.000Z');
+  const revisions = new Map<string, number>();
+  return Array.from({ length: count }, (_, i) => {
+    const accountId = pick(['acc_A', 'acc_B']);
+    const failed = next() < 0.2;
+    const record: UsageRecord = {
+      requestId: `req-${i}`,
+      // Across minutes, hours, days and a month boundary, sometimes out of order, sometimes with an offset.
+      at: next() < 0.05 ? '2024-06-01T02:15:00.000+02:00' : new Date(start + Math.floor(next() * 3 * 3_600_000)).toISOString(),
+      accountId, tokenId: pick(['tok_1', 'tok_2', 'tok_3']), chain: pick(['eth', 'sol']), method: pick(['eth_call', 'getBalance', 'cosmos/bank/v1beta1/balances/cosmos1qypqxpq9qcrsszg2pvxq6rs0zqg3yyc5lzv7xu']),
+      status: failed && next() < 0.5 ? 502 : 200, rpcErrorCode: failed ? pick([-32000, 3]) : null, errorMessage: failed ? pick(['reverted', 'upstream unavailable']) : null,
+      totalMs: Math.round(next() * 3000 * 100) / 100, upstreamMs: next() < 0.1 ? null : Math.round(next() * 2000 * 100) / 100,
+      clientIp: pick(['192.0.2.1', '2001:db8::1']), upstream: pick(['eth-1', null]),
+      ...(next() < 0.5 ? { retentionDays: pick([7, 30, 365]) } : {}),
+    };
+    const revision = revisions.get(accountId) ?? 0;
+    revisions.set(accountId, revision + 1);
+    return { streamId: `usage-${accountId}`, revision, position: String(i + 1).padStart(20, '0'), id: `e${i}`, type: USAGE_EVENT_TYPE, data: { ...record }, metadata: {}, created: '' };
+  });
+}
+
+describe('projecting a batch of usage events', () => {
+  it.each([usageMetricsProjection, usageTotalsProjection])('$name: one batch has the effect of its events projected one by one, in order', (projection) => {
+    const batch = events(2000, 7);
+    const oneByOne = batch.flatMap((e) => projection.project(e));
+    const folded = projection.projectBatch?.(batch) ?? [];
+    expect(outcome(folded)).toEqual(outcome(oneByOne));
+    // Folded: one write per document.
+    expect(folded.length).toBe(new Set(folded.map((w) => `${w.collection} ${w.key}`)).size);
+    expect(folded.length).toBeLessThan(oneByOne.length / 2);
+  });
+
+  it('usage_metrics: one event’s writes are those of its record', () => {
+    const [event] = events(1, 3);
+    if (!event) throw new Error('no event');
+    expect(usageMetricsProjection.project(event)).toEqual(usageWrites(event.data as UsageRecord, event.revision));
+    expect(usageMetricsProjection.project({ ...event, data: { ...event.data, status: 'ok' } })).toEqual([]);
+  });
+});
