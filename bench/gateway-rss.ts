@@ -40,6 +40,9 @@ interface WarmMeasure {
   readySeconds: number;
   idleRss: number;
   warmRss: number;
+  /** Of warmRss: anonymous memory (heaps, malloc) and file-backed pages (the node binary, memory-mapped LevelDB tables). */
+  warmAnon: number;
+  warmFile: number;
   rssAfterGc: number;
   heapBefore: number;
   heapAfter: number;
@@ -78,13 +81,15 @@ async function warmAndMeasure(processes: Processes, gatewayOptions: GatewayOptio
   }
   await new Promise((r) => setTimeout(r, 2000));
   const warmRss = rssMb(pid);
+  const warmAnon = rssMb(pid, 'RssAnon');
+  const warmFile = rssMb(pid, 'RssFile');
   process.kill(pid, 'SIGUSR2');
   const afterGc = await waitForOutput(gateway.process.output, /live heap ([\d.]+) MB, after gc: rss (\d+) MB, heap total (\d+) MB, external (\d+) MB/, 10_000);
   const heapAfter = Number(afterGc[1]);
-  log(`${label}: RSS ${round(warmRss)} MB with ${cached} tokens cached; live heap ${heapBefore} → ${heapAfter} MB; ${afterGc[0]}`);
+  log(`${label}: RSS ${round(warmRss)} MB (anonymous ${round(warmAnon)}, file-backed ${round(warmFile)}) with ${cached} tokens cached; live heap ${heapBefore} → ${heapAfter} MB; ${afterGc[0]}`);
   await processes.stop(gateway.process, 15_000);
   return {
-    readySeconds, idleRss, warmRss, rssAfterGc: Number(afterGc[2]), heapBefore, heapAfter, heapTotalMb: Number(afterGc[3]), externalMb: Number(afterGc[4]), cached,
+    readySeconds, idleRss, warmRss, warmAnon, warmFile, rssAfterGc: Number(afterGc[2]), heapBefore, heapAfter, heapTotalMb: Number(afterGc[3]), externalMb: Number(afterGc[4]), cached,
   };
 }
 
@@ -127,7 +132,7 @@ async function main(): Promise<void> {
       result: round(role.warmRss),
       unit: 'MB',
       ratio: round(role.warmRss / role.idleRss),
-      baseline: `the same process before its cache was filled ${round(role.idleRss)} MB (after a full collection: ${role.rssAfterGc} MB, V8 heap total ${role.heapTotalMb} MB)`,
+      baseline: `the same process before its cache was filled ${round(role.idleRss)} MB; of the ${round(role.warmRss)} MB, anonymous ${round(role.warmAnon)} MB and file-backed ${round(role.warmFile)} MB (the node binary and the stand-in LevelDB tables, memory-mapped); after a full collection ${role.rssAfterGc} MB, V8 heap total ${role.heapTotalMb} MB`,
       command: COMMAND,
       method: `VmRSS of the production gateway process (bench/servers/warmGateway.ts with BENCH_ROLE=gateway: ROLE=gateway, limits and metering in Redis, the embedded read models standing in for MongoDB) 2 s after every one of ${role.cached} tokens was looked up through runtime.gateway.tokens.get and ${SAMPLE_CALLS} calls were served`,
     });

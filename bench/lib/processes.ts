@@ -129,10 +129,10 @@ export async function waitForHttp(url: string, p: Started | null, timeoutMs = 30
 }
 
 /** Resident set size of a process in MB, from /proc (Linux). */
-export function rssMb(pid: number): number {
+export function rssMb(pid: number, field: 'VmRSS' | 'RssAnon' | 'RssFile' = 'VmRSS'): number {
   const status = readFileSync(`/proc/${pid}/status`, 'utf8');
-  const m = /^VmRSS:\s+(\d+)\s+kB/m.exec(status);
-  if (!m) throw new Error(`no VmRSS for pid ${pid}`);
+  const m = new RegExp(`^${field}:\\s+(\\d+)\\s+kB`, 'm').exec(status);
+  if (!m) throw new Error(`no ${field} for pid ${pid}`);
   return Number(m[1]) / 1024;
 }
 
