@@ -30,6 +30,8 @@ const Env = z.object({
   /** `off` to not start the embedded EVM devnet for the `local` chain. */
   LOCAL_DEVNET: z.enum(['on', 'off']).default('on'),
   LIMITS_FAIL_CLOSED: z.enum(['true', 'false']).default('false'),
+  /** How long to wait at start for Redis, EventStoreDB and MongoDB to answer before giving up. */
+  STARTUP_TIMEOUT_SECONDS: z.coerce.number().int().min(1).max(3600).default(60),
   SECURE_COOKIES: z.enum(['true', 'false']).default('false'),
   /** Behind a reverse proxy: take the client IP from X-Forwarded-For. */
   TRUST_PROXY: z.enum(['true', 'false']).default('false'),
@@ -68,6 +70,8 @@ export interface Config {
   adminToken: string | null;
   localDevnet: boolean;
   limitsFailClosed: boolean;
+  /** How long to wait at start for the production services (STARTUP_TIMEOUT_SECONDS). */
+  startupTimeoutMs: number;
   secureCookies: boolean;
   trustProxy: boolean;
   logLevel: string;
@@ -106,7 +110,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     role: e.ROLE, port: e.PORT, host: e.HOST, dataDir: resolve(e.DATA_DIR),
     eventstoreUrl: e.EVENTSTORE_URL, mongodbUrl: e.MONGODB_URL, redisUrl: e.REDIS_URL,
     plans, adminToken: e.ADMIN_TOKEN ?? null, localDevnet: e.LOCAL_DEVNET === 'on',
-    limitsFailClosed: e.LIMITS_FAIL_CLOSED === 'true', secureCookies: e.SECURE_COOKIES === 'true', trustProxy: e.TRUST_PROXY === 'true',
+    limitsFailClosed: e.LIMITS_FAIL_CLOSED === 'true', startupTimeoutMs: e.STARTUP_TIMEOUT_SECONDS * 1000, secureCookies: e.SECURE_COOKIES === 'true', trustProxy: e.TRUST_PROXY === 'true',
     logLevel: e.LOG_LEVEL, env,
     alerts: { evaluateEveryMs: e.ALERT_EVALUATION_INTERVAL_SECONDS * 1000 },
     notify: {

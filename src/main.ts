@@ -3,6 +3,7 @@ import { startExpiryScheduler } from './commands/expiryScheduler.js';
 import { type Config, ConfigError, loadConfig } from './config.js';
 import { ChainConfigError } from './gateway/chains.js';
 import { type Devnet, startDevnet } from './infra/devnet.js';
+import { DependencyUnreachableError } from './infra/startup.js';
 import { openRuntime } from './runtime.js';
 import { buildServer } from './server.js';
 
@@ -66,6 +67,10 @@ main().catch((e: unknown) => {
   if (e instanceof ConfigError || e instanceof ChainConfigError) {
     console.error(`Configuration error: ${e.message}`);
     process.exit(2);
+  }
+  if (e instanceof DependencyUnreachableError) {
+    console.error(`Could not start: ${e.message}`);
+    process.exit(1);
   }
   console.error('Could not start:', e);
   process.exit(1);

@@ -10,6 +10,7 @@ import type { EventStore, Position } from './infra/eventstore/port.js';
 import { openLimiter } from './infra/limits/index.js';
 import type { Limiter } from './infra/limits/port.js';
 import { openReadModels } from './infra/readmodels/index.js';
+import { untilReachable } from './infra/startup.js';
 import type { ReadModelStore } from './infra/readmodels/port.js';
 import { openUsageQueue, UsageIngester } from './infra/usage/index.js';
 import type { UsageQueue } from './infra/usage/port.js';
@@ -78,11 +79,22 @@ export interface Runtime {
 }
 
 export async function openRuntime(config: Config, now: () => Date = () => new Date()): Promise<Runtime> {
+  // The production services may start after this process: wait for each, saying so, within STARTUP_TIMEOUT_SECONDS.
+  const waiting = { deadlineMs: config.startupTimeoutMs, log: (message: string) => console.error(message) };
   const store = await openEventStore({ eventstoreUrl: config.eventstoreUrl, dataDir: config.dataDir });
-  const readModels = await openReadModels({ mongodbUrl: config.mongodbUrl, dataDir: config.dataDir });
-  const feed = await openChangeFeed({ redisUrl: config.redisUrl });
+  if (config.eventstoreUrl) await untilReachable('EventStoreDB', config.eventstoreUrl, () => store.headPosition(), waiting);
+  const readModels = config.mongodbUrl
+    ? // Each attempt ends with the driver's own server selection timeout (30 s).
+      await untilReachable('MongoDB', config.mongodbUrl, () => openReadModels({ mongodbUrl: config.mongodbUrl, dataDir: config.dataDir }), { ...waiting, attemptTimeoutMs: 35_000 })
+    : await openReadModels({ dataDir: config.dataDir });
+  const feed = openChangeFeed({ redisUrl: config.redisUrl });
   const limiter = openLimiter({ redisUrl: config.redisUrl, failClosed: config.limitsFailClosed });
   const usageQueue = openUsageQueue({ redisUrl: config.redisUrl, consumer: `${hostname()}-${config.role}` });
+  if (config.redisUrl) {
+    await untilReachable('Redis', config.redisUrl, async (timeoutMs) => {
+      await Promise.all([feed.whenReady(timeoutMs), limiter.whenReady(timeoutMs), usageQueue.whenReady(timeoutMs)]);
+    }, waiting);
+  }
   const queries = new Queries(readModels, now);
   const commands = new AccountCommands(store, config.plans, now);
   const projects = config.role === 'all' || config.role === 'projector';

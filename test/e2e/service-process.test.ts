@@ -7,6 +7,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { loadConfig } from '../../src/config.js';
 import { USAGE_EVENT_TYPE } from '../../src/domain/usage.js';
 import { LevelEventStore } from '../../src/infra/eventstore/level.js';
+import { startTestRedisServer } from '../support/redisServer.js';
 import { startService } from '../support/serviceProcess.js';
 
 const CLI = fileURLToPath(new URL('../../src/cli.ts', import.meta.url));
@@ -47,6 +48,37 @@ describe('broken configuration: says what is wrong and exits non-zero', () => {
     expect(await service.exited).toBe(2);
     expect(service.output()).toMatch(/Configuration error: .*UPSTREAM_ETH|Configuration error: .*url/i);
     expect(service.output()).not.toMatch(/ready at/);
+  });
+});
+
+describe('a production service unreachable at start: waits, says so, then gives up', () => {
+  it('exits 1 naming Redis and its address (never its password) when it does not come within STARTUP_TIMEOUT_SECONDS', { timeout: 30_000 }, async () => {
+    const redis = await startTestRedisServer();
+    await redis.stop();
+    const url = redis.url.replace('redis://', 'redis://:hunter2@');
+    const service = startService({ DATA_DIR: tempDir(), LOCAL_DEVNET: 'off', REDIS_URL: url, STARTUP_TIMEOUT_SECONDS: '3' });
+    expect(await service.exited).toBe(1);
+    expect(service.output()).toMatch(new RegExp(`Could not start: Redis at redis://:\\*\\*\\*@127\\.0\\.0\\.1:${redis.port} was not reachable within \\d+ s`));
+    expect(service.output()).not.toMatch(/hunter2|ready at/);
+  });
+
+  it('starts once Redis comes up within the wait', { timeout: 60_000 }, async () => {
+    const redis = await startTestRedisServer();
+    await redis.stop();
+    const service = startService({ DATA_DIR: tempDir(), LOCAL_DEVNET: 'off', REDIS_URL: redis.url, STARTUP_TIMEOUT_SECONDS: '40' });
+    try {
+      // Its first attempt fails after 5 s (later on a loaded machine): wait for it to say so.
+      for (let i = 0; i < 300 && !/Waiting for Redis/.test(service.output()); i++) await new Promise((r) => setTimeout(r, 100));
+      expect(service.output()).toMatch(/Waiting for Redis at redis:\/\/127\.0\.0\.1:\d+/);
+      expect(service.output()).not.toMatch(/ready at/);
+      await redis.start();
+      const base = await service.ready;
+      expect((await fetch(`${base}/readyz`)).status).toBe(200);
+    } finally {
+      service.child.kill('SIGTERM');
+      await service.exited;
+      await redis.stop();
+    }
   });
 });
 

@@ -1,0 +1,76 @@
+/**
+ * At start, the production services (Redis, EventStoreDB, MongoDB) may come up after this
+ * process (a compose file, a rolling restart). An operator wants the process to say what it is
+ * waiting for, keep trying for a while, and then give up with the reason: never hang silently
+ * and never serve half-connected.
+ */
+export class DependencyUnreachableError extends Error {
+  constructor(
+    readonly dependency: string,
+    readonly target: string,
+    readonly waitedMs: number,
+    readonly lastError: unknown,
+  ) {
+    super(`${dependency} at ${target} was not reachable within ${Math.round(waitedMs / 1000)} s (STARTUP_TIMEOUT_SECONDS): ${describe(lastError)}`);
+    this.name = 'DependencyUnreachableError';
+  }
+}
+
+export interface WaitOptions {
+  /** How long to keep trying in all. */
+  deadlineMs: number;
+  /** Each attempt fails after this long; the next starts after `retryMs`. */
+  attemptTimeoutMs?: number;
+  retryMs?: number;
+  /** Told once per failed attempt (what is awaited, and why it failed). */
+  log: (message: string) => void;
+  now?: () => number;
+  sleep?: (ms: number) => Promise<void>;
+}
+
+const describe = (e: unknown): string => (e instanceof Error ? e.message : String(e)) || 'no answer';
+
+/** A URL as it may be logged: without credentials. */
+export function redactUrl(url: string): string {
+  try {
+    const u = new URL(url);
+    if (u.password) u.password = '***';
+    return u.toString();
+  } catch {
+    return '(unparsable URL)';
+  }
+}
+
+function withTimeout<T>(work: Promise<T>, ms: number): Promise<T> {
+  // An attempt given up on may still fail later: not an unhandled rejection.
+  work.catch(() => undefined);
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms);
+  });
+  return Promise.race([work, timeout]).finally(() => clearTimeout(timer));
+}
+
+/**
+ * Runs `attempt` until it succeeds or `deadlineMs` has passed, and returns its result. Each
+ * failure is logged with the dependency's name and (credential-free) address.
+ */
+export async function untilReachable<T>(dependency: string, url: string, attempt: (timeoutMs: number) => Promise<T>, options: WaitOptions): Promise<T> {
+  const now = options.now ?? Date.now;
+  const sleep = options.sleep ?? ((ms: number) => new Promise<void>((r) => setTimeout(r, ms)));
+  const attemptTimeoutMs = options.attemptTimeoutMs ?? 5000;
+  const retryMs = options.retryMs ?? 1000;
+  const target = redactUrl(url);
+  const started = now();
+  for (;;) {
+    const timeoutMs = Math.max(1, Math.min(attemptTimeoutMs, started + options.deadlineMs - now()));
+    try {
+      return await withTimeout(attempt(timeoutMs), timeoutMs);
+    } catch (e) {
+      const waited = now() - started;
+      if (waited + retryMs >= options.deadlineMs) throw new DependencyUnreachableError(dependency, target, waited, e);
+      options.log(`Waiting for ${dependency} at ${target}: ${describe(e)}; retrying (giving up after ${Math.round(options.deadlineMs / 1000)} s)`);
+      await sleep(retryMs);
+    }
+  }
+}
