@@ -183,13 +183,15 @@ async function main(): Promise<void> {
     const latencyMethod = `wrk -t1 -c50 --latency for ${LATENCY_SECONDS} s each, after the throughput runs, one target after the other, each connection waiting a random 0–100 ms before each request (bench/wrk/paced.lua): about ${LATENCY_RATE} req/s (achieved: direct ${Math.round(lat(direct).rate)}, nginx ${Math.round(lat(viaNginx).rate)}, bare ${Math.round(lat(viaBare).rate)}, embedded ${Math.round(lat(viaEmbedded).rate)}, redis ${Math.round(lat(viaRedis).rate)}, gateway role ${Math.round(lat(viaRole).rate)}); added = the percentile through the proxy − the same percentile direct`;
     for (const m of [viaNginx, viaBare, viaEmbedded, viaRedis, viaRole]) {
       const key = m.name.replaceAll(' ', '_');
-      for (const [p, value, directValue] of [
-        ['p50', lat(m).p50Ms, lat(direct).p50Ms],
-        ['p99', lat(m).p99Ms, lat(direct).p99Ms],
+      // The issue's latency targets hold for the gateway in each mode (embedded; the gateway role for Redis).
+      const held = m === viaEmbedded || m === viaRole;
+      for (const [p, value, directValue, target] of [
+        ['p50', lat(m).p50Ms, lat(direct).p50Ms, '<= 0.5'],
+        ['p99', lat(m).p99Ms, lat(direct).p99Ms, '<= 2'],
       ] as const) {
         figures.push({
           name: `added_latency_${p}_${key}`,
-          target: null,
+          target: held ? target : null,
           result: round(value - directValue),
           unit: 'ms',
           ratio: round(value / directValue),
