@@ -14,7 +14,9 @@
  * the upstream spent per request (from /proc). Every process runs from the start, and the bare
  * proxy and the gateways are measured in turn, ROUNDS times: on shared cores the load moves
  * within seconds, so each ratio is the median of the rounds' ratios, each taken from
- * measurements a few seconds apart. Latency: about 1,000 req/s from wrk with random think
+ * measurements a few seconds apart. Before each run (throughput and latency) the script waits until
+ * every process it started is idle: a gateway keeps ingesting and projecting a run's usage for a
+ * while after it, and the next target must not share the cores with that. Latency: about 1,000 req/s from wrk with random think
  * times (bench/lib/load.ts, pacedLatency) for 3 s; added = the same percentile through the
  * proxy − direct.
  *
@@ -24,7 +26,7 @@ import { cpSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { type PacedResult, pacedLatency, wrk } from './lib/load.js';
-import { cpuSeconds, Processes, requireTool, rssMb, runMain, timeLimit } from './lib/processes.js';
+import { cpuSeconds, Processes, requireTool, rssMb, runMain, timeLimit, waitForIdle } from './lib/processes.js';
 import { emit, type Figure, log, round } from './lib/report.js';
 import { checkCall, type Service, seedOneToken, startBareProxy, startGateway, startNginx, startRedis, startUpstream, writeBenchPlans } from './lib/services.js';
 
@@ -49,7 +51,16 @@ interface Throughput {
   cpuUsPerRequest: number;
 }
 
+/** Every process the runs go through, to wait until they are idle before each run. */
+let everyPid: number[] = [];
+
+async function settle(): Promise<void> {
+  const waited = await waitForIdle(everyPid);
+  if (waited > 1000) log(`waited ${(waited / 1000).toFixed(1)} s for the processes to go idle`);
+}
+
 async function throughput(t: Target): Promise<Throughput> {
+  await settle();
   const pid = t.service.process.child.pid as number;
   const cpuBefore = cpuSeconds(pid);
   const run = await wrk(t.url, { seconds: SECONDS, connections: CONNECTIONS });
@@ -60,6 +71,7 @@ async function throughput(t: Target): Promise<Throughput> {
 }
 
 async function latency(t: Target): Promise<PacedResult> {
+  await settle();
   const result = await pacedLatency(t.url, { rate: LATENCY_RATE, seconds: LATENCY_SECONDS });
   if (result.failures > 0) throw new Error(`${t.name}: ${result.failures} failed requests at ${LATENCY_RATE} req/s`);
   log(`${t.name.padEnd(16)} at ${Math.round(result.rate)} req/s: p50 ${result.p50Ms.toFixed(3)} ms, p99 ${result.p99Ms.toFixed(3)} ms`);
@@ -73,7 +85,7 @@ const median = (values: number[]): number => {
 };
 
 async function main(): Promise<void> {
-  timeLimit(150);
+  timeLimit(240);
   requireTool('wrk', 'apt-get install -y wrk');
   requireTool('nginx', 'apt-get install -y nginx');
   requireTool('redis-server', 'apt-get install -y redis-server');
@@ -110,6 +122,7 @@ async function main(): Promise<void> {
     const viaRedis = target('gateway redis', withRedis);
     const viaRole = target('gateway role', role);
     const all = [direct, viaNginx, viaBare, viaEmbedded, viaRedis, viaRole];
+    everyPid = [...new Set([...all.map((t) => t.service.process.child.pid as number), redis.process.child.pid as number, roleRedis.process.child.pid as number])];
     for (const t of all) {
       await checkCall(t.url);
       await wrk(t.url, { seconds: WARMUP_SECONDS, connections: CONNECTIONS });
@@ -138,7 +151,7 @@ async function main(): Promise<void> {
     const perRound = (t: Target, pick: (x: Throughput) => number): string => of(t).map((x) => Math.round(pick(x))).join(', ');
     const lat = (t: Target): PacedResult => latencies.get(t) as PacedResult;
 
-    const method = `wrk -t1 -c${CONNECTIONS}, ${SECONDS} s per run after a ${WARMUP_SECONDS} s warm-up, POST eth_blockNumber (bench/wrk/post.lua) to /eth/<token>; every process running on the same 2 cores throughout; the bare proxy and the two gateways measured in turn, ${ROUNDS} rounds, each ratio the median of the rounds' ratios (nginx and direct: one run)`;
+    const method = `wrk -t1 -c${CONNECTIONS}, ${SECONDS} s per run after a ${WARMUP_SECONDS} s warm-up, POST eth_blockNumber (bench/wrk/post.lua) to /eth/<token>; every process running on the same 2 cores throughout; the bare proxy and the three gateways measured in turn, ${ROUNDS} rounds, each ratio the median of the rounds' ratios (nginx and direct: one run); each run starts once every process of the benchmark is idle (< 5 % of a core over 0.5 s, 20 s at most)`;
     const figures: Figure[] = [];
     const rps = (x: Throughput): number => x.rps;
     const cpu = (x: Throughput): number => x.cpuUsPerRequest;
@@ -180,7 +193,7 @@ async function main(): Promise<void> {
         },
       );
     }
-    const latencyMethod = `wrk -t1 -c50 --latency for ${LATENCY_SECONDS} s each, after the throughput runs, one target after the other, each connection waiting a random 0–100 ms before each request (bench/wrk/paced.lua): about ${LATENCY_RATE} req/s (achieved: direct ${Math.round(lat(direct).rate)}, nginx ${Math.round(lat(viaNginx).rate)}, bare ${Math.round(lat(viaBare).rate)}, embedded ${Math.round(lat(viaEmbedded).rate)}, redis ${Math.round(lat(viaRedis).rate)}, gateway role ${Math.round(lat(viaRole).rate)}); added = the percentile through the proxy − the same percentile direct`;
+    const latencyMethod = `wrk -t1 -c50 --latency for ${LATENCY_SECONDS} s each, after the throughput runs, one target after the other, each once every process is idle, each connection waiting a random 0–100 ms before each request (bench/wrk/paced.lua): about ${LATENCY_RATE} req/s (achieved: direct ${Math.round(lat(direct).rate)}, nginx ${Math.round(lat(viaNginx).rate)}, bare ${Math.round(lat(viaBare).rate)}, embedded ${Math.round(lat(viaEmbedded).rate)}, redis ${Math.round(lat(viaRedis).rate)}, gateway role ${Math.round(lat(viaRole).rate)}); added = the percentile through the proxy − the same percentile direct`;
     for (const m of [viaNginx, viaBare, viaEmbedded, viaRedis, viaRole]) {
       const key = m.name.replaceAll(' ', '_');
       // The issue's latency targets hold for the gateway in each mode (embedded; the gateway role for Redis).

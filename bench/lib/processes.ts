@@ -144,6 +144,24 @@ export function cpuSeconds(pid: number): number {
   return (Number(fields[11]) + Number(fields[12])) / 100;
 }
 
+/**
+ * Waits until the processes together use less than `maxShare` of a core over `windowMs` (or
+ * `timeoutMs` passes; returns how long it waited). A gateway that served a run keeps ingesting
+ * and projecting that run's usage for a while: measured meanwhile, the next target would share
+ * the cores with that backlog.
+ */
+export async function waitForIdle(pids: number[], options: { maxShare?: number; windowMs?: number; timeoutMs?: number } = {}): Promise<number> {
+  const { maxShare = 0.05, windowMs = 500, timeoutMs = 20_000 } = options;
+  const started = Date.now();
+  const total = (): number => pids.reduce((sum, pid) => sum + cpuSeconds(pid), 0);
+  while (Date.now() - started < timeoutMs) {
+    const before = total();
+    await new Promise((r) => setTimeout(r, windowMs));
+    if ((total() - before) / (windowMs / 1000) < maxShare) break;
+  }
+  return Date.now() - started;
+}
+
 /** Node running a TypeScript file through tsx: the current source, no build step. */
 export const tsNodeArgs = (file: string, nodeFlags: string[] = []): string[] => [...nodeFlags, '--import', 'tsx', file];
 
