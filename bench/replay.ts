@@ -9,10 +9,13 @@
  *   (b) with the checkpoint present: `openRuntime` to `ProjectionRunner.caughtUp`. Were the
  *       replay stopped by its cap, each checkpoint is first moved to the head (the read models
  *       then hold only part of the log: this measures starting with a checkpoint, not catching up).
- * The store lives in a temp directory for this run only and is deleted at the end.
+ * The store lives in a temp directory for this run only and is deleted at the end. Like
+ * `npm run cli -- rebuild`, the benchmark runs with REBUILD_NODE_FLAGS (it starts itself again
+ * with them) and opens the read models for a bulk load, so the figure is what a rebuild gets.
  *
  *   npx tsx bench/replay.ts            (EVENTS=200000 for a quicker look)
  */
+import { spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -20,6 +23,7 @@ import { loadConfig } from '../src/config.js';
 import { LevelEventStore } from '../src/infra/eventstore/level.js';
 import { openReadModels, type ReadModelStore } from '../src/infra/readmodels/index.js';
 import type { Projection } from '../src/projections/projection.js';
+import { hasRebuildFlags, REBUILD_NODE_FLAGS } from '../src/projections/rebuild.js';
 import { ProjectionRunner } from '../src/projections/runner.js';
 import { openRuntime, PROJECTIONS } from '../src/runtime.js';
 import { seedAccounts, seedTokenChanges, seedUsage } from './lib/eventMix.js';
@@ -104,7 +108,7 @@ async function main(): Promise<void> {
     log(`baseline: read ${raw.events} events in ${round(raw.seconds)} s (${round(rawRate)}/s)`);
 
     const store = await LevelEventStore.open(storeDir);
-    const readModels = await openReadModels({ dataDir });
+    const readModels = await openReadModels({ dataDir, bulkLoad: true });
     let replaySeconds: number;
     let replayed: number;
     let capped = false;
@@ -141,7 +145,7 @@ async function main(): Promise<void> {
       ratio: round(replayRate / rawRate),
       baseline: `reading the log without projecting ${round(rawRate)} events/s`,
       command: COMMAND,
-      method: `a rebuild as rebuildProjections does it (reset, replay ${capped ? `the first ${replayed} of ${raw.events} events: stopped by the ${REPLAY_CAP_SECONDS} s cap` : `all ${raw.events} events`}) through the ${PROJECTIONS.length} projections of PROJECTIONS (${PROJECTIONS.map((p) => p.name).join(', ')}) into the embedded LevelDB read models; store: ${ACCOUNTS} Unlimited accounts × ${TOKENS_PER_ACCOUNT} tokens, ${domainEvents} account/token events, the rest UsageRecorded in usage-<account> streams`,
+      method: `a rebuild as \`npm run cli -- rebuild\` does it (node ${REBUILD_NODE_FLAGS.join(' ')}, read models opened for a bulk load; reset, replay ${capped ? `the first ${replayed} of ${raw.events} events: stopped by the ${REPLAY_CAP_SECONDS} s cap` : `all ${raw.events} events`}) through the ${PROJECTIONS.length} projections of PROJECTIONS (${PROJECTIONS.map((p) => p.name).join(', ')}) into the embedded LevelDB read models; store: ${ACCOUNTS} Unlimited accounts × ${TOKENS_PER_ACCOUNT} tokens, ${domainEvents} account/token events, the rest UsageRecorded in usage-<account> streams`,
     });
     emit({
       name: 'restart_to_ready_s',
@@ -155,7 +159,7 @@ async function main(): Promise<void> {
     });
 
     const store2 = await LevelEventStore.open(storeDir);
-    const readModels2 = await openReadModels({ dataDir });
+    const readModels2 = await openReadModels({ dataDir, bulkLoad: true });
     try {
       for (const p of PROJECTIONS) {
         const alone = await replay(store2, readModels2, [p], ALONE_CAP_SECONDS);
@@ -181,4 +185,9 @@ async function main(): Promise<void> {
   }
 }
 
-runMain(main);
+if (hasRebuildFlags()) runMain(main);
+else {
+  const flags = REBUILD_NODE_FLAGS.filter((f) => !process.execArgv.includes(f));
+  const child = spawnSync(process.execPath, [...process.execArgv, ...flags, ...process.argv.slice(1)], { stdio: 'inherit' });
+  process.exit(child.status ?? 1);
+}

@@ -1,5 +1,8 @@
+import { spawnSync } from 'node:child_process';
 import { ConfigError, loadConfig } from './config.js';
-import { rebuildProjections } from './projections/rebuild.js';
+import { openEventStore } from './infra/eventstore/index.js';
+import { openReadModels } from './infra/readmodels/index.js';
+import { hasRebuildFlags, REBUILD_NODE_FLAGS, rebuildProjections } from './projections/rebuild.js';
 import { openRuntime, PROJECTIONS } from './runtime.js';
 
 const USAGE = `Usage: npm run cli -- <command>
@@ -13,13 +16,9 @@ async function main(argv: string[]): Promise<number> {
     console.error(USAGE);
     return 2;
   }
+  if (command === 'rebuild') return rebuild();
   const runtime = await openRuntime({ ...loadConfig(process.env), role: 'api' });
   try {
-    if (command === 'rebuild') {
-      const { ms } = await rebuildProjections(runtime.store, runtime.readModels, PROJECTIONS);
-      console.log(`rebuilt ${PROJECTIONS.map((p) => p.name).join(', ')} in ${Math.round(ms)} ms`);
-      return 0;
-    }
     if (!arg) {
       console.error(USAGE);
       return 2;
@@ -39,6 +38,34 @@ async function main(argv: string[]): Promise<number> {
     return 0;
   } finally {
     await runtime.close();
+  }
+}
+
+/**
+ * In a process with the rebuild's Node flags (started again with them when missing: they size
+ * V8's heap, which is set before any code runs), with only the stores a rebuild needs, and the
+ * read models opened for a bulk load.
+ */
+async function rebuild(): Promise<number> {
+  if (!hasRebuildFlags()) {
+    const flags = REBUILD_NODE_FLAGS.filter((f) => !process.execArgv.includes(f));
+    const child = spawnSync(process.execPath, [...process.execArgv, ...flags, ...process.argv.slice(1)], { stdio: 'inherit' });
+    if (child.error) throw child.error;
+    return child.status ?? 1;
+  }
+  const config = loadConfig(process.env);
+  const store = await openEventStore({ eventstoreUrl: config.eventstoreUrl, dataDir: config.dataDir });
+  try {
+    const readModels = await openReadModels({ mongodbUrl: config.mongodbUrl, dataDir: config.dataDir, bulkLoad: true });
+    try {
+      const { ms } = await rebuildProjections(store, readModels, PROJECTIONS);
+      console.log(`rebuilt ${PROJECTIONS.map((p) => p.name).join(', ')} in ${Math.round(ms)} ms`);
+      return 0;
+    } finally {
+      await readModels.close();
+    }
+  } finally {
+    await store.close();
   }
 }
 

@@ -1,4 +1,4 @@
-import { DAY_MS, floorTo, type Granularity, nextBucket } from './usageBuckets.js';
+import { bucketStart, DAY_MS, floorTo, type Granularity, nextBucket } from './usageBuckets.js';
 
 /**
  * When a usage document may be dropped (MongoDB's TTL): the retention the call was metered
@@ -19,7 +19,23 @@ const NONE = (): undefined => undefined;
  * `retentionDays`: by the bucket's granularity, or `null` for per-call documents.
  */
 export function usageExpiryOf(at: string, retentionDays: number | undefined): (g: Granularity | null) => number | undefined {
-  if (retentionDays === undefined || !Number.isSafeInteger(retentionDays) || retentionDays <= 0) return NONE;
+  const days = validRetention(retentionDays);
+  if (days === undefined) return NONE;
   const t = Date.parse(at);
-  return (g) => usageExpiry(g === null ? t : bucketEnd(t, g), retentionDays);
+  return (g) => usageExpiry(g === null ? t : bucketEnd(t, g), days);
 }
+
+/** A retention that gives documents an expiry (a positive whole number of days), else undefined. */
+export const validRetention = (retentionDays: number | undefined): number | undefined =>
+  retentionDays !== undefined && Number.isSafeInteger(retentionDays) && retentionDays > 0 ? retentionDays : undefined;
+
+/** The longer of two retentions (undefined: none). */
+export const longerRetention = (a: number | undefined, b: number | undefined): number | undefined => (a === undefined ? b : b === undefined ? a : Math.max(a, b));
+
+/**
+ * The expiry of the document of bucket `bucket` (its name) of granularity `g` whose calls' longest
+ * valid retention is `retentionDays`: the furthest of the expiries its calls give it, since all
+ * of them end with the bucket. Computed once per document instead of per call.
+ */
+export const bucketExpiry = (bucket: string, g: Granularity, retentionDays: number | undefined): number | undefined =>
+  retentionDays === undefined ? undefined : usageExpiry(nextBucket(bucketStart(bucket), g), retentionDays);

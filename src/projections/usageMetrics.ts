@@ -4,7 +4,7 @@ import type { StoredEvent } from '../infra/eventstore/port.js';
 import type { ReadModelWrite } from '../infra/readmodels/port.js';
 import type { Projection } from './projection.js';
 import { bucketNameOfIso, GRANULARITIES, type Granularity, type SeriesGranularity } from './usageBuckets.js';
-import { usageExpiryOf } from './usageExpiry.js';
+import { bucketExpiry, longerRetention, usageExpiryOf, validRetention } from './usageExpiry.js';
 import { HISTOGRAM_FIELDS, histogramIndex } from './usageHistogram.js';
 import { methodLabel } from './usageMethod.js';
 import { usageRecordOf } from './usageRecord.js';
@@ -146,6 +146,12 @@ interface Folded<T> {
   expiresAt: number | undefined;
 }
 
+/** A bucket's document being folded: what it will be written with, and its calls' longest retention (its expiry follows, see bucketExpiry). */
+interface BucketFolded<T> {
+  value: T;
+  retention: number | undefined;
+}
+
 /** A roll-up being folded: plain numeric fields (one shape), histogram buckets in the order first seen. */
 class RollupFold implements RollupCounts {
   requests = 0;
@@ -156,7 +162,8 @@ class RollupFold implements RollupCounts {
   upstreamCalls = 0;
   readonly histogram: number[] = [];
   readonly histogramCounts: number[] = [];
-  expiresAt: number | undefined = undefined;
+  /** The longest retention of its calls: the expiry is computed once, from the bucket. */
+  retention: number | undefined = undefined;
 
   addLatency(bucket: number): void {
     const at = this.histogram.indexOf(bucket);
@@ -188,18 +195,20 @@ interface TokenFold {
   tokenId: string;
   /** chain → method label → roll-ups: nested, so that a call builds no key to find its roll-ups. */
   combos: Map<string, Map<string, ComboFold>>;
-  /** `<day>/<ip>` → count and last time seen. */
-  clientIps: Map<string, Folded<{ count: number; lastSeen: string }> & { day: string; ip: string }>;
+  /** day → ip → count and last time seen. */
+  clientIps: Map<string, Map<string, BucketFolded<{ count: number; lastSeen: string }>>>;
 }
 
 interface AccountFold {
   accountId: string;
   tokens: Map<string, TokenFold>;
-  /** `<hour>/<block>` → the block's rows by slot. */
-  requestBlocks: Map<string, Folded<Record<number, RequestRowFields>> & { hour: string; revision: number }>;
+  /** hour → block number → the block's rows by slot. */
+  requestBlocks: Map<string, Map<number, BucketFolded<Record<number, RequestRowFields>>>>;
 }
 
 const maxExpiry = (a: number | undefined, b: number | undefined): number | undefined => (a === undefined ? b : b === undefined ? a : Math.max(a, b));
+
+const newMap = <K, V>(): Map<K, V> => new Map<K, V>();
 
 function entry<K, V>(map: Map<K, V>, key: K, create: () => V): V {
   let found = map.get(key);
@@ -244,20 +253,42 @@ export class UsageFold {
     const at = canonicalTime(record.at);
     if (at === null) return;
     const { accountId, tokenId, chain } = record;
-    const expiry = usageExpiryOf(at, record.retentionDays);
+    const retention = validRetention(record.retentionDays);
     const failed = isErrorUsage(record);
     const method = cachedMethodLabel(record.method);
-    const account = entry(this.accounts, accountId, (): AccountFold => ({ accountId, tokens: new Map(), requestBlocks: new Map() }));
-    const token = entry(account.tokens, tokenId, (): TokenFold => ({ tokenId, combos: new Map(), clientIps: new Map() }));
-    const combo = entry(entry(token.combos, chain, () => new Map<string, ComboFold>()), method, (): ComboFold => ({
-      chain, method, buckets: GRANULARITIES.map(() => new Map()),
-    }));
+    // Lookups written out rather than through `entry`: no closure per call and level.
+    let account = this.accounts.get(accountId);
+    if (account === undefined) {
+      account = { accountId, tokens: new Map(), requestBlocks: new Map() };
+      this.accounts.set(accountId, account);
+    }
+    let token = account.tokens.get(tokenId);
+    if (token === undefined) {
+      token = { tokenId, combos: new Map(), clientIps: new Map() };
+      account.tokens.set(tokenId, token);
+    }
+    let methods = token.combos.get(chain);
+    if (methods === undefined) {
+      methods = new Map();
+      token.combos.set(chain, methods);
+    }
+    let combo = methods.get(method);
+    if (combo === undefined) {
+      combo = { chain, method, buckets: GRANULARITIES.map(() => new Map()) };
+      methods.set(method, combo);
+    }
     const totalUs = Math.round(record.totalMs * 1000);
     const upstreamUs = record.upstreamMs === null ? 0 : Math.round(record.upstreamMs * 1000);
     const latencyBucket = histogramIndex(record.totalMs);
     for (let g = 0; g < GRANULARITIES.length; g++) {
       const granularity = GRANULARITIES[g] as Granularity;
-      const rollup = entry(combo.buckets[g] as Map<string, RollupFold>, bucketNameOfIso(at, granularity), () => new RollupFold());
+      const buckets = combo.buckets[g] as Map<string, RollupFold>;
+      const bucket = bucketNameOfIso(at, granularity);
+      let rollup = buckets.get(bucket);
+      if (rollup === undefined) {
+        rollup = new RollupFold();
+        buckets.set(bucket, rollup);
+      }
       rollup.requests++;
       if (failed) rollup.errors++;
       else rollup.successes++;
@@ -267,21 +298,31 @@ export class UsageFold {
         rollup.upstreamCalls++;
       }
       rollup.addLatency(latencyBucket);
-      rollup.expiresAt = maxExpiry(rollup.expiresAt, expiry(granularity));
+      rollup.retention = longerRetention(rollup.retention, retention);
     }
 
-    const hour = bucketNameOfIso(at, 'hour');
-    const block = entry(account.requestBlocks, `${hour}/${Math.floor(revision / REQUEST_BLOCK)}`, () => ({ value: {}, expiresAt: undefined, hour, revision }));
+    const hourBlocks = entry(account.requestBlocks, bucketNameOfIso(at, 'hour'), newMap<number, BucketFolded<Record<number, RequestRowFields>>>);
+    const blockNumber = Math.floor(revision / REQUEST_BLOCK);
+    let block = hourBlocks.get(blockNumber);
+    if (block === undefined) {
+      block = { value: {}, retention: undefined };
+      hourBlocks.set(blockNumber, block);
+    }
     block.value[revision % REQUEST_BLOCK] = encodeRequestRow(record, at);
-    block.expiresAt = maxExpiry(block.expiresAt, expiry('hour'));
+    block.retention = longerRetention(block.retention, retention);
 
-    const day = bucketNameOfIso(at, 'day');
-    const ip = entry(token.clientIps, `${day}/${record.clientIp}`, () => ({ value: { count: 0, lastSeen: at }, expiresAt: undefined, day, ip: record.clientIp }));
+    const dayIps = entry(token.clientIps, bucketNameOfIso(at, 'day'), newMap<string, BucketFolded<{ count: number; lastSeen: string }>>);
+    let ip = dayIps.get(record.clientIp);
+    if (ip === undefined) {
+      ip = { value: { count: 0, lastSeen: at }, retention: undefined };
+      dayIps.set(record.clientIp, ip);
+    }
     ip.value.count++;
     ip.value.lastSeen = at;
-    ip.expiresAt = maxExpiry(ip.expiresAt, expiry('day'));
+    ip.retention = longerRetention(ip.retention, retention);
 
     if (failed) {
+      const expiry = usageExpiryOf(at, retention);
       const code = errorCodeOf(record);
       const message = errorMessageOf(record);
       const hash = messageHash(message);
@@ -315,18 +356,31 @@ export class UsageFold {
               const granularity = GRANULARITIES[g] as Granularity;
               for (const [bucket, rollup] of buckets[g] as Map<string, RollupFold>) {
                 writes.push({
-                  op: 'inc', collection: USAGE_METRICS.rollups, key: rollupKey(accountId, granularity, bucket, tokenId, chain, method), inc: rollup.inc(), expiresAt: rollup.expiresAt,
+                  op: 'inc', collection: USAGE_METRICS.rollups, key: rollupKey(accountId, granularity, bucket, tokenId, chain, method), inc: rollup.inc(), expiresAt: bucketExpiry(bucket, granularity, rollup.retention),
                 });
               }
             }
           }
         }
-        for (const { day, ip, value, expiresAt } of clientIps.values()) {
-          writes.push({ op: 'inc', collection: USAGE_METRICS.clientIps, key: clientIpKey(accountId, tokenId, day, ip), inc: { count: value.count }, set: { lastSeen: value.lastSeen }, expiresAt });
+        for (const [day, ips] of clientIps) {
+          // A token's calls of a day mostly share one retention: its expiry is computed once.
+          let expiryOf: number | undefined | null = null;
+          let expiresAt: number | undefined;
+          for (const [ip, { value, retention }] of ips) {
+            if (retention !== expiryOf) {
+              expiryOf = retention;
+              expiresAt = bucketExpiry(day, 'day', retention);
+            }
+            writes.push({ op: 'inc', collection: USAGE_METRICS.clientIps, key: clientIpKey(accountId, tokenId, day, ip), inc: { count: value.count }, set: { lastSeen: value.lastSeen }, expiresAt });
+          }
         }
       }
-      for (const { hour, revision, value, expiresAt } of requestBlocks.values()) {
-        writes.push({ op: 'merge', collection: USAGE_METRICS.requestBlocks, key: requestBlockKey(accountId, hour, revision), fields: value, expiresAt });
+      for (const [hour, blocks] of requestBlocks) {
+        for (const [blockNumber, { value, retention }] of blocks) {
+          writes.push({
+            op: 'merge', collection: USAGE_METRICS.requestBlocks, key: requestBlockKey(accountId, hour, blockNumber * REQUEST_BLOCK), fields: value, expiresAt: bucketExpiry(hour, 'hour', retention),
+          });
+        }
       }
     }
     for (const [key, { value, expiresAt }] of this.errorGroups) {

@@ -31,6 +31,32 @@ describe('LevelReadModelStore', () => {
   });
 });
 
+describe('LevelReadModelStore opened for a bulk load (a rebuild process)', () => {
+  readModelStoreContract(() => LevelReadModelStore.open(join(dir, 'contract-bulk'), { bulkLoad: true }));
+
+  it('leaves documents that a store opened the ordinary way reads back', async () => {
+    const location = join(dir, 'bulk-then-ordinary');
+    const bulk = await LevelReadModelStore.open(location, { bulkLoad: true });
+    // More than the ordinary 4 MB memtable, all of it still in the bulk store's log when it closes.
+    const writes = Array.from({ length: 20_000 }, (_, i) => ({ op: 'inc' as const, collection: 'c', key: `k${String(i).padStart(6, '0')}`, inc: { n: i }, set: { pad: 'x'.repeat(300) } }));
+    try {
+      await bulk.reset('p', ['c']);
+      await bulk.commit('p', '00000000000000000001', writes);
+    } finally {
+      await bulk.close();
+    }
+    const ordinary = await LevelReadModelStore.open(location);
+    try {
+      expect(await ordinary.checkpoint('p')).toBe('00000000000000000001');
+      const docs = await ordinary.range('c');
+      expect(docs).toHaveLength(20_000);
+      expect(docs[12_345]).toEqual({ key: 'k012345', doc: { n: 12_345, pad: 'x'.repeat(300) } });
+    } finally {
+      await ordinary.close();
+    }
+  });
+});
+
 describe('openReadModels', () => {
   it('opens LevelDB under <dataDir>/readmodels when no MongoDB URL is given', async () => {
     const dataDir = join(dir, 'data');

@@ -3,7 +3,9 @@ import { USAGE_EVENT_TYPE, type UsageRecord } from '../../src/domain/usage.js';
 import type { StoredEvent } from '../../src/infra/eventstore/port.js';
 import { applyChange, composeWrites } from '../../src/infra/readmodels/compose.js';
 import type { Doc, ReadModelWrite } from '../../src/infra/readmodels/port.js';
-import { usageMetricsProjection, usageWrites } from '../../src/projections/usageMetrics.js';
+import type { Granularity } from '../../src/projections/usageBuckets.js';
+import { usageExpiryOf } from '../../src/projections/usageExpiry.js';
+import { canonicalTime, parseRollupKey, USAGE_METRICS, usageMetricsProjection, usageWrites } from '../../src/projections/usageMetrics.js';
 import { usageTotalsProjection } from '../../src/projections/usageTotals.js';
 
 /** What a list of writes leaves in an empty store (documents by collection and key), and each document's furthest expiry. */
@@ -61,6 +63,28 @@ describe('projecting a batch of usage events', () => {
     // Folded: one write per document.
     expect(folded.length).toBe(new Set(folded.map((w) => `${w.collection} ${w.key}`)).size);
     expect(folded.length).toBeLessThan(oneByOne.length / 2);
+  });
+
+  it('usage_metrics: a call gives each of its documents the expiry of its bucket (or of the call) and its retention', () => {
+    // With the batch test above, this pins the expiries of folded documents (computed once per document) to the per-call rule.
+    const granularityOf = (w: ReadModelWrite): Granularity | null => {
+      if (w.collection === USAGE_METRICS.rollups) return parseRollupKey(w.key).granularity;
+      if (w.collection === USAGE_METRICS.errorGroups) return w.key.split('/')[1] as Granularity;
+      if (w.collection === USAGE_METRICS.clientIps) return 'day';
+      if (w.collection === USAGE_METRICS.requestBlocks) return 'hour';
+      return null;
+    };
+    let withExpiry = 0;
+    for (const event of events(300, 11)) {
+      const record = event.data as UsageRecord;
+      const expiry = usageExpiryOf(canonicalTime(record.at) as string, record.retentionDays);
+      for (const w of usageWrites(record, event.revision)) {
+        if (w.op === 'delete') continue;
+        expect(w.expiresAt, `${w.collection} ${w.key}`).toBe(expiry(granularityOf(w)));
+        if (w.expiresAt !== undefined) withExpiry++;
+      }
+    }
+    expect(withExpiry).toBeGreaterThan(500);
   });
 
   it('usage_metrics: one event’s writes are those of its record', () => {
