@@ -3,6 +3,7 @@ import { encodeEvent } from '../../src/commands/eventCodec.js';
 import { newId } from '../../src/commands/ids.js';
 import { type DomainEvent, STREAM } from '../../src/domain/events.js';
 import { generateToken, hashToken, maskToken } from '../../src/domain/tokenFormat.js';
+import { DEFAULT_PLANS } from '../../src/domain/plans.js';
 import { USAGE_EVENT_TYPE, type UsageRecord, usageEventId, usageStream } from '../../src/domain/usage.js';
 import type { EventStore, NewEvent } from '../../src/infra/eventstore/port.js';
 
@@ -96,6 +97,8 @@ export async function seedUsage(store: EventStore, tokens: SeededToken[], count:
         upstreamMs: Math.round((totalMs - 3) * 100) / 100,
         clientIp: `203.0.113.${(written + i) % 250}`,
         upstream: 'publicnode',
+        // As the gateway meters it: the plan's retention (the accounts are Unlimited).
+        retentionDays: DEFAULT_PLANS.unlimited.retention_days,
       };
       events.push({ id: usageEventId(record.requestId), type: USAGE_EVENT_TYPE, data: { ...record } });
     }
