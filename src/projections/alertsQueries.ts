@@ -1,3 +1,4 @@
+import type { Alert, AlertChannel, AlertNotification } from '../api/types.js';
 import type { ReadModelStore } from '../infra/readmodels/port.js';
 import { ALERT_COLLECTIONS as C, type AlertDoc, type AttemptDoc, type DeliveryDoc, type PublicChannel } from './alerts.js';
 
@@ -14,46 +15,7 @@ export interface ObservationDoc {
   at: string;
 }
 
-export type ChannelRecord =
-  | { id: string; type: 'email' | 'sms'; to: string; status: 'active' | 'disabled' }
-  | { id: string; type: 'webhook' | 'chat'; url: string; status: 'active' | 'disabled' }
-  | { id: string; type: 'incident'; routing_key: string; status: 'active' | 'disabled' };
-
-/** An alert as the API shows it (DESIGN §4, snake_case); never a webhook secret. */
-export interface AlertRecord {
-  id: string;
-  name: string;
-  type: AlertDoc['rule']['type'];
-  condition: string | null;
-  threshold: number;
-  window_minutes: number | null;
-  token_id: string | null;
-  min_requests: number | null;
-  baseline_hours: number | null;
-  channels: ChannelRecord[];
-  enabled: boolean;
-  state: AlertDoc['state'];
-  last_value: number | null;
-  fired_at: string | null;
-  resolved_at: string | null;
-  last_evaluation: { at: string; value: number | null; breached: boolean } | null;
-  created_at: string;
-  updated_at: string;
-}
-
-export interface NotificationRecord {
-  notification_id: string;
-  kind: AttemptDoc['kind'];
-  channel: { id: string; type: AttemptDoc['channel'] };
-  attempt: number;
-  outcome: string;
-  status: number | null;
-  error: string | null;
-  next_attempt_at: string | null;
-  at: string;
-}
-
-function channelRecord(c: PublicChannel, disabled: boolean): ChannelRecord {
+function channelRecord(c: PublicChannel, disabled: boolean): AlertChannel {
   const status = disabled ? 'disabled' : 'active';
   switch (c.type) {
     case 'incident':
@@ -66,7 +28,10 @@ function channelRecord(c: PublicChannel, disabled: boolean): ChannelRecord {
   }
 }
 
-/** Reads over the alert read models for the API, the evaluator and the notifier. */
+/**
+ * Reads over the alert read models for the API, the evaluator and the notifier. Alert and
+ * attempt documents become the API's records (src/api/types.ts) here; never a webhook secret.
+ */
 export class AlertQueries {
   constructor(private readonly rm: ReadModelStore) {}
 
@@ -75,12 +40,12 @@ export class AlertQueries {
   }
 
   /** The account's alert, or null when it does not exist or belongs to another account. */
-  async alert(accountId: string, alertId: string): Promise<AlertRecord | null> {
+  async alert(accountId: string, alertId: string): Promise<Alert | null> {
     const doc = await this.alertDoc(alertId);
     return doc && doc.accountId === accountId ? this.record(doc) : null;
   }
 
-  async alerts(accountId: string): Promise<AlertRecord[]> {
+  async alerts(accountId: string): Promise<Alert[]> {
     const refs = await this.rm.range<{ alertId: string }>(C.byAccount, { prefix: `${accountId}/` });
     const docs = await Promise.all(refs.map((r) => this.alertDoc(r.doc.alertId)));
     const records = await Promise.all(docs.filter((d): d is AlertDoc => d !== null).map((d) => this.record(d)));
@@ -92,7 +57,7 @@ export class AlertQueries {
     return this.rm.range(C.alerts);
   }
 
-  async record(doc: AlertDoc): Promise<AlertRecord> {
+  async record(doc: AlertDoc): Promise<Alert> {
     const [disabled, observation] = await Promise.all([
       this.rm.range<{ channelId: string }>(C.disabledChannels, { prefix: `${doc.id}/` }),
       this.rm.get<ObservationDoc>(ALERT_OBSERVATIONS, doc.id),
@@ -122,7 +87,7 @@ export class AlertQueries {
   }
 
   /** The alert's delivery attempts, newest first. */
-  async notifications(alertId: string, limit = 50): Promise<NotificationRecord[]> {
+  async notifications(alertId: string, limit = 50): Promise<AlertNotification[]> {
     const rows = await this.rm.range<AttemptDoc>(C.attempts, { prefix: `${alertId}/`, reverse: true, limit });
     return rows.map(({ doc: d }) => ({
       notification_id: d.notificationId,

@@ -1,3 +1,13 @@
+import type {
+  ChainFigures,
+  ClientIp,
+  ErrorGroup,
+  MethodFigures,
+  RecentError,
+  SeriesPoint,
+  TokenFigures,
+  UsageFigures,
+} from '../api/types.js';
 import type { Doc, ReadModelStore } from '../infra/readmodels/port.js';
 import { bucketName, bucketStart, ceilTo, coverRange, floorTo, type SeriesGranularity, seriesBuckets } from './usageBuckets.js';
 import { HISTOGRAM_FIELDS, quantile } from './usageHistogram.js';
@@ -10,6 +20,9 @@ import {
   type RollupKey,
   USAGE_METRICS,
 } from './usageMetrics.js';
+
+// The PDF export reads these shapes from here.
+export type { ErrorGroup, SeriesPoint, UsageFigures };
 
 /** What a metrics query covers: the minute-aligned range [start, end) (epoch ms), optionally one chain, optionally one token. */
 export interface UsageScope {
@@ -76,20 +89,6 @@ const round = (v: number, places: number): number => Math.round(v * 10 ** places
 const percent = (part: number, whole: number): number | null => (whole === 0 ? null : round((100 * part) / whole, 4));
 const ms = (v: number | null): number | null => (v === null ? null : round(v, 2));
 
-/** Figures of a set of calls as the API shows them; rates are percentages, times ms; null when there were no calls. */
-export interface UsageFigures {
-  requests: number;
-  success: number;
-  errors: number;
-  successRate: number | null;
-  errorRate: number | null;
-  avgResponseMs: number | null;
-  p50ResponseMs: number | null;
-  p95ResponseMs: number | null;
-  p99ResponseMs: number | null;
-  avgNodeLatencyMs: number | null;
-}
-
 function figures(t: Tally): UsageFigures {
   return {
     requests: t.requests,
@@ -105,46 +104,13 @@ function figures(t: Tally): UsageFigures {
   };
 }
 
-export interface SeriesPoint {
-  /** Start of the bucket, ISO 8601 UTC. */
-  t: string;
-  requests: number;
-  errors: number;
-  avgResponseMs: number | null;
-}
-
+/** The figures of a scope, in the API's shapes; the metrics calls pick from it. */
 export interface UsageReport {
   totals: UsageFigures;
-  byChain: Array<{ chain: string } & UsageFigures>;
-  byMethod: Array<{ chain: string; method: string } & UsageFigures>;
-  byToken: Array<{ tokenId: string } & UsageFigures>;
+  byChain: ChainFigures[];
+  byMethod: MethodFigures[];
+  byToken: TokenFigures[];
   series: SeriesPoint[];
-}
-
-export interface ErrorGroup {
-  code: number;
-  message: string;
-  chain: string;
-  method: string;
-  count: number;
-  lastSeen: string;
-}
-
-export interface RecentError {
-  at: string;
-  requestId: string;
-  tokenId: string;
-  chain: string;
-  method: string;
-  status: number;
-  code: number;
-  message: string;
-}
-
-export interface ClientIp {
-  ip: string;
-  count: number;
-  lastSeen: string;
 }
 
 const BY_METHOD_MAX = 100;

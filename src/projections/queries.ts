@@ -1,32 +1,13 @@
+import type { AccessTokenRecord, TokenRecord } from '../api/types.js';
 import { effectiveStatus } from '../domain/apiToken.js';
 import type { ReadModelStore } from '../infra/readmodels/port.js';
 import { type AccessTokenDoc, type AccountDoc, COLLECTIONS as C, type TokenDoc } from './core.js';
 import { monthKey, monthOf, USAGE_TOTALS } from './usageTotals.js';
 
-/** A token as the API shows it (DESIGN §4): snake_case, ISO times, never the token string. */
-export interface TokenRecord {
-  id: string;
-  name: string;
-  description: string;
-  status: TokenDoc['status'];
-  masked: string;
-  created_at: string;
-  last_used_at: string | null;
-  current_month_usage: number;
-  expires_at: string | null;
-  monthly_limit: number | null;
-  rate_limit: number | null;
-}
-
-export interface AccessTokenRecord {
-  id: string;
-  name: string;
-  masked: string;
-  status: AccessTokenDoc['status'];
-  created_at: string;
-}
-
-/** Reads over the read models for the management API, the gatekeeper and the CLI. */
+/**
+ * Reads over the read models for the management API, the gatekeeper and the CLI. Token and
+ * access-token documents become the API's records (src/api/types.ts) here and nowhere else.
+ */
 export class Queries {
   constructor(
     private readonly rm: ReadModelStore,

@@ -1,4 +1,4 @@
-import type { Problem } from './types.js';
+import type { Problem } from '../api/types.js';
 
 /** A refusal or failure, carrying the server's problem+json (or one made up for network errors). */
 export class ApiError extends Error {
@@ -16,6 +16,13 @@ export class ApiError extends Error {
     return this.problem.status === 404 && this.problem.detail.startsWith('No route');
   }
 }
+
+/** RFC 9457's type of a problem that says no more than its status: for the ones made up here. */
+const BLANK = 'about:blank';
+
+/** Any failure as an ApiError, so the page shows every error the same way. */
+export const asApiError = (error: unknown): ApiError =>
+  error instanceof ApiError ? error : new ApiError({ type: BLANK, title: 'Error', status: 0, detail: String(error), code: 'client_error' });
 
 export interface RequestOptions {
   method?: 'GET' | 'POST' | 'PATCH' | 'PUT' | 'DELETE';
@@ -35,16 +42,18 @@ async function problemOf(res: Response): Promise<Problem> {
     try {
       const body = (await res.json()) as Partial<Problem>;
       if (typeof body.detail === 'string') {
-        return { title: body.title ?? res.statusText, status: res.status, detail: body.detail, code: body.code ?? `http_${res.status}`, errors: body.errors };
+        return {
+          type: body.type ?? BLANK, title: body.title ?? res.statusText, status: res.status, detail: body.detail, code: body.code ?? `http_${res.status}`, errors: body.errors,
+        };
       }
     } catch {
       // Not the JSON it claimed to be: fall through to a generic problem.
     }
   }
-  return { title: res.statusText || 'Error', status: res.status, detail: `The server answered ${res.status}${res.statusText ? ` ${res.statusText}` : ''}.`, code: `http_${res.status}` };
+  return { type: BLANK, title: res.statusText || 'Error', status: res.status, detail: `The server answered ${res.status}${res.statusText ? ` ${res.statusText}` : ''}.`, code: `http_${res.status}` };
 }
 
-const networkProblem = (): Problem => ({ title: 'Network error', status: 0, detail: 'Cannot reach the server. Check the connection and try again.', code: 'network' });
+const networkProblem = (): Problem => ({ type: BLANK, title: 'Network error', status: 0, detail: 'Cannot reach the server. Check the connection and try again.', code: 'network' });
 
 /** Auth calls answer 401 for wrong credentials: those must reach the form, not re-open the login. */
 const isAuthCall = (path: string): boolean => path.startsWith('/api/v1/auth/');

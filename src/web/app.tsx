@@ -1,4 +1,5 @@
 import { useCallback, useEffect, useMemo, useRef, useState } from 'preact/hooks';
+import type { Account } from '../api/types.js';
 import { ApiClient } from './api.js';
 import { type Filters, FiltersContext, initialFilters, type Session, SessionContext } from './hooks.js';
 import { AccessTokensPage } from './pages/accessTokens.js';
@@ -11,7 +12,6 @@ import { TokenDetailPage } from './pages/tokenDetail.js';
 import { TokensPage } from './pages/tokens.js';
 import { UsagePage } from './pages/usage.js';
 import { hrefOf, navigate, type Route, useRoute } from './router.js';
-import type { Account } from './types.js';
 
 /** Not a credential: only spares a first visit the 401 of asking who is logged in. */
 const SIGNED_IN_HINT = 'gateway.signed-in';

@@ -1,7 +1,7 @@
 import { createContext } from 'preact';
 import { useCallback, useContext, useEffect, useRef, useState } from 'preact/hooks';
-import { ApiError, type ApiClient } from './api.js';
-import type { Account } from './types.js';
+import type { Account } from '../api/types.js';
+import { type ApiClient, type ApiError, asApiError } from './api.js';
 
 /** Panels refresh every 60 s (spec: dashboard freshness). */
 export const REFRESH_MS = 60_000;
@@ -39,7 +39,7 @@ export function usePolled<T>(load: (signal: AbortSignal) => Promise<T>, deps: un
       },
       (error: unknown) => {
         if (controller.signal.aborted) return;
-        const apiError = error instanceof ApiError ? error : new ApiError({ title: 'Error', status: 0, detail: String(error), code: 'client_error' });
+        const apiError = asApiError(error);
         setState((s) => ({ ...s, error: apiError, loading: false }));
       },
     ).finally(() => {

@@ -1,4 +1,4 @@
-import type { SeriesPoint } from './types.js';
+import type { SeriesGranularity, SeriesPoint } from '../api/types.js';
 
 export interface Bucket {
   /** Unix seconds. */
@@ -10,21 +10,19 @@ export interface Bucket {
   avgResponseMs: number | null;
 }
 
-const toSeconds = (t: string | number): number => (typeof t === 'number' ? (t > 1e11 ? t / 1000 : t) : Date.parse(t) / 1000);
-
-const STEPS: Record<string, number> = { minute: 60, hour: 3600, day: 86_400, '1m': 60, '1h': 3600, '1d': 86_400 };
+const STEPS: Record<SeriesGranularity, number> = { minute: 60, hour: 3600, day: 86_400 };
 
 /**
  * The API's series made fit for a chart: gaps between its points filled with zeros (a quiet
  * minute is a zero, not a line drawn across it), then merged into at most `maxPoints` buckets
  * so 30 days of minute data stays smooth and light.
  */
-export function chartBuckets(series: SeriesPoint[], period: { start: string; end: string }, granularity: string | number | undefined, maxPoints = 720): Bucket[] {
+export function chartBuckets(series: SeriesPoint[], period: { start: string; end: string }, granularity: SeriesGranularity, maxPoints = 720): Bucket[] {
   const points = series
-    .map((p) => ({ t: toSeconds(p.t), requests: p.requests, errors: p.errors, success: p.success ?? p.requests - p.errors, avgResponseMs: p.avgResponseMs }))
+    .map((p) => ({ t: Date.parse(p.t) / 1000, requests: p.requests, errors: p.errors, success: p.requests - p.errors, avgResponseMs: p.avgResponseMs }))
     .filter((p) => Number.isFinite(p.t))
     .sort((a, b) => a.t - b.t);
-  const step = typeof granularity === 'number' ? granularity : (granularity && STEPS[granularity]) || inferStep(points);
+  const step = STEPS[granularity];
   const start = Math.floor(Date.parse(period.start) / 1000 / step) * step;
   const end = Math.floor(Date.parse(period.end) / 1000 / step) * step;
   if (!Number.isFinite(start) || !Number.isFinite(end) || end < start) return points.map((p) => ({ ...p }));
@@ -48,13 +46,4 @@ export function chartBuckets(series: SeriesPoint[], period: { start: string; end
     b.avgResponseMs = b.requests > 0 ? (latencySum[i] ?? 0) / b.requests : null;
   });
   return out;
-}
-
-function inferStep(points: { t: number }[]): number {
-  let step = Number.POSITIVE_INFINITY;
-  for (let i = 1; i < points.length; i++) {
-    const d = (points[i]?.t ?? 0) - (points[i - 1]?.t ?? 0);
-    if (d > 0 && d < step) step = d;
-  }
-  return Number.isFinite(step) ? step : 60;
 }

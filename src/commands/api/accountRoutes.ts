@@ -1,4 +1,5 @@
 import type { FastifyPluginAsync } from 'fastify';
+import type { Account } from '../../api/types.js';
 import { DomainError } from '../../domain/errors.js';
 import { floorTo, nextBucket } from '../../projections/usageBuckets.js';
 import type { ApiDeps } from './deps.js';
@@ -9,7 +10,7 @@ const nextMonthStart = (now: Date) => new Date(nextBucket(floorTo(now.getTime(),
 
 /** The account view (plan, limits, usage this month) and the operator's plan change. */
 export const accountRoutes: FastifyPluginAsync<ApiDeps> = async (app, deps) => {
-  const accountView = async (accountId: string) => {
+  const accountView = async (accountId: string): Promise<Account> => {
     const account = await deps.queries.account(accountId);
     if (!account) throw new DomainError('not_found', 'No such account.');
     const plan = deps.plans[account.plan];

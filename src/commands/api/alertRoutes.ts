@@ -1,9 +1,9 @@
 import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
 import { z } from 'zod';
+import type { Alert, AlertList, AlertNotifications } from '../../api/types.js';
 import type { ChannelInput, RuleInput } from '../../domain/alert.js';
 import { ALERT_TYPES } from '../../domain/alertEvents.js';
 import { DomainError } from '../../domain/errors.js';
-import type { AlertRecord } from '../../projections/alertsQueries.js';
 import { ALERT_ID_PATTERN } from '../alertCommands.js';
 import { ID_PATTERN } from '../ids.js';
 import type { ApiDeps } from './deps.js';
@@ -86,15 +86,18 @@ const channelInput = (c: z.infer<typeof ChannelIn>): ChannelInput =>
   c.type === 'incident' ? { type: 'incident', routingKey: c.routing_key } : c;
 
 /** The record, with the `whsec_` secret of each webhook channel this call created: the only time it is shown. */
-const withSecrets = (record: AlertRecord, secrets: Record<string, string>) => ({
+const withSecrets = (record: Alert, secrets: Record<string, string>): Alert => ({
   ...record,
-  channels: record.channels.map((c) => (secrets[c.id] ? { ...c, secret: secrets[c.id] } : c)),
+  channels: record.channels.map((c) => {
+    const secret = secrets[c.id];
+    return secret && c.type === 'webhook' ? { ...c, secret } : c;
+  }),
 });
 
 /** Alert rules: create, list, get, edit, delete, and the delivery attempts of their notifications. */
 export const alertRoutes: FastifyPluginAsync<ApiDeps> = async (app, deps) => {
   const ownerOf = (request: FastifyRequest) => owner(request, deps, ['session', 'access_token']);
-  const record = async (accountId: string, alertId: string) => {
+  const record = async (accountId: string, alertId: string): Promise<Alert> => {
     const r = await deps.alertQueries.alert(accountId, alertId);
     if (!r) throw new DomainError('not_found', 'No such alert.');
     return r;
@@ -113,7 +116,7 @@ export const alertRoutes: FastifyPluginAsync<ApiDeps> = async (app, deps) => {
     return reply.code(201).send(withSecrets(await record(accountId, created.alertId), created.secrets));
   });
 
-  app.get('/api/v1/alerts', async (request) => {
+  app.get('/api/v1/alerts', async (request): Promise<AlertList> => {
     const { accountId } = await ownerOf(request);
     return { alerts: await deps.alertQueries.alerts(accountId) };
   });
@@ -147,7 +150,7 @@ export const alertRoutes: FastifyPluginAsync<ApiDeps> = async (app, deps) => {
     return reply.code(204).send();
   });
 
-  app.get('/api/v1/alerts/:id/notifications', async (request) => {
+  app.get('/api/v1/alerts/:id/notifications', async (request): Promise<AlertNotifications> => {
     const { accountId } = await ownerOf(request);
     const { id } = AlertParams.parse(request.params);
     const { limit } = NotificationsQuery.parse(request.query);

@@ -1,4 +1,5 @@
 import type { FastifyPluginAsync } from 'fastify';
+import type { LoggedIn, SignedUp } from '../../api/types.js';
 import { DomainError } from '../../domain/errors.js';
 import type { ApiDeps } from './deps.js';
 import { Credentials } from './schemas.js';
@@ -12,10 +13,10 @@ export const authRoutes: FastifyPluginAsync<ApiDeps> = async (app, deps) => {
     await deps.waitFor(position);
     const session = await deps.sessions.open(accountId);
     reply.header('set-cookie', sessionCookie(session.id, session.expiresAt, deps.secureCookies));
-    return reply.code(201).send({ id: accountId, email: email.trim().toLowerCase(), plan: 'free' });
+    return reply.code(201).send({ id: accountId, email: email.trim().toLowerCase(), plan: 'free' } satisfies SignedUp);
   });
 
-  app.post('/api/v1/auth/login', async (request, reply) => {
+  app.post('/api/v1/auth/login', async (request, reply): Promise<LoggedIn> => {
     const { email, password } = Credentials.parse(request.body);
     const accountId = await deps.commands.authenticate(email, password);
     if (!accountId) throw new DomainError('invalid_credentials', 'Wrong email or password.');

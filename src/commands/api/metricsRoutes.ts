@@ -1,5 +1,6 @@
 import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
 import { z } from 'zod';
+import type { MonthlyLimits, PeriodMetrics, TokenMetrics, UserMetrics } from '../../api/types.js';
 import { DomainError, fail } from '../../domain/errors.js';
 import type { Plan } from '../../domain/plans.js';
 import type { UsageScope } from '../../projections/metricsQueries.js';
@@ -26,10 +27,10 @@ const iso = (ms: number): string => new Date(ms).toISOString();
 export interface ResolvedPeriod {
   scope: UsageScope;
   /** What the figures cover: minute-aligned, start clamped to the plan's retention. */
-  period: { start: string; end: string };
+  period: PeriodMetrics['period'];
   chain: string | null;
   granularity: UsageScope['granularity'];
-  retention: { retentionDays: number; clamped: boolean; earliest: string };
+  retention: PeriodMetrics['retention'];
 }
 
 /**
@@ -68,7 +69,7 @@ export function resolvePeriod(query: unknown, context: { accountId: string; plan
 }
 
 /** The monthly quota as the metrics show it (UTC calendar month). */
-export function monthlyLimits(monthlyLimit: number | null, used: number, now: Date) {
+export function monthlyLimits(monthlyLimit: number | null, used: number, now: Date): MonthlyLimits {
   return {
     monthlyLimit,
     used,
@@ -88,7 +89,7 @@ export async function periodFor(request: FastifyRequest, deps: ApiDeps, accountI
 /** The metrics API (DESIGN §4): an account's usage, performance and errors, and one token's analytics. */
 export const metricsRoutes: FastifyPluginAsync<ApiDeps> = async (app, deps) => {
   // The spec has this call carry an API token; an access token or the dashboard's session work too.
-  app.get('/api/v1/metrics/user', async (request) => {
+  app.get('/api/v1/metrics/user', async (request): Promise<UserMetrics> => {
     const { accountId } = await owner(request, deps, ['api_token', 'access_token', 'session']);
     const { plan, resolved } = await periodFor(request, deps, accountId);
     const { scope } = resolved;
@@ -114,7 +115,7 @@ export const metricsRoutes: FastifyPluginAsync<ApiDeps> = async (app, deps) => {
     };
   });
 
-  app.get('/api/v1/metrics/tokens/:id', async (request) => {
+  app.get('/api/v1/metrics/tokens/:id', async (request): Promise<TokenMetrics> => {
     const { accountId } = await owner(request, deps, ['access_token', 'session']);
     const { id } = TokenParams.parse(request.params);
     const { plan, resolved } = await periodFor(request, deps, accountId);

@@ -1,5 +1,6 @@
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import { ZodError } from 'zod';
+import type { Problem } from '../../api/types.js';
 import { DomainError, type ErrorCode } from '../../domain/errors.js';
 
 /** The one place where error codes become HTTP statuses. */
@@ -26,15 +27,6 @@ const TITLES: Record<number, string> = {
   413: 'Content Too Large', 415: 'Unsupported Media Type', 422: 'Unprocessable Content', 429: 'Too Many Requests',
   500: 'Internal Server Error', 503: 'Service Unavailable',
 };
-
-export interface Problem {
-  type: string;
-  title: string;
-  status: number;
-  detail: string;
-  code: string;
-  [extension: string]: unknown;
-}
 
 export function problem(status: number, code: string, detail: string, extensions: Record<string, unknown> = {}): Problem {
   return { type: `/problems/${code}`, title: TITLES[status] ?? 'Error', status, detail, code, ...extensions };

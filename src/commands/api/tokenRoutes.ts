@@ -1,4 +1,5 @@
 import type { FastifyPluginAsync } from 'fastify';
+import type { CreatedToken, TokenHistory, TokenList, TokenRecord } from '../../api/types.js';
 import { DomainError } from '../../domain/errors.js';
 import type { ApiDeps } from './deps.js';
 import { owner } from './owner.js';
@@ -6,7 +7,7 @@ import { CreateApiToken, PatchApiToken, TokenParams } from './schemas.js';
 
 /** API tokens: create (the token string shown once), list, get, edit and toggle, revoke, audit history. */
 export const tokenRoutes: FastifyPluginAsync<ApiDeps> = async (app, deps) => {
-  const record = async (accountId: string, tokenId: string) => {
+  const record = async (accountId: string, tokenId: string): Promise<TokenRecord> => {
     const r = await deps.queries.token(accountId, tokenId);
     if (!r) throw new DomainError('not_found', 'No such token.');
     return r;
@@ -24,10 +25,10 @@ export const tokenRoutes: FastifyPluginAsync<ApiDeps> = async (app, deps) => {
       rateLimit: body.rate_limit,
     });
     await deps.waitFor(created.position);
-    return reply.code(201).send({ ...(await record(accountId, created.tokenId)), token: created.token });
+    return reply.code(201).send({ ...(await record(accountId, created.tokenId)), token: created.token } satisfies CreatedToken);
   });
 
-  app.get('/api/v1/tokens', async (request) => {
+  app.get('/api/v1/tokens', async (request): Promise<TokenList> => {
     const { accountId } = await ownerOf(request);
     return { tokens: await deps.queries.tokens(accountId) };
   });
@@ -60,7 +61,7 @@ export const tokenRoutes: FastifyPluginAsync<ApiDeps> = async (app, deps) => {
     return record(accountId, id);
   });
 
-  app.get('/api/v1/tokens/:id/history', async (request) => {
+  app.get('/api/v1/tokens/:id/history', async (request): Promise<TokenHistory> => {
     const { accountId } = await ownerOf(request);
     const { id } = TokenParams.parse(request.params);
     const history = await deps.commands.apiTokenHistory(accountId, id);

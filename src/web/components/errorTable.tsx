@@ -1,12 +1,12 @@
 import { useState } from 'preact/hooks';
+import type { ErrorGroup, RecentError } from '../../api/types.js';
 import { fmtDateTime, fmtInt } from '../format.js';
-import type { ErrorRow, RecentError } from '../types.js';
 import { Empty, TableWrap } from './ui.js';
 
 type SortKey = 'count' | 'lastSeen';
 
 /** Error analysis: codes and messages, how often, when last, on which network and method. */
-export function ErrorTable({ rows, loaded }: { rows: ErrorRow[]; loaded: boolean }) {
+export function ErrorTable({ rows, loaded }: { rows: ErrorGroup[]; loaded: boolean }) {
   const [sort, setSort] = useState<SortKey>('count');
   if (!loaded) return <Empty>Loading…</Empty>;
   if (rows.length === 0) return <Empty>No errors in this period.</Empty>;

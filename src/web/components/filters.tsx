@@ -1,7 +1,7 @@
 import type { ComponentChildren } from 'preact';
 import { useState } from 'preact/hooks';
+import type { Account } from '../../api/types.js';
 import { customRangeProblem, type Filters, type RangeKey, useFilters, useSession } from '../hooks.js';
-import type { Account } from '../types.js';
 import { Field, Segmented } from './ui.js';
 
 const RANGES: { value: RangeKey; label: string }[] = [

@@ -1,6 +1,6 @@
 import { useState } from 'preact/hooks';
+import type { TokenRecord } from '../../api/types.js';
 import { useSession } from '../hooks.js';
-import type { TokenRecord } from '../types.js';
 import { ConfirmDialog } from './ui.js';
 
 const asError = (e: unknown): Error => (e instanceof Error ? e : new Error(String(e)));

@@ -1,14 +1,14 @@
 import { useState } from 'preact/hooks';
+import type { AccessTokenList, AccessTokenRecord, CreatedAccessToken } from '../../api/types.js';
 import { ApiError } from '../api.js';
 import { ConfirmDialog, Empty, Field, Panel, ProblemMessage, SecretOnce, StatusBadge } from '../components/ui.js';
 import { fmtDateTime } from '../format.js';
 import { usePolled, useSession } from '../hooks.js';
-import type { AccessTokenRecord, CreatedAccessToken } from '../types.js';
 
 /** Personal access tokens (`gka_…`) for the management API: create (shown once), list, revoke. */
 export function AccessTokensPage() {
   const { api } = useSession();
-  const list = usePolled((signal) => api.get<{ access_tokens: AccessTokenRecord[] }>('/api/v1/access-tokens', signal), []);
+  const list = usePolled((signal) => api.get<AccessTokenList>('/api/v1/access-tokens', signal), []);
   const [created, setCreated] = useState<CreatedAccessToken | null>(null);
   const [revoking, setRevoking] = useState<AccessTokenRecord | null>(null);
   const tokens = list.data?.access_tokens ?? [];

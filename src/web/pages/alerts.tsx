@@ -1,9 +1,9 @@
 import { useState } from 'preact/hooks';
+import type { Account, Alert, AlertChannel, AlertList, AlertNotifications, AlertType, ChannelType, TokenList, TokenRecord } from '../../api/types.js';
 import { ApiError } from '../api.js';
 import { ConfirmDialog, Empty, Field, Panel, ProblemMessage, SecretOnce, StatusBadge, TableWrap } from '../components/ui.js';
 import { CHANNEL_NAMES, fmtDateTime } from '../format.js';
 import { usePolled, useSession } from '../hooks.js';
-import type { Account, Alert, AlertChannel, AlertNotification, AlertType, ChannelType, TokenRecord } from '../types.js';
 
 type Unit = 'percent' | 'ms' | 'count' | 'multiplier';
 
@@ -81,14 +81,17 @@ export function describeRule(a: Pick<Alert, 'type' | 'condition' | 'threshold' |
   return `${t?.label ?? a.type}${condition ? ` (${condition.toLowerCase()})` : ''} ≥ ${threshold}, ${span}`;
 }
 
-const destination = (c: AlertChannel): string => c.to ?? c.url ?? c.routing_key ?? '';
+const destination = (c: AlertChannel): string => ('to' in c ? c.to : 'url' in c ? c.url : c.routing_key);
+
+/** A webhook or chat channel: the ones with a URL (a webhook's secret shows once). */
+type UrlChannel = Extract<AlertChannel, { url: string }>;
 
 export function AlertsPage() {
   const { api, account } = useSession();
-  const alerts = usePolled((signal) => api.get<{ alerts: Alert[] }>('/api/v1/alerts', signal), []);
-  const tokens = usePolled((signal) => api.get<{ tokens: TokenRecord[] }>('/api/v1/tokens', signal), []);
+  const alerts = usePolled((signal) => api.get<AlertList>('/api/v1/alerts', signal), []);
+  const tokens = usePolled((signal) => api.get<TokenList>('/api/v1/tokens', signal), []);
   const [editing, setEditing] = useState<Alert | 'new' | null>(null);
-  const [secrets, setSecrets] = useState<AlertChannel[]>([]);
+  const [secrets, setSecrets] = useState<UrlChannel[]>([]);
   const [deleting, setDeleting] = useState<Alert | null>(null);
   const [showing, setShowing] = useState<string | null>(null);
   const liveTokens = (tokens.data?.tokens ?? []).filter((t) => t.status === 'active' || t.status === 'disabled');
@@ -131,7 +134,7 @@ export function AlertsPage() {
             onCancel={() => setEditing(null)}
             onSaved={(saved) => {
               setEditing(null);
-              setSecrets(saved.channels.filter((c) => c.type === 'webhook' && c.secret));
+              setSecrets(saved.channels.flatMap((c) => (c.type === 'webhook' && c.secret ? [c] : [])));
               alerts.refresh();
             }}
           />
@@ -244,7 +247,7 @@ function AlertRow(props: { alert: Alert; tokenName?: string; expanded: boolean; 
 
 function Notifications({ alertId }: { alertId: string }) {
   const { api } = useSession();
-  const polled = usePolled((signal) => api.get<{ notifications: AlertNotification[] }>(`/api/v1/alerts/${encodeURIComponent(alertId)}/notifications`, signal), [alertId]);
+  const polled = usePolled((signal) => api.get<AlertNotifications>(`/api/v1/alerts/${encodeURIComponent(alertId)}/notifications`, signal), [alertId]);
   const rows = polled.data?.notifications ?? [];
   return (
     <div class="notifications">

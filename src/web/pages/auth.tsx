@@ -1,5 +1,5 @@
 import { useState } from 'preact/hooks';
-import { ApiError, type ApiClient } from '../api.js';
+import { type ApiClient, type ApiError, asApiError } from '../api.js';
 import { Field, ProblemMessage } from '../components/ui.js';
 import { hrefOf } from '../router.js';
 
@@ -40,7 +40,7 @@ export function AuthForm(props: { api: ApiClient; mode: AuthMode; lockedEmail?: 
       await props.api.post(signup ? '/api/v1/auth/signup' : '/api/v1/auth/login', { email: email.trim(), password });
       await props.onDone();
     } catch (error) {
-      setRefusal(error instanceof ApiError ? error : new ApiError({ title: 'Error', status: 0, detail: String(error), code: 'client_error' }));
+      setRefusal(asApiError(error));
     } finally {
       setBusy(false);
     }

@@ -1,10 +1,10 @@
 import { useState } from 'preact/hooks';
+import type { ExportFormat } from '../../api/types.js';
 import { query } from '../api.js';
 import { FiltersBar } from '../components/filters.js';
 import { Panel, ProblemMessage } from '../components/ui.js';
 import { fmtDateTime } from '../format.js';
 import { periodOf, useFilters, useSession } from '../hooks.js';
-import type { ExportFormat } from '../types.js';
 
 const FORMATS: { format: ExportFormat; title: string; what: string; defaultPlans: string }[] = [
   { format: 'csv', title: 'CSV', what: 'Raw data: one row per call, for spreadsheets.', defaultPlans: 'every plan' },

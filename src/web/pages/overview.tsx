@@ -1,11 +1,11 @@
 import { useEffect } from 'preact/hooks';
+import type { Account, ChainFigures, PeriodMetrics } from '../../api/types.js';
 import { FiltersBar } from '../components/filters.js';
 import { Empty, Panel, TableWrap } from '../components/ui.js';
 import { CHANNEL_NAMES, fmtCompact, fmtDate, fmtDateTime, fmtInt, fmtPct, rate, TARGETS, type Target } from '../format.js';
 import { usePolled, useSession } from '../hooks.js';
 import { RetentionNote, useUserMetrics } from '../metrics.js';
 import { hrefOf } from '../router.js';
-import type { Account, BreakdownRow, Metrics } from '../types.js';
 
 export function OverviewPage() {
   const { account, refreshAccount } = useSession();
@@ -56,11 +56,11 @@ export function OverviewPage() {
   );
 }
 
-export function MetricCards({ metrics }: { metrics: Metrics | null }) {
+export function MetricCards({ metrics }: { metrics: PeriodMetrics | null }) {
   const t = metrics?.totals;
   const values: [Target, number | null][] = [
     [TARGETS.responseTime, t?.avgResponseMs ?? null],
-    [TARGETS.successRate, t ? rate(t.success ?? t.requests - t.errors, t.requests) : null],
+    [TARGETS.successRate, t ? rate(t.success, t.requests) : null],
     [TARGETS.errorRate, t ? rate(t.errors, t.requests) : null],
     [TARGETS.nodeLatency, t?.avgNodeLatencyMs ?? null],
   ];
@@ -116,10 +116,9 @@ function BillingPeriod({ account }: { account: Account }) {
   );
 }
 
-function PeriodTotals({ metrics }: { metrics: Metrics | null }) {
+function PeriodTotals({ metrics }: { metrics: PeriodMetrics | null }) {
   if (!metrics) return <Empty>Loading…</Empty>;
   const t = metrics.totals;
-  const success = t.success ?? t.requests - t.errors;
   return (
     <dl class="stats three">
       <div>
@@ -129,7 +128,7 @@ function PeriodTotals({ metrics }: { metrics: Metrics | null }) {
       <div>
         <dt>Successful</dt>
         <dd>
-          {fmtInt(success)} <small>{fmtPct(rate(success, t.requests))}</small>
+          {fmtInt(t.success)} <small>{fmtPct(rate(t.success, t.requests))}</small>
         </dd>
       </div>
       <div>
@@ -155,7 +154,7 @@ function PeriodTotals({ metrics }: { metrics: Metrics | null }) {
 }
 
 /** Requests by network, or by method (a method is named with its network). */
-export function Breakdown(props: { rows: BreakdownRow[]; by: 'chain' | 'method'; loaded: boolean }) {
+export function Breakdown(props: { rows: Array<ChainFigures & { method?: string }>; by: 'chain' | 'method'; loaded: boolean }) {
   const heading = props.by === 'chain' ? 'Network' : 'Method';
   if (!props.loaded) return <Empty>Loading…</Empty>;
   if (props.rows.length === 0) return <Empty>No requests in this period.</Empty>;
@@ -193,7 +192,7 @@ export function Breakdown(props: { rows: BreakdownRow[]; by: 'chain' | 'method';
                 {fmtCompact(r.requests)}
               </td>
               <td class="num">{fmtPct((r.requests / total) * 100)}</td>
-              <td class="num">{r.errors === undefined ? '—' : `${fmtCompact(r.errors)} (${fmtPct(rate(r.errors, r.requests))})`}</td>
+              <td class="num">{`${fmtCompact(r.errors)} (${fmtPct(rate(r.errors, r.requests))})`}</td>
             </tr>
           ))}
         </tbody>

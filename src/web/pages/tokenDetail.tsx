@@ -1,4 +1,5 @@
 import { useEffect, useState } from 'preact/hooks';
+import type { ClientIp, TokenHistory, TokenRecord } from '../../api/types.js';
 import { ApiError } from '../api.js';
 import { RecentErrors } from '../components/errorTable.js';
 import { FiltersBar } from '../components/filters.js';
@@ -8,15 +9,8 @@ import { fmtDateTime, fmtInt } from '../format.js';
 import { usePolled, useSession } from '../hooks.js';
 import { RetentionNote, useTokenMetrics } from '../metrics.js';
 import { hrefOf } from '../router.js';
-import type { ClientIpRow, TokenRecord } from '../types.js';
 import { Breakdown, MetricCards } from './overview.js';
 import { UsageCharts } from './usage.js';
-
-interface HistoryEvent {
-  revision: number;
-  type: string;
-  at: string;
-}
 
 export function TokenDetailPage({ id }: { id: string }) {
   const { api } = useSession();
@@ -177,7 +171,7 @@ function EditTokenForm({ token, onSaved }: { token: TokenRecord; onSaved(t: Toke
   );
 }
 
-function ClientIps({ rows, loaded }: { rows: ClientIpRow[]; loaded: boolean }) {
+function ClientIps({ rows, loaded }: { rows: ClientIp[]; loaded: boolean }) {
   if (!loaded) return <Empty>Loading…</Empty>;
   if (rows.length === 0) return <Empty>No requests in this period.</Empty>;
   return (
@@ -222,7 +216,7 @@ const EVENT_NAMES: Record<string, string> = {
 /** The token's audit trail, from its event stream. */
 function History({ id }: { id: string }) {
   const { api } = useSession();
-  const history = usePolled((signal) => api.get<{ events: HistoryEvent[] }>(`/api/v1/tokens/${encodeURIComponent(id)}/history`, signal), [id]);
+  const history = usePolled((signal) => api.get<TokenHistory>(`/api/v1/tokens/${encodeURIComponent(id)}/history`, signal), [id]);
   const events = history.data?.events ?? [];
   return (
     <Panel title="History" polled={history}>

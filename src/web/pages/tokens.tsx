@@ -1,11 +1,11 @@
 import { useEffect, useState } from 'preact/hooks';
+import type { Account, CreatedToken, TokenList, TokenRecord } from '../../api/types.js';
 import { ApiError } from '../api.js';
 import { TokenActions } from '../components/tokenActions.js';
 import { Empty, Field, Panel, ProblemMessage, SecretOnce, StatusBadge } from '../components/ui.js';
 import { fmtDate, fmtDateTime, fmtInt } from '../format.js';
 import { usePolled, useSession } from '../hooks.js';
 import { hrefOf } from '../router.js';
-import type { Account, CreatedToken, TokenRecord } from '../types.js';
 
 const DAY = 86_400_000;
 const utcToday = (): number => Math.floor(Date.now() / DAY) * DAY;
@@ -21,7 +21,7 @@ export function tokenMaxMessage(account: Account, liveTokens: number): string | 
 
 export function TokensPage() {
   const { api, account } = useSession();
-  const list = usePolled((signal) => api.get<{ tokens: TokenRecord[] }>('/api/v1/tokens', signal), []);
+  const list = usePolled((signal) => api.get<TokenList>('/api/v1/tokens', signal), []);
   const [creating, setCreating] = useState(false);
   const [created, setCreated] = useState<CreatedToken | null>(null);
   const [actionError, setActionError] = useState<Error | null>(null);

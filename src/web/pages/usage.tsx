@@ -1,11 +1,11 @@
 import { useMemo, useRef, useState } from 'preact/hooks';
+import type { PeriodMetrics } from '../../api/types.js';
 import { type ChartSeries, TimeChart } from '../components/chart.js';
 import { FiltersBar } from '../components/filters.js';
 import { Empty, Field, Panel, Segmented } from '../components/ui.js';
 import { fmtInt, fmtMs } from '../format.js';
 import { RetentionNote, useUserMetrics } from '../metrics.js';
 import { chartBuckets } from '../series.js';
-import type { Metrics } from '../types.js';
 
 type Kind = 'total' | 'success' | 'errors';
 const KINDS: { value: Kind; label: string }[] = [
@@ -52,7 +52,7 @@ export function UsagePage() {
   );
 }
 
-export function UsageCharts({ metrics, kind = 'total', testId = 'usage-chart' }: { metrics: Metrics | null; kind?: Kind; testId?: string }) {
+export function UsageCharts({ metrics, kind = 'total', testId = 'usage-chart' }: { metrics: PeriodMetrics | null; kind?: Kind; testId?: string }) {
   const data = useMemo(() => {
     if (!metrics) return null;
     const buckets = chartBuckets(metrics.series, metrics.period, metrics.granularity);
