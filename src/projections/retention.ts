@@ -23,7 +23,7 @@ async function deleteRange(rm: ReadModelStore, collection: string, gte: string, 
 
 /**
  * Where an account's usage documents are, as key ranges that start with a time: a range per
- * roll-up and error-group granularity, the per-call documents, the stream hours, and each
+ * roll-up and error-group granularity, the per-call documents, the request blocks (by hour), and each
  * token's client IPs. Within one, `prefix + from` is the first key at or after the cutoff
  * (`from` names the bucket holding it, or the cutoff itself for per-call documents), and
  * `covers` reads a key back to the end of the time its document covers.
@@ -60,7 +60,7 @@ async function usageRanges(rm: ReadModelStore, accountId: string, cutoff: number
 
 /**
  * Deletes an account's usage read models older than `cutoff`: every roll-up, error-group and
- * stream-hour bucket that ends before it (the bucket holding the cutoff stays, it is partly
+ * request-block bucket that ends before it (the bucket holding the cutoff stays, it is partly
  * inside the window), per-call documents, and client-IP days. Keys lead with the account and
  * then the time, so each is one key-range delete.
  */
