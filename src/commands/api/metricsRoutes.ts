@@ -1,9 +1,9 @@
 import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
 import { z } from 'zod';
-import type { MonthlyLimits, PeriodMetrics, TokenMetrics, UserMetrics } from '../../api/types.js';
+import type { MonthlyLimits, PeriodMetrics, RecentError, TokenMetrics, UserMetrics } from '../../api/types.js';
 import { DomainError, fail } from '../../domain/errors.js';
 import type { Plan } from '../../domain/plans.js';
-import type { UsageScope } from '../../projections/metricsQueries.js';
+import type { UsageReport, UsageScope } from '../../projections/metricsQueries.js';
 import { retentionCutoff } from '../../projections/retention.js';
 import { ceilTo, DAY_MS, floorTo, nextBucket, seriesGranularity } from '../../projections/usageBuckets.js';
 import type { ApiDeps } from './deps.js';
@@ -31,6 +31,13 @@ export interface ResolvedPeriod {
   chain: string | null;
   granularity: UsageScope['granularity'];
   retention: PeriodMetrics['retention'];
+}
+
+/** What both metrics answers say of their period, from the resolved period and its figures. */
+function periodMetrics(resolved: ResolvedPeriod, report: UsageReport, recentErrors: RecentError[]): PeriodMetrics {
+  const { period, chain, granularity, retention } = resolved;
+  const { totals, byChain, byMethod, series } = report;
+  return { period, chain, granularity, totals, byChain, byMethod, series, recentErrors, retention };
 }
 
 /**
@@ -100,18 +107,10 @@ export const metricsRoutes: FastifyPluginAsync<ApiDeps> = async (app, deps) => {
       deps.queries.accountMonthUsage(accountId),
     ]);
     return {
-      period: resolved.period,
-      chain: resolved.chain,
-      granularity: resolved.granularity,
-      totals: report.totals,
-      byChain: report.byChain,
-      byMethod: report.byMethod,
+      ...periodMetrics(resolved, report, recentErrors),
       byToken: report.byToken,
-      series: report.series,
       errors,
-      recentErrors,
       limits: monthlyLimits(plan.monthly_requests, used, deps.now()),
-      retention: resolved.retention,
     };
   });
 
@@ -131,20 +130,12 @@ export const metricsRoutes: FastifyPluginAsync<ApiDeps> = async (app, deps) => {
     ]);
     return {
       token: { id: token.id, name: token.name, masked: token.masked, status: token.status },
-      period: resolved.period,
-      chain: resolved.chain,
-      granularity: resolved.granularity,
-      totals: report.totals,
-      byChain: report.byChain,
-      byMethod: report.byMethod,
-      series: report.series,
-      recentErrors,
+      ...periodMetrics(resolved, report, recentErrors),
       clientIps,
       // A token without its own limit draws on the account's (spec: Authentication 6).
       limits: ownLimit
         ? { ...monthlyLimits(token.monthly_limit, token.current_month_usage, deps.now()), appliesTo: 'token' }
         : { ...monthlyLimits(plan.monthly_requests, accountUsed, deps.now()), appliesTo: 'account', tokenUsed: token.current_month_usage },
-      retention: resolved.retention,
     };
   });
 };
