@@ -40,10 +40,14 @@ export const USAGE_METRICS = {
 export const ERROR_GROUP_GRANULARITIES: readonly SeriesGranularity[] = ['minute', 'hour', 'day'];
 const MESSAGE_MAX = 200;
 
-/** Counts of a roll-up document besides the histogram fields. Latency sums are integer µs so that sums are exact and order-independent. */
+/**
+ * Counts of a roll-up document besides the histogram fields. Latency sums are integer µs so
+ * that sums are exact and order-independent. Successes are `requests - errors`: not stored
+ * (a field less in every roll-up a call writes; documents of earlier versions still carry it,
+ * and queries ignore it).
+ */
 export interface RollupCounts {
   requests: number;
-  successes: number;
   errors: number;
   totalUs: number;
   upstreamUs: number;
@@ -155,7 +159,6 @@ interface BucketFolded<T> {
 /** A roll-up being folded: plain numeric fields (one shape), histogram buckets in the order first seen. */
 class RollupFold implements RollupCounts {
   requests = 0;
-  successes = 0;
   errors = 0;
   totalUs = 0;
   upstreamUs = 0;
@@ -177,7 +180,7 @@ class RollupFold implements RollupCounts {
   /** The `inc` of the roll-up's write: the counts, then the histogram fields (as a call's own write has them). */
   inc(): Record<string, number> {
     const inc: Record<string, number> = {
-      requests: this.requests, successes: this.successes, errors: this.errors, totalUs: this.totalUs, upstreamUs: this.upstreamUs, upstreamCalls: this.upstreamCalls,
+      requests: this.requests, errors: this.errors, totalUs: this.totalUs, upstreamUs: this.upstreamUs, upstreamCalls: this.upstreamCalls,
     };
     for (let i = 0; i < this.histogram.length; i++) inc[HISTOGRAM_FIELDS[this.histogram[i] as number] as string] = this.histogramCounts[i] as number;
     return inc;
@@ -291,7 +294,6 @@ export class UsageFold {
       }
       rollup.requests++;
       if (failed) rollup.errors++;
-      else rollup.successes++;
       rollup.totalUs += totalUs;
       if (record.upstreamMs !== null) {
         rollup.upstreamUs += upstreamUs;
