@@ -10,7 +10,8 @@ COPY config ./config
 RUN npm run build && npm prune --omit=dev
 
 FROM node:20-bookworm-slim
-ENV NODE_ENV=production HOST=0.0.0.0 PORT=8080 DATA_DIR=/data LOCAL_DEVNET=off
+# MALLOC_ARENA_MAX=2: see docs/operations.md (Memory).
+ENV NODE_ENV=production HOST=0.0.0.0 PORT=8080 DATA_DIR=/data LOCAL_DEVNET=off MALLOC_ARENA_MAX=2
 WORKDIR /app
 COPY --from=build /app/node_modules ./node_modules
 COPY --from=build /app/dist ./dist

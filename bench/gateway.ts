@@ -112,7 +112,7 @@ async function main(): Promise<void> {
     const roleRedis = await startRedis(processes);
     const role = await startGateway(processes, {
       dataDir: roleDataDir, upstreamUrl: upstream.url, plansFile, redisUrl: roleRedis.url, label: 'gateway role (redis)',
-      entry: process.env.GATEWAY_ROLE_ENTRY ?? 'bench/servers/gatewayRole.ts',
+      entry: 'bench/servers/gatewayRole.ts',
     });
     const target = (name: string, service: Service): Target => ({ name, url: service.url + path, service });
     const direct = target('direct', upstream);

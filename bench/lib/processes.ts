@@ -136,6 +136,23 @@ export function rssMb(pid: number, field: 'VmRSS' | 'RssAnon' | 'RssFile' = 'VmR
   return Number(m[1]) / 1024;
 }
 
+/** Resident MB of a process's memory mappings whose file path passes `test`, from /proc/<pid>/smaps (Linux). */
+export function mappedRssMb(pid: number, test: (path: string) => boolean): number {
+  let kb = 0;
+  let counting = false;
+  for (const line of readFileSync(`/proc/${pid}/smaps`, 'utf8').split('\n')) {
+    // A mapping's header: `<range> <perms> <offset> <dev> <inode> [path]`; its fields follow as `Name: value kB`.
+    const header = /^[0-9a-f]+-[0-9a-f]+\s/.exec(line);
+    if (header) {
+      const path = line.split(/\s+/).slice(5).join(' ');
+      counting = path !== '' && test(path);
+    } else if (counting && line.startsWith('Rss:')) {
+      kb += Number(/(\d+)/.exec(line)?.[1] ?? 0);
+    }
+  }
+  return kb / 1024;
+}
+
 /** CPU time (user + system, all threads) a process has used so far, in seconds, from /proc (Linux; 100 ticks/s). */
 export function cpuSeconds(pid: number): number {
   const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');

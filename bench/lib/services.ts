@@ -2,10 +2,12 @@ import { randomUUID } from 'node:crypto';
 import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { execFile } from 'node:child_process';
+import { PRODUCTION_NODE_ENV } from './productionEnv.js';
 import { connect } from 'node:net';
 import { loadConfig } from '../../src/config.js';
 import { openRuntime } from '../../src/runtime.js';
-import { freePort, type Processes, requireTool, ROOT, type Started, tsNodeArgs, waitForHttp } from './processes.js';
+import { freePort, type Processes, requireTool, ROOT, type Started, waitForHttp } from './processes.js';
 
 /** The processes the gateway benchmarks put on 127.0.0.1, each started through `Processes` so it is stopped. */
 
@@ -32,16 +34,43 @@ async function waitForPort(port: number, p: Started, timeoutMs = 10_000): Promis
   throw new Error(`${p.label} is not listening on ${port}:\n${p.output()}`);
 }
 
+/** Where buildServers compiles to: under the project (its node_modules and package.json apply), in dist/ (git-ignored, not linted, no test file vitest runs). */
+const BUILD_DIR = join(ROOT, 'dist', 'bench-build');
+let building: Promise<void> | null = null;
+
+/**
+ * Compiles the project (src and the bench's own servers, with source maps) once per benchmark
+ * process: the gateway is measured as production runs it (`npm start` and the image run
+ * `node dist/src/main.js`), and the servers it is compared with run the same way. Under tsx a
+ * process also carries the loader's hooks thread and the transformed sources: ~30 MB more RSS,
+ * measured on an idle ROLE=all process (134 vs 103 MB).
+ */
+function buildServers(): Promise<void> {
+  building ??= new Promise((resolve, reject) => {
+    execFile(process.execPath, [join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', join(ROOT, 'tsconfig.json'), '--outDir', BUILD_DIR, '--sourceMap'], { cwd: ROOT }, (error, stdout) => {
+      if (error) reject(new Error(`tsc failed:\n${stdout}`));
+      else resolve();
+    });
+  });
+  return building;
+}
+
+/** Node's arguments to run `file` (a .ts path from the project root) compiled, after `nodeFlags`. */
+async function builtEntryArgs(file: string, nodeFlags: string[] = []): Promise<string[]> {
+  await buildServers();
+  return [...nodeFlags, join(BUILD_DIR, file.replace(/\.ts$/, '.js'))];
+}
+
 export async function startUpstream(processes: Processes): Promise<Service> {
   const port = await freePort();
-  const p = processes.start('upstream', process.execPath, [...tsNodeArgs('bench/servers/upstream.ts'), String(port)], { env: { NODE_ENV: 'production' } });
+  const p = processes.start('upstream', process.execPath, [...(await builtEntryArgs('bench/servers/upstream.ts')), String(port)], { env: { NODE_ENV: 'production' } });
   await waitForPort(port, p);
   return { url: `http://127.0.0.1:${port}`, process: p };
 }
 
 export async function startBareProxy(processes: Processes, upstreamUrl: string): Promise<Service> {
   const port = await freePort();
-  const p = processes.start('bare Node proxy', process.execPath, [...tsNodeArgs('bench/servers/bareProxy.ts'), String(port), upstreamUrl], {
+  const p = processes.start('bare Node proxy', process.execPath, [...(await builtEntryArgs('bench/servers/bareProxy.ts')), String(port), upstreamUrl], {
     env: { NODE_ENV: 'production' },
   });
   await waitForPort(port, p);
@@ -123,16 +152,16 @@ export interface GatewayOptions {
 
 /**
  * The whole service (ROLE=all: ROLE=gateway alone needs EventStoreDB and MongoDB) as its own
- * process, so its CPU and memory are its own. From the source through tsx, or from a build with
- * GATEWAY_ENTRY=<dir>/src/main.js; GATEWAY_CPU_PROF=<dir> writes a V8 CPU profile there on exit.
+ * process, so its CPU and memory are its own, compiled (see buildServers). GATEWAY_CPU_PROF=<dir>
+ * writes a V8 CPU profile there on exit (bench/profile-summary.ts maps it to TypeScript lines).
  */
 export async function startGateway(processes: Processes, options: GatewayOptions): Promise<Service> {
   const port = await freePort();
-  const built = options.entry ? undefined : process.env.GATEWAY_ENTRY;
   const flags = [...(options.nodeFlags ?? []), ...(process.env.GATEWAY_CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.GATEWAY_CPU_PROF}`] : [])];
-  const args = built ? [...flags, built] : tsNodeArgs(options.entry ?? 'src/main.ts', flags);
+  const args = await builtEntryArgs(options.entry ?? 'src/main.ts', flags);
   const p = processes.start(options.label ?? 'gateway', process.execPath, args, {
     env: {
+      ...PRODUCTION_NODE_ENV,
       NODE_ENV: 'production',
       DATA_DIR: options.dataDir,
       PORT: String(port),

@@ -3,7 +3,7 @@
  * same HTTP stack (node:http in, an undici Pool out, keep-alive, no pipelining), without auth,
  * limits or metering.
  *
- *   node --import tsx bench/servers/bareProxy.ts <port> <upstream-url>
+ *   node dist/bench-build/bench/servers/bareProxy.js <port> <upstream-url>   (compiled by bench/lib/services.ts)
  */
 import { createServer } from 'node:http';
 import { Pool } from 'undici';

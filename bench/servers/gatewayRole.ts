@@ -2,7 +2,7 @@
  * The production gateway role for the gateway benchmark's Redis mode (see benchConfig.ts): the
  * usage records stay in the Redis stream, where a projector elsewhere would ingest them.
  *
- *   REDIS_URL=… DATA_DIR=… PORT=… node --import tsx bench/servers/gatewayRole.ts
+ *   REDIS_URL=… DATA_DIR=… PORT=… node dist/bench-build/bench/servers/gatewayRole.js  (compiled by bench/lib/services.ts)
  */
 import { openRuntime } from '../../src/runtime.js';
 import { buildServer } from '../../src/server.js';

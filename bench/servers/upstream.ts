@@ -2,7 +2,7 @@
  * The upstream every gateway benchmark forwards to: answers any request at once with a fixed
  * JSON-RPC eth_blockNumber result, so what is measured is the proxy in front of it.
  *
- *   node --import tsx bench/servers/upstream.ts <port>
+ *   node dist/bench-build/bench/servers/upstream.js <port>   (compiled by bench/lib/services.ts)
  */
 import { createServer } from 'node:http';
 

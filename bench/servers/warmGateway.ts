@@ -6,7 +6,7 @@
  * its live heap (after a full collection when started with --expose-gc). Calling
  * 100,000 tokens through HTTP would take minutes on 2 shared cores; this fills the same cache.
  *
- *   TOKENS_FILE=… DATA_DIR=… PORT=… node --import tsx bench/servers/warmGateway.ts
+ *   TOKENS_FILE=… DATA_DIR=… PORT=… node dist/bench-build/bench/servers/warmGateway.js  (compiled by bench/lib/services.ts)
  */
 import { readFileSync } from 'node:fs';
 import { hashToken } from '../../src/domain/tokenFormat.js';
