@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { describe, expect, inject, it } from 'vitest';
 import { openLimiter } from '../../src/infra/limits/index.js';
+import { LeasedLimiter } from '../../src/infra/limits/leased.js';
 import { MemoryLimiter } from '../../src/infra/limits/memory.js';
 import { RedisLimiter } from '../../src/infra/limits/redis.js';
 import { ResilientLimiter } from '../../src/infra/limits/resilient.js';
@@ -17,8 +18,15 @@ limiterContract('redis', async () => {
   return limiter;
 });
 
-limiterContract('resilient over redis', async () => {
-  const limiter = new ResilientLimiter(new RedisLimiter(inject('redisUrl'), { commandTimeoutMs: TEST_TIMEOUT_MS }));
+limiterContract('leased over redis', async () => {
+  const limiter = new LeasedLimiter(new RedisLimiter(inject('redisUrl'), { commandTimeoutMs: TEST_TIMEOUT_MS }));
+  await limiter.whenReady();
+  return limiter;
+});
+
+// What openLimiter composes for REDIS_URL.
+limiterContract('resilient over leased redis', async () => {
+  const limiter = new ResilientLimiter(new LeasedLimiter(new RedisLimiter(inject('redisUrl'), { commandTimeoutMs: TEST_TIMEOUT_MS })));
   await limiter.whenReady();
   // Every answer must come from Redis here, not from the fallback.
   return {

@@ -1,9 +1,11 @@
+import { LeasedLimiter } from './leased.js';
 import { MemoryLimiter } from './memory.js';
 import type { Limiter } from './port.js';
 import { RedisLimiter } from './redis.js';
 import { ResilientLimiter } from './resilient.js';
 
 export type { LimitDecision, LimitRequest, Limiter } from './port.js';
+export { LeasedLimiter } from './leased.js';
 export { MemoryLimiter } from './memory.js';
 export { RedisLimiter } from './redis.js';
 export { ResilientLimiter } from './resilient.js';
@@ -20,7 +22,7 @@ export type OpenedLimiter = Limiter & { whenReady(timeoutMs?: number): Promise<v
 
 export function openLimiter(options: OpenLimiterOptions = {}): OpenedLimiter {
   if (options.redisUrl) {
-    return new ResilientLimiter(new RedisLimiter(options.redisUrl), { failClosed: options.failClosed ?? false });
+    return new ResilientLimiter(new LeasedLimiter(new RedisLimiter(options.redisUrl)), { failClosed: options.failClosed ?? false });
   }
   // In process: the runtime opens one and hands it to every role of the process.
   return Object.assign(new MemoryLimiter(), { whenReady: async () => {} });

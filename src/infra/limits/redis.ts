@@ -1,5 +1,6 @@
 import type { Redis } from 'ioredis';
-import type { LimitDecision, LimitRequest, Limiter } from './port.js';
+import type { LeaseSource } from './leased.js';
+import type { LimitDecision, LimitRequest } from './port.js';
 import { FAIL_FAST, closeClient, connectRedis, waitForReady } from './redisConnection.js';
 import { decide, monthId, monthlyTtlSeconds, rateWindow } from './window.js';
 
@@ -70,7 +71,7 @@ export interface RedisLimiterOptions {
  * read for all the calls that arrived at once, instead of one of each per call (the writes were
  * the limiter's main cost under load). A call waits at most until the end of the current turn.
  */
-export class RedisLimiter implements Limiter {
+export class RedisLimiter implements LeaseSource {
   readonly client: Redis;
   private pending: PendingTake[] = [];
   private flushScheduled = false;
@@ -134,6 +135,11 @@ export class RedisLimiter implements Limiter {
         for (const take of takes) take.reject(error);
       },
     );
+  }
+
+  /** Gives back `units` counted in a monthly bucket (a lease's unused part: see LeasedLimiter). */
+  async release(key: string, nowMs: number, units: number): Promise<void> {
+    await this.client.decrby(monthKey(key, nowMs), units);
   }
 
   async monthlyUsed(key: string, nowMs: number): Promise<number> {

@@ -1,9 +1,11 @@
 import { MemoryLimiter } from './memory.js';
 import type { LimitDecision, LimitRequest, Limiter } from './port.js';
-import type { RedisLimiter } from './redis.js';
 import { nextMonthStart, rateWindow } from './window.js';
 
 const REDIS_COOLDOWN_MS = 500;
+
+/** The shared limiter under the fallback: Redis (through its leases). */
+export type SharedLimiter = Limiter & { readonly ready: boolean; whenReady(timeoutMs?: number): Promise<void> };
 
 export interface ResilientLimiterOptions {
   /**
@@ -31,7 +33,7 @@ export class ResilientLimiter implements Limiter {
   lastError: Error | null = null;
 
   constructor(
-    private readonly redis: RedisLimiter,
+    private readonly redis: SharedLimiter,
     private readonly options: ResilientLimiterOptions = {},
   ) {}
 

@@ -1,0 +1,166 @@
+import type { LimitDecision, LimitRequest, Limiter } from './port.js';
+import { decide, monthId, rateWindow } from './window.js';
+
+/** What the leasing limiter needs of the shared limiter under it (the Redis one). */
+export interface LeaseSource extends Limiter {
+  readonly ready: boolean;
+  whenReady(timeoutMs?: number): Promise<void>;
+  /** Gives back `units` of a monthly bucket's count (the unused part of a lease). */
+  release(monthlyKey: string, nowMs: number, units: number): Promise<void>;
+}
+
+/** A token's calls of one second taken from the shared limiter but not yet used by this process. */
+interface Lease {
+  second: number;
+  rps: number;
+  monthlyKey: string;
+  monthlyLimit: number | null;
+  /** Units granted by the shared limiter and not yet handed to a call. */
+  left: number;
+  /** What the last decision told the caller was left, less what was granted since. */
+  rateRemaining: number;
+  monthRemaining: number | null;
+  monthResetAt: number;
+  /** Calls asked for this second (granted or not): next second's lease is sized by it. */
+  asked: number;
+  /** Calls asked for in the previous second (0 after a gap or a change of limits). */
+  previousAsked: number;
+  /** Set while a request to the shared limiter is in flight: the token's next calls wait for it. */
+  inFlight: Promise<unknown> | null;
+}
+
+/** Stale leases are given back this often (and on close). */
+const RELEASE_EVERY_MS = 1000;
+
+/**
+ * Counts shared by every gateway (Redis) without a round trip per call. The first call of a
+ * token in a second asks the shared limiter for its own cost plus as many calls as the token
+ * asked for in the previous second (at most its rate): the limiter grants them atomically, as
+ * for any call, so N processes together never admit more than the limits. The calls of that
+ * second are then granted here until the lease is spent, when the next one asks again. What a
+ * lease did not use is given back to the month's count once its second is over: a refused or
+ * never-made call uses no quota. The headers stay exact for one process (the remaining counts
+ * include its own unused lease); with several, a lease held by one may refuse another's call
+ * within that second, never admit one too many. A process that dies holding a lease leaves
+ * its unused calls counted for the month (at most one second of its traffic per token).
+ */
+export class LeasedLimiter implements Limiter {
+  private readonly leases = new Map<string, Lease>();
+  private readonly timer: NodeJS.Timeout;
+
+  constructor(
+    private readonly source: LeaseSource,
+    private readonly now: () => number = Date.now,
+  ) {
+    this.timer = setInterval(() => this.releaseStale(), RELEASE_EVERY_MS);
+    this.timer.unref();
+  }
+
+  get ready(): boolean {
+    return this.source.ready;
+  }
+
+  whenReady(timeoutMs?: number): Promise<void> {
+    return this.source.whenReady(timeoutMs);
+  }
+
+  async take(request: LimitRequest): Promise<LimitDecision> {
+    for (;;) {
+      const lease = this.leaseFor(request);
+      if (lease.inFlight === null) return this.takeWith(lease, request);
+      // One request to the shared limiter per token at a time: the calls behind it use its lease.
+      await lease.inFlight.catch(() => undefined);
+    }
+  }
+
+  /** The token's lease for the request's second and limits; a stale or different one is given back first. */
+  private leaseFor(request: LimitRequest): Lease {
+    const second = rateWindow(request.nowMs);
+    const held = this.leases.get(request.tokenId);
+    if (held && (held.inFlight !== null || (held.second === second && held.rps === request.rps && held.monthlyKey === request.monthly.key && held.monthlyLimit === request.monthly.limit))) {
+      return held;
+    }
+    if (held) this.giveBack(request.tokenId, held);
+    const fresh: Lease = {
+      second, rps: request.rps, monthlyKey: request.monthly.key, monthlyLimit: request.monthly.limit, left: 0,
+      rateRemaining: 0, monthRemaining: null, monthResetAt: 0, asked: 0, inFlight: null,
+      previousAsked: held && held.second === second - 1 && held.rps === request.rps ? held.asked : 0,
+    };
+    this.leases.set(request.tokenId, fresh);
+    return fresh;
+  }
+
+  private async takeWith(lease: Lease, request: LimitRequest): Promise<LimitDecision> {
+    lease.asked += request.cost;
+    const fromLease = Math.min(lease.left, request.cost);
+    lease.left -= fromLease;
+    const rest = request.cost - fromLease;
+    if (rest === 0) {
+      lease.rateRemaining -= fromLease;
+      if (lease.monthRemaining !== null) lease.monthRemaining -= fromLease;
+      return {
+        granted: fromLease,
+        refusedBy: null,
+        rate: { limit: request.rps, remaining: Math.max(lease.rateRemaining, 0), resetAt: lease.second + 1 },
+        monthly: { limit: request.monthly.limit, remaining: lease.monthRemaining === null ? null : Math.max(lease.monthRemaining, 0), resetAt: lease.monthResetAt },
+        retryAfterSeconds: null,
+      };
+    }
+    const extra = Math.max(Math.min(lease.previousAsked - lease.asked, request.rps), 0);
+    const asking = this.source.take({ ...request, cost: rest + extra });
+    lease.inFlight = asking;
+    let shared: LimitDecision;
+    try {
+      shared = await asking;
+    } finally {
+      lease.inFlight = null;
+    }
+    // The shared counts before this request, read back from its decision, decide the call's own part.
+    const rateLeft = shared.rate.remaining + shared.granted;
+    const monthLeft = shared.monthly.remaining === null ? null : shared.monthly.remaining + shared.granted;
+    const own = decide(
+      { ...request, cost: rest },
+      request.rps - rateLeft,
+      monthLeft === null || request.monthly.limit === null ? 0 : request.monthly.limit - monthLeft,
+    );
+    // The lease keeps what was granted beyond the call's part. `own` counted that as left (its
+    // counts are those before the request), as the caller should see it: it is not used yet.
+    lease.left += shared.granted - own.granted;
+    lease.rateRemaining = own.rate.remaining;
+    lease.monthRemaining = own.monthly.remaining;
+    lease.monthResetAt = own.monthly.resetAt;
+    return { ...own, granted: fromLease + own.granted };
+  }
+
+  /** Drops a lease and gives its unused calls back to the month (the second's window expires by itself). */
+  private giveBack(tokenId: string, lease: Lease): void {
+    this.leases.delete(tokenId);
+    if (lease.left > 0) void this.source.release(lease.monthlyKey, lease.second * 1000, lease.left).catch(() => undefined);
+    lease.left = 0;
+  }
+
+  /** Gives back every lease of a second that is over (by this process's clock). */
+  releaseStale(): void {
+    const current = rateWindow(this.now());
+    for (const [tokenId, lease] of this.leases) {
+      if (lease.second < current && lease.inFlight === null) this.giveBack(tokenId, lease);
+    }
+  }
+
+  async monthlyUsed(key: string, nowMs: number): Promise<number> {
+    const used = await this.source.monthlyUsed(key, nowMs);
+    const month = monthId(nowMs);
+    let held = 0;
+    for (const lease of this.leases.values()) if (lease.monthlyKey === key && monthId(lease.second * 1000) === month) held += lease.left;
+    return Math.max(used - held, 0);
+  }
+
+  async close(): Promise<void> {
+    clearInterval(this.timer);
+    await Promise.allSettled([...this.leases.values()].map((l) => l.inFlight));
+    const leases = [...this.leases.values()];
+    this.leases.clear();
+    await Promise.allSettled(leases.filter((l) => l.left > 0).map((l) => this.source.release(l.monthlyKey, l.second * 1000, l.left)));
+    await this.source.close();
+  }
+}

@@ -1,0 +1,131 @@
+import { randomUUID } from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { LeasedLimiter, type LeaseSource } from '../../src/infra/limits/leased.js';
+import { MemoryLimiter } from '../../src/infra/limits/memory.js';
+import type { LimitDecision, LimitRequest } from '../../src/infra/limits/port.js';
+import { RedisLimiter } from '../../src/infra/limits/redis.js';
+
+/** The Redis limiter, counting what reaches it. */
+class CountingSource implements LeaseSource {
+  takes = 0;
+  releases = 0;
+  constructor(private readonly redis: RedisLimiter) {}
+  get ready(): boolean {
+    return this.redis.ready;
+  }
+  whenReady(timeoutMs?: number): Promise<void> {
+    return this.redis.whenReady(timeoutMs);
+  }
+  take(request: LimitRequest): Promise<LimitDecision> {
+    this.takes += 1;
+    return this.redis.take(request);
+  }
+  release(key: string, nowMs: number, units: number): Promise<void> {
+    this.releases += 1;
+    return this.redis.release(key, nowMs, units);
+  }
+  monthlyUsed(key: string, nowMs: number): Promise<number> {
+    return this.redis.monthlyUsed(key, nowMs);
+  }
+  close(): Promise<void> {
+    return this.redis.close();
+  }
+}
+
+/** A seeded generator, so a failing sequence can be replayed. */
+function random(seed: number): () => number {
+  let s = seed >>> 0;
+  return () => {
+    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
+    return s / 2 ** 32;
+  };
+}
+
+describe('LeasedLimiter over Redis', () => {
+  let direct: RedisLimiter;
+  beforeAll(async () => {
+    direct = new RedisLimiter(inject('redisUrl'), { commandTimeoutMs: 1000 });
+    await direct.whenReady();
+  });
+  afterAll(() => direct.close());
+
+  const open = async (now: () => number = Date.now) => {
+    const source = new CountingSource(new RedisLimiter(inject('redisUrl'), { commandTimeoutMs: 1000 }));
+    const limiter = new LeasedLimiter(source, now);
+    await limiter.whenReady();
+    return { source, limiter };
+  };
+
+  it('decides every call of one process exactly as a single counter would, headers included', async () => {
+    for (const seed of [1, 2, 3, 4, 5]) {
+      const next = random(seed);
+      const { limiter } = await open(() => 0);
+      const reference = new MemoryLimiter();
+      const id = randomUUID();
+      const rps = 2 + Math.floor(next() * 20);
+      const limit = next() < 0.3 ? null : 50 + Math.floor(next() * 200);
+      let nowMs = Date.UTC(2025, 4, 31, 23, 59, 50);
+      for (let i = 0; i < 400; i++) {
+        // Bursts within a second, gaps of a few seconds, a month boundary on the way.
+        nowMs += next() < 0.85 ? Math.floor(next() * 120) : Math.floor(next() * 3000);
+        const request: LimitRequest = { tokenId: `tok${id}`, rps, monthly: { key: `account:${id}`, limit }, cost: 1 + Math.floor(next() * 4), nowMs };
+        const got = await limiter.take(request);
+        expect(got, `seed ${seed}, call ${i}`).toEqual(await reference.take(request));
+      }
+      await limiter.close();
+    }
+  });
+
+  it('after a busy second, asks Redis about once per second instead of once per call', async () => {
+    const { source, limiter } = await open();
+    const id = randomUUID();
+    const start = (Math.floor(Date.now() / 1000) + 1) * 1000;
+    const request = (nowMs: number): LimitRequest => ({ tokenId: `tok${id}`, rps: 1000, monthly: { key: `account:${id}`, limit: null }, cost: 1, nowMs });
+    for (let i = 0; i < 200; i++) expect((await limiter.take(request(start + i))).granted).toBe(1);
+    expect(source.takes).toBe(200); // No history yet: every call asks.
+    const before = source.takes;
+    for (let i = 0; i < 200; i++) expect((await limiter.take(request(start + 1000 + i))).granted).toBe(1);
+    expect(source.takes - before).toBe(1);
+    await limiter.close();
+  });
+
+  it('gives back what a lease did not use once its second is over: refused and unmade calls use no quota', async () => {
+    let clock = Date.UTC(2025, 4, 10, 12, 0, 0);
+    const { source, limiter } = await open(() => clock);
+    const id = randomUUID();
+    const key = `account:${id}`;
+    const request = (nowMs: number): LimitRequest => ({ tokenId: `tok${id}`, rps: 50, monthly: { key, limit: 1000 }, cost: 1, nowMs });
+    for (let i = 0; i < 40; i++) await limiter.take(request(clock + i));
+    // The next second: one call, leasing ~39 more that are never used.
+    const one = await limiter.take(request(clock + 1000));
+    expect(one).toMatchObject({ granted: 1, monthly: { remaining: 1000 - 41 } });
+    expect(await direct.monthlyUsed(key, clock)).toBeGreaterThan(41); // Redis counts the lease...
+    expect(await limiter.monthlyUsed(key, clock)).toBe(41); // ...this process knows what it holds.
+    clock += 2000;
+    limiter.releaseStale();
+    expect(source.releases).toBe(1);
+    await new Promise((r) => setTimeout(r, 50));
+    expect(await direct.monthlyUsed(key, clock)).toBe(41);
+    await limiter.close();
+  });
+
+  it('two processes sharing a token never admit more than its rate together', async () => {
+    const [a, b] = [await open(), await open()];
+    const id = randomUUID();
+    const rps = 30;
+    const second = Math.floor(Date.now() / 1000) + 1;
+    const granted = new Map<number, number>();
+    // Three seconds of demand from both, interleaved, each call at its own instant.
+    for (let s = 0; s < 3; s++) {
+      for (let i = 0; i < 40; i++) {
+        const nowMs = (second + s) * 1000 + i * 20;
+        const request: LimitRequest = { tokenId: `tok${id}`, rps, monthly: { key: `account:${id}`, limit: null }, cost: 1, nowMs };
+        const [x, y] = await Promise.all([a.limiter.take(request), b.limiter.take(request)]);
+        granted.set(s, (granted.get(s) ?? 0) + x.granted + y.granted);
+      }
+    }
+    for (const total of granted.values()) expect(total).toBe(rps);
+    await a.limiter.close();
+    await b.limiter.close();
+  });
+});
