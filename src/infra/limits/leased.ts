@@ -21,12 +21,14 @@ interface Lease {
   rateRemaining: number;
   monthRemaining: number | null;
   monthResetAt: number;
+  /** The shared limiter refused part of a request this second: the rest of it is refused here. */
+  exhausted: boolean;
   /** Calls asked for this second (granted or not): next second's lease is sized by it. */
   asked: number;
   /** Calls asked for in the previous second (0 after a gap or a change of limits). */
   previousAsked: number;
-  /** Set while a request to the shared limiter is in flight: the token's next calls wait for it. */
-  inFlight: Promise<unknown> | null;
+  /** Set while a request for a lease is in flight: the token's next calls wait for it. */
+  leasing: Promise<unknown> | null;
 }
 
 /** Stale leases are given back this often (and on close). */
@@ -36,8 +38,10 @@ const RELEASE_EVERY_MS = 1000;
  * Counts shared by every gateway (Redis) without a round trip per call. The first call of a
  * token in a second asks the shared limiter for its own cost plus as many calls as the token
  * asked for in the previous second (at most its rate): the limiter grants them atomically, as
- * for any call, so N processes together never admit more than the limits. The calls of that
- * second are then granted here until the lease is spent, when the next one asks again. What a
+ * for any call, so N processes together never admit more than the limits; without a previous
+ * second, it asks for as many more as the token asked for so far in this one (the lease
+ * doubles). The calls of that second are then granted here until the lease is spent, when the
+ * next one asks again. What a
  * lease did not use is given back to the month's count once its second is over: a refused or
  * never-made call uses no quota. The headers stay exact for one process (the remaining counts
  * include its own unused lease); with several, a lease held by one may refuse another's call
@@ -67,9 +71,9 @@ export class LeasedLimiter implements Limiter {
   async take(request: LimitRequest): Promise<LimitDecision> {
     for (;;) {
       const lease = this.leaseFor(request);
-      if (lease.inFlight === null) return this.takeWith(lease, request);
-      // One request to the shared limiter per token at a time: the calls behind it use its lease.
-      await lease.inFlight.catch(() => undefined);
+      if (lease.leasing === null) return this.takeWith(lease, request);
+      // One lease request per token at a time: the calls behind it use what it brings.
+      await lease.leasing.catch(() => undefined);
     }
   }
 
@@ -77,13 +81,13 @@ export class LeasedLimiter implements Limiter {
   private leaseFor(request: LimitRequest): Lease {
     const second = rateWindow(request.nowMs);
     const held = this.leases.get(request.tokenId);
-    if (held && (held.inFlight !== null || (held.second === second && held.rps === request.rps && held.monthlyKey === request.monthly.key && held.monthlyLimit === request.monthly.limit))) {
+    if (held && (held.leasing !== null || (held.second === second && held.rps === request.rps && held.monthlyKey === request.monthly.key && held.monthlyLimit === request.monthly.limit))) {
       return held;
     }
     if (held) this.giveBack(request.tokenId, held);
     const fresh: Lease = {
       second, rps: request.rps, monthlyKey: request.monthly.key, monthlyLimit: request.monthly.limit, left: 0,
-      rateRemaining: 0, monthRemaining: null, monthResetAt: 0, asked: 0, inFlight: null,
+      rateRemaining: 0, monthRemaining: null, monthResetAt: 0, asked: 0, leasing: null, exhausted: false,
       previousAsked: held && held.second === second - 1 && held.rps === request.rps ? held.asked : 0,
     };
     this.leases.set(request.tokenId, fresh);
@@ -95,6 +99,11 @@ export class LeasedLimiter implements Limiter {
     const fromLease = Math.min(lease.left, request.cost);
     lease.left -= fromLease;
     const rest = request.cost - fromLease;
+    if (rest > 0 && lease.exhausted) {
+      // Nothing more to get this second (the window cannot refill; the month only through other
+      // processes' leases coming back, for at most a second): refused here, not by a round trip.
+      return this.decideLocally(lease, request, fromLease);
+    }
     if (rest === 0) {
       lease.rateRemaining -= fromLease;
       if (lease.monthRemaining !== null) lease.monthRemaining -= fromLease;
@@ -106,14 +115,16 @@ export class LeasedLimiter implements Limiter {
         retryAfterSeconds: null,
       };
     }
-    const extra = Math.max(Math.min(lease.previousAsked - lease.asked, request.rps), 0);
+    // As many more as the previous second still expects, or, past that, as many as this second
+    // asked so far: without history the lease doubles, a busy token reaches Redis a few times.
+    const extra = Math.max(Math.min(Math.max(lease.previousAsked - lease.asked, lease.asked), request.rps), 0);
     const asking = this.source.take({ ...request, cost: rest + extra });
-    lease.inFlight = asking;
+    if (extra > 0) lease.leasing = asking;
     let shared: LimitDecision;
     try {
       shared = await asking;
     } finally {
-      lease.inFlight = null;
+      if (lease.leasing === asking) lease.leasing = null;
     }
     // The shared counts before this request, read back from its decision, decide the call's own part.
     const rateLeft = shared.rate.remaining + shared.granted;
@@ -126,10 +137,22 @@ export class LeasedLimiter implements Limiter {
     // The lease keeps what was granted beyond the call's part. `own` counted that as left (its
     // counts are those before the request), as the caller should see it: it is not used yet.
     lease.left += shared.granted - own.granted;
+    if (own.granted < rest) lease.exhausted = true;
     lease.rateRemaining = own.rate.remaining;
     lease.monthRemaining = own.monthly.remaining;
     lease.monthResetAt = own.monthly.resetAt;
     return { ...own, granted: fromLease + own.granted };
+  }
+
+  /** A refusal (after `fromLease` calls granted from the lease) from what the lease last learned, as the shared counter would give it. */
+  private decideLocally(lease: Lease, request: LimitRequest, fromLease: number): LimitDecision {
+    const limit = request.monthly.limit;
+    const rateLeft = Math.max(lease.rateRemaining - fromLease, 0);
+    const monthLeft = lease.monthRemaining === null ? null : Math.max(lease.monthRemaining - fromLease, 0);
+    const rest = decide({ ...request, cost: request.cost - fromLease }, request.rps - rateLeft, monthLeft === null || limit === null ? 0 : limit - monthLeft);
+    lease.rateRemaining = rest.rate.remaining;
+    lease.monthRemaining = rest.monthly.remaining;
+    return { ...rest, granted: fromLease + rest.granted };
   }
 
   /** Drops a lease and gives its unused calls back to the month (the second's window expires by itself). */
@@ -143,7 +166,7 @@ export class LeasedLimiter implements Limiter {
   releaseStale(): void {
     const current = rateWindow(this.now());
     for (const [tokenId, lease] of this.leases) {
-      if (lease.second < current && lease.inFlight === null) this.giveBack(tokenId, lease);
+      if (lease.second < current && lease.leasing === null) this.giveBack(tokenId, lease);
     }
   }
 
@@ -157,7 +180,7 @@ export class LeasedLimiter implements Limiter {
 
   async close(): Promise<void> {
     clearInterval(this.timer);
-    await Promise.allSettled([...this.leases.values()].map((l) => l.inFlight));
+    await Promise.allSettled([...this.leases.values()].map((l) => l.leasing));
     const leases = [...this.leases.values()];
     this.leases.clear();
     await Promise.allSettled(leases.filter((l) => l.left > 0).map((l) => this.source.release(l.monthlyKey, l.second * 1000, l.left)));
