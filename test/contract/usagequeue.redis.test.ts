@@ -3,6 +3,7 @@ import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { usageStream } from '../../src/domain/usage.js';
 import { UsageIngester } from '../../src/infra/usage/ingester.js';
+import type { QueuedUsage } from '../../src/infra/usage/port.js';
 import { RedisUsageQueue } from '../../src/infra/usage/redis.js';
 import { MemoryEventStore } from '../support/memoryEventStore.js';
 import { freePort, startTestRedisServer, type TestRedisServer } from '../support/redisServer.js';
@@ -57,6 +58,58 @@ describe('Redis usage queue', () => {
     expect(await queue.depth()).toBe(10);
     await expect(queue.read(10)).rejects.toThrow();
     await queue.close();
+  });
+
+  it('sends up to 100 records per stream entry and acknowledges an entry once all its records are', async () => {
+    const stream = `usage-test-${randomUUID()}`;
+    const raw = new Redis(inject('redisUrl'));
+    const queue = new RedisUsageQueue(inject('redisUrl'), { consumer: 'c', stream });
+    await queue.whenReady();
+    const records = Array.from({ length: 250 }, () => usageRecord());
+    for (const record of records) queue.enqueue(record);
+    await queue.flush();
+    expect(await raw.xlen(stream)).toBe(3);
+    expect(await queue.depth()).toBe(250);
+
+    // Handed out at most `max` at a time, in order, across entries.
+    const first = await queue.read(60);
+    const rest = [...(await queue.read(1000)), ...(await queue.read(1000)), ...(await queue.read(1000))];
+    expect([...first, ...rest].map((item) => item.record)).toEqual(records);
+    expect(first).toHaveLength(60);
+    await queue.ack(first.map((item) => item.ackId));
+    // 60 of the first entry's 100: still there, and handed out again to a restarted consumer.
+    expect(await raw.xlen(stream)).toBe(3);
+    expect(await queue.depth()).toBe(250);
+    await queue.ack(rest.slice(0, 40).map((item) => item.ackId));
+    expect(await raw.xlen(stream)).toBe(2);
+    expect(await queue.depth()).toBe(150);
+    await queue.close();
+
+    const restarted = new RedisUsageQueue(inject('redisUrl'), { consumer: 'c', stream });
+    await restarted.whenReady();
+    const again: QueuedUsage[] = [];
+    for (let i = 0; i < 5 && again.length < 150; i++) again.push(...(await restarted.read(1000)));
+    expect(again.map((item) => item.record)).toEqual(records.slice(100));
+    await restarted.ack(again.map((item) => item.ackId));
+    expect(await raw.xlen(stream)).toBe(0);
+    expect(await restarted.depth()).toBe(0);
+    await restarted.close();
+    await raw.quit();
+  });
+
+  it('reads entries of one record each, as earlier versions wrote them', async () => {
+    const stream = `usage-test-${randomUUID()}`;
+    const raw = new Redis(inject('redisUrl'));
+    const old = [usageRecord(), usageRecord()];
+    for (const record of old) await raw.xadd(stream, '*', 'r', JSON.stringify(record));
+    const queue = new RedisUsageQueue(inject('redisUrl'), { consumer: 'c', stream });
+    await queue.whenReady();
+    const got = await queue.read(10);
+    expect(got.map((item) => item.record)).toEqual(old);
+    await queue.ack(got.map((item) => item.ackId));
+    expect(await raw.xlen(stream)).toBe(0);
+    await queue.close();
+    await raw.quit();
   });
 
   it('acknowledges and skips a stream entry that is not a usage record', async () => {
