@@ -66,9 +66,9 @@ describe('LeasedLimiter over Redis', () => {
       const limit = next() < 0.3 ? null : 50 + Math.floor(next() * 200);
       let nowMs = Date.UTC(2025, 4, 31, 23, 59, 50);
       for (let i = 0; i < 400; i++) {
-        // Bursts within a second, gaps of a few seconds, a month boundary on the way.
+        // Bursts within a second, gaps of a few seconds, a month boundary on the way; batches of 0 (all invalid) to 4 calls.
         nowMs += next() < 0.85 ? Math.floor(next() * 120) : Math.floor(next() * 3000);
-        const request: LimitRequest = { tokenId: `tok${id}`, rps, monthly: { key: `account:${id}`, limit }, cost: 1 + Math.floor(next() * 4), nowMs };
+        const request: LimitRequest = { tokenId: `tok${id}`, rps, monthly: { key: `account:${id}`, limit }, cost: Math.floor(next() * 5), nowMs };
         const got = await limiter.take(request);
         expect(got, `seed ${seed}, call ${i}`).toEqual(await reference.take(request));
       }

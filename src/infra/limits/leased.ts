@@ -20,6 +20,7 @@ interface Lease {
   /** What the last decision told the caller was left, less what was granted since. */
   rateRemaining: number;
   monthRemaining: number | null;
+  /** 0 until the shared limiter answered for this second. */
   monthResetAt: number;
   /** The shared limiter refused part of a request this second: the rest of it is refused here. */
   exhausted: boolean;
@@ -41,9 +42,8 @@ const RELEASE_EVERY_MS = 1000;
  * for any call, so N processes together never admit more than the limits; without a previous
  * second, it asks for as many more as the token asked for so far in this one (the lease
  * doubles). The calls of that second are then granted here until the lease is spent, when the
- * next one asks again. What a
- * lease did not use is given back to the month's count once its second is over: a refused or
- * never-made call uses no quota. The headers stay exact for one process (the remaining counts
+ * next one asks again. What a lease did not use is given back to the month's count once its
+ * second is over: a refused or never-made call uses no quota. The headers stay exact for one process (the remaining counts
  * include its own unused lease); with several, a lease held by one may refuse another's call
  * within that second, never admit one too many. A process that dies holding a lease leaves
  * its unused calls counted for the month (at most one second of its traffic per token).
@@ -104,7 +104,8 @@ export class LeasedLimiter implements Limiter {
       // processes' leases coming back, for at most a second): refused here, not by a round trip.
       return this.decideLocally(lease, request, fromLease);
     }
-    if (rest === 0) {
+    // Granted from the lease; its counts are known once the shared limiter answered this second.
+    if (rest === 0 && lease.monthResetAt !== 0) {
       lease.rateRemaining -= fromLease;
       if (lease.monthRemaining !== null) lease.monthRemaining -= fromLease;
       return {
