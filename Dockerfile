@@ -10,7 +10,7 @@ COPY config ./config
 RUN npm run build && npm prune --omit=dev
 
 FROM node:20-bookworm-slim
-# MALLOC_ARENA_MAX=2: see docs/operations.md (Memory).
+# MALLOC_ARENA_MAX=2 and --max-semi-space-size=8 (CMD): see docs/operations.md (Memory).
 ENV NODE_ENV=production HOST=0.0.0.0 PORT=8080 DATA_DIR=/data LOCAL_DEVNET=off MALLOC_ARENA_MAX=2
 WORKDIR /app
 COPY --from=build /app/node_modules ./node_modules
@@ -22,4 +22,4 @@ USER node
 EXPOSE 8080
 HEALTHCHECK --interval=10s --timeout=3s --start-period=20s --retries=3 \
   CMD node -e "fetch('http://127.0.0.1:'+(process.env.PORT||8080)+'/readyz').then(r=>process.exit(r.ok?0:1),()=>process.exit(1))"
-CMD ["node", "dist/src/main.js"]
+CMD ["node", "--max-semi-space-size=8", "dist/src/main.js"]

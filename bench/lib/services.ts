@@ -3,7 +3,7 @@ import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execFile } from 'node:child_process';
-import { PRODUCTION_NODE_ENV } from './productionEnv.js';
+import { PRODUCTION_NODE_ENV, PRODUCTION_NODE_FLAGS } from './productionEnv.js';
 import { connect } from 'node:net';
 import { loadConfig } from '../../src/config.js';
 import { openRuntime } from '../../src/runtime.js';
@@ -157,7 +157,7 @@ export interface GatewayOptions {
  */
 export async function startGateway(processes: Processes, options: GatewayOptions): Promise<Service> {
   const port = await freePort();
-  const flags = [...(options.nodeFlags ?? []), ...(process.env.GATEWAY_CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.GATEWAY_CPU_PROF}`] : [])];
+  const flags = [...PRODUCTION_NODE_FLAGS, ...(options.nodeFlags ?? []), ...(process.env.GATEWAY_CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.GATEWAY_CPU_PROF}`] : [])];
   const args = await builtEntryArgs(options.entry ?? 'src/main.ts', flags);
   const p = processes.start(options.label ?? 'gateway', process.execPath, args, {
     env: {

@@ -313,7 +313,7 @@ export class RedisUsageQueue implements UsageQueue {
         continue;
       }
       this.unacked.set(id, { left: records.length, counted });
-      records.forEach((record, i) => accepted.push({ ackId: `${id}/${i}`, record }));
+      for (let i = 0; i < records.length; i++) accepted.push({ ackId: `${id}/${i}`, record: records[i] as UsageRecord });
     }
     await this.acknowledge(rejected, rejectedCounted);
     return accepted;
