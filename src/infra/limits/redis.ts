@@ -66,10 +66,11 @@ export interface RedisLimiterOptions {
 }
 
 /**
- * Redis limiter: one EVALSHA per call (ioredis `defineCommand` falls back to EVAL on NOSCRIPT),
- * the calls of one event-loop turn sent together as one pipeline: one socket write and one
- * read for all the calls that arrived at once, instead of one of each per call (the writes were
- * the limiter's main cost under load). A call waits at most until the end of the current turn.
+ * Redis limiter: one EVALSHA per request (ioredis `defineCommand` falls back to EVAL on
+ * NOSCRIPT), the requests of one event-loop turn sent together as one pipeline: one socket
+ * write and one read for all that arrived at once. A request waits at most until the end of
+ * the current turn. The gateway reaches it through LeasedLimiter, whose requests each cover a
+ * token's calls for up to a second.
  */
 export class RedisLimiter implements LeaseSource {
   readonly client: Redis;
