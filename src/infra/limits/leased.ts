@@ -17,11 +17,11 @@ interface Lease {
   monthlyLimit: number | null;
   /** Units granted by the shared limiter and not yet handed to a call. */
   left: number;
-  /** What the last decision told the caller was left, less what was granted since. */
+  /** What the last decision told the caller was left (its own unused lease included), less what was granted since. */
   rateRemaining: number;
   monthRemaining: number | null;
-  /** 0 until the shared limiter answered for this second. */
-  monthResetAt: number;
+  /** The shared limiter answered for this second: the remaining counts are known. */
+  answered: boolean;
   /** The shared limiter refused part of a request this second: the rest of it is refused here. */
   exhausted: boolean;
   /** Calls asked for this second (granted or not): next second's lease is sized by it. */
@@ -87,7 +87,7 @@ export class LeasedLimiter implements Limiter {
     if (held) this.giveBack(request.tokenId, held);
     const fresh: Lease = {
       second, rps: request.rps, monthlyKey: request.monthly.key, monthlyLimit: request.monthly.limit, left: 0,
-      rateRemaining: 0, monthRemaining: null, monthResetAt: 0, asked: 0, leasing: null, exhausted: false,
+      rateRemaining: 0, monthRemaining: null, answered: false, asked: 0, leasing: null, exhausted: false,
       previousAsked: held && held.second === second - 1 && held.rps === request.rps ? held.asked : 0,
     };
     this.leases.set(request.tokenId, fresh);
@@ -99,23 +99,10 @@ export class LeasedLimiter implements Limiter {
     const fromLease = Math.min(lease.left, request.cost);
     lease.left -= fromLease;
     const rest = request.cost - fromLease;
-    if (rest > 0 && lease.exhausted) {
-      // Nothing more to get this second (the window cannot refill; the month only through other
-      // processes' leases coming back, for at most a second): refused here, not by a round trip.
-      return this.decideLocally(lease, request, fromLease);
-    }
-    // Granted from the lease; its counts are known once the shared limiter answered this second.
-    if (rest === 0 && lease.monthResetAt !== 0) {
-      lease.rateRemaining -= fromLease;
-      if (lease.monthRemaining !== null) lease.monthRemaining -= fromLease;
-      return {
-        granted: fromLease,
-        refusedBy: null,
-        rate: { limit: request.rps, remaining: Math.max(lease.rateRemaining, 0), resetAt: lease.second + 1 },
-        monthly: { limit: request.monthly.limit, remaining: lease.monthRemaining === null ? null : Math.max(lease.monthRemaining, 0), resetAt: lease.monthResetAt },
-        retryAfterSeconds: null,
-      };
-    }
+    // Granted from the lease, or refused because this second has nothing more to give (the
+    // window cannot refill; the month only through other processes' leases coming back, for at
+    // most a second): decided here, from what the last answer left.
+    if (lease.answered && (rest === 0 || lease.exhausted)) return this.remember(lease, decideFromLeft(request, lease.rateRemaining, lease.monthRemaining));
     // As many more as the previous second still expects, or, past that, as many as this second
     // asked so far: without history the lease doubles, a busy token reaches Redis a few times.
     const extra = Math.max(Math.min(Math.max(lease.previousAsked - lease.asked, lease.asked), request.rps), 0);
@@ -127,33 +114,24 @@ export class LeasedLimiter implements Limiter {
     } finally {
       if (lease.leasing === asking) lease.leasing = null;
     }
-    // The shared counts before this request, read back from its decision, decide the call's own part.
-    const rateLeft = shared.rate.remaining + shared.granted;
-    const monthLeft = shared.monthly.remaining === null ? null : shared.monthly.remaining + shared.granted;
-    const own = decide(
-      { ...request, cost: rest },
-      request.rps - rateLeft,
-      monthLeft === null || request.monthly.limit === null ? 0 : request.monthly.limit - monthLeft,
-    );
-    // The lease keeps what was granted beyond the call's part. `own` counted that as left (its
-    // counts are those before the request), as the caller should see it: it is not used yet.
-    lease.left += shared.granted - own.granted;
-    if (own.granted < rest) lease.exhausted = true;
-    lease.rateRemaining = own.rate.remaining;
-    lease.monthRemaining = own.monthly.remaining;
-    lease.monthResetAt = own.monthly.resetAt;
-    return { ...own, granted: fromLease + own.granted };
+    // What was left before this request, read back from its decision. The calls taken from the
+    // lease were counted by an earlier request: for this call they are left too.
+    const rateLeft = shared.rate.remaining + shared.granted + fromLease;
+    const monthLeft = shared.monthly.remaining === null ? null : shared.monthly.remaining + shared.granted + fromLease;
+    const decision = decideFromLeft(request, rateLeft, monthLeft);
+    // The lease keeps what was granted beyond the call's part; the decision counts it as left,
+    // as the caller should see it: it is not used yet.
+    lease.left += shared.granted - (decision.granted - fromLease);
+    if (decision.granted < request.cost) lease.exhausted = true;
+    lease.answered = true;
+    return this.remember(lease, decision);
   }
 
-  /** A refusal (after `fromLease` calls granted from the lease) from what the lease last learned, as the shared counter would give it. */
-  private decideLocally(lease: Lease, request: LimitRequest, fromLease: number): LimitDecision {
-    const limit = request.monthly.limit;
-    const rateLeft = Math.max(lease.rateRemaining - fromLease, 0);
-    const monthLeft = lease.monthRemaining === null ? null : Math.max(lease.monthRemaining - fromLease, 0);
-    const rest = decide({ ...request, cost: request.cost - fromLease }, request.rps - rateLeft, monthLeft === null || limit === null ? 0 : limit - monthLeft);
-    lease.rateRemaining = rest.rate.remaining;
-    lease.monthRemaining = rest.monthly.remaining;
-    return { ...rest, granted: fromLease + rest.granted };
+  /** Keeps what a decision says is left, for the next calls of the second. */
+  private remember(lease: Lease, decision: LimitDecision): LimitDecision {
+    lease.rateRemaining = decision.rate.remaining;
+    lease.monthRemaining = decision.monthly.remaining;
+    return decision;
   }
 
   /** Drops a lease and gives its unused calls back to the month (the second's window expires by itself). */
@@ -187,4 +165,10 @@ export class LeasedLimiter implements Limiter {
     await Promise.allSettled(leases.filter((l) => l.left > 0).map((l) => this.source.release(l.monthlyKey, l.second * 1000, l.left)));
     await this.source.close();
   }
+}
+
+/** The decision of a single counter that has `rateLeft` calls left this second and `monthLeft` this month (null: unlimited). */
+function decideFromLeft(request: LimitRequest, rateLeft: number, monthLeft: number | null): LimitDecision {
+  const limit = request.monthly.limit;
+  return decide(request, request.rps - rateLeft, monthLeft === null || limit === null ? 0 : limit - monthLeft);
 }
