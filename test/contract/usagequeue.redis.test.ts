@@ -49,6 +49,39 @@ describe('Redis usage queue through a Redis outage', () => {
   });
 });
 
+describe('Redis usage queue: a read cut by an outage', () => {
+  let server: TestRedisServer;
+  beforeAll(async () => {
+    server = await startTestRedisServer({ persistent: true });
+  });
+  afterAll(async () => {
+    await server.stop();
+  });
+
+  it('hands out the records it held before the failure on the next read, none lost and none twice', async () => {
+    const queue = new RedisUsageQueue(server.url, { consumer: 'c' });
+    await queue.whenReady();
+    const records = Array.from({ length: 250 }, () => usageRecord());
+    for (const record of records) queue.enqueue(record);
+    await queue.flush();
+    // 60 of the first entry's 100 handed out, 40 held for the next read.
+    const handedOut = await queue.read(60);
+    expect(handedOut).toHaveLength(60);
+
+    await server.stop();
+    // Takes the 40 held records, then fails asking Redis for more.
+    await expect(queue.read(1000)).rejects.toThrow();
+    await server.start();
+    await queue.whenReady();
+
+    for (let i = 0; i < 20 && handedOut.length < records.length; i++) handedOut.push(...(await queue.read(1000)));
+    expect(handedOut.map((item) => item.record)).toEqual(records);
+    await queue.ack(handedOut.map((item) => item.ackId));
+    expect(await queue.depth()).toBe(0);
+    await queue.close();
+  });
+});
+
 describe('Redis usage queue', () => {
   it('never throws on enqueue, and bounds its buffer while Redis cannot be reached', async () => {
     const queue = new RedisUsageQueue(`redis://127.0.0.1:${await freePort()}`, { consumer: 'c', bufferCapacity: 10, closeTimeoutMs: 50 });

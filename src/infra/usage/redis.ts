@@ -151,19 +151,26 @@ export class RedisUsageQueue implements UsageQueue {
         const room = max - taken.length;
         for (let i = 0; i < records.length; i++) (i < room ? taken : this.held).push(records[i] as QueuedUsage);
       };
-      if (taken.length < max && this.ownPendingCursor !== null) {
-        const own = await this.readGroup(entries(), 0, this.ownPendingCursor);
-        const last = own.at(-1);
-        this.ownPendingCursor = last ? last[0] : null;
-        take(await this.accept(own));
-      }
-      if (taken.length < max) take(await this.claimAbandoned(entries()));
-      // New entries, a few rounds while they come full and leave room (entries hold 1 to ENTRY_RECORDS records).
-      for (let round = 0; taken.length < max && round < FRESH_READ_ROUNDS; round++) {
-        const asked = entries();
-        const fresh = await this.readGroup(asked, taken.length === 0 && round === 0 ? blockMs : 0, '>');
-        take(await this.accept(fresh));
-        if (fresh.length < asked) break;
+      try {
+        if (taken.length < max && this.ownPendingCursor !== null) {
+          const own = await this.readGroup(entries(), 0, this.ownPendingCursor);
+          const last = own.at(-1);
+          this.ownPendingCursor = last ? last[0] : null;
+          take(await this.accept(own));
+        }
+        if (taken.length < max) take(await this.claimAbandoned(entries()));
+        // New entries, a few rounds while they come full and leave room (entries hold 1 to ENTRY_RECORDS records).
+        for (let round = 0; taken.length < max && round < FRESH_READ_ROUNDS; round++) {
+          const asked = entries();
+          const fresh = await this.readGroup(asked, taken.length === 0 && round === 0 ? blockMs : 0, '>');
+          take(await this.accept(fresh));
+          if (fresh.length < asked) break;
+        }
+      } catch (error) {
+        // What this read took already (held, or read before the failure) is in this consumer's
+        // pending list and nowhere else: handed out by the next read, not dropped with the error.
+        this.held = taken.concat(this.held);
+        throw error;
       }
       return taken;
     });
