@@ -130,6 +130,31 @@ describe('Redis usage queue', () => {
     await raw.quit();
   });
 
+  it('sends records as positional arrays, half the bytes of the objects, and reads every field back as it was', async () => {
+    const stream = `usage-test-${randomUUID()}`;
+    const raw = new Redis(inject('redisUrl'));
+    const queue = new RedisUsageQueue(inject('redisUrl'), { consumer: 'c', stream });
+    await queue.whenReady();
+    const records = [
+      usageRecord({ retentionDays: 30 }),
+      usageRecord(),
+      usageRecord({ status: 502, rpcErrorCode: -32010, errorMessage: 'upstream unavailable "quoted"', upstreamMs: null, upstream: null, retentionDays: 3650 }),
+      usageRecord({ method: 'wallet/getaccount', chain: 'trx', totalMs: 0, clientIp: '2001:db8::1' }),
+    ];
+    for (const record of records) queue.enqueue(record);
+    await queue.flush();
+    const [[, fields]] = (await raw.xrange(stream, '-', '+')) as [[string, string[]]];
+    const sent = fields[fields.indexOf('b') + 1] as string;
+    expect(sent.length).toBeLessThan(JSON.stringify(records).length * 0.6);
+
+    const got = await queue.read(10);
+    expect(got.map((item) => item.record)).toEqual(records);
+    expect(got[1]?.record).not.toHaveProperty('retentionDays');
+    await queue.ack(got.map((item) => item.ackId));
+    await queue.close();
+    await raw.quit();
+  });
+
   it('reads entries of one record each, as earlier versions wrote them', async () => {
     const stream = `usage-test-${randomUUID()}`;
     const raw = new Redis(inject('redisUrl'));
@@ -150,6 +175,8 @@ describe('Redis usage queue', () => {
     const raw = new Redis(inject('redisUrl'));
     await raw.xadd(stream, '*', 'r', '{"not":"a record"}');
     await raw.xadd(stream, '*', 'r', 'not json');
+    // Wire records of the wrong length or types: the entry is dropped as malformed too.
+    await raw.xadd(stream, '*', 'n', '2', 'b', '[["req-1","2026-01-01T00:00:00.000Z"],[1,2,3,4,5,6,7,8,9,10,11,12,13,14]]');
     const queue = new RedisUsageQueue(inject('redisUrl'), { consumer: 'c', stream });
     await queue.whenReady();
     const good = usageRecord();
@@ -158,7 +185,7 @@ describe('Redis usage queue', () => {
 
     const got = await queue.read(10);
     expect(got.map((item) => item.record)).toEqual([good]);
-    expect(queue.malformed).toBe(2);
+    expect(queue.malformed).toBe(4);
     await queue.ack(got.map((item) => item.ackId));
     expect(await queue.depth()).toBe(0);
     expect(await raw.xlen(stream)).toBe(0);
