@@ -25,6 +25,7 @@ import { openReadModels, type ReadModelStore } from '../src/infra/readmodels/ind
 import type { Projection } from '../src/projections/projection.js';
 import { hasRebuildFlags, REBUILD_NODE_FLAGS } from '../src/projections/rebuild.js';
 import { ProjectionRunner } from '../src/projections/runner.js';
+import { MINUTE_RETENTION_DAYS } from '../src/projections/usageExpiry.js';
 import { openRuntime, PROJECTIONS } from '../src/runtime.js';
 import { seedAccounts, seedTokenChanges, seedUsage } from './lib/eventMix.js';
 import { runMain, timeLimit } from './lib/processes.js';
@@ -145,7 +146,7 @@ async function main(): Promise<void> {
       ratio: round(replayRate / rawRate),
       baseline: `reading the log without projecting ${round(rawRate)} events/s`,
       command: COMMAND,
-      method: `a rebuild as \`npm run cli -- rebuild\` does it (node ${REBUILD_NODE_FLAGS.join(' ')}, read models opened for a bulk load; reset, replay ${capped ? `the first ${replayed} of ${raw.events} events: stopped by the ${REPLAY_CAP_SECONDS} s cap` : `all ${raw.events} events`}) through the ${PROJECTIONS.length} projections of PROJECTIONS (${PROJECTIONS.map((p) => p.name).join(', ')}) into the embedded LevelDB read models; store: ${ACCOUNTS} Unlimited accounts × ${TOKENS_PER_ACCOUNT} tokens, ${domainEvents} account/token events, the rest UsageRecorded in usage-<account> streams`,
+      method: `a rebuild as \`npm run cli -- rebuild\` does it (node ${REBUILD_NODE_FLAGS.join(' ')}, read models opened for a bulk load; reset, replay ${capped ? `the first ${replayed} of ${raw.events} events: stopped by the ${REPLAY_CAP_SECONDS} s cap` : `all ${raw.events} events`}) through the ${PROJECTIONS.length} projections of PROJECTIONS (${PROJECTIONS.map((p) => p.name).join(', ')}) into the embedded LevelDB read models; store: ${ACCOUNTS} Unlimited accounts × ${TOKENS_PER_ACCOUNT} tokens, ${domainEvents} account/token events, the rest UsageRecorded in usage-<account> streams over the last 30 days (minute roll-ups are kept ${MINUTE_RETENTION_DAYS} days: a rebuild writes them for the last ${MINUTE_RETENTION_DAYS} days only)`,
     });
     emit({
       name: 'restart_to_ready_s',

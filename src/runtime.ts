@@ -98,7 +98,7 @@ export async function openRuntime(config: Config, now: () => Date = () => new Da
   const queries = new Queries(readModels, now);
   const commands = new AccountCommands(store, config.plans, now);
   const projects = config.role === 'all' || config.role === 'projector';
-  const projector = projects ? new ProjectionRunner(store, readModels, PROJECTIONS, feed) : null;
+  const projector = projects ? new ProjectionRunner(store, readModels, PROJECTIONS, feed, () => now().getTime()) : null;
   const ingester = projects ? new UsageIngester({ queue: usageQueue, store }) : null;
   const retention: RetentionJob | null = projects ? startRetentionJob({ readModels, plans: config.plans, now, onError: (e) => console.error('usage retention pass failed:', e) }) : null;
 

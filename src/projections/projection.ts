@@ -19,9 +19,11 @@ export interface Projection {
   /**
    * The writes of several events at once, with the effect of `project` applied to each in
    * order: for projections that fold what they count (a replay projects thousands of events
-   * into the same documents). The runner uses it when present.
+   * into the same documents). The runner uses it when present. Writes expiring at or before
+   * `nowMs` may be left out (the runner drops them anyway): a replay of old calls need not
+   * build documents that are not kept.
    */
-  projectBatch?(events: readonly StoredEvent[]): ReadModelWrite[];
+  projectBatch?(events: readonly StoredEvent[], nowMs?: number): ReadModelWrite[];
   /** Messages for the change feed after the writes are committed. */
   notifications?(event: StoredEvent): string[];
 }

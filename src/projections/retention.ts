@@ -2,7 +2,7 @@ import type { PlanCatalog } from '../domain/plans.js';
 import type { Doc, ReadModelStore, ReadModelWrite } from '../infra/readmodels/port.js';
 import { type AccountDoc, COLLECTIONS } from './core.js';
 import { bucketName, bucketStart, DAY_MS, floorTo, GRANULARITIES, type Granularity } from './usageBuckets.js';
-import { bucketEnd, usageExpiry } from './usageExpiry.js';
+import { bucketEnd, granularityRetention, usageExpiry } from './usageExpiry.js';
 import { ERROR_GROUP_GRANULARITIES, granularityPrefix, USAGE_METRICS } from './usageMetrics.js';
 
 const PAGE = 1000;
@@ -24,24 +24,28 @@ async function deleteRange(rm: ReadModelStore, collection: string, gte: string, 
 /**
  * Where an account's usage documents are, as key ranges that start with a time: a range per
  * roll-up and error-group granularity, the per-call documents, the request blocks (by hour), and each
- * token's client IPs. Within one, `prefix + from` is the first key at or after the cutoff
- * (`from` names the bucket holding it, or the cutoff itself for per-call documents), and
- * `covers` reads a key back to the end of the time its document covers.
+ * token's client IPs. Within one, `prefix + from` is the first key at or after the range's
+ * cutoff (`from` names the bucket holding it, or the cutoff itself for per-call documents; the
+ * cutoff is per granularity: minute documents are kept for less, see granularityRetention),
+ * and `covers` reads a key back to the end of the time its document covers.
  */
 interface UsageRange {
   collection: string;
+  /** Of the documents' buckets; null for per-call documents. */
+  granularity: Granularity | null;
   prefix: string;
   from: string;
   covers: (key: string) => number;
 }
 
-async function usageRanges(rm: ReadModelStore, accountId: string, cutoff: number): Promise<UsageRange[]> {
+async function usageRanges(rm: ReadModelStore, accountId: string, cutoffOf: (g: Granularity | null) => number): Promise<UsageRange[]> {
   const ranges: UsageRange[] = [];
   const own = `${accountId}/`;
   const bucketed = (collection: string, prefix: string, g: Granularity, bucketOf: (rest: string) => string): UsageRange => ({
     collection,
+    granularity: g,
     prefix,
-    from: bucketName(cutoff, g),
+    from: bucketName(cutoffOf(g), g),
     covers: (key) => bucketEnd(bucketStart(bucketOf(key.slice(prefix.length))), g),
   });
   const firstSegment = (rest: string): string => rest.split('/', 1)[0] ?? '';
@@ -49,7 +53,7 @@ async function usageRanges(rm: ReadModelStore, accountId: string, cutoff: number
   for (const g of ERROR_GROUP_GRANULARITIES) ranges.push(bucketed(USAGE_METRICS.errorGroups, granularityPrefix(accountId, g), g, firstSegment));
   ranges.push(bucketed(USAGE_METRICS.requestBlocks, own, 'hour', firstSegment));
   for (const collection of [USAGE_METRICS.requests, USAGE_METRICS.recentErrors]) {
-    ranges.push({ collection, prefix: own, from: new Date(cutoff).toISOString(), covers: (key) => Date.parse(firstSegment(key.slice(own.length))) });
+    ranges.push({ collection, granularity: null, prefix: own, from: new Date(cutoffOf(null)).toISOString(), covers: (key) => Date.parse(firstSegment(key.slice(own.length))) });
   }
   const tokens = await rm.range(COLLECTIONS.tokensByAccount, { prefix: own });
   for (const { key } of tokens) {
@@ -59,29 +63,36 @@ async function usageRanges(rm: ReadModelStore, accountId: string, cutoff: number
 }
 
 /**
- * Deletes an account's usage read models older than `cutoff`: every roll-up, error-group and
- * request-block bucket that ends before it (the bucket holding the cutoff stays, it is partly
- * inside the window), per-call documents, and client-IP days. Keys lead with the account and
- * then the time, so each is one key-range delete.
+ * Deletes an account's usage read models that a plan keeping usage `retentionDays` no longer
+ * keeps at `now`: every roll-up, error-group and request-block bucket that ends before its
+ * granularity's cutoff (the bucket holding the cutoff stays, it is partly inside the window),
+ * per-call documents, and client-IP days. Keys lead with the account and then the time, so
+ * each is one key-range delete.
  */
-export async function purgeAccountUsage(rm: ReadModelStore, accountId: string, cutoff: number): Promise<number> {
+export async function purgeAccountUsage(rm: ReadModelStore, accountId: string, now: Date, retentionDays: number): Promise<number> {
   let deleted = 0;
-  for (const { collection, prefix, from } of await usageRanges(rm, accountId, cutoff)) {
+  const cutoffOf = (g: Granularity | null): number => retentionCutoff(now, granularityRetention(g, retentionDays));
+  for (const { collection, prefix, from } of await usageRanges(rm, accountId, cutoffOf)) {
     deleted += await deleteRange(rm, collection, prefix, prefix + from);
   }
   return deleted;
 }
 
 /**
- * After an upgrade, on a store that expires documents: the account's usage documents from
- * `cutoff` on get the expiry of the new retention, so that what the account has keeps as long
- * as its plan now says. Expiries only move later (the furthest is kept), nothing else is
- * written (counts may be moving), and `cutoff` is chosen well inside the old window so that
- * no document is written back after the store dropped it. Returns how many were touched.
+ * After an upgrade from a plan keeping usage `fromDays` to one keeping it `toDays`, on a store
+ * that expires documents: the account's usage documents get the expiry of the new retention,
+ * so that what the account has keeps as long as its plan now says. Expiries only move later
+ * (the furthest is kept), nothing else is written (counts may be moving), only documents a
+ * day inside the old window are touched, so that none is written back after the store dropped
+ * it, and granularities whose retention does not change (minutes past MINUTE_RETENTION_DAYS)
+ * are left alone. Returns how many were touched.
  */
-export async function extendAccountUsage(rm: ReadModelStore, accountId: string, cutoff: number, retentionDays: number): Promise<number> {
+export async function extendAccountUsage(rm: ReadModelStore, accountId: string, now: Date, fromDays: number, toDays: number): Promise<number> {
   let extended = 0;
-  for (const range of await usageRanges(rm, accountId, cutoff)) {
+  const cutoffOf = (g: Granularity | null): number => retentionCutoff(now, granularityRetention(g, fromDays)) + DAY_MS;
+  for (const range of await usageRanges(rm, accountId, cutoffOf)) {
+    const retentionDays = granularityRetention(range.granularity, toDays);
+    if (retentionDays === granularityRetention(range.granularity, fromDays)) continue;
     let gte = range.prefix + range.from;
     for (;;) {
       const page = await rm.range(range.collection, { prefix: range.prefix, gte, limit: PAGE });
@@ -158,10 +169,10 @@ export function startRetentionJob(options: RetentionOptions): RetentionJob {
     const t = now();
     let deleted = 0;
     if (state && state.retentionDays < retentionDays) {
-      await extendAccountUsage(rm, accountId, retentionCutoff(t, state.retentionDays) + DAY_MS, retentionDays);
+      await extendAccountUsage(rm, accountId, t, state.retentionDays, retentionDays);
     }
     const sweep = !state || state.retentionDays > retentionDays || t.getTime() - state.sweptAt >= sweepEveryMs;
-    if (sweep) deleted = await purgeAccountUsage(rm, accountId, retentionCutoff(t, retentionDays));
+    if (sweep) deleted = await purgeAccountUsage(rm, accountId, t, retentionDays);
     if (!state || sweep || state.retentionDays !== retentionDays) {
       const next: RetentionState = { retentionDays, sweptAt: sweep ? t.getTime() : state.sweptAt };
       await rm.write([{ op: 'put', collection: RETENTION_STATE, key: accountId, doc: next }]);
@@ -180,7 +191,7 @@ export function startRetentionJob(options: RetentionOptions): RetentionJob {
         if (retentionDays === undefined) continue;
         deleted += rm.expires
           ? await applyExpiring(key, retentionDays)
-          : await purgeAccountUsage(rm, key, retentionCutoff(now(), retentionDays));
+          : await purgeAccountUsage(rm, key, now(), retentionDays);
       }
       const last = accounts[accounts.length - 1];
       if (accounts.length < 500 || !last) return deleted;

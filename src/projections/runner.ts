@@ -43,6 +43,8 @@ export class ProjectionRunner {
     private readonly readModels: ReadModelStore,
     private readonly projections: Projection[],
     private readonly feed: ChangeFeed | null = null,
+    /** Epoch ms: writes whose `expiresAt` is not after it are not applied. */
+    private readonly now: () => number = Date.now,
   ) {}
 
   get isCaughtUp(): boolean {
@@ -117,6 +119,7 @@ export class ProjectionRunner {
     const last = events[events.length - 1];
     if (!last) return;
     const messages: string[] = [];
+    const nowMs = this.now();
     const writesByProjection = this.projections.map((p) => {
       const checkpoint = this.checkpoints.get(p.name) ?? null;
       const types = p.eventTypes;
@@ -124,10 +127,10 @@ export class ProjectionRunner {
         ? events
         : events.filter((e) => (types === undefined || types.has(e.type)) && (checkpoint === null || e.position > checkpoint));
       if (p.notifications) for (const e of mine) for (const m of p.notifications(e)) messages.push(m);
-      if (p.projectBatch) return p.projectBatch(mine);
+      if (p.projectBatch) return unexpired(p.projectBatch(mine, nowMs), nowMs);
       const writes: ReadModelWrite[] = [];
       for (const e of mine) for (const w of p.project(e)) writes.push(w);
-      return writes;
+      return unexpired(writes, nowMs);
     });
     await this.settle();
     const committing = this.apply(last, writesByProjection, messages);
@@ -170,4 +173,16 @@ export class ProjectionRunner {
     await this.subscription?.close();
     await this.loop?.catch(() => undefined);
   }
+}
+
+/**
+ * The writes of documents that have not expired at `nowMs`. One that has (a rebuild replaying
+ * calls older than their retention, minute roll-ups after a week: see granularityRetention)
+ * would only be deleted again by the store's TTL or the retention job; skipped, a rebuild of a
+ * long history writes far fewer documents.
+ */
+export function unexpired(writes: ReadModelWrite[], nowMs: number): ReadModelWrite[] {
+  let expired = 0;
+  for (const w of writes) if (w.op !== 'delete' && w.expiresAt !== undefined && w.expiresAt <= nowMs) expired++;
+  return expired === 0 ? writes : writes.filter((w) => w.op === 'delete' || w.expiresAt === undefined || w.expiresAt > nowMs);
 }

@@ -11,6 +11,19 @@ export const usageExpiry = (coveredUntil: number, retentionDays: number): number
 /** The end (exclusive, epoch ms) of the bucket of granularity `g` holding `t`. */
 export const bucketEnd = (t: number, g: Granularity): number => nextBucket(floorTo(t, g), g);
 
+/**
+ * Minute roll-ups (and minute error groups) are kept this many days at most, whatever the plan:
+ * past that, a period is counted in whole hours (src/commands/api/metricsRoutes.ts), as
+ * time-series stores downsample. A minute document per token, chain and method is most of what
+ * usage costs to store and to rebuild; a year of them for every combination is of no use to a
+ * chart. Eight days, so that the dashboard's "last 7 days" stays exact to the minute.
+ */
+export const MINUTE_RETENTION_DAYS = 8;
+
+/** The days documents of granularity `g` (null: per-call documents) are kept under a plan that keeps usage `retentionDays`. */
+export const granularityRetention = (g: Granularity | null, retentionDays: number): number =>
+  g === 'minute' ? Math.min(retentionDays, MINUTE_RETENTION_DAYS) : retentionDays;
+
 /** No expiry: records from before the retention was carried (the retention job deletes those). */
 const NONE = (): undefined => undefined;
 
@@ -22,7 +35,7 @@ export function usageExpiryOf(at: string, retentionDays: number | undefined): (g
   const days = validRetention(retentionDays);
   if (days === undefined) return NONE;
   const t = Date.parse(at);
-  return (g) => usageExpiry(g === null ? t : bucketEnd(t, g), days);
+  return (g) => usageExpiry(g === null ? t : bucketEnd(t, g), granularityRetention(g, days));
 }
 
 /** A retention that gives documents an expiry (a positive whole number of days), else undefined. */
@@ -38,4 +51,4 @@ export const longerRetention = (a: number | undefined, b: number | undefined): n
  * of them end with the bucket. Computed once per document instead of per call.
  */
 export const bucketExpiry = (bucket: string, g: Granularity, retentionDays: number | undefined): number | undefined =>
-  retentionDays === undefined ? undefined : usageExpiry(nextBucket(bucketStart(bucket), g), retentionDays);
+  retentionDays === undefined ? undefined : usageExpiry(nextBucket(bucketStart(bucket), g), granularityRetention(g, retentionDays));

@@ -3,8 +3,8 @@ import { isErrorUsage, USAGE_EVENT_TYPE, type UsageRecord } from '../domain/usag
 import type { StoredEvent } from '../infra/eventstore/port.js';
 import type { ReadModelWrite } from '../infra/readmodels/port.js';
 import type { Projection } from './projection.js';
-import { bucketNameOfIso, GRANULARITIES, type Granularity, type SeriesGranularity } from './usageBuckets.js';
-import { bucketExpiry, longerRetention, usageExpiryOf, validRetention } from './usageExpiry.js';
+import { bucketNameOfIso, DAY_MS, GRANULARITIES, type Granularity, MINUTE_MS, type SeriesGranularity } from './usageBuckets.js';
+import { bucketExpiry, longerRetention, MINUTE_RETENTION_DAYS, usageExpiryOf, validRetention } from './usageExpiry.js';
 import { HISTOGRAM_FIELDS, histogramIndex } from './usageHistogram.js';
 import { methodLabel } from './usageMethod.js';
 import { usageRecordOf } from './usageRecord.js';
@@ -167,6 +167,8 @@ class RollupFold implements RollupCounts {
   readonly histogramCounts: number[] = [];
   /** The longest retention of its calls: the expiry is computed once, from the bucket. */
   retention: number | undefined = undefined;
+  /** Known to have expired already (see UsageFold's `nowMs`): not written. */
+  expired = false;
 
   addLatency(bucket: number): void {
     const at = this.histogram.indexOf(bucket);
@@ -209,6 +211,8 @@ interface AccountFold {
   requestBlocks: Map<string, Map<number, BucketFolded<Record<number, RequestRowFields>>>>;
 }
 
+const MINUTE = GRANULARITIES.indexOf('minute');
+
 const maxExpiry = (a: number | undefined, b: number | undefined): number | undefined => (a === undefined ? b : b === undefined ? a : Math.max(a, b));
 
 const newMap = <K, V>(): Map<K, V> => new Map<K, V>();
@@ -247,6 +251,16 @@ function cachedMethodLabel(method: string): string {
  */
 export class UsageFold {
   private readonly accounts = new Map<string, AccountFold>();
+  /**
+   * A call before this time (canonical ISO) metered with a retention gives its minute roll-up
+   * an expiry already past at `nowMs` (MINUTE_RETENTION_DAYS at most, its minute included):
+   * that roll-up is not built, as the runner would drop it. Null: every document is built.
+   */
+  private readonly minutesExpireBefore: string | null;
+
+  constructor(nowMs?: number) {
+    this.minutesExpireBefore = nowMs === undefined ? null : new Date(nowMs - MINUTE_RETENTION_DAYS * DAY_MS - MINUTE_MS).toISOString();
+  }
   /** Rare (failed calls): keyed directly. */
   private readonly errorGroups = new Map<string, Folded<{ inc: { count: number }; set: { code: number; message: string; lastSeen: string } }>>();
   private readonly recentErrors: ReadModelWrite[] = [];
@@ -283,6 +297,8 @@ export class UsageFold {
     const totalUs = Math.round(record.totalMs * 1000);
     const upstreamUs = record.upstreamMs === null ? 0 : Math.round(record.upstreamMs * 1000);
     const latencyBucket = histogramIndex(record.totalMs);
+    // Only a call metered with a retention has documents that expire (older records keep theirs).
+    const minutesExpired = retention !== undefined && this.minutesExpireBefore !== null && at < this.minutesExpireBefore;
     for (let g = 0; g < GRANULARITIES.length; g++) {
       const granularity = GRANULARITIES[g] as Granularity;
       const buckets = combo.buckets[g] as Map<string, RollupFold>;
@@ -291,6 +307,11 @@ export class UsageFold {
       if (rollup === undefined) {
         rollup = new RollupFold();
         buckets.set(bucket, rollup);
+      }
+      if (g === MINUTE && minutesExpired) {
+        // Its document expires with this call's expiry, already past (older records in the same minute give none).
+        rollup.expired = true;
+        continue;
       }
       rollup.requests++;
       if (failed) rollup.errors++;
@@ -357,6 +378,7 @@ export class UsageFold {
             for (let g = 0; g < GRANULARITIES.length; g++) {
               const granularity = GRANULARITIES[g] as Granularity;
               for (const [bucket, rollup] of buckets[g] as Map<string, RollupFold>) {
+                if (rollup.expired) continue;
                 writes.push({
                   op: 'inc', collection: USAGE_METRICS.rollups, key: rollupKey(accountId, granularity, bucket, tokenId, chain, method), inc: rollup.inc(), expiresAt: bucketExpiry(bucket, granularity, rollup.retention),
                 });
@@ -413,8 +435,8 @@ export const usageMetricsProjection: Projection = {
   projectBatch: projectUsage,
 };
 
-function projectUsage(events: readonly StoredEvent[]): ReadModelWrite[] {
-  const fold = new UsageFold();
+function projectUsage(events: readonly StoredEvent[], nowMs?: number): ReadModelWrite[] {
+  const fold = new UsageFold(nowMs);
   for (const stored of events) {
     const record = usageRecordOf(stored);
     if (record !== null) fold.add(record, stored.revision);

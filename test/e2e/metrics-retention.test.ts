@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { USAGE_EVENT_TYPE, type UsageRecord, usageEventId, usageStream } from '../../src/domain/usage.js';
 import { type RetentionJob, startRetentionJob } from '../../src/projections/retention.js';
+import { MINUTE_RETENTION_DAYS } from '../../src/projections/usageExpiry.js';
 import { USAGE_METRICS } from '../../src/projections/usageMetrics.js';
 import { ADMIN_TOKEN, owner, startTestApp, type TestApp } from '../support/testApp.js';
 
@@ -62,6 +63,8 @@ describe('retention per plan', () => {
     expect(deleted).toBeGreaterThan(0);
     for (const a of accounts) {
       const kept = AGES_DAYS.filter((age) => age < a.days).length;
+      // Minute documents are kept MINUTE_RETENTION_DAYS at most (the 8-day-old call sits in the bucket holding that cutoff).
+      const minutesKept = AGES_DAYS.filter((age) => age < a.days && age <= MINUTE_RETENTION_DAYS).length;
       const c = await counts(a.accountId);
       expect({ plan: a.plan, ...c }).toEqual({
         plan: a.plan,
@@ -69,13 +72,14 @@ describe('retention per plan', () => {
         [USAGE_METRICS.requests]: 0,
         [USAGE_METRICS.recentErrors]: kept,
         [USAGE_METRICS.clientIps]: kept,
-        // Minute, hour and day per kept call; the buckets at the cutoff stay, nothing else older.
-        [USAGE_METRICS.errorGroups]: 3 * kept,
+        // Hour and day per kept call, minute per call inside the minute window; the buckets at the cutoffs stay, nothing else older.
+        [USAGE_METRICS.errorGroups]: 2 * kept + minutesKept,
         // Minute, hour, day per kept call, plus months not entirely older than the cutoff.
         [USAGE_METRICS.rollups]: expect.any(Number),
       });
       const rollups = await t.runtime.readModels.range(USAGE_METRICS.rollups, { prefix: `${a.accountId}/day/` });
       expect(rollups).toHaveLength(kept);
+      expect(await t.runtime.readModels.range(USAGE_METRICS.rollups, { prefix: `${a.accountId}/minute/` })).toHaveLength(minutesKept);
       // The metrics API agrees: everything it shows is inside the window.
       const m = (await t.app.inject({ method: 'GET', url: '/api/v1/metrics/user?start=2000-01-01T00:00:00Z', headers: a.auth })).json();
       expect(m.totals.requests).toBe(kept);

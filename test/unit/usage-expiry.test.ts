@@ -3,15 +3,17 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DEFAULT_PLANS } from '../../src/domain/plans.js';
-import type { UsageRecord } from '../../src/domain/usage.js';
+import { USAGE_EVENT_TYPE, type UsageRecord, usageEventId, usageStream } from '../../src/domain/usage.js';
+import { LevelEventStore } from '../../src/infra/eventstore/level.js';
 import type { Position } from '../../src/infra/eventstore/port.js';
 import { LevelReadModelStore } from '../../src/infra/readmodels/index.js';
 import type { Doc, RangeOptions, ReadModelStore, ReadModelWrite } from '../../src/infra/readmodels/port.js';
 import { COLLECTIONS } from '../../src/projections/core.js';
-import { purgeAccountUsage, RETENTION_STATE, retentionCutoff, startRetentionJob } from '../../src/projections/retention.js';
+import { purgeAccountUsage, RETENTION_STATE, startRetentionJob } from '../../src/projections/retention.js';
+import { ProjectionRunner } from '../../src/projections/runner.js';
 import { DAY_MS } from '../../src/projections/usageBuckets.js';
-import { usageExpiryOf } from '../../src/projections/usageExpiry.js';
-import { USAGE_METRICS, usageWrites } from '../../src/projections/usageMetrics.js';
+import { MINUTE_RETENTION_DAYS, usageExpiryOf } from '../../src/projections/usageExpiry.js';
+import { USAGE_METRICS, usageMetricsProjection, usageWrites } from '../../src/projections/usageMetrics.js';
 import { usageRecord } from '../contract/usagequeue.contract.js';
 
 let dir: string;
@@ -50,6 +52,9 @@ describe('usage document expiry', () => {
     const expiry = usageExpiryOf('2024-05-31T13:45:30.250Z', 7);
     const at = (iso: string) => Date.parse(iso) + 7 * DAY_MS;
     expect(expiry('minute')).toBe(at('2024-05-31T13:46:00.000Z'));
+    // Minute documents are kept MINUTE_RETENTION_DAYS at most, whatever the plan.
+    expect(usageExpiryOf('2024-05-31T13:45:30.250Z', 365)('minute')).toBe(Date.parse('2024-05-31T13:46:00.000Z') + MINUTE_RETENTION_DAYS * DAY_MS);
+    expect(usageExpiryOf('2024-05-31T13:45:30.250Z', 365)('hour')).toBe(Date.parse('2024-05-31T14:00:00.000Z') + 365 * DAY_MS);
     expect(expiry('hour')).toBe(at('2024-05-31T14:00:00.000Z'));
     expect(expiry('day')).toBe(at('2024-06-01T00:00:00.000Z'));
     expect(expiry('month')).toBe(at('2024-06-01T00:00:00.000Z'));
@@ -64,12 +69,17 @@ describe('usage document expiry', () => {
   it('every document a call writes gets one', () => {
     const writes = usageWrites(call('2024-05-31T13:45:30.250Z', { retentionDays: 30 }), 0);
     expect(writes.length).toBeGreaterThan(5);
-    for (const w of writes) expect(w.op !== 'delete' && w.expiresAt).toBeGreaterThan(Date.parse('2024-06-30T00:00:00.000Z'));
+    for (const w of writes) {
+      const minute = w.key.includes('/minute/');
+      // The plan's 30 days, or MINUTE_RETENTION_DAYS for minute documents.
+      expect(w.op !== 'delete' && w.expiresAt).toBeGreaterThan(Date.parse(minute ? '2024-06-08T00:00:00.000Z' : '2024-06-30T00:00:00.000Z'));
+      if (minute) expect(w.op !== 'delete' && w.expiresAt).toBeLessThan(Date.parse('2024-06-09T00:00:00.000Z'));
+    }
   });
 
   it('agrees with the retention job: what has expired at a time is what a pass then deletes (to the minute for per-call documents)', async () => {
     const start = Date.parse('2024-01-30T22:00:00.000Z');
-    for (const days of [7, 30]) {
+    for (const days of [7, 30]) {  // 30: minute documents past MINUTE_RETENTION_DAYS, the rest the plan's
       const store = await openLevel();
       await store.write([{ op: 'put', collection: COLLECTIONS.tokensByAccount, key: 'acc/tok', doc: { tokenId: 'tok' } }]);
       const writes: ReadModelWrite[] = [];
@@ -80,7 +90,7 @@ describe('usage document expiry', () => {
       await store.write(writes);
       const expiry = expiries(writes);
       for (const now of [start + (days + 1) * DAY_MS + 123_456, start + (days + 9) * DAY_MS + 7 * 60_000 + 30_000]) {
-        await purgeAccountUsage(store, 'acc', retentionCutoff(new Date(now), days));
+        await purgeAccountUsage(store, 'acc', new Date(now), days);
         const left = await keysOf(store);
         for (const [key, expiresAt] of expiry) {
           const perCall = key.startsWith(`${USAGE_METRICS.requests}|`) || key.startsWith(`${USAGE_METRICS.recentErrors}|`);
@@ -167,7 +177,8 @@ describe('retention job on a store that expires documents', () => {
       await job.runOnce();
       expect(store.expiry.get(rowKey)).toBe(Date.parse(recent.at) + 365 * DAY_MS);
       const minute = [...store.expiry.keys()].find((k) => k.startsWith(`${USAGE_METRICS.rollups}|acc/minute/${recent.at.slice(0, 16)}`));
-      expect(minute && store.expiry.get(minute)).toBe(Date.parse(`${recent.at.slice(0, 16)}:00.000Z`) + 60_000 + 365 * DAY_MS);
+      // Minute roll-ups go from 7 days to MINUTE_RETENTION_DAYS, not to the year.
+      expect(minute && store.expiry.get(minute)).toBe(Date.parse(`${recent.at.slice(0, 16)}:00.000Z`) + 60_000 + MINUTE_RETENTION_DAYS * DAY_MS);
       // The per-call document is put back as it was.
       expect(await store.range(USAGE_METRICS.recentErrors, { prefix: 'acc/' })).toEqual([
         { key: `acc/${recent.at}/${recent.requestId}`, doc: { tokenId: 'tok', chain: 'eth', method: 'eth_blockNumber', status: 500, code: -32000, message: 'boom' } },
@@ -176,5 +187,37 @@ describe('retention job on a store that expires documents', () => {
       await job.stop();
       await store.close();
     }
+  });
+});
+
+describe('projecting calls older than what their documents are kept for', () => {
+  it('writes only documents not yet expired: no minute roll-up past MINUTE_RETENTION_DAYS, nothing past the plan', async () => {
+    const now = Date.parse('2024-06-20T12:00:00.000Z');
+    const store = await LevelEventStore.open(join(dir, `events${n++}`));
+    const ageOf = new Map<string, number>();
+    const records = [1, 10, 40].map((age) => {
+      const record = call(new Date(now - age * DAY_MS).toISOString(), { retentionDays: 30 });
+      ageOf.set(record.at.slice(0, 10), age);
+      return record;
+    });
+    await store.append(usageStream('acc'), records.map((r) => ({ id: usageEventId(r.requestId), type: USAGE_EVENT_TYPE, data: { ...r } })), 'any');
+    const rm = await openLevel();
+    const runner = new ProjectionRunner(store, rm, [usageMetricsProjection], null, () => now);
+    await runner.start();
+    await runner.caughtUp;
+    await runner.stop();
+    /** The ages (days) of the calls behind a collection's documents under `prefix`, from their day. */
+    const ages = async (collection: string, prefix: string, dayAt: (rest: string) => string) =>
+      (await rm.range(collection, { prefix })).map(({ key }) => ageOf.get(dayAt(key.slice(prefix.length)).slice(0, 10))).sort((a, b) => (a ?? 0) - (b ?? 0));
+    const first = (rest: string) => rest.split('/', 1)[0] ?? '';
+    expect(await ages(USAGE_METRICS.rollups, 'acc/minute/', first)).toEqual([1]);
+    expect(await ages(USAGE_METRICS.errorGroups, 'acc/minute/', first)).toEqual([1]);
+    expect(await ages(USAGE_METRICS.rollups, 'acc/hour/', first)).toEqual([1, 10]);
+    expect(await ages(USAGE_METRICS.rollups, 'acc/day/', first)).toEqual([1, 10]);
+    expect(await ages(USAGE_METRICS.requestBlocks, 'acc/', first)).toEqual([1, 10]);
+    expect(await ages(USAGE_METRICS.recentErrors, 'acc/', first)).toEqual([1, 10]);
+    expect(await ages(USAGE_METRICS.clientIps, 'acc/tok/', first)).toEqual([1, 10]);
+    await rm.close();
+    await store.close();
   });
 });

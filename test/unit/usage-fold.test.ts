@@ -3,7 +3,8 @@ import { USAGE_EVENT_TYPE, type UsageRecord } from '../../src/domain/usage.js';
 import type { StoredEvent } from '../../src/infra/eventstore/port.js';
 import { applyChange, composeWrites } from '../../src/infra/readmodels/compose.js';
 import type { Doc, ReadModelWrite } from '../../src/infra/readmodels/port.js';
-import type { Granularity } from '../../src/projections/usageBuckets.js';
+import { unexpired } from '../../src/projections/runner.js';
+import { DAY_MS, type Granularity } from '../../src/projections/usageBuckets.js';
 import { usageExpiryOf } from '../../src/projections/usageExpiry.js';
 import { canonicalTime, parseRollupKey, USAGE_METRICS, usageMetricsProjection, usageWrites } from '../../src/projections/usageMetrics.js';
 import { usageTotalsProjection } from '../../src/projections/usageTotals.js';
@@ -63,6 +64,19 @@ describe('projecting a batch of usage events', () => {
     // Folded: one write per document.
     expect(folded.length).toBe(new Set(folded.map((w) => `${w.collection} ${w.key}`)).size);
     expect(folded.length).toBeLessThan(oneByOne.length / 2);
+  });
+
+  it('usage_metrics: told the time, a batch leaves out only documents that have expired by then', () => {
+    const batch = events(2000, 13);
+    const start = Date.parse('2024-05-31T22:50:00.000Z');
+    // Around the minute documents' expiry (7 days for some calls, MINUTE_RETENTION_DAYS for the others) and the plans'.
+    for (const days of [0, 6.9, 7.05, 8.01, 8.1, 8.2, 9, 31, 366]) {
+      const nowMs = start + days * DAY_MS;
+      const told = usageMetricsProjection.projectBatch?.(batch, nowMs) ?? [];
+      const all = usageMetricsProjection.projectBatch?.(batch) ?? [];
+      expect(outcome(unexpired(told, nowMs)), `${days} days later`).toEqual(outcome(unexpired(all, nowMs)));
+      if (days >= 9) expect(told.length, `${days} days later`).toBeLessThan(all.length);
+    }
   });
 
   it('usage_metrics: a call gives each of its documents the expiry of its bucket (or of the call) and its retention', () => {

@@ -35,6 +35,19 @@ describe('metrics period', () => {
     expect(resolve({ start: '2024-05-20T14:00:00+02:00' }).period.start).toBe('2024-05-20T12:00:00.000Z');
   });
 
+  it('counts whole hours, at least hourly, for a period starting before the minute roll-ups are kept', () => {
+    // Developer keeps 30 days; minute roll-ups are kept 8 (MINUTE_RETENTION_DAYS).
+    const old = resolve({ start: '2024-05-05T10:20:30Z', end: '2024-05-05T11:40:00Z' });
+    expect(old.period).toEqual({ start: '2024-05-05T10:00:00.000Z', end: '2024-05-05T12:00:00.000Z' });
+    expect(old.granularity).toBe('hour');
+    expect(resolve({ start: '2024-05-10T10:20:30Z' }).period).toEqual({ start: '2024-05-10T10:00:00.000Z', end: '2024-05-20T13:00:00.000Z' });
+    // The last 7 days are still counted to the minute.
+    const week = resolve({ start: '2024-05-13T12:34:56Z' });
+    expect(week.period).toEqual({ start: '2024-05-13T12:34:00.000Z', end: '2024-05-20T12:35:00.000Z' });
+    expect(week.granularity).toBe('hour');
+    expect(resolve({ start: '2024-05-13T10:20:30Z', end: '2024-05-13T11:40:00Z' }).granularity).toBe('minute');
+  });
+
   it('gives an empty period when the whole range is past retention', () => {
     const r = resolve({ start: '2023-01-01T00:00:00Z', end: '2023-02-01T00:00:00Z' });
     expect(r.period.start).toBe(r.period.end);

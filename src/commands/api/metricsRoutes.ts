@@ -6,6 +6,7 @@ import type { Plan } from '../../domain/plans.js';
 import type { UsageReport, UsageScope } from '../../projections/metricsQueries.js';
 import { retentionCutoff } from '../../projections/retention.js';
 import { ceilTo, DAY_MS, floorTo, nextBucket, seriesGranularity } from '../../projections/usageBuckets.js';
+import { MINUTE_RETENTION_DAYS } from '../../projections/usageExpiry.js';
 import type { ApiDeps } from './deps.js';
 import { owner } from './owner.js';
 import { TokenParams } from './schemas.js';
@@ -43,9 +44,11 @@ function periodMetrics(resolved: ResolvedPeriod, report: UsageReport, recentErro
 /**
  * Reads `start`, `end` and `chain`: no `start` is the plan's whole retention window, no `end`
  * is now; a `start` older than the retention is clamped (and said so). Figures count whole
- * minutes, or whole hours when the series is per day (over 14 days): `start` is rounded down
- * and `end` up, and `period` says exactly what is covered. Whole hours keep a 30-day query to
- * about 75 documents per (token, chain, method) instead of about 200.
+ * minutes, or whole hours when the series is per day (over 14 days) or the period starts
+ * before the minute roll-ups' MINUTE_RETENTION_DAYS (then a series is at least hourly):
+ * `start` is rounded down and `end` up, and `period` says exactly what is covered. Whole
+ * hours keep a 30-day query to about 75 documents per (token, chain, method) instead of
+ * about 200.
  */
 export function resolvePeriod(query: unknown, context: { accountId: string; plan: Plan; now: Date; chainIds: readonly string[] }): ResolvedPeriod {
   const q = PeriodQuery.parse(query ?? {});
@@ -60,8 +63,11 @@ export function resolvePeriod(query: unknown, context: { accountId: string; plan
   const earliest = retentionCutoff(context.now, context.plan.retention_days);
   const clamped = requestedStart !== null && requestedStart < earliest;
   const start = Math.max(requestedStart ?? earliest, earliest);
-  const granularity = seriesGranularity(ceilTo(end, 'minute') - floorTo(start, 'minute'));
-  const unit = granularity === 'day' ? 'hour' : 'minute';
+  // Minute roll-ups are kept MINUTE_RETENTION_DAYS: a period starting before that counts whole hours.
+  const pastMinutes = floorTo(start, 'minute') < retentionCutoff(context.now, MINUTE_RETENTION_DAYS);
+  const byLength = seriesGranularity(ceilTo(end, 'minute') - floorTo(start, 'minute'));
+  const granularity = byLength === 'minute' && pastMinutes ? 'hour' : byLength;
+  const unit = granularity === 'day' || pastMinutes ? 'hour' : 'minute';
   const endAligned = ceilTo(end, unit);
   // Rounding the retention cutoff down would show data from before it: round it up instead.
   const startAligned = Math.min(start === earliest ? ceilTo(start, unit) : floorTo(start, unit), endAligned);
