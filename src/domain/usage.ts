@@ -30,6 +30,37 @@ export const UsageRecord = z.object({
 });
 export type UsageRecord = z.infer<typeof UsageRecord>;
 
+/** A call as the exports list it: a usage record without its account (the export's) and retention. */
+export type UsageCall = Omit<UsageRecord, 'accountId' | 'retentionDays'>;
+
+/**
+ * A call's fields in a fixed order: an array about half the size of the object. The exports'
+ * raw rows are stored this way, and the usage queue's wire records add the account and the
+ * retention after them.
+ */
+export type UsageCallFields = [
+  requestId: string,
+  at: string,
+  tokenId: string,
+  chain: string,
+  method: string,
+  status: number,
+  rpcErrorCode: number | null,
+  errorMessage: string | null,
+  totalMs: number,
+  upstreamMs: number | null,
+  clientIp: string,
+  upstream: string | null,
+];
+
+export const encodeUsageCall = (r: UsageCall, at: string = r.at): UsageCallFields =>
+  [r.requestId, at, r.tokenId, r.chain, r.method, r.status, r.rpcErrorCode, r.errorMessage, r.totalMs, r.upstreamMs, r.clientIp, r.upstream];
+
+export function decodeUsageCall(fields: UsageCallFields): UsageCall {
+  const [requestId, at, tokenId, chain, method, status, rpcErrorCode, errorMessage, totalMs, upstreamMs, clientIp, upstream] = fields;
+  return { requestId, at, tokenId, chain, method, status, rpcErrorCode, errorMessage, totalMs, upstreamMs, clientIp, upstream };
+}
+
 export const USAGE_EVENT_TYPE = 'UsageRecorded';
 export const usageStream = (accountId: string): string => `usage-${accountId}`;
 

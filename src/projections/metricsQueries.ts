@@ -8,15 +8,13 @@ import type {
   TokenFigures,
   UsageFigures,
 } from '../api/types.js';
+import { decodeUsageCall, type UsageCall, type UsageCallFields } from '../domain/usage.js';
 import type { Doc, ReadModelStore } from '../infra/readmodels/port.js';
 import { bucketName, bucketStart, ceilTo, coverRange, floorTo, type SeriesGranularity, seriesBuckets } from './usageBuckets.js';
 import { HISTOGRAM_FIELDS, quantile } from './usageHistogram.js';
 import {
-  decodeRequestRow,
   granularityPrefix,
   parseRollupKey,
-  type RequestRow,
-  type RequestRowFields,
   type RollupKey,
   USAGE_METRICS,
 } from './usageMetrics.js';
@@ -279,22 +277,22 @@ export class UsageQueries {
    * The raw rows of the scope, a page at a time (an export never holds more than one page):
    * hour by hour, and within an hour in the order they were recorded (their stream revision).
    */
-  async *requestRows(scope: UsageScope): AsyncGenerator<RequestRow[]> {
+  async *requestRows(scope: UsageScope): AsyncGenerator<UsageCall[]> {
     const prefix = `${scope.accountId}/`;
     let gte = prefix + bucketName(scope.start, 'hour');
     const lt = prefix + bucketName(ceilTo(scope.end, 'hour'), 'hour');
     const startIso = new Date(scope.start).toISOString();
     const endIso = new Date(scope.end).toISOString();
     for (;;) {
-      const page = await this.rm.range<Record<string, RequestRowFields>>(USAGE_METRICS.requestBlocks, { gte, lt, limit: EXPORT_PAGE });
-      const rows: RequestRow[] = [];
+      const page = await this.rm.range<Record<string, UsageCallFields>>(USAGE_METRICS.requestBlocks, { gte, lt, limit: EXPORT_PAGE });
+      const rows: UsageCall[] = [];
       for (const { doc } of page) {
         // Integer-like fields enumerate in ascending order: the block's revisions in order.
         for (const slot in doc) {
-          const row = doc[slot] as RequestRowFields;
+          const row = doc[slot] as UsageCallFields;
           const at = row[1];
           if (at < startIso || at >= endIso || (scope.chain && row[3] !== scope.chain)) continue;
-          rows.push(decodeRequestRow(row));
+          rows.push(decodeUsageCall(row));
         }
       }
       if (rows.length > 0) yield rows;

@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { isErrorUsage, USAGE_EVENT_TYPE, type UsageRecord } from '../domain/usage.js';
+import { encodeUsageCall, isErrorUsage, USAGE_EVENT_TYPE, type UsageCallFields, type UsageRecord } from '../domain/usage.js';
 import type { StoredEvent } from '../infra/eventstore/port.js';
 import type { ReadModelWrite } from '../infra/readmodels/port.js';
 import type { Projection } from './projection.js';
@@ -25,7 +25,7 @@ export const USAGE_METRICS = {
   /**
    * `<accountId>/<hour>/<block>` → the calls of that hour whose revision in the account's
    * `usage-<accountId>` stream falls in the block (REQUEST_BLOCK consecutive revisions), as
-   * `{ "<revision % REQUEST_BLOCK>": RequestRowFields }`: the raw rows the exports stream. Packed
+   * `{ "<revision % REQUEST_BLOCK>": UsageCallFields }`: the raw rows the exports stream. Packed
    * so that a replay writes one document per block instead of one per call, and keyed by the
    * revision so that a rebuild packs them as live did.
    */
@@ -99,36 +99,9 @@ export const errorMessageOf = (r: Pick<UsageRecord, 'errorMessage'>): string => 
 /** Consecutive stream revisions whose calls share a raw-row document (per hour): at most a few KB each. */
 export const REQUEST_BLOCK = 16;
 
-/** A raw call as the exports list it: a usage record (its account is the export's). */
-export type RequestRow = Omit<UsageRecord, 'accountId' | 'retentionDays'>;
-
-/** A raw row in a request block: the record's fields in a fixed order (an array, a third the size of an object). */
-export type RequestRowFields = [
-  requestId: string,
-  at: string,
-  tokenId: string,
-  chain: string,
-  method: string,
-  status: number,
-  rpcErrorCode: number | null,
-  errorMessage: string | null,
-  totalMs: number,
-  upstreamMs: number | null,
-  clientIp: string,
-  upstream: string | null,
-];
-
 /** Block numbers are zero-padded so that an hour's blocks sort in revision order. */
 export const requestBlockKey = (accountId: string, hour: string, revision: number): string =>
   [accountId, hour, String(Math.floor(revision / REQUEST_BLOCK)).padStart(16, '0')].join('/');
-
-export const encodeRequestRow = (r: UsageRecord, at: string): RequestRowFields =>
-  [r.requestId, at, r.tokenId, r.chain, r.method, r.status, r.rpcErrorCode, r.errorMessage, r.totalMs, r.upstreamMs, r.clientIp, r.upstream];
-
-export function decodeRequestRow(row: RequestRowFields): RequestRow {
-  const [requestId, at, tokenId, chain, method, status, rpcErrorCode, errorMessage, totalMs, upstreamMs, clientIp, upstream] = row;
-  return { requestId, at, tokenId, chain, method, status, rpcErrorCode, errorMessage, totalMs, upstreamMs, clientIp, upstream };
-}
 
 /**
  * `toISOString()` form of a day 1–28 (valid in every month): such a string is its own
@@ -208,7 +181,7 @@ interface AccountFold {
   accountId: string;
   tokens: Map<string, TokenFold>;
   /** hour → block number → the block's rows by slot. */
-  requestBlocks: Map<string, Map<number, BucketFolded<Record<number, RequestRowFields>>>>;
+  requestBlocks: Map<string, Map<number, BucketFolded<Record<number, UsageCallFields>>>>;
 }
 
 const MINUTE = GRANULARITIES.indexOf('minute');
@@ -324,14 +297,14 @@ export class UsageFold {
       rollup.retention = longerRetention(rollup.retention, retention);
     }
 
-    const hourBlocks = entry(account.requestBlocks, bucketNameOfIso(at, 'hour'), newMap<number, BucketFolded<Record<number, RequestRowFields>>>);
+    const hourBlocks = entry(account.requestBlocks, bucketNameOfIso(at, 'hour'), newMap<number, BucketFolded<Record<number, UsageCallFields>>>);
     const blockNumber = Math.floor(revision / REQUEST_BLOCK);
     let block = hourBlocks.get(blockNumber);
     if (block === undefined) {
       block = { value: {}, retention: undefined };
       hourBlocks.set(blockNumber, block);
     }
-    block.value[revision % REQUEST_BLOCK] = encodeRequestRow(record, at);
+    block.value[revision % REQUEST_BLOCK] = encodeUsageCall(record, at);
     block.retention = longerRetention(block.retention, retention);
 
     const dayIps = entry(token.clientIps, bucketNameOfIso(at, 'day'), newMap<string, BucketFolded<{ count: number; lastSeen: string }>>);

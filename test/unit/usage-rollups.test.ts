@@ -5,7 +5,8 @@ import type { ReadModelWrite } from '../../src/infra/readmodels/port.js';
 import { bucketName, bucketStart, coverRange, DAY_MS, HOUR_MS, MINUTE_MS, seriesBuckets, seriesGranularity } from '../../src/projections/usageBuckets.js';
 import { HISTOGRAM_FIELDS, histogramIndex, LATENCY_BOUNDS_MS, quantile } from '../../src/projections/usageHistogram.js';
 import { methodLabel } from '../../src/projections/usageMethod.js';
-import { canonicalTime, decodeRequestRow, parseRollupKey, REQUEST_BLOCK, type RequestRowFields, USAGE_METRICS, usageWrites } from '../../src/projections/usageMetrics.js';
+import { decodeUsageCall, type UsageCallFields } from '../../src/domain/usage.js';
+import { canonicalTime, parseRollupKey, REQUEST_BLOCK, USAGE_METRICS, usageWrites } from '../../src/projections/usageMetrics.js';
 
 const t = (iso: string): number => Date.parse(iso);
 
@@ -140,7 +141,7 @@ describe('the usage projection', () => {
     if (row?.op !== 'merge') return;
     expect(Object.keys(row.fields)).toEqual(['5']);
     const { accountId: _, ...rest } = record;
-    expect(decodeRequestRow(row.fields['5'] as RequestRowFields)).toEqual(rest);
+    expect(decodeUsageCall(row.fields['5'] as UsageCallFields)).toEqual(rest);
     expect(usageWrites(record, revision).some((w) => w.collection === USAGE_METRICS.requests)).toBe(false);
   });
 
@@ -148,7 +149,7 @@ describe('the usage projection', () => {
     const shifted = usageWrites({ ...record, at: '2024-05-07T15:45:12.345+02:00' }, 0);
     expect(shifted.find((w) => w.collection === USAGE_METRICS.recentErrors)?.key).toBe('acc_A/2024-05-07T13:45:12.345Z/req-1');
     const row = shifted.find((w) => w.collection === USAGE_METRICS.requestBlocks);
-    expect(row?.op === 'merge' && (row.fields['0'] as RequestRowFields)[1]).toBe('2024-05-07T13:45:12.345Z');
+    expect(row?.op === 'merge' && (row.fields['0'] as UsageCallFields)[1]).toBe('2024-05-07T13:45:12.345Z');
     expect(usageWrites({ ...record, at: 'yesterday' }, 0)).toEqual([]);
   });
 

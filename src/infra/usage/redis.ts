@@ -1,5 +1,5 @@
 import type { Redis } from 'ioredis';
-import { UsageRecord } from '../../domain/usage.js';
+import { decodeUsageCall, encodeUsageCall, type UsageCallFields, UsageRecord } from '../../domain/usage.js';
 import { FAIL_FAST, closeClient, connectRedis, waitForReady } from '../limits/redisConnection.js';
 import { SendBuffer } from './buffer.js';
 import { DEFAULT_QUEUE_CAPACITY } from './memory.js';
@@ -44,36 +44,23 @@ const RETRY_SEND_MS = 100;
 type StreamEntry = [id: string, fields: string[] | null];
 
 /**
- * A record on the wire: its fields in a fixed order. Without the key names a record is about
- * half the bytes, written by the gateway, held by Redis and, while Redis is away, by the send
- * buffer (up to a million records).
+ * A record on the wire: the call's fields in their fixed order, then the account and the
+ * retention (null when absent). Without the key names a record is about half the bytes,
+ * written by the gateway, held by Redis and, while Redis is away, by the send buffer (up to a
+ * million records).
  */
-type WireRecord = [
-  requestId: string,
-  at: string,
-  accountId: string,
-  tokenId: string,
-  chain: string,
-  method: string,
-  status: number,
-  rpcErrorCode: number | null,
-  errorMessage: string | null,
-  totalMs: number,
-  upstreamMs: number | null,
-  clientIp: string,
-  upstream: string | null,
-  retentionDays: number | null,
-];
+type WireRecord = [...UsageCallFields, accountId: string, retentionDays: number | null];
+/** The length of UsageCallFields: where the wire record's own fields start. */
+const CALL_FIELDS = 12;
 
-const toWire = (r: UsageRecord): WireRecord => [
-  r.requestId, r.at, r.accountId, r.tokenId, r.chain, r.method, r.status, r.rpcErrorCode, r.errorMessage, r.totalMs, r.upstreamMs, r.clientIp, r.upstream, r.retentionDays ?? null,
-];
+const toWire = (r: UsageRecord): WireRecord => [...encodeUsageCall(r), r.accountId, r.retentionDays ?? null];
 
 /** The record object of a wire record, for the schema to check; anything else (an object of an earlier version) as it is. */
 function fromWire(item: unknown): unknown {
   if (!Array.isArray(item)) return item;
-  const [requestId, at, accountId, tokenId, chain, method, status, rpcErrorCode, errorMessage, totalMs, upstreamMs, clientIp, upstream, retentionDays] = item as unknown[];
-  const record = { requestId, at, accountId, tokenId, chain, method, status, rpcErrorCode, errorMessage, totalMs, upstreamMs, clientIp, upstream };
+  // Any value may be wrong here: the schema checks the record built from them.
+  const [accountId, retentionDays] = item.slice(CALL_FIELDS) as unknown[];
+  const record = { ...decodeUsageCall(item.slice(0, CALL_FIELDS) as UsageCallFields), accountId };
   return retentionDays === null || retentionDays === undefined ? record : { ...record, retentionDays };
 }
 

@@ -1,4 +1,4 @@
-import type { RequestRow } from '../../../projections/usageMetrics.js';
+import type { UsageCall } from '../../../domain/usage.js';
 import { EXPORT_COLUMNS, exportRow } from './rows.js';
 
 const NEEDS_QUOTES = /[",\r\n]/;
@@ -16,7 +16,7 @@ export function csvField(value: string | number | null): string {
 const CRLF = '\r\n';
 
 /** The CSV text of an export, a header line then one chunk per page of rows (lines end in CRLF). */
-export async function* csvChunks(pages: AsyncIterable<RequestRow[]>): AsyncGenerator<string> {
+export async function* csvChunks(pages: AsyncIterable<UsageCall[]>): AsyncGenerator<string> {
   yield EXPORT_COLUMNS.join(',') + CRLF;
   for await (const rows of pages) {
     let chunk = '';

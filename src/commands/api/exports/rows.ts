@@ -1,5 +1,5 @@
 import { isErrorUsage } from '../../../domain/usage.js';
-import type { RequestRow } from '../../../projections/usageMetrics.js';
+import type { UsageCall } from '../../../domain/usage.js';
 
 /** One exported call: the columns of the CSV and the fields of the JSON export, in order. */
 export interface ExportRow {
@@ -23,7 +23,7 @@ export const EXPORT_COLUMNS: ReadonlyArray<keyof ExportRow> = [
   'client_ip', 'upstream',
 ];
 
-export function exportRow(r: RequestRow): ExportRow {
+export function exportRow(r: UsageCall): ExportRow {
   return {
     time: r.at,
     request_id: r.requestId,
