@@ -16,8 +16,11 @@ class CountingSource implements LeaseSource {
   whenReady(timeoutMs?: number): Promise<void> {
     return this.redis.whenReady(timeoutMs);
   }
+  /** Set: every take fails, as when Redis goes away. */
+  failTakes = false;
   take(request: LimitRequest): Promise<LimitDecision> {
     this.takes += 1;
+    if (this.failTakes) return Promise.reject(new Error('Redis is away'));
     return this.redis.take(request);
   }
   release(key: string, nowMs: number, units: number): Promise<void> {
@@ -107,6 +110,26 @@ describe('LeasedLimiter over Redis', () => {
     limiter.releaseStale();
     expect(source.releases).toBe(releasedBefore + 1);
     await new Promise((r) => setTimeout(r, 50));
+    expect(await direct.monthlyUsed(key, clock)).toBe(41);
+    await limiter.close();
+  });
+
+  it('keeps the lease of a call whose request to Redis failed, and gives it back with the rest', async () => {
+    let clock = Date.UTC(2025, 4, 10, 13, 0, 0);
+    const { source, limiter } = await open(() => clock);
+    const id = randomUUID();
+    const key = `account:${id}`;
+    const request = (nowMs: number, cost = 1): LimitRequest => ({ tokenId: `tok${id}`, rps: 50, monthly: { key, limit: 1000 }, cost, nowMs });
+    for (let i = 0; i < 40; i++) await limiter.take(request(clock + i));
+    await limiter.take(request(clock + 1000)); // leases ~39 more
+    source.failTakes = true;
+    // More than the lease holds: the rest must come from Redis, which fails.
+    await expect(limiter.take(request(clock + 1001, 45))).rejects.toThrow('Redis is away');
+    source.failTakes = false;
+    clock += 2000;
+    limiter.releaseStale();
+    await new Promise((r) => setTimeout(r, 50));
+    // The 41 calls granted; the failed call used none of the lease it drew on.
     expect(await direct.monthlyUsed(key, clock)).toBe(41);
     await limiter.close();
   });

@@ -111,6 +111,10 @@ export class LeasedLimiter implements Limiter {
     let shared: LimitDecision;
     try {
       shared = await asking;
+    } catch (error) {
+      // This layer admitted nothing: what the call drew from the lease is unused, given back with the rest.
+      this.unused(request.tokenId, lease, fromLease);
+      throw error;
     } finally {
       if (lease.leasing === asking) lease.leasing = null;
     }
@@ -132,6 +136,13 @@ export class LeasedLimiter implements Limiter {
     lease.rateRemaining = decision.rate.remaining;
     lease.monthRemaining = decision.monthly.remaining;
     return decision;
+  }
+
+  /** Returns units to a lease, or straight to the month when the lease was given back meanwhile. */
+  private unused(tokenId: string, lease: Lease, units: number): void {
+    if (units === 0) return;
+    if (this.leases.get(tokenId) === lease) lease.left += units;
+    else void this.source.release(lease.monthlyKey, lease.second * 1000, units).catch(() => undefined);
   }
 
   /** Drops a lease and gives its unused calls back to the month (the second's window expires by itself). */
