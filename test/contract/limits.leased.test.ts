@@ -93,44 +93,43 @@ describe('LeasedLimiter over Redis', () => {
     await limiter.close();
   });
 
-  it('gives back what a lease did not use once its second is over: refused and unmade calls use no quota', async () => {
-    let clock = Date.UTC(2025, 4, 10, 12, 0, 0);
-    const { source, limiter } = await open(() => clock);
+  /** A new token with 40 calls in the second at `start` and one in the next, which leases ~39 more that are never used. */
+  const withLease = async (start: number) => {
+    const clock = { now: start };
+    const { source, limiter } = await open(() => clock.now);
     const id = randomUUID();
     const key = `account:${id}`;
-    const request = (nowMs: number): LimitRequest => ({ tokenId: `tok${id}`, rps: 50, monthly: { key, limit: 1000 }, cost: 1, nowMs });
-    for (let i = 0; i < 40; i++) await limiter.take(request(clock + i));
-    // The next second: one call, leasing ~39 more that are never used.
-    const one = await limiter.take(request(clock + 1000));
+    const request = (nowMs: number, cost = 1): LimitRequest => ({ tokenId: `tok${id}`, rps: 50, monthly: { key, limit: 1000 }, cost, nowMs });
+    for (let i = 0; i < 40; i++) await limiter.take(request(start + i));
+    const one = await limiter.take(request(start + 1000));
+    return { clock, source, limiter, key, request, one };
+  };
+
+  it('gives back what a lease did not use once its second is over: refused and unmade calls use no quota', async () => {
+    const { clock, source, limiter, key, one } = await withLease(Date.UTC(2025, 4, 10, 12, 0, 0));
     const releasedBefore = source.releases;
     expect(one).toMatchObject({ granted: 1, monthly: { remaining: 1000 - 41 } });
-    expect(await direct.monthlyUsed(key, clock)).toBeGreaterThan(41); // Redis counts the lease...
-    expect(await limiter.monthlyUsed(key, clock)).toBe(41); // ...this process knows what it holds.
-    clock += 2000;
+    expect(await direct.monthlyUsed(key, clock.now)).toBeGreaterThan(41); // Redis counts the lease...
+    expect(await limiter.monthlyUsed(key, clock.now)).toBe(41); // ...this process knows what it holds.
+    clock.now += 2000;
     limiter.releaseStale();
     expect(source.releases).toBe(releasedBefore + 1);
     await new Promise((r) => setTimeout(r, 50));
-    expect(await direct.monthlyUsed(key, clock)).toBe(41);
+    expect(await direct.monthlyUsed(key, clock.now)).toBe(41);
     await limiter.close();
   });
 
   it('keeps the lease of a call whose request to Redis failed, and gives it back with the rest', async () => {
-    let clock = Date.UTC(2025, 4, 10, 13, 0, 0);
-    const { source, limiter } = await open(() => clock);
-    const id = randomUUID();
-    const key = `account:${id}`;
-    const request = (nowMs: number, cost = 1): LimitRequest => ({ tokenId: `tok${id}`, rps: 50, monthly: { key, limit: 1000 }, cost, nowMs });
-    for (let i = 0; i < 40; i++) await limiter.take(request(clock + i));
-    await limiter.take(request(clock + 1000)); // leases ~39 more
+    const { clock, source, limiter, key, request } = await withLease(Date.UTC(2025, 4, 10, 13, 0, 0));
     source.failTakes = true;
     // More than the lease holds: the rest must come from Redis, which fails.
-    await expect(limiter.take(request(clock + 1001, 45))).rejects.toThrow('Redis is away');
+    await expect(limiter.take(request(clock.now + 1001, 45))).rejects.toThrow('Redis is away');
     source.failTakes = false;
-    clock += 2000;
+    clock.now += 2000;
     limiter.releaseStale();
     await new Promise((r) => setTimeout(r, 50));
     // The 41 calls granted; the failed call used none of the lease it drew on.
-    expect(await direct.monthlyUsed(key, clock)).toBe(41);
+    expect(await direct.monthlyUsed(key, clock.now)).toBe(41);
     await limiter.close();
   });
 
