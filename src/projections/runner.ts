@@ -182,7 +182,7 @@ export class ProjectionRunner {
  * long history writes far fewer documents.
  */
 export function unexpired(writes: ReadModelWrite[], nowMs: number): ReadModelWrite[] {
-  let expired = 0;
-  for (const w of writes) if (w.op !== 'delete' && w.expiresAt !== undefined && w.expiresAt <= nowMs) expired++;
-  return expired === 0 ? writes : writes.filter((w) => w.op === 'delete' || w.expiresAt === undefined || w.expiresAt > nowMs);
+  const live = (w: ReadModelWrite): boolean => w.op === 'delete' || w.expiresAt === undefined || w.expiresAt > nowMs;
+  // Most batches have nothing expired: no copy of them.
+  return writes.every(live) ? writes : writes.filter(live);
 }

@@ -230,13 +230,13 @@ export class UsageFold {
    * that roll-up is not built, as the runner would drop it. Null: every document is built.
    */
   private readonly minutesExpireBefore: string | null;
+  /** Rare (failed calls): keyed directly. */
+  private readonly errorGroups = new Map<string, Folded<{ inc: { count: number }; set: { code: number; message: string; lastSeen: string } }>>();
+  private readonly recentErrors: ReadModelWrite[] = [];
 
   constructor(nowMs?: number) {
     this.minutesExpireBefore = nowMs === undefined ? null : new Date(nowMs - MINUTE_RETENTION_DAYS * DAY_MS - MINUTE_MS).toISOString();
   }
-  /** Rare (failed calls): keyed directly. */
-  private readonly errorGroups = new Map<string, Folded<{ inc: { count: number }; set: { code: number; message: string; lastSeen: string } }>>();
-  private readonly recentErrors: ReadModelWrite[] = [];
 
   /** Adds a record at `revision` of its account's usage stream; a record whose time is not a time counts nowhere. */
   add(record: UsageRecord, revision: number): void {

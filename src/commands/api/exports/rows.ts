@@ -1,5 +1,4 @@
-import { isErrorUsage } from '../../../domain/usage.js';
-import type { UsageCall } from '../../../domain/usage.js';
+import { isErrorUsage, type UsageCall } from '../../../domain/usage.js';
 
 /** One exported call: the columns of the CSV and the fields of the JSON export, in order. */
 export interface ExportRow {
