@@ -3,6 +3,7 @@ import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest, 
 import { managementApi } from './commands/api/plugin.js';
 import { problemErrorHandler } from './commands/api/problem.js';
 import { webRoutes } from './commands/api/webRoutes.js';
+import { ChainFront } from './gateway/front.js';
 import { gatewayRoutes } from './gateway/routes.js';
 import type { Runtime } from './runtime.js';
 import { coreProjection } from './projections/core.js';
@@ -57,6 +58,9 @@ function requestIds(): () => string {
 
 export async function buildServer(runtime: Runtime, options: { logger?: boolean } = {}): Promise<FastifyInstance> {
   const { role } = runtime.config;
+  const nextId = requestIds();
+  // Chain calls are served on node:http before fastify (src/gateway/front.ts).
+  const front = runtime.gateway ? new ChainFront({ trustProxy: runtime.config.trustProxy, nextId }) : null;
   const app = Fastify({
     logger: options.logger
       ? {
@@ -69,7 +73,8 @@ export async function buildServer(runtime: Runtime, options: { logger?: boolean 
       : false,
     logController: new RequestLogLevels(runtime.config.logLevel),
     trustProxy: runtime.config.trustProxy,
-    genReqId: requestIds(),
+    genReqId: nextId,
+    ...(front ? { serverFactory: front.serverFactory } : {}),
     bodyLimit: 1024 * 1024,
     // Malformed URLs (bad percent-encoding) fail before any route: answer them as problems too.
     frameworkErrors: (error, request, reply) => {
@@ -98,6 +103,7 @@ export async function buildServer(runtime: Runtime, options: { logger?: boolean 
         runtime.telemetry.observeCall(record);
       },
       pools: gateway.pools,
+      front: front ?? undefined,
     });
   }
   return app;

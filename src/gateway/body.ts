@@ -11,40 +11,53 @@ export class BodyTooLarge {
 
 export type RawBody = Buffer | BodyTooLarge;
 
+/**
+ * Reads a request body into one Buffer, or a BodyTooLarge once it passes `maxBodyBytes` (by its
+ * declared Content-Length, without reading it, or as it arrives); the rest is drained unread.
+ */
+export function readRawBody(
+  payload: NodeJS.ReadableStream,
+  contentLength: string | undefined,
+  maxBodyBytes: number,
+  done: (err: Error | null, body: RawBody | undefined) => void,
+): void {
+  const declared = Number(contentLength);
+  if (Number.isFinite(declared) && declared > maxBodyBytes) {
+    payload.resume(); // drain and discard; the answer does not wait for it
+    done(null, new BodyTooLarge(maxBodyBytes));
+    return;
+  }
+  const chunks: Buffer[] = [];
+  let size = 0;
+  let settled = false;
+  payload.on('data', (chunk: Buffer) => {
+    if (settled) return;
+    size += chunk.length;
+    if (size > maxBodyBytes) {
+      settled = true;
+      chunks.length = 0;
+      done(null, new BodyTooLarge(maxBodyBytes));
+      return;
+    }
+    chunks.push(chunk);
+  });
+  payload.on('end', () => {
+    if (settled) return;
+    settled = true;
+    done(null, chunks.length === 1 ? (chunks[0] as Buffer) : Buffer.concat(chunks, size));
+  });
+  payload.on('error', (err: Error) => {
+    if (settled) return;
+    settled = true;
+    done(err, undefined);
+  });
+}
+
 /** Replaces the encapsulated instance's parsers; call inside the routes' own plugin scope. */
 export function registerRawBodyParser(fastify: FastifyInstance, maxBodyBytes: number): void {
   fastify.removeAllContentTypeParsers();
   fastify.addContentTypeParser('*', (request, payload, done) => {
-    const declared = Number(request.headers['content-length']);
-    if (Number.isFinite(declared) && declared > maxBodyBytes) {
-      payload.resume(); // drain and discard; the answer does not wait for it
-      done(null, new BodyTooLarge(maxBodyBytes));
-      return;
-    }
-    const chunks: Buffer[] = [];
-    let size = 0;
-    let settled = false;
-    payload.on('data', (chunk: Buffer) => {
-      if (settled) return;
-      size += chunk.length;
-      if (size > maxBodyBytes) {
-        settled = true;
-        chunks.length = 0;
-        done(null, new BodyTooLarge(maxBodyBytes));
-        return;
-      }
-      chunks.push(chunk);
-    });
-    payload.on('end', () => {
-      if (settled) return;
-      settled = true;
-      done(null, Buffer.concat(chunks, size));
-    });
-    payload.on('error', (err) => {
-      if (settled) return;
-      settled = true;
-      done(err, undefined);
-    });
+    readRawBody(payload, request.headers['content-length'], maxBodyBytes, done);
   });
 }
 

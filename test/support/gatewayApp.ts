@@ -4,6 +4,7 @@ import Fastify, { type FastifyInstance } from 'fastify';
 import type { UsageRecord } from '../../src/domain/usage.js';
 import type { Gatekeeper } from '../../src/gateway/admission.js';
 import { parseChainsConfig } from '../../src/gateway/chains.js';
+import { ChainFront } from '../../src/gateway/front.js';
 import { type GatewayLimits, gatewayRoutes } from '../../src/gateway/routes.js';
 import { type UpstreamPoolOptions, UpstreamPools } from '../../src/gateway/upstream.js';
 
@@ -30,8 +31,10 @@ export async function startGateway(options: {
   const registry = parseChainsConfig({ chains: options.chains }, 'test');
   const pools = new UpstreamPools(registry, options.pool);
   const usage: UsageRecord[] = [];
-  const app = Fastify({ logger: false, genReqId: () => randomUUID() });
-  await app.register(gatewayRoutes, { chains: registry, gatekeeper: options.gatekeeper, recordUsage: (r) => usage.push(r), pools, limits: options.limits });
+  // As the service does: chain calls on the node:http front, the rest on fastify.
+  const front = new ChainFront({ trustProxy: false, nextId: () => randomUUID() });
+  const app = Fastify({ logger: false, genReqId: () => randomUUID(), serverFactory: front.serverFactory });
+  await app.register(gatewayRoutes, { chains: registry, gatekeeper: options.gatekeeper, recordUsage: (r) => usage.push(r), pools, limits: options.limits, front });
   await app.listen({ port: 0, host: '127.0.0.1' });
   const { port } = app.server.address() as AddressInfo;
   return {

@@ -1,0 +1,318 @@
+import type { IncomingHttpHeaders } from 'node:http';
+import { performance } from 'node:perf_hooks';
+import type { UsageRecord } from '../domain/usage.js';
+import type { Admission, Gatekeeper } from './admission.js';
+import { type Answer, type CallScope, INVALID_METHOD, localError, type LocalError } from './answer.js';
+import { BodyTooLarge, isJsonRpcMediaType, type RawBody } from './body.js';
+import type { ChainRegistry } from './chains.js';
+import { type Credentials, extractCredentials } from './credentials.js';
+import { JSON_CONTENT_TYPE, RpcCode, restError, rpcError } from './errors.js';
+import { IsoClock } from './isoClock.js';
+import { handleRest } from './rest.js';
+import { handleJsonRpc } from './rpcHandler.js';
+import type { UpstreamPools } from './upstream.js';
+
+/**
+ * A chain call from request to answer, whatever HTTP server carries it: the node:http front
+ * (src/gateway/front.ts) for the known chains' calls, the fastify routes (src/gateway/routes.ts)
+ * for the rest. Every answer carries the admission's limit headers; every call of a known
+ * caller yields one usage record. Usage request ids are the request's id (+ `:<index>` per
+ * batch member): the server must make them unique, since they key idempotent usage appends.
+ */
+
+export interface GatewayLimits {
+  maxBatch: number;
+  maxBodyBytes: number;
+}
+
+export const DEFAULT_GATEWAY_LIMITS: GatewayLimits = { maxBatch: 100, maxBodyBytes: 1024 * 1024 };
+
+export interface ChainCallsOptions {
+  chains: ChainRegistry;
+  gatekeeper: Gatekeeper;
+  recordUsage: (record: UsageRecord) => void;
+  pools: UpstreamPools;
+  limits?: Partial<GatewayLimits>;
+}
+
+/** Where chain calls are logged (fastify's logger fits): failures, and at debug each call. */
+export interface ChainCallLog {
+  /** The logger's level, when it has one: request lines are written only at debug and trace. */
+  level?: string;
+  error(details: object, message: string): void;
+  debug(details: object, message: string): void;
+}
+
+/** One chain call as the HTTP layer hands it over. */
+export interface ChainRequest {
+  method: string;
+  /** The raw URL, still percent-encoded, with its query. */
+  url: string;
+  headers: IncomingHttpHeaders;
+  /** Read raw for a POST (src/gateway/body.ts); undefined for a GET. */
+  body: RawBody | undefined;
+  ip: string;
+  id: string;
+  /** performance.now() when the call arrived, before its body was read: the start of its total time. */
+  arrivedAt: number;
+}
+
+export interface ChainResponse {
+  status: number;
+  headers: Record<string, string>;
+  /** null: no body. */
+  body: string | Buffer | null;
+}
+
+class GatekeeperUnavailable extends Error {}
+
+/** One chain call's scope: the admission is asked at most once, whatever the handlers ask. */
+class RequestScope implements CallScope {
+  private admission: Promise<Admission> | null = null;
+
+  constructor(
+    readonly chain: CallScope['chain'],
+    readonly pool: CallScope['pool'],
+    private readonly gatekeeper: Gatekeeper,
+    private readonly credentials: Credentials,
+  ) {}
+
+  admit(cost: number): Promise<Admission> {
+    this.admission ??= this.ask(cost);
+    return this.admission;
+  }
+
+  private async ask(cost: number): Promise<Admission> {
+    try {
+      return await this.gatekeeper.admit({ chain: this.chain.id, token: this.credentials.token, via: this.credentials.via, cost, nowMs: Date.now() });
+    } catch (err) {
+      throw new GatekeeperUnavailable('gatekeeper failed', { cause: err });
+    }
+  }
+}
+
+const EXPOSED_HEADERS = [
+  'x-ratelimit-limit',
+  'x-ratelimit-remaining',
+  'x-ratelimit-reset',
+  'x-monthlylimit-limit',
+  'x-monthlylimit-remaining',
+  'x-monthlylimit-reset',
+  'retry-after',
+  'x-request-id',
+].join(', ');
+
+/** The chain id: the URL's first path segment (still percent-encoded). */
+export function chainIdOf(url: string): string {
+  let end = url.length;
+  for (let i = 1; i < url.length; i++) {
+    const c = url.charCodeAt(i);
+    if (c === 47 /* / */ || c === 63 /* ? */) {
+      end = i;
+      break;
+    }
+  }
+  return url.slice(1, end);
+}
+
+/** Path segments after the chain, and the query, from the raw URL (still percent-encoded). */
+function splitUrl(url: string): { segments: string[]; query: string } {
+  const q = url.indexOf('?');
+  const path = q < 0 ? url : url.slice(0, q);
+  const segments = path.split('/').slice(2);
+  if (segments.length > 0 && segments[segments.length - 1] === '') segments.pop();
+  return { segments, query: q < 0 ? '' : url.slice(q + 1) };
+}
+
+/** JSON-RPC errors answer a POST without path; everything else is answered in the REST shape. */
+const isRpcShaped = (method: string, url: string): boolean => method === 'POST' && splitUrl(url).segments.length <= 1;
+
+interface Incoming {
+  /** Path segments after the chain and the token. */
+  segments: string[];
+  isPost: boolean;
+  body: RawBody | undefined;
+  contentType: string | undefined;
+  query: string;
+  limits: GatewayLimits;
+}
+
+const rpcIssue = (status: number, message: string): LocalError => ({
+  shape: 'rpc', status, rpcCode: RpcCode.invalidRequest, restCode: 'invalid_request', message, method: INVALID_METHOD,
+});
+
+const restIssue = (segments: string[], status: number, restCode: string, message: string): LocalError => ({
+  shape: 'rest', status, rpcCode: RpcCode.invalidRequest, restCode, message, method: segments.join('/').slice(0, 200) || INVALID_METHOD,
+});
+
+const EMPTY_BODY = Buffer.alloc(0);
+
+/** Which protocol handles the call, or which local error answers it. */
+function dispatch(scope: CallScope, req: Incoming): Promise<Answer> {
+  const { chain } = scope;
+  const { segments, isPost, limits } = req;
+  const tooLarge = req.body instanceof BodyTooLarge;
+  const raw = Buffer.isBuffer(req.body) ? req.body : EMPTY_BODY;
+
+  if (segments.length === 0 && isPost) {
+    if (!chain.acceptsJsonRpc) return localError(scope, rpcIssue(400, `${chain.id} speaks REST, not JSON-RPC: call /${chain.id}/<token>/<method_or_path>`));
+    if (tooLarge) return localError(scope, rpcIssue(413, `Request body larger than ${limits.maxBodyBytes} bytes`));
+    if (!isJsonRpcMediaType(req.contentType)) return localError(scope, rpcIssue(415, 'Unsupported media type: send application/json'));
+    return handleJsonRpc(scope, raw, limits.maxBatch);
+  }
+  if (segments.length === 0) {
+    return localError(
+      scope,
+      chain.protocol === 'jsonrpc'
+        ? restIssue(segments, 400, 'protocol_mismatch', `${chain.id} speaks JSON-RPC: POST a JSON-RPC 2.0 body to /${chain.id}/<token>`)
+        : restIssue(segments, 400, 'missing_path', `${chain.id} speaks REST: call /${chain.id}/<token>/<method_or_path>`),
+    );
+  }
+  if (chain.protocol === 'jsonrpc') {
+    return localError(scope, restIssue(segments, 400, 'protocol_mismatch', `${chain.id} speaks JSON-RPC, not REST: POST a JSON-RPC 2.0 body to /${chain.id}/<token>`));
+  }
+  if (tooLarge) return localError(scope, restIssue(segments, 413, 'payload_too_large', `Request body larger than ${limits.maxBodyBytes} bytes`));
+  return handleRest(scope, { httpMethod: isPost ? 'POST' : 'GET', segments, query: req.query, body: isPost ? raw : null, contentType: req.contentType });
+}
+
+export class ChainCalls {
+  readonly limits: GatewayLimits;
+  private readonly clock = new IsoClock();
+
+  constructor(
+    private readonly options: ChainCallsOptions,
+    readonly log: ChainCallLog,
+  ) {
+    this.limits = { ...DEFAULT_GATEWAY_LIMITS, ...options.limits };
+  }
+
+  /** Whether `chainId` names a configured chain: only those calls are worth a fast path. */
+  isKnownChain(chainId: string): boolean {
+    return this.options.chains.get(chainId) !== undefined;
+  }
+
+  /** A chain call (GET or POST) to its answer; never throws: a failure is a 500 or 503 in the call's shape. */
+  async serve(req: ChainRequest): Promise<ChainResponse> {
+    try {
+      return await this.answer(req);
+    } catch (err) {
+      return this.failed(req, err);
+    }
+  }
+
+  /** A call that failed on our side: logged, and a 500 (503 while the gatekeeper is unavailable) in the call's shape. */
+  failed(req: Pick<ChainRequest, 'method' | 'url' | 'headers' | 'id'>, err: unknown): ChainResponse {
+    const unavailable = err instanceof GatekeeperUnavailable;
+    this.log.error({ err }, unavailable ? 'gatekeeper failed' : 'chain call failed');
+    const message = unavailable ? 'Service temporarily unavailable' : 'Internal error';
+    const body = isRpcShaped(req.method, req.url)
+      ? rpcError('null', RpcCode.internalError, message)
+      : restError(unavailable ? 'service_unavailable' : 'internal_error', message);
+    return this.plain(req, unavailable ? 503 : 500, body);
+  }
+
+  /** A call the HTTP server refused before it reached `serve` (an unreadable Content-Type...). */
+  refused(req: Pick<ChainRequest, 'method' | 'url' | 'headers' | 'id'>, status: number, reason: string): ChainResponse {
+    const unsupported = status === 415;
+    const message = unsupported ? 'Unsupported media type: send application/json' : `Bad request: ${reason}`;
+    const body = isRpcShaped(req.method, req.url)
+      ? rpcError('null', RpcCode.invalidRequest, message)
+      : restError(unsupported ? 'unsupported_media_type' : 'bad_request', message);
+    return this.plain(req, status, body);
+  }
+
+  /** The CORS preflight of a browser dApp calling a chain endpoint directly. */
+  preflight(req: Pick<ChainRequest, 'headers' | 'id'>): ChainResponse {
+    const asked = req.headers['access-control-request-headers'];
+    const headers = this.commonHeaders(req);
+    headers['access-control-allow-methods'] = 'GET, POST, OPTIONS';
+    headers['access-control-allow-headers'] = typeof asked === 'string' && asked !== '' ? asked : 'authorization, content-type';
+    headers['access-control-max-age'] = '86400';
+    return { status: 204, headers, body: null };
+  }
+
+  private async answer(req: ChainRequest): Promise<ChainResponse> {
+    const chainId = chainIdOf(req.url);
+    const chain = this.options.chains.get(chainId);
+    const { segments: afterChain, query } = splitUrl(req.url);
+    const isPost = req.method === 'POST';
+    if (!chain) {
+      const message = `Unknown chain "${chainId.slice(0, 64)}"`;
+      const body = isPost && afterChain.length <= 1 ? rpcError('null', RpcCode.methodNotFound, message) : restError('unknown_chain', message);
+      return this.plain(req, 404, body);
+    }
+    const pool = this.options.pools.get(chain.id);
+    if (!pool) throw new Error(`no upstream pool for chain ${chain.id}`);
+    const authorization = req.headers.authorization;
+    const credentials = extractCredentials(afterChain, authorization, query);
+    const scope = new RequestScope(chain, pool, this.options.gatekeeper, credentials);
+    const contentType = req.headers['content-type'];
+    const answer = await dispatch(scope, { segments: credentials.segments, isPost, body: req.body, contentType, query, limits: this.limits });
+    this.emit(req, answer, chain.id);
+    return this.respond(req, answer);
+  }
+
+  private emit(req: ChainRequest, answer: Answer, chainId: string): void {
+    const caller = answer.admission?.caller;
+    if (!caller) return;
+    const elapsed = performance.now() - req.arrivedAt;
+    const totalMs = Math.round(elapsed * 100) / 100;
+    const at = this.clock.format(Date.now() - elapsed);
+    for (const d of answer.usage) {
+      const record: UsageRecord = {
+        requestId: d.memberIndex === null ? req.id : `${req.id}:${d.memberIndex}`,
+        at,
+        accountId: caller.accountId,
+        tokenId: caller.tokenId,
+        chain: chainId,
+        method: d.method.slice(0, 200),
+        status: answer.status,
+        rpcErrorCode: d.rpcErrorCode,
+        errorMessage: d.errorMessage,
+        totalMs,
+        upstreamMs: d.upstreamMs,
+        clientIp: req.ip,
+        upstream: d.upstream,
+        retentionDays: caller.retentionDays,
+      };
+      try {
+        this.options.recordUsage(record);
+      } catch (err) {
+        this.log.error({ err }, 'usage record dropped');
+      }
+    }
+  }
+
+  private respond(req: ChainRequest, answer: Answer): ChainResponse {
+    const headers = this.commonHeaders(req);
+    const admission = answer.admission;
+    if (admission) Object.assign(headers, admission.headers);
+    if (answer.headers) Object.assign(headers, answer.headers);
+    if (answer.status === 429 && admission?.retryAfterSeconds != null && headers['retry-after'] === undefined) {
+      headers['retry-after'] = String(admission.retryAfterSeconds);
+    }
+    if (answer.status === 413) headers.connection = 'close';
+    if (answer.body !== null) headers['content-type'] = answer.contentType;
+    return { status: answer.status, headers, body: answer.body };
+  }
+
+  private plain(req: Pick<ChainRequest, 'headers' | 'id'>, status: number, body: string): ChainResponse {
+    const headers = this.commonHeaders(req);
+    headers['content-type'] = JSON_CONTENT_TYPE;
+    return { status, headers, body };
+  }
+
+  /**
+   * What every chain answer carries: its request id, and for browsers (a request with an Origin
+   * header: only those are CORS requests) the CORS headers. Browser dApps call chain endpoints
+   * directly, as they do Infura's or Alchemy's.
+   */
+  private commonHeaders(req: Pick<ChainRequest, 'headers' | 'id'>): Record<string, string> {
+    const headers: Record<string, string> = { 'x-request-id': req.id };
+    if (req.headers.origin !== undefined) {
+      headers['access-control-allow-origin'] = '*';
+      headers['access-control-expose-headers'] = EXPOSED_HEADERS;
+    }
+    return headers;
+  }
+}

@@ -1,0 +1,112 @@
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { performance } from 'node:perf_hooks';
+import type { FastifyServerFactory } from 'fastify';
+import { readRawBody } from './body.js';
+import { type ChainCalls, type ChainRequest, type ChainResponse, chainIdOf } from './chainCalls.js';
+
+/**
+ * The HTTP server of a process that serves chain calls: known chains' GET and POST calls are
+ * answered here, on node:http, through ChainCalls; every other request goes on to fastify (the
+ * management API, health checks, preflights, unknown chains). A chain call is the hot path,
+ * thousands a second: here it skips fastify's routing, request and reply objects, hooks and
+ * content-type parsing, which measured as much CPU as auth, limits and metering together
+ * (docs/decisions.md, "Chain calls on node:http"). Given to fastify as its `serverFactory`; the
+ * gateway routes plugin starts it (`serve`) and stops it as the app closes, so calls during a
+ * drain get fastify's 503.
+ */
+export class ChainFront {
+  private calls: ChainCalls | null = null;
+  /** Chain calls are metered one by one: their request lines are written at debug only (as src/server.ts does for fastify's). */
+  private logRequests = false;
+
+  constructor(
+    private readonly options: {
+      /** As fastify's `trustProxy: true`: the client is the first address of X-Forwarded-For. */
+      trustProxy: boolean;
+      /** The request ids fastify's `genReqId` gives too: one sequence for both. */
+      nextId: () => string;
+    },
+  ) {}
+
+  serve(calls: ChainCalls): void {
+    this.calls = calls;
+    this.logRequests = calls.log.level === 'debug' || calls.log.level === 'trace';
+  }
+
+  stop(): void {
+    this.calls = null;
+  }
+
+  readonly serverFactory: FastifyServerFactory = (fastifyHandler, opts): Server => {
+    const server = createServer((req, res) => {
+      if (!this.take(req, res)) fastifyHandler(req, res);
+    });
+    // What fastify sets on a server it creates itself.
+    const option = (name: string): number | undefined => (typeof opts[name] === 'number' ? opts[name] : undefined);
+    server.keepAliveTimeout = option('keepAliveTimeout') ?? server.keepAliveTimeout;
+    server.requestTimeout = option('requestTimeout') ?? server.requestTimeout;
+    server.setTimeout(option('connectionTimeout') ?? 0);
+    const maxRequests = option('maxRequestsPerSocket');
+    if (maxRequests) server.maxRequestsPerSocket = maxRequests;
+    return server;
+  };
+
+  /** Serves `req` if it is a known chain's GET or POST call; false leaves it to fastify. */
+  private take(req: IncomingMessage, res: ServerResponse): boolean {
+    const calls = this.calls;
+    const method = req.method;
+    if (calls === null || (method !== 'POST' && method !== 'GET')) return false;
+    const url = req.url ?? '/';
+    if (!calls.isKnownChain(chainIdOf(url))) return false;
+    const call: ChainRequest = {
+      method,
+      url,
+      headers: req.headers,
+      body: undefined,
+      ip: this.clientIp(req),
+      id: this.options.nextId(),
+      arrivedAt: performance.now(),
+    };
+    if (this.logRequests) calls.log.debug({ reqId: call.id, req: { method, url, ip: call.ip } }, 'incoming request');
+    const answer = (response: ChainResponse): void => {
+      write(res, response);
+      if (this.logRequests) {
+        const responseTime = performance.now() - call.arrivedAt;
+        calls.log.debug({ reqId: call.id, res: { statusCode: response.status }, responseTime }, 'request completed');
+      }
+    };
+    if (method === 'GET') {
+      req.resume(); // a GET's body, if any, is not read (as fastify does)
+      void calls.serve(call).then(answer);
+      return true;
+    }
+    readRawBody(req, req.headers['content-length'], calls.limits.maxBodyBytes, (err, body) => {
+      if (err) {
+        answer(calls.failed(call, err));
+        return;
+      }
+      call.body = body;
+      void calls.serve(call).then(answer);
+    });
+    return true;
+  }
+
+  private clientIp(req: IncomingMessage): string {
+    if (this.options.trustProxy) {
+      const forwarded = req.headers['x-forwarded-for'];
+      if (typeof forwarded === 'string') {
+        const comma = forwarded.indexOf(',');
+        const first = (comma < 0 ? forwarded : forwarded.slice(0, comma)).trim();
+        if (first !== '') return first;
+      }
+    }
+    return req.socket.remoteAddress ?? '';
+  }
+}
+
+function write(res: ServerResponse, response: ChainResponse): void {
+  const { body, headers } = response;
+  if (body !== null) headers['content-length'] = String(typeof body === 'string' ? Buffer.byteLength(body) : body.length);
+  res.writeHead(response.status, headers);
+  res.end(body ?? undefined);
+}
