@@ -27,13 +27,16 @@ export async function startGateway(options: {
   gatekeeper: Gatekeeper;
   limits?: Partial<GatewayLimits>;
   pool?: UpstreamPoolOptions;
+  trustProxy?: boolean;
 }): Promise<TestGateway> {
   const registry = parseChainsConfig({ chains: options.chains }, 'test');
   const pools = new UpstreamPools(registry, options.pool);
   const usage: UsageRecord[] = [];
   // As the service does: chain calls on the node:http front, the rest on fastify.
-  const front = new ChainFront({ trustProxy: false, nextId: () => randomUUID() });
-  const app = Fastify({ logger: false, genReqId: () => randomUUID(), serverFactory: front.serverFactory });
+  // Request ids tell which of the two served a call.
+  const trustProxy = options.trustProxy ?? false;
+  const front = new ChainFront({ trustProxy, nextId: () => `front-${randomUUID()}` });
+  const app = Fastify({ logger: false, trustProxy, genReqId: () => `fastify-${randomUUID()}`, serverFactory: front.serverFactory });
   await app.register(gatewayRoutes, { chains: registry, gatekeeper: options.gatekeeper, recordUsage: (r) => usage.push(r), pools, limits: options.limits, front });
   await app.listen({ port: 0, host: '127.0.0.1' });
   const { port } = app.server.address() as AddressInfo;
