@@ -15,10 +15,16 @@ export function monthId(nowMs: number): string {
   return `${d.getUTCFullYear()}${String(d.getUTCMonth() + 1).padStart(2, '0')}`;
 }
 
+/** The last month asked for, as [its first instant in ms, the next month's]: every call asks (headers). */
+let lastMonth: [number, number] = [0, 0];
+
 /** First instant of the next UTC month, in Unix seconds. */
 export function nextMonthStart(nowMs: number): number {
+  const [start, next] = lastMonth;
+  if (nowMs >= start && nowMs < next) return next / 1000;
   const d = new Date(nowMs);
-  return Date.UTC(d.getUTCFullYear(), d.getUTCMonth() + 1, 1) / 1000;
+  lastMonth = [Date.UTC(d.getUTCFullYear(), d.getUTCMonth(), 1), Date.UTC(d.getUTCFullYear(), d.getUTCMonth() + 1, 1)];
+  return lastMonth[1] / 1000;
 }
 
 /** A monthly counter is kept this long after its month ends (late reads for the dashboard). */
