@@ -338,7 +338,7 @@ describe('usage records', () => {
       clientIp: '127.0.0.1',
       upstream: 'local-1',
     });
-    expect(record.requestId).toMatch(/^[0-9a-f-]{36}$/);
+    expect(record.requestId).toMatch(/^front-[0-9a-f-]{36}$/);
     expect(r.headers.get('x-request-id')).toBe(record.requestId);
     expect(record.totalMs).toBeGreaterThanOrEqual(record.upstreamMs ?? 0);
     expect(Date.parse(record.at)).toBeGreaterThan(Date.now() - 10_000);
@@ -371,7 +371,7 @@ describe('browsers', () => {
   it('leaves the CORS headers out of answers to callers that are not browsers (no Origin)', async () => {
     const r = await rpc('fake', call('eth_blockNumber'));
     expect(r.status).toBe(200);
-    expect(r.headers.get('x-request-id')).toMatch(/^[0-9a-f-]{36}$/);
+    expect(r.headers.get('x-request-id')).toMatch(/^front-[0-9a-f-]{36}$/);
     expect(r.headers.get('x-ratelimit-remaining')).not.toBeNull();
     expect(r.headers.get('access-control-allow-origin')).toBeNull();
   });
