@@ -130,6 +130,30 @@ describe('Redis usage queue', () => {
     await raw.quit();
   });
 
+  it('sends what arrives during a send with the next interval, not in a pipeline of its own', async () => {
+    const stream = `usage-test-${randomUUID()}`;
+    const raw = new Redis(inject('redisUrl'));
+    const queue = new RedisUsageQueue(inject('redisUrl'), { consumer: 'c', stream, flushIntervalMs: 20 });
+    await queue.whenReady();
+    // A steady trickle, as under load: a record at every turn of the event loop for 300 ms.
+    let enqueued = 0;
+    const until = Date.now() + 300;
+    while (Date.now() < until) {
+      queue.enqueue(usageRecord());
+      enqueued += 1;
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+    await queue.flush();
+    expect(await queue.depth()).toBe(enqueued);
+    // About one send per interval (~15), each a few entries of up to 100 records; sending again
+    // at each round trip's end made an entry of a handful of records each time.
+    const entries = await raw.xlen(stream);
+    expect(enqueued).toBeGreaterThan(1000);
+    expect(entries).toBeLessThan(enqueued / 20);
+    await queue.close();
+    await raw.quit();
+  });
+
   it('sends records as positional arrays, half the bytes of the objects, and reads every field back as it was', async () => {
     const stream = `usage-test-${randomUUID()}`;
     const raw = new Redis(inject('redisUrl'));

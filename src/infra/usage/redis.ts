@@ -16,7 +16,7 @@ export interface RedisUsageQueueOptions {
   bufferCapacity?: number;
   /** The buffer is sent this often... */
   flushIntervalMs?: number;
-  /** ...in pipelines of at most this many XADDs. */
+  /** ...in pipelines of at most this many records (ENTRY_RECORDS to an XADD). */
   flushBatch?: number;
   /** `close` waits this long at most for the buffer to reach Redis. */
   closeTimeoutMs?: number;
@@ -269,14 +269,17 @@ export class RedisUsageQueue implements UsageQueue {
     if (this.flushTimer || this.closed || this.buffer.length === 0) return;
     this.flushTimer = setTimeout(() => {
       this.flushTimer = null;
+      // What arrived during a send waits for the next interval, unless a whole pipeline's worth
+      // is there: sending again at once made a pipeline of a few records per Redis round trip
+      // under load (~11 records an entry at 12k calls/s).
       this.send().then(
-        () => this.scheduleSend(0),
+        () => this.scheduleSend(this.buffer.length >= this.flushBatch ? 0 : this.flushIntervalMs),
         () => this.scheduleSend(RETRY_SEND_MS),
       );
     }, delayMs);
   }
 
-  /** Sends the whole buffer, one pipeline at a time; one send at a time. */
+  /** One send at a time. */
   private send(): Promise<void> {
     this.sending ??= this.sendAll().finally(() => {
       this.sending = null;
@@ -284,9 +287,16 @@ export class RedisUsageQueue implements UsageQueue {
     return this.sending;
   }
 
+  /**
+   * Sends what is buffered now, one pipeline at a time. What arrives meanwhile waits for the
+   * next send: draining it too, round trip after round trip, made pipelines of a few records
+   * each under load.
+   */
   private async sendAll(): Promise<void> {
-    while (this.buffer.length > 0) {
-      const batch = this.buffer.peek(this.flushBatch);
+    let left = this.buffer.length;
+    while (left > 0) {
+      const batch = this.buffer.peek(Math.min(this.flushBatch, left));
+      left -= batch.length;
       const pipeline = this.writer.pipeline();
       const entries = Math.ceil(batch.length / ENTRY_RECORDS);
       for (let e = 0; e < entries; e++) {
