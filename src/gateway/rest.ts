@@ -140,7 +140,7 @@ async function passthrough(scope: CallScope, req: RestRequest, decoded: string[]
   const d = draft(path, null, outcome.status >= 400 ? upstreamErrorMessage(outcome) : null);
   d.upstreamMs = outcome.upstreamMs;
   d.upstream = outcome.upstream;
-  return { status: outcome.status, body: outcome.body, contentType: outcome.headers['content-type'] ?? JSON_CONTENT_TYPE, admission, usage: [d] };
+  return { status: outcome.status, body: outcome.body, contentType: outcome.contentType ?? JSON_CONTENT_TYPE, admission, usage: [d] };
 }
 
 function limitAnswer(admission: Extract<Answer['admission'], { ok: true }>, method: string): Answer {

@@ -23,7 +23,8 @@ export interface UpstreamRequest {
 export interface UpstreamAnswer {
   ok: true;
   status: number;
-  headers: Record<string, string>;
+  /** The answer's Content-Type (REST passes it on); its other headers are not kept. */
+  contentType: string | undefined;
   body: Buffer;
   upstreamMs: number;
   upstream: string;
@@ -86,15 +87,6 @@ export function isNodeFailure(status: number, body: Buffer): boolean {
 
 class ResponseTooLarge extends Error {}
 class UpstreamTimeout extends Error {}
-
-function flattenHeaders(headers: IncomingHttpHeaders): Record<string, string> {
-  const out: Record<string, string> = {};
-  for (const k in headers) {
-    const v = headers[k];
-    if (v !== undefined) out[k] = Array.isArray(v) ? v.join(', ') : v;
-  }
-  return out;
-}
 
 /** The upstream URL's path joined with the call's path; both query strings kept. */
 export function targetPath(base: URL, path: string): string {
@@ -261,7 +253,7 @@ class UpstreamCall implements Dispatcher.DispatchHandler {
   private controller: Dispatcher.DispatchController | null = null;
   private settled = false;
   private status = 0;
-  private headers: IncomingHttpHeaders = {};
+  private contentType: string | undefined = undefined;
   private readonly chunks: Buffer[] = [];
   private size = 0;
 
@@ -282,7 +274,8 @@ class UpstreamCall implements Dispatcher.DispatchHandler {
 
   onResponseStart(_controller: Dispatcher.DispatchController, statusCode: number, headers: IncomingHttpHeaders): void {
     this.status = statusCode;
-    this.headers = headers;
+    const type = headers['content-type'];
+    this.contentType = Array.isArray(type) ? type.join(', ') : type;
   }
 
   onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
@@ -298,7 +291,7 @@ class UpstreamCall implements Dispatcher.DispatchHandler {
   onResponseEnd(): void {
     if (this.settled) return;
     const body = this.chunks.length === 1 ? (this.chunks[0] as Buffer) : Buffer.concat(this.chunks, this.size);
-    this.settle({ ok: true, status: this.status, headers: flattenHeaders(this.headers), body, upstreamMs: this.elapsed(), upstream: this.label });
+    this.settle({ ok: true, status: this.status, contentType: this.contentType, body, upstreamMs: this.elapsed(), upstream: this.label });
   }
 
   onResponseError(_controller: Dispatcher.DispatchController | null, error: Error): void {

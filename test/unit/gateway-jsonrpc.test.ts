@@ -150,7 +150,7 @@ describe('REST parameters and answers', () => {
     expect(params([], '', '{"params":"x"}')).toMatch(/^error: /);
   });
 
-  const outcome = (body: string) => ({ ok: true as const, status: 200, headers: {}, body: Buffer.from(body), upstreamMs: 1, upstream: 'n' });
+  const outcome = (body: string) => ({ ok: true as const, status: 200, contentType: 'application/json', body: Buffer.from(body), upstreamMs: 1, upstream: 'n' });
 
   it('names Solana scalar results and keeps everything else as the node wrote it', () => {
     expect(restAnswerFromRpc(outcome('{"jsonrpc":"2.0","result":289012345,"id":1}'), 'blockHeight').body).toBe('{"result":{"blockHeight":289012345}}');
