@@ -47,5 +47,6 @@ export type Admission =
     };
 
 export interface Gatekeeper {
-  admit(request: AdmissionRequest): Promise<Admission>;
+  /** At once when nothing needs I/O (a cached token, a limit decided in process). */
+  admit(request: AdmissionRequest): Admission | Promise<Admission>;
 }

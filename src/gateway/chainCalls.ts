@@ -82,11 +82,16 @@ class RequestScope implements CallScope {
     return this.admission;
   }
 
-  private async ask(cost: number): Promise<Admission> {
+  private ask(cost: number): Promise<Admission> {
+    const unavailable = (err: unknown): GatekeeperUnavailable => new GatekeeperUnavailable('gatekeeper failed', { cause: err });
     try {
-      return await this.gatekeeper.admit({ chain: this.chain.id, token: this.credentials.token, via: this.credentials.via, cost, nowMs: Date.now() });
+      const admission = this.gatekeeper.admit({ chain: this.chain.id, token: this.credentials.token, via: this.credentials.via, cost, nowMs: Date.now() });
+      if (!(admission instanceof Promise)) return Promise.resolve(admission);
+      return admission.catch((err: unknown) => {
+        throw unavailable(err);
+      });
     } catch (err) {
-      throw new GatekeeperUnavailable('gatekeeper failed', { cause: err });
+      return Promise.reject(unavailable(err));
     }
   }
 }

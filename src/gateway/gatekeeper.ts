@@ -1,10 +1,10 @@
 import { effectiveStatus } from '../domain/apiToken.js';
 import { effectiveTokenLimits, type PlanCatalog, planAllowsChain } from '../domain/plans.js';
 import { hashToken, isWellFormedToken } from '../domain/tokenFormat.js';
-import type { LimitDecision, Limiter } from '../infra/limits/port.js';
+import type { LimitDecision, Limiter, MaybePromise } from '../infra/limits/port.js';
 import type { Admission, AdmissionRequest, Caller, Gatekeeper, LimitHeaders } from './admission.js';
 import { IsoClock } from './isoClock.js';
-import type { TokenCache } from './tokenCache.js';
+import type { CachedToken, TokenCache } from './tokenCache.js';
 
 const INVALID_TOKEN = 'The API token is missing, invalid, revoked or expired.';
 
@@ -39,13 +39,18 @@ export class TokenGatekeeper implements Gatekeeper {
     private readonly plans: PlanCatalog,
   ) {}
 
-  async admit(request: AdmissionRequest): Promise<Admission> {
+  /** At once for a cached token whose limits are decided without I/O: the common call builds no promise here. */
+  admit(request: AdmissionRequest): MaybePromise<Admission> {
     if (request.token === null) return refuse(401, 'unauthorized', INVALID_TOKEN);
     if (request.via !== 'path' && request.via !== 'bearer') {
       return refuse(401, 'unauthorized', 'Pass the API token in the path (/<chain>/<token>) or as "Authorization: Bearer <token>".');
     }
     if (!isWellFormedToken('api', request.token)) return refuse(401, 'unauthorized', INVALID_TOKEN);
-    const token = await this.tokens.get(hashToken(request.token));
+    const token = this.tokens.get(hashToken(request.token));
+    return token instanceof Promise ? token.then((t) => this.admitToken(request, t)) : this.admitToken(request, token);
+  }
+
+  private admitToken(request: AdmissionRequest, token: CachedToken | null): MaybePromise<Admission> {
     if (!token) return refuse(401, 'unauthorized', INVALID_TOKEN);
 
     const status = effectiveStatus(token, this.clock.format(request.nowMs));
@@ -58,23 +63,28 @@ export class TokenGatekeeper implements Gatekeeper {
     }
 
     const limits = effectiveTokenLimits(plan, token);
-    const decision = await this.limiter.take({
+    const decision = this.limiter.take({
       tokenId: token.tokenId,
       rps: limits.rps,
       monthly: { key: limits.ownMonthly ? `token:${token.tokenId}` : `account:${token.accountId}`, limit: limits.monthly },
       cost: request.cost,
       nowMs: request.nowMs,
     });
-    const headers = limitHeaders(decision);
-    // cost 0: every call of the request was invalid; the caller is known (metered) but charged nothing.
-    if (decision.granted === 0 && request.cost > 0) {
-      const monthly = decision.refusedBy === 'monthly';
-      return {
-        ok: false, status: 429, caller, headers, retryAfterSeconds: decision.retryAfterSeconds,
-        code: monthly ? 'monthly_limit_reached' : 'rate_limited',
-        message: monthly ? 'The monthly request limit is reached.' : 'Too many requests per second.',
-      };
-    }
-    return { ok: true, caller, granted: decision.granted, headers, retryAfterSeconds: decision.retryAfterSeconds };
+    return decision instanceof Promise ? decision.then((d) => limitedAdmission(request, caller, d)) : limitedAdmission(request, caller, decision);
   }
+}
+
+/** The admission of a known caller, by what the limiter decided. */
+function limitedAdmission(request: AdmissionRequest, caller: Caller, decision: LimitDecision): Admission {
+  const headers = limitHeaders(decision);
+  // cost 0: every call of the request was invalid; the caller is known (metered) but charged nothing.
+  if (decision.granted === 0 && request.cost > 0) {
+    const monthly = decision.refusedBy === 'monthly';
+    return {
+      ok: false, status: 429, caller, headers, retryAfterSeconds: decision.retryAfterSeconds,
+      code: monthly ? 'monthly_limit_reached' : 'rate_limited',
+      message: monthly ? 'The monthly request limit is reached.' : 'Too many requests per second.',
+    };
+  }
+  return { ok: true, caller, granted: decision.granted, headers, retryAfterSeconds: decision.retryAfterSeconds };
 }

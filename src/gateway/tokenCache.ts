@@ -1,5 +1,6 @@
 import type { PlanId } from '../domain/plans.js';
 import type { ChangeFeed } from '../infra/changefeed/port.js';
+import type { MaybePromise } from '../infra/limits/port.js';
 import type { TokenDoc } from '../projections/core.js';
 import type { Queries } from '../projections/queries.js';
 import { INVALIDATION_TOPIC } from '../projections/runner.js';
@@ -88,13 +89,17 @@ export class TokenCache {
     return this.byHash.size;
   }
 
-  async get(tokenHash: string): Promise<CachedToken | null> {
+  /** At once for a token in the cache (or known to be unknown); otherwise after reading the read model. */
+  get(tokenHash: string): MaybePromise<CachedToken | null> {
     const t = this.now();
     const hit = this.byHash.get(tokenHash);
     if (hit && hit.until > (t - this.epochMs) / 1000) return hit;
     const missUntil = this.unknown.get(tokenHash);
     if (missUntil !== undefined && missUntil > t) return null;
+    return this.load(tokenHash, t);
+  }
 
+  private async load(tokenHash: string, t: number): Promise<CachedToken | null> {
     const doc = await this.queries.tokenDocByHash(tokenHash);
     const account = doc ? await this.queries.account(doc.accountId) : null;
     if (!doc || !account) {

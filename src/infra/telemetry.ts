@@ -1,6 +1,6 @@
 import { Counter, Gauge, Registry } from 'prom-client';
 import type { UsageRecord } from '../domain/usage.js';
-import type { LimitDecision, Limiter, LimitRequest } from './limits/port.js';
+import type { LimitDecision, Limiter, LimitRequest, MaybePromise } from './limits/port.js';
 
 /** What the scrape reads at that moment (queue depth, projection lag, upstream health...). */
 export interface TelemetrySources {
@@ -128,11 +128,14 @@ export class Telemetry {
   /** The limiter, counting its decisions. */
   countDecisions(limiter: Limiter): Limiter {
     return {
-      take: async (request: LimitRequest): Promise<LimitDecision> => {
-        const d = await limiter.take(request);
-        if (d.granted > 0) this.limiterDecisions.inc({ outcome: 'admitted' }, d.granted);
-        if (d.granted < request.cost) this.limiterDecisions.inc({ outcome: `refused_${d.refusedBy ?? 'rate'}` }, request.cost - d.granted);
-        return d;
+      take: (request: LimitRequest): MaybePromise<LimitDecision> => {
+        const count = (d: LimitDecision): LimitDecision => {
+          if (d.granted > 0) this.limiterDecisions.inc({ outcome: 'admitted' }, d.granted);
+          if (d.granted < request.cost) this.limiterDecisions.inc({ outcome: `refused_${d.refusedBy ?? 'rate'}` }, request.cost - d.granted);
+          return d;
+        };
+        const decision = limiter.take(request);
+        return decision instanceof Promise ? decision.then(count) : count(decision);
       },
       monthlyUsed: (key, nowMs) => limiter.monthlyUsed(key, nowMs),
       close: () => limiter.close(),

@@ -93,6 +93,24 @@ describe('LeasedLimiter over Redis', () => {
     await limiter.close();
   });
 
+  it('answers at once the calls its lease covers: only a call that reaches Redis waits', async () => {
+    const { source, limiter } = await open();
+    const id = randomUUID();
+    const start = (Math.floor(Date.now() / 1000) + 1) * 1000;
+    const request = (nowMs: number): LimitRequest => ({ tokenId: `tok${id}`, rps: 1000, monthly: { key: `account:${id}`, limit: null }, cost: 1, nowMs });
+    for (let i = 0; i < 200; i++) await limiter.take(request(start + i));
+    const before = source.takes;
+    let waited = 0;
+    for (let i = 0; i < 200; i++) {
+      const decision = limiter.take(request(start + 1000 + i));
+      if (decision instanceof Promise) waited += 1;
+      expect((await decision).granted).toBe(1);
+    }
+    expect(source.takes - before).toBe(1);
+    expect(waited).toBe(1);
+    await limiter.close();
+  });
+
   /** A new token with 40 calls in the second at `start` and one in the next, which leases ~39 more that are never used. */
   const withLease = async (start: number) => {
     const clock = { now: start };

@@ -46,6 +46,21 @@ async function eventually<T>(probe: () => Promise<T>, ok: (v: T) => boolean, tim
   }
 }
 
+describe('the gatekeeper', () => {
+  it('admits a cached token at once, with no promise, and reads the read model only for the first call', async () => {
+    const o = await newToken('unlimited');
+    const gatekeeper = t.runtime.gateway?.gatekeeper;
+    if (!gatekeeper) throw new Error('no gateway in this runtime');
+    const request = () => ({ chain: 'eth', token: o.token, via: 'path' as const, cost: 1, nowMs: Date.now() });
+    const first = gatekeeper.admit(request());
+    expect(first).toBeInstanceOf(Promise);
+    expect((await first).ok).toBe(true);
+    const next = gatekeeper.admit(request());
+    expect(next).not.toBeInstanceOf(Promise);
+    expect(next).toMatchObject({ ok: true, granted: 1, caller: { tokenId: o.tokenId } });
+  });
+});
+
 describe('chain calls with real tokens', () => {
   it('serves ethers through the path token and the Bearer header, with the limit headers', async () => {
     const { token } = await newToken();

@@ -1,4 +1,4 @@
-import type { LimitDecision, LimitRequest, Limiter } from './port.js';
+import type { LimitDecision, LimitRequest, Limiter, MaybePromise } from './port.js';
 import { decide, monthId, rateWindow } from './window.js';
 
 /** What the leasing limiter needs of the shared limiter under it (the Redis one). */
@@ -68,7 +68,13 @@ export class LeasedLimiter implements Limiter {
     return this.source.whenReady(timeoutMs);
   }
 
-  async take(request: LimitRequest): Promise<LimitDecision> {
+  /** At once when the token's lease for this second decides the call; otherwise after asking Redis. */
+  take(request: LimitRequest): MaybePromise<LimitDecision> {
+    const lease = this.leaseFor(request);
+    return lease.leasing === null ? this.takeWith(lease, request) : this.takeAfterLeasing(request);
+  }
+
+  private async takeAfterLeasing(request: LimitRequest): Promise<LimitDecision> {
     for (;;) {
       const lease = this.leaseFor(request);
       if (lease.leasing === null) return this.takeWith(lease, request);
@@ -94,7 +100,7 @@ export class LeasedLimiter implements Limiter {
     return fresh;
   }
 
-  private async takeWith(lease: Lease, request: LimitRequest): Promise<LimitDecision> {
+  private takeWith(lease: Lease, request: LimitRequest): MaybePromise<LimitDecision> {
     lease.asked += request.cost;
     const fromLease = Math.min(lease.left, request.cost);
     lease.left -= fromLease;
@@ -103,10 +109,15 @@ export class LeasedLimiter implements Limiter {
     // window cannot refill; the month only through other processes' leases coming back, for at
     // most a second): decided here, from what the last answer left.
     if (lease.answered && (rest === 0 || lease.exhausted)) return this.remember(lease, decideFromLeft(request, lease.rateRemaining, lease.monthRemaining));
+    return this.askShared(lease, request, fromLease, rest);
+  }
+
+  /** Asks Redis for the call's rest and the lease's next units. */
+  private async askShared(lease: Lease, request: LimitRequest, fromLease: number, rest: number): Promise<LimitDecision> {
     // As many more as the previous second still expects, or, past that, as many as this second
     // asked so far: without history the lease doubles, a busy token reaches Redis a few times.
     const extra = Math.max(Math.min(Math.max(lease.previousAsked - lease.asked, lease.asked), request.rps), 0);
-    const asking = this.source.take({ ...request, cost: rest + extra });
+    const asking = Promise.resolve(this.source.take({ ...request, cost: rest + extra }));
     if (extra > 0) lease.leasing = asking;
     let shared: LimitDecision;
     try {

@@ -20,7 +20,7 @@ export class MemoryLimiter implements Limiter {
   private readonly monthly = new Map<string, { used: number; expireAt: number }>();
   private lastPruneSecond = 0;
 
-  async take(request: LimitRequest): Promise<LimitDecision> {
+  take(request: LimitRequest): LimitDecision {
     return this.takeNow(request);
   }
 

@@ -29,8 +29,15 @@ export interface LimitDecision {
   retryAfterSeconds: number | null;
 }
 
+/**
+ * A value now, or later: an adapter answers at once when it needs no I/O (a call on the hot
+ * path then builds no promise for it), and with a promise when it does.
+ */
+export type MaybePromise<T> = T | Promise<T>;
+
 export interface Limiter {
-  take(request: LimitRequest): Promise<LimitDecision>;
+  /** At once when the decision needs no I/O (in process, or a lease that covers the call). */
+  take(request: LimitRequest): MaybePromise<LimitDecision>;
   /** Current month's usage of a quota bucket (for the dashboard and the account view). */
   monthlyUsed(key: string, nowMs: number): Promise<number>;
   close(): Promise<void>;

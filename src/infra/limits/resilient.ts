@@ -1,5 +1,5 @@
 import { MemoryLimiter } from './memory.js';
-import type { LimitDecision, LimitRequest, Limiter } from './port.js';
+import type { LimitDecision, LimitRequest, Limiter, MaybePromise } from './port.js';
 import { nextMonthStart, rateWindow } from './window.js';
 
 const REDIS_COOLDOWN_MS = 500;
@@ -47,19 +47,38 @@ export class ResilientLimiter implements Limiter {
     await this.redis.whenReady(timeoutMs);
   }
 
-  async take(request: LimitRequest): Promise<LimitDecision> {
-    if (this.useRedis()) {
-      try {
-        const decision = await this.redis.take(request);
-        // Remember the month's count, so a later fallback starts from it rather than from 0.
-        if (decision.monthly.limit !== null && decision.monthly.remaining !== null) {
-          this.fallback.seedMonthly(request.monthly.key, request.nowMs, decision.monthly.limit - decision.monthly.remaining);
-        }
-        return decision;
-      } catch (error) {
-        this.failed(error);
-      }
+  /** At once when Redis's lease (or the fallback) decides without I/O. */
+  take(request: LimitRequest): MaybePromise<LimitDecision> {
+    if (!this.useRedis()) return this.withoutRedis(request);
+    let decision: MaybePromise<LimitDecision>;
+    try {
+      decision = this.redis.take(request);
+    } catch (error) {
+      return this.failedOver(request, error);
     }
+    if (decision instanceof Promise) {
+      return decision.then(
+        (d) => this.seeded(request, d),
+        (error: unknown) => this.failedOver(request, error),
+      );
+    }
+    return this.seeded(request, decision);
+  }
+
+  /** Remembers the month's count, so a later fallback starts from it rather than from 0. */
+  private seeded(request: LimitRequest, decision: LimitDecision): LimitDecision {
+    if (decision.monthly.limit !== null && decision.monthly.remaining !== null) {
+      this.fallback.seedMonthly(request.monthly.key, request.nowMs, decision.monthly.limit - decision.monthly.remaining);
+    }
+    return decision;
+  }
+
+  private failedOver(request: LimitRequest, error: unknown): LimitDecision {
+    this.failed(error);
+    return this.withoutRedis(request);
+  }
+
+  private withoutRedis(request: LimitRequest): LimitDecision {
     this.fallbackCount += 1;
     return this.options.failClosed ? refuseAll(request) : this.fallback.takeNow(request);
   }
