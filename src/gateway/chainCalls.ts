@@ -197,12 +197,8 @@ export class ChainCalls {
   }
 
   /** A chain call (GET or POST) to its answer; never throws: a failure is a 500 or 503 in the call's shape. */
-  async serve(req: ChainRequest): Promise<ChainResponse> {
-    try {
-      return await this.answer(req);
-    } catch (err) {
-      return this.failed(req, err);
-    }
+  serve(req: ChainRequest): Promise<ChainResponse> {
+    return this.answer(req).catch((err: unknown) => this.failed(req, err));
   }
 
   /** A call that failed on our side: logged, and a 500 (503 while the gatekeeper is unavailable) in the call's shape. */

@@ -36,13 +36,17 @@ const deniedMessage = (method: string, chainId: string): string => `Method not f
 const limitMessage = (a: Admission): string => (a.ok ? 'Limit exceeded: this call was refused by the rate or monthly limit' : a.message);
 const methodOf = (m: RpcMember): string => (m.kind === 'call' ? m.method : (m.method ?? INVALID_METHOD));
 
-export async function handleJsonRpc(scope: CallScope, body: Buffer, maxBatch: number): Promise<Answer> {
+export function handleJsonRpc(scope: CallScope, body: Buffer, maxBatch: number): Promise<Answer> {
   const parsed = parseJsonRpc(body, maxBatch);
   if (parsed.kind === 'error') {
     return localError(scope, { shape: 'rpc', status: parsed.status, rpcCode: parsed.code, restCode: 'invalid_request', message: parsed.message, method: INVALID_METHOD });
   }
   if (parsed.kind === 'single') return single(scope, parsed.member);
-  const { members } = parsed;
+  return batchCall(scope, parsed.members);
+}
+
+/** A batch: admitted as a whole (one cost per forwardable member), forwarded as one upstream batch. */
+async function batchCall(scope: CallScope, members: RpcMember[]): Promise<Answer> {
   const { chain } = scope;
   const forwardable = members.filter((m): m is RpcCall => m.kind === 'call' && chain.isMethodAllowed(m.method));
   const admission = await scope.admit(forwardable.length);
