@@ -82,7 +82,9 @@ export class ChainFront {
     }
     readRawBody(req, req.headers['content-length'], calls.limits.maxBodyBytes, (err, body) => {
       if (err) {
-        answer(calls.failed(call, err));
+        // A caller that hung up mid-body is gone, not failed: nobody to answer, nothing to log.
+        if (req.destroyed) res.destroy();
+        else answer(calls.failed(call, err));
         return;
       }
       call.body = body;

@@ -1,3 +1,4 @@
+import { connect } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { UsageRecord } from '../../src/domain/usage.js';
 import { type FakeUpstream, startEvmFake, startSolanaFake } from '../support/fakeUpstreams.js';
@@ -14,6 +15,7 @@ let evm: FakeUpstream;
 let sol: FakeUpstream;
 let gateway: TestGateway;
 const gatekeeper = new TestGatekeeper();
+const logLines: string[] = [];
 
 beforeAll(async () => {
   [evm, sol] = await Promise.all([startEvmFake(), startSolanaFake()]);
@@ -27,6 +29,7 @@ beforeAll(async () => {
     ],
     limits: { maxBodyBytes: 4096, maxBatch: 3 },
     trustProxy: true,
+    log: { write: (line) => void logLines.push(line) },
   });
 });
 afterAll(async () => {
@@ -130,5 +133,22 @@ describe('the node:http front and the fastify routes', () => {
     } finally {
       gatekeeper.failure = null;
     }
+  });
+
+  it('lets a caller that hangs up mid-body go: no answer, no usage, no error logged', async () => {
+    gateway.usage.length = 0;
+    logLines.length = 0;
+    const port = Number(new URL(gateway.url).port);
+    await new Promise<void>((resolve) => {
+      const socket = connect(port, '127.0.0.1', () => {
+        socket.write(`POST /eth/${gatekeeper.token} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"jsonrpc"`);
+        setTimeout(() => socket.destroy(), 50);
+      });
+      socket.on('close', () => resolve());
+    });
+    await new Promise((r) => setTimeout(r, 100));
+    expect(gateway.usage).toHaveLength(0);
+    expect(logLines.filter((line) => line.includes('"level":50'))).toEqual([]);
+    expect((await viaFront(CALLS[0] as Call)).status).toBe(200);
   });
 });

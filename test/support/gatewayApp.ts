@@ -28,6 +28,8 @@ export async function startGateway(options: {
   limits?: Partial<GatewayLimits>;
   pool?: UpstreamPoolOptions;
   trustProxy?: boolean;
+  /** Where the app logs (at info), when a test reads it; otherwise it does not log. */
+  log?: { write(line: string): void };
 }): Promise<TestGateway> {
   const registry = parseChainsConfig({ chains: options.chains }, 'test');
   const pools = new UpstreamPools(registry, options.pool);
@@ -36,7 +38,8 @@ export async function startGateway(options: {
   // Request ids tell which of the two served a call.
   const trustProxy = options.trustProxy ?? false;
   const front = new ChainFront({ trustProxy, nextId: () => `front-${randomUUID()}` });
-  const app = Fastify({ logger: false, trustProxy, genReqId: () => `fastify-${randomUUID()}`, serverFactory: front.serverFactory });
+  const logger = options.log ? { level: 'info', stream: options.log } : false;
+  const app = Fastify({ logger, trustProxy, genReqId: () => `fastify-${randomUUID()}`, serverFactory: front.serverFactory });
   await app.register(gatewayRoutes, { chains: registry, gatekeeper: options.gatekeeper, recordUsage: (r) => usage.push(r), pools, limits: options.limits, front });
   await app.listen({ port: 0, host: '127.0.0.1' });
   const { port } = app.server.address() as AddressInfo;
