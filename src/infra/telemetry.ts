@@ -127,10 +127,12 @@ export class Telemetry {
 
   /** The limiter, counting its decisions. */
   countDecisions(limiter: Limiter): Limiter {
+    // Bound once: prom-client's inc({ outcome }) hashes a label object on every call.
+    const admitted = this.limiterDecisions.labels({ outcome: 'admitted' });
     return {
       take: (request: LimitRequest): MaybePromise<LimitDecision> => {
         const count = (d: LimitDecision): LimitDecision => {
-          if (d.granted > 0) this.limiterDecisions.inc({ outcome: 'admitted' }, d.granted);
+          if (d.granted > 0) admitted.inc(d.granted);
           if (d.granted < request.cost) this.limiterDecisions.inc({ outcome: `refused_${d.refusedBy ?? 'rate'}` }, request.cost - d.granted);
           return d;
         };
