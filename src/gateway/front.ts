@@ -69,7 +69,7 @@ export class ChainFront {
     };
     if (this.logRequests) calls.log.debug({ reqId: call.id, req: { method, url, ip: call.ip } }, 'incoming request');
     const answer = (response: ChainResponse): void => {
-      write(res, response);
+      writeSafely(res, response, (err) => calls.failed(call, err));
       if (this.logRequests) {
         const responseTime = performance.now() - call.arrivedAt;
         calls.log.debug({ reqId: call.id, res: { statusCode: response.status }, responseTime }, 'request completed');
@@ -103,6 +103,23 @@ export class ChainFront {
       }
     }
     return req.socket.remoteAddress ?? '';
+  }
+}
+
+/**
+ * Writes an answer; one node:http refuses (a header value it will not send) becomes the call's
+ * 500, and if even that cannot be written the connection is closed: never an exception out of
+ * a promise callback, which would stop the process.
+ */
+function writeSafely(res: ServerResponse, response: ChainResponse, failed: (err: unknown) => ChainResponse): void {
+  try {
+    write(res, response);
+  } catch (err) {
+    try {
+      write(res, failed(err));
+    } catch {
+      res.destroy();
+    }
   }
 }
 

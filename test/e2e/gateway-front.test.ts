@@ -3,6 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { UsageRecord } from '../../src/domain/usage.js';
 import { type FakeUpstream, startEvmFake, startSolanaFake } from '../support/fakeUpstreams.js';
 import { chainEntry, startGateway, type TestGateway } from '../support/gatewayApp.js';
+import type { Gatekeeper } from '../../src/gateway/admission.js';
 import { TestGatekeeper } from '../support/gatewayTestGatekeeper.js';
 
 /**
@@ -150,5 +151,25 @@ describe('the node:http front and the fastify routes', () => {
     expect(gateway.usage).toHaveLength(0);
     expect(logLines.filter((line) => line.includes('"level":50'))).toEqual([]);
     expect((await viaFront(CALLS[0] as Call)).status).toBe(200);
+  });
+
+  it('answers 500 when an answer cannot be written (a header node refuses), and stays up', async () => {
+    const refused = new TestGatekeeper();
+    const broken: Gatekeeper = {
+      admit: async (request) => {
+        const admission = await refused.admit({ ...request, token: refused.token });
+        return { ...admission, headers: { ...admission.headers, 'x-ratelimit-limit': 'bad\nvalue' } };
+      },
+    };
+    const other = await startGateway({ gatekeeper: broken, chains: [chainEntry('eth', [evm.url])] });
+    try {
+      const res = await fetch(`${other.url}/eth/${gatekeeper.token}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: call(1) });
+      expect(res.status).toBe(500);
+      expect(await res.json()).toMatchObject({ jsonrpc: '2.0', error: { code: -32603 } });
+      const again = await fetch(`${other.url}/eth/${gatekeeper.token}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: call(2) });
+      expect(again.status).toBe(500);
+    } finally {
+      await other.close();
+    }
   });
 });
