@@ -25,8 +25,8 @@
 import { cpSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { type PacedResult, pacedLatency, wrk } from './lib/load.js';
-import { cpuSeconds, Processes, requireTool, rssMb, runMain, timeLimit, waitForIdle } from './lib/processes.js';
+import { measuredThroughput, type PacedResult, pacedLatency, type Throughput, wrk } from './lib/load.js';
+import { Processes, requireTool, rssMb, runMain, timeLimit, waitForIdle } from './lib/processes.js';
 import { emit, type Figure, log, round } from './lib/report.js';
 import { checkCall, type Service, seedOneToken, startBareProxy, startGateway, startNginx, startRedis, startUpstream, writeBenchPlans } from './lib/services.js';
 
@@ -45,12 +45,6 @@ interface Target {
   service: Service;
 }
 
-interface Throughput {
-  rps: number;
-  /** CPU time (all threads) the measured process spent per request during the run. */
-  cpuUsPerRequest: number;
-}
-
 /** Every process the runs go through, to wait until they are idle before each run. */
 let everyPid: number[] = [];
 
@@ -61,13 +55,9 @@ async function settle(): Promise<void> {
 
 async function throughput(t: Target): Promise<Throughput> {
   await settle();
-  const pid = t.service.process.child.pid as number;
-  const cpuBefore = cpuSeconds(pid);
-  const run = await wrk(t.url, { seconds: SECONDS, connections: CONNECTIONS });
-  const cpuUsPerRequest = ((cpuSeconds(pid) - cpuBefore) * 1e6) / run.requests;
-  if (run.failures > 0) throw new Error(`${t.name}: ${run.failures} failed requests under load:\n${run.output}`);
-  log(`${t.name.padEnd(16)} ${String(Math.round(run.requestsPerSecond)).padStart(6)} req/s ${String(Math.round(cpuUsPerRequest)).padStart(5)} µs CPU/req`);
-  return { rps: run.requestsPerSecond, cpuUsPerRequest };
+  const result = await measuredThroughput(t.name, t.url, t.service.process.child.pid as number, { seconds: SECONDS, connections: CONNECTIONS });
+  log(`${t.name.padEnd(16)} ${String(Math.round(result.rps)).padStart(6)} req/s ${String(Math.round(result.cpuUsPerRequest)).padStart(5)} µs CPU/req`);
+  return result;
 }
 
 async function latency(t: Target): Promise<PacedResult> {

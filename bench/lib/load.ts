@@ -1,7 +1,7 @@
 import { execFile } from 'node:child_process';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { ROOT } from './processes.js';
+import { cpuSeconds, ROOT } from './processes.js';
 
 const run = promisify(execFile);
 
@@ -28,6 +28,21 @@ export async function wrk(url: string, options: { seconds: number; connections: 
   const socket = /Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)/.exec(stdout);
   const socketErrors = socket ? socket.slice(1).reduce((a, b) => a + Number(b), 0) : 0;
   return { requestsPerSecond: Number(rps[1]), requests: Number(total[1]), failures: non2xx + socketErrors, output: stdout };
+}
+
+export interface Throughput {
+  rps: number;
+  /** CPU time (all threads) the measured process spent per request during the run. */
+  cpuUsPerRequest: number;
+}
+
+/** A full-speed wrk run against `url`, with the CPU time process `pid` spent per request; fails on any failed request. */
+export async function measuredThroughput(name: string, url: string, pid: number, options: { seconds: number; connections: number }): Promise<Throughput> {
+  const cpuBefore = cpuSeconds(pid);
+  const run = await wrk(url, options);
+  const cpuUsPerRequest = ((cpuSeconds(pid) - cpuBefore) * 1e6) / run.requests;
+  if (run.failures > 0) throw new Error(`${name}: ${run.failures} failed requests under load:\n${run.output}`);
+  return { rps: run.requestsPerSecond, cpuUsPerRequest };
 }
 
 export interface PacedResult {
