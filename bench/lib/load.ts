@@ -63,11 +63,12 @@ const toMs = (value: string, unit: string): number => Number(value) * (unit === 
  * second in a burst at the start of that second. Closed loop: a proxy slower than a few ms gets
  * a little less than `rate` (reported).
  */
-export async function pacedLatency(url: string, options: { rate: number; seconds: number }): Promise<PacedResult> {
+export async function pacedLatency(url: string, options: { rate: number; seconds: number; /** wrk kept on these CPUs (taskset's list) */ cpus?: string }): Promise<PacedResult> {
   const meanDelayMs = 50;
   const connections = Math.max(1, Math.round((options.rate * meanDelayMs) / 1000));
-  const args = ['-t1', `-c${connections}`, `-d${options.seconds}s`, '--timeout', '5s', '--latency', '-s', join(WRK_SCRIPTS, 'paced.lua'), url];
-  const { stdout } = await run('wrk', args, { env: { ...process.env, MEAN_DELAY_MS: String(meanDelayMs) }, timeout: (options.seconds + 30) * 1000, maxBuffer: 1 << 20 });
+  const wrkArgs = ['-t1', `-c${connections}`, `-d${options.seconds}s`, '--timeout', '5s', '--latency', '-s', join(WRK_SCRIPTS, 'paced.lua'), url];
+  const [command, args] = options.cpus === undefined ? ['wrk', wrkArgs] : ['taskset', ['-c', options.cpus, 'wrk', ...wrkArgs]];
+  const { stdout } = await run(command, args, { env: { ...process.env, MEAN_DELAY_MS: String(meanDelayMs) }, timeout: (options.seconds + 30) * 1000, maxBuffer: 1 << 20 });
   const at = (p: number): number => {
     const m = new RegExp(`^\\s+${p}%\\s+([\\d.]+)(us|ms|s)\\s*$`, 'm').exec(stdout);
     if (!m) throw new Error(`no ${p}th percentile in wrk's output:\n${stdout}`);

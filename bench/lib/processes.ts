@@ -1,4 +1,4 @@
-import { type ChildProcess, spawn } from 'node:child_process';
+import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { accessSync, constants, readFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { delimiter, dirname, join, resolve } from 'node:path';
@@ -151,6 +151,11 @@ export function mappedRssMb(pid: number, test: (path: string) => boolean): numbe
     }
   }
   return kb / 1024;
+}
+
+/** Keeps every thread of a process on `cpus` (taskset's list: "1", "0-1"), or only its main thread (its event loop, for Node). */
+export function pinProcess(pid: number, cpus: string, threads: 'all' | 'main' = 'all'): void {
+  execFileSync('taskset', [...(threads === 'all' ? ['-a'] : []), '-p', '-c', cpus, String(pid)], { stdio: 'ignore' });
 }
 
 /** CPU time (user + system, all threads) a process has used so far, in seconds, from /proc (Linux; 100 ticks/s). */
