@@ -129,7 +129,7 @@ function splitUrl(url: string): { segments: string[]; query: string } {
   return { segments, query: q < 0 ? '' : url.slice(q + 1) };
 }
 
-/** JSON-RPC errors answer a POST without path; everything else is answered in the REST shape. */
+/** JSON-RPC errors answer a POST without path (after the chain, at most the token); everything else the REST shape. */
 const isRpcShaped = (method: string, url: string): boolean => method === 'POST' && splitUrl(url).segments.length <= 1;
 
 interface Incoming {
@@ -205,21 +205,14 @@ export class ChainCalls {
   failed(req: Pick<ChainRequest, 'method' | 'url' | 'headers' | 'id'>, err: unknown): ChainResponse {
     const unavailable = err instanceof GatekeeperUnavailable;
     this.log.error({ err }, unavailable ? 'gatekeeper failed' : 'chain call failed');
-    const message = unavailable ? 'Service temporarily unavailable' : 'Internal error';
-    const body = isRpcShaped(req.method, req.url)
-      ? rpcError('null', RpcCode.internalError, message)
-      : restError(unavailable ? 'service_unavailable' : 'internal_error', message);
-    return this.plain(req, unavailable ? 503 : 500, body);
+    if (unavailable) return this.ownError(req, 503, RpcCode.internalError, 'service_unavailable', 'Service temporarily unavailable');
+    return this.ownError(req, 500, RpcCode.internalError, 'internal_error', 'Internal error');
   }
 
   /** A call the HTTP server refused before it reached `serve` (an unreadable Content-Type...). */
   refused(req: Pick<ChainRequest, 'method' | 'url' | 'headers' | 'id'>, status: number, reason: string): ChainResponse {
-    const unsupported = status === 415;
-    const message = unsupported ? 'Unsupported media type: send application/json' : `Bad request: ${reason}`;
-    const body = isRpcShaped(req.method, req.url)
-      ? rpcError('null', RpcCode.invalidRequest, message)
-      : restError(unsupported ? 'unsupported_media_type' : 'bad_request', message);
-    return this.plain(req, status, body);
+    if (status === 415) return this.ownError(req, status, RpcCode.invalidRequest, 'unsupported_media_type', 'Unsupported media type: send application/json');
+    return this.ownError(req, status, RpcCode.invalidRequest, 'bad_request', `Bad request: ${reason}`);
   }
 
   /** The CORS preflight of a browser dApp calling a chain endpoint directly. */
@@ -235,13 +228,9 @@ export class ChainCalls {
   private async answer(req: ChainRequest): Promise<ChainResponse> {
     const chainId = chainIdOf(req.url);
     const chain = this.options.chains.get(chainId);
+    if (!chain) return this.ownError(req, 404, RpcCode.methodNotFound, 'unknown_chain', `Unknown chain "${chainId.slice(0, 64)}"`);
     const { segments: afterChain, query } = splitUrl(req.url);
     const isPost = req.method === 'POST';
-    if (!chain) {
-      const message = `Unknown chain "${chainId.slice(0, 64)}"`;
-      const body = isPost && afterChain.length <= 1 ? rpcError('null', RpcCode.methodNotFound, message) : restError('unknown_chain', message);
-      return this.plain(req, 404, body);
-    }
     const pool = this.options.pools.get(chain.id);
     if (!pool) throw new Error(`no upstream pool for chain ${chain.id}`);
     const authorization = req.headers.authorization;
@@ -297,9 +286,14 @@ export class ChainCalls {
     return { status: answer.status, headers, body: answer.body };
   }
 
-  private plain(req: Pick<ChainRequest, 'headers' | 'id'>, status: number, body: string): ChainResponse {
+  /**
+   * An error the gateway answers before any protocol handler: a JSON-RPC error to a POST
+   * without a path (`/<chain>` or `/<chain>/<token>`), a REST error to anything else.
+   */
+  private ownError(req: Pick<ChainRequest, 'method' | 'url' | 'headers' | 'id'>, status: number, rpcCode: number, restCode: string, message: string): ChainResponse {
     const headers = this.commonHeaders(req);
     headers['content-type'] = JSON_CONTENT_TYPE;
+    const body = isRpcShaped(req.method, req.url) ? rpcError('null', rpcCode, message) : restError(restCode, message);
     return { status, headers, body };
   }
 
