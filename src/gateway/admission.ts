@@ -15,11 +15,12 @@ export interface AdmissionRequest {
   nowMs: number;
 }
 
+/** Shared by the calls of one cached token: read, never changed. */
 export interface Caller {
-  tokenId: string;
-  accountId: string;
+  readonly tokenId: string;
+  readonly accountId: string;
   /** Days the account's plan keeps usage: carried in each usage record (read-model expiry). */
-  retentionDays?: number;
+  readonly retentionDays?: number;
 }
 
 /** Headers every chain answer carries: X-RateLimit-* and X-MonthlyLimit-* (and Retry-After on 429). */

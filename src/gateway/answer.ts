@@ -2,6 +2,7 @@ import type { Admission } from './admission.js';
 import type { Chain } from './chains.js';
 import { admissionRpcCode, JSON_CONTENT_TYPE, restError, rpcError } from './errors.js';
 import type { UpstreamPool } from './upstream.js';
+import type { MaybePromise } from '../infra/limits/port.js';
 
 /**
  * What a protocol handler hands back to the routes: the HTTP answer, the admission it got (for
@@ -30,11 +31,15 @@ export interface Answer {
   usage: UsageDraft[];
 }
 
-/** Everything a handler may use for one request; `admit` is asked at most once. */
+/**
+ * Everything a handler may use for one request; `admit` is asked at most once. It answers at
+ * once when the gatekeeper needs no I/O, so the common call reaches its upstream without a
+ * promise of ours on the way; a failing gatekeeper throws (or rejects) GatekeeperUnavailable.
+ */
 export interface CallScope {
   chain: Chain;
   pool: UpstreamPool;
-  admit(cost: number): Promise<Admission>;
+  admit(cost: number): MaybePromise<Admission>;
 }
 
 export type Refusal = Extract<Admission, { ok: false }>;

@@ -1,10 +1,11 @@
 import type { IncomingHttpHeaders } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import type { UsageRecord } from '../domain/usage.js';
+import type { MaybePromise } from '../infra/limits/port.js';
 import type { Admission, Gatekeeper } from './admission.js';
 import { type Answer, type CallScope, INVALID_METHOD, localError, type LocalError } from './answer.js';
 import { BodyTooLarge, isJsonRpcMediaType, type RawBody } from './body.js';
-import type { ChainRegistry } from './chains.js';
+import type { Chain, ChainRegistry } from './chains.js';
 import { type Credentials, extractCredentials } from './credentials.js';
 import { JSON_CONTENT_TYPE, RpcCode, restError, rpcError } from './errors.js';
 import { IsoClock } from './isoClock.js';
@@ -68,7 +69,7 @@ class GatekeeperUnavailable extends Error {}
 
 /** One chain call's scope: the admission is asked at most once, whatever the handlers ask. */
 class RequestScope implements CallScope {
-  private admission: Promise<Admission> | null = null;
+  private admission: MaybePromise<Admission> | null = null;
 
   constructor(
     readonly chain: CallScope['chain'],
@@ -77,22 +78,23 @@ class RequestScope implements CallScope {
     private readonly credentials: Credentials,
   ) {}
 
-  admit(cost: number): Promise<Admission> {
+  admit(cost: number): MaybePromise<Admission> {
     this.admission ??= this.ask(cost);
     return this.admission;
   }
 
-  private ask(cost: number): Promise<Admission> {
+  private ask(cost: number): MaybePromise<Admission> {
     const unavailable = (err: unknown): GatekeeperUnavailable => new GatekeeperUnavailable('gatekeeper failed', { cause: err });
+    let admission: MaybePromise<Admission>;
     try {
-      const admission = this.gatekeeper.admit({ chain: this.chain.id, token: this.credentials.token, via: this.credentials.via, cost, nowMs: Date.now() });
-      if (!(admission instanceof Promise)) return Promise.resolve(admission);
-      return admission.catch((err: unknown) => {
-        throw unavailable(err);
-      });
+      admission = this.gatekeeper.admit({ chain: this.chain.id, token: this.credentials.token, via: this.credentials.via, cost, nowMs: Date.now() });
     } catch (err) {
-      return Promise.reject(unavailable(err));
+      throw unavailable(err);
     }
+    if (!(admission instanceof Promise)) return admission;
+    return admission.catch((err: unknown) => {
+      throw unavailable(err);
+    });
   }
 }
 
@@ -153,7 +155,7 @@ const restIssue = (segments: string[], status: number, restCode: string, message
 const EMPTY_BODY = Buffer.alloc(0);
 
 /** Which protocol handles the call, or which local error answers it. */
-function dispatch(scope: CallScope, req: Incoming): Promise<Answer> {
+function dispatch(scope: CallScope, req: Incoming): MaybePromise<Answer> {
   const { chain } = scope;
   const { segments, isPost, limits } = req;
   const tooLarge = req.body instanceof BodyTooLarge;
@@ -196,9 +198,19 @@ export class ChainCalls {
     return this.options.chains.get(chainId) !== undefined;
   }
 
-  /** A chain call (GET or POST) to its answer; never throws: a failure is a 500 or 503 in the call's shape. */
-  serve(req: ChainRequest): Promise<ChainResponse> {
-    return this.answer(req).catch((err: unknown) => this.failed(req, err));
+  /** A chain call (GET or POST) to its answer; never rejects: a failure is a 500 or 503 in the call's shape. */
+  async serve(req: ChainRequest): Promise<ChainResponse> {
+    try {
+      const chainId = chainIdOf(req.url);
+      const chain = this.options.chains.get(chainId);
+      if (!chain) return this.ownError(req, 404, RpcCode.methodNotFound, 'unknown_chain', `Unknown chain "${chainId.slice(0, 64)}"`);
+      const pending = this.handle(req, chain);
+      const answer = pending instanceof Promise ? await pending : pending;
+      this.emit(req, answer, chain.id);
+      return this.respond(req, answer);
+    } catch (err) {
+      return this.failed(req, err);
+    }
   }
 
   /** A call that failed on our side: logged, and a 500 (503 while the gatekeeper is unavailable) in the call's shape. */
@@ -225,10 +237,8 @@ export class ChainCalls {
     return { status: 204, headers, body: null };
   }
 
-  private async answer(req: ChainRequest): Promise<ChainResponse> {
-    const chainId = chainIdOf(req.url);
-    const chain = this.options.chains.get(chainId);
-    if (!chain) return this.ownError(req, 404, RpcCode.methodNotFound, 'unknown_chain', `Unknown chain "${chainId.slice(0, 64)}"`);
+  /** The call to its protocol handler, with its credentials and scope. */
+  private handle(req: ChainRequest, chain: Chain): MaybePromise<Answer> {
     const { segments: afterChain, query } = splitUrl(req.url);
     const isPost = req.method === 'POST';
     const pool = this.options.pools.get(chain.id);
@@ -237,9 +247,7 @@ export class ChainCalls {
     const credentials = extractCredentials(afterChain, authorization, query);
     const scope = new RequestScope(chain, pool, this.options.gatekeeper, credentials);
     const contentType = req.headers['content-type'];
-    const answer = await dispatch(scope, { segments: credentials.segments, isPost, body: req.body, contentType, query, limits: this.limits });
-    this.emit(req, answer, chain.id);
-    return this.respond(req, answer);
+    return dispatch(scope, { segments: credentials.segments, isPost, body: req.body, contentType, query, limits: this.limits });
   }
 
   private emit(req: ChainRequest, answer: Answer, chainId: string): void {

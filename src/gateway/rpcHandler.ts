@@ -24,7 +24,8 @@ import {
   splitBatchAnswer,
 } from './jsonrpc.js';
 import { startsLikeJson } from './jsonScan.js';
-import type { UpstreamFailure } from './upstream.js';
+import type { UpstreamFailure, UpstreamOutcome } from './upstream.js';
+import type { MaybePromise } from '../infra/limits/port.js';
 
 /**
  * A JSON-RPC request end to end: validate, ask the gatekeeper for the calls that would reach the
@@ -36,7 +37,7 @@ const deniedMessage = (method: string, chainId: string): string => `Method not f
 const limitMessage = (a: Admission): string => (a.ok ? 'Limit exceeded: this call was refused by the rate or monthly limit' : a.message);
 const methodOf = (m: RpcMember): string => (m.kind === 'call' ? m.method : (m.method ?? INVALID_METHOD));
 
-export function handleJsonRpc(scope: CallScope, body: Buffer, maxBatch: number): Promise<Answer> {
+export function handleJsonRpc(scope: CallScope, body: Buffer, maxBatch: number): MaybePromise<Answer> {
   const parsed = parseJsonRpc(body, maxBatch);
   if (parsed.kind === 'error') {
     return localError(scope, { shape: 'rpc', status: parsed.status, rpcCode: parsed.code, restCode: 'invalid_request', message: parsed.message, method: INVALID_METHOD });
@@ -80,18 +81,30 @@ function singleError(admission: Admission, m: RpcMember, status: number, idText:
   };
 }
 
-/** A single call: the common case, so it skips the batch's bookkeeping. */
-async function single(scope: CallScope, m: RpcMember): Promise<Answer> {
+/**
+ * A single call: the common case, so it skips the batch's bookkeeping, and goes on at once
+ * when the admission needs no I/O (the upstream's answer is then its only wait).
+ */
+function single(scope: CallScope, m: RpcMember): MaybePromise<Answer> {
+  const admission = scope.admit(m.kind === 'call' && scope.chain.isMethodAllowed(m.method) ? 1 : 0);
+  return admission instanceof Promise ? admission.then((a) => admittedSingle(scope, m, a)) : admittedSingle(scope, m, admission);
+}
+
+function admittedSingle(scope: CallScope, m: RpcMember, admission: Admission): MaybePromise<Answer> {
   const { chain, pool } = scope;
-  const allowed = m.kind === 'call' && chain.isMethodAllowed(m.method);
-  const admission = await scope.admit(allowed ? 1 : 0);
   if (!admission.ok) return refusedRpcSingle(admission, m.idText ?? 'null', methodOf(m));
   if (m.kind === 'invalid') return singleError(admission, m, 400, m.idText, m.code, m.message);
   const idText = m.idText ?? 'null';
-  if (!allowed) return singleError(admission, m, 403, idText, RpcCode.methodNotFound, deniedMessage(m.method, chain.id));
+  if (!chain.isMethodAllowed(m.method)) return singleError(admission, m, 403, idText, RpcCode.methodNotFound, deniedMessage(m.method, chain.id));
   if (admission.granted < 1) return singleError(admission, m, 429, idText, RpcCode.limitExceeded, limitMessage(admission), retryData(admission));
+  return pool
+    .send({ method: 'POST', path: '', body: singleUpstreamBody(m), retriable: !chain.isWriteMethod(m.method) })
+    .then((outcome) => forwardedSingle(m, admission, outcome));
+}
 
-  const outcome = await pool.send({ method: 'POST', path: '', body: singleUpstreamBody(m), retriable: !chain.isWriteMethod(m.method) });
+/** A single call's answer from what its upstream did. */
+function forwardedSingle(m: RpcCall, admission: Admission, outcome: UpstreamOutcome): Answer {
+  const idText = m.idText ?? 'null';
   if (!outcome.ok) {
     const f = upstreamFailureCodes(outcome.kind);
     return withUpstream(singleError(admission, m, f.status, idText, f.rpc, outcome.message), outcome);
