@@ -4,7 +4,7 @@
  * its throughput, the CPU per request of the process in front of the upstream, and its ratio to
  * the bare proxy's run of the same round. For a ROLE=all mode it also prints the usage queue's
  * depth right after each run (from /metrics): a gateway that left most of its ingestion for
- * later would look faster than it is. With GATEWAY_CPU_PROF=<dir>, each gateway writes a CPU
+ * later would look faster than it is. With GATEWAY_CPU_PROF=<dir>, each gateway and the bare proxy write a CPU
  * profile there when it stops (bench/profile-summary.ts reads it). bench/gateway.ts is what
  * records the figures.
  *

@@ -61,6 +61,9 @@ async function builtEntryArgs(file: string, nodeFlags: string[] = []): Promise<s
   return [...nodeFlags, join(BUILD_DIR, file.replace(/\.ts$/, '.js'))];
 }
 
+/** GATEWAY_CPU_PROF=<dir>: the gateways and the bare proxy write a V8 CPU profile there as they exit. */
+const cpuProfileFlags = (): string[] => (process.env.GATEWAY_CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.GATEWAY_CPU_PROF}`, ...(process.env.GATEWAY_CPU_PROF_INTERVAL ? [`--cpu-prof-interval=${process.env.GATEWAY_CPU_PROF_INTERVAL}`] : [])] : []);
+
 export async function startUpstream(processes: Processes): Promise<Service> {
   const port = await freePort();
   const p = processes.start('upstream', process.execPath, [...(await builtEntryArgs('bench/servers/upstream.ts')), String(port)], { env: { NODE_ENV: 'production' } });
@@ -70,7 +73,7 @@ export async function startUpstream(processes: Processes): Promise<Service> {
 
 export async function startBareProxy(processes: Processes, upstreamUrl: string): Promise<Service> {
   const port = await freePort();
-  const p = processes.start('bare Node proxy', process.execPath, [...(await builtEntryArgs('bench/servers/bareProxy.ts')), String(port), upstreamUrl], {
+  const p = processes.start('bare Node proxy', process.execPath, [...(await builtEntryArgs('bench/servers/bareProxy.ts', cpuProfileFlags())), String(port), upstreamUrl], {
     env: { NODE_ENV: 'production' },
   });
   await waitForPort(port, p);
@@ -157,7 +160,7 @@ export interface GatewayOptions {
  */
 export async function startGateway(processes: Processes, options: GatewayOptions): Promise<Service> {
   const port = await freePort();
-  const flags = [...PRODUCTION_NODE_FLAGS, ...(options.nodeFlags ?? []), ...(process.env.GATEWAY_CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.GATEWAY_CPU_PROF}`] : [])];
+  const flags = [...PRODUCTION_NODE_FLAGS, ...(options.nodeFlags ?? []), ...cpuProfileFlags()];
   const args = await builtEntryArgs(options.entry ?? 'src/main.ts', flags);
   const p = processes.start(options.label ?? 'gateway', process.execPath, args, {
     env: {
