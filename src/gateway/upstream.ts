@@ -105,6 +105,10 @@ function describeError(err: unknown): string {
   return typeof e?.message === 'string' ? e.message : 'request failed';
 }
 
+/** Not tried yet for this call, and healthy or due for a trial call. */
+const isEligible = (m: Member, tried: Member[] | null, now: number): boolean =>
+  !tried?.includes(m) && (m.ejectedUntil === null || (now >= m.ejectedUntil && !m.probing));
+
 export class UpstreamPool {
   private readonly members: Member[];
   private readonly ejectAfter: number;
@@ -148,14 +152,15 @@ export class UpstreamPool {
     for (let attempt = 0; attempt < attempts; attempt++) {
       const member = this.pick(tried);
       if (member === null) break;
-      if (tried === null) tried = [member];
-      else tried.push(member);
       const outcome = await this.attempt(member, request);
       if (outcome.ok && !isNodeFailure(outcome.status, outcome.body)) {
         this.recordSuccess(member);
         return outcome;
       }
       this.recordFailure(member);
+      // Only a retry needs to know who was tried: the common call allocates no list.
+      tried ??= [];
+      tried.push(member);
       last = outcome.ok
         ? { ok: false, kind: 'unavailable', message: `upstream ${member.upstream.label} answered HTTP ${outcome.status}`, upstreamMs: outcome.upstreamMs, upstream: member.upstream.label }
         : outcome;
@@ -175,12 +180,11 @@ export class UpstreamPool {
   /** Weighted choice among untried upstreams that are healthy or due for a trial call (no allocation: it runs per call). */
   private pick(tried: Member[] | null): Member | null {
     const now = this.now();
-    const eligible = (m: Member): boolean => !tried?.includes(m) && (m.ejectedUntil === null || (now >= m.ejectedUntil && !m.probing));
     let total = 0;
     let count = 0;
     let only: Member | null = null;
     for (const m of this.members) {
-      if (!eligible(m)) continue;
+      if (!isEligible(m, tried, now)) continue;
       total += m.upstream.weight;
       count++;
       only = m;
@@ -190,7 +194,7 @@ export class UpstreamPool {
     if (count > 1) {
       let r = this.random() * total;
       for (const m of this.members) {
-        if (!eligible(m)) continue;
+        if (!isEligible(m, tried, now)) continue;
         r -= m.upstream.weight;
         if (r < 0) {
           chosen = m;

@@ -12,11 +12,14 @@ export interface TelemetrySources {
 
 const LATENCY_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
 
+type MethodClass = 'write' | 'read' | 'rest';
+
 /** Calls that submit or change something, as opposed to reads: a coarse class keeps label sets small. */
-export function methodClass(method: string): 'write' | 'read' | 'rest' {
-  if (method.includes('/')) return 'rest';
-  return /send|submit|broadcast|execute/i.test(method) ? 'write' : 'read';
-}
+const classOf = (method: string): MethodClass =>
+  method.includes('/') ? 'rest' : /send|submit|broadcast|execute/i.test(method) ? 'write' : 'read';
+
+/** Method classes remembered per process, up to a bound (REST paths are open-ended). */
+const METHOD_CLASSES_MAX = 10_000;
 
 const escapeLabelValue = (v: string): string => v.replace(/\\/g, '\\\\').replace(/\n/g, '\\n').replace(/"/g, '\\"');
 
@@ -66,6 +69,7 @@ class ChainHistogram {
 }
 
 type CallLabels = { chain: string; method_class: string; status: string };
+type PendingCalls = { labels: CallLabels; count: number };
 
 /**
  * Prometheus metrics of one process, on its own registry (no global state). Chain calls are
@@ -77,8 +81,11 @@ export class Telemetry {
   readonly registry = new Registry();
   private readonly latency = new ChainHistogram('gateway_call_duration_seconds', 'Time from arrival to answer of a chain call', LATENCY_BUCKETS);
   private readonly upstreamLatency = new ChainHistogram('gateway_upstream_duration_seconds', 'Time the upstream node took', LATENCY_BUCKETS);
-  /** Calls counted since the last scrape, by `<chain>\n<class>\n<status>`. */
-  private readonly pendingCalls = new Map<string, { labels: CallLabels; count: number }>();
+  /** Calls counted since the last scrape, one entry per label set. */
+  private readonly pendingCalls: PendingCalls[] = [];
+  /** The entries by chain, class and status: a call finds its own without building a key. */
+  private readonly pendingIndex = new Map<string, Map<string, Map<number, PendingCalls>>>();
+  private readonly methodClasses = new Map<string, MethodClass>();
   private readonly limiterDecisions: Counter<'outcome'>;
 
   constructor(sources: TelemetrySources = {}) {
@@ -87,8 +94,8 @@ export class Telemetry {
     new Counter({
       name: 'gateway_chain_calls_total', help: 'Chain calls (batch members count one each) by chain, method class and HTTP status', labelNames: ['chain', 'method_class', 'status'], registers,
       collect() {
-        for (const { labels, count } of pendingCalls.values()) if (count > 0) this.inc(labels, count);
-        for (const entry of pendingCalls.values()) entry.count = 0;
+        for (const { labels, count } of pendingCalls) if (count > 0) this.inc(labels, count);
+        for (const entry of pendingCalls) entry.count = 0;
       },
     });
     this.limiterDecisions = new Counter({ name: 'gateway_limiter_decisions_total', help: 'Calls admitted or refused by the rate limit or the monthly quota', labelNames: ['outcome'], registers });
@@ -116,13 +123,33 @@ export class Telemetry {
   }
 
   observeCall(record: UsageRecord): void {
-    const cls = methodClass(record.method);
-    const key = `${record.chain}\n${cls}\n${record.status}`;
-    const pending = this.pendingCalls.get(key);
-    if (pending) pending.count += 1;
-    else this.pendingCalls.set(key, { labels: { chain: record.chain, method_class: cls, status: String(record.status) }, count: 1 });
+    this.pendingCallsOf(record.chain, this.methodClass(record.method), record.status).count += 1;
     this.latency.observe(record.chain, record.totalMs / 1000);
     if (record.upstreamMs !== null) this.upstreamLatency.observe(record.chain, record.upstreamMs / 1000);
+  }
+
+  /** A call's class without a regex run for methods seen before. */
+  private methodClass(method: string): MethodClass {
+    let cls = this.methodClasses.get(method);
+    if (cls === undefined) {
+      cls = classOf(method);
+      if (this.methodClasses.size < METHOD_CLASSES_MAX) this.methodClasses.set(method, cls);
+    }
+    return cls;
+  }
+
+  private pendingCallsOf(chain: string, cls: string, status: number): PendingCalls {
+    let byClass = this.pendingIndex.get(chain);
+    if (!byClass) this.pendingIndex.set(chain, (byClass = new Map()));
+    let byStatus = byClass.get(cls);
+    if (!byStatus) byClass.set(cls, (byStatus = new Map()));
+    let entry = byStatus.get(status);
+    if (!entry) {
+      entry = { labels: { chain, method_class: cls, status: String(status) }, count: 0 };
+      byStatus.set(status, entry);
+      this.pendingCalls.push(entry);
+    }
+    return entry;
   }
 
   /** The limiter, counting its decisions. */
