@@ -86,7 +86,8 @@ export class Telemetry {
   /** The entries by chain, class and status: a call finds its own without building a key. */
   private readonly pendingIndex = new Map<string, Map<string, Map<number, PendingCalls>>>();
   private readonly methodClasses = new Map<string, MethodClass>();
-  private readonly limiterDecisions: Counter<'outcome'>;
+  /** Limiter decisions since the last scrape, by outcome (`admitted`, `refused_rate`, `refused_monthly`). */
+  private readonly pendingDecisions = new Map<string, number>();
 
   constructor(sources: TelemetrySources = {}) {
     const registers = [this.registry];
@@ -98,7 +99,14 @@ export class Telemetry {
         for (const entry of pendingCalls) entry.count = 0;
       },
     });
-    this.limiterDecisions = new Counter({ name: 'gateway_limiter_decisions_total', help: 'Calls admitted or refused by the rate limit or the monthly quota', labelNames: ['outcome'], registers });
+    const pendingDecisions = this.pendingDecisions;
+    new Counter({
+      name: 'gateway_limiter_decisions_total', help: 'Calls admitted or refused by the rate limit or the monthly quota', labelNames: ['outcome'], registers,
+      collect() {
+        for (const [outcome, count] of pendingDecisions) if (count > 0) this.inc({ outcome }, count);
+        for (const outcome of pendingDecisions.keys()) pendingDecisions.set(outcome, 0);
+      },
+    });
     new Gauge({
       name: 'gateway_usage_queue_depth', help: 'Usage records not yet appended to the event store', registers,
       async collect() { if (sources.usageQueueDepth) this.set(await sources.usageQueueDepth()); },
@@ -152,19 +160,21 @@ export class Telemetry {
     return entry;
   }
 
-  /** The limiter, counting its decisions. */
+  /** The limiter, counting its decisions (summed here, handed to prom-client when scraped: no label hashing per call). */
   countDecisions(limiter: Limiter): Limiter {
-    // Bound once: prom-client's inc({ outcome }) hashes a label object on every call.
-    const admitted = this.limiterDecisions.labels({ outcome: 'admitted' });
+    const pending = this.pendingDecisions;
+    const add = (outcome: string, n: number): void => {
+      pending.set(outcome, (pending.get(outcome) ?? 0) + n);
+    };
+    const count = (request: LimitRequest, d: LimitDecision): LimitDecision => {
+      if (d.granted > 0) add('admitted', d.granted);
+      if (d.granted < request.cost) add(d.refusedBy === 'monthly' ? 'refused_monthly' : 'refused_rate', request.cost - d.granted);
+      return d;
+    };
     return {
       take: (request: LimitRequest): MaybePromise<LimitDecision> => {
-        const count = (d: LimitDecision): LimitDecision => {
-          if (d.granted > 0) admitted.inc(d.granted);
-          if (d.granted < request.cost) this.limiterDecisions.inc({ outcome: `refused_${d.refusedBy ?? 'rate'}` }, request.cost - d.granted);
-          return d;
-        };
         const decision = limiter.take(request);
-        return decision instanceof Promise ? decision.then(count) : count(decision);
+        return decision instanceof Promise ? decision.then((d) => count(request, d)) : count(request, decision);
       },
       monthlyUsed: (key, nowMs) => limiter.monthlyUsed(key, nowMs),
       close: () => limiter.close(),

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { UsageRecord } from '../../src/domain/usage.js';
+import type { LimitDecision, LimitRequest, Limiter } from '../../src/infra/limits/port.js';
 import { Telemetry } from '../../src/infra/telemetry.js';
 
 const record = (chain: string, method: string, status: number): UsageRecord => ({
@@ -47,5 +48,39 @@ describe('telemetry: chain calls by chain, method class and status', () => {
     expect(callsOf(text, 'eth', 'write', 200)).toBe(2);
     expect(callsOf(text, 'eth', 'read', 200)).toBe(3);
     expect(callsOf(text, 'trx', 'rest', 200)).toBe(1);
+  });
+});
+
+describe('telemetry: limiter decisions', () => {
+  const decision = (granted: number, refusedBy: LimitDecision['refusedBy']): LimitDecision => ({
+    granted, refusedBy, rate: { limit: 10, remaining: 0, resetAt: 1 }, monthly: { limit: null, remaining: null, resetAt: 2 }, retryAfterSeconds: refusedBy ? 1 : null,
+  });
+  const request = (cost: number): LimitRequest => ({ tokenId: 't', rps: 10, monthly: { key: 'account:a', limit: null }, cost, nowMs: 0 });
+  const decisionsOf = (text: string, outcome: string): number | null => {
+    const m = new RegExp(`^gateway_limiter_decisions_total\\{outcome="${outcome}"\\} (\\d+)$`, 'm').exec(text);
+    return m ? Number(m[1]) : null;
+  };
+
+  it('counts admitted and refused calls, answered at once or later, and keeps counting across scrapes', async () => {
+    const t = new Telemetry();
+    const answers: Array<LimitDecision | Promise<LimitDecision>> = [
+      decision(1, null), // a call admitted at once
+      Promise.resolve(decision(3, 'rate')), // a batch of 5, 3 admitted, 2 refused by the rate limit
+      decision(0, 'monthly'), // a call refused by the quota
+    ];
+    const limiter: Limiter = { take: () => answers.shift() as LimitDecision, monthlyUsed: async () => 0, close: async () => {} };
+    const counted = t.countDecisions(limiter);
+    expect(counted.take(request(1))).toEqual(decision(1, null));
+    expect(await counted.take(request(5))).toEqual(decision(3, 'rate'));
+    counted.take(request(1));
+    let text = await t.metrics();
+    expect(decisionsOf(text, 'admitted')).toBe(4);
+    expect(decisionsOf(text, 'refused_rate')).toBe(2);
+    expect(decisionsOf(text, 'refused_monthly')).toBe(1);
+    answers.push(decision(2, null));
+    counted.take(request(2));
+    text = await t.metrics();
+    expect(decisionsOf(text, 'admitted')).toBe(6);
+    expect(decisionsOf(text, 'refused_rate')).toBe(2);
   });
 });
