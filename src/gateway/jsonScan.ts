@@ -72,27 +72,59 @@ export function skipValue(text: string, from: number): number {
 
 const decodeKey = (raw: string): string => (raw.includes('\\') ? (JSON.parse(raw) as string) : raw.slice(1, -1));
 
-/** Spans of an object's members' values by key (the last of duplicate keys wins, like `JSON.parse`). */
-export function objectMembers(text: string, from: number): Map<string, Span> {
-  const members = new Map<string, Span>();
+/**
+ * Calls `visit` with each member of the object at `from`: its key's raw span (quotes included)
+ * and its value's span, in order.
+ */
+function scanMembers(text: string, from: number, visit: (keyStart: number, keyEnd: number, valueStart: number, valueEnd: number) => void): void {
   if (text.charCodeAt(from) !== 0x7b) throw new JsonScanError('object expected');
   let i = skipWhitespace(text, from + 1);
-  if (text.charCodeAt(i) === 0x7d) return members;
+  if (text.charCodeAt(i) === 0x7d) return;
   for (;;) {
     if (text.charCodeAt(i) !== QUOTE) throw new JsonScanError('key expected');
     const keyEnd = skipString(text, i);
-    const key = decodeKey(text.slice(i, keyEnd));
+    const keyStart = i;
     i = skipWhitespace(text, keyEnd);
     if (text.charCodeAt(i) !== 0x3a) throw new JsonScanError('colon expected');
     const valueStart = skipWhitespace(text, i + 1);
     const valueEnd = skipValue(text, valueStart);
-    members.set(key, [valueStart, valueEnd]);
+    visit(keyStart, keyEnd, valueStart, valueEnd);
     i = skipWhitespace(text, valueEnd);
     const sep = text.charCodeAt(i);
-    if (sep === 0x7d) return members;
+    if (sep === 0x7d) return;
     if (sep !== 0x2c) throw new JsonScanError('comma or } expected');
     i = skipWhitespace(text, i + 1);
   }
+}
+
+/** Spans of an object's members' values by key (the last of duplicate keys wins, like `JSON.parse`). */
+export function objectMembers(text: string, from: number): Map<string, Span> {
+  const members = new Map<string, Span>();
+  scanMembers(text, from, (keyStart, keyEnd, valueStart, valueEnd) => {
+    members.set(decodeKey(text.slice(keyStart, keyEnd)), [valueStart, valueEnd]);
+  });
+  return members;
+}
+
+/** Whether the raw key at `keyStart..keyEnd` (quotes included) is `key`, without making a string of it unless it holds escapes. */
+function isKey(text: string, keyStart: number, keyEnd: number, key: string): boolean {
+  for (let i = keyStart + 1; i < keyEnd - 1; i++) {
+    if (text.charCodeAt(i) === BACKSLASH) return decodeKey(text.slice(keyStart, keyEnd)) === key;
+  }
+  return keyEnd - keyStart - 2 === key.length && text.startsWith(key, keyStart + 1);
+}
+
+/**
+ * The value spans of two members (undefined where absent; the last of duplicates wins, like
+ * `JSON.parse`): what a JSON-RPC call needs of its object, found without a map or key strings.
+ */
+export function twoMembers(text: string, from: number, first: string, second: string): [Span | undefined, Span | undefined] {
+  const found: [Span | undefined, Span | undefined] = [undefined, undefined];
+  scanMembers(text, from, (keyStart, keyEnd, valueStart, valueEnd) => {
+    if (isKey(text, keyStart, keyEnd, first)) found[0] = [valueStart, valueEnd];
+    else if (isKey(text, keyStart, keyEnd, second)) found[1] = [valueStart, valueEnd];
+  });
+  return found;
 }
 
 /** Spans of an array's elements. */

@@ -1,5 +1,5 @@
 import { RpcCode } from './errors.js';
-import { arrayElements, documentStart, JsonScanError, objectMembers, type Span } from './jsonScan.js';
+import { arrayElements, documentStart, JsonScanError, objectMembers, type Span, twoMembers } from './jsonScan.js';
 
 /**
  * JSON-RPC 2.0 bodies: parsing and validation (single and batch), the body sent upstream, and
@@ -58,13 +58,12 @@ function validateMember(value: unknown, text: string, span: Span, index: number)
     method,
   });
   if (!isPlainObject(value)) return invalid('null', RpcCode.invalidRequest, 'Invalid Request: a call must be a JSON object');
-  const spans = objectMembers(text, span[0]);
+  const [idSpan, paramsSpan] = twoMembers(text, span[0], 'id', 'params');
   const hasId = Object.hasOwn(value, 'id');
   const id = value.id;
   if (hasId && id !== null && typeof id !== 'string' && typeof id !== 'number') {
     return invalid('null', RpcCode.invalidRequest, 'Invalid Request: id must be a string, a number or null');
   }
-  const idSpan = spans.get('id');
   const idText = hasId && idSpan ? text.slice(idSpan[0], idSpan[1]) : undefined;
   const echoId = idText ?? 'null';
   const method = typeof value.method === 'string' ? value.method : null;
@@ -75,7 +74,6 @@ function validateMember(value: unknown, text: string, span: Span, index: number)
   if (Object.hasOwn(value, 'params') && (typeof params !== 'object' || params === null)) {
     return invalid(echoId, RpcCode.invalidParams, 'Invalid params: params must be an array or an object', method);
   }
-  const paramsSpan = spans.get('params');
   return {
     kind: 'call',
     index,

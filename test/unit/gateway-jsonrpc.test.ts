@@ -10,7 +10,7 @@ import {
   singleUpstreamBody,
   splitBatchAnswer,
 } from '../../src/gateway/jsonrpc.js';
-import { arrayElements, JsonScanError, objectMembers, skipValue } from '../../src/gateway/jsonScan.js';
+import { arrayElements, JsonScanError, objectMembers, skipValue, twoMembers } from '../../src/gateway/jsonScan.js';
 import { buildParams, restAnswerFromRpc } from '../../src/gateway/rest.js';
 
 /** The pure parts of the protocol layer. */
@@ -122,6 +122,19 @@ describe('jsonScan', () => {
     expect(text.slice(...(members.get('a') as [number, number]))).toBe('2');
     expect(text.slice(...(members.get('cd') as [number, number]))).toBe('"\\\\"');
     expect(arrayElements('[ 1 ,"]", [2,[3]] , {} ]', 0).map(([s, e]) => '[ 1 ,"]", [2,[3]] , {} ]'.slice(s, e))).toEqual(['1', '"]"', '[2,[3]]', '{}']);
+  });
+
+  it('finds two members as JSON.parse would: escaped keys, the last duplicate, not a key that only starts alike', () => {
+    const text = '{"idx":5,"params":[1],"\\u0069d":"first","method":"m","id" : 7 ,"params\\"":0}';
+    const [id, params] = twoMembers(text, 0, 'id', 'params');
+    expect(text.slice(...(id as [number, number]))).toBe('7');
+    expect(text.slice(...(params as [number, number]))).toBe('[1]');
+    expect(JSON.parse(text)).toMatchObject({ id: 7, params: [1] });
+    const escapedLast = '{"id":1,"\\u0069d":"two"}';
+    expect(escapedLast.slice(...(twoMembers(escapedLast, 0, 'id', 'params')[0] as [number, number]))).toBe('"two"');
+    expect(twoMembers('{"jsonrpc":"2.0"}', 0, 'id', 'params')).toEqual([undefined, undefined]);
+    expect(twoMembers('{}', 0, 'id', 'params')).toEqual([undefined, undefined]);
+    expect(() => twoMembers('{"id":1', 0, 'id', 'params')).toThrow(JsonScanError);
   });
 
   it('throws on garbage instead of looping', () => {
