@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execFile } from 'node:child_process';
@@ -55,10 +55,45 @@ function buildServers(): Promise<void> {
   return building;
 }
 
-/** Node's arguments to run `file` (a .ts path from the project root) compiled, after `nodeFlags`. */
-async function builtEntryArgs(file: string, nodeFlags: string[] = []): Promise<string[]> {
-  await buildServers();
-  return [...nodeFlags, join(BUILD_DIR, file.replace(/\.ts$/, '.js'))];
+/** Node's arguments to run `file` (a .ts path from the project root) compiled, after `nodeFlags`; from `buildDir` when given (buildRevision). */
+async function builtEntryArgs(file: string, nodeFlags: string[] = [], buildDir?: string): Promise<string[]> {
+  if (buildDir === undefined) await buildServers();
+  return [...nodeFlags, join(buildDir ?? BUILD_DIR, file.replace(/\.ts$/, '.js'))];
+}
+
+const revisionBuilds = new Map<string, Promise<string>>();
+
+/**
+ * Compiles a git revision of the project (its committed tree, with this checkout's
+ * node_modules) into dist/bench-rev/<rev>/, and answers its build directory: a same-run A/B
+ * of a change against the code before it (bench/compare-gateway.ts, BASELINE_REV).
+ */
+export function buildRevision(rev: string): Promise<string> {
+  let build = revisionBuilds.get(rev);
+  if (!build) {
+    build = (async () => {
+      const sha = (await run('git', ['rev-parse', '--verify', `${rev}^{commit}`], ROOT)).trim();
+      const tree = join(ROOT, 'dist', 'bench-rev', sha.slice(0, 12));
+      rmSync(tree, { recursive: true, force: true });
+      mkdirSync(tree, { recursive: true });
+      await run('sh', ['-c', `git archive ${sha} | tar -x -C ${JSON.stringify(tree)}`], ROOT);
+      symlinkSync(join(ROOT, 'node_modules'), join(tree, 'node_modules'), 'dir');
+      const out = join(tree, 'build');
+      await run(process.execPath, [join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', join(tree, 'tsconfig.json'), '--outDir', out], tree);
+      return out;
+    })();
+    revisionBuilds.set(rev, build);
+  }
+  return build;
+}
+
+function run(command: string, args: string[], cwd: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    execFile(command, args, { cwd, maxBuffer: 16 << 20 }, (error, stdout, stderr) => {
+      if (error) reject(new Error(`${command} ${args.join(' ')} failed:\n${stdout}${stderr}`));
+      else resolve(stdout);
+    });
+  });
 }
 
 /** GATEWAY_CPU_PROF=<dir>: the gateways and the bare proxy write a V8 CPU profile there as they exit. */
@@ -149,6 +184,8 @@ export interface GatewayOptions {
   label?: string;
   /** Another TypeScript entry than src/main.ts (bench/servers/warmGateway.ts). */
   entry?: string;
+  /** A build of another revision (buildRevision); the working tree's by default. */
+  buildDir?: string;
   nodeFlags?: string[];
   env?: Record<string, string>;
 }
@@ -161,7 +198,7 @@ export interface GatewayOptions {
 export async function startGateway(processes: Processes, options: GatewayOptions): Promise<Service> {
   const port = await freePort();
   const flags = [...PRODUCTION_NODE_FLAGS, ...(options.nodeFlags ?? []), ...cpuProfileFlags()];
-  const args = await builtEntryArgs(options.entry ?? 'src/main.ts', flags);
+  const args = await builtEntryArgs(options.entry ?? 'src/main.ts', flags, options.buildDir);
   const p = processes.start(options.label ?? 'gateway', process.execPath, args, {
     env: {
       ...PRODUCTION_NODE_ENV,
