@@ -42,6 +42,8 @@ const LATENCY_SECONDS = 3;
 interface Target {
   name: string;
   url: string;
+  /** Its /metrics, for the gateways: their event loop delay during a latency run. */
+  metricsUrl?: string;
   /** The process in front of the upstream (the upstream itself for the direct run). */
   service: Service;
   /** Other processes it needs besides the upstream (its Redis). */
@@ -89,7 +91,22 @@ async function alone<T>(t: Target, measure: () => Promise<T>): Promise<T> {
  * while on two shared cores a p99 over a few seconds mostly shows which process the scheduler
  * ran. Direct: the upstream's main thread on CPU 1.
  */
-async function latency(t: Target, ownCore = false): Promise<PacedResult> {
+interface LatencyRun extends PacedResult {
+  /** The gateway's own event loop during the run (gateway_event_loop_delay_seconds), ms. */
+  loopDelay?: { p99Ms: number; maxMs: number };
+}
+
+/** The event loop delay a gateway reports since its previous scrape. */
+async function loopDelay(metricsUrl: string): Promise<{ p99Ms: number; maxMs: number }> {
+  const text = await (await fetch(metricsUrl)).text();
+  const at = (quantile: string): number => 1000 * Number(new RegExp(`^gateway_event_loop_delay_seconds\\{quantile="${quantile}"\\} (\\S+)$`, 'm').exec(text)?.[1] ?? Number.NaN);
+  return { p99Ms: at('0.99'), maxMs: at('1') };
+}
+
+const describeLoopDelay = (r: LatencyRun): string =>
+  r.loopDelay ? `; its event loop ran timers up to ${r.loopDelay.maxMs.toFixed(2)} ms late (p99 ${r.loopDelay.p99Ms.toFixed(2)} ms)` : '';
+
+async function latency(t: Target, ownCore = false): Promise<LatencyRun> {
   const measured = t.service.process.child.pid as number;
   if (ownCore) {
     for (const pid of everyPid) pinProcess(pid, '0');
@@ -98,10 +115,12 @@ async function latency(t: Target, ownCore = false): Promise<PacedResult> {
   try {
     return await alone(t, async () => {
       await settle();
-      const result = await pacedLatency(t.url, { rate: LATENCY_RATE, seconds: LATENCY_SECONDS, cpus: ownCore ? '0' : undefined });
+      if (t.metricsUrl) await loopDelay(t.metricsUrl); // a scrape starts the gateway's delay figures afresh
+      const result: LatencyRun = await pacedLatency(t.url, { rate: LATENCY_RATE, seconds: LATENCY_SECONDS, cpus: ownCore ? '0' : undefined });
+      if (t.metricsUrl) result.loopDelay = await loopDelay(t.metricsUrl);
       const where = ownCore ? ' (event loop on its own core)' : '';
       if (result.failures > 0) throw new Error(`${t.name}${where}: ${result.failures} failed requests at ${LATENCY_RATE} req/s`);
-      log(`${t.name.padEnd(16)}${where} at ${Math.round(result.rate)} req/s: p50 ${result.p50Ms.toFixed(3)} ms, p99 ${result.p99Ms.toFixed(3)} ms`);
+      log(`${t.name.padEnd(16)}${where} at ${Math.round(result.rate)} req/s: p50 ${result.p50Ms.toFixed(3)} ms, p99 ${result.p99Ms.toFixed(3)} ms${describeLoopDelay(result)}`);
       return result;
     });
   } finally {
@@ -147,6 +166,7 @@ async function main(): Promise<void> {
     });
     const target = (name: string, service: Service, needs: Service[] = []): Target => ({
       name, url: service.url + path, service, needs: needs.map((s) => s.process.child.pid as number),
+      metricsUrl: name.startsWith('gateway') ? `${service.url}/metrics` : undefined,
     });
     const direct = target('direct', upstream);
     const viaNginx = target('nginx', nginx);
@@ -174,9 +194,9 @@ async function main(): Promise<void> {
       }
     }
     const rss = new Map(all.map((t) => [t, rssMb(t.service.process.child.pid as number)]));
-    const latencies = new Map<Target, PacedResult>();
+    const latencies = new Map<Target, LatencyRun>();
     for (const t of all) latencies.set(t, await latency(t));
-    const ownCore = new Map<Target, PacedResult>();
+    const ownCore = new Map<Target, LatencyRun>();
     if (cpus().length >= 2) {
       requireTool('taskset', 'apt-get install -y util-linux');
       for (const t of all) ownCore.set(t, await latency(t, true));
@@ -188,7 +208,7 @@ async function main(): Promise<void> {
     /** Median over the rounds of the ratio within each round. */
     const ratioOf = (t: Target, to: Target, pick: (x: Throughput) => number): number => median(of(t).map((x, i) => pick(x) / pick(of(to)[i] as Throughput)));
     const perRound = (t: Target, pick: (x: Throughput) => number): string => of(t).map((x) => Math.round(pick(x))).join(', ');
-    const lat = (t: Target): PacedResult => latencies.get(t) as PacedResult;
+    const lat = (t: Target): LatencyRun => latencies.get(t) as LatencyRun;
 
     const method = `wrk -t1 -c${CONNECTIONS}, ${SECONDS} s per run after a ${WARMUP_SECONDS} s warm-up, POST eth_blockNumber (bench/wrk/post.lua) to /eth/<token>; every process running on the same 2 cores throughout; the bare proxy and the three gateways measured in turn, ${ROUNDS} rounds, each ratio the median of the rounds' ratios (nginx and direct: one run); each run starts once every process of the benchmark is idle (< 5 % of a core over 0.5 s, 20 s at most)`;
     const figures: Figure[] = [];
@@ -237,7 +257,7 @@ async function main(): Promise<void> {
     const ownCoreMethod = `wrk -t1 -c50 --latency for ${LATENCY_SECONDS} s each, paced as above (bench/wrk/paced.lua, about ${LATENCY_RATE} req/s; achieved: direct ${achieved(direct)}, nginx ${achieved(viaNginx)}, bare ${achieved(viaBare)}, embedded ${achieved(viaEmbedded)}, redis ${achieved(viaRedis)}, gateway role ${achieved(viaRole)}), after the shared-core runs, again with the other proxies stopped, and with the main thread (the event loop) of the process in front of wrk alone on CPU 1 and everything else (its other threads, wrk, the upstream, Redis) on CPU 0, with taskset; direct: the upstream's main thread on CPU 1; added = the percentile through the proxy − the same percentile direct, both pinned`;
     const latencySets = [
       { suffix: '', of: lat, method: latencyMethod },
-      ...(ownCore.size > 0 ? [{ suffix: '_own_core', of: (t: Target): PacedResult => ownCore.get(t) as PacedResult, method: ownCoreMethod }] : []),
+      ...(ownCore.size > 0 ? [{ suffix: '_own_core', of: (t: Target): LatencyRun => ownCore.get(t) as LatencyRun, method: ownCoreMethod }] : []),
     ];
     for (const set of latencySets) {
       for (const m of [viaNginx, viaBare, viaEmbedded, viaRedis, viaRole]) {
@@ -254,7 +274,7 @@ async function main(): Promise<void> {
             result: round(value - directValue),
             unit: 'ms',
             ratio: round(value / directValue),
-            baseline: `${p} ${value.toFixed(3)} ms vs direct ${directValue.toFixed(3)} ms`,
+            baseline: `${p} ${value.toFixed(3)} ms vs direct ${directValue.toFixed(3)} ms${describeLoopDelay(set.of(m))}`,
             command: COMMAND,
             method: set.method,
           });

@@ -185,6 +185,7 @@ export async function openRuntime(config: Config, now: () => Date = () => new Da
       await feed.close();
       await readModels.close();
       await store.close();
+      telemetry.close();
     },
   };
 }

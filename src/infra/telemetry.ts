@@ -1,3 +1,4 @@
+import { type IntervalHistogram, monitorEventLoopDelay } from 'node:perf_hooks';
 import { Counter, Gauge, Registry } from 'prom-client';
 import type { UsageRecord } from '../domain/usage.js';
 import type { LimitDecision, Limiter, LimitRequest, MaybePromise } from './limits/port.js';
@@ -9,6 +10,9 @@ export interface TelemetrySources {
   cachedTokens?(): number;
   upstreams?(): Record<string, Array<{ label: string; healthy: boolean }>>;
 }
+
+/** The event loop delay monitor's timer interval: its figures are how much later than this the timer ran. */
+const LOOP_DELAY_RESOLUTION_MS = 10;
 
 const LATENCY_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
 
@@ -88,9 +92,26 @@ export class Telemetry {
   private readonly methodClasses = new Map<string, MethodClass>();
   /** Limiter decisions since the last scrape, by outcome (`admitted`, `refused_rate`, `refused_monthly`). */
   private readonly pendingDecisions = new Map<string, number>();
+  private readonly loopDelay: IntervalHistogram = monitorEventLoopDelay({ resolution: LOOP_DELAY_RESOLUTION_MS });
 
   constructor(sources: TelemetrySources = {}) {
     const registers = [this.registry];
+    const loopDelay = this.loopDelay;
+    loopDelay.enable();
+    new Gauge({
+      name: 'gateway_event_loop_delay_seconds',
+      help: 'How late the event loop ran a timer since the previous scrape (quantile 1: the longest wait): every request waiting in this process waited as long',
+      labelNames: ['quantile'], registers,
+      collect() {
+        this.reset();
+        if (loopDelay.count === 0) return;
+        const beyondInterval = (ns: number): number => Math.max(0, ns / 1e9 - LOOP_DELAY_RESOLUTION_MS / 1000);
+        this.set({ quantile: '0.5' }, beyondInterval(loopDelay.percentile(50)));
+        this.set({ quantile: '0.99' }, beyondInterval(loopDelay.percentile(99)));
+        this.set({ quantile: '1' }, beyondInterval(loopDelay.max));
+        loopDelay.reset();
+      },
+    });
     const pendingCalls = this.pendingCalls;
     new Counter({
       name: 'gateway_chain_calls_total', help: 'Chain calls (batch members count one each) by chain, method class and HTTP status', labelNames: ['chain', 'method_class', 'status'], registers,
@@ -179,6 +200,11 @@ export class Telemetry {
       monthlyUsed: (key, nowMs) => limiter.monthlyUsed(key, nowMs),
       close: () => limiter.close(),
     };
+  }
+
+  /** Stops the event loop delay monitor's timer. */
+  close(): void {
+    this.loopDelay.disable();
   }
 
   async metrics(): Promise<string> {

@@ -84,3 +84,33 @@ describe('telemetry: limiter decisions', () => {
     expect(decisionsOf(text, 'refused_rate')).toBe(2);
   });
 });
+
+describe('telemetry: event loop delay', () => {
+  const delayOf = (text: string, quantile: string): number | null => {
+    const m = new RegExp(`^gateway_event_loop_delay_seconds\\{quantile="${quantile}"\\} ([\\d.e-]+)$`, 'm').exec(text);
+    return m ? Number(m[1]) : null;
+  };
+  const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+  it('shows a stall of the event loop in the scrape after it, and only in that one', async () => {
+    const t = new Telemetry();
+    try {
+      await sleep(50);
+      await t.metrics(); // starts a fresh interval
+      await sleep(30);
+      const until = Date.now() + 120;
+      while (Date.now() < until) {
+        // the event loop is blocked: no timer runs
+      }
+      await sleep(40);
+      const stalled = delayOf(await t.metrics(), '1');
+      expect(stalled).toBeGreaterThanOrEqual(0.09);
+      await sleep(100);
+      const after = delayOf(await t.metrics(), '1');
+      expect(after).not.toBeNull();
+      expect(after as number).toBeLessThan(stalled as number);
+    } finally {
+      t.close();
+    }
+  });
+});
