@@ -5,6 +5,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { EventStoreError } from '../../src/infra/eventstore/errors.js';
 import { openEventStore } from '../../src/infra/eventstore/index.js';
 import { LevelEventStore, type LevelEventStoreOptions } from '../../src/infra/eventstore/level.js';
+import { AppendPlan, EVENTS_PER_TURN } from '../../src/infra/eventstore/levelAppendPlan.js';
 import type { EventStore } from '../../src/infra/eventstore/port.js';
 import { category, describeEventStoreContract, expectStrictlyIncreasing, newEvent, SubscriptionReader } from './eventstore.contract.js';
 
@@ -19,6 +20,39 @@ afterAll(() => {
 });
 
 describeEventStoreContract('LevelEventStore', () => LevelEventStore.open(tempDir()));
+
+describe('LevelEventStore append planning', () => {
+  it('lets the event loop run between slices of a big append, and plans it as if it had not', async () => {
+    const count = 10 * EVENTS_PER_TURN;
+    let immediateRan = false;
+    let lookupsBefore = 0;
+    let encodedBefore = 0;
+    const plan = new AppendPlan(
+      {
+        head: () => 4, // the stream exists: every event's id is looked up (a retry would be a no-op)
+        eventId: () => {
+          if (!immediateRan) lookupsBefore++;
+          return undefined;
+        },
+      },
+      100,
+      '2026-11-24T00:00:00.000Z',
+    );
+    setImmediate(() => {
+      immediateRan = true;
+      encodedBefore = plan.puts.length;
+    });
+    const events = Array.from({ length: count }, (_, i) => newEvent('A', { i }));
+    const result = await plan.add('a-1', events, 4);
+    // Without pauses every lookup would run before the immediate callback.
+    expect(immediateRan).toBe(true);
+    expect(lookupsBefore).toBeLessThan(EVENTS_PER_TURN);
+    expect(encodedBefore).toBe(0);
+    expect(result).toEqual({ nextExpectedRevision: 4 + count, position: String(100 + count).padStart(20, '0') });
+    expect(plan.puts).toHaveLength(3 * count + 1);
+    expect(plan.appended.map(([, json]) => (JSON.parse(json) as { data: { i: number } }).data.i)).toEqual(events.map((_, i) => i));
+  });
+});
 
 describe('LevelEventStore specifics', () => {
   async function withStore<T>(run: (store: LevelEventStore, dir: string) => Promise<T>, options?: LevelEventStoreOptions): Promise<T> {
