@@ -169,9 +169,15 @@ export class Telemetry {
 
   private pendingCallsOf(chain: string, cls: string, status: number): PendingCalls {
     let byClass = this.pendingIndex.get(chain);
-    if (!byClass) this.pendingIndex.set(chain, (byClass = new Map()));
+    if (!byClass) {
+      byClass = new Map();
+      this.pendingIndex.set(chain, byClass);
+    }
     let byStatus = byClass.get(cls);
-    if (!byStatus) byClass.set(cls, (byStatus = new Map()));
+    if (!byStatus) {
+      byStatus = new Map();
+      byClass.set(cls, byStatus);
+    }
     let entry = byStatus.get(status);
     if (!entry) {
       entry = { labels: { chain, method_class: cls, status: String(status) }, count: 0 };
