@@ -1,7 +1,7 @@
 import { effectiveStatus } from '../domain/apiToken.js';
 import { effectiveTokenLimits, type PlanCatalog, planAllowsChain } from '../domain/plans.js';
 import { hashToken, isWellFormedToken } from '../domain/tokenFormat.js';
-import type { LimitDecision, Limiter, LimitRequest, MaybePromise } from '../infra/limits/port.js';
+import type { LimitDecision, Limiter, MaybePromise } from '../infra/limits/port.js';
 import type { Admission, AdmissionRequest, Caller, Gatekeeper, LimitHeaders } from './admission.js';
 import { IsoClock } from './isoClock.js';
 import type { CachedToken, TokenCache } from './tokenCache.js';
@@ -25,13 +25,6 @@ const refuse = (status: 401 | 403, code: string, message: string, caller: Caller
   ok: false, status, code, message, caller, headers: {}, retryAfterSeconds: null,
 });
 
-/** What admitting a call of one cached token needs besides the moment: worked out once per cache entry. */
-interface TokenTerms {
-  caller: Caller;
-  rps: number;
-  monthly: LimitRequest['monthly'];
-}
-
 /**
  * The spec's rejection rules in order: 401 for a token that is missing, malformed, unknown,
  * revoked, expired or passed the wrong way; 403 for a disabled token or a chain outside the
@@ -39,11 +32,6 @@ interface TokenTerms {
  */
 export class TokenGatekeeper implements Gatekeeper {
   private readonly clock = new IsoClock();
-  /**
-   * By cache entry, which a token's change replaces (and the plans are fixed for the process):
-   * a call reuses its token's caller and limits instead of building them again.
-   */
-  private readonly terms = new WeakMap<CachedToken, TokenTerms>();
 
   constructor(
     private readonly tokens: TokenCache,
@@ -67,30 +55,22 @@ export class TokenGatekeeper implements Gatekeeper {
 
     const status = effectiveStatus(token, this.clock.format(request.nowMs));
     if (status === 'revoked' || status === 'expired') return refuse(401, 'unauthorized', INVALID_TOKEN);
-    const { caller, rps, monthly } = this.termsOf(token);
+    const caller: Caller = { tokenId: token.tokenId, accountId: token.accountId, retentionDays: this.plans[token.plan].retention_days };
     if (status === 'disabled') return refuse(403, 'token_disabled', 'The API token is disabled; enable it in the dashboard.', caller);
     const plan = this.plans[token.plan];
     if (!planAllowsChain(plan, request.chain)) {
       return refuse(403, 'chain_not_in_plan', `The ${plan.name} plan does not include the ${request.chain} network.`, caller);
     }
 
-    const decision = this.limiter.take({ tokenId: token.tokenId, rps, monthly, cost: request.cost, nowMs: request.nowMs });
+    const limits = effectiveTokenLimits(plan, token);
+    const decision = this.limiter.take({
+      tokenId: token.tokenId,
+      rps: limits.rps,
+      monthly: { key: limits.ownMonthly ? `token:${token.tokenId}` : `account:${token.accountId}`, limit: limits.monthly },
+      cost: request.cost,
+      nowMs: request.nowMs,
+    });
     return decision instanceof Promise ? decision.then((d) => limitedAdmission(request, caller, d)) : limitedAdmission(request, caller, decision);
-  }
-
-  private termsOf(token: CachedToken): TokenTerms {
-    let terms = this.terms.get(token);
-    if (terms === undefined) {
-      const plan = this.plans[token.plan];
-      const limits = effectiveTokenLimits(plan, token);
-      terms = {
-        caller: { tokenId: token.tokenId, accountId: token.accountId, retentionDays: plan.retention_days },
-        rps: limits.rps,
-        monthly: { key: limits.ownMonthly ? `token:${token.tokenId}` : `account:${token.accountId}`, limit: limits.monthly },
-      };
-      this.terms.set(token, terms);
-    }
-    return terms;
   }
 }
 
