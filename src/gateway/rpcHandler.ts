@@ -86,16 +86,17 @@ function singleError(admission: Admission, m: RpcMember, status: number, idText:
  * when the admission needs no I/O (the upstream's answer is then its only wait).
  */
 function single(scope: CallScope, m: RpcMember): MaybePromise<Answer> {
-  const admission = scope.admit(m.kind === 'call' && scope.chain.isMethodAllowed(m.method) ? 1 : 0);
-  return admission instanceof Promise ? admission.then((a) => admittedSingle(scope, m, a)) : admittedSingle(scope, m, admission);
+  const allowed = m.kind === 'call' && scope.chain.isMethodAllowed(m.method);
+  const admission = scope.admit(allowed ? 1 : 0);
+  return admission instanceof Promise ? admission.then((a) => admittedSingle(scope, m, allowed, a)) : admittedSingle(scope, m, allowed, admission);
 }
 
-function admittedSingle(scope: CallScope, m: RpcMember, admission: Admission): MaybePromise<Answer> {
+function admittedSingle(scope: CallScope, m: RpcMember, allowed: boolean, admission: Admission): MaybePromise<Answer> {
   const { chain, pool } = scope;
   if (!admission.ok) return refusedRpcSingle(admission, m.idText ?? 'null', methodOf(m));
   if (m.kind === 'invalid') return singleError(admission, m, 400, m.idText, m.code, m.message);
   const idText = m.idText ?? 'null';
-  if (!chain.isMethodAllowed(m.method)) return singleError(admission, m, 403, idText, RpcCode.methodNotFound, deniedMessage(m.method, chain.id));
+  if (!allowed) return singleError(admission, m, 403, idText, RpcCode.methodNotFound, deniedMessage(m.method, chain.id));
   if (admission.granted < 1) return singleError(admission, m, 429, idText, RpcCode.limitExceeded, limitMessage(admission), retryData(admission));
   return pool
     .send({ method: 'POST', path: '', body: singleUpstreamBody(m), retriable: !chain.isWriteMethod(m.method) })
