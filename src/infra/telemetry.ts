@@ -105,7 +105,8 @@ export class Telemetry {
       collect() {
         this.reset();
         if (loopDelay.count === 0) return;
-        const beyondInterval = (ns: number): number => Math.max(0, ns / 1e9 - LOOP_DELAY_RESOLUTION_MS / 1000);
+        // In whole microseconds: the histogram's nanoseconds minus the interval, without float dust.
+        const beyondInterval = (ns: number): number => Math.max(0, Math.round(ns / 1e3 - LOOP_DELAY_RESOLUTION_MS * 1e3)) / 1e6;
         this.set({ quantile: '0.5' }, beyondInterval(loopDelay.percentile(50)));
         this.set({ quantile: '0.99' }, beyondInterval(loopDelay.percentile(99)));
         this.set({ quantile: '1' }, beyondInterval(loopDelay.max));
