@@ -123,16 +123,20 @@ describe('the node:http front and the fastify routes', () => {
     expect(head.headers.get('x-request-id')).toMatch(/^fastify-/);
   });
 
-  it('answers a gatekeeper failure with 503 in the call shape, on both', async () => {
+  it('answers a gatekeeper failure with 503 in the call shape, on both, whether it rejects or throws at once', async () => {
     gatekeeper.failure = new Error('backend down');
     try {
-      for (const via of [viaFront, viaFastify]) {
-        const r = await via(CALLS[0] as Call);
-        expect(r.status).toBe(503);
-        expect(JSON.parse(r.body)).toMatchObject({ jsonrpc: '2.0', id: null, error: { code: -32603 } });
+      for (const failsAtOnce of [false, true]) {
+        gatekeeper.failsAtOnce = failsAtOnce;
+        for (const via of [viaFront, viaFastify]) {
+          const r = await via(CALLS[0] as Call);
+          expect(r.status, `failsAtOnce ${failsAtOnce}`).toBe(503);
+          expect(JSON.parse(r.body)).toMatchObject({ jsonrpc: '2.0', id: null, error: { code: -32603 } });
+        }
       }
     } finally {
       gatekeeper.failure = null;
+      gatekeeper.failsAtOnce = false;
     }
   });
 

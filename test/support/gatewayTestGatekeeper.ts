@@ -12,8 +12,9 @@ export class TestGatekeeper implements Gatekeeper {
   readonly requests: AdmissionRequest[] = [];
   readonly forbiddenChains = new Set<string>();
   private remaining: number | null = null;
-  /** When set, admit() fails as a gatekeeper whose backend is down would. */
+  /** When set, admit() fails as a gatekeeper whose backend is down would: with a rejected promise, or by throwing at once. */
   failure: Error | null = null;
+  failsAtOnce = false;
 
   /** Grant only `k` more calls (null: unlimited). */
   grantOnly(k: number | null): void {
@@ -32,8 +33,13 @@ export class TestGatekeeper implements Gatekeeper {
     };
   }
 
-  async admit(request: AdmissionRequest): Promise<Admission> {
+  admit(request: AdmissionRequest): Promise<Admission> {
     this.requests.push(request);
+    if (this.failure && this.failsAtOnce) throw this.failure;
+    return this.decide(request);
+  }
+
+  private async decide(request: AdmissionRequest): Promise<Admission> {
     if (this.failure) throw this.failure;
     if ((request.via !== 'path' && request.via !== 'bearer') || request.token !== this.token) {
       const message = request.via === 'path' || request.via === 'bearer' || request.via === null ? 'Invalid, revoked or expired API token' : 'Pass the API token in the path or as a Bearer header';
