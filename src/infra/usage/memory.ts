@@ -48,7 +48,9 @@ export class MemoryUsageBackend {
       return;
     }
     this.nextId += 1;
-    this.entries.set(String(this.nextId), { record: { ...record }, deliveredTo: null, deliveredAt: 0 });
+    // Kept as given, not copied: a record is not changed once enqueued (UsageQueue.enqueue), and a
+    // copy per call was most of what this queue kept alive past a young collection.
+    this.entries.set(String(this.nextId), { record, deliveredTo: null, deliveredAt: 0 });
     for (const wake of this.waiters) wake();
   }
 

@@ -11,7 +11,7 @@ export interface QueuedUsage {
 }
 
 export interface UsageQueue {
-  /** Never blocks and never throws: buffers in memory while the backend is away. */
+  /** Never blocks and never throws: buffers in memory while the backend is away. The record must not be changed afterwards (the in-process queue keeps it as it is). */
   enqueue(record: UsageRecord): void;
   /** Up to `max` records not yet acknowledged, including ones a crashed consumer left pending. */
   read(max: number, blockMs?: number): Promise<QueuedUsage[]>;
