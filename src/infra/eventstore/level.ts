@@ -199,9 +199,9 @@ export class LevelEventStore implements EventStore {
           // Three puts an event (log, stream index, id): the planning's pace (see EVENTS_PER_TURN).
           if ((i + 1) % (3 * EVENTS_PER_TURN) === 0) await nextTurn();
         }
-        // The native batch holds copies now: let the strings go before the fsync'd write, which
-        // can outlast a young collection or two (only the log entries live on, for the taps).
-        plan.puts.length = 0;
+        // The native batch holds copies now: what the planning kept goes before the fsync'd write,
+        // which can outlast a young collection or two.
+        plan.release();
         await batch.write({ sync: this.sync });
       } catch (error) {
         group.forEach((request, i) => {

@@ -100,6 +100,17 @@ export class AppendPlan {
     return { nextExpectedRevision: revision, position: formatPosition(seq) };
   }
 
+  /**
+   * Drops what only the planning needed (the puts, once copied into the native batch, and the
+   * group's id and head lookups), so it does not live through the fsync'd write: only the new
+   * log entries stay, for the live subscribers.
+   */
+  release(): void {
+    this.puts.length = 0;
+    this.ids.clear();
+    this.heads.clear();
+  }
+
   /** Every EVENTS_PER_TURN events, a turn of the event loop for others (usually no pause at all). */
   private pauseIfDue(): Promise<void> | undefined {
     if (++this.sinceTurn < EVENTS_PER_TURN) return undefined;
