@@ -1,4 +1,4 @@
-import { describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
 import type { UsageRecord } from '../../src/domain/usage.js';
 import type { LimitDecision, LimitRequest, Limiter } from '../../src/infra/limits/port.js';
 import { Telemetry } from '../../src/infra/telemetry.js';
@@ -19,6 +19,17 @@ const record = (chain: string, method: string, status: number): UsageRecord => (
   upstream: 'u1',
 });
 
+/** Every Telemetry a test makes, closed after it (each runs an event loop delay timer). */
+const made: Telemetry[] = [];
+const telemetry = (): Telemetry => {
+  const t = new Telemetry();
+  made.push(t);
+  return t;
+};
+afterEach(() => {
+  for (const t of made.splice(0)) t.close();
+});
+
 const callsOf = (text: string, chain: string, cls: string, status: number): number | null => {
   const m = new RegExp(`^gateway_chain_calls_total\\{chain="${chain}",method_class="${cls}",status="${status}"\\} (\\d+)$`, 'm').exec(text);
   return m ? Number(m[1]) : null;
@@ -26,7 +37,7 @@ const callsOf = (text: string, chain: string, cls: string, status: number): numb
 
 describe('telemetry: chain calls by chain, method class and status', () => {
   it('counts each label set on its own, and keeps counting across scrapes', async () => {
-    const t = new Telemetry();
+    const t = telemetry();
     t.observeCall(record('eth', 'eth_blockNumber', 200));
     t.observeCall(record('eth', 'eth_blockNumber', 200));
     t.observeCall(record('eth', 'eth_sendRawTransaction', 200));
@@ -62,7 +73,7 @@ describe('telemetry: limiter decisions', () => {
   };
 
   it('counts admitted and refused calls, answered at once or later, and keeps counting across scrapes', async () => {
-    const t = new Telemetry();
+    const t = telemetry();
     const answers: Array<LimitDecision | Promise<LimitDecision>> = [
       decision(1, null), // a call admitted at once
       Promise.resolve(decision(3, 'rate')), // a batch of 5, 3 admitted, 2 refused by the rate limit
@@ -93,24 +104,20 @@ describe('telemetry: event loop delay', () => {
   const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
   it('shows a stall of the event loop in the scrape after it, and only in that one', async () => {
-    const t = new Telemetry();
-    try {
-      await sleep(50);
-      await t.metrics(); // starts a fresh interval
-      await sleep(30);
-      const until = Date.now() + 120;
-      while (Date.now() < until) {
-        // the event loop is blocked: no timer runs
-      }
-      await sleep(40);
-      const stalled = delayOf(await t.metrics(), '1');
-      expect(stalled).toBeGreaterThanOrEqual(0.09);
-      await sleep(100);
-      const after = delayOf(await t.metrics(), '1');
-      expect(after).not.toBeNull();
-      expect(after as number).toBeLessThan(stalled as number);
-    } finally {
-      t.close();
+    const t = telemetry();
+    await sleep(50);
+    await t.metrics(); // starts a fresh interval
+    await sleep(30);
+    const until = Date.now() + 120;
+    while (Date.now() < until) {
+      // the event loop is blocked: no timer runs
     }
+    await sleep(40);
+    const stalled = delayOf(await t.metrics(), '1');
+    expect(stalled).toBeGreaterThanOrEqual(0.09);
+    await sleep(100);
+    const after = delayOf(await t.metrics(), '1');
+    expect(after).not.toBeNull();
+    expect(after as number).toBeLessThan(stalled as number);
   });
 });
