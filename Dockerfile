@@ -10,8 +10,8 @@ COPY config ./config
 RUN npm run build && npm prune --omit=dev
 
 FROM node:20-bookworm-slim
-# MALLOC_ARENA_MAX=2 and --max-semi-space-size=8 (CMD): see docs/operations.md (Memory).
-ENV NODE_ENV=production HOST=0.0.0.0 PORT=8080 DATA_DIR=/data LOCAL_DEVNET=off MALLOC_ARENA_MAX=2
+# MALLOC_ARENA_MAX=2, MALLOC_TRIM_THRESHOLD_=131072 and --max-semi-space-size=8 (CMD): see docs/operations.md (Memory).
+ENV NODE_ENV=production HOST=0.0.0.0 PORT=8080 DATA_DIR=/data LOCAL_DEVNET=off MALLOC_ARENA_MAX=2 MALLOC_TRIM_THRESHOLD_=131072
 WORKDIR /app
 COPY --from=build /app/node_modules ./node_modules
 COPY --from=build /app/dist ./dist
