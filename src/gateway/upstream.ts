@@ -333,6 +333,11 @@ class UpstreamCall implements Dispatcher.DispatchHandler {
  * timeout, so the oldest is always the next to expire, and one timer armed for it serves them
  * all. A settled call leaves the list at once (O(1)); under steady traffic the timer fires about
  * once per timeout, finds nothing expired and is armed again.
+ *
+ * Calls are expired only after the event loop has read its sockets once more: after a stall of
+ * this process (a long collection, a paused VM) timers run before the I/O that waited, and a
+ * call whose answer arrived in time would otherwise be called a timeout, and its upstream
+ * blamed and ejected, for this process's pause.
  */
 class InFlightCalls {
   private head: UpstreamCall | null = null;
@@ -359,10 +364,15 @@ class InFlightCalls {
   private arm(): void {
     if (this.head === null) return;
     const wait = Math.max(1, Math.ceil(this.head.deadline - performance.now()));
-    this.timer = setTimeout(this.expireDue, wait);
+    this.timer = setTimeout(this.afterPoll, wait);
     // A call in flight keeps the process alive through its socket, not through this timer.
     this.timer.unref();
   }
+
+  /** setImmediate runs after the event loop's poll phase: answers already received settle first. */
+  private readonly afterPoll = (): void => {
+    setImmediate(this.expireDue).unref();
+  };
 
   private readonly expireDue = (): void => {
     this.timer = null;

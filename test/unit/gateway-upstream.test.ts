@@ -1,3 +1,4 @@
+import { Worker } from 'node:worker_threads';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { parseChainsConfig } from '../../src/gateway/chains.js';
 import { isNodeFailure, targetPath, type UpstreamPoolOptions, UpstreamPools } from '../../src/gateway/upstream.js';
@@ -27,6 +28,43 @@ function poolFor(upstreams: Array<{ url: string; weight?: number; label: string 
   const pools = new UpstreamPools(registry, { random: () => 0, ...options });
   opened.push(pools);
   return pools.get('test')!;
+}
+
+/** Keeps this thread busy: nothing else of the process runs meanwhile. */
+function blockFor(ms: number): void {
+  const until = performance.now() + ms;
+  while (performance.now() < until) {
+    // busy on purpose
+  }
+}
+
+/** An HTTP node on a worker thread (it answers while this thread is blocked), 30 ms after each request. */
+async function startThreadUpstream(): Promise<{ url: string; requested: Promise<void>; close: () => Promise<void> }> {
+  const worker = new Worker(
+    `const { createServer } = require('node:http');
+    const { parentPort } = require('node:worker_threads');
+    const server = createServer((req, res) => {
+      parentPort.postMessage('request');
+      req.resume();
+      req.on('end', () => setTimeout(() => res.writeHead(200, { 'content-type': 'application/json' }).end('{"jsonrpc":"2.0","id":1,"result":"0x10"}'), 30));
+    });
+    server.listen(0, '127.0.0.1', () => parentPort.postMessage(server.address().port));
+    parentPort.on('message', () => server.close(() => process.exit(0)));`,
+    { eval: true },
+  );
+  const port = await new Promise<number>((resolve, reject) => {
+    worker.once('message', resolve);
+    worker.once('error', reject);
+  });
+  const requested = new Promise<void>((resolve) => worker.once('message', () => resolve()));
+  return {
+    url: `http://127.0.0.1:${port}`,
+    requested,
+    close: async () => {
+      worker.postMessage('close');
+      await new Promise((resolve) => worker.once('exit', resolve));
+    },
+  };
 }
 
 const READ = { method: 'POST', path: '', body: '{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber"}', retriable: true } as const;
@@ -164,6 +202,24 @@ describe('health', () => {
     expect(await pool.send(READ)).toMatchObject({ ok: true, upstream: 'b' });
     expect(pool.health()[0]).toMatchObject({ healthy: true, consecutiveFailures: 0, ejectedUntil: null });
     expect(await pool.send(READ)).toMatchObject({ ok: true, upstream: 'b' });
+  });
+
+  it('reads what arrived while the process was stalled before calling a call late, and does not blame the node', async () => {
+    // The node runs on a thread of its own, so it answers while this one is blocked.
+    const node = await startThreadUpstream();
+    try {
+      const pool = poolFor([{ url: node.url, label: 'node' }], { ejectAfterFailures: 1 }, 100);
+      const call = pool.send(READ);
+      await node.requested; // the call is out; the node answers 30 ms after it came
+      // A stall longer than the timeout (a long collection, a paused VM) while the answer arrives.
+      // Blocked in the check phase, the next turn of the event loop starts with its timers, as
+      // after any stall, and only then reads the sockets.
+      await new Promise((resolve) => setImmediate(() => resolve(blockFor(300))));
+      expect(await call).toMatchObject({ ok: true, status: 200, upstream: 'node' });
+      expect(pool.health()[0]).toMatchObject({ healthy: true, consecutiveFailures: 0 });
+    } finally {
+      await node.close();
+    }
   });
 
   it('fails fast when every upstream is ejected', async () => {
