@@ -104,6 +104,16 @@ async function loopDelay(metricsUrl: string): Promise<{ p99Ms: number; maxMs: nu
   return { p99Ms: at('0.99'), maxMs: at('1') };
 }
 
+/** The gateway's chain calls since it started, summed by HTTP status (gateway_chain_calls_total): what a failed run was answered. */
+async function answersByStatus(metricsUrl: string): Promise<string> {
+  const text = await (await fetch(metricsUrl)).text();
+  const byStatus = new Map<string, number>();
+  for (const m of text.matchAll(/^gateway_chain_calls_total\{[^}]*status="(\d+)"[^}]*\} (\S+)$/gm)) {
+    byStatus.set(m[1] as string, (byStatus.get(m[1] as string) ?? 0) + Number(m[2]));
+  }
+  return [...byStatus].map(([status, n]) => `${status}: ${n}`).join(', ') || 'none counted';
+}
+
 const describeLoopDelay = (r: LatencyRun): string =>
   r.loopDelay ? `; its event loop ran timers up to ${r.loopDelay.maxMs.toFixed(2)} ms late (p99 ${r.loopDelay.p99Ms.toFixed(2)} ms)` : '';
 
@@ -120,7 +130,10 @@ async function latency(t: Target, ownCore = false): Promise<LatencyRun> {
       const result: LatencyRun = await pacedLatency(t.url, { rate: LATENCY_RATE, seconds: LATENCY_SECONDS, cpus: ownCore ? '0' : undefined });
       if (t.metricsUrl) result.loopDelay = await loopDelay(t.metricsUrl);
       const where = ownCore ? ' (event loop on its own core)' : '';
-      if (result.failures > 0) throw new Error(`${t.name}${where}: ${result.failures} failed requests at ${LATENCY_RATE} req/s`);
+      if (result.failures > 0) {
+        const answers = t.metricsUrl ? `; its answers so far by status: ${await answersByStatus(t.metricsUrl)}` : '';
+        throw new Error(`${t.name}${where}: ${result.failures} failed requests at ${LATENCY_RATE} req/s (${result.failureDetail})${answers}`);
+      }
       log(`${t.name.padEnd(16)}${where} at ${Math.round(result.rate)} req/s: p50 ${result.p50Ms.toFixed(3)} ms, p99 ${result.p99Ms.toFixed(3)} ms${describeLoopDelay(result)}`);
       return result;
     });

@@ -51,6 +51,8 @@ export interface PacedResult {
   p50Ms: number;
   p99Ms: number;
   failures: number;
+  /** What wrk counted as failed, by kind (when anything failed). */
+  failureDetail: string;
 }
 
 const toMs = (value: string, unit: string): number => Number(value) * (unit === 'us' ? 0.001 : unit === 's' ? 1000 : 1);
@@ -78,5 +80,6 @@ export async function pacedLatency(url: string, options: { rate: number; seconds
   const non2xx = Number(/Non-2xx or 3xx responses:\s+(\d+)/.exec(stdout)?.[1] ?? 0);
   const socket = /Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)/.exec(stdout);
   const socketErrors = socket ? socket.slice(1).reduce((a, b) => a + Number(b), 0) : 0;
-  return { rate: Number(rps?.[1] ?? 0), p50Ms: at(50), p99Ms: at(99), failures: non2xx + socketErrors };
+  const failureDetail = `${non2xx} non-2xx answers${socket ? `; ${socket[0].toLowerCase()}` : ''}`;
+  return { rate: Number(rps?.[1] ?? 0), p50Ms: at(50), p99Ms: at(99), failures: non2xx + socketErrors, failureDetail };
 }
