@@ -51,7 +51,7 @@ export interface PacedResult {
   p50Ms: number;
   p99Ms: number;
   failures: number;
-  /** What wrk counted as failed, by kind (when anything failed). */
+  /** What wrk counted as failed, by kind (non-2xx answers, socket errors). */
   failureDetail: string;
 }
 
