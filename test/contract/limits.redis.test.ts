@@ -6,6 +6,7 @@ import type { LimitRequest } from '../../src/infra/limits/port.js';
 import { RedisLimiter } from '../../src/infra/limits/redis.js';
 import { ResilientLimiter } from '../../src/infra/limits/resilient.js';
 import { freePort, startTestRedisServer, type TestRedisServer } from '../support/redisServer.js';
+import { blockFor } from '../support/stall.js';
 
 const HAMMER = fileURLToPath(new URL('./fixtures/limits-hammer.ts', import.meta.url));
 
@@ -94,6 +95,24 @@ describe('ResilientLimiter', () => {
       const decision = await limiter.take(request({ cost: 2 }));
       expect(decision).toMatchObject({ granted: 0, refusedBy: 'rate', retryAfterSeconds: 1 });
       expect(decision.rate.remaining).toBe(0);
+    } finally {
+      await limiter.close();
+    }
+  });
+
+  it("takes Redis's reply that arrived during a stall of this process as the answer, not as a timeout", async () => {
+    // Fail-closed: a reply called a timeout would refuse the call (and the next 500 ms of calls).
+    const limiter = new ResilientLimiter(new RedisLimiter(inject('redisUrl'), { commandTimeoutMs: 50 }), { failClosed: true });
+    try {
+      await limiter.whenReady();
+      const decision = limiter.take(request({ rps: 100, cost: 1 }));
+      // The limiter sends its pipeline from a setImmediate: this one runs right after it, so the
+      // process stalls (a long collection, a busy turn) while Redis's reply comes in, and the next
+      // turn of the event loop starts with its timers, as after any stall.
+      await new Promise((resolve) => setImmediate(() => resolve(blockFor(300))));
+      expect(await decision).toMatchObject({ granted: 1, refusedBy: null });
+      expect(limiter.fallbackCount).toBe(0);
+      expect(limiter.backend).toBe('redis');
     } finally {
       await limiter.close();
     }

@@ -3,6 +3,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { parseChainsConfig } from '../../src/gateway/chains.js';
 import { isNodeFailure, targetPath, type UpstreamPoolOptions, UpstreamPools } from '../../src/gateway/upstream.js';
 import { closedPortUrl, type FakeUpstream, startEvmFake, startFake } from '../support/fakeUpstreams.js';
+import { blockFor } from '../support/stall.js';
 
 /** The upstream pool against real loopback HTTP servers: choice, retries, timeouts, health. */
 
@@ -28,14 +29,6 @@ function poolFor(upstreams: Array<{ url: string; weight?: number; label: string 
   const pools = new UpstreamPools(registry, { random: () => 0, ...options });
   opened.push(pools);
   return pools.get('test')!;
-}
-
-/** Keeps this thread busy: nothing else of the process runs meanwhile. */
-function blockFor(ms: number): void {
-  const until = performance.now() + ms;
-  while (performance.now() < until) {
-    // busy on purpose
-  }
 }
 
 /** An HTTP node on a worker thread (it answers while this thread is blocked), 30 ms after each request. */

@@ -66,6 +66,44 @@ export interface RedisLimiterOptions {
 }
 
 /**
+ * ioredis's own command timeout, only to free its queue while Redis hangs: the deadline that
+ * decides is `withinDeadline`'s, which ioredis's timer would beat after a stall of this process.
+ */
+const IOREDIS_TIMEOUT_FACTOR = 10;
+
+/**
+ * `promise`, or `timedOut()` once `ms` have passed without it settling, judged only after the
+ * event loop has read its sockets (setImmediate runs after the poll phase). After a stall of
+ * this process (a long collection, a busy turn) the next turn runs its timers before the I/O
+ * that waited: a reply that arrived in time would be called a timeout, and the gateway would
+ * answer from memory, or refuse with fail-closed, for its own pause.
+ */
+function withinDeadline<T>(promise: Promise<T>, ms: number, timedOut: () => Error): Promise<T> {
+  return new Promise((resolve, reject) => {
+    let settled = false;
+    const timer = setTimeout(() => {
+      setImmediate(() => {
+        if (settled) return;
+        settled = true;
+        reject(timedOut());
+      });
+    }, ms);
+    promise.then(
+      (value) => {
+        settled = true;
+        clearTimeout(timer);
+        resolve(value);
+      },
+      (error: unknown) => {
+        settled = true;
+        clearTimeout(timer);
+        reject(error);
+      },
+    );
+  });
+}
+
+/**
  * Redis limiter: one EVALSHA per request (ioredis `defineCommand` falls back to EVAL on
  * NOSCRIPT), the requests of one event-loop turn sent together as one pipeline: one socket
  * write and one read for all that arrived at once. A request waits at most until the end of
@@ -76,10 +114,12 @@ export class RedisLimiter implements LeaseSource {
   readonly client: Redis;
   private pending: PendingTake[] = [];
   private flushScheduled = false;
+  private readonly commandTimeoutMs: number;
 
   constructor(redisUrl: string, options: RedisLimiterOptions = {}) {
+    this.commandTimeoutMs = options.commandTimeoutMs ?? 50;
     // Fail at once while disconnected instead of queueing calls until Redis is back.
-    this.client = connectRedis(redisUrl, { ...FAIL_FAST, commandTimeout: options.commandTimeoutMs ?? 50 });
+    this.client = connectRedis(redisUrl, { ...FAIL_FAST, commandTimeout: this.commandTimeoutMs * IOREDIS_TIMEOUT_FACTOR });
     this.client.defineCommand('limiterTake', { numberOfKeys: 2, lua: TAKE_LUA });
   }
 
@@ -120,7 +160,7 @@ export class RedisLimiter implements LeaseSource {
         monthlyTtlSeconds(request.nowMs),
       );
     }
-    pipeline.exec().then(
+    this.withinDeadline(pipeline.exec()).then(
       (replies) => {
         for (const [i, take] of takes.entries()) {
           const [error, reply] = replies?.[i] ?? [new Error('limiter: no reply from Redis'), null];
@@ -140,15 +180,19 @@ export class RedisLimiter implements LeaseSource {
 
   /** Gives back `units` counted in a monthly bucket (a lease's unused part: see LeasedLimiter). */
   async release(key: string, nowMs: number, units: number): Promise<void> {
-    await this.client.decrby(monthKey(key, nowMs), units);
+    await this.withinDeadline(this.client.decrby(monthKey(key, nowMs), units));
   }
 
   async monthlyUsed(key: string, nowMs: number): Promise<number> {
-    const value = await this.client.get(monthKey(key, nowMs));
+    const value = await this.withinDeadline(this.client.get(monthKey(key, nowMs)));
     return value === null ? 0 : Number(value);
   }
 
   async close(): Promise<void> {
     await closeClient(this.client);
+  }
+
+  private withinDeadline<T>(reply: Promise<T>): Promise<T> {
+    return withinDeadline(reply, this.commandTimeoutMs, () => new Error(`limiter: no reply from Redis within ${this.commandTimeoutMs} ms`));
   }
 }
