@@ -1,3 +1,5 @@
+import { withinDeadline } from './deadline.js';
+
 /**
  * At start, the production services (Redis, EventStoreDB, MongoDB) may come up after this
  * process (a compose file, a rolling restart). An operator wants the process to say what it is
@@ -41,16 +43,6 @@ export function redactUrl(url: string): string {
   }
 }
 
-function withTimeout<T>(work: Promise<T>, ms: number): Promise<T> {
-  // An attempt given up on may still fail later: not an unhandled rejection.
-  work.catch(() => undefined);
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms);
-  });
-  return Promise.race([work, timeout]).finally(() => clearTimeout(timer));
-}
-
 /**
  * Runs `attempt` until it succeeds or `deadlineMs` has passed, and returns its result. Each
  * failure is logged with the dependency's name and (credential-free) address.
@@ -65,7 +57,7 @@ export async function untilReachable<T>(dependency: string, url: string, attempt
   for (;;) {
     const timeoutMs = Math.max(1, Math.min(attemptTimeoutMs, started + options.deadlineMs - now()));
     try {
-      return await withTimeout(attempt(timeoutMs), timeoutMs);
+      return await withinDeadline(attempt(timeoutMs), timeoutMs, () => new Error(`no answer within ${timeoutMs} ms`));
     } catch (e) {
       const waited = now() - started;
       if (waited + retryMs >= options.deadlineMs) throw new DependencyUnreachableError(dependency, target, waited, e);

@@ -1,6 +1,7 @@
 import type { Redis } from 'ioredis';
 import type { LeaseSource } from './leased.js';
 import type { LimitDecision, LimitRequest } from './port.js';
+import { withinDeadline } from '../deadline.js';
 import { FAIL_FAST, closeClient, connectRedis, waitForReady } from './redisConnection.js';
 import { decide, monthId, monthlyTtlSeconds, rateWindow } from './window.js';
 
@@ -67,41 +68,11 @@ export interface RedisLimiterOptions {
 
 /**
  * ioredis's own command timeout, only to free its queue while Redis hangs: the deadline that
- * decides is `withinDeadline`'s, which ioredis's timer would beat after a stall of this process.
+ * decides is `withinDeadline`'s (src/infra/deadline.ts), which ioredis's timer would beat after a
+ * stall of this process: a lease reply that arrived in time would be called a timeout, and the
+ * gateway would answer from memory, or refuse with fail-closed, for its own pause.
  */
 const IOREDIS_TIMEOUT_FACTOR = 10;
-
-/**
- * `promise`, or `timedOut()` once `ms` have passed without it settling, judged only after the
- * event loop has read its sockets (setImmediate runs after the poll phase). After a stall of
- * this process (a long collection, a busy turn) the next turn runs its timers before the I/O
- * that waited: a reply that arrived in time would be called a timeout, and the gateway would
- * answer from memory, or refuse with fail-closed, for its own pause.
- */
-function withinDeadline<T>(promise: Promise<T>, ms: number, timedOut: () => Error): Promise<T> {
-  return new Promise((resolve, reject) => {
-    let settled = false;
-    const timer = setTimeout(() => {
-      setImmediate(() => {
-        if (settled) return;
-        settled = true;
-        reject(timedOut());
-      });
-    }, ms);
-    promise.then(
-      (value) => {
-        settled = true;
-        clearTimeout(timer);
-        resolve(value);
-      },
-      (error: unknown) => {
-        settled = true;
-        clearTimeout(timer);
-        reject(error);
-      },
-    );
-  });
-}
 
 /**
  * Redis limiter: one EVALSHA per request (ioredis `defineCommand` falls back to EVAL on

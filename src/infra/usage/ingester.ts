@@ -1,4 +1,5 @@
 import { USAGE_EVENT_TYPE, type UsageRecord, usageEventId, usageStream } from '../../domain/usage.js';
+import { withinDeadline } from '../deadline.js';
 import type { EventStore, NewEvent } from '../eventstore/port.js';
 import { ExactlyOnceAppender, type ExactlyOnceOptions } from './exactlyOnce.js';
 import type { QueuedUsage, UsageQueue } from './port.js';
@@ -105,7 +106,7 @@ export class UsageIngester {
   /** Resolves once everything enqueued so far is in the store and acknowledged (tests, graceful shutdown). */
   async whenDrained(timeoutMs = 10_000): Promise<void> {
     const deadline = Date.now() + timeoutMs;
-    await withDeadline(this.queue.flush(), deadline, 'usage queue flush');
+    await withinDeadline(this.queue.flush(), deadline - Date.now(), () => new Error('usage queue flush: not done in time'));
     while ((await this.queue.depth()) > 0 || this.inFlight) {
       if (Date.now() > deadline) throw new Error(`usage ingester: queue not drained after ${timeoutMs} ms`);
       await sleep(20);
@@ -279,18 +280,6 @@ function oldestTime(records: UsageRecord[]): number {
   let oldest = Number.POSITIVE_INFINITY;
   for (const record of records) oldest = Math.min(oldest, Date.parse(record.at));
   return oldest;
-}
-
-async function withDeadline<T>(promise: Promise<T>, deadline: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what}: not done in time`)), Math.max(deadline - Date.now(), 0));
-  });
-  try {
-    return await Promise.race([promise, timeout]);
-  } finally {
-    clearTimeout(timer);
-  }
 }
 
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
