@@ -12,8 +12,7 @@
  *
  *   npx tsx bench/compare-gateway.ts [role] [embedded] [redis]   (default: role; ROUNDS=3, SECONDS=3)
  */
-import { cpSync, mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { cpSync } from 'node:fs';
 import { join } from 'node:path';
 import { measuredThroughput, type Throughput, wrk } from './lib/load.js';
 import { Processes, requireTool, runMain, timeLimit, waitForIdle } from './lib/processes.js';
@@ -50,7 +49,7 @@ async function main(): Promise<void> {
   if (modes.some((m) => m !== 'embedded')) requireTool('redis-server', 'apt-get install -y redis-server');
 
   const processes = new Processes();
-  const workDir = mkdtempSync(join(tmpdir(), 'bench-compare-'));
+  const workDir = processes.workDir('bench-compare-');
   try {
     const plansFile = writeBenchPlans(workDir);
     const seeded = join(workDir, 'seed');
@@ -101,7 +100,6 @@ async function main(): Promise<void> {
     }
   } finally {
     await processes.stopAll();
-    rmSync(workDir, { recursive: true, force: true });
   }
 }
 

@@ -11,8 +11,7 @@
  *
  *   npx tsx bench/gateway-rss.ts
  */
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { LevelEventStore } from '../src/infra/eventstore/level.js';
 import { seedAccounts } from './lib/eventMix.js';
@@ -99,7 +98,7 @@ async function warmAndMeasure(processes: Processes, gatewayOptions: GatewayOptio
 async function main(): Promise<void> {
   timeLimit(240);
   const processes = new Processes();
-  const workDir = mkdtempSync(join(tmpdir(), 'bench-rss-'));
+  const workDir = processes.workDir('bench-rss-');
   try {
     const plansFile = writeBenchPlans(workDir);
     const dataDir = join(workDir, 'data');
@@ -180,7 +179,6 @@ async function main(): Promise<void> {
     });
   } finally {
     await processes.stopAll();
-    rmSync(workDir, { recursive: true, force: true });
   }
 }
 

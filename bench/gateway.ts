@@ -23,8 +23,7 @@
  *
  *   npx tsx bench/gateway.ts
  */
-import { cpSync, mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { cpSync } from 'node:fs';
 import { join } from 'node:path';
 import { measuredThroughput, type PacedResult, pacedLatency, type Throughput, wrk } from './lib/load.js';
 import { cpus } from 'node:os';
@@ -161,7 +160,7 @@ async function main(): Promise<void> {
   requireTool('nginx', 'apt-get install -y nginx');
   requireTool('redis-server', 'apt-get install -y redis-server');
   const processes = new Processes();
-  const workDir = mkdtempSync(join(tmpdir(), 'bench-gateway-'));
+  const workDir = processes.workDir('bench-gateway-');
   try {
     const plansFile = writeBenchPlans(workDir);
     const dataDir = join(workDir, 'data');
@@ -334,7 +333,6 @@ async function main(): Promise<void> {
     for (const f of figures) emit(f);
   } finally {
     await processes.stopAll();
-    rmSync(workDir, { recursive: true, force: true });
   }
 }
 

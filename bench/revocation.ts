@@ -6,9 +6,6 @@
  *
  *   npx tsx bench/revocation.ts
  */
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { loadConfig } from '../src/config.js';
 import { TokenGatekeeper } from '../src/gateway/gatekeeper.js';
 import { TokenCache } from '../src/gateway/tokenCache.js';
@@ -26,7 +23,7 @@ const ROUNDS = 20;
 async function main(): Promise<void> {
   timeLimit(90);
   const processes = new Processes();
-  const dataDir = mkdtempSync(join(tmpdir(), 'bench-revoke-'));
+  const dataDir = processes.workDir('bench-revoke-');
   const redis = await startRedis(processes);
   const runtime = await openRuntime(loadConfig(embeddedEnv(dataDir, { REDIS_URL: redis.url })));
   const feed = openChangeFeed({ redisUrl: redis.url });
@@ -68,7 +65,6 @@ async function main(): Promise<void> {
     await limiter.close();
     await runtime.close();
     await processes.stopAll();
-    rmSync(dataDir, { recursive: true, force: true });
   }
 }
 

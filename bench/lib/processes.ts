@@ -1,6 +1,7 @@
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
-import { accessSync, constants, readFileSync } from 'node:fs';
+import { accessSync, constants, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
 import { delimiter, dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { log } from './report.js';
@@ -42,10 +43,12 @@ export interface Started {
  */
 export class Processes {
   private readonly running = new Set<Started>();
+  private readonly workDirs: string[] = [];
 
   constructor() {
     const killAll = (): void => {
       for (const p of this.running) p.child.kill('SIGKILL');
+      for (const dir of this.workDirs) rmSync(dir, { recursive: true, force: true });
     };
     process.on('exit', killAll);
     for (const signal of ['SIGINT', 'SIGTERM'] as const) {
@@ -79,6 +82,13 @@ export class Processes {
     this.running.add(started);
     void exited.then(() => this.running.delete(started));
     return started;
+  }
+
+  /** A working directory for a process of this set (redis-server's, nginx's), deleted when the script exits, however it exits. */
+  workDir(prefix: string): string {
+    const dir = mkdtempSync(join(tmpdir(), prefix));
+    this.workDirs.push(dir);
+    return dir;
   }
 
   /** SIGTERM (so a gateway flushes and closes its stores), SIGKILL after `graceMs`. */

@@ -1,6 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { mkdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { execFile } from 'node:child_process';
 import { PRODUCTION_NODE_ENV, PRODUCTION_NODE_FLAGS } from './productionEnv.js';
@@ -117,7 +116,7 @@ export async function startBareProxy(processes: Processes, upstreamUrl: string):
 
 export async function startNginx(processes: Processes, upstreamPort: number): Promise<Service> {
   const nginx = requireTool('nginx', 'apt-get install -y nginx');
-  const prefix = mkdtempSync(join(tmpdir(), 'bench-nginx-'));
+  const prefix = processes.workDir('bench-nginx-');
   for (const d of ['client_body', 'proxy', 'fastcgi', 'uwsgi', 'scgi']) mkdirSync(join(prefix, d));
   const port = await freePort();
   const conf = readFileSync(join(ROOT, 'bench', 'nginx.conf.template'), 'utf8')
@@ -133,7 +132,7 @@ export async function startNginx(processes: Processes, upstreamPort: number): Pr
 export async function startRedis(processes: Processes): Promise<Service> {
   const redis = requireTool('redis-server', 'apt-get install -y redis-server');
   const port = await freePort();
-  const dir = mkdtempSync(join(tmpdir(), 'bench-redis-'));
+  const dir = processes.workDir('bench-redis-');
   const p = processes.start('redis-server', redis, ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir]);
   await waitForPort(port, p);
   return { url: `redis://127.0.0.1:${port}`, process: p };
