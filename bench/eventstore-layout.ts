@@ -1,0 +1,96 @@
+/**
+ * A design measurement for a plan in bench/plans.json, not a recorded figure: what LevelDB's
+ * compaction costs the embedded event store's key layout (src/infra/eventstore/levelKeys.ts),
+ * against the same entries split into two stores, the log in one and its indexes in the other.
+ * In one store every level-0 table spans all four key families (log, stream index, heads,
+ * event ids), so it overlaps every level-1 table and each compaction rewrites them; the log's
+ * keys alone only grow, so its tables move down a level without being rewritten. Writes N
+ * usage events of the ingester's shape, 64 to a batch as a group commit, over 50 accounts,
+ * unsynced (the CPU, not the disk), waits for compaction to settle, and prints the process's
+ * CPU time (all threads) per event and LevelDB's compaction output (from each store's LOG).
+ *
+ *   npx tsx bench/eventstore-layout.ts     (N=400000; one store, then two; ORDER=split for the reverse)
+ */
+import { createHash } from 'node:crypto';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { ClassicLevel } from 'classic-level';
+import { runMain, timeLimit } from './lib/processes.js';
+import { log } from './lib/report.js';
+
+const EVENTS = Number(process.env.N ?? 400_000);
+const GROUP = 64;
+const ACCOUNTS = 50;
+const SETTLE_MS = 8_000;
+
+const pad = (n: number): string => String(n).padStart(20, '0');
+const cpuSeconds = (): number => {
+  const { user, system } = process.cpuUsage();
+  return (user + system) / 1e6;
+};
+/** Bytes LevelDB wrote as compaction output, from its LOG ("... => N bytes"). */
+const compactionBytes = (dir: string): number =>
+  readFileSync(join(dir, 'LOG'), 'utf8').split('\n').reduce((sum, line) => sum + Number(/=> (\d+) bytes/.exec(line)?.[1] ?? 0), 0);
+const sizeBytes = (dir: string): number => readdirSync(dir).reduce((sum, f) => sum + statSync(join(dir, f)).size, 0);
+
+function usageEvent(seq: number, streamId: string, revision: number): { id: string; json: string } {
+  const h = createHash('sha256').update(`usage:req${seq}`).digest('hex');
+  const id = `${h.slice(0, 8)}-${h.slice(8, 12)}-5${h.slice(13, 16)}-a${h.slice(17, 20)}-${h.slice(20, 32)}`;
+  const at = new Date().toISOString();
+  const account = seq % ACCOUNTS;
+  const data = {
+    requestId: `r${seq.toString(36)}:0`, at, accountId: `account-${account}`, tokenId: `token-${account}`, chain: 'eth', method: 'eth_blockNumber',
+    status: 200, rpcErrorCode: null, errorMessage: null, totalMs: 0.42, upstreamMs: 0.21, clientIp: '127.0.0.1', upstream: 'eth-1', retentionDays: 30,
+  };
+  return { id, json: JSON.stringify({ streamId, revision, id, type: 'UsageRecorded', created: at, data, metadata: {} }) };
+}
+
+async function measure(split: boolean): Promise<void> {
+  const root = mkdtempSync(join(tmpdir(), 'bench-layout-'));
+  try {
+    const open = (name: string): ClassicLevel<string, string> => new ClassicLevel<string, string>(join(root, name), { keyEncoding: 'utf8', valueEncoding: 'utf8' });
+    const logStore = open(split ? 'log' : 'store');
+    const indexStore = split ? open('index') : logStore;
+    await logStore.open();
+    await indexStore.open();
+    const revisions = new Array<number>(ACCOUNTS).fill(-1);
+    const cpuBefore = cpuSeconds();
+    for (let first = 1; first <= EVENTS; first += GROUP) {
+      const logBatch = logStore.batch();
+      const indexBatch = split ? indexStore.batch() : logBatch;
+      const heads = new Map<string, number>();
+      for (let seq = first; seq < first + GROUP && seq <= EVENTS; seq++) {
+        const account = seq % ACCOUNTS;
+        const streamId = `usage-account-${account}`;
+        const revision = ++(revisions[account] as number);
+        const { id, json } = usageEvent(seq, streamId, revision);
+        logBatch.put(`l\u0000${pad(seq)}`, json);
+        indexBatch.put(`s\u0000${streamId}\u0000${pad(revision)}`, pad(seq));
+        indexBatch.put(`e\u0000${streamId}\u0000${id}`, `${revision} ${pad(seq)}`);
+        heads.set(streamId, revision);
+      }
+      for (const [streamId, revision] of heads) indexBatch.put(`h\u0000${streamId}`, String(revision));
+      await logBatch.write();
+      if (split) await indexBatch.write();
+    }
+    await new Promise((resolve) => setTimeout(resolve, SETTLE_MS));
+    const cpu = cpuSeconds() - cpuBefore;
+    const stores = (split ? ['log', 'index'] : ['store']).map((name) => {
+      const dir = join(root, name);
+      return `${name}: compaction output ${(compactionBytes(dir) / 1e6).toFixed(1)} MB, ${(sizeBytes(dir) / 1e6).toFixed(1)} MB on disk`;
+    });
+    log(`${split ? 'two stores' : 'one store '}: ${EVENTS} events, ${((cpu * 1e6) / EVENTS).toFixed(1)} µs of CPU per event (all threads, ${SETTLE_MS / 1000} s of settling included); ${stores.join('; ')}`);
+    await logStore.close();
+    if (split) await indexStore.close();
+  } finally {
+    rmSync(root, { recursive: true, force: true });
+  }
+}
+
+runMain(async () => {
+  timeLimit(300);
+  const splitFirst = process.env.ORDER === 'split';
+  await measure(splitFirst);
+  await measure(!splitFirst);
+});
