@@ -11,11 +11,12 @@
  *
  *   npx tsx bench/eventstore-layout.ts     (N=400000; one store, then two; ORDER=split for the reverse)
  */
-import { createHash } from 'node:crypto';
 import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ClassicLevel } from 'classic-level';
+import { usageEventId } from '../src/domain/usage.js';
+import { eventIdKey, headKey, logKey, pad, streamKey } from '../src/infra/eventstore/levelKeys.js';
 import { runMain, timeLimit } from './lib/processes.js';
 import { log } from './lib/report.js';
 
@@ -24,7 +25,6 @@ const GROUP = 64;
 const ACCOUNTS = 50;
 const SETTLE_MS = 8_000;
 
-const pad = (n: number): string => String(n).padStart(20, '0');
 const cpuSeconds = (): number => {
   const { user, system } = process.cpuUsage();
   return (user + system) / 1e6;
@@ -35,12 +35,12 @@ const compactionBytes = (dir: string): number =>
 const sizeBytes = (dir: string): number => readdirSync(dir).reduce((sum, f) => sum + statSync(join(dir, f)).size, 0);
 
 function usageEvent(seq: number, streamId: string, revision: number): { id: string; json: string } {
-  const h = createHash('sha256').update(`usage:req${seq}`).digest('hex');
-  const id = `${h.slice(0, 8)}-${h.slice(8, 12)}-5${h.slice(13, 16)}-a${h.slice(17, 20)}-${h.slice(20, 32)}`;
+  const requestId = `r${seq.toString(36)}`;
+  const id = usageEventId(requestId);
   const at = new Date().toISOString();
   const account = seq % ACCOUNTS;
   const data = {
-    requestId: `r${seq.toString(36)}:0`, at, accountId: `account-${account}`, tokenId: `token-${account}`, chain: 'eth', method: 'eth_blockNumber',
+    requestId, at, accountId: `account-${account}`, tokenId: `token-${account}`, chain: 'eth', method: 'eth_blockNumber',
     status: 200, rpcErrorCode: null, errorMessage: null, totalMs: 0.42, upstreamMs: 0.21, clientIp: '127.0.0.1', upstream: 'eth-1', retentionDays: 30,
   };
   return { id, json: JSON.stringify({ streamId, revision, id, type: 'UsageRecorded', created: at, data, metadata: {} }) };
@@ -65,12 +65,12 @@ async function measure(split: boolean): Promise<void> {
         const streamId = `usage-account-${account}`;
         const revision = ++(revisions[account] as number);
         const { id, json } = usageEvent(seq, streamId, revision);
-        logBatch.put(`l\u0000${pad(seq)}`, json);
-        indexBatch.put(`s\u0000${streamId}\u0000${pad(revision)}`, pad(seq));
-        indexBatch.put(`e\u0000${streamId}\u0000${id}`, `${revision} ${pad(seq)}`);
+        logBatch.put(logKey(seq), json);
+        indexBatch.put(streamKey(streamId, revision), pad(seq));
+        indexBatch.put(eventIdKey(streamId, id), `${revision} ${pad(seq)}`);
         heads.set(streamId, revision);
       }
-      for (const [streamId, revision] of heads) indexBatch.put(`h\u0000${streamId}`, String(revision));
+      for (const [streamId, revision] of heads) indexBatch.put(headKey(streamId), String(revision));
       await logBatch.write();
       if (split) await indexBatch.write();
     }

@@ -214,8 +214,8 @@ async function main(): Promise<void> {
       }
     }
     const rss = new Map(all.map((t) => [t, rssMb(t.service.process.child.pid as number)]));
-    // Every target once per round, so that each round's added latency is taken against a direct
-    // run minutes, not seconds, apart from it; the proxies in another order each round.
+    // Every target once per round, so that each round's added latency is taken against the
+    // direct run of the same round, a minute or so before it; the proxies in another order each round.
     const latencyRounds = async (ownCore: boolean): Promise<Map<Target, LatencyRun[]>> => {
       const byTarget = new Map<Target, LatencyRun[]>(all.map((t) => [t, []]));
       const proxies = all.filter((t) => t !== direct);
