@@ -1,12 +1,14 @@
-import { mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { ClassicLevel } from 'classic-level';
 import { afterAll, describe, expect, it } from 'vitest';
 import { EventStoreError } from '../../src/infra/eventstore/errors.js';
 import { openEventStore } from '../../src/infra/eventstore/index.js';
 import { LevelEventStore, type LevelEventStoreOptions } from '../../src/infra/eventstore/level.js';
 import { AppendPlan, EVENTS_PER_TURN } from '../../src/infra/eventstore/levelAppendPlan.js';
-import type { EventStore } from '../../src/infra/eventstore/port.js';
+import { eventIdKey, headKey, INDEXED_KEY, logKey, pad, streamKey } from '../../src/infra/eventstore/levelKeys.js';
+import { type EventStore, type NewEvent, WrongExpectedRevisionError } from '../../src/infra/eventstore/port.js';
 import { category, describeEventStoreContract, expectStrictlyIncreasing, newEvent, SubscriptionReader } from './eventstore.contract.js';
 
 const dirs: string[] = [];
@@ -293,6 +295,131 @@ describe('LevelEventStore specifics', () => {
       },
       { sync: false },
     );
+  });
+});
+
+describe('LevelEventStore log and index stores', () => {
+  const openDb = async (location: string): Promise<ClassicLevel<string, string>> => {
+    const db = new ClassicLevel<string, string>(location, { keyEncoding: 'utf8', valueEncoding: 'utf8' });
+    await db.open();
+    return db;
+  };
+  const logValue = (streamId: string, revision: number, event: NewEvent): string =>
+    JSON.stringify({ streamId, revision, id: event.id, type: event.type, created: '2026-11-01T00:00:00.000Z', data: event.data, metadata: {} });
+
+  it('keeps the log and its indexes in two LevelDB stores', async () => {
+    const dir = tempDir();
+    const store = await LevelEventStore.open(dir);
+    await store.append('a-1', [newEvent('A')], 'no_stream');
+    await store.close();
+    expect(existsSync(join(dir, 'log', 'CURRENT'))).toBe(true);
+    expect(existsSync(join(dir, 'index', 'CURRENT'))).toBe(true);
+    const log = await openDb(join(dir, 'log'));
+    const index = await openDb(join(dir, 'index'));
+    try {
+      expect((await log.keys().all()).map((k) => k.slice(0, 2))).toEqual(['l\u0000']);
+      expect(new Set((await index.keys().all()).map((k) => k.slice(0, 2)))).toEqual(new Set(['s\u0000', 'h\u0000', 'e\u0000', 'm\u0000']));
+    } finally {
+      await log.close();
+      await index.close();
+    }
+  });
+
+  it('reads and goes on writing a store made with the log and its indexes in one LevelDB', async () => {
+    const dir = tempDir();
+    const [first, second] = [newEvent('A', { n: 0 }), newEvent('A', { n: 1 })];
+    const legacy = await openDb(dir);
+    await legacy.batch([
+      { type: 'put', key: logKey(1), value: logValue('a-1', 0, first) },
+      { type: 'put', key: streamKey('a-1', 0), value: pad(1) },
+      { type: 'put', key: eventIdKey('a-1', first.id), value: `0 ${pad(1)}` },
+      { type: 'put', key: logKey(2), value: logValue('a-1', 1, second) },
+      { type: 'put', key: streamKey('a-1', 1), value: pad(2) },
+      { type: 'put', key: eventIdKey('a-1', second.id), value: `1 ${pad(2)}` },
+      { type: 'put', key: headKey('a-1'), value: '1' },
+    ]);
+    await legacy.close();
+
+    let store = await LevelEventStore.open(dir);
+    expect((await store.readStream('a-1')).map((e) => e.data)).toEqual([{ n: 0 }, { n: 1 }]);
+    expect(await store.append('a-1', [second], 'any')).toEqual({ nextExpectedRevision: 1, position: pad(2) }); // an id it already has
+    await expect(store.append('a-1', [newEvent('A', { n: 2 })], 0)).rejects.toBeInstanceOf(WrongExpectedRevisionError);
+    await store.append('a-1', [newEvent('A', { n: 2 })], 1);
+    await store.close();
+
+    expect(existsSync(join(dir, 'log'))).toBe(false);
+    store = await LevelEventStore.open(dir);
+    try {
+      expect((await store.readStream('a-1')).map((e) => [e.position, e.data])).toEqual([
+        [pad(1), { n: 0 }],
+        [pad(2), { n: 1 }],
+        [pad(3), { n: 2 }],
+      ]);
+      const subscription = store.subscribeToAll();
+      expect((await new SubscriptionReader(subscription).untilCaughtUp()).events).toHaveLength(3);
+      await subscription.close();
+    } finally {
+      await store.close();
+    }
+  });
+
+  it('rebuilds the indexes from the log when a crash left them behind it', async () => {
+    const dir = tempDir();
+    const events = [newEvent('A', { n: 0 }), newEvent('A', { n: 1 }), newEvent('A', { n: 2 })];
+    let store = await LevelEventStore.open(dir);
+    await store.append('a-1', [events[0]!], 'no_stream');
+    await store.append('b-1', [newEvent('B')], 'no_stream');
+    await store.append('a-1', [events[1]!, events[2]!], 0);
+    await store.close();
+
+    // What a crash after the last group's log batch and before its index batch leaves.
+    const index = await openDb(join(dir, 'index'));
+    await index.batch([
+      { type: 'del', key: streamKey('a-1', 1) },
+      { type: 'del', key: streamKey('a-1', 2) },
+      { type: 'del', key: eventIdKey('a-1', events[1]!.id) },
+      { type: 'del', key: eventIdKey('a-1', events[2]!.id) },
+      { type: 'put', key: headKey('a-1'), value: '0' },
+      { type: 'put', key: INDEXED_KEY, value: pad(2) },
+    ]);
+    await index.close();
+
+    store = await LevelEventStore.open(dir);
+    try {
+      expect((await store.readStream('a-1')).map((e) => e.data)).toEqual([{ n: 0 }, { n: 1 }, { n: 2 }]);
+      // The ids are known again (a retry adds nothing), and so is the head.
+      expect(await store.append('a-1', [events[2]!], 'any')).toEqual({ nextExpectedRevision: 2, position: pad(4) });
+      await expect(store.append('a-1', [newEvent('A')], 0)).rejects.toBeInstanceOf(WrongExpectedRevisionError);
+      expect(await store.append('a-1', [newEvent('A', { n: 3 })], 2)).toEqual({ nextExpectedRevision: 3, position: pad(5) });
+    } finally {
+      await store.close();
+    }
+  });
+
+  it('fails every later call with store_failed when an index batch fails after its log batch, and a reopen recovers', async () => {
+    const dir = tempDir();
+    let store = await LevelEventStore.open(dir);
+    await store.append('a-1', [newEvent('A', { n: 0 })], 'no_stream');
+    const index = (store as unknown as { stores: { index: ClassicLevel<string, string> } }).stores.index;
+    const batch = index.batch.bind(index);
+    index.batch = ((...args: Parameters<typeof batch>) => {
+      const chained = batch(...(args as []));
+      chained.write = () => Promise.reject(new Error('disk full'));
+      return chained;
+    }) as typeof index.batch;
+    // Its log entries are on disk: the append stands.
+    expect(await store.append('a-1', [newEvent('A', { n: 1 })], 0)).toEqual({ nextExpectedRevision: 1, position: pad(2) });
+    await expect(store.append('a-1', [newEvent('A')], 1)).rejects.toMatchObject({ code: 'store_failed' });
+    await expect(store.readStream('a-1')).rejects.toMatchObject({ code: 'store_failed' });
+    await store.close();
+
+    store = await LevelEventStore.open(dir);
+    try {
+      expect((await store.readStream('a-1')).map((e) => e.data)).toEqual([{ n: 0 }, { n: 1 }]);
+      await store.append('a-1', [newEvent('A', { n: 2 })], 1);
+    } finally {
+      await store.close();
+    }
   });
 });
 

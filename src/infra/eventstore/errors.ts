@@ -6,6 +6,7 @@ export type EventStoreErrorCode =
   | 'invalid_position'
   | 'store_locked'
   | 'store_closed'
+  | 'store_failed'
   | 'subscription_in_use'
   | 'position_unavailable';
 

@@ -7,7 +7,10 @@ import type { Position, StoredEvent } from './port.js';
  *   s\0<stream>\0<rev:20>  → <seq:20>        (stream index)
  *   h\0<stream>            → <rev>           (revision of the stream's last event)
  *   e\0<stream>\0<eventId> → <rev> <seq:20>  (ids already in the stream, for idempotent retries)
- * Numbers are zero-padded to 20 digits so that string order is numeric order.
+ *   m\0indexed             → <seq:20>        (the last log entry the indexes cover; two stores only)
+ * Numbers are zero-padded to 20 digits so that string order is numeric order. The log (`l`) and
+ * the indexes (`s`, `h`, `e`, `m`) live in two LevelDB stores, or in one in a store made before
+ * 2026-11-24 (src/infra/eventstore/level.ts).
  */
 const WIDTH = 20;
 
@@ -27,6 +30,8 @@ export const streamRange = (streamId: string): { gte: string; lt: string } => ({
 
 export const headKey = (streamId: string): string => `h\u0000${streamId}`;
 export const eventIdKey = (streamId: string, eventId: string): string => `e\u0000${streamId}\u0000${eventId}`;
+export const INDEXED_KEY = 'm\u0000indexed';
+export const isLogKey = (key: string): boolean => key.startsWith(LOG_START);
 
 export const formatPosition = (seq: number): Position => pad(seq);
 
