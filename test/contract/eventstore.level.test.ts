@@ -396,6 +396,24 @@ describe('LevelEventStore log and index stores', () => {
     }
   });
 
+  it('rebuilds a lost index store from the log', async () => {
+    const dir = tempDir();
+    let store = await LevelEventStore.open(dir);
+    await store.append('a-1', [newEvent('A', { n: 0 }), newEvent('A', { n: 1 })], 'no_stream');
+    await store.append('b-1', [newEvent('B')], 'no_stream');
+    await store.close();
+    rmSync(join(dir, 'index'), { recursive: true });
+
+    store = await LevelEventStore.open(dir);
+    try {
+      expect((await store.readStream('a-1')).map((e) => e.data)).toEqual([{ n: 0 }, { n: 1 }]);
+      expect((await store.readStream('b-1')).map((e) => e.type)).toEqual(['B']);
+      await expect(store.append('b-1', [newEvent('B')], 'no_stream')).rejects.toBeInstanceOf(WrongExpectedRevisionError);
+    } finally {
+      await store.close();
+    }
+  });
+
   it('fails every later call with store_failed when an index batch fails after its log batch, and a reopen recovers', async () => {
     const dir = tempDir();
     let store = await LevelEventStore.open(dir);
