@@ -1,7 +1,8 @@
 /**
- * A design measurement for a plan in bench/plans.json, not a recorded figure: what LevelDB's
- * compaction costs the embedded event store's key layout (src/infra/eventstore/levelKeys.ts),
- * against the same entries split into two stores, the log in one and its indexes in the other.
+ * A design measurement, not a recorded figure: what LevelDB's compaction costs the embedded
+ * event store's keys (src/infra/eventstore/levelKeys.ts) in one store, as stores made before
+ * 2026-11-24 keep them, against the log in one store and its indexes in another, as
+ * src/infra/eventstore/level.ts keeps them since.
  * In one store every level-0 table spans all four key families (log, stream index, heads,
  * event ids), so it overlaps every level-1 table and each compaction rewrites them; the log's
  * keys alone only grow, so its tables move down a level without being rewritten. Writes N
