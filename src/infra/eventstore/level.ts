@@ -7,8 +7,10 @@ import { EventStoreError } from './errors.js';
 import { AppendPlan, EVENTS_PER_TURN, type EventIndexReader, nextTurn } from './levelAppendPlan.js';
 import {
   decodeEvent,
+  eventIdEntry,
   eventIdKey,
   formatPosition,
+  headEntry,
   headKey,
   INDEXED_KEY,
   isLogKey,
@@ -18,6 +20,7 @@ import {
   logKey,
   pad,
   seqOfLogKey,
+  streamIndexEntry,
   streamKey,
   streamRange,
 } from './levelKeys.js';
@@ -252,7 +255,7 @@ export class LevelEventStore implements EventStore {
         plan.release();
         await logBatch.write({ sync: this.sync });
       } catch (error) {
-        if (this.split) await indexBatch.close();
+        if (this.split) await indexBatch.close().catch(() => undefined);
         group.forEach((request, i) => {
           request.reject(outcomes[i]!.error ?? error);
         });
@@ -323,12 +326,12 @@ async function indexUpTo(log: Db, index: Db, lastSeq: number): Promise<void> {
       for (const [key, value] of chunk) {
         const event = decodeEvent(key, value);
         const seq = seqOfLogKey(key);
-        batch.put(streamKey(event.streamId, event.revision), pad(seq));
-        batch.put(eventIdKey(event.streamId, event.id), `${event.revision} ${pad(seq)}`);
+        batch.put(...streamIndexEntry(event.streamId, event.revision, seq));
+        batch.put(...eventIdEntry(event.streamId, event.id, event.revision, seq));
         heads.set(event.streamId, event.revision);
         indexed = seq;
       }
-      for (const [streamId, revision] of heads) batch.put(headKey(streamId), String(revision));
+      for (const [streamId, revision] of heads) batch.put(...headEntry(streamId, revision));
       batch.put(INDEXED_KEY, pad(indexed));
       await batch.write({ sync: true });
     }

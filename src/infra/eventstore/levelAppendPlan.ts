@@ -1,6 +1,6 @@
 import { checkExpectedRevision } from './appendRules.js';
 import { EventStoreError } from './errors.js';
-import { eventIdKey, formatPosition, headKey, type LogEntry, logKey, pad, streamKey } from './levelKeys.js';
+import { eventIdEntry, eventIdKey, formatPosition, headEntry, type LogEntry, logKey, streamIndexEntry } from './levelKeys.js';
 import type { AppendResult, ExpectedRevision, NewEvent } from './port.js';
 
 /** Point reads of the committed index (synchronous: the writer plans a whole group in one go). */
@@ -85,12 +85,12 @@ export class AppendPlan {
         throw new EventStoreError('append_too_large', `append to ${streamId} exceeds ${MAX_APPEND_BYTES} bytes`, { streamId });
       }
       const logEntry: LogEntry = [logKey(seq), json];
-      const idEntry: Put = [eventIdKey(streamId, event.id), `${revision} ${pad(seq)}`];
-      puts.push(logEntry, [streamKey(streamId, revision), pad(seq)], idEntry);
+      const idEntry: Put = eventIdEntry(streamId, event.id, revision, seq);
+      puts.push(logEntry, streamIndexEntry(streamId, revision, seq), idEntry);
       appended.push(logEntry);
       ids.push(idEntry);
     }
-    puts.push([headKey(streamId), String(revision)]);
+    puts.push(headEntry(streamId, revision));
 
     for (const put of puts) this.puts.push(put);
     for (const entry of appended) this.appended.push(entry);
