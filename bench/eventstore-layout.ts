@@ -17,7 +17,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ClassicLevel } from 'classic-level';
 import { usageEventId } from '../src/domain/usage.js';
-import { eventIdKey, headKey, logKey, pad, streamKey } from '../src/infra/eventstore/levelKeys.js';
+import { eventIdEntry, headEntry, logKey, streamIndexEntry } from '../src/infra/eventstore/levelKeys.js';
 import { runMain, timeLimit } from './lib/processes.js';
 import { log } from './lib/report.js';
 
@@ -67,11 +67,11 @@ async function measure(split: boolean): Promise<void> {
         const revision = ++(revisions[account] as number);
         const { id, json } = usageEvent(seq, streamId, revision);
         logBatch.put(logKey(seq), json);
-        indexBatch.put(streamKey(streamId, revision), pad(seq));
-        indexBatch.put(eventIdKey(streamId, id), `${revision} ${pad(seq)}`);
+        indexBatch.put(...streamIndexEntry(streamId, revision, seq));
+        indexBatch.put(...eventIdEntry(streamId, id, revision, seq));
         heads.set(streamId, revision);
       }
-      for (const [streamId, revision] of heads) indexBatch.put(headKey(streamId), String(revision));
+      for (const [streamId, revision] of heads) indexBatch.put(...headEntry(streamId, revision));
       await logBatch.write();
       if (split) await indexBatch.write();
     }
