@@ -9,22 +9,29 @@
  * records the figures. With BASELINE_REV=<git revision>, each mode also runs as that revision
  * built (bench/lib/services.ts buildRevision) and is measured in turn with the working tree's:
  * a change's effect in one run, where runs minutes apart differ by more than most changes.
+ * With MEASURE=latency, each round measures latency instead, as bench/gateway.ts does (about
+ * 1,000 req/s from wrk, each target with the others stopped; OWN_CORE=1 puts the measured
+ * event loop alone on CPU 1), direct to the upstream first, and prints each target's added p50
+ * and p99 over that round's direct run.
  *
- *   npx tsx bench/compare-gateway.ts [role] [embedded] [redis]   (default: role; ROUNDS=3, SECONDS=3)
+ *   npx tsx bench/compare-gateway.ts [role] [embedded] [redis]   (default: role; ROUNDS=3, SECONDS=3, or 10 with MEASURE=latency)
  */
 import { cpSync } from 'node:fs';
 import { join } from 'node:path';
-import { measuredThroughput, type Throughput, wrk } from './lib/load.js';
-import { Processes, requireTool, runMain, timeLimit, waitForIdle } from './lib/processes.js';
+import { measuredThroughput, pacedLatency, type Throughput, wrk } from './lib/load.js';
+import { measureAlone, Processes, requireTool, runMain, timeLimit, waitForIdle } from './lib/processes.js';
 import { log } from './lib/report.js';
 import { buildRevision, checkCall, type Service, seedOneToken, startBareProxy, startGateway, startRedis, startUpstream, writeBenchPlans } from './lib/services.js';
 
 const MODES = ['role', 'embedded', 'redis'] as const;
 type Mode = (typeof MODES)[number];
 
+const LATENCY = process.env.MEASURE === 'latency';
+const OWN_CORE = process.env.OWN_CORE === '1';
 const ROUNDS = Number(process.env.ROUNDS ?? 3);
-const SECONDS = Number(process.env.SECONDS ?? 3);
+const SECONDS = Number(process.env.SECONDS ?? (LATENCY ? 10 : 3));
 const CONNECTIONS = 32;
+const LATENCY_RATE = 1000;
 
 interface Target {
   name: string;
@@ -32,7 +39,11 @@ interface Target {
   service: Service;
   /** ROLE=all: it ingests its own usage, whose backlog is printed after each run. */
   ingests: boolean;
+  /** Its Redis: kept running while it is measured alone. */
+  needs: number[];
 }
+
+const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] as number;
 
 async function queueDepth(t: Target): Promise<string> {
   const metrics = await (await fetch(`${new URL(t.url).origin}/metrics`)).text();
@@ -56,7 +67,7 @@ async function main(): Promise<void> {
     const token = await seedOneToken(seeded, plansFile);
     const upstream = await startUpstream(processes);
     const bare = await startBareProxy(processes, upstream.url);
-    const targets: Target[] = [{ name: 'bare node proxy', url: `${bare.url}/eth/${token}`, service: bare, ingests: false }];
+    const targets: Target[] = [{ name: 'bare node proxy', url: `${bare.url}/eth/${token}`, service: bare, ingests: false, needs: [] }];
     const pids = [upstream.process.child.pid as number, bare.process.child.pid as number];
     const baselineRev = process.env.BASELINE_REV;
     const builds: Array<{ suffix: string; buildDir?: string }> = [{ suffix: '' }];
@@ -74,12 +85,16 @@ async function main(): Promise<void> {
           entry: mode === 'role' ? 'bench/servers/gatewayRole.ts' : undefined,
         });
         pids.push(service.process.child.pid as number);
-        targets.push({ name, url: `${service.url}/eth/${token}`, service, ingests: mode !== 'role' });
+        targets.push({ name, url: `${service.url}/eth/${token}`, service, ingests: mode !== 'role', needs: redis ? [redis.process.child.pid as number] : [] });
       }
     }
     for (const t of targets) {
       await checkCall(t.url);
       await wrk(t.url, { seconds: 2, connections: CONNECTIONS });
+    }
+    if (LATENCY) {
+      await compareLatency({ name: 'direct', url: `${upstream.url}/eth/${token}`, service: upstream, ingests: false, needs: [] }, targets, pids);
+      return;
     }
     const ratios = new Map<string, Array<{ rps: number; cpu: number }>>();
     for (let round = 1; round <= ROUNDS; round++) {
@@ -93,13 +108,38 @@ async function main(): Promise<void> {
         log(`round ${round}: ${t.name.padEnd(process.env.BASELINE_REV ? 30 : 16)} ${String(Math.round(run.rps)).padStart(6)} req/s ${String(Math.round(run.cpuUsPerRequest)).padStart(4)} µs CPU/req, ${(run.rps / baseline.rps).toFixed(3)}× the bare proxy${backlog}`);
       }
     }
-    const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] as number;
     for (const t of targets.slice(1)) {
       const r = ratios.get(t.name) ?? [];
       log(`median of ${r.length} rounds: ${t.name.padEnd(process.env.BASELINE_REV ? 30 : 16)} ${median(r.map((x) => x.rps)).toFixed(3)}× the bare proxy's throughput, ${median(r.map((x) => x.cpu)).toFixed(3)}× its CPU per request`);
     }
   } finally {
     await processes.stopAll();
+  }
+}
+
+/** MEASURE=latency: each round, direct and then every target alone at ~1,000 req/s; added = its percentile − direct's in the round. */
+async function compareLatency(direct: Target, targets: Target[], pids: number[]): Promise<void> {
+  const upstreamPid = direct.service.process.child.pid as number;
+  const added = new Map<string, Array<{ p50: number; p99: number }>>();
+  const width = process.env.BASELINE_REV ? 30 : 16;
+  for (let round = 1; round <= ROUNDS; round++) {
+    let baseline: { p50Ms: number; p99Ms: number } | null = null;
+    for (const t of [direct, ...targets]) {
+      const pid = t.service.process.child.pid as number;
+      const run = await measureAlone([pid, upstreamPid, ...t.needs], pids, OWN_CORE, async () => {
+        await waitForIdle(pids);
+        return pacedLatency(t.url, { rate: LATENCY_RATE, seconds: SECONDS, cpus: OWN_CORE ? '0' : undefined });
+      });
+      if (run.failures > 0) throw new Error(`${t.name}: ${run.failures} failed requests (${run.failureDetail})`);
+      baseline ??= run;
+      const extra = t === direct ? '' : `, added p50 ${(run.p50Ms - baseline.p50Ms).toFixed(3)} ms, p99 ${(run.p99Ms - baseline.p99Ms).toFixed(2)} ms`;
+      if (t !== direct) added.set(t.name, [...(added.get(t.name) ?? []), { p50: run.p50Ms - baseline.p50Ms, p99: run.p99Ms - baseline.p99Ms }]);
+      log(`round ${round}: ${t.name.padEnd(width)} at ${Math.round(run.rate)} req/s: p50 ${run.p50Ms.toFixed(3)} ms, p99 ${run.p99Ms.toFixed(3)} ms${extra}`);
+    }
+  }
+  for (const t of targets) {
+    const r = added.get(t.name) ?? [];
+    log(`median of ${r.length} rounds${OWN_CORE ? ' (event loop on its own core)' : ''}: ${t.name.padEnd(width)} added p50 ${median(r.map((x) => x.p50)).toFixed(3)} ms, p99 ${median(r.map((x) => x.p99)).toFixed(2)} ms (by round: ${r.map((x) => x.p99.toFixed(2)).join(', ')})`);
   }
 }
 

@@ -27,7 +27,7 @@ import { cpSync } from 'node:fs';
 import { join } from 'node:path';
 import { measuredThroughput, type PacedResult, pacedLatency, type Throughput, wrk } from './lib/load.js';
 import { cpus } from 'node:os';
-import { pinProcess, Processes, requireTool, rssMb, runMain, timeLimit, waitForIdle } from './lib/processes.js';
+import { measureAlone, Processes, requireTool, rssMb, runMain, timeLimit, waitForIdle } from './lib/processes.js';
 import { emit, type Figure, log, round } from './lib/report.js';
 import { checkCall, type Service, seedOneToken, startBareProxy, startGateway, startNginx, startRedis, startUpstream, writeBenchPlans } from './lib/services.js';
 
@@ -76,23 +76,7 @@ async function throughput(t: Target): Promise<Throughput> {
 let upstreamPid = 0;
 
 /**
- * Runs `measure` with every other proxy of the benchmark (and its Redis) stopped (SIGSTOP): a
- * ROLE=all gateway left running keeps its timers (ingester, projector), which a p99 over a few
- * seconds would show as the measured proxy's.
- */
-async function alone<T>(t: Target, measure: () => Promise<T>): Promise<T> {
-  const keep = new Set([t.service.process.child.pid as number, upstreamPid, ...t.needs]);
-  const others = everyPid.filter((pid) => !keep.has(pid));
-  for (const pid of others) process.kill(pid, 'SIGSTOP');
-  try {
-    return await measure();
-  } finally {
-    for (const pid of others) process.kill(pid, 'SIGCONT');
-  }
-}
-
-/**
- * Latency at a paced rate, each target alone (see `alone`). With `ownCore`, the measured
+ * Latency at a paced rate, each target alone (lib/processes.ts, measureAlone). With `ownCore`, the measured
  * process's main thread (its event loop) is alone on CPU 1 and everything else (its own helper
  * threads, wrk, the upstream, Redis) on CPU 0: a gateway in service has cores of its own,
  * while on two shared cores a p99 over a few seconds mostly shows which process the scheduler
@@ -125,27 +109,19 @@ const describeLoopDelay = (r: LatencyRun): string =>
 
 async function latency(t: Target, ownCore = false): Promise<LatencyRun> {
   const measured = t.service.process.child.pid as number;
-  if (ownCore) {
-    for (const pid of everyPid) pinProcess(pid, '0');
-    pinProcess(measured, '1', 'main');
-  }
-  try {
-    return await alone(t, async () => {
-      await settle();
-      if (t.metricsUrl) await loopDelay(t.metricsUrl); // a scrape starts the gateway's delay figures afresh
-      const result: LatencyRun = await pacedLatency(t.url, { rate: LATENCY_RATE, seconds: LATENCY_SECONDS, cpus: ownCore ? '0' : undefined });
-      if (t.metricsUrl) result.loopDelay = await loopDelay(t.metricsUrl);
-      const where = ownCore ? ' (event loop on its own core)' : '';
-      if (result.failures > 0) {
-        const answers = t.metricsUrl ? `; its answers so far by status: ${await answersByStatus(t.metricsUrl)}` : '';
-        throw new Error(`${t.name}${where}: ${result.failures} failed requests at ${LATENCY_RATE} req/s (${result.failureDetail})${answers}`);
-      }
-      log(`${t.name.padEnd(16)}${where} at ${Math.round(result.rate)} req/s: p50 ${result.p50Ms.toFixed(3)} ms, p99 ${result.p99Ms.toFixed(3)} ms${result.loopDelay ? `; its event loop ${describeLoopDelay(result)}` : ''}`);
-      return result;
-    });
-  } finally {
-    if (ownCore) for (const pid of everyPid) pinProcess(pid, `0-${cpus().length - 1}`);
-  }
+  return measureAlone([measured, upstreamPid, ...t.needs], everyPid, ownCore, async () => {
+    await settle();
+    if (t.metricsUrl) await loopDelay(t.metricsUrl); // a scrape starts the gateway's delay figures afresh
+    const result: LatencyRun = await pacedLatency(t.url, { rate: LATENCY_RATE, seconds: LATENCY_SECONDS, cpus: ownCore ? '0' : undefined });
+    if (t.metricsUrl) result.loopDelay = await loopDelay(t.metricsUrl);
+    const where = ownCore ? ' (event loop on its own core)' : '';
+    if (result.failures > 0) {
+      const answers = t.metricsUrl ? `; its answers so far by status: ${await answersByStatus(t.metricsUrl)}` : '';
+      throw new Error(`${t.name}${where}: ${result.failures} failed requests at ${LATENCY_RATE} req/s (${result.failureDetail})${answers}`);
+    }
+    log(`${t.name.padEnd(16)}${where} at ${Math.round(result.rate)} req/s: p50 ${result.p50Ms.toFixed(3)} ms, p99 ${result.p99Ms.toFixed(3)} ms${result.loopDelay ? `; its event loop ${describeLoopDelay(result)}` : ''}`);
+    return result;
+  });
 }
 
 const median = (values: number[]): number => {
