@@ -439,6 +439,43 @@ describe('LevelEventStore log and index stores', () => {
       await store.close();
     }
   });
+
+  it('does not commit an append that was queued while an index batch failed: it would be planned against the stale index', async () => {
+    const dir = tempDir();
+    let store = await LevelEventStore.open(dir);
+    await store.append('a-1', [newEvent('A', { n: 0 })], 'no_stream');
+    const index = (store as unknown as { stores: { index: ClassicLevel<string, string> } }).stores.index;
+    const batch = index.batch.bind(index);
+    let indexWriteStarted: () => void = () => {};
+    const started = new Promise<void>((resolve) => {
+      indexWriteStarted = resolve;
+    });
+    index.batch = ((...args: Parameters<typeof batch>) => {
+      const chained = batch(...(args as []));
+      chained.write = () => {
+        indexWriteStarted();
+        return new Promise((_, reject) => setTimeout(() => reject(new Error('disk full')), 50));
+      };
+      return chained;
+    }) as typeof index.batch;
+    const first = store.append('a-1', [newEvent('A', { n: 1 })], 0);
+    await started;
+    // Queued behind the failing group, expecting the revision the index still shows as the head.
+    const queued = store.append('a-1', [newEvent('A', { n: 'stale' })], 0);
+    expect(await first).toEqual({ nextExpectedRevision: 1, position: pad(2) });
+    await expect(queued).rejects.toMatchObject({ code: 'store_failed' });
+    await store.close();
+
+    store = await LevelEventStore.open(dir);
+    try {
+      expect((await store.readStream('a-1')).map((e) => [e.revision, e.data])).toEqual([
+        [0, { n: 0 }],
+        [1, { n: 1 }],
+      ]);
+    } finally {
+      await store.close();
+    }
+  });
 });
 
 describe('openEventStore', () => {

@@ -229,6 +229,12 @@ export class LevelEventStore implements EventStore {
   }
 
   private async commit(group: PendingAppend[]): Promise<void> {
+    // Appends queued before an index batch failed would be planned against the stale index.
+    const failure = this.failure;
+    if (failure) {
+      for (const request of group) request.reject(failure);
+      return;
+    }
     const plan = new AppendPlan(this.index, this.lastSeq, new Date().toISOString());
     const outcomes: Array<{ result?: AppendResult; error?: unknown }> = [];
     for (const request of group) {
