@@ -307,6 +307,17 @@ describe('LevelEventStore log and index stores', () => {
   const logValue = (streamId: string, revision: number, event: NewEvent): string =>
     JSON.stringify({ streamId, revision, id: event.id, type: event.type, created: '2026-11-01T00:00:00.000Z', data: event.data, metadata: {} });
 
+  /** Every later write of the store's index batches does `write` instead (a full or failing disk). */
+  const failIndexWrites = (store: LevelEventStore, write: () => Promise<void>): void => {
+    const index = (store as unknown as { stores: { index: ClassicLevel<string, string> } }).stores.index;
+    const batch = index.batch.bind(index);
+    index.batch = ((...args: Parameters<typeof batch>) => {
+      const chained = batch(...(args as []));
+      chained.write = write;
+      return chained;
+    }) as typeof index.batch;
+  };
+
   it('keeps the log and its indexes in two LevelDB stores', async () => {
     const dir = tempDir();
     const store = await LevelEventStore.open(dir);
@@ -418,13 +429,7 @@ describe('LevelEventStore log and index stores', () => {
     const dir = tempDir();
     let store = await LevelEventStore.open(dir);
     await store.append('a-1', [newEvent('A', { n: 0 })], 'no_stream');
-    const index = (store as unknown as { stores: { index: ClassicLevel<string, string> } }).stores.index;
-    const batch = index.batch.bind(index);
-    index.batch = ((...args: Parameters<typeof batch>) => {
-      const chained = batch(...(args as []));
-      chained.write = () => Promise.reject(new Error('disk full'));
-      return chained;
-    }) as typeof index.batch;
+    failIndexWrites(store, () => Promise.reject(new Error('disk full')));
     // Its log entries are on disk: the append stands.
     expect(await store.append('a-1', [newEvent('A', { n: 1 })], 0)).toEqual({ nextExpectedRevision: 1, position: pad(2) });
     await expect(store.append('a-1', [newEvent('A')], 1)).rejects.toMatchObject({ code: 'store_failed' });
@@ -444,20 +449,14 @@ describe('LevelEventStore log and index stores', () => {
     const dir = tempDir();
     let store = await LevelEventStore.open(dir);
     await store.append('a-1', [newEvent('A', { n: 0 })], 'no_stream');
-    const index = (store as unknown as { stores: { index: ClassicLevel<string, string> } }).stores.index;
-    const batch = index.batch.bind(index);
     let indexWriteStarted: () => void = () => {};
     const started = new Promise<void>((resolve) => {
       indexWriteStarted = resolve;
     });
-    index.batch = ((...args: Parameters<typeof batch>) => {
-      const chained = batch(...(args as []));
-      chained.write = () => {
-        indexWriteStarted();
-        return new Promise((_, reject) => setTimeout(() => reject(new Error('disk full')), 50));
-      };
-      return chained;
-    }) as typeof index.batch;
+    failIndexWrites(store, () => {
+      indexWriteStarted();
+      return new Promise((_, reject) => setTimeout(() => reject(new Error('disk full')), 50));
+    });
     const first = store.append('a-1', [newEvent('A', { n: 1 })], 0);
     await started;
     // Queued behind the failing group, expecting the revision the index still shows as the head.
