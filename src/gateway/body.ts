@@ -75,6 +75,8 @@ const JSON_RPC_MEDIA_TYPES = new Set([
 ]);
 
 export function isJsonRpcMediaType(contentType: string | undefined): boolean {
+  // What nearly every client sends, answered without splitting and lower-casing it.
+  if (contentType === 'application/json') return true;
   if (contentType === undefined || contentType.trim() === '') return true;
   const media = (contentType.split(';', 1)[0] ?? '').trim().toLowerCase();
   return JSON_RPC_MEDIA_TYPES.has(media) || /^application\/[a-z0-9.+-]*\+json$/.test(media);

@@ -1,6 +1,6 @@
 import { effectiveStatus } from '../domain/apiToken.js';
 import { effectiveTokenLimits, type PlanCatalog, planAllowsChain } from '../domain/plans.js';
-import { hashToken, isWellFormedToken } from '../domain/tokenFormat.js';
+import { hashToken, isWellFormedToken, TOKEN_LENGTH } from '../domain/tokenFormat.js';
 import type { LimitDecision, Limiter, MaybePromise } from '../infra/limits/port.js';
 import type { Admission, AdmissionRequest, Caller, Gatekeeper, LimitHeaders } from './admission.js';
 import { IsoClock } from './isoClock.js';
@@ -45,8 +45,14 @@ export class TokenGatekeeper implements Gatekeeper {
     if (request.via !== 'path' && request.via !== 'bearer') {
       return refuse(401, 'unauthorized', 'Pass the API token in the path (/<chain>/<token>) or as "Authorization: Bearer <token>".');
     }
+    // A token in the cache is a real one, so its shape and checksum need no check (a regular
+    // expression and a CRC32 per call); the length check keeps long garbage from being hashed.
+    if (request.token.length !== TOKEN_LENGTH.api) return refuse(401, 'unauthorized', INVALID_TOKEN);
+    const hash = hashToken(request.token);
+    const cached = this.tokens.cached(hash);
+    if (cached) return this.admitToken(request, cached);
     if (!isWellFormedToken('api', request.token)) return refuse(401, 'unauthorized', INVALID_TOKEN);
-    const token = this.tokens.get(hashToken(request.token));
+    const token = this.tokens.get(hash);
     return token instanceof Promise ? token.then((t) => this.admitToken(request, t)) : this.admitToken(request, token);
   }
 

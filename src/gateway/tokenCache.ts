@@ -89,11 +89,17 @@ export class TokenCache {
     return this.byHash.size;
   }
 
+  /** The token if it is in the cache and fresh: only tokens that exist are ever there. */
+  cached(tokenHash: string): CachedToken | undefined {
+    const hit = this.byHash.get(tokenHash);
+    return hit && hit.until > (this.now() - this.epochMs) / 1000 ? hit : undefined;
+  }
+
   /** At once for a token in the cache (or known to be unknown); otherwise after reading the read model. */
   get(tokenHash: string): MaybePromise<CachedToken | null> {
+    const hit = this.cached(tokenHash);
+    if (hit) return hit;
     const t = this.now();
-    const hit = this.byHash.get(tokenHash);
-    if (hit && hit.until > (t - this.epochMs) / 1000) return hit;
     const missUntil = this.unknown.get(tokenHash);
     if (missUntil !== undefined && missUntil > t) return null;
     return this.load(tokenHash, t);

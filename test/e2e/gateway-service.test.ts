@@ -1,5 +1,5 @@
 import { FetchRequest, JsonRpcProvider } from 'ethers';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { USAGE_EVENT_TYPE, type UsageRecord } from '../../src/domain/usage.js';
 import { startGanache, type GanacheNode } from '../support/ganache.js';
 import { ADMIN_TOKEN, owner, startTestApp, type TestApp } from '../support/testApp.js';
@@ -58,6 +58,27 @@ describe('the gatekeeper', () => {
     const next = gatekeeper.admit(request());
     expect(next).not.toBeInstanceOf(Promise);
     expect(next).toMatchObject({ ok: true, granted: 1, caller: { tokenId: o.tokenId } });
+  });
+
+  it('refuses a mistyped or overlong token with 401 without reading the read model', async () => {
+    const o = await newToken();
+    const gatekeeper = t.runtime.gateway?.gatekeeper;
+    if (!gatekeeper) throw new Error('no gateway in this runtime');
+    const lookups = vi.spyOn(t.runtime.queries, 'tokenDocByHash');
+    try {
+      // One character of the random part changed: the checksum no longer matches.
+      const flipped = o.token.charAt(5) === 'a' ? 'b' : 'a';
+      const mistyped = `${o.token.slice(0, 5)}${flipped}${o.token.slice(6)}`;
+      for (const token of [mistyped, `${o.token}x`, o.token.slice(0, -1)]) {
+        const admission = await gatekeeper.admit({ chain: 'eth', token, via: 'path', cost: 1, nowMs: Date.now() });
+        expect(admission, token).toMatchObject({ ok: false, status: 401 });
+      }
+      expect(lookups).not.toHaveBeenCalled();
+      expect((await gatekeeper.admit({ chain: 'eth', token: o.token, via: 'path', cost: 1, nowMs: Date.now() })).ok).toBe(true);
+      expect(lookups).toHaveBeenCalledTimes(1);
+    } finally {
+      lookups.mockRestore();
+    }
   });
 });
 
