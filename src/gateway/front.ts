@@ -77,7 +77,7 @@ export class ChainFront {
     };
     if (method === 'GET') {
       req.resume(); // a GET's body, if any, is not read (as fastify does)
-      void calls.serve(call).then(answer);
+      calls.serve(call, answer);
       return true;
     }
     readRawBody(req, req.headers['content-length'], calls.limits.maxBodyBytes, (err, body) => {
@@ -88,7 +88,7 @@ export class ChainFront {
         return;
       }
       call.body = body;
-      void calls.serve(call).then(answer);
+      calls.serve(call, answer);
     });
     return true;
   }

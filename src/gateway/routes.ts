@@ -2,7 +2,7 @@ import { performance } from 'node:perf_hooks';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { RawBody } from './body.js';
 import { registerRawBodyParser } from './body.js';
-import { ChainCalls, type ChainCallsOptions, type ChainResponse } from './chainCalls.js';
+import { ChainCalls, type ChainCallsOptions, type ChainRequest, type ChainResponse } from './chainCalls.js';
 import type { ChainFront } from './front.js';
 
 /**
@@ -72,19 +72,18 @@ export async function gatewayRoutes(fastify: FastifyInstance, options: GatewayRo
     return send(reply, calls.failed(request, error));
   });
 
-  const handler = async (request: FastifyRequest<{ Params: RouteParams }>, reply: FastifyReply): Promise<FastifyReply> =>
-    send(
-      reply,
-      await calls.serve({
-        method: request.method,
-        url: request.url,
-        headers: request.headers,
-        body: request.body as RawBody | undefined,
-        ip: request.ip,
-        id: request.id,
-        arrivedAt: request.gatewayArrivedAt,
-      }),
-    );
+  const handler = async (request: FastifyRequest<{ Params: RouteParams }>, reply: FastifyReply): Promise<FastifyReply> => {
+    const call: ChainRequest = {
+      method: request.method,
+      url: request.url,
+      headers: request.headers,
+      body: request.body as RawBody | undefined,
+      ip: request.ip,
+      id: request.id,
+      arrivedAt: request.gatewayArrivedAt,
+    };
+    return send(reply, await new Promise<ChainResponse>((resolve) => calls.serve(call, resolve)));
+  };
 
   const preflight = async (request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> => send(reply, calls.preflight(request));
 

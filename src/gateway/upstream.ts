@@ -145,27 +145,40 @@ export class UpstreamPool {
     this.now = options.now ?? Date.now;
   }
 
-  async send(request: UpstreamRequest): Promise<UpstreamOutcome> {
+  /** One promise per call, whatever the retries: each attempt reports to the next step by callback. */
+  send(request: UpstreamRequest): Promise<UpstreamOutcome> {
     const attempts = request.retriable ? Math.min(this.maxAttempts, this.members.length) : 1;
-    let tried: Member[] | null = null;
-    let last: UpstreamFailure | null = null;
-    for (let attempt = 0; attempt < attempts; attempt++) {
-      const member = this.pick(tried);
-      if (member === null) break;
-      const outcome = await this.attempt(member, request);
+    return new Promise((resolve) => this.tryNext(request, attempts, null, null, resolve));
+  }
+
+  private tryNext(
+    request: UpstreamRequest,
+    attemptsLeft: number,
+    tried: Member[] | null,
+    last: UpstreamFailure | null,
+    resolve: (outcome: UpstreamOutcome) => void,
+  ): void {
+    const member = attemptsLeft > 0 ? this.pick(tried) : null;
+    if (member === null) {
+      resolve(last ?? { ok: false, kind: 'unavailable', message: `no healthy upstream for ${this.chain.id}`, upstreamMs: null, upstream: null });
+      return;
+    }
+    this.attempt(member, request, (outcome) => {
       if (outcome.ok && !isNodeFailure(outcome.status, outcome.body)) {
         this.recordSuccess(member);
-        return outcome;
+        resolve(outcome);
+        return;
       }
       this.recordFailure(member);
       // Only a retry needs to know who was tried: the common call allocates no list.
-      tried ??= [];
-      tried.push(member);
-      last = outcome.ok
+      const triedNow = tried ?? [];
+      triedNow.push(member);
+      const failure: UpstreamFailure = outcome.ok
         ? { ok: false, kind: 'unavailable', message: `upstream ${member.upstream.label} answered HTTP ${outcome.status}`, upstreamMs: outcome.upstreamMs, upstream: member.upstream.label }
         : outcome;
-    }
-    return last ?? { ok: false, kind: 'unavailable', message: `no healthy upstream for ${this.chain.id}`, upstreamMs: null, upstream: null };
+      // The next attempt starts outside the finished one's undici callback.
+      queueMicrotask(() => this.tryNext(request, attemptsLeft - 1, triedNow, failure, resolve));
+    });
   }
 
   health(): UpstreamHealth[] {
@@ -218,26 +231,24 @@ export class UpstreamPool {
     m.probing = false;
   }
 
-  private attempt(m: Member, request: UpstreamRequest): Promise<UpstreamOutcome> {
+  private attempt(m: Member, request: UpstreamRequest, done: (outcome: UpstreamOutcome) => void): void {
     const hasBody = request.body !== undefined;
     const json = request.contentType === undefined || request.contentType === 'application/json';
-    return new Promise((resolve) => {
-      const call = new UpstreamCall(m.upstream.label, this.chain.timeoutMs, this.maxResponseBytes, resolve);
-      this.inFlight.add(call);
-      try {
-        m.dispatcher.dispatch(
-          {
-            method: request.method,
-            path: request.path === '' ? m.rootPath : targetPath(m.upstream.url, request.path),
-            headers: !hasBody ? m.headers : json ? m.jsonHeaders : { ...m.headers, 'content-type': request.contentType as string },
-            body: request.body,
-          },
-          call,
-        );
-      } catch (error) {
-        call.onResponseError(null, error as Error);
-      }
-    });
+    const call = new UpstreamCall(m.upstream.label, this.chain.timeoutMs, this.maxResponseBytes, done);
+    this.inFlight.add(call);
+    try {
+      m.dispatcher.dispatch(
+        {
+          method: request.method,
+          path: request.path === '' ? m.rootPath : targetPath(m.upstream.url, request.path),
+          headers: !hasBody ? m.headers : json ? m.jsonHeaders : { ...m.headers, 'content-type': request.contentType as string },
+          body: request.body,
+        },
+        call,
+      );
+    } catch (error) {
+      call.onResponseError(null, error as Error);
+    }
   }
 }
 
@@ -265,7 +276,7 @@ class UpstreamCall implements Dispatcher.DispatchHandler {
     private readonly label: string,
     private readonly timeoutMs: number,
     private readonly maxBytes: number,
-    private readonly resolve: (outcome: UpstreamOutcome) => void,
+    private readonly done: (outcome: UpstreamOutcome) => void,
   ) {
     this.deadline = this.started + timeoutMs;
   }
@@ -320,7 +331,7 @@ class UpstreamCall implements Dispatcher.DispatchHandler {
     this.settled = true;
     this.chunks.length = 0;
     this.onSettle?.(this);
-    this.resolve(outcome);
+    this.done(outcome);
   }
 
   private elapsed(): number {
