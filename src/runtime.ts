@@ -99,7 +99,8 @@ export async function openRuntime(config: Config, now: () => Date = () => new Da
   const commands = new AccountCommands(store, config.plans, now);
   const projects = config.role === 'all' || config.role === 'projector';
   const projector = projects ? new ProjectionRunner(store, readModels, PROJECTIONS, feed, () => now().getTime()) : null;
-  const ingester = projects ? new UsageIngester({ queue: usageQueue, store }) : null;
+  // The embedded store skips or refuses every id a stream holds: the ingester need not remember them.
+  const ingester = projects ? new UsageIngester({ queue: usageQueue, store, exactlyOnce: { storeKnowsEveryId: !config.eventstoreUrl } }) : null;
   const retention: RetentionJob | null = projects ? startRetentionJob({ readModels, plans: config.plans, now, onError: (e) => console.error('usage retention pass failed:', e) }) : null;
 
   let gateway: GatewayParts | null = null;

@@ -1,11 +1,11 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it, vi } from 'vitest';
 import { USAGE_EVENT_TYPE, type UsageRecord, usageEventId, usageStream } from '../../src/domain/usage.js';
 import { LevelEventStore } from '../../src/infra/eventstore/level.js';
 import type { EventStore, NewEvent } from '../../src/infra/eventstore/port.js';
-import { ExactlyOnceAppender } from '../../src/infra/usage/exactlyOnce.js';
+import { ExactlyOnceAppender, type ExactlyOnceOptions } from '../../src/infra/usage/exactlyOnce.js';
 import { UsageIngester } from '../../src/infra/usage/ingester.js';
 import { MemoryUsageBackend, MemoryUsageQueue } from '../../src/infra/usage/memory.js';
 import { usageRecord } from '../contract/usagequeue.contract.js';
@@ -36,8 +36,8 @@ class LossyAckQueue extends MemoryUsageQueue {
   }
 }
 
-const ingesterOn = (queue: MemoryUsageQueue, store: EventStore, batchSize: number): UsageIngester =>
-  new UsageIngester({ queue, store, batchSize, readBlockMs: 10, lingerMs: 0, backoff: { initialMs: 5, maxMs: 20 } });
+const ingesterOn = (queue: MemoryUsageQueue, store: EventStore, batchSize: number, exactlyOnce?: ExactlyOnceOptions): UsageIngester =>
+  new UsageIngester({ queue, store, batchSize, readBlockMs: 10, lingerMs: 0, backoff: { initialMs: 5, maxMs: 20 }, exactlyOnce });
 
 async function waitFor(condition: () => Promise<boolean>, what: string, timeoutMs = 10_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
@@ -53,16 +53,17 @@ function expectEachOnce(events: Array<{ data: Record<string, unknown> }>, record
   expect([...ids].sort()).toEqual(records.map((r) => r.requestId).sort());
 }
 
-const stores: Array<[string, () => Promise<EventStore>]> = [
-  ['an EventStoreDB-like store', async () => new EsdbLikeEventStore()],
-  [
-    'the embedded store',
-    async () => {
-      const dir = mkdtempSync(join(tmpdir(), 'gw-exactly-once-'));
-      dirs.push(dir);
-      return LevelEventStore.open(dir);
-    },
-  ],
+const openLevelStore = async (): Promise<EventStore> => {
+  const dir = mkdtempSync(join(tmpdir(), 'gw-exactly-once-'));
+  dirs.push(dir);
+  return LevelEventStore.open(dir);
+};
+
+const stores: Array<[string, () => Promise<EventStore>, ExactlyOnceOptions]> = [
+  ['an EventStoreDB-like store', async () => new EsdbLikeEventStore(), {}],
+  ['the embedded store', openLevelStore, {}],
+  // As the runtime runs it: the store's own id checks instead of a remembered window.
+  ['the embedded store, trusted with every id', openLevelStore, { storeKnowsEveryId: true }],
 ];
 
 describe('EsdbLikeEventStore (the double)', () => {
@@ -79,11 +80,11 @@ describe('EsdbLikeEventStore (the double)', () => {
   });
 });
 
-describe.each(stores)('exactly-once usage appends on %s', (_name, open) => {
+describe.each(stores)('exactly-once usage appends on %s', (_name, open, exactlyOnce) => {
   it('a crashed ingester\'s records handed out again, regrouped with new ones: N records, N events', async () => {
     const store = await open();
     const backend = new MemoryUsageBackend({ visibilityTimeoutMs: 50 });
-    const first = ingesterOn(new LossyAckQueue(backend, 'gw-1', 1), store, 7);
+    const first = ingesterOn(new LossyAckQueue(backend, 'gw-1', 1), store, 7, exactlyOnce);
     const before = Array.from({ length: 30 }, () => usageRecord());
     for (const record of before) backend.add(record);
     first.start();
@@ -92,7 +93,7 @@ describe.each(stores)('exactly-once usage appends on %s', (_name, open) => {
 
     const after = Array.from({ length: 20 }, () => usageRecord());
     for (const record of after) backend.add(record);
-    const second = ingesterOn(new MemoryUsageQueue(backend, 'gw-2'), store, 11);
+    const second = ingesterOn(new MemoryUsageQueue(backend, 'gw-2'), store, 11, exactlyOnce);
     second.start();
     await second.whenDrained();
     await second.stop();
@@ -107,9 +108,9 @@ describe.each(stores)('exactly-once usage appends on %s', (_name, open) => {
     const store = await open();
     const backend = new MemoryUsageBackend({ visibilityTimeoutMs: 30 });
     const ingesters = [
-      ingesterOn(new LossyAckQueue(backend, 'gw-1', 3), store, 5),
-      ingesterOn(new LossyAckQueue(backend, 'gw-2', 4), store, 7),
-      ingesterOn(new LossyAckQueue(backend, 'gw-3', 5), store, 13),
+      ingesterOn(new LossyAckQueue(backend, 'gw-1', 3), store, 5, exactlyOnce),
+      ingesterOn(new LossyAckQueue(backend, 'gw-2', 4), store, 7, exactlyOnce),
+      ingesterOn(new LossyAckQueue(backend, 'gw-3', 5), store, 13, exactlyOnce),
     ];
     for (const ingester of ingesters) ingester.start();
     const records: UsageRecord[] = [];
@@ -209,6 +210,25 @@ describe('ExactlyOnceAppender', () => {
     // Answered as a retry of the same batch at the same revision: once in the stream.
     expect(await appender.append('usage-a', batch, Date.now())).toMatchObject({ appended: 2 });
     expect(await store.readStream('usage-a')).toHaveLength(3);
+  });
+
+  it('on a store that knows every id, never reads back and counts what the store held as duplicates', async () => {
+    const store = await openLevelStore();
+    const reads = vi.spyOn(store, 'readStream');
+    const appender = new ExactlyOnceAppender(store, { clockSkewMs: 5, storeKnowsEveryId: true });
+    const old = usageRecord();
+    await appender.append('usage-a', [event(old)], Date.parse(old.at));
+    await sleep(30);
+    for (let i = 0; i < 3; i++) await appender.append('usage-a', [event(usageRecord())], Date.now());
+    // Older than any window: the remembering appender would read the stream back for it.
+    expect(await appender.append('usage-a', [event(usageRecord()), event(old)], Date.parse(old.at))).toEqual({ appended: 1, duplicates: 1, conflicts: 1 });
+    expect(await appender.append('usage-a', [event(old)], Date.parse(old.at))).toMatchObject({ appended: 0, duplicates: 1 });
+    // A fresh appender (a restart) first meets the stream as existing.
+    const restarted = new ExactlyOnceAppender(store, { storeKnowsEveryId: true });
+    expect(await restarted.append('usage-a', [event(old), event(usageRecord())], Number.NaN)).toMatchObject({ appended: 1, duplicates: 1 });
+    expect(reads).not.toHaveBeenCalled();
+    expect(await store.readStream('usage-a')).toHaveLength(6);
+    await store.close();
   });
 
   it('forgets the least recently used stream beyond maxStreams, and still appends it exactly once', async () => {

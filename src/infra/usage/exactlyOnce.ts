@@ -14,6 +14,14 @@ export interface ExactlyOnceOptions {
   maxIdsPerStream?: number;
   /** Events read at once when looking back into a stream. */
   readPage?: number;
+  /**
+   * The store itself skips or refuses every id a stream holds, however long ago it was
+   * appended: the embedded store does, EventStoreDB only recognises a retried identical batch.
+   * Then no ids are remembered or read back (up to `maxIdsPerStream` per stream, a large map
+   * churned by every record): a stream's head is all that is kept, and what the store says it
+   * holds already is counted as duplicates.
+   */
+  storeKnowsEveryId?: boolean;
   now?: () => number;
 }
 
@@ -51,6 +59,10 @@ interface StreamView {
  * (read back from the stream the first time, or when older records come again).
  *
  * Common case, one process per account's records: one append per batch, no reads.
+ *
+ * On a store that checks every id itself (`storeKnowsEveryId`), the window is left out: the
+ * appends at the last-seen head and the conflict handling stay, and the store's refusals and
+ * idempotent answers tell what it held.
  */
 export class ExactlyOnceAppender {
   private readonly views = new Map<string, StreamView>();
@@ -58,6 +70,7 @@ export class ExactlyOnceAppender {
   private readonly maxStreams: number;
   private readonly maxIdsPerStream: number;
   private readonly readPage: number;
+  private readonly rememberIds: boolean;
   private readonly now: () => number;
 
   constructor(
@@ -68,6 +81,7 @@ export class ExactlyOnceAppender {
     this.maxStreams = options.maxStreams ?? 10_000;
     this.maxIdsPerStream = options.maxIdsPerStream ?? 200_000;
     this.readPage = options.readPage ?? 500;
+    this.rememberIds = !options.storeKnowsEveryId;
     this.now = options.now ?? Date.now;
   }
 
@@ -106,8 +120,8 @@ export class ExactlyOnceAppender {
       // Most recently used last, so that the first is the one to forget.
       this.views.delete(streamId);
       this.views.set(streamId, view);
-      if (from < view.coveredFrom) await this.readBack(streamId, view, from);
-      drop((id) => view.ids.has(id));
+      if (this.rememberIds && from < view.coveredFrom) await this.readBack(streamId, view, from);
+      if (this.rememberIds) drop((id) => view.ids.has(id));
       if (pending.length === 0) return outcome;
       try {
         const result = await this.store.append(streamId, pending, view.head);
@@ -119,19 +133,27 @@ export class ExactlyOnceAppender {
         }
         this.remember(view, pending, this.now());
         outcome.appended += pending.length;
-        this.prune(view, Math.min(oldest, this.now()) - 2 * this.clockSkewMs);
+        if (this.rememberIds) this.prune(view, Math.min(oldest, this.now()) - 2 * this.clockSkewMs);
         return outcome;
       } catch (error) {
         const held = heldIds(error);
-        if (!held && !(error instanceof WrongExpectedRevisionError)) throw error;
+        if (held) {
+          // Ids the store holds that this view does not (before its window, or no window kept):
+          // the store named them. If its head moved too, the next append is told so.
+          outcome.conflicts += 1;
+          drop((id) => held.has(id));
+          continue;
+        }
+        if (!(error instanceof WrongExpectedRevisionError)) throw error;
         outcome.conflicts += 1;
-        // Ids in the stream before what this view covers (clocks further apart than allowed): the store named them.
-        if (held) drop((id) => held.has(id));
-        if (error instanceof WrongExpectedRevisionError && (error.actual === 'no_stream' || error.actual < view.head)) {
+        if (error.actual === 'no_stream' || error.actual < view.head) {
           // The stream went back (deleted and created again): start over.
           this.views.delete(streamId);
-        } else {
+        } else if (this.rememberIds) {
           await this.readForward(streamId, view);
+        } else {
+          // The store checks the ids of what another writer appended: its head is all to learn.
+          view.head = error.actual;
         }
       }
     }
@@ -190,7 +212,7 @@ export class ExactlyOnceAppender {
   }
 
   private remember(view: StreamView, events: NewEvent[], at: number): void {
-    for (const event of events) view.ids.set(event.id, at);
+    if (this.rememberIds) for (const event of events) view.ids.set(event.id, at);
     view.head += events.length;
   }
 
