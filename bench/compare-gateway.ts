@@ -10,7 +10,7 @@
  * built (bench/lib/services.ts buildRevision) and is measured in turn with the working tree's:
  * a change's effect in one run, where runs minutes apart differ by more than most changes.
  * With MEASURE=latency, each round measures latency instead, as bench/gateway.ts does (about
- * 1,000 req/s from wrk, each target with the others stopped; OWN_CORE=1 puts the measured
+ * 1,000 req/s from wrk after a 3 s warm-up, each target with the others stopped; OWN_CORE=1 puts the measured
  * event loop alone on CPU 1), direct to the upstream first, and prints each target's added p50
  * and p99 over that round's direct run.
  *
@@ -18,7 +18,7 @@
  */
 import { cpSync } from 'node:fs';
 import { join } from 'node:path';
-import { measuredThroughput, pacedLatency, type Throughput, wrk } from './lib/load.js';
+import { measuredThroughput, pacedLatency, pacedWarmUp, type Throughput, wrk } from './lib/load.js';
 import { measureAlone, Processes, requireTool, runMain, timeLimit, waitForIdle } from './lib/processes.js';
 import { log } from './lib/report.js';
 import { buildRevision, checkCall, type Service, seedOneToken, startBareProxy, startGateway, startRedis, startUpstream, writeBenchPlans } from './lib/services.js';
@@ -128,7 +128,9 @@ async function compareLatency(direct: Target, targets: Target[], pids: number[])
       const pid = t.service.process.child.pid as number;
       const run = await measureAlone([pid, upstreamPid, ...t.needs], pids, OWN_CORE, async () => {
         await waitForIdle(pids);
-        return pacedLatency(t.url, { rate: LATENCY_RATE, seconds: SECONDS, cpus: OWN_CORE ? '0' : undefined });
+        const cpus = OWN_CORE ? '0' : undefined;
+        await pacedWarmUp(t.url, { rate: LATENCY_RATE, cpus });
+        return pacedLatency(t.url, { rate: LATENCY_RATE, seconds: SECONDS, cpus });
       });
       if (run.failures > 0) throw new Error(`${t.name}: ${run.failures} failed requests (${run.failureDetail})`);
       baseline ??= run;

@@ -17,7 +17,8 @@
  * measurements a few seconds apart. Before each run (throughput and latency) the script waits until
  * every process it started is idle: a gateway keeps ingesting and projecting a run's usage for a
  * while after it, and the next target must not share the cores with that. Latency: about 1,000 req/s from wrk with random think
- * times (bench/lib/load.ts, pacedLatency) for 10 s, LATENCY_ROUNDS times per target, each round
+ * times (bench/lib/load.ts, pacedLatency) for 10 s, right after 3 s of the same load that are not
+ * counted (LATENCY_WARMUP_SECONDS), LATENCY_ROUNDS times per target, each round
  * with every target in turn; added = the same percentile through the proxy − direct in the same
  * round, and the figure is the median round (every round is listed beside it).
  *
@@ -25,7 +26,7 @@
  */
 import { cpSync } from 'node:fs';
 import { join } from 'node:path';
-import { measuredThroughput, type PacedResult, pacedLatency, type Throughput, wrk } from './lib/load.js';
+import { LATENCY_WARMUP_SECONDS, measuredThroughput, type PacedResult, pacedLatency, pacedWarmUp, type Throughput, wrk } from './lib/load.js';
 import { cpus } from 'node:os';
 import { measureAlone, Processes, requireTool, rssMb, runMain, timeLimit, waitForIdle } from './lib/processes.js';
 import { emit, type Figure, log, round } from './lib/report.js';
@@ -111,8 +112,10 @@ async function latency(t: Target, ownCore = false): Promise<LatencyRun> {
   const measured = t.service.process.child.pid as number;
   return measureAlone([measured, upstreamPid, ...t.needs], everyPid, ownCore, async () => {
     await settle();
+    const cpus = ownCore ? '0' : undefined;
+    await pacedWarmUp(t.url, { rate: LATENCY_RATE, cpus });
     if (t.metricsUrl) await loopDelay(t.metricsUrl); // a scrape starts the gateway's delay figures afresh
-    const result: LatencyRun = await pacedLatency(t.url, { rate: LATENCY_RATE, seconds: LATENCY_SECONDS, cpus: ownCore ? '0' : undefined });
+    const result: LatencyRun = await pacedLatency(t.url, { rate: LATENCY_RATE, seconds: LATENCY_SECONDS, cpus });
     if (t.metricsUrl) result.loopDelay = await loopDelay(t.metricsUrl);
     const where = ownCore ? ' (event loop on its own core)' : '';
     if (result.failures > 0) {
@@ -131,7 +134,7 @@ const median = (values: number[]): number => {
 };
 
 async function main(): Promise<void> {
-  timeLimit(300 + LATENCY_ROUNDS * 2 * 6 * (LATENCY_SECONDS + 10));
+  timeLimit(300 + LATENCY_ROUNDS * 2 * 6 * (LATENCY_WARMUP_SECONDS + LATENCY_SECONDS + 10));
   requireTool('wrk', 'apt-get install -y wrk');
   requireTool('nginx', 'apt-get install -y nginx');
   requireTool('redis-server', 'apt-get install -y redis-server');
@@ -260,8 +263,8 @@ async function main(): Promise<void> {
     const achievedAll = (runs: Map<Target, LatencyRun[]>): string =>
       `direct ${achieved(runs, direct)}, nginx ${achieved(runs, viaNginx)}, bare ${achieved(runs, viaBare)}, embedded ${achieved(runs, viaEmbedded)}, redis ${achieved(runs, viaRedis)}, gateway role ${achieved(runs, viaRole)}`;
     const rounds = `${LATENCY_ROUNDS} rounds, each with every target in turn (the proxies in another order each round); added = the percentile through the proxy − the same percentile direct in the same round, and the figure is the median of the rounds (each round's value listed)`;
-    const latencyMethod = `wrk -t1 -c50 --latency for ${LATENCY_SECONDS} s each, after the throughput runs, one target after the other, each once every process is idle and with the other proxies and their Redis stopped (SIGSTOP), each connection waiting a random 0–100 ms before each request (bench/wrk/paced.lua): about ${LATENCY_RATE} req/s (achieved by round: ${achievedAll(latencies)}); ${rounds}`;
-    const ownCoreMethod = `wrk -t1 -c50 --latency for ${LATENCY_SECONDS} s each, paced as above (bench/wrk/paced.lua, about ${LATENCY_RATE} req/s; achieved by round: ${achievedAll(ownCore)}), after the shared-core runs, again with the other proxies stopped, and with the main thread (the event loop) of the process in front of wrk alone on CPU 1 and everything else (its other threads, wrk, the upstream, Redis) on CPU 0, with taskset; direct: the upstream's main thread on CPU 1; ${rounds}, both pinned`;
+    const latencyMethod = `wrk -t1 -c50 --latency for ${LATENCY_SECONDS} s each, right after ${LATENCY_WARMUP_SECONDS} s of the same load through the same target that are not counted (bench/lib/load.ts, LATENCY_WARMUP_SECONDS: the first seconds after a process starts or sits idle are a warm-up), after the throughput runs, one target after the other, each once every process is idle and with the other proxies and their Redis stopped (SIGSTOP), each connection waiting a random 0–100 ms before each request (bench/wrk/paced.lua): about ${LATENCY_RATE} req/s (achieved by round: ${achievedAll(latencies)}); ${rounds}`;
+    const ownCoreMethod = `wrk -t1 -c50 --latency for ${LATENCY_SECONDS} s each after the same ${LATENCY_WARMUP_SECONDS} s warm-up, paced as above (bench/wrk/paced.lua, about ${LATENCY_RATE} req/s; achieved by round: ${achievedAll(ownCore)}), after the shared-core runs, again with the other proxies stopped, and with the main thread (the event loop) of the process in front of wrk alone on CPU 1 and everything else (its other threads, wrk, the upstream, Redis) on CPU 0, with taskset; direct: the upstream's main thread on CPU 1; ${rounds}, both pinned`;
     const latencySets = [
       { suffix: '', runs: latencies, method: latencyMethod },
       ...(ownCore.size > 0 ? [{ suffix: '_own_core', runs: ownCore, method: ownCoreMethod }] : []),

@@ -58,6 +58,22 @@ export interface PacedResult {
 const toMs = (value: string, unit: string): number => Number(value) * (unit === 'us' ? 0.001 : unit === 's' ? 1000 : 1);
 
 /**
+ * Seconds each latency run is preceded by, at the same rate through the same target, not
+ * counted: the figures are for a process under steady load. Measured 2026-11-24 (the embedded
+ * gateway alone on its core, 1,000 req/s, a loop-stall and GC observer loaded into it): in the
+ * first 2-3 s after it started or sat idle for a minute its event loop stalled over 2.5 ms 30-50
+ * times a second, against 0-5 later, and most of a 10 s run's slowest 1 % fell in those seconds
+ * (its CPU per call there was 3-6x the steady one: code still being optimised). Every target,
+ * direct included, gets the same warm-up.
+ */
+export const LATENCY_WARMUP_SECONDS = 3;
+
+/** The warm-up before a latency run: the same load for LATENCY_WARMUP_SECONDS, its figures dropped. */
+export async function pacedWarmUp(url: string, options: { rate: number; cpus?: string }): Promise<void> {
+  await pacedLatency(url, { ...options, seconds: LATENCY_WARMUP_SECONDS });
+}
+
+/**
  * Latency at about `rate` req/s, measured by wrk (C, so the client stays cheap when the cores are
  * busy; µs-resolution percentiles): `connections` = rate × mean delay / 1000 keep-alive
  * connections, each waiting a random 0…2×50 ms before each request (bench/wrk/paced.lua). wrk2
@@ -65,7 +81,10 @@ const toMs = (value: string, unit: string): number => Number(value) * (unit === 
  * second in a burst at the start of that second. Closed loop: a proxy slower than a few ms gets
  * a little less than `rate` (reported).
  */
-export async function pacedLatency(url: string, options: { rate: number; seconds: number; /** wrk kept on these CPUs (taskset's list) */ cpus?: string }): Promise<PacedResult> {
+export async function pacedLatency(
+  url: string,
+  options: { rate: number; seconds: number; /** wrk kept on these CPUs (taskset's list) */ cpus?: string },
+): Promise<PacedResult> {
   const meanDelayMs = 50;
   const connections = Math.max(1, Math.round((options.rate * meanDelayMs) / 1000));
   const wrkArgs = ['-t1', `-c${connections}`, `-d${options.seconds}s`, '--timeout', '5s', '--latency', '-s', join(WRK_SCRIPTS, 'paced.lua'), url];
