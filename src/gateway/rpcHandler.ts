@@ -98,9 +98,9 @@ function admittedSingle(scope: CallScope, m: RpcMember, allowed: boolean, admiss
   const idText = m.idText ?? 'null';
   if (!allowed) return singleError(admission, m, 403, idText, RpcCode.methodNotFound, deniedMessage(m.method, chain.id));
   if (admission.granted < 1) return singleError(admission, m, 429, idText, RpcCode.limitExceeded, limitMessage(admission), retryData(admission));
-  return pool
-    .send({ method: 'POST', path: '', body: singleUpstreamBody(m), retriable: !chain.isWriteMethod(m.method) })
-    .then((outcome) => forwardedSingle(m, admission, outcome));
+  return pool.sendThen({ method: 'POST', path: '', body: singleUpstreamBody(m), retriable: !chain.isWriteMethod(m.method) }, (outcome) =>
+    forwardedSingle(m, admission, outcome),
+  );
 }
 
 /** A single call's answer from what its upstream did. */

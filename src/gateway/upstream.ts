@@ -147,8 +147,25 @@ export class UpstreamPool {
 
   /** One promise per call, whatever the retries: each attempt reports to the next step by callback. */
   send(request: UpstreamRequest): Promise<UpstreamOutcome> {
+    return this.sendThen(request, (outcome) => outcome);
+  }
+
+  /**
+   * `send` with the caller's next step applied to the outcome inside the one promise (a single
+   * JSON-RPC call's answer is made there): no second promise and microtask per call. An
+   * exception from `then` rejects the promise.
+   */
+  sendThen<T>(request: UpstreamRequest, then: (outcome: UpstreamOutcome) => T): Promise<T> {
     const attempts = request.retriable ? Math.min(this.maxAttempts, this.members.length) : 1;
-    return new Promise((resolve) => this.tryNext(request, attempts, null, null, resolve));
+    return new Promise((resolve, reject) =>
+      this.tryNext(request, attempts, null, null, (outcome) => {
+        try {
+          resolve(then(outcome));
+        } catch (err) {
+          reject(err);
+        }
+      }),
+    );
   }
 
   private tryNext(
