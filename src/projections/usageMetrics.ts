@@ -376,6 +376,8 @@ export class UsageFold {
         for (const [blockNumber, { value, retention }] of blocks) {
           writes.push({
             op: 'merge', collection: USAGE_METRICS.requestBlocks, key: requestBlockKey(accountId, hour, blockNumber * REQUEST_BLOCK), fields: value, expiresAt: bucketExpiry(hour, 'hour', retention),
+            // Revisions come in order: with its last slot in, nothing more is written to the block.
+            final: Object.hasOwn(value, REQUEST_BLOCK - 1),
           });
         }
       }

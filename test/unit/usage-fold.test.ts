@@ -66,6 +66,30 @@ describe('projecting a batch of usage events', () => {
     expect(folded.length).toBeLessThan(oneByOne.length / 2);
   });
 
+  it('usage_metrics: a block of raw rows is written final with its last row, and never written again', () => {
+    const batch = events(2000, 11);
+    const finalSeen = new Set<string>();
+    let finals = 0;
+    let partials = 0;
+    // Batches of odd sizes: a block is filled across several of them.
+    for (let from = 0; from < batch.length; from += 37) {
+      for (const w of usageMetricsProjection.projectBatch?.(batch.slice(from, from + 37)) ?? []) {
+        if (w.collection !== USAGE_METRICS.requestBlocks || w.op !== 'merge') continue;
+        expect(finalSeen.has(w.key), w.key).toBe(false);
+        const last = Object.hasOwn(w.fields, '15');
+        expect(w.final === true, w.key).toBe(last);
+        if (last) {
+          finalSeen.add(w.key);
+          finals++;
+        } else {
+          partials++;
+        }
+      }
+    }
+    expect(finals).toBeGreaterThan(50);
+    expect(partials).toBeGreaterThan(50);
+  });
+
   it('usage_metrics: told the time, a batch leaves out only documents that have expired by then', () => {
     const batch = events(2000, 13);
     const start = Date.parse('2024-05-31T22:50:00.000Z');

@@ -14,6 +14,8 @@ export interface ComposedChange {
   collection: string;
   key: string;
   change: KeyChange;
+  /** One of its updates said no later write will update the document (`Finality`). */
+  final?: true;
 }
 
 /*
@@ -111,14 +113,15 @@ export function composeWrites(writes: ReadonlyArray<ReadModelWrite>): ComposedCh
       byKey = new Map();
       byCollection.set(write.collection, byKey);
     }
-    const entry = byKey.get(write.key);
+    let entry = byKey.get(write.key);
     if (entry) {
       entry.change = composeOne(entry.change, write);
     } else {
-      const added = { collection: write.collection, key: write.key, change: composeOne(undefined, write) };
-      byKey.set(write.key, added);
-      composed.push(added);
+      entry = { collection: write.collection, key: write.key, change: composeOne(undefined, write) };
+      byKey.set(write.key, entry);
+      composed.push(entry);
     }
+    if ((write.op === 'merge' || write.op === 'inc') && write.final === true) entry.final = true;
   }
   return composed;
 }
