@@ -13,6 +13,7 @@
  */
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { ClassicLevel } from 'classic-level';
 import { LevelEventStore } from '../src/infra/eventstore/level.js';
 import { seedAccounts } from './lib/eventMix.js';
 import { JSON_RPC_BODY } from './lib/load.js';
@@ -53,7 +54,26 @@ interface WarmMeasure {
 }
 
 /** Starts the service, fills its token cache with every token, calls through it, and reads its memory. */
+/**
+ * The stand-in read models compacted, as a store in service settles between restarts: each
+ * process leaves LevelDB a log and tables that overlap the older ones, and the next one's
+ * lookups then start compactions as they go. The tables a compaction reads stay in the
+ * process's RSS beside their successors for a while: the same gateway role measured 25 or 54 MB
+ * of mapped tables from one run to the next. Measured from a compacted store, what the
+ * gateway's lookups map is the same each time.
+ */
+async function compactReadModels(dataDir: string): Promise<void> {
+  const db = new ClassicLevel<string, string>(join(dataDir, 'readmodels'));
+  await db.open();
+  try {
+    await db.compactRange('\u0000', '\uffff');
+  } finally {
+    await db.close();
+  }
+}
+
 async function warmAndMeasure(processes: Processes, gatewayOptions: GatewayOptions, tokens: Array<{ token: string }>, label: string): Promise<WarmMeasure> {
+  await compactReadModels(gatewayOptions.dataDir);
   const t = performance.now();
   const gateway = await startGateway(processes, gatewayOptions);
   const readySeconds = (performance.now() - t) / 1000;
