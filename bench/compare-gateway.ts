@@ -12,7 +12,9 @@
  * With MEASURE=latency, each round measures latency instead, as bench/gateway.ts does (about
  * 1,000 req/s from wrk after a 3 s warm-up, each target with the others stopped; OWN_CORE=1 puts the measured
  * event loop alone on CPU 1), direct to the upstream first, and prints each target's added p50
- * and p99 over that round's direct run.
+ * and p99 over that round's direct run. With NODE_FLAGS="<flags>" the working tree's gateways
+ * run with these node flags too (beside npm start's), so with BASELINE_REV=HEAD a flag is
+ * measured against the same code without it.
  *
  *   npx tsx bench/compare-gateway.ts [role] [embedded] [redis]   (default: role; ROUNDS=3, SECONDS=3, or 10 with MEASURE=latency)
  */
@@ -31,6 +33,8 @@ const OWN_CORE = process.env.OWN_CORE === '1';
 const ROUNDS = Number(process.env.ROUNDS ?? 3);
 const SECONDS = Number(process.env.SECONDS ?? (LATENCY ? 10 : 3));
 const CONNECTIONS = 32;
+/** Node flags for the working tree's gateways only (NODE_FLAGS, space-separated). */
+const FLAGS_UNDER_TEST = (process.env.NODE_FLAGS ?? '').split(' ').filter((f) => f !== '');
 const LATENCY_RATE = 1000;
 
 interface Target {
@@ -81,7 +85,7 @@ async function main(): Promise<void> {
         if (redis) pids.push(redis.process.child.pid as number);
         const name = `gateway ${mode}${suffix}`;
         const service = await startGateway(processes, {
-          dataDir, upstreamUrl: upstream.url, plansFile, redisUrl: redis?.url, label: name, buildDir,
+          dataDir, upstreamUrl: upstream.url, plansFile, redisUrl: redis?.url, label: name, buildDir, nodeFlags: buildDir ? [] : FLAGS_UNDER_TEST,
           entry: mode === 'role' ? 'bench/servers/gatewayRole.ts' : undefined,
         });
         pids.push(service.process.child.pid as number);
