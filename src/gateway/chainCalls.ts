@@ -202,6 +202,8 @@ export class ChainCalls {
    * A chain call (GET or POST) to its answer, handed to `reply` exactly once; never throws: a
    * failure is a 500 or 503 in the call's shape. A callback, not a promise: the common call's
    * only wait is its upstream, and each promise of ours on the way cost a microtask and garbage.
+   * `reply` must not throw either (the front's write catches its own failures): called from a
+   * promise's callback, an exception would be an unhandled rejection.
    */
   serve(req: ChainRequest, reply: (response: ChainResponse) => void): void {
     const chainId = chainIdOf(req.url);
