@@ -89,6 +89,22 @@ describe('choice', () => {
     expect(r.upstreamMs).toBeGreaterThan(0);
     expect(a.calls[0]?.headers['content-type']).toBe('application/json');
   });
+
+  it('sendThen resolves with the next step applied to the outcome, after retries, and rejects when it throws', async () => {
+    const pool = poolFor(
+      [
+        { url: deadUrl, label: 'dead' },
+        { url: a.url, label: 'a' },
+      ],
+      { ejectAfterFailures: 100 },
+    );
+    expect(await pool.sendThen(READ, (outcome) => (outcome.ok ? `${outcome.upstream} ${outcome.status}` : outcome.kind))).toBe('a 200');
+    await expect(
+      pool.sendThen(READ, () => {
+        throw new Error('next step failed');
+      }),
+    ).rejects.toThrow('next step failed');
+  });
 });
 
 describe('retries', () => {
