@@ -36,9 +36,15 @@ export class MemoryLimiter implements Limiter {
     const decision = decide(request, rateUsed, month?.used ?? 0);
 
     if (decision.granted > 0) {
-      this.rateWindows.set(request.tokenId, { second, used: rateUsed + decision.granted });
-      const expireAt = nextMonthStart(request.nowMs) + MONTHLY_RETENTION_SECONDS;
-      this.monthly.set(monthKey, { used: (month?.used ?? 0) + decision.granted, expireAt });
+      // Counted in place: the common call allocates no new window or month entry.
+      if (window === undefined) this.rateWindows.set(request.tokenId, { second, used: decision.granted });
+      else {
+        window.second = second;
+        window.used = rateUsed + decision.granted;
+      }
+      // The key holds the month, so an entry's expiry never changes.
+      if (month !== undefined) month.used += decision.granted;
+      else this.monthly.set(monthKey, { used: decision.granted, expireAt: nextMonthStart(request.nowMs) + MONTHLY_RETENTION_SECONDS });
     }
     return decision;
   }

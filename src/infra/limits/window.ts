@@ -9,10 +9,18 @@ import type { LimitDecision, LimitRequest } from './port.js';
 /** The one-second rate window a moment falls in (Unix seconds). */
 export const rateWindow = (nowMs: number): number => Math.floor(nowMs / 1000);
 
-/** `YYYYMM` of the UTC month a moment falls in: the monthly counter's suffix. */
+/** The last month asked for by monthId: its first instant and the next month's (ms), and its id. */
+let lastMonthId: { start: number; next: number; id: string } = { start: 0, next: 0, id: '' };
+
+/** `YYYYMM` of the UTC month a moment falls in: the monthly counter's suffix (asked on every call: the last one is kept). */
 export function monthId(nowMs: number): string {
+  if (nowMs >= lastMonthId.start && nowMs < lastMonthId.next) return lastMonthId.id;
   const d = new Date(nowMs);
-  return `${d.getUTCFullYear()}${String(d.getUTCMonth() + 1).padStart(2, '0')}`;
+  const year = d.getUTCFullYear();
+  const month = d.getUTCMonth();
+  const id = `${year}${String(month + 1).padStart(2, '0')}`;
+  lastMonthId = { start: Date.UTC(year, month, 1), next: Date.UTC(year, month + 1, 1), id };
+  return id;
 }
 
 /** The last month asked for, as [its first instant in ms, the next month's]: every call asks (headers). */
