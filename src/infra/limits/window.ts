@@ -9,31 +9,31 @@ import type { LimitDecision, LimitRequest } from './port.js';
 /** The one-second rate window a moment falls in (Unix seconds). */
 export const rateWindow = (nowMs: number): number => Math.floor(nowMs / 1000);
 
-/** The last month asked for by monthId: its first instant and the next month's (ms), and its id. */
-let lastMonthId: { start: number; next: number; id: string } = { start: 0, next: 0, id: '' };
+interface Month {
+  /** First instant of the month and of the next one, in ms. */
+  start: number;
+  next: number;
+  /** `YYYYMM`. */
+  id: string;
+}
 
-/** `YYYYMM` of the UTC month a moment falls in: the monthly counter's suffix (asked on every call: the last one is kept). */
-export function monthId(nowMs: number): string {
-  if (nowMs >= lastMonthId.start && nowMs < lastMonthId.next) return lastMonthId.id;
+/** The last UTC month asked for: every call asks (its monthly key and headers). */
+let lastMonth: Month = { start: 0, next: 0, id: '' };
+
+function monthOf(nowMs: number): Month {
+  if (nowMs >= lastMonth.start && nowMs < lastMonth.next) return lastMonth;
   const d = new Date(nowMs);
   const year = d.getUTCFullYear();
   const month = d.getUTCMonth();
-  const id = `${year}${String(month + 1).padStart(2, '0')}`;
-  lastMonthId = { start: Date.UTC(year, month, 1), next: Date.UTC(year, month + 1, 1), id };
-  return id;
+  lastMonth = { start: Date.UTC(year, month, 1), next: Date.UTC(year, month + 1, 1), id: `${year}${String(month + 1).padStart(2, '0')}` };
+  return lastMonth;
 }
 
-/** The last month asked for, as [its first instant in ms, the next month's]: every call asks (headers). */
-let lastMonth: [number, number] = [0, 0];
+/** `YYYYMM` of the UTC month a moment falls in: the monthly counter's suffix. */
+export const monthId = (nowMs: number): string => monthOf(nowMs).id;
 
 /** First instant of the next UTC month, in Unix seconds. */
-export function nextMonthStart(nowMs: number): number {
-  const [start, next] = lastMonth;
-  if (nowMs >= start && nowMs < next) return next / 1000;
-  const d = new Date(nowMs);
-  lastMonth = [Date.UTC(d.getUTCFullYear(), d.getUTCMonth(), 1), Date.UTC(d.getUTCFullYear(), d.getUTCMonth() + 1, 1)];
-  return lastMonth[1] / 1000;
-}
+export const nextMonthStart = (nowMs: number): number => monthOf(nowMs).next / 1000;
 
 /** A monthly counter is kept this long after its month ends (late reads for the dashboard). */
 export const MONTHLY_RETENTION_SECONDS = 35 * 24 * 3600;
