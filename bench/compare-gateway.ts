@@ -14,16 +14,20 @@
  * event loop alone on CPU 1), direct to the upstream first, and prints each target's added p50
  * and p99 over that round's direct run. With NODE_FLAGS="<flags>" the working tree's gateways
  * run with these node flags too (beside npm start's), so with BASELINE_REV=HEAD a flag is
- * measured against the same code without it.
+ * measured against the same code without it. With GATEWAY_ALLOC_PROBE=<dir> and MEASURE=latency,
+ * each latency run also prints what the process allocated per request and its collections per
+ * 1,000 requests (bench/servers/allocationProbe.ts): nearly the same from run to run, so it
+ * shows a change of a few hundred bytes per call where latency and throughput cannot.
  *
  *   npx tsx bench/compare-gateway.ts [role] [embedded] [redis]   (default: role; ROUNDS=3, SECONDS=3, or 10 with MEASURE=latency)
  */
-import { cpSync } from 'node:fs';
+import { cpSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { measuredThroughput, pacedLatency, pacedWarmUp, type Throughput, wrk } from './lib/load.js';
 import { measureAlone, Processes, requireTool, runMain, timeLimit, waitForIdle } from './lib/processes.js';
 import { log } from './lib/report.js';
-import { buildRevision, checkCall, type Service, seedOneToken, startBareProxy, startGateway, startRedis, startUpstream, writeBenchPlans } from './lib/services.js';
+import type { AllocationWindow } from './servers/allocationProbe.js';
+import { allocationWindow, buildRevision, checkCall, type Service, seedOneToken, startBareProxy, startGateway, startRedis, startUpstream, writeBenchPlans } from './lib/services.js';
 
 const MODES = ['role', 'embedded', 'redis'] as const;
 type Mode = (typeof MODES)[number];
@@ -36,6 +40,8 @@ const CONNECTIONS = 32;
 /** Node flags for the working tree's gateways only (NODE_FLAGS, space-separated). */
 const FLAGS_UNDER_TEST = (process.env.NODE_FLAGS ?? '').split(' ').filter((f) => f !== '');
 const LATENCY_RATE = 1000;
+/** GATEWAY_ALLOC_PROBE=<dir> (with MEASURE=latency): each latency run also reports what the process allocated per request (bench/servers/allocationProbe.ts). */
+const PROBE = Boolean(process.env.GATEWAY_ALLOC_PROBE);
 
 interface Target {
   name: string;
@@ -63,6 +69,7 @@ async function main(): Promise<void> {
   const modes = (asked.length > 0 ? asked : ['role']) as Mode[];
   if (modes.some((m) => m !== 'embedded')) requireTool('redis-server', 'apt-get install -y redis-server');
 
+  if (PROBE) mkdirSync(process.env.GATEWAY_ALLOC_PROBE as string, { recursive: true });
   const processes = new Processes();
   const workDir = processes.workDir('bench-compare-');
   try {
@@ -124,7 +131,7 @@ async function main(): Promise<void> {
 /** MEASURE=latency: each round, direct and then every target alone at ~1,000 req/s; added = its percentile − direct's in the round. */
 async function compareLatency(direct: Target, targets: Target[], pids: number[]): Promise<void> {
   const upstreamPid = direct.service.process.child.pid as number;
-  const added = new Map<string, Array<{ p50: number; p99: number }>>();
+  const added = new Map<string, Array<{ p50: number; p99: number; allocation: AllocationRate | null }>>();
   const width = process.env.BASELINE_REV ? 30 : 16;
   for (let round = 1; round <= ROUNDS; round++) {
     let baseline: { p50Ms: number; p99Ms: number } | null = null;
@@ -134,19 +141,46 @@ async function compareLatency(direct: Target, targets: Target[], pids: number[])
         await waitForIdle(pids);
         const cpus = OWN_CORE ? '0' : undefined;
         await pacedWarmUp(t.url, { rate: LATENCY_RATE, cpus });
-        return pacedLatency(t.url, { rate: LATENCY_RATE, seconds: SECONDS, cpus });
+        const probed = PROBE && t !== direct;
+        if (probed) await allocationWindow(t.service);
+        const latency = await pacedLatency(t.url, { rate: LATENCY_RATE, seconds: SECONDS, cpus });
+        return { ...latency, allocation: probed ? perThousand(await allocationWindow(t.service)) : null };
       });
       if (run.failures > 0) throw new Error(`${t.name}: ${run.failures} failed requests (${run.failureDetail})`);
       baseline ??= run;
-      const extra = t === direct ? '' : `, added p50 ${(run.p50Ms - baseline.p50Ms).toFixed(3)} ms, p99 ${(run.p99Ms - baseline.p99Ms).toFixed(2)} ms`;
-      if (t !== direct) added.set(t.name, [...(added.get(t.name) ?? []), { p50: run.p50Ms - baseline.p50Ms, p99: run.p99Ms - baseline.p99Ms }]);
+      let extra = t === direct ? '' : `, added p50 ${(run.p50Ms - baseline.p50Ms).toFixed(3)} ms, p99 ${(run.p99Ms - baseline.p99Ms).toFixed(2)} ms`;
+      if (run.allocation) extra += `; ${describeAllocation(run.allocation)}`;
+      if (t !== direct) added.set(t.name, [...(added.get(t.name) ?? []), { p50: run.p50Ms - baseline.p50Ms, p99: run.p99Ms - baseline.p99Ms, allocation: run.allocation }]);
       log(`round ${round}: ${t.name.padEnd(width)} at ${Math.round(run.rate)} req/s: p50 ${run.p50Ms.toFixed(3)} ms, p99 ${run.p99Ms.toFixed(3)} ms${extra}`);
     }
   }
   for (const t of targets) {
     const r = added.get(t.name) ?? [];
-    log(`median of ${r.length} rounds${OWN_CORE ? ' (event loop on its own core)' : ''}: ${t.name.padEnd(width)} added p50 ${median(r.map((x) => x.p50)).toFixed(3)} ms, p99 ${median(r.map((x) => x.p99)).toFixed(2)} ms (by round: ${r.map((x) => x.p99.toFixed(2)).join(', ')})`);
+    const allocations = r.flatMap((x) => (x.allocation ? [x.allocation] : []));
+    const allocation = allocations.length === 0 ? '' : `; ${describeAllocation({
+      kbPerRequest: median(allocations.map((a) => a.kbPerRequest)),
+      scavenges: median(allocations.map((a) => a.scavenges)),
+      otherCollections: median(allocations.map((a) => a.otherCollections)),
+      gcMs: median(allocations.map((a) => a.gcMs)),
+    })}`;
+    log(`median of ${r.length} rounds${OWN_CORE ? ' (event loop on its own core)' : ''}: ${t.name.padEnd(width)} added p50 ${median(r.map((x) => x.p50)).toFixed(3)} ms, p99 ${median(r.map((x) => x.p99)).toFixed(2)} ms (by round: ${r.map((x) => x.p99.toFixed(2)).join(', ')})${allocation}`);
   }
 }
+
+/** A probe window per request: KB allocated, and per 1,000 requests the collections and their pauses. */
+interface AllocationRate {
+  kbPerRequest: number;
+  scavenges: number;
+  otherCollections: number;
+  gcMs: number;
+}
+
+function perThousand(w: AllocationWindow): AllocationRate {
+  const per = (x: number): number => (1000 * x) / Math.max(1, w.requests);
+  return { kbPerRequest: w.allocatedBytes / 1024 / Math.max(1, w.requests), scavenges: per(w.scavenges), otherCollections: per(w.otherCollections), gcMs: per(w.gcPauseMs) };
+}
+
+const describeAllocation = (a: AllocationRate): string =>
+  `allocated ${a.kbPerRequest.toFixed(2)} KB/request; per 1,000 requests ${a.scavenges.toFixed(2)} scavenges, ${a.otherCollections.toFixed(2)} other collections, ${a.gcMs.toFixed(1)} ms of GC pauses`;
 
 runMain(main);

@@ -6,6 +6,7 @@ import { PRODUCTION_NODE_ENV, PRODUCTION_NODE_FLAGS } from './productionEnv.js';
 import { connect } from 'node:net';
 import { loadConfig } from '../../src/config.js';
 import { openRuntime } from '../../src/runtime.js';
+import type { AllocationWindow } from '../servers/allocationProbe.js';
 import { freePort, type Processes, requireTool, ROOT, type Started, waitForHttp } from './processes.js';
 
 /** The processes the gateway benchmarks put on 127.0.0.1, each started through `Processes` so it is stopped. */
@@ -98,6 +99,36 @@ function run(command: string, args: string[], cwd: string): Promise<string> {
 /** GATEWAY_CPU_PROF=<dir>: the gateways and the bare proxy write a V8 CPU profile there as they exit. */
 const cpuProfileFlags = (): string[] => (process.env.GATEWAY_CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.GATEWAY_CPU_PROF}`, ...(process.env.GATEWAY_CPU_PROF_INTERVAL ? [`--cpu-prof-interval=${process.env.GATEWAY_CPU_PROF_INTERVAL}`] : [])] : []);
 
+/**
+ * GATEWAY_ALLOC_PROBE=<dir>: the gateways and the bare proxy load bench/servers/allocationProbe.ts
+ * (the working tree's build, whatever revision the gateway is), which writes what each allocated
+ * per request to <dir>/<pid>.json on every SIGUSR2 (allocationWindow).
+ */
+const allocationProbeFlags = async (): Promise<string[]> => {
+  if (!process.env.GATEWAY_ALLOC_PROBE) return [];
+  await buildServers();
+  return [`--import=${join(BUILD_DIR, 'bench', 'servers', 'allocationProbe.js')}`];
+};
+
+/** The probe's window since the last call (or since the process started), ended and written by a SIGUSR2. */
+export async function allocationWindow(service: Service): Promise<AllocationWindow> {
+  const dir = process.env.GATEWAY_ALLOC_PROBE;
+  if (!dir) throw new Error('GATEWAY_ALLOC_PROBE is not set');
+  const pid = service.process.child.pid as number;
+  const file = join(dir, `${pid}.json`);
+  rmSync(file, { force: true });
+  process.kill(pid, 'SIGUSR2');
+  for (let waited = 0; waited < 5000; waited += 20) {
+    await new Promise((r) => setTimeout(r, 20));
+    try {
+      return JSON.parse(readFileSync(file, 'utf8')) as AllocationWindow;
+    } catch {
+      // not written yet (or half written): wait
+    }
+  }
+  throw new Error(`${service.process.label} wrote no allocation window (is it running with the probe?)`);
+}
+
 export async function startUpstream(processes: Processes): Promise<Service> {
   const port = await freePort();
   const p = processes.start('upstream', process.execPath, [...(await builtEntryArgs('bench/servers/upstream.ts')), String(port)], { env: { NODE_ENV: 'production' } });
@@ -107,7 +138,7 @@ export async function startUpstream(processes: Processes): Promise<Service> {
 
 export async function startBareProxy(processes: Processes, upstreamUrl: string): Promise<Service> {
   const port = await freePort();
-  const p = processes.start('bare Node proxy', process.execPath, [...(await builtEntryArgs('bench/servers/bareProxy.ts', cpuProfileFlags())), String(port), upstreamUrl], {
+  const p = processes.start('bare Node proxy', process.execPath, [...(await builtEntryArgs('bench/servers/bareProxy.ts', [...cpuProfileFlags(), ...(await allocationProbeFlags())])), String(port), upstreamUrl], {
     env: { NODE_ENV: 'production' },
   });
   await waitForPort(port, p);
@@ -196,7 +227,7 @@ export interface GatewayOptions {
  */
 export async function startGateway(processes: Processes, options: GatewayOptions): Promise<Service> {
   const port = await freePort();
-  const flags = [...PRODUCTION_NODE_FLAGS, ...(options.nodeFlags ?? []), ...cpuProfileFlags()];
+  const flags = [...PRODUCTION_NODE_FLAGS, ...(options.nodeFlags ?? []), ...cpuProfileFlags(), ...(await allocationProbeFlags())];
   const args = await builtEntryArgs(options.entry ?? 'src/main.ts', flags, options.buildDir);
   const p = processes.start(options.label ?? 'gateway', process.execPath, args, {
     env: {
