@@ -2,7 +2,7 @@ import type { Redis } from 'ioredis';
 import type { LeaseSource } from './leased.js';
 import type { LimitDecision, LimitRequest } from './port.js';
 import { withinDeadline } from '../deadline.js';
-import { FAIL_FAST, closeClient, connectRedis, waitForReady } from './redisConnection.js';
+import { FAIL_FAST, closeClient, connectRedis, replies, waitForReady } from './redisConnection.js';
 import { decide, monthId, monthlyTtlSeconds, rateWindow } from './window.js';
 
 /**
@@ -38,7 +38,7 @@ const RATE_WINDOW_TTL_MS = 2000;
 type TakeReply = [number, number, number];
 
 interface LimiterCommands {
-  limiterTake(rateKey: string, monthKey: string, ...args: (string | number)[]): unknown;
+  limiterTake(rateKey: string, monthKey: string, ...args: (string | number)[]): Promise<unknown>;
 }
 
 interface PendingTake {
@@ -117,24 +117,26 @@ export class RedisLimiter implements LeaseSource {
     const takes = this.pending;
     this.pending = [];
     this.flushScheduled = false;
-    const pipeline = this.client.pipeline();
-    const commands = pipeline as unknown as LimiterCommands;
+    const commands = this.client as unknown as LimiterCommands;
+    const sent: Array<Promise<unknown>> = [];
     for (const { request } of takes) {
       const bucket = request.monthly.key;
-      commands.limiterTake(
-        rateKey(bucket, request.tokenId, request.nowMs),
-        monthKey(bucket, request.nowMs),
-        request.cost,
-        request.rps,
-        request.monthly.limit ?? -1,
-        RATE_WINDOW_TTL_MS,
-        monthlyTtlSeconds(request.nowMs),
+      sent.push(
+        commands.limiterTake(
+          rateKey(bucket, request.tokenId, request.nowMs),
+          monthKey(bucket, request.nowMs),
+          request.cost,
+          request.rps,
+          request.monthly.limit ?? -1,
+          RATE_WINDOW_TTL_MS,
+          monthlyTtlSeconds(request.nowMs),
+        ),
       );
     }
-    this.withinDeadline(pipeline.exec()).then(
-      (replies) => {
+    this.withinDeadline(replies(sent)).then(
+      (answered) => {
         for (const [i, take] of takes.entries()) {
-          const [error, reply] = replies?.[i] ?? [new Error('limiter: no reply from Redis'), null];
+          const [error, reply] = answered[i] ?? [new Error('limiter: no reply from Redis'), null];
           if (error) {
             take.reject(error);
             continue;

@@ -16,6 +16,22 @@ export function connectRedis(redisUrl: string, overrides: RedisOptions = {}): Re
   return client;
 }
 
+/** A command's reply as `pipeline.exec()` gives it: the error, or null and the value. */
+export type Reply = [error: Error | null, value: unknown];
+
+/**
+ * The replies of commands already sent on one connection, in order, each its error or its value
+ * (what `pipeline.exec()` answers), settled when all are. Used instead of ioredis pipelines: a
+ * connection sends and answers its commands in order all the same, and a pipeline's objects
+ * outlived their replies. In the gateway role, whose usage queue sent one every 5 ms, they made
+ * ~80 % of what its young-generation collections promoted (~217 against ~21 KB each, measured
+ * with --trace-gc-nvp at 1,000 calls/s) and nearly doubled each pause.
+ */
+export async function replies(sent: Array<Promise<unknown>>): Promise<Reply[]> {
+  const settled = await Promise.allSettled(sent);
+  return settled.map((r): Reply => (r.status === 'fulfilled' ? [null, r.value] : [r.reason instanceof Error ? r.reason : new Error(String(r.reason)), null]));
+}
+
 /** Options for a client that must fail at once while disconnected rather than queue commands. */
 export const FAIL_FAST: RedisOptions = { enableOfflineQueue: false, maxRetriesPerRequest: 0 };
 

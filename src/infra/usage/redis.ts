@@ -1,6 +1,6 @@
 import type { Redis } from 'ioredis';
 import { decodeUsageCall, encodeUsageCall, type UsageCallFields, UsageRecord } from '../../domain/usage.js';
-import { FAIL_FAST, closeClient, connectRedis, waitForReady } from '../limits/redisConnection.js';
+import { FAIL_FAST, closeClient, connectRedis, replies, waitForReady } from '../limits/redisConnection.js';
 import { SendBuffer } from './buffer.js';
 import { DEFAULT_QUEUE_CAPACITY } from './memory.js';
 import type { QueuedUsage, UsageQueue } from './port.js';
@@ -223,10 +223,9 @@ export class RedisUsageQueue implements UsageQueue {
   /** XACK and XDEL of whole entries, and the count key down by the records they counted. */
   private async acknowledge(entryIds: string[], counted: number): Promise<void> {
     if (entryIds.length === 0) return;
-    const pipeline = this.writer.pipeline().xack(this.stream, this.group, ...entryIds).xdel(this.stream, ...entryIds);
-    if (counted > 0) pipeline.decrby(this.countKey, counted);
-    const replies = await pipeline.exec();
-    const failed = replies?.find(([error]) => error !== null);
+    const sent = [this.writer.xack(this.stream, this.group, ...entryIds), this.writer.xdel(this.stream, ...entryIds)];
+    if (counted > 0) sent.push(this.writer.decrby(this.countKey, counted));
+    const failed = (await replies(sent)).find(([error]) => error !== null);
     if (failed?.[0]) throw failed[0];
   }
 
@@ -237,11 +236,11 @@ export class RedisUsageQueue implements UsageQueue {
    */
   async depth(): Promise<number> {
     try {
-      const replies = (await this.writer.pipeline().xlen(this.stream).get(this.countKey).exec()) ?? [];
-      const failed = replies.find(([error]) => error !== null);
-      if (failed?.[0] || replies.length < 2) throw failed?.[0] ?? new Error('usage queue: no reply');
-      const length = Number(replies[0]?.[1] ?? 0);
-      const count = (replies[1]?.[1] ?? null) as string | null;
+      const [lengthReply, countReply] = await replies([this.writer.xlen(this.stream), this.writer.get(this.countKey)]);
+      const failed = lengthReply?.[0] ?? countReply?.[0];
+      if (failed) throw failed;
+      const length = Number(lengthReply?.[1] ?? 0);
+      const count = (countReply?.[1] ?? null) as string | null;
       if (length === 0) {
         if (count !== null && count !== '0') await this.writer.set(this.countKey, 0);
         return this.buffer.length;
@@ -297,19 +296,22 @@ export class RedisUsageQueue implements UsageQueue {
     while (left > 0) {
       const batch = this.buffer.peek(Math.min(this.flushBatch, left));
       left -= batch.length;
-      const pipeline = this.writer.pipeline();
       const entries = Math.ceil(batch.length / ENTRY_RECORDS);
+      const sending: Array<Promise<unknown>> = [];
       for (let e = 0; e < entries; e++) {
         const records = batch.slice(e * ENTRY_RECORDS, (e + 1) * ENTRY_RECORDS);
-        pipeline.xadd(this.stream, '*', COUNT_FIELD, records.length, BATCH_FIELD, `[${records.join(',')}]`).incrby(this.countKey, records.length);
+        sending.push(
+          this.writer.xadd(this.stream, '*', COUNT_FIELD, records.length, BATCH_FIELD, `[${records.join(',')}]`),
+          this.writer.incrby(this.countKey, records.length),
+        );
       }
-      const replies = (await pipeline.exec()) ?? [];
+      const answered = await replies(sending);
       // Only the unbroken run of confirmed XADDs leaves the buffer; the rest is sent again.
       let confirmed = 0;
-      while (confirmed < entries && replies[2 * confirmed]?.[0] === null) confirmed += 1;
+      while (confirmed < entries && answered[2 * confirmed]?.[0] === null) confirmed += 1;
       const sent = Math.min(confirmed * ENTRY_RECORDS, batch.length);
       this.buffer.drop(sent);
-      if (sent < batch.length) throw replies[2 * confirmed]?.[0] ?? new Error('usage queue: XADD not confirmed');
+      if (sent < batch.length) throw answered[2 * confirmed]?.[0] ?? new Error('usage queue: XADD not confirmed');
     }
   }
 
