@@ -397,9 +397,14 @@ class InFlightCalls {
     this.timer.unref();
   }
 
-  /** setImmediate runs after the event loop's poll phase: answers already received settle first. */
+  /**
+   * setImmediate runs after the event loop's poll phase: answers already received settle first.
+   * It stays ref'd: the loop waits in its poll phase for an unref'd immediate as if it were not
+   * there, so the calls due would expire only at the next socket event or timer (seconds later
+   * on a quiet gateway).
+   */
   private readonly afterPoll = (): void => {
-    setImmediate(this.expireDue).unref();
+    setImmediate(this.expireDue);
   };
 
   private readonly expireDue = (): void => {
@@ -424,8 +429,10 @@ export class UpstreamPools {
       let pool = this.dispatchers.get(origin);
       if (!pool) {
         // pipelining: 1 keeps connections alive but never pipelines: a slow call must not hold
-        // up the calls queued behind it on the same socket.
-        pool = new Pool(origin, { connections: options.connections ?? 64, pipelining: 1, keepAliveTimeout: 10_000 });
+        // up the calls queued behind it on the same socket. No headers or body timeout of
+        // undici's own: each call's deadline (InFlightCalls) aborts it, and undici's timers,
+        // one per call, stayed in its timer list after the call ended and were promoted.
+        pool = new Pool(origin, { connections: options.connections ?? 64, pipelining: 1, keepAliveTimeout: 10_000, headersTimeout: 0, bodyTimeout: 0 });
         this.dispatchers.set(origin, pool);
       }
       return pool;

@@ -14,7 +14,7 @@ export interface ReceivedCall {
   body: string;
 }
 
-export type FakeMode = 'ok' | 'fail' | 'slow' | 'garbage' | 'hangup';
+export type FakeMode = 'ok' | 'fail' | 'slow' | 'garbage' | 'hangup' | 'slowBody';
 
 export interface FakeReply {
   status?: number;
@@ -40,6 +40,19 @@ async function readBody(req: IncomingMessage): Promise<string> {
   const chunks: Buffer[] = [];
   for await (const chunk of req) chunks.push(chunk as Buffer);
   return Buffer.concat(chunks).toString('utf8');
+}
+
+/** Waits ms, or less if the answer is closed first (the caller gave up, or the fake is closing). */
+function stall(res: ServerResponse, ms: number): Promise<void> {
+  return new Promise((resolve) => {
+    const timer = setTimeout(done, ms);
+    res.once('close', done);
+    function done(): void {
+      clearTimeout(timer);
+      res.off('close', done);
+      resolve();
+    }
+  });
 }
 
 export async function startFake(route: Route): Promise<FakeUpstream> {
@@ -68,7 +81,7 @@ export async function startFake(route: Route): Promise<FakeUpstream> {
       req.socket.destroy();
       return;
     }
-    if (fake.mode === 'slow') await new Promise((r) => setTimeout(r, fake.delayMs));
+    if (fake.mode === 'slow') await stall(res, fake.delayMs);
     if (res.destroyed) return;
     if (fake.mode === 'fail') {
       res.writeHead(500, { 'content-type': 'text/plain' }).end('internal error');
@@ -79,9 +92,17 @@ export async function startFake(route: Route): Promise<FakeUpstream> {
       return;
     }
     const reply = route(call);
-    res
-      .writeHead(reply.status ?? 200, { 'content-type': reply.contentType ?? 'application/json' })
-      .end(reply.raw ?? JSON.stringify(reply.body));
+    const body = reply.raw ?? JSON.stringify(reply.body);
+    res.writeHead(reply.status ?? 200, { 'content-type': reply.contentType ?? 'application/json' });
+    if (fake.mode === 'slowBody') {
+      // Headers and half the body at once, the rest after delayMs: a node that stalls mid-answer.
+      res.write(body.slice(0, body.length >> 1));
+      await stall(res, fake.delayMs);
+      if (res.destroyed) return;
+      res.end(body.slice(body.length >> 1));
+      return;
+    }
+    res.end(body);
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   fake.url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;

@@ -152,24 +152,36 @@ describe('retries', () => {
   });
 
   it('reports a timeout as a timeout and a refused connection as unavailable', async () => {
+    // The node never answers within the test: nothing but the pool's own timer can end the call,
+    // no socket event wakes the process to do it.
     b.mode = 'slow';
-    b.delayMs = 400;
+    b.delayMs = 60_000;
     expect(await poolFor([{ url: b.url, label: 'b' }], {}, 80).send(READ)).toMatchObject({ ok: false, kind: 'timeout', upstream: 'b' });
     expect(await poolFor([{ url: deadUrl, label: 'dead' }]).send(READ)).toMatchObject({ ok: false, kind: 'unavailable', message: expect.stringContaining('ECONNREFUSED') });
   });
 
+  it('times out a node that stalls after its headers, by the chain timeout alone', async () => {
+    // The rest of the body would come long after the test's own 5 s limit: only the chain
+    // timeout (80 ms) can end this call.
+    b.mode = 'slowBody';
+    b.delayMs = 60_000;
+    expect(await poolFor([{ url: b.url, label: 'b' }], {}, 80).send(READ)).toMatchObject({ ok: false, kind: 'timeout', upstream: 'b' });
+    expect(b.calls).toHaveLength(1);
+  });
+
   it('counts the wait for a free connection in the timeout, and forgets nothing after it', async () => {
     b.mode = 'slow';
-    b.delayMs = 400;
-    const pool = poolFor([{ url: b.url, label: 'b' }], { connections: 1, ejectAfterFailures: 100 }, 120);
+    b.delayMs = 60_000;
+    const pool = poolFor([{ url: b.url, label: 'b' }], { connections: 1, ejectAfterFailures: 100 }, 1_000);
     const started = performance.now();
-    // One connection: the second call waits for the first, and its deadline runs meanwhile.
+    // One connection: the second call waits for the first, and its deadline runs meanwhile. Had
+    // its deadline started only once it had the connection, both would take 2 s, not 1 s.
     const outcomes = await Promise.all([pool.send(READ), pool.send(READ)]);
     expect(outcomes).toMatchObject([
       { ok: false, kind: 'timeout', upstream: 'b' },
       { ok: false, kind: 'timeout', upstream: 'b' },
     ]);
-    expect(performance.now() - started).toBeLessThan(380);
+    expect(performance.now() - started).toBeLessThan(1_900);
     b.mode = 'ok';
     expect(await pool.send(READ)).toMatchObject({ ok: true, upstream: 'b' });
   });
