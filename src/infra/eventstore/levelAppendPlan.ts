@@ -1,6 +1,6 @@
 import { checkExpectedRevision } from './appendRules.js';
 import { EventStoreError } from './errors.js';
-import { eventIdEntry, eventIdKey, formatPosition, headEntry, type LogEntry, logKey, streamIndexEntry } from './levelKeys.js';
+import { type Entry, eventIdEntry, eventIdKey, formatPosition, headEntry, type LogEntry, logKey, streamIndexEntry } from './levelKeys.js';
 import type { AppendResult, ExpectedRevision, NewEvent } from './port.js';
 
 /** Point reads of the committed index (synchronous: the writer plans a whole group in one go). */
@@ -13,9 +13,6 @@ export interface EventIndexReader {
 
 /** The same limit as EventStoreDB's default, so code that fits one store fits the other. */
 export const MAX_APPEND_BYTES = 1024 * 1024;
-
-/** A key and its value, to be put in the group's batch. */
-export type Put = [key: string, value: string];
 
 /**
  * Events looked up or encoded between two turns of the event loop. An append of ~100 usage
@@ -35,7 +32,7 @@ export const nextTurn = (): Promise<void> => new Promise((resolve) => setImmedia
  * one batch. An append that fails its checks contributes nothing.
  */
 export class AppendPlan {
-  readonly puts: Put[] = [];
+  readonly puts: Entry[] = [];
   /** The new log entries, for live subscribers (who decode only what they deliver). */
   readonly appended: LogEntry[] = [];
   private readonly heads = new Map<string, number>();
@@ -60,7 +57,7 @@ export class AppendPlan {
     }
     checkExpectedRevision(streamId, expected, head);
 
-    const puts: Put[] = [];
+    const puts: Entry[] = [];
     const appended: LogEntry[] = [];
     const ids: Array<[string, string]> = [];
     let revision = head ?? -1;
@@ -85,7 +82,7 @@ export class AppendPlan {
         throw new EventStoreError('append_too_large', `append to ${streamId} exceeds ${MAX_APPEND_BYTES} bytes`, { streamId });
       }
       const logEntry: LogEntry = [logKey(seq), json];
-      const idEntry: Put = eventIdEntry(streamId, event.id, revision, seq);
+      const idEntry: Entry = eventIdEntry(streamId, event.id, revision, seq);
       puts.push(logEntry, streamIndexEntry(streamId, revision, seq), idEntry);
       appended.push(logEntry);
       ids.push(idEntry);

@@ -30,13 +30,16 @@ export const streamRange = (streamId: string): { gte: string; lt: string } => ({
 
 export const headKey = (streamId: string): string => `h\u0000${streamId}`;
 export const eventIdKey = (streamId: string, eventId: string): string => `e\u0000${streamId}\u0000${eventId}`;
-/** The index entries of the event at `revision` of a stream and `seq` of the log (the head's too, when it is the stream's last). */
-export const streamIndexEntry = (streamId: string, revision: number, seq: number): [key: string, value: string] => [streamKey(streamId, revision), pad(seq)];
-export const eventIdEntry = (streamId: string, eventId: string, revision: number, seq: number): [key: string, value: string] => [
-  eventIdKey(streamId, eventId),
-  `${revision} ${pad(seq)}`,
-];
-export const headEntry = (streamId: string, revision: number): [key: string, value: string] => [headKey(streamId), String(revision)];
+/** A key and its value, as put in a batch. */
+export type Entry = [key: string, value: string];
+
+/*
+ * The index entries of the event at `revision` of a stream and `seq` of the log: its place in
+ * the stream, its id, and the stream's head when it is the stream's last event.
+ */
+export const streamIndexEntry = (streamId: string, revision: number, seq: number): Entry => [streamKey(streamId, revision), pad(seq)];
+export const eventIdEntry = (streamId: string, eventId: string, revision: number, seq: number): Entry => [eventIdKey(streamId, eventId), `${revision} ${pad(seq)}`];
+export const headEntry = (streamId: string, revision: number): Entry => [headKey(streamId), String(revision)];
 
 export const INDEXED_KEY = 'm\u0000indexed';
 export const isLogKey = (key: string): boolean => key.startsWith(LOG_START);
@@ -54,7 +57,7 @@ export function parsePosition(position: Position): number {
 }
 
 /** A raw entry of the global log: its key and the event as JSON. */
-export type LogEntry = [key: string, value: string];
+export type LogEntry = Entry;
 
 /** Log values are the event without its position, which is the key. */
 export function decodeEvent(key: string, value: string): StoredEvent {

@@ -120,8 +120,10 @@ export class ExactlyOnceAppender {
       // Most recently used last, so that the first is the one to forget.
       this.views.delete(streamId);
       this.views.set(streamId, view);
-      if (this.rememberIds && from < view.coveredFrom) await this.readBack(streamId, view, from);
-      if (this.rememberIds) drop((id) => view.ids.has(id));
+      if (this.rememberIds) {
+        if (from < view.coveredFrom) await this.readBack(streamId, view, from);
+        drop((id) => view.ids.has(id));
+      }
       if (pending.length === 0) return outcome;
       try {
         const result = await this.store.append(streamId, pending, view.head);
