@@ -74,12 +74,13 @@ describe('ResilientLimiter', () => {
   };
 
   it('answers from memory at once when Redis cannot be reached', async () => {
-    const limiter = new ResilientLimiter(new RedisLimiter(`redis://127.0.0.1:${await freePort()}`));
+    // A command timeout far above the bound: the answer must not wait for it.
+    const limiter = new ResilientLimiter(new RedisLimiter(`redis://127.0.0.1:${await freePort()}`, { commandTimeoutMs: 2_000 }));
     try {
       const req = request({ cost: 5 });
       const started = performance.now();
       const decision = await limiter.take(req);
-      expect(performance.now() - started).toBeLessThan(50);
+      expect(performance.now() - started).toBeLessThan(1_000);
       expect(decision).toMatchObject({ granted: 3, refusedBy: 'rate' });
       expect(limiter.backend).toBe('fallback');
       expect(limiter.fallbackCount).toBe(1);
@@ -123,7 +124,8 @@ describe('ResilientLimiter', () => {
     let limiter: ResilientLimiter;
     beforeAll(async () => {
       server = await startTestRedisServer();
-      limiter = new ResilientLimiter(new RedisLimiter(server.url, { commandTimeoutMs: 200 }));
+      // Bounds below are wide against this timeout: a loaded CI machine stalls for 100s of ms.
+      limiter = new ResilientLimiter(new RedisLimiter(server.url, { commandTimeoutMs: 1_000 }));
       await limiter.whenReady();
     });
     afterAll(async () => {
@@ -140,7 +142,7 @@ describe('ResilientLimiter', () => {
       await until(() => limiter.backend === 'fallback');
       const started = performance.now();
       const during = await limiter.take(req);
-      expect(performance.now() - started).toBeLessThan(100);
+      expect(performance.now() - started).toBeLessThan(500);
       expect(limiter.fallbackCount).toBe(1);
       // Seeded with the 3 Redis had counted: only 2 left this month, not 5.
       expect(during).toMatchObject({ granted: 2, refusedBy: 'monthly' });
@@ -167,12 +169,12 @@ describe('ResilientLimiter', () => {
         const started = performance.now();
         expect((await limiter.take(req)).granted).toBe(1);
         const firstMs = performance.now() - started;
-        expect(firstMs).toBeGreaterThanOrEqual(150);
-        expect(firstMs).toBeLessThan(1000);
+        expect(firstMs).toBeGreaterThanOrEqual(950);
+        expect(firstMs).toBeLessThan(3_000);
         // The next calls do not wait for the hung server again.
         const next = performance.now();
         expect((await limiter.take(req)).granted).toBe(1);
-        expect(performance.now() - next).toBeLessThan(50);
+        expect(performance.now() - next).toBeLessThan(500);
         expect(limiter.fallbackCount).toBe(fallbacksBefore + 2);
       } finally {
         server.resume();
