@@ -3,7 +3,8 @@ import { ConfigError, loadConfig } from './config.js';
 import { openEventStore } from './infra/eventstore/index.js';
 import { openReadModels } from './infra/readmodels/index.js';
 import { hasRebuildFlags, REBUILD_NODE_FLAGS, rebuildProjections } from './projections/rebuild.js';
-import { openRuntime, PROJECTIONS } from './runtime.js';
+import { PROJECTIONS } from './projections/all.js';
+import { openRuntime } from './runtime.js';
 
 const USAGE = `Usage: npm run cli -- <command>
   history <tokenId>   print each event of a token with its time and the token's state after it

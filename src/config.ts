@@ -30,6 +30,11 @@ const Env = z.object({
   /** `off` to not start the embedded EVM devnet for the `local` chain. */
   LOCAL_DEVNET: z.enum(['on', 'off']).default('on'),
   LIMITS_FAIL_CLOSED: z.enum(['true', 'false']).default('false'),
+  /**
+   * The embedded default (no EventStoreDB, MongoDB or Redis): `on` runs its stores, the usage
+   * ingester and the projector on a thread of their own; `off` keeps them on the main thread.
+   */
+  STORAGE_THREAD: z.enum(['on', 'off']).default('on'),
   /** How long to wait at start for Redis, EventStoreDB and MongoDB to answer before giving up. */
   STARTUP_TIMEOUT_SECONDS: z.coerce.number().int().min(1).max(3600).default(60),
   SECURE_COOKIES: z.enum(['true', 'false']).default('false'),
@@ -70,6 +75,8 @@ export interface Config {
   adminToken: string | null;
   localDevnet: boolean;
   limitsFailClosed: boolean;
+  /** The embedded default's stores, ingester and projector on a thread of their own (STORAGE_THREAD). */
+  storageThread: boolean;
   /** How long to wait at start for the production services (STARTUP_TIMEOUT_SECONDS). */
   startupTimeoutMs: number;
   secureCookies: boolean;
@@ -110,7 +117,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     role: e.ROLE, port: e.PORT, host: e.HOST, dataDir: resolve(e.DATA_DIR),
     eventstoreUrl: e.EVENTSTORE_URL, mongodbUrl: e.MONGODB_URL, redisUrl: e.REDIS_URL,
     plans, adminToken: e.ADMIN_TOKEN ?? null, localDevnet: e.LOCAL_DEVNET === 'on',
-    limitsFailClosed: e.LIMITS_FAIL_CLOSED === 'true', startupTimeoutMs: e.STARTUP_TIMEOUT_SECONDS * 1000, secureCookies: e.SECURE_COOKIES === 'true', trustProxy: e.TRUST_PROXY === 'true',
+    limitsFailClosed: e.LIMITS_FAIL_CLOSED === 'true', storageThread: e.STORAGE_THREAD === 'on', startupTimeoutMs: e.STARTUP_TIMEOUT_SECONDS * 1000, secureCookies: e.SECURE_COOKIES === 'true', trustProxy: e.TRUST_PROXY === 'true',
     logLevel: e.LOG_LEVEL, env,
     alerts: { evaluateEveryMs: e.ALERT_EVALUATION_INTERVAL_SECONDS * 1000 },
     notify: {

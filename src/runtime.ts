@@ -12,16 +12,16 @@ import type { Limiter } from './infra/limits/port.js';
 import { openReadModels } from './infra/readmodels/index.js';
 import { untilReachable } from './infra/startup.js';
 import type { ReadModelStore } from './infra/readmodels/port.js';
+import { openStorageThread } from './infra/storagethread/index.js';
 import { openUsageQueue, UsageIngester } from './infra/usage/index.js';
+import type { Ingester } from './infra/usage/ingester.js';
 import type { UsageQueue } from './infra/usage/port.js';
+import { PROJECTIONS } from './projections/all.js';
 import { coreProjection } from './projections/core.js';
-import type { Projection } from './projections/projection.js';
 import { Queries } from './projections/queries.js';
-import { ProjectionRunner } from './projections/runner.js';
-import { usageTotalsProjection } from './projections/usageTotals.js';
+import { ProjectionRunner, type Projector } from './projections/runner.js';
 import { UsageQueries } from './projections/metricsQueries.js';
 import { type RetentionJob, startRetentionJob } from './projections/retention.js';
-import { usageMetricsProjection } from './projections/usageMetrics.js';
 import { type ChainRegistry, loadChains } from './gateway/chains.js';
 import { TokenGatekeeper } from './gateway/gatekeeper.js';
 import { TokenCache } from './gateway/tokenCache.js';
@@ -35,11 +35,7 @@ import { startAlertScheduler } from './alerts/scheduler.js';
 import { AlertCommands } from './commands/alertCommands.js';
 import { DomainError } from './domain/errors.js';
 import { createSenders } from './infra/notify/index.js';
-import { alertsProjection } from './projections/alerts.js';
 import { AlertQueries } from './projections/alertsQueries.js';
-
-/** Every projection the projector runs, in one place (the rebuild command uses it too). */
-export const PROJECTIONS: Projection[] = [coreProjection, usageTotalsProjection, usageMetricsProjection, alertsProjection];
 
 export interface GatewayParts {
   chains: ChainRegistry;
@@ -66,9 +62,9 @@ export interface Runtime {
   usageQueue: UsageQueue;
   queries: Queries;
   commands: AccountCommands;
-  /** Present where this process projects (roles `all` and `projector`). */
-  projector: ProjectionRunner | null;
-  ingester: UsageIngester | null;
+  /** Present where this process projects (roles `all` and `projector`), here or on the storage thread. */
+  projector: Projector | null;
+  ingester: Ingester | null;
   /** Present where this process serves chain calls (roles `all` and `gateway`). */
   gateway: GatewayParts | null;
   telemetry: Telemetry;
@@ -78,30 +74,59 @@ export interface Runtime {
   close(): Promise<void>;
 }
 
-export async function openRuntime(config: Config, now: () => Date = () => new Date()): Promise<Runtime> {
+export async function openRuntime(config: Config, clock?: () => Date): Promise<Runtime> {
+  const now = clock ?? (() => new Date());
   // The production services may start after this process: wait for each, saying so, within STARTUP_TIMEOUT_SECONDS.
   const waiting = { deadlineMs: config.startupTimeoutMs, log: (message: string) => console.error(message) };
-  const store = await openEventStore({ eventstoreUrl: config.eventstoreUrl, dataDir: config.dataDir });
-  if (config.eventstoreUrl) await untilReachable('EventStoreDB', config.eventstoreUrl, () => store.headPosition(), waiting);
-  const readModels = config.mongodbUrl
-    ? // Each attempt ends with the driver's own server selection timeout (30 s).
-      await untilReachable('MongoDB', config.mongodbUrl, () => openReadModels({ mongodbUrl: config.mongodbUrl, dataDir: config.dataDir }), { ...waiting, attemptTimeoutMs: 35_000 })
-    : await openReadModels({ dataDir: config.dataDir });
-  const feed = openChangeFeed({ redisUrl: config.redisUrl });
+  const consumer = `${hostname()}-${config.role}`;
+  const projects = config.role === 'all' || config.role === 'projector';
+  // The storage thread runs on the real clock: a runtime given its own (tests) keeps its stores here.
+  const embedded = config.role === 'all' && !config.eventstoreUrl && !config.mongodbUrl && !config.redisUrl;
+  const storage = embedded && config.storageThread && clock === undefined
+    ? await openStorageThread({
+        dataDir: config.dataDir, consumer, plans: config.plans,
+        // Without its stores the process can serve nothing well: it stops, for its supervisor to start it again.
+        onFailure: (error) => {
+          console.error(`storage thread failed: ${error.message}`);
+          process.exit(1);
+        },
+      })
+    : null;
+  let store: EventStore;
+  let readModels: ReadModelStore;
+  let feed: ChangeFeed;
+  let usageQueue: UsageQueue;
+  let projector: Projector | null = null;
+  let ingester: Ingester | null = null;
+  let retention: RetentionJob | null = null;
   const limiter = openLimiter({ redisUrl: config.redisUrl, failClosed: config.limitsFailClosed });
-  const usageQueue = openUsageQueue({ redisUrl: config.redisUrl, consumer: `${hostname()}-${config.role}` });
-  if (config.redisUrl) {
-    await untilReachable('Redis', config.redisUrl, async (timeoutMs) => {
-      await Promise.all([feed.whenReady(timeoutMs), limiter.whenReady(timeoutMs), usageQueue.whenReady(timeoutMs)]);
-    }, waiting);
+  if (storage) {
+    ({ store, readModels, feed, usageQueue, projector, ingester } = storage);
+  } else {
+    store = await openEventStore({ eventstoreUrl: config.eventstoreUrl, dataDir: config.dataDir });
+    if (config.eventstoreUrl) await untilReachable('EventStoreDB', config.eventstoreUrl, () => store.headPosition(), waiting);
+    readModels = config.mongodbUrl
+      ? // Each attempt ends with the driver's own server selection timeout (30 s).
+        await untilReachable('MongoDB', config.mongodbUrl, () => openReadModels({ mongodbUrl: config.mongodbUrl, dataDir: config.dataDir }), { ...waiting, attemptTimeoutMs: 35_000 })
+      : await openReadModels({ dataDir: config.dataDir });
+    const openedFeed = openChangeFeed({ redisUrl: config.redisUrl });
+    const openedQueue = openUsageQueue({ redisUrl: config.redisUrl, consumer });
+    feed = openedFeed;
+    usageQueue = openedQueue;
+    if (config.redisUrl) {
+      await untilReachable('Redis', config.redisUrl, async (timeoutMs) => {
+        await Promise.all([openedFeed.whenReady(timeoutMs), limiter.whenReady(timeoutMs), openedQueue.whenReady(timeoutMs)]);
+      }, waiting);
+    }
+    if (projects) {
+      projector = new ProjectionRunner(store, readModels, PROJECTIONS, feed, () => now().getTime());
+      // The embedded store skips or refuses every id a stream holds: the ingester need not remember them.
+      ingester = new UsageIngester({ queue: usageQueue, store, exactlyOnce: { storeKnowsEveryId: !config.eventstoreUrl } });
+      retention = startRetentionJob({ readModels, plans: config.plans, now, onError: (e) => console.error('usage retention pass failed:', e) });
+    }
   }
   const queries = new Queries(readModels, now);
   const commands = new AccountCommands(store, config.plans, now);
-  const projects = config.role === 'all' || config.role === 'projector';
-  const projector = projects ? new ProjectionRunner(store, readModels, PROJECTIONS, feed, () => now().getTime()) : null;
-  // The embedded store skips or refuses every id a stream holds: the ingester need not remember them.
-  const ingester = projects ? new UsageIngester({ queue: usageQueue, store, exactlyOnce: { storeKnowsEveryId: !config.eventstoreUrl } }) : null;
-  const retention: RetentionJob | null = projects ? startRetentionJob({ readModels, plans: config.plans, now, onError: (e) => console.error('usage retention pass failed:', e) }) : null;
 
   let gateway: GatewayParts | null = null;
   const telemetry = new Telemetry({
@@ -186,6 +211,7 @@ export async function openRuntime(config: Config, now: () => Date = () => new Da
       await feed.close();
       await readModels.close();
       await store.close();
+      await storage?.close();
       telemetry.close();
     },
   };

@@ -15,12 +15,25 @@ const FLUSH_MS = 5;
  */
 const CATCH_UP_BATCH_MAX = 5000;
 
+/** What the rest of a process uses of its projector, whether it runs on this thread or on the storage thread. */
+export interface Projector {
+  start(): Promise<void>;
+  stop(): Promise<void>;
+  /** Resolves once every projection has applied the event at `position` (read-your-writes). */
+  waitFor(position: Position, timeoutMs?: number): Promise<void>;
+  /** Resolves once the projections have caught up with the log as it was at start. */
+  readonly caughtUp: Promise<void>;
+  readonly isCaughtUp: boolean;
+  /** How old the newest applied event was when it was applied, in ms (the projection lag). */
+  readonly lastLagMs: number | null;
+}
+
 /**
  * Follows the log from the oldest checkpoint of its projections, commits each batch per
  * projection with that projection's checkpoint, then publishes change notifications. A crash
  * between commits is harmless: each projection skips what its checkpoint already covers.
  */
-export class ProjectionRunner {
+export class ProjectionRunner implements Projector {
   private subscription: Subscription | null = null;
   private processed: Position | null = null;
   private checkpoints = new Map<string, Position | null>();

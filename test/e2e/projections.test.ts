@@ -7,7 +7,7 @@ import { LevelReadModelStore } from '../../src/infra/readmodels/level.js';
 import type { ReadModelStore } from '../../src/infra/readmodels/port.js';
 import { rebuildProjections } from '../../src/projections/rebuild.js';
 import { ProjectionRunner } from '../../src/projections/runner.js';
-import { PROJECTIONS } from '../../src/runtime.js';
+import { PROJECTIONS } from '../../src/projections/all.js';
 import { ADMIN_TOKEN, owner, startTestApp, type TestApp } from '../support/testApp.js';
 
 let t: TestApp;

@@ -52,7 +52,15 @@ const EVENT_OVERHEAD_BYTES = 200;
  * retried with backoff, never acknowledged; a crash leaves records unacknowledged for the
  * queue to hand out again.
  */
-export class UsageIngester {
+/** What the rest of a process uses of its usage ingester, whether it runs on this thread or on the storage thread. */
+export interface Ingester {
+  start(): void;
+  stop(): Promise<void>;
+  /** Resolves once everything enqueued so far is in the store and acknowledged. */
+  whenDrained(timeoutMs?: number): Promise<void>;
+}
+
+export class UsageIngester implements Ingester {
   private readonly queue: UsageQueue;
   private readonly appender: ExactlyOnceAppender;
   private readonly batchSize: number;

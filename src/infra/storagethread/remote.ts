@@ -1,0 +1,157 @@
+import type { UsageRecord } from '../../domain/usage.js';
+import { EventStoreError, type EventStoreErrorCode } from '../eventstore/errors.js';
+import {
+  type AppendResult,
+  type EventStore,
+  type ExpectedRevision,
+  type NewEvent,
+  type Position,
+  type StoredEvent,
+  type SubscribeOptions,
+  type Subscription,
+  type SubscriptionItem,
+  WrongExpectedRevisionError,
+} from '../eventstore/port.js';
+import { ReadModelError, type ReadModelErrorCode } from '../readmodels/errors.js';
+import type { Doc, RangeOptions, ReadModelStore, ReadModelWrite } from '../readmodels/port.js';
+import type { QueuedUsage, UsageQueue } from '../usage/port.js';
+import type { RpcClient, WireError } from './rpc.js';
+
+/**
+ * The main thread's side of the storage thread's ports: each call crosses the port and gets
+ * what the adapter there answered or threw, as the same classes (`reviveStorageError`).
+ */
+
+/** The errors the stores throw, as their classes, for callers that look at `code` or `instanceof`. */
+export function reviveStorageError(wire: WireError): Error {
+  const f = wire.fields;
+  let error: Error;
+  switch (wire.name) {
+    case 'WrongExpectedRevisionError':
+      error = new WrongExpectedRevisionError(String(f.streamId), f.expected as ExpectedRevision, f.actual as number | 'no_stream');
+      break;
+    case 'EventStoreError':
+      error = new EventStoreError(f.code as EventStoreErrorCode, wire.message, f.details as Record<string, unknown> | undefined);
+      break;
+    case 'ReadModelError':
+      error = new ReadModelError(f.code as ReadModelErrorCode, wire.message);
+      break;
+    default:
+      error = new Error(wire.message);
+      error.name = wire.name;
+  }
+  return error;
+}
+
+export class RemoteEventStore implements EventStore {
+  constructor(private readonly rpc: RpcClient) {}
+
+  append(streamId: string, events: NewEvent[], expected: ExpectedRevision): Promise<AppendResult> {
+    return this.rpc.call('store.append', streamId, events, expected);
+  }
+
+  readStream(streamId: string, options?: { fromRevision?: number; maxCount?: number }): Promise<StoredEvent[]> {
+    return this.rpc.call('store.readStream', streamId, options);
+  }
+
+  subscribeToAll(options?: SubscribeOptions): Subscription {
+    const stream = this.rpc.open<SubscriptionItem>('store.subscribeToAll', options);
+    return {
+      [Symbol.asyncIterator]: () => stream[Symbol.asyncIterator](),
+      close: async () => stream.close(),
+    };
+  }
+
+  headPosition(): Promise<Position | null> {
+    return this.rpc.call('store.headPosition');
+  }
+
+  /** The store itself closes with the storage thread. */
+  async close(): Promise<void> {}
+}
+
+export class RemoteReadModelStore implements ReadModelStore {
+  constructor(
+    private readonly rpc: RpcClient,
+    readonly expires: boolean,
+  ) {}
+
+  get<T extends Doc = Doc>(collection: string, key: string): Promise<T | null> {
+    return this.rpc.call('readModels.get', collection, key);
+  }
+
+  range<T extends Doc = Doc>(collection: string, options?: RangeOptions): Promise<Array<{ key: string; doc: T }>> {
+    return this.rpc.call('readModels.range', collection, options);
+  }
+
+  commit(projection: string, position: Position, writes: ReadModelWrite[]): Promise<void> {
+    return this.rpc.call('readModels.commit', projection, position, writes);
+  }
+
+  checkpoint(projection: string): Promise<Position | null> {
+    return this.rpc.call('readModels.checkpoint', projection);
+  }
+
+  write(writes: ReadModelWrite[]): Promise<void> {
+    return this.rpc.call('readModels.write', writes);
+  }
+
+  reset(projection: string, collections: string[]): Promise<void> {
+    return this.rpc.call('readModels.reset', projection, collections);
+  }
+
+  /** The store itself closes with the storage thread. */
+  async close(): Promise<void> {}
+}
+
+/** How long enqueued records wait on this side to go over in one message. */
+const USAGE_SEND_EVERY_MS = 5;
+
+/**
+ * The gateway's usage queue when the ingester runs on the storage thread: records gather here
+ * and go over together every few ms (one message, not one per call); the queue itself is the
+ * in-process one over there. A crash loses what either side holds, as the in-process queue
+ * always did on the embedded default.
+ */
+export class ThreadUsageQueue implements UsageQueue {
+  private buffer: UsageRecord[] = [];
+  private timer: NodeJS.Timeout | null = null;
+
+  constructor(private readonly rpc: RpcClient) {}
+
+  enqueue(record: UsageRecord): void {
+    this.buffer.push(record);
+    this.timer ??= setTimeout(this.send, USAGE_SEND_EVERY_MS);
+  }
+
+  private readonly send = (): void => {
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = null;
+    if (this.buffer.length === 0) return;
+    this.rpc.notify('usage', this.buffer);
+    this.buffer = [];
+  };
+
+  read(max: number, blockMs?: number): Promise<QueuedUsage[]> {
+    this.send();
+    return this.rpc.call('usage.read', max, blockMs);
+  }
+
+  ack(ackIds: string[]): Promise<void> {
+    return this.rpc.call('usage.ack', ackIds);
+  }
+
+  async depth(): Promise<number> {
+    return this.buffer.length + (await this.rpc.call<number>('usage.depth'));
+  }
+
+  /** Resolves once the storage thread holds every record enqueued before it (messages arrive in order). */
+  async flush(): Promise<void> {
+    this.send();
+    await this.rpc.call('usage.depth');
+  }
+
+  async close(): Promise<void> {
+    this.send();
+  }
+}

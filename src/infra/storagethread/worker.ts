@@ -1,0 +1,111 @@
+/**
+ * The storage thread (see ./index.ts): owns the embedded event store and read models, and runs
+ * the usage ingester, the projector and the retention job beside them. Everything else reaches
+ * the stores through the port given in `workerData`.
+ */
+import { type MessagePort, workerData } from 'node:worker_threads';
+import type { PlanCatalog } from '../../domain/plans.js';
+import type { UsageRecord } from '../../domain/usage.js';
+import { PROJECTIONS } from '../../projections/all.js';
+import { startRetentionJob } from '../../projections/retention.js';
+import { INVALIDATION_TOPIC, ProjectionRunner } from '../../projections/runner.js';
+import { MemoryChangeFeed } from '../changefeed/index.js';
+import { openEventStore } from '../eventstore/index.js';
+import type { EventStore } from '../eventstore/port.js';
+import { openReadModels } from '../readmodels/index.js';
+import type { ReadModelStore } from '../readmodels/port.js';
+import { MemoryUsageBackend, MemoryUsageQueue, UsageIngester } from '../usage/index.js';
+import { RpcServer, toWire } from './rpc.js';
+
+export interface StorageThreadData {
+  port: MessagePort;
+  dataDir: string;
+  consumer: string;
+  plans: PlanCatalog;
+}
+
+/** How often the projector's state (caught up, lag) is sent to the main thread, when it changed. */
+const STATE_EVERY_MS = 200;
+
+const data = workerData as StorageThreadData;
+const { port } = data;
+
+async function open(): Promise<void> {
+  let store: EventStore | null = null;
+  let readModels: ReadModelStore | null = null;
+  try {
+    store = await openEventStore({ dataDir: data.dataDir });
+    readModels = await openReadModels({ dataDir: data.dataDir });
+  } catch (error) {
+    await store?.close();
+    port.postMessage({ t: 'notice', name: 'failed', value: toWire(error) });
+    return;
+  }
+  serve(store, readModels);
+}
+
+function serve(store: EventStore, readModels: ReadModelStore): void {
+  // The usage queue and the change feed are in-process ones here: the main thread feeds the one
+  // and hears the other through the port.
+  const queue = new MemoryUsageQueue(new MemoryUsageBackend(), data.consumer);
+  const feed = new MemoryChangeFeed();
+  const projector = new ProjectionRunner(store, readModels, PROJECTIONS, feed);
+  // The embedded store skips or refuses every id a stream holds: the ingester need not remember them.
+  const ingester = new UsageIngester({ queue, store, exactlyOnce: { storeKnowsEveryId: true } });
+  const retention = startRetentionJob({ readModels, plans: data.plans, now: () => new Date(), onError: (e) => console.error('usage retention pass failed:', e) });
+
+  let sentState = '';
+  const sendState = (): void => {
+    const state = { caughtUp: projector.isCaughtUp, lagMs: projector.lastLagMs };
+    const key = `${state.caughtUp}:${state.lagMs}`;
+    if (key === sentState) return;
+    sentState = key;
+    server.notify('projector', state);
+  };
+  const stateTimer = setInterval(sendState, STATE_EVERY_MS);
+  stateTimer.unref();
+  void projector.caughtUp.then(sendState);
+
+  const server = new RpcServer(
+    port,
+    {
+      'store.append': (...args: Parameters<EventStore['append']>) => store.append(...args),
+      'store.readStream': (...args: Parameters<EventStore['readStream']>) => store.readStream(...args),
+      'store.headPosition': () => store.headPosition(),
+      'readModels.get': (collection: string, key: string) => readModels.get(collection, key),
+      'readModels.range': (...args: Parameters<ReadModelStore['range']>) => readModels.range(...args),
+      'readModels.commit': (...args: Parameters<ReadModelStore['commit']>) => readModels.commit(...args),
+      'readModels.checkpoint': (projection: string) => readModels.checkpoint(projection),
+      'readModels.write': (...args: Parameters<ReadModelStore['write']>) => readModels.write(...args),
+      'readModels.reset': (...args: Parameters<ReadModelStore['reset']>) => readModels.reset(...args),
+      'projector.start': () => projector.start(),
+      'projector.stop': () => projector.stop(),
+      'projector.waitFor': (position: string, timeoutMs?: number) => projector.waitFor(position, timeoutMs),
+      'ingester.start': () => ingester.start(),
+      'ingester.stop': () => ingester.stop(),
+      'ingester.whenDrained': (timeoutMs?: number) => ingester.whenDrained(timeoutMs),
+      'usage.read': (max: number, blockMs?: number) => queue.read(max, blockMs),
+      'usage.ack': (ackIds: string[]) => queue.ack(ackIds),
+      'usage.depth': () => queue.depth(),
+      close: async () => {
+        clearInterval(stateTimer);
+        await retention.stop();
+        await ingester.stop();
+        await projector.stop();
+        await queue.close();
+        await feed.close();
+        await readModels.close();
+        await store.close();
+      },
+    },
+    { 'store.subscribeToAll': (...args: Parameters<EventStore['subscribeToAll']>) => store.subscribeToAll(...args) },
+    (name, value) => {
+      if (name === 'usage') for (const record of value as UsageRecord[]) queue.enqueue(record);
+    },
+  );
+  // The main thread's token cache hears of changes from here.
+  void feed.subscribe(INVALIDATION_TOPIC, (message) => server.notify('invalidate', message));
+  server.notify('ready', { expires: readModels.expires ?? false });
+}
+
+void open();
