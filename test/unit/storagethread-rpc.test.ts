@@ -108,6 +108,18 @@ describe('storage thread calls', () => {
     expect(stream.state.produced).toBeLessThan(1_000);
   });
 
+  it('stops the producer when the consumer leaves its loop early', async () => {
+    const stream = counter(1_000_000);
+    const { client } = connect({ stream });
+    let seen = 0;
+    for await (const _ of client.open<number>('numbers')) {
+      if (++seen === 10) break;
+    }
+    await new Promise((r) => setTimeout(r, 20));
+    expect(stream.state.closed).toBe(true);
+    expect(stream.state.produced).toBeLessThan(1_000);
+  });
+
   it('carries notices both ways, in order with the calls', async () => {
     const notices: Array<[string, unknown]> = [];
     const { client, server } = connect({ onNotice: (name, value) => notices.push([name, value]) });

@@ -148,6 +148,8 @@ class RemoteStream<T> implements AsyncIterable<T> {
   constructor(
     private readonly client: RpcClient,
     readonly id: number,
+    /** Stops the stream on the other side too. */
+    readonly close: () => void,
   ) {}
 
   push(item: T): void {
@@ -168,23 +170,28 @@ class RemoteStream<T> implements AsyncIterable<T> {
   }
 
   async *[Symbol.asyncIterator](): AsyncIterator<T> {
-    for (;;) {
-      if (this.items.length > 0) {
-        const item = this.items.shift() as T;
-        this.taken += 1;
-        // Half the credit used: ask for that much again, so items keep coming while these are handled.
-        if (this.taken >= STREAM_CREDIT / 2) {
-          this.client.pull(this.id, this.taken);
-          this.taken = 0;
+    try {
+      for (;;) {
+        if (this.items.length > 0) {
+          const item = this.items.shift() as T;
+          this.taken += 1;
+          // Half the credit used: ask for that much again, so items keep coming while these are handled.
+          if (this.taken >= STREAM_CREDIT / 2) {
+            this.client.pull(this.id, this.taken);
+            this.taken = 0;
+          }
+          yield item;
+          continue;
         }
-        yield item;
-        continue;
+        if (this.ended) {
+          if (this.failure) throw this.failure;
+          return;
+        }
+        await new Promise<void>((resolve) => (this.waiting = resolve));
       }
-      if (this.ended) {
-        if (this.failure) throw this.failure;
-        return;
-      }
-      await new Promise<void>((resolve) => (this.waiting = resolve));
+    } finally {
+      // A consumer that stopped early (break, an exception) stops the producer too.
+      if (!this.ended) this.close();
     }
   }
 }
@@ -217,17 +224,15 @@ export class RpcClient {
   /** A stream of the other side's `method`; `close` stops it there too. */
   open<T>(method: string, ...args: unknown[]): AsyncIterable<T> & { close(): void } {
     const id = this.nextId++;
-    const stream = new RemoteStream<T>(this, id);
+    const stream: RemoteStream<T> = new RemoteStream<T>(this, id, () => {
+      if (!this.streams.delete(id)) return;
+      stream.end(null);
+      if (!this.gone) this.port.postMessage({ t: 'cancel', id } satisfies Request);
+    });
     this.streams.set(id, stream as RemoteStream<unknown>);
     if (this.gone) stream.end(this.gone);
     else this.port.postMessage({ t: 'open', id, method, args, credit: STREAM_CREDIT } satisfies Request);
-    return Object.assign(stream, {
-      close: () => {
-        if (!this.streams.delete(id)) return;
-        stream.end(null);
-        if (!this.gone) this.port.postMessage({ t: 'cancel', id } satisfies Request);
-      },
-    });
+    return stream;
   }
 
   /** A message that needs no answer, in order with the calls. */
