@@ -123,7 +123,11 @@ export async function openStorageThread(options: StorageThreadOptions): Promise<
     else if (name === 'failed') failed(reviveStorageError(value as WireError));
   });
   const stopped = new Promise<void>((resolve) => {
+    let reported = false;
+    // An error is followed by an exit: one report.
     const gone = (error: Error): void => {
+      if (reported) return;
+      reported = true;
       rpc.fail(error);
       failed(error);
       if (!closing) options.onFailure?.(error);
