@@ -99,7 +99,8 @@ export async function openRuntime(config: Config, clock?: () => Date): Promise<R
   let projector: Projector | null = null;
   let ingester: Ingester | null = null;
   let retention: RetentionJob | null = null;
-  const limiter = openLimiter({ redisUrl: config.redisUrl, failClosed: config.limitsFailClosed });
+  /** What must answer before this process goes on, when Redis is configured. */
+  const redisClients: Array<{ whenReady(timeoutMs?: number): Promise<void> }> = [];
   if (storage) {
     ({ store, readModels, feed, usageQueue, projector, ingester } = storage);
   } else {
@@ -113,17 +114,20 @@ export async function openRuntime(config: Config, clock?: () => Date): Promise<R
     const openedQueue = openUsageQueue({ redisUrl: config.redisUrl, consumer });
     feed = openedFeed;
     usageQueue = openedQueue;
-    if (config.redisUrl) {
-      await untilReachable('Redis', config.redisUrl, async (timeoutMs) => {
-        await Promise.all([openedFeed.whenReady(timeoutMs), limiter.whenReady(timeoutMs), openedQueue.whenReady(timeoutMs)]);
-      }, waiting);
-    }
+    redisClients.push(openedFeed, openedQueue);
     if (projects) {
       projector = new ProjectionRunner(store, readModels, PROJECTIONS, feed, () => now().getTime());
       // The embedded store skips or refuses every id a stream holds: the ingester need not remember them.
       ingester = new UsageIngester({ queue: usageQueue, store, exactlyOnce: { storeKnowsEveryId: !config.eventstoreUrl } });
       retention = startRetentionJob({ readModels, plans: config.plans, now, onError: (e) => console.error('usage retention pass failed:', e) });
     }
+  }
+  const limiter = openLimiter({ redisUrl: config.redisUrl, failClosed: config.limitsFailClosed });
+  redisClients.push(limiter);
+  if (config.redisUrl) {
+    await untilReachable('Redis', config.redisUrl, async (timeoutMs) => {
+      await Promise.all(redisClients.map((client) => client.whenReady(timeoutMs)));
+    }, waiting);
   }
   const queries = new Queries(readModels, now);
   const commands = new AccountCommands(store, config.plans, now);
