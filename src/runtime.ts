@@ -13,15 +13,15 @@ import { openReadModels } from './infra/readmodels/index.js';
 import { untilReachable } from './infra/startup.js';
 import type { ReadModelStore } from './infra/readmodels/port.js';
 import { openStorageThread } from './infra/storagethread/index.js';
-import { openUsageQueue, UsageIngester } from './infra/usage/index.js';
+import { openUsageQueue } from './infra/usage/index.js';
 import type { Ingester } from './infra/usage/ingester.js';
 import type { UsageQueue } from './infra/usage/port.js';
-import { PROJECTIONS } from './projections/all.js';
+import { startProjecting } from './projections/all.js';
 import { coreProjection } from './projections/core.js';
 import { Queries } from './projections/queries.js';
-import { ProjectionRunner, type Projector } from './projections/runner.js';
+import type { Projector } from './projections/runner.js';
 import { UsageQueries } from './projections/metricsQueries.js';
-import { type RetentionJob, startRetentionJob } from './projections/retention.js';
+import type { RetentionJob } from './projections/retention.js';
 import { type ChainRegistry, loadChains } from './gateway/chains.js';
 import { TokenGatekeeper } from './gateway/gatekeeper.js';
 import { TokenCache } from './gateway/tokenCache.js';
@@ -116,10 +116,7 @@ export async function openRuntime(config: Config, clock?: () => Date): Promise<R
     usageQueue = openedQueue;
     redisClients.push(openedFeed, openedQueue);
     if (projects) {
-      projector = new ProjectionRunner(store, readModels, PROJECTIONS, feed, () => now().getTime());
-      // The embedded store skips or refuses every id a stream holds: the ingester need not remember them.
-      ingester = new UsageIngester({ queue: usageQueue, store, exactlyOnce: { storeKnowsEveryId: !config.eventstoreUrl } });
-      retention = startRetentionJob({ readModels, plans: config.plans, now, onError: (e) => console.error('usage retention pass failed:', e) });
+      ({ projector, ingester, retention } = startProjecting({ store, readModels, feed, usageQueue, plans: config.plans, now, storeKnowsEveryId: !config.eventstoreUrl }));
     }
   }
   const limiter = openLimiter({ redisUrl: config.redisUrl, failClosed: config.limitsFailClosed });

@@ -6,15 +6,14 @@
 import { type MessagePort, workerData } from 'node:worker_threads';
 import type { PlanCatalog } from '../../domain/plans.js';
 import type { UsageRecord } from '../../domain/usage.js';
-import { PROJECTIONS } from '../../projections/all.js';
-import { startRetentionJob } from '../../projections/retention.js';
-import { INVALIDATION_TOPIC, ProjectionRunner } from '../../projections/runner.js';
+import { startProjecting } from '../../projections/all.js';
+import { INVALIDATION_TOPIC } from '../../projections/runner.js';
 import { MemoryChangeFeed } from '../changefeed/index.js';
 import { openEventStore } from '../eventstore/index.js';
 import type { EventStore } from '../eventstore/port.js';
 import { openReadModels } from '../readmodels/index.js';
 import type { ReadModelStore } from '../readmodels/port.js';
-import { MemoryUsageBackend, MemoryUsageQueue, UsageIngester } from '../usage/index.js';
+import { MemoryUsageBackend, MemoryUsageQueue } from '../usage/index.js';
 import { RpcServer, toWire } from './rpc.js';
 
 export interface StorageThreadData {
@@ -49,10 +48,7 @@ function serve(store: EventStore, readModels: ReadModelStore): void {
   // and hears the other through the port.
   const queue = new MemoryUsageQueue(new MemoryUsageBackend(), data.consumer);
   const feed = new MemoryChangeFeed();
-  const projector = new ProjectionRunner(store, readModels, PROJECTIONS, feed);
-  // The embedded store skips or refuses every id a stream holds: the ingester need not remember them.
-  const ingester = new UsageIngester({ queue, store, exactlyOnce: { storeKnowsEveryId: true } });
-  const retention = startRetentionJob({ readModels, plans: data.plans, now: () => new Date(), onError: (e) => console.error('usage retention pass failed:', e) });
+  const { projector, ingester, retention } = startProjecting({ store, readModels, feed, usageQueue: queue, plans: data.plans, now: () => new Date(), storeKnowsEveryId: true });
 
   let sentState = '';
   const sendState = (): void => {
