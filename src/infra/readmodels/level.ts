@@ -4,7 +4,7 @@ import { composeWrites, consumeUpdate } from './compose.js';
 import { ReadModelError } from './errors.js';
 import { KeyFilter } from './keyFilter.js';
 import { resolveRange } from './keyRange.js';
-import type { Doc, RangeOptions, ReadModelStore, ReadModelWrite } from './port.js';
+import type { Doc, RangeOptions, ReadModelReader, ReadModelStore, ReadModelWrite } from './port.js';
 import { SerialQueue } from './serialQueue.js';
 
 type LevelBatch = ReturnType<ClassicLevel<string, Doc>['batch']>;
@@ -100,6 +100,12 @@ const BULK_LOAD_WRITE_BUFFER = 32 * 1024 * 1024;
 export interface LevelReadModelOptions {
   /** For a process that rebuilds the read models and exits (`npm run cli -- rebuild`): a bigger memtable. */
   bulkLoad?: boolean;
+  /**
+   * The directory is opened by other threads of this process too (classic-level's
+   * `multithreading`: one LevelDB shared by all of them). One of them writes; the others only
+   * `get` and `range` (`LevelReadModelStore.reader`), which see each write once it is done.
+   */
+  sharedWithThreads?: boolean;
 }
 
 /** Up to twice this many documents: the live roll-ups of thousands of tokens, a few MB. */
@@ -134,9 +140,18 @@ export class LevelReadModelStore implements ReadModelStore {
   static async open(location: string, options: LevelReadModelOptions = {}): Promise<LevelReadModelStore> {
     const db = new ClassicLevel<string, Doc>(location, {
       keyEncoding: 'utf8', valueEncoding: 'json', ...LEVELDB_TUNING, ...(options.bulkLoad ? { writeBufferSize: BULK_LOAD_WRITE_BUFFER } : {}),
+      multithreading: options.sharedWithThreads ?? false,
     });
     await db.open();
     return new LevelReadModelStore(db);
+  }
+
+  /**
+   * Another thread's view of a directory its writer opened with `sharedWithThreads`: reads only.
+   * (Its writes would bypass the writer's memory of checkpoints and recent documents.)
+   */
+  static async reader(location: string): Promise<ReadModelReader> {
+    return LevelReadModelStore.open(location, { sharedWithThreads: true });
   }
 
   async get<T extends Doc = Doc>(collection: string, key: string): Promise<T | null> {

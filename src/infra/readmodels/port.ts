@@ -45,6 +45,9 @@ export interface RangeOptions {
   reverse?: boolean;
 }
 
+/** The reading half of the port, with its own `close`: what a thread that does not write needs. */
+export type ReadModelReader = Pick<ReadModelStore, 'get' | 'range' | 'close'>;
+
 export interface ReadModelStore {
   /** True when the store drops documents past their `expiresAt` by itself. */
   readonly expires?: boolean;

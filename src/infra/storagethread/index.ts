@@ -6,7 +6,8 @@ import type { Projector } from '../../projections/runner.js';
 import { INVALIDATION_TOPIC } from '../../projections/runner.js';
 import { MemoryChangeFeed } from '../changefeed/index.js';
 import type { EventStore, Position } from '../eventstore/port.js';
-import type { ReadModelStore } from '../readmodels/port.js';
+import { embeddedReadModelsDir, LevelReadModelStore } from '../readmodels/index.js';
+import type { ReadModelReader, ReadModelStore } from '../readmodels/port.js';
 import type { Ingester } from '../usage/ingester.js';
 import { RemoteEventStore, RemoteReadModelStore, reviveStorageError, ThreadUsageQueue } from './remote.js';
 import { RpcClient, type WireError } from './rpc.js';
@@ -19,7 +20,9 @@ import type { StorageThreadData } from './worker.js';
  * built: the embedded gateway added 1.19 ms at p99 over direct at 1,000 req/s with its usage
  * not ingested at all, against 2.68 ms with ingestion and projection on the main thread
  * (bench/plans.json, docs/decisions.md). The main thread reaches the stores through the same
- * ports (remote.ts); records go over in batches; token changes come back as notices.
+ * ports (remote.ts): the read models' reads straight from their LevelDB, shared by both
+ * threads, and everything else over the port; records go over in batches; token changes come
+ * back as notices.
  */
 export interface StorageThread {
   store: EventStore;
@@ -138,8 +141,11 @@ export async function openStorageThread(options: StorageThreadOptions): Promise<
   });
 
   let info: { expires: boolean };
+  let reader: ReadModelReader;
   try {
     info = await started;
+    // Opened after the thread's writer, sharing its LevelDB.
+    reader = await LevelReadModelStore.reader(embeddedReadModelsDir(options.dataDir));
   } catch (error) {
     closing = true;
     await worker.terminate();
@@ -149,7 +155,7 @@ export async function openStorageThread(options: StorageThreadOptions): Promise<
   const usageQueue = new ThreadUsageQueue(rpc);
   return {
     store: new RemoteEventStore(rpc),
-    readModels: new RemoteReadModelStore(rpc, info.expires),
+    readModels: new RemoteReadModelStore(rpc, reader, info.expires),
     feed,
     usageQueue,
     projector,
@@ -159,6 +165,7 @@ export async function openStorageThread(options: StorageThreadOptions): Promise<
       closing = true;
       await usageQueue.close();
       try {
+        await reader.close();
         await rpc.call('close');
       } finally {
         port1.close();

@@ -13,7 +13,7 @@ import {
   WrongExpectedRevisionError,
 } from '../eventstore/port.js';
 import { ReadModelError, type ReadModelErrorCode } from '../readmodels/errors.js';
-import type { Doc, RangeOptions, ReadModelStore, ReadModelWrite } from '../readmodels/port.js';
+import type { Doc, RangeOptions, ReadModelReader, ReadModelStore, ReadModelWrite } from '../readmodels/port.js';
 import type { QueuedUsage, UsageQueue } from '../usage/port.js';
 import type { RpcClient, WireError } from './rpc.js';
 
@@ -70,18 +70,24 @@ export class RemoteEventStore implements EventStore {
   async close(): Promise<void> {}
 }
 
+/**
+ * Reads straight from the LevelDB the storage thread writes (opened by both threads, shared):
+ * a token lookup or an API query does not cross the port, nor leave its garbage on both sides.
+ * Writes go over, to the one writer there.
+ */
 export class RemoteReadModelStore implements ReadModelStore {
   constructor(
     private readonly rpc: RpcClient,
+    private readonly reader: ReadModelReader,
     readonly expires: boolean,
   ) {}
 
   get<T extends Doc = Doc>(collection: string, key: string): Promise<T | null> {
-    return this.rpc.call('readModels.get', collection, key);
+    return this.reader.get<T>(collection, key);
   }
 
   range<T extends Doc = Doc>(collection: string, options?: RangeOptions): Promise<Array<{ key: string; doc: T }>> {
-    return this.rpc.call('readModels.range', collection, options);
+    return this.reader.range<T>(collection, options);
   }
 
   commit(projection: string, position: Position, writes: ReadModelWrite[]): Promise<void> {
@@ -100,7 +106,7 @@ export class RemoteReadModelStore implements ReadModelStore {
     return this.rpc.call('readModels.reset', projection, collections);
   }
 
-  /** The store itself closes with the storage thread. */
+  /** The store, and this thread's reader of it, close with the storage thread. */
   async close(): Promise<void> {}
 }
 

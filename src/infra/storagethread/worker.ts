@@ -34,7 +34,8 @@ async function open(): Promise<void> {
   let readModels: ReadModelStore | null = null;
   try {
     store = await openEventStore({ dataDir: data.dataDir });
-    readModels = await openReadModels({ dataDir: data.dataDir });
+    // Shared: the main thread reads the same LevelDB directly (LevelReadModelStore.reader).
+    readModels = await openReadModels({ dataDir: data.dataDir, sharedWithThreads: true });
   } catch (error) {
     await store?.close();
     port.postMessage({ t: 'notice', name: 'failed', value: toWire(error) });
@@ -68,8 +69,6 @@ function serve(store: EventStore, readModels: ReadModelStore): void {
       'store.append': (...args: Parameters<EventStore['append']>) => store.append(...args),
       'store.readStream': (...args: Parameters<EventStore['readStream']>) => store.readStream(...args),
       'store.headPosition': () => store.headPosition(),
-      'readModels.get': (collection: string, key: string) => readModels.get(collection, key),
-      'readModels.range': (...args: Parameters<ReadModelStore['range']>) => readModels.range(...args),
       'readModels.commit': (...args: Parameters<ReadModelStore['commit']>) => readModels.commit(...args),
       'readModels.checkpoint': (projection: string) => readModels.checkpoint(projection),
       'readModels.write': (...args: Parameters<ReadModelStore['write']>) => readModels.write(...args),
