@@ -15,6 +15,7 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { ClassicLevel } from 'classic-level';
 import { LevelEventStore } from '../src/infra/eventstore/level.js';
+import { embeddedReadModelsDir } from '../src/infra/readmodels/index.js';
 import { seedAccounts } from './lib/eventMix.js';
 import { JSON_RPC_BODY } from './lib/load.js';
 import { mappedRssMb, Processes, rssMb, runMain, timeLimit } from './lib/processes.js';
@@ -53,7 +54,6 @@ interface WarmMeasure {
   cached: number;
 }
 
-/** Starts the service, fills its token cache with every token, calls through it, and reads its memory. */
 /**
  * The stand-in read models compacted, as a store in service settles between restarts: each
  * process leaves LevelDB a log and tables that overlap the older ones, and the next one's
@@ -63,7 +63,7 @@ interface WarmMeasure {
  * gateway's lookups map is the same each time.
  */
 async function compactReadModels(dataDir: string): Promise<void> {
-  const db = new ClassicLevel<string, string>(join(dataDir, 'readmodels'));
+  const db = new ClassicLevel<string, string>(embeddedReadModelsDir(dataDir));
   await db.open();
   try {
     await db.compactRange('\u0000', '\uffff');
@@ -72,6 +72,7 @@ async function compactReadModels(dataDir: string): Promise<void> {
   }
 }
 
+/** Starts the service, fills its token cache with every token, calls through it, and reads its memory. */
 async function warmAndMeasure(processes: Processes, gatewayOptions: GatewayOptions, tokens: Array<{ token: string }>, label: string): Promise<WarmMeasure> {
   await compactReadModels(gatewayOptions.dataDir);
   const t = performance.now();

@@ -15,7 +15,7 @@ import type { ReadModelStore } from './infra/readmodels/port.js';
 import { openStorageThread } from './infra/storagethread/index.js';
 import { openUsageQueue } from './infra/usage/index.js';
 import type { Ingester } from './infra/usage/ingester.js';
-import type { UsageQueue } from './infra/usage/port.js';
+import type { UsageSink } from './infra/usage/port.js';
 import { startProjecting } from './projections/all.js';
 import { coreProjection } from './projections/core.js';
 import { Queries } from './projections/queries.js';
@@ -59,7 +59,8 @@ export interface Runtime {
   readModels: ReadModelStore;
   feed: ChangeFeed;
   limiter: Limiter;
-  usageQueue: UsageQueue;
+  /** Where the gateway hands usage records; the ingester reads the queue behind it, here or on the storage thread. */
+  usageQueue: UsageSink;
   queries: Queries;
   commands: AccountCommands;
   /** Present where this process projects (roles `all` and `projector`), here or on the storage thread. */
@@ -95,7 +96,7 @@ export async function openRuntime(config: Config, clock?: () => Date): Promise<R
   let store: EventStore;
   let readModels: ReadModelStore;
   let feed: ChangeFeed;
-  let usageQueue: UsageQueue;
+  let usageQueue: UsageSink;
   let projector: Projector | null = null;
   let ingester: Ingester | null = null;
   let retention: RetentionJob | null = null;
@@ -116,7 +117,7 @@ export async function openRuntime(config: Config, clock?: () => Date): Promise<R
     usageQueue = openedQueue;
     redisClients.push(openedFeed, openedQueue);
     if (projects) {
-      ({ projector, ingester, retention } = startProjecting({ store, readModels, feed, usageQueue, plans: config.plans, now, storeKnowsEveryId: !config.eventstoreUrl }));
+      ({ projector, ingester, retention } = startProjecting({ store, readModels, feed, usageQueue: openedQueue, plans: config.plans, now, storeKnowsEveryId: !config.eventstoreUrl }));
     }
   }
   const limiter = openLimiter({ redisUrl: config.redisUrl, failClosed: config.limitsFailClosed });

@@ -113,16 +113,16 @@ export async function openStorageThread(options: StorageThreadOptions): Promise<
   const feed = new MemoryChangeFeed();
   let projector: RemoteProjector | null = null;
   let closing = false;
-  let ready!: (info: { expires: boolean }) => void;
+  let ready!: () => void;
   let failed!: (error: Error) => void;
-  const started = new Promise<{ expires: boolean }>((resolve, reject) => {
+  const started = new Promise<void>((resolve, reject) => {
     ready = resolve;
     failed = reject;
   });
   const rpc = new RpcClient(port1, reviveStorageError, (name, value) => {
     if (name === 'invalidate') void feed.publish(INVALIDATION_TOPIC, value as string);
     else if (name === 'projector') projector?.update(value as { caughtUp: boolean; lagMs: number | null });
-    else if (name === 'ready') ready(value as { expires: boolean });
+    else if (name === 'ready') ready();
     else if (name === 'failed') failed(reviveStorageError(value as WireError));
   });
   const stopped = new Promise<void>((resolve) => {
@@ -140,10 +140,9 @@ export async function openStorageThread(options: StorageThreadOptions): Promise<
     worker.once('exit', (code) => gone(new Error(`storage thread stopped (exit code ${code})`)));
   });
 
-  let info: { expires: boolean };
   let reader: ReadModelReader;
   try {
-    info = await started;
+    await started;
     // Opened after the thread's writer, sharing its LevelDB.
     reader = await LevelReadModelStore.reader(embeddedReadModelsDir(options.dataDir));
   } catch (error) {
@@ -155,7 +154,7 @@ export async function openStorageThread(options: StorageThreadOptions): Promise<
   const usageQueue = new ThreadUsageQueue(rpc);
   return {
     store: new RemoteEventStore(rpc),
-    readModels: new RemoteReadModelStore(rpc, reader, info.expires),
+    readModels: new RemoteReadModelStore(rpc, reader),
     feed,
     usageQueue,
     projector,

@@ -14,7 +14,7 @@ import {
 } from '../eventstore/port.js';
 import { ReadModelError, type ReadModelErrorCode } from '../readmodels/errors.js';
 import type { Doc, RangeOptions, ReadModelReader, ReadModelStore, ReadModelWrite } from '../readmodels/port.js';
-import type { QueuedUsage, UsageQueue } from '../usage/port.js';
+import type { UsageSink } from '../usage/port.js';
 import type { RpcClient, WireError } from './rpc.js';
 
 /**
@@ -79,7 +79,6 @@ export class RemoteReadModelStore implements ReadModelStore {
   constructor(
     private readonly rpc: RpcClient,
     private readonly reader: ReadModelReader,
-    readonly expires: boolean,
   ) {}
 
   get<T extends Doc = Doc>(collection: string, key: string): Promise<T | null> {
@@ -114,12 +113,12 @@ export class RemoteReadModelStore implements ReadModelStore {
 const USAGE_SEND_EVERY_MS = 5;
 
 /**
- * The gateway's usage queue when the ingester runs on the storage thread: records gather here
- * and go over together every few ms (one message, not one per call); the queue itself is the
- * in-process one over there. A crash loses what either side holds, as the in-process queue
+ * The gateway's side of the usage queue when the ingester runs on the storage thread: records
+ * gather here and go over together every few ms (one message, not one per call); the queue
+ * itself, which the ingester reads, is the in-process one over there. A crash loses what either side holds, as the in-process queue
  * always did on the embedded default.
  */
-export class ThreadUsageQueue implements UsageQueue {
+export class ThreadUsageQueue implements UsageSink {
   private buffer: UsageRecord[] = [];
   private timer: NodeJS.Timeout | null = null;
 
@@ -137,15 +136,6 @@ export class ThreadUsageQueue implements UsageQueue {
     this.rpc.notify('usage', this.buffer);
     this.buffer = [];
   };
-
-  read(max: number, blockMs?: number): Promise<QueuedUsage[]> {
-    this.send();
-    return this.rpc.call('usage.read', max, blockMs);
-  }
-
-  ack(ackIds: string[]): Promise<void> {
-    return this.rpc.call('usage.ack', ackIds);
-  }
 
   async depth(): Promise<number> {
     return this.buffer.length + (await this.rpc.call<number>('usage.depth'));

@@ -79,8 +79,6 @@ function serve(store: EventStore, readModels: ReadModelStore): void {
       'ingester.start': () => ingester.start(),
       'ingester.stop': () => ingester.stop(),
       'ingester.whenDrained': (timeoutMs?: number) => ingester.whenDrained(timeoutMs),
-      'usage.read': (max: number, blockMs?: number) => queue.read(max, blockMs),
-      'usage.ack': (ackIds: string[]) => queue.ack(ackIds),
       'usage.depth': () => queue.depth(),
       close: async () => {
         clearInterval(stateTimer);
@@ -100,7 +98,7 @@ function serve(store: EventStore, readModels: ReadModelStore): void {
   );
   // The main thread's token cache hears of changes from here.
   void feed.subscribe(INVALIDATION_TOPIC, (message) => server.notify('invalidate', message));
-  server.notify('ready', { expires: readModels.expires ?? false });
+  server.notify('ready', null);
 }
 
 void open();

@@ -10,6 +10,9 @@ export interface QueuedUsage {
   record: UsageRecord;
 }
 
+/** What the gateway's side of a process uses of the queue: it hands records over and reports the depth; the ingester reads elsewhere (the storage thread). */
+export type UsageSink = Pick<UsageQueue, 'enqueue' | 'depth' | 'flush' | 'close'>;
+
 export interface UsageQueue {
   /** Never blocks and never throws: buffers in memory while the backend is away. The record must not be changed afterwards (the in-process queue keeps it as it is). */
   enqueue(record: UsageRecord): void;
