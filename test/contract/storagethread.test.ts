@@ -1,6 +1,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { Worker } from 'node:worker_threads';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { planCatalog } from '../../src/domain/plans.js';
 import { usageStream } from '../../src/domain/usage.js';
@@ -66,6 +67,43 @@ describe('the storage thread', () => {
     } finally {
       await second.close();
     }
+  });
+
+  it('reports a crash of the thread once, fails what was in flight and what comes after, and still closes', async () => {
+    let worker: Worker | undefined;
+    const failures: Error[] = [];
+    const crashing = await openStorageThread(
+      { dataDir: tempDir(), consumer: 'test', plans: planCatalog(), onFailure: (error) => failures.push(error) },
+      (entry, options) => (worker = new Worker(entry, options)),
+    );
+    const stream = `${category()}-1`;
+    await crashing.store.append(stream, [newEvent('Happened')], 'no_stream');
+    // In flight when the thread goes: a wait for a position the log will never reach, and a live subscription.
+    const waiting = crashing.projector.waitFor('~', 60_000).catch((error: unknown) => error);
+    const subscription = crashing.store.subscribeToAll();
+    const following = (async () => {
+      const seen: string[] = [];
+      try {
+        for await (const item of subscription) if (item.kind === 'event') seen.push(item.event.streamId);
+        return { seen, error: null };
+      } catch (error) {
+        return { seen, error };
+      }
+    })();
+
+    // Stopped from outside, as a crash over there would stop it: the process did not ask.
+    await worker?.terminate();
+
+    expect(await waiting).toMatchObject({ message: expect.stringMatching(/storage thread stopped/) });
+    const followed = await following;
+    expect(followed.error).toMatchObject({ message: expect.stringMatching(/storage thread stopped/) });
+    await expect(crashing.store.headPosition()).rejects.toThrow(/storage thread stopped/);
+    await expect(crashing.readModels.checkpoint('core')).rejects.toThrow(/storage thread stopped/);
+    expect(failures).toHaveLength(1);
+    expect(failures[0]?.message).toMatch(/storage thread stopped/);
+    // Closing afterwards releases this side (the shared LevelDB) and reports nothing more.
+    await crashing.close();
+    expect(failures).toHaveLength(1);
   });
 
   it('reports a store it cannot open as the store’s own error, and leaves no thread behind', async () => {

@@ -1,6 +1,6 @@
 import { createRequire } from 'node:module';
 import { pathToFileURL } from 'node:url';
-import { MessageChannel, Worker } from 'node:worker_threads';
+import { MessageChannel, Worker, type WorkerOptions } from 'node:worker_threads';
 import type { PlanCatalog } from '../../domain/plans.js';
 import type { Projector } from '../../projections/runner.js';
 import { INVALIDATION_TOPIC } from '../../projections/runner.js';
@@ -106,13 +106,20 @@ class RemoteIngester implements Ingester {
   }
 }
 
-export async function openStorageThread(options: StorageThreadOptions): Promise<StorageThread> {
+/** How the thread is started: a test keeps the Worker to stop it as a crash would. */
+export type StartWorker = (entry: URL, options: WorkerOptions) => Worker;
+
+const startWorker: StartWorker = (entry, options) => new Worker(entry, options);
+
+export async function openStorageThread(options: StorageThreadOptions, start: StartWorker = startWorker): Promise<StorageThread> {
   const { port1, port2 } = new MessageChannel();
   const data: StorageThreadData = { port: port2, dataDir: options.dataDir, consumer: options.consumer, plans: options.plans };
-  const worker = new Worker(workerEntry(), { workerData: data, transferList: [port2] });
+  const worker = start(workerEntry(), { workerData: data, transferList: [port2] });
   const feed = new MemoryChangeFeed();
   let projector: RemoteProjector | null = null;
   let closing = false;
+  /** Set once the thread stopped by itself: nothing over there is left to close. */
+  let crashed = false;
   let ready!: () => void;
   let failed!: (error: Error) => void;
   const started = new Promise<void>((resolve, reject) => {
@@ -131,6 +138,7 @@ export async function openStorageThread(options: StorageThreadOptions): Promise<
     const gone = (error: Error): void => {
       if (reported) return;
       reported = true;
+      if (!closing) crashed = true;
       rpc.fail(error);
       failed(error);
       if (!closing) options.onFailure?.(error);
@@ -165,7 +173,7 @@ export async function openStorageThread(options: StorageThreadOptions): Promise<
       await usageQueue.close();
       try {
         await reader.close();
-        await rpc.call('close');
+        if (!crashed) await rpc.call('close');
       } finally {
         port1.close();
         await worker.terminate();
