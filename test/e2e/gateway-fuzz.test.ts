@@ -107,8 +107,12 @@ function generator(random: () => number) {
         return Buffer.from(pick(['[]', '', ' ', 'null', '0', '"x"', '[[]]', '{}', '{"jsonrpc":"2.0"', '\u0000']));
       case 5:
         return Buffer.from(`[${Array.from({ length: 21 + int(50) }, () => '{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber"}').join(',')}]`);
-      case 6:
-        return Buffer.concat([Buffer.from('{"jsonrpc":"2.0","id":"'), bytes(1 + int(20)).map((b) => b | 0x80), Buffer.from('","method":"eth_blockNumber"}')]);
+      case 6: {
+        // Not UTF-8: high bytes led by a lone continuation byte (random high bytes alone can
+        // happen to spell valid UTF-8, such as D7 AF).
+        const notUtf8 = Buffer.concat([Buffer.from([0x80 | int(64)]), bytes(int(20)).map((b) => b | 0x80)]);
+        return Buffer.concat([Buffer.from('{"jsonrpc":"2.0","id":"'), notUtf8, Buffer.from('","method":"eth_blockNumber"}')]);
+      }
       case 7:
         return Buffer.from(`{"jsonrpc":"2.0","id":1,"method":"eth_call","params":["${'0'.repeat(65 * 1024)}"]}`);
       default:
