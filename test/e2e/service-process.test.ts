@@ -123,7 +123,6 @@ describe('a running service', () => {
     await new Promise((r) => setTimeout(r, 1500));
     service.child.kill('SIGTERM');
     const code = await Promise.race([service.exited, new Promise((r) => setTimeout(() => r('timeout'), 15_000))]);
-    if (code !== 0) writeFileSync('/tmp/svc.log', service.output());
     expect(code, service.output().slice(-3000)).toBe(0);
     stop = true;
     await Promise.all(workers);
@@ -151,5 +150,18 @@ describe('a running service', () => {
     expect(lines[1]).toMatch(/#1 ApiTokenRenamed\s+status=active name="renamed"/);
     const rebuilt = execFileSync(process.execPath, ['--import', 'tsx', CLI, 'rebuild'], { env: { ...process.env, DATA_DIR: dataDir }, encoding: 'utf8' });
     expect(rebuilt).toMatch(/^rebuilt core, .* in \d+ ms/);
+  });
+
+  it('stops with exit code 1, saying why, when its storage thread stops under it', { timeout: 60_000 }, async () => {
+    // The embedded default's stores, ingester and projector run on that thread: without it the
+    // process could answer calls but meter none, so it ends for its supervisor to restart it.
+    const service = startService({ DATA_DIR: tempDir(), LOCAL_DEVNET: 'off' }, { preload: ['stopWorkersOnSignal.mjs'] });
+    const base = await service.ready;
+    expect((await fetch(`${base}/readyz`)).status).toBe(200);
+    service.child.kill('SIGUSR2');
+    const code = await Promise.race([service.exited, new Promise((r) => setTimeout(() => r('timeout'), 15_000))]);
+    expect(code, service.output().slice(-3000)).toBe(1);
+    expect(service.output()).toMatch(/told 1 worker thread\(s\) to exit/);
+    expect(service.output()).toContain('storage thread failed: storage thread stopped (exit code 1)');
   });
 });

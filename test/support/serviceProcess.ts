@@ -14,8 +14,10 @@ export interface ServiceProcess {
   exited: Promise<number | null>;
 }
 
-export function startService(env: Record<string, string>): ServiceProcess {
-  const child = spawn(process.execPath, ['--import', 'tsx', MAIN], {
+/** `preload`: modules of test/support the process imports first (see stopWorkersOnSignal.ts). */
+export function startService(env: Record<string, string>, options: { preload?: string[] } = {}): ServiceProcess {
+  const preloads = (options.preload ?? []).flatMap((name) => ['--import', new URL(`./${name}`, import.meta.url).href]);
+  const child = spawn(process.execPath, ['--import', 'tsx', ...preloads, MAIN], {
     env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', PORT: '0', LOG_LEVEL: 'info', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
