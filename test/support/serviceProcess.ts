@@ -14,7 +14,7 @@ export interface ServiceProcess {
   exited: Promise<number | null>;
 }
 
-/** `preload`: modules of test/support the process imports first (see stopWorkersOnSignal.ts). */
+/** `preload`: modules of test/support the process imports first (see stopWorkersOnSignal.mjs). */
 export function startService(env: Record<string, string>, options: { preload?: string[] } = {}): ServiceProcess {
   const preloads = (options.preload ?? []).flatMap((name) => ['--import', new URL(`./${name}`, import.meta.url).href]);
   const child = spawn(process.execPath, ['--import', 'tsx', ...preloads, MAIN], {

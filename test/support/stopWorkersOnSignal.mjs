@@ -13,15 +13,15 @@ import { isMainThread } from 'node:worker_threads';
 if (isMainThread) {
   const session = new Session();
   session.connect();
-  /** The service's worker threads: the URL each runs, by its inspector session id. */
-  const workers = new Map();
+  /** Inspector session ids of the service's worker threads. */
+  const workers = new Set();
   session.on('NodeWorker.attachedToWorker', (message) => {
     const { sessionId, workerInfo } = message.params;
-    if (!workerInfo.url.startsWith('node:')) workers.set(sessionId, workerInfo.url);
+    if (!workerInfo.url.startsWith('node:')) workers.add(sessionId);
   });
   session.post('NodeWorker.enable', { waitForDebuggerOnStart: false });
   process.on('SIGUSR2', () => {
-    for (const sessionId of workers.keys()) {
+    for (const sessionId of workers) {
       const evaluate = JSON.stringify({ id: 1, method: 'Runtime.evaluate', params: { expression: 'process.exit(1)' } });
       session.post('NodeWorker.sendMessageToWorker', { sessionId, message: evaluate });
     }
