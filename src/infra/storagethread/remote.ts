@@ -115,8 +115,8 @@ const USAGE_SEND_EVERY_MS = 5;
 /**
  * The gateway's side of the usage queue when the ingester runs on the storage thread: records
  * gather here and go over together every few ms (one message, not one per call); the queue
- * itself, which the ingester reads, is the in-process one over there. A crash loses what either side holds, as the in-process queue
- * always did on the embedded default.
+ * itself, which the ingester reads, is the in-process one over there. A crash loses what
+ * either side holds, as the in-process queue always did on the embedded default.
  */
 export class ThreadUsageQueue implements UsageSink {
   private buffer: UsageRecord[] = [];
