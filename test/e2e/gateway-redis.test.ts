@@ -1,3 +1,4 @@
+import { rmSync } from 'node:fs';
 import { inject } from 'vitest';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { hashToken } from '../../src/domain/tokenFormat.js';
@@ -6,6 +7,10 @@ import { TokenGatekeeper } from '../../src/gateway/gatekeeper.js';
 import { TokenCache } from '../../src/gateway/tokenCache.js';
 import { openChangeFeed } from '../../src/infra/changefeed/index.js';
 import { openLimiter } from '../../src/infra/limits/index.js';
+import { RedisUsageQueue } from '../../src/infra/usage/redis.js';
+import { loadConfig } from '../../src/config.js';
+import { openRuntime } from '../../src/runtime.js';
+import { buildServer } from '../../src/server.js';
 import { Queries } from '../../src/projections/queries.js';
 import { startGanache, type GanacheNode } from '../support/ganache.js';
 import { startTestRedisServer, type TestRedisServer } from '../support/redisServer.js';
@@ -105,6 +110,49 @@ describe('Redis going away under load', () => {
       expect(recorded).toBe(served);
     } finally {
       await t.close();
+    }
+  });
+});
+
+describe('the gateway role', () => {
+  let redis: TestRedisServer;
+  afterAll(async () => {
+    await redis?.stop();
+  });
+
+  it('meters each call it served as one record in the Redis stream, for a projector elsewhere', async () => {
+    redis = await startTestRedisServer();
+    // Tokens made by a whole service; then, on the same read models, a process in the gateway role
+    // (ROLE=gateway proper needs MongoDB and EventStoreDB, which these machines lack: per call the same code).
+    const setup = await startTestApp({ env: { REDIS_URL: redis.url, UPSTREAM_LOCAL: node.url } });
+    const o = await unlimitedToken(setup);
+    await setup.close({ keepData: true });
+    const config = loadConfig({ DATA_DIR: setup.dataDir, LOCAL_DEVNET: 'off', REDIS_URL: redis.url, UPSTREAM_LOCAL: node.url });
+    const runtime = await openRuntime({ ...config, role: 'gateway' });
+    const app = await buildServer(runtime);
+    const reader = new RedisUsageQueue(redis.url, { consumer: 'reader' });
+    try {
+      await app.listen({ port: 0, host: '127.0.0.1' });
+      const address = app.server.address();
+      const base = `http://127.0.0.1:${typeof address === 'object' && address ? address.port : 0}`;
+      const calls = 30;
+      for (let i = 0; i < calls; i += 10) {
+        await Promise.all(Array.from({ length: 10 }, async () => {
+          const res = await fetch(`${base}/local/${o.token}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(blockNumber) });
+          expect(res.status).toBe(200);
+          await res.arrayBuffer();
+        }));
+      }
+      await app.close();
+      await runtime.close();
+      await reader.whenReady();
+      const records = await reader.read(calls + 10, 500);
+      expect(records).toHaveLength(calls);
+      expect(new Set(records.map((q) => q.record.tokenId))).toEqual(new Set([o.tokenId]));
+      expect(records.every((q) => q.record.chain === 'local' && q.record.status === 200)).toBe(true);
+    } finally {
+      await reader.close();
+      rmSync(setup.dataDir, { recursive: true, force: true });
     }
   });
 });
