@@ -1,4 +1,5 @@
 import { rmSync } from 'node:fs';
+import type { FastifyInstance } from 'fastify';
 import { inject } from 'vitest';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { hashToken } from '../../src/domain/tokenFormat.js';
@@ -7,6 +8,7 @@ import { TokenGatekeeper } from '../../src/gateway/gatekeeper.js';
 import { TokenCache } from '../../src/gateway/tokenCache.js';
 import { openChangeFeed } from '../../src/infra/changefeed/index.js';
 import { openLimiter } from '../../src/infra/limits/index.js';
+import type { QueuedUsage } from '../../src/infra/usage/port.js';
 import { RedisUsageQueue } from '../../src/infra/usage/redis.js';
 import { loadConfig } from '../../src/config.js';
 import { openRuntime } from '../../src/runtime.js';
@@ -26,9 +28,9 @@ afterAll(async () => {
 
 const blockNumber = { jsonrpc: '2.0', id: 1, method: 'eth_blockNumber', params: [] };
 
-async function listen(t: TestApp): Promise<string> {
-  await t.app.listen({ port: 0, host: '127.0.0.1' });
-  const address = t.app.server.address();
+async function listen(app: FastifyInstance): Promise<string> {
+  await app.listen({ port: 0, host: '127.0.0.1' });
+  const address = app.server.address();
   return `http://127.0.0.1:${typeof address === 'object' && address ? address.port : 0}`;
 }
 
@@ -80,7 +82,7 @@ describe('Redis going away under load', () => {
     redis = await startTestRedisServer({ persistent: true });
     const t = await startTestApp({ env: { REDIS_URL: redis.url, UPSTREAM_LOCAL: node.url } });
     try {
-      const base = await listen(t);
+      const base = await listen(t.app);
       const o = await unlimitedToken(t);
       let served = 0;
       const statuses = new Map<number, number>();
@@ -130,11 +132,16 @@ describe('the gateway role', () => {
     const config = loadConfig({ DATA_DIR: setup.dataDir, LOCAL_DEVNET: 'off', REDIS_URL: redis.url, UPSTREAM_LOCAL: node.url });
     const runtime = await openRuntime({ ...config, role: 'gateway' });
     const app = await buildServer(runtime);
+    let stopped = false;
+    const stop = async () => {
+      if (stopped) return;
+      stopped = true;
+      await app.close();
+      await runtime.close();
+    };
     const reader = new RedisUsageQueue(redis.url, { consumer: 'reader' });
     try {
-      await app.listen({ port: 0, host: '127.0.0.1' });
-      const address = app.server.address();
-      const base = `http://127.0.0.1:${typeof address === 'object' && address ? address.port : 0}`;
+      const base = await listen(app);
       const calls = 30;
       for (let i = 0; i < calls; i += 10) {
         await Promise.all(Array.from({ length: 10 }, async () => {
@@ -143,14 +150,17 @@ describe('the gateway role', () => {
           await res.arrayBuffer();
         }));
       }
-      await app.close();
-      await runtime.close();
+      await stop();
       await reader.whenReady();
-      const records = await reader.read(calls + 10, 500);
+      const records: QueuedUsage[] = [];
+      const deadline = Date.now() + 5000;
+      while (records.length < calls && Date.now() < deadline) records.push(...(await reader.read(calls - records.length, 100)));
       expect(records).toHaveLength(calls);
+      expect(await reader.read(10, 200), 'no record twice').toEqual([]);
       expect(new Set(records.map((q) => q.record.tokenId))).toEqual(new Set([o.tokenId]));
       expect(records.every((q) => q.record.chain === 'local' && q.record.status === 200)).toBe(true);
     } finally {
+      await stop();
       await reader.close();
       rmSync(setup.dataDir, { recursive: true, force: true });
     }
