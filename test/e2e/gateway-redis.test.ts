@@ -28,6 +28,18 @@ afterAll(async () => {
 
 const blockNumber = { jsonrpc: '2.0', id: 1, method: 'eth_blockNumber', params: [] };
 
+/** One eth_blockNumber through the token in the path; its status. */
+async function callBlockNumber(base: string, token: string): Promise<number> {
+  const res = await fetch(`${base}/local/${token}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(blockNumber) });
+  await res.arrayBuffer();
+  return res.status;
+}
+
+/** `n` calls, ten at a time. */
+async function inTens(n: number, call: () => Promise<void>): Promise<void> {
+  for (let i = 0; i < n; i += 10) await Promise.all(Array.from({ length: 10 }, call));
+}
+
 async function listen(app: FastifyInstance): Promise<string> {
   await app.listen({ port: 0, host: '127.0.0.1' });
   const address = app.server.address();
@@ -87,14 +99,11 @@ describe('Redis going away under load', () => {
       let served = 0;
       const statuses = new Map<number, number>();
       const call = async () => {
-        const res = await fetch(`${base}/local/${o.token}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(blockNumber) });
-        await res.arrayBuffer();
-        statuses.set(res.status, (statuses.get(res.status) ?? 0) + 1);
-        if (res.status === 200) served++;
+        const status = await callBlockNumber(base, o.token);
+        statuses.set(status, (statuses.get(status) ?? 0) + 1);
+        if (status === 200) served++;
       };
-      const burst = async (n: number) => {
-        for (let i = 0; i < n; i += 10) await Promise.all(Array.from({ length: 10 }, call));
-      };
+      const burst = (n: number) => inTens(n, call);
       await burst(100);
       await redis.stop();
       await burst(200); // Redis is away: in-process limits, usage buffered in memory
@@ -143,13 +152,9 @@ describe('the gateway role', () => {
     try {
       const base = await listen(app);
       const calls = 30;
-      for (let i = 0; i < calls; i += 10) {
-        await Promise.all(Array.from({ length: 10 }, async () => {
-          const res = await fetch(`${base}/local/${o.token}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(blockNumber) });
-          expect(res.status).toBe(200);
-          await res.arrayBuffer();
-        }));
-      }
+      await inTens(calls, async () => {
+        expect(await callBlockNumber(base, o.token)).toBe(200);
+      });
       await stop();
       await reader.whenReady();
       const records: QueuedUsage[] = [];
