@@ -18,6 +18,11 @@
  * each latency run also prints what the process allocated per request and its collections per
  * 1,000 requests (bench/servers/allocationProbe.ts): nearly the same from run to run, so it
  * shows a change of a few hundred bytes per call where latency and throughput cannot.
+ * With WITHOUT="<features>;<features>;…" (mode role), the role also runs once per group with
+ * those features taken out (bench/servers/withoutFeatures.ts: usage, metrics, limits, headers,
+ * auth; e.g. WITHOUT="usage;headers;auth,headers,usage,metrics"): what each costs a call,
+ * against the same build with it. With BARE_HEADERS=1 a second bare proxy also sends the seven
+ * headers the gateway adds: what writing them costs Node alone.
  *
  *   npx tsx bench/compare-gateway.ts [role] [embedded] [redis]   (default: role; ROUNDS=3, SECONDS=3, or 10 with MEASURE=latency)
  */
@@ -27,6 +32,7 @@ import { measuredThroughput, pacedLatency, pacedWarmUp, type Throughput, wrk } f
 import { measureAlone, Processes, requireTool, runMain, timeLimit, waitForIdle } from './lib/processes.js';
 import { log } from './lib/report.js';
 import type { AllocationWindow } from './servers/allocationProbe.js';
+import { parseFeatures } from './servers/withoutFeatures.js';
 import { allocationWindow, buildRevision, checkCall, type Service, seedOneToken, startBareProxy, startGateway, startRedis, startUpstream, writeBenchPlans } from './lib/services.js';
 
 const MODES = ['role', 'embedded', 'redis'] as const;
@@ -42,6 +48,9 @@ const FLAGS_UNDER_TEST = (process.env.NODE_FLAGS ?? '').split(' ').filter((f) =>
 const LATENCY_RATE = 1000;
 /** GATEWAY_ALLOC_PROBE=<dir> (with MEASURE=latency): each latency run also reports what the process allocated per request (bench/servers/allocationProbe.ts). */
 const PROBE = Boolean(process.env.GATEWAY_ALLOC_PROBE);
+/** WITHOUT="usage;limits,headers": the role once more per group, with those features taken out (checked here, before anything starts). */
+const NAME_WIDTH = process.env.WITHOUT ? 44 : process.env.BASELINE_REV ? 30 : 20;
+const WITHOUT = (process.env.WITHOUT ?? '').split(';').map((group) => parseFeatures(group).join(',')).filter((group) => group !== '');
 
 interface Target {
   name: string;
@@ -80,13 +89,20 @@ async function main(): Promise<void> {
     const bare = await startBareProxy(processes, upstream.url);
     const targets: Target[] = [{ name: 'bare node proxy', url: `${bare.url}/eth/${token}`, service: bare, ingests: false, needs: [] }];
     const pids = [upstream.process.child.pid as number, bare.process.child.pid as number];
+    if (process.env.BARE_HEADERS === '1') {
+      const withHeaders = await startBareProxy(processes, upstream.url, { withGatewayHeaders: true });
+      targets.push({ name: 'bare proxy + headers', url: `${withHeaders.url}/eth/${token}`, service: withHeaders, ingests: false, needs: [] });
+      pids.push(withHeaders.process.child.pid as number);
+    }
     const baselineRev = process.env.BASELINE_REV;
-    const builds: Array<{ suffix: string; buildDir?: string }> = [{ suffix: '' }];
+    type Variant = { suffix: string; buildDir?: string; without?: string };
+    const builds: Variant[] = [{ suffix: '' }];
     if (baselineRev) builds.push({ suffix: ` @${baselineRev}`, buildDir: await buildRevision(baselineRev) });
     for (const mode of modes) {
-      for (const { suffix, buildDir } of builds) {
+      const variants: Variant[] = mode === 'role' ? [...builds, ...WITHOUT.map((without) => ({ suffix: ` -${without}`, without }))] : builds;
+      for (const [index, { suffix, buildDir, without }] of variants.entries()) {
         // LevelDB lets one process open a directory: each gateway gets its own copy.
-        const dataDir = join(workDir, `${mode}${buildDir ? '-baseline' : ''}`);
+        const dataDir = join(workDir, `${mode}-${index}`);
         cpSync(seeded, dataDir, { recursive: true });
         const redis = mode === 'embedded' ? null : await startRedis(processes);
         if (redis) pids.push(redis.process.child.pid as number);
@@ -94,6 +110,7 @@ async function main(): Promise<void> {
         const service = await startGateway(processes, {
           dataDir, upstreamUrl: upstream.url, plansFile, redisUrl: redis?.url, label: name, buildDir, nodeFlags: buildDir ? [] : FLAGS_UNDER_TEST,
           entry: mode === 'role' ? 'bench/servers/gatewayRole.ts' : undefined,
+          env: without ? { BENCH_WITHOUT: without } : undefined,
         });
         pids.push(service.process.child.pid as number);
         targets.push({ name, url: `${service.url}/eth/${token}`, service, ingests: mode !== 'role', needs: redis ? [redis.process.child.pid as number] : [] });
@@ -116,12 +133,12 @@ async function main(): Promise<void> {
         baseline ??= run;
         ratios.set(t.name, [...(ratios.get(t.name) ?? []), { rps: run.rps / baseline.rps, cpu: run.cpuUsPerRequest / baseline.cpuUsPerRequest }]);
         const backlog = t.ingests ? `, usage queue ${await queueDepth(t)} records behind` : '';
-        log(`round ${round}: ${t.name.padEnd(process.env.BASELINE_REV ? 30 : 16)} ${String(Math.round(run.rps)).padStart(6)} req/s ${String(Math.round(run.cpuUsPerRequest)).padStart(4)} µs CPU/req, ${(run.rps / baseline.rps).toFixed(3)}× the bare proxy${backlog}`);
+        log(`round ${round}: ${t.name.padEnd(NAME_WIDTH)} ${String(Math.round(run.rps)).padStart(6)} req/s ${String(Math.round(run.cpuUsPerRequest)).padStart(4)} µs CPU/req, ${(run.rps / baseline.rps).toFixed(3)}× the bare proxy${backlog}`);
       }
     }
     for (const t of targets.slice(1)) {
       const r = ratios.get(t.name) ?? [];
-      log(`median of ${r.length} rounds: ${t.name.padEnd(process.env.BASELINE_REV ? 30 : 16)} ${median(r.map((x) => x.rps)).toFixed(3)}× the bare proxy's throughput, ${median(r.map((x) => x.cpu)).toFixed(3)}× its CPU per request`);
+      log(`median of ${r.length} rounds: ${t.name.padEnd(NAME_WIDTH)} ${median(r.map((x) => x.rps)).toFixed(3)}× the bare proxy's throughput, ${median(r.map((x) => x.cpu)).toFixed(3)}× its CPU per request`);
     }
   } finally {
     await processes.stopAll();
@@ -132,7 +149,6 @@ async function main(): Promise<void> {
 async function compareLatency(direct: Target, targets: Target[], pids: number[]): Promise<void> {
   const upstreamPid = direct.service.process.child.pid as number;
   const added = new Map<string, Array<{ p50: number; p99: number; allocation: AllocationRate | null }>>();
-  const width = process.env.BASELINE_REV ? 30 : 16;
   for (let round = 1; round <= ROUNDS; round++) {
     let baseline: { p50Ms: number; p99Ms: number } | null = null;
     for (const t of [direct, ...targets]) {
@@ -151,7 +167,7 @@ async function compareLatency(direct: Target, targets: Target[], pids: number[])
       let extra = t === direct ? '' : `, added p50 ${(run.p50Ms - baseline.p50Ms).toFixed(3)} ms, p99 ${(run.p99Ms - baseline.p99Ms).toFixed(2)} ms`;
       if (run.allocation) extra += `; ${describeAllocation(run.allocation)}`;
       if (t !== direct) added.set(t.name, [...(added.get(t.name) ?? []), { p50: run.p50Ms - baseline.p50Ms, p99: run.p99Ms - baseline.p99Ms, allocation: run.allocation }]);
-      log(`round ${round}: ${t.name.padEnd(width)} at ${Math.round(run.rate)} req/s: p50 ${run.p50Ms.toFixed(3)} ms, p99 ${run.p99Ms.toFixed(3)} ms${extra}`);
+      log(`round ${round}: ${t.name.padEnd(NAME_WIDTH)} at ${Math.round(run.rate)} req/s: p50 ${run.p50Ms.toFixed(3)} ms, p99 ${run.p99Ms.toFixed(3)} ms${extra}`);
     }
   }
   for (const t of targets) {
@@ -163,7 +179,7 @@ async function compareLatency(direct: Target, targets: Target[], pids: number[])
       otherCollections: median(allocations.map((a) => a.otherCollections)),
       gcMs: median(allocations.map((a) => a.gcMs)),
     })}`;
-    log(`median of ${r.length} rounds${OWN_CORE ? ' (event loop on its own core)' : ''}: ${t.name.padEnd(width)} added p50 ${median(r.map((x) => x.p50)).toFixed(3)} ms, p99 ${median(r.map((x) => x.p99)).toFixed(2)} ms (by round: ${r.map((x) => x.p99.toFixed(2)).join(', ')})${allocation}`);
+    log(`median of ${r.length} rounds${OWN_CORE ? ' (event loop on its own core)' : ''}: ${t.name.padEnd(NAME_WIDTH)} added p50 ${median(r.map((x) => x.p50)).toFixed(3)} ms, p99 ${median(r.map((x) => x.p99)).toFixed(2)} ms (by round: ${r.map((x) => x.p99.toFixed(2)).join(', ')})${allocation}`);
   }
 }
 

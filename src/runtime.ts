@@ -23,6 +23,7 @@ import type { Projector } from './projections/runner.js';
 import { UsageQueries } from './projections/metricsQueries.js';
 import type { RetentionJob } from './projections/retention.js';
 import { type ChainRegistry, loadChains } from './gateway/chains.js';
+import type { Gatekeeper } from './gateway/admission.js';
 import { TokenGatekeeper } from './gateway/gatekeeper.js';
 import { TokenCache } from './gateway/tokenCache.js';
 import { UpstreamPools } from './gateway/upstream.js';
@@ -41,7 +42,7 @@ export interface GatewayParts {
   chains: ChainRegistry;
   pools: UpstreamPools;
   tokens: TokenCache;
-  gatekeeper: TokenGatekeeper;
+  gatekeeper: Gatekeeper;
 }
 
 /** Alert rules; the evaluator and the notifier run where this process projects (they read the read models it keeps). */

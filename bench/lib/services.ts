@@ -136,9 +136,12 @@ export async function startUpstream(processes: Processes): Promise<Service> {
   return { url: `http://127.0.0.1:${port}`, process: p };
 }
 
-export async function startBareProxy(processes: Processes, upstreamUrl: string): Promise<Service> {
+/** `withGatewayHeaders`: its answers also carry the seven headers the gateway adds (see bareProxy.ts). */
+export async function startBareProxy(processes: Processes, upstreamUrl: string, options: { withGatewayHeaders?: boolean } = {}): Promise<Service> {
   const port = await freePort();
-  const p = processes.start('bare Node proxy', process.execPath, [...(await builtEntryArgs('bench/servers/bareProxy.ts', [...cpuProfileFlags(), ...(await allocationProbeFlags())])), String(port), upstreamUrl], {
+  const args = [String(port), upstreamUrl, ...(options.withGatewayHeaders ? ['with-gateway-headers'] : [])];
+  const label = options.withGatewayHeaders ? 'bare Node proxy with headers' : 'bare Node proxy';
+  const p = processes.start(label, process.execPath, [...(await builtEntryArgs('bench/servers/bareProxy.ts', [...cpuProfileFlags(), ...(await allocationProbeFlags())])), ...args], {
     env: { NODE_ENV: 'production' },
   });
   await waitForPort(port, p);

@@ -3,20 +3,36 @@
  * same HTTP stack (node:http in, an undici Pool out, keep-alive, no pipelining), without auth,
  * limits or metering.
  *
- *   node dist/bench-build/bench/servers/bareProxy.js <port> <upstream-url>   (compiled by bench/lib/services.ts)
+ *   node dist/bench-build/bench/servers/bareProxy.js <port> <upstream-url> [with-gateway-headers]   (compiled by bench/lib/services.ts)
+ *
+ * `with-gateway-headers`: each answer also carries the seven headers the gateway adds (a request
+ * id and the six limit headers), built per call: what writing them costs Node alone.
  */
 import { createServer } from 'node:http';
 import { Pool } from 'undici';
 
 const [port, upstream] = [Number(process.argv[2] ?? 0), process.argv[3] ?? 'http://127.0.0.1:8545'];
 const pool = new Pool(upstream, { connections: 64, pipelining: 1 });
+const withGatewayHeaders = process.argv[4] === 'with-gateway-headers';
+let served = 0;
+const gatewayHeaders = (n: number): Record<string, string> => ({
+  'x-request-id': `bare-${n}`,
+  'x-ratelimit-limit': '1000000',
+  'x-ratelimit-remaining': String(999_999 - (n % 1000)),
+  'x-ratelimit-reset': String(Math.floor(Date.now() / 1000) + 1),
+  'x-monthlylimit-limit': 'unlimited',
+  'x-monthlylimit-remaining': 'unlimited',
+  'x-monthlylimit-reset': '1796083200',
+});
 const server = createServer(async (req, res) => {
   const chunks: Buffer[] = [];
   for await (const chunk of req) chunks.push(chunk as Buffer);
   try {
     const answer = await pool.request({ method: 'POST', path: '/', headers: { 'content-type': 'application/json' }, body: Buffer.concat(chunks) });
     const body = Buffer.from(await answer.body.arrayBuffer());
-    res.writeHead(answer.statusCode, { 'content-type': 'application/json', 'content-length': body.length });
+    // The baseline's own line stays as it was; the variant puts the gateway's headers first, as the gateway does.
+    if (withGatewayHeaders) res.writeHead(answer.statusCode, { ...gatewayHeaders(++served), 'content-type': 'application/json', 'content-length': body.length });
+    else res.writeHead(answer.statusCode, { 'content-type': 'application/json', 'content-length': body.length });
     res.end(body);
   } catch {
     res.writeHead(502).end();

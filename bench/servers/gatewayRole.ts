@@ -3,13 +3,18 @@
  * usage records stay in the Redis stream, where a projector elsewhere would ingest them.
  *
  *   REDIS_URL=… DATA_DIR=… PORT=… node dist/bench-build/bench/servers/gatewayRole.js  (compiled by bench/lib/services.ts)
+ *
+ * BENCH_WITHOUT=<feature,…> takes features out (withoutFeatures.ts), for bench/compare-gateway.ts's `WITHOUT=`.
  */
 import { openRuntime } from '../../src/runtime.js';
 import { buildServer } from '../../src/server.js';
 import { benchConfig } from './benchConfig.js';
+import { parseFeatures, withoutFeatures } from './withoutFeatures.js';
 
 async function main(): Promise<void> {
+  const features = parseFeatures(process.env.BENCH_WITHOUT);
   const runtime = await openRuntime(benchConfig({ ...process.env, BENCH_ROLE: 'gateway' }));
+  withoutFeatures(runtime, features);
   const app = await buildServer(runtime, { logger: true });
   await app.listen({ port: runtime.config.port, host: runtime.config.host });
   process.on('SIGTERM', () => {
