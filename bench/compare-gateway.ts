@@ -22,7 +22,8 @@
  * those features taken out (bench/servers/withoutFeatures.ts: usage, metrics, limits, headers,
  * auth; e.g. WITHOUT="usage;headers;auth,headers,usage,metrics"): what each costs a call,
  * against the same build with it. With BARE_HEADERS=1 a second bare proxy also sends the seven
- * headers the gateway adds: what writing them costs Node alone.
+ * headers the gateway adds: what writing them costs Node alone. With VIA=bearer the gateways
+ * are called with the token in an Authorization header (POST /eth) instead of in the path.
  *
  *   npx tsx bench/compare-gateway.ts [role] [embedded] [redis]   (default: role; ROUNDS=3, SECONDS=3, or 10 with MEASURE=latency)
  */
@@ -49,6 +50,8 @@ const LATENCY_RATE = 1000;
 /** GATEWAY_ALLOC_PROBE=<dir> (with MEASURE=latency): each latency run also reports what the process allocated per request (bench/servers/allocationProbe.ts). */
 const PROBE = Boolean(process.env.GATEWAY_ALLOC_PROBE);
 /** WITHOUT="usage;limits,headers": the role once more per group, with those features taken out (checked here, before anything starts). */
+/** VIA=bearer: the token goes in an Authorization header (bench/wrk/post.lua reads WRK_AUTHORIZATION), not in the path. */
+const BEARER = process.env.VIA === 'bearer';
 const NAME_WIDTH = process.env.WITHOUT ? 44 : process.env.BASELINE_REV ? 30 : 20;
 const WITHOUT = (process.env.WITHOUT ?? '').split(';').map((group) => parseFeatures(group).join(',')).filter((group) => group !== '');
 
@@ -85,6 +88,8 @@ async function main(): Promise<void> {
     const plansFile = writeBenchPlans(workDir);
     const seeded = join(workDir, 'seed');
     const token = await seedOneToken(seeded, plansFile);
+    if (BEARER) process.env.WRK_AUTHORIZATION = `Bearer ${token}`;
+    const gatewayPath = BEARER ? '/eth' : `/eth/${token}`;
     const upstream = await startUpstream(processes);
     const bare = await startBareProxy(processes, upstream.url);
     const targets: Target[] = [{ name: 'bare node proxy', url: `${bare.url}/eth/${token}`, service: bare, ingests: false, needs: [] }];
@@ -113,11 +118,11 @@ async function main(): Promise<void> {
           env: without ? { BENCH_WITHOUT: without } : undefined,
         });
         pids.push(service.process.child.pid as number);
-        targets.push({ name, url: `${service.url}/eth/${token}`, service, ingests: mode !== 'role', needs: redis ? [redis.process.child.pid as number] : [] });
+        targets.push({ name, url: `${service.url}${gatewayPath}`, service, ingests: mode !== 'role', needs: redis ? [redis.process.child.pid as number] : [] });
       }
     }
     for (const t of targets) {
-      await checkCall(t.url);
+      await checkCall(t.url, process.env.WRK_AUTHORIZATION);
       await wrk(t.url, { seconds: 2, connections: CONNECTIONS });
     }
     if (LATENCY) {

@@ -256,8 +256,8 @@ export async function startGateway(processes: Processes, options: GatewayOptions
 }
 
 /** One call through a service; fails unless it answers 200 with the upstream's result. */
-export async function checkCall(url: string): Promise<void> {
-  const res = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber","params":[]}' });
+export async function checkCall(url: string, authorization?: string): Promise<void> {
+  const res = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', ...(authorization ? { authorization } : {}) }, body: '{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber","params":[]}' });
   const text = await res.text();
   if (res.status !== 200 || !text.includes('"result"')) throw new Error(`${url} answered ${res.status}: ${text.slice(0, 300)}`);
 }

@@ -15,24 +15,31 @@ const [port, upstream] = [Number(process.argv[2] ?? 0), process.argv[3] ?? 'http
 const pool = new Pool(upstream, { connections: 64, pipelining: 1 });
 const withGatewayHeaders = process.argv[4] === 'with-gateway-headers';
 let served = 0;
-const gatewayHeaders = (n: number): Record<string, string> => ({
-  'x-request-id': `bare-${n}`,
-  'x-ratelimit-limit': '1000000',
-  'x-ratelimit-remaining': String(999_999 - (n % 1000)),
-  'x-ratelimit-reset': String(Math.floor(Date.now() / 1000) + 1),
-  'x-monthlylimit-limit': 'unlimited',
-  'x-monthlylimit-remaining': 'unlimited',
-  'x-monthlylimit-reset': '1796083200',
-});
 const server = createServer(async (req, res) => {
   const chunks: Buffer[] = [];
   for await (const chunk of req) chunks.push(chunk as Buffer);
   try {
     const answer = await pool.request({ method: 'POST', path: '/', headers: { 'content-type': 'application/json' }, body: Buffer.concat(chunks) });
     const body = Buffer.from(await answer.body.arrayBuffer());
-    // The baseline's own line stays as it was; the variant puts the gateway's headers first, as the gateway does.
-    if (withGatewayHeaders) res.writeHead(answer.statusCode, { ...gatewayHeaders(++served), 'content-type': 'application/json', 'content-length': body.length });
-    else res.writeHead(answer.statusCode, { 'content-type': 'application/json', 'content-length': body.length });
+    if (withGatewayHeaders) {
+      // One literal, in the gateway's order: spreading a fresh object into another with more
+      // properties (`{ ...headers(), 'content-type': … }`) takes V8's slow path and measured
+      // ~13 µs a request here, five times what the headers cost (docs/decisions.md).
+      served += 1;
+      res.writeHead(answer.statusCode, {
+        'x-request-id': `bare-${served}`,
+        'x-ratelimit-limit': '1000000',
+        'x-ratelimit-remaining': String(999_999 - (served % 1000)),
+        'x-ratelimit-reset': String(Math.floor(Date.now() / 1000) + 1),
+        'x-monthlylimit-limit': 'unlimited',
+        'x-monthlylimit-remaining': 'unlimited',
+        'x-monthlylimit-reset': '1796083200',
+        'content-type': 'application/json',
+        'content-length': body.length,
+      });
+    } else {
+      res.writeHead(answer.statusCode, { 'content-type': 'application/json', 'content-length': body.length });
+    }
     res.end(body);
   } catch {
     res.writeHead(502).end();
