@@ -1,8 +1,8 @@
 /**
  * A quick same-run comparison for development, not a recorded figure: the bare Node proxy and
- * the gateway in the modes asked for, measured in turn for a few rounds, each run printed with
- * its throughput, the CPU per request of the process in front of the upstream, and its ratio to
- * the bare proxy's run of the same round. For a ROLE=all mode it also prints the usage queue's
+ * the gateway in the modes asked for, measured in turn for a few rounds (each round in another
+ * order), each run printed with its throughput, the CPU per request of the process in front of
+ * the upstream, and its ratio to the bare proxy's run of the same round. For a ROLE=all mode it also prints the usage queue's
  * depth right after each run (from /metrics): a gateway that left most of its ingestion for
  * later would look faster than it is. With GATEWAY_CPU_PROF=<dir>, each gateway and the bare proxy write a CPU
  * profile there when it stops (bench/profile-summary.ts reads it). bench/gateway.ts is what
@@ -131,13 +131,18 @@ async function main(): Promise<void> {
     }
     const ratios = new Map<string, Array<{ rps: number; cpu: number }>>();
     for (let round = 1; round <= ROUNDS; round++) {
-      let baseline: Throughput | null = null;
-      for (const t of targets) {
+      // Each round in another order (as bench/gateway.ts does): no target is always measured first or right after another.
+      const runs = new Map<Target, { run: Throughput; backlog: string }>();
+      for (let i = 0; i < targets.length; i++) {
+        const t = targets[(i + round - 1) % targets.length] as Target;
         await waitForIdle(pids);
         const run = await measuredThroughput(t.name, t.url, t.service.process.child.pid as number, { seconds: SECONDS, connections: CONNECTIONS });
-        baseline ??= run;
+        runs.set(t, { run, backlog: t.ingests ? `, usage queue ${await queueDepth(t)} records behind` : '' });
+      }
+      const baseline = runs.get(targets[0] as Target)?.run as Throughput;
+      for (const t of targets) {
+        const { run, backlog } = runs.get(t) as { run: Throughput; backlog: string };
         ratios.set(t.name, [...(ratios.get(t.name) ?? []), { rps: run.rps / baseline.rps, cpu: run.cpuUsPerRequest / baseline.cpuUsPerRequest }]);
-        const backlog = t.ingests ? `, usage queue ${await queueDepth(t)} records behind` : '';
         log(`round ${round}: ${t.name.padEnd(NAME_WIDTH)} ${String(Math.round(run.rps)).padStart(6)} req/s ${String(Math.round(run.cpuUsPerRequest)).padStart(4)} µs CPU/req, ${(run.rps / baseline.rps).toFixed(3)}× the bare proxy${backlog}`);
       }
     }

@@ -68,7 +68,9 @@ function firstAdmissionForAll(inner: Gatekeeper): Gatekeeper {
 }
 
 function withoutHeaders(inner: Gatekeeper): Gatekeeper {
-  const strip = (admission: Admission): Admission => ({ ...admission, headers: {} });
+  const none = {};
+  // Object.assign, not `{ ...admission, headers }`: that spread takes V8's slow path, which would be measured as the headers' cost.
+  const strip = (admission: Admission): Admission => Object.assign({}, admission, { headers: none });
   return {
     admit(request) {
       const admission = inner.admit(request);
