@@ -2,9 +2,9 @@
  * A quick same-run comparison for development, not a recorded figure: the bare Node proxy and
  * the gateway in the modes asked for, measured in turn for a few rounds (each round in another
  * order), each run printed with its throughput, the CPU per request of the process in front of
- * the upstream, and its ratio to the bare proxy's run of the same round. For a ROLE=all mode it also prints the usage queue's
- * depth right after each run (from /metrics): a gateway that left most of its ingestion for
- * later would look faster than it is. With GATEWAY_CPU_PROF=<dir>, each gateway and the bare proxy write a CPU
+ * the upstream, and its ratio to the bare proxy's run of the same round. For a ROLE=all mode it
+ * also prints the usage queue's depth right after each run (from /metrics): a gateway that left
+ * most of its ingestion for later would look faster than it is. With GATEWAY_CPU_PROF=<dir>, each gateway and the bare proxy write a CPU
  * profile there when it stops (bench/profile-summary.ts reads it). bench/gateway.ts is what
  * records the figures. With BASELINE_REV=<git revision>, each mode also runs as that revision
  * built (bench/lib/services.ts buildRevision) and is measured in turn with the working tree's:
@@ -49,10 +49,13 @@ const FLAGS_UNDER_TEST = (process.env.NODE_FLAGS ?? '').split(' ').filter((f) =>
 const LATENCY_RATE = 1000;
 /** GATEWAY_ALLOC_PROBE=<dir> (with MEASURE=latency): each latency run also reports what the process allocated per request (bench/servers/allocationProbe.ts). */
 const PROBE = Boolean(process.env.GATEWAY_ALLOC_PROBE);
-/** WITHOUT="usage;limits,headers": the role once more per group, with those features taken out (checked here, before anything starts). */
-/** VIA=bearer: the token goes in an Authorization header (bench/wrk/post.lua reads WRK_AUTHORIZATION), not in the path. */
+/**
+ * VIA=bearer: the token goes in an Authorization header (bench/wrk/post.lua reads
+ * WRK_AUTHORIZATION), not in the path; the bare proxy gets the same header and ignores it.
+ */
 const BEARER = process.env.VIA === 'bearer';
 const NAME_WIDTH = process.env.WITHOUT ? 44 : process.env.BASELINE_REV ? 30 : 20;
+/** WITHOUT="usage;limits,headers": the role once more per group, with those features taken out (checked here, before anything starts). */
 const WITHOUT = (process.env.WITHOUT ?? '').split(';').map((group) => parseFeatures(group).join(',')).filter((group) => group !== '');
 
 interface Target {
