@@ -42,6 +42,8 @@ export interface StorageThreadOptions {
   plans: PlanCatalog;
   /** The thread stopped while the process still needed it (a crash there). */
   onFailure?: (error: Error) => void;
+  /** How long usage records gather on this side before they go over (default USAGE_SEND_EVERY_MS). */
+  usageSendEveryMs?: number;
 }
 
 /** The worker's entry: compiled JavaScript in a build; under the test runner the TypeScript source, through tsx. */
@@ -159,7 +161,7 @@ export async function openStorageThread(options: StorageThreadOptions, start: St
     throw error;
   }
   projector = new RemoteProjector(rpc);
-  const usageQueue = new ThreadUsageQueue(rpc);
+  const usageQueue = new ThreadUsageQueue(rpc, options.usageSendEveryMs);
   return {
     store: new RemoteEventStore(rpc),
     readModels: new RemoteReadModelStore(rpc, reader),

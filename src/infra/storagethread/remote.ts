@@ -109,8 +109,8 @@ export class RemoteReadModelStore implements ReadModelStore {
   async close(): Promise<void> {}
 }
 
-/** How long enqueued records wait on this side to go over in one message. */
-const USAGE_SEND_EVERY_MS = 5;
+/** How long enqueued records wait on this side to go over in one message, by default. */
+export const USAGE_SEND_EVERY_MS = 5;
 
 /**
  * The gateway's side of the usage queue when the ingester runs on the storage thread: records
@@ -122,11 +122,14 @@ export class ThreadUsageQueue implements UsageSink {
   private buffer: UsageRecord[] = [];
   private timer: NodeJS.Timeout | null = null;
 
-  constructor(private readonly rpc: RpcClient) {}
+  constructor(
+    private readonly rpc: RpcClient,
+    private readonly sendEveryMs = USAGE_SEND_EVERY_MS,
+  ) {}
 
   enqueue(record: UsageRecord): void {
     this.buffer.push(record);
-    this.timer ??= setTimeout(this.send, USAGE_SEND_EVERY_MS);
+    this.timer ??= setTimeout(this.send, this.sendEveryMs);
   }
 
   private readonly send = (): void => {
