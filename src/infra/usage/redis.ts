@@ -14,7 +14,7 @@ export interface RedisUsageQueueOptions {
   claimIdleMs?: number;
   /** Records buffered in memory at most while Redis is away; beyond, dropped and counted. */
   bufferCapacity?: number;
-  /** The buffer is sent this often... */
+  /** The buffer is sent this often (default DEFAULT_FLUSH_INTERVAL_MS)... */
   flushIntervalMs?: number;
   /** ...in pipelines of at most this many records (ENTRY_RECORDS to an XADD). */
   flushBatch?: number;
@@ -40,6 +40,13 @@ const FRESH_READ_ROUNDS = 8;
 /** XAUTOCLAIM scans at most this often: claiming is for crashed consumers, not the hot path. */
 const CLAIM_SCAN_INTERVAL_MS = 1000;
 const RETRY_SEND_MS = 100;
+/**
+ * How long records gather before a send. Each send is two commands, a socket write each; where
+ * Redis's core is otherwise idle, waking it costs the event loop ~100–200 µs a send on these
+ * machines. At 5 ms that was ~3 µs a record more than at 20 ms (bench/usage-handoff.ts,
+ * docs/decisions.md); a record reaches Redis at most ~20 ms later, which no reader notices.
+ */
+const DEFAULT_FLUSH_INTERVAL_MS = 20;
 
 type StreamEntry = [id: string, fields: string[] | null];
 
@@ -117,7 +124,7 @@ export class RedisUsageQueue implements UsageQueue {
     this.group = options.group ?? 'ingester';
     this.consumer = options.consumer;
     this.claimIdleMs = options.claimIdleMs ?? 30_000;
-    this.flushIntervalMs = options.flushIntervalMs ?? 5;
+    this.flushIntervalMs = options.flushIntervalMs ?? DEFAULT_FLUSH_INTERVAL_MS;
     this.flushBatch = options.flushBatch ?? 500;
     this.closeTimeoutMs = options.closeTimeoutMs ?? 2000;
     this.buffer = new SendBuffer(options.bufferCapacity ?? DEFAULT_QUEUE_CAPACITY);
