@@ -13,7 +13,9 @@
  * queue of its own, in turn (each round in another order). The figure is the main thread's CPU
  * per call (from /proc, this thread alone) minus the run without a queue: the computation costs
  * the same CPU however the host shares its cores, so what is left is the queue's own work on the
- * event loop, its collections and its system calls.
+ * event loop, its collections and its system calls. The loop allocates little besides the
+ * records, so what holding records longer does to a busy gateway's young collections is for the
+ * allocation probe to show (GATEWAY_ALLOC_PROBE, bench/README.md), not this.
  *
  *   INTERVALS="5,20" ROUNDS=8 npx tsx bench/usage-handoff.ts [redis|embedded]   (defaults: redis, INTERVALS=5,20, ROUNDS=6, CALLS=60000)
  */
