@@ -114,7 +114,7 @@ export class RemoteReadModelStore implements ReadModelStore {
  * message wakes the storage thread. 20 ms, not 5: ~1 µs a record less on the event loop
  * (bench/usage-handoff.ts embedded), and the ingester over there lingers 100 ms anyway.
  */
-export const USAGE_SEND_EVERY_MS = 20;
+const USAGE_SEND_EVERY_MS = 20;
 
 /**
  * The gateway's side of the usage queue when the ingester runs on the storage thread: records
