@@ -44,7 +44,7 @@ const RETRY_SEND_MS = 100;
  * How long records gather before a send. Each send is two commands, a socket write each; where
  * Redis's core is otherwise idle, waking it costs the event loop ~100–200 µs a send on these
  * machines. At 5 ms that was ~3 µs a record more than at 20 ms (bench/usage-handoff.ts,
- * docs/decisions.md); a record reaches Redis at most ~20 ms later, which no reader notices.
+ * docs/decisions.md); a record waits at most ~20 ms for its send, which no reader notices.
  */
 const DEFAULT_FLUSH_INTERVAL_MS = 20;
 
