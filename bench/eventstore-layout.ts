@@ -37,8 +37,8 @@ const sizeBytes = (dir: string): number => readdirSync(dir).reduce((sum, f) => s
 
 function usageEvent(seq: number, streamId: string, revision: number): { id: string; json: string } {
   const requestId = `r${seq.toString(36)}`;
-  const id = usageEventId(requestId);
   const at = new Date().toISOString();
+  const id = usageEventId({ requestId, at });
   const account = seq % ACCOUNTS;
   const data = {
     requestId, at, accountId: `account-${account}`, tokenId: `token-${account}`, chain: 'eth', method: 'eth_blockNumber',

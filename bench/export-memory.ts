@@ -56,7 +56,7 @@ async function writeRows(dataDir: string): Promise<void> {
         method: i % 10 === 0 ? 'eth_call' : 'eth_getBalance', status: 200, rpcErrorCode: i % 100 === 0 ? 3 : null,
         errorMessage: i % 100 === 0 ? 'execution reverted' : null, totalMs: 12.34, upstreamMs: 10.5, clientIp: '203.0.113.45', upstream: 'eth-1',
       };
-      batch.push({ id: usageEventId(r.requestId), type: USAGE_EVENT_TYPE, data: { ...r } });
+      batch.push({ id: usageEventId(r), type: USAGE_EVENT_TYPE, data: { ...r } });
     }
     // A few appends in flight, so the store commits them in groups.
     wave.push(runtime.store.append(usageStream(accountId), batch, 'any'));

@@ -100,7 +100,7 @@ export async function seedUsage(store: EventStore, tokens: SeededToken[], count:
         // As the gateway meters it: the plan's retention (the accounts are Unlimited).
         retentionDays: DEFAULT_PLANS.unlimited.retention_days,
       };
-      events.push({ id: usageEventId(record.requestId), type: USAGE_EVENT_TYPE, data: { ...record } });
+      events.push({ id: usageEventId(record), type: USAGE_EVENT_TYPE, data: { ...record } });
     }
     wave.push(store.append(usageStream(t.accountId), events, 'any'));
     written += n;

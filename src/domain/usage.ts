@@ -68,8 +68,20 @@ export const usageStream = (accountId: string): string => `usage-${accountId}`;
 export const isErrorUsage = (r: Pick<UsageRecord, 'status' | 'rpcErrorCode'>): boolean =>
   r.status >= 400 || r.rpcErrorCode !== null;
 
-/** Deterministic event id (UUID-shaped, from the request id) so a retried append is idempotent. */
-export function usageEventId(requestId: string): string {
-  const h = sha256Hex(`usage:${requestId}`);
-  return `${h.slice(0, 8)}-${h.slice(8, 12)}-5${h.slice(13, 16)}-a${h.slice(17, 20)}-${h.slice(20, 32)}`;
+/** The largest time a UUIDv7 holds: 48 bits of milliseconds. */
+const MAX_UUID7_MS = 2 ** 48 - 1;
+
+/**
+ * The record's event id, deterministic so a retried append is idempotent: UUIDv7-shaped, its
+ * first 48 bits the call's time (`at`, in ms; 0 when `at` is not a time) and the rest from the
+ * request id's SHA-256. Time first, so a stream's new ids sort after its old ones: the embedded
+ * store then needs no index lookup to know an id is new, and LevelDB appends its id index
+ * instead of scattering it (docs/decisions.md, "Usage event ids in time order").
+ */
+export function usageEventId(record: Pick<UsageRecord, 'requestId' | 'at'>): string {
+  const parsed = Date.parse(record.at);
+  const ms = Number.isFinite(parsed) ? Math.min(Math.max(parsed, 0), MAX_UUID7_MS) : 0;
+  const t = ms.toString(16).padStart(12, '0');
+  const h = sha256Hex(`usage:${record.requestId}`);
+  return `${t.slice(0, 8)}-${t.slice(8, 12)}-7${h.slice(13, 16)}-a${h.slice(17, 20)}-${h.slice(20, 32)}`;
 }

@@ -7,6 +7,7 @@ import { EventStoreError } from '../../src/infra/eventstore/errors.js';
 import { openEventStore } from '../../src/infra/eventstore/index.js';
 import { LevelEventStore, type LevelEventStoreOptions } from '../../src/infra/eventstore/level.js';
 import { AppendPlan, EVENTS_PER_TURN } from '../../src/infra/eventstore/levelAppendPlan.js';
+import { IdCeilings } from '../../src/infra/eventstore/levelIdCeilings.js';
 import { eventIdKey, headKey, INDEXED_KEY, logKey, pad, streamKey } from '../../src/infra/eventstore/levelKeys.js';
 import { type EventStore, type NewEvent, WrongExpectedRevisionError } from '../../src/infra/eventstore/port.js';
 import { category, describeEventStoreContract, expectStrictlyIncreasing, newEvent, SubscriptionReader } from './eventstore.contract.js';
@@ -36,6 +37,7 @@ describe('LevelEventStore append planning', () => {
           if (!immediateRan) lookupsBefore++;
           return undefined;
         },
+        idCeiling: () => undefined, // not known: no id is taken as new without its lookup
       },
       100,
       '2026-11-24T00:00:00.000Z',
@@ -54,7 +56,46 @@ describe('LevelEventStore append planning', () => {
     expect(plan.puts).toHaveLength(3 * count + 1);
     expect(plan.appended.map(([, json]) => (JSON.parse(json) as { data: { i: number } }).data.i)).toEqual(events.map((_, i) => i));
   });
+
+  it('looks up only the ids at or below the stream\'s id ceiling: one above it cannot be in the stream', async () => {
+    const looked: string[] = [];
+    const plan = new AppendPlan(
+      {
+        head: () => 4,
+        eventId: (_streamId, eventId) => {
+          looked.push(eventId);
+          return undefined;
+        },
+        idCeiling: () => orderedId(5),
+      },
+      100,
+      '2026-11-24T00:00:00.000Z',
+    );
+    const events = [3, 7, 5, 9].map((n) => ({ ...newEvent('A'), id: orderedId(n) }));
+    await plan.add('a-1', events, 4);
+    expect(looked).toEqual([orderedId(3), orderedId(5)]);
+    expect(plan.largestIds.get('a-1')).toBe(orderedId(9));
+  });
 });
+
+describe('IdCeilings', () => {
+  it('raises only a known ceiling, and forgets the stream learnt first when full', () => {
+    const ceilings = new IdCeilings(2);
+    ceilings.raise('a', 'x');
+    expect(ceilings.get('a')).toBeUndefined(); // not known: an id in the index could be larger
+    ceilings.learn('a', 'm');
+    ceilings.raise('a', 'k');
+    expect(ceilings.get('a')).toBe('m');
+    ceilings.raise('a', 'p');
+    expect(ceilings.get('a')).toBe('p');
+    ceilings.learn('b', '');
+    ceilings.learn('c', 'c9');
+    expect([ceilings.get('a'), ceilings.get('b'), ceilings.get('c')]).toEqual([undefined, '', 'c9']);
+  });
+});
+
+/** Ids in the order of `n`, as usage events' ids are in time order. */
+const orderedId = (n: number): string => `00000000-0000-7000-a000-${String(n).padStart(12, '0')}`;
 
 describe('LevelEventStore specifics', () => {
   async function withStore<T>(run: (store: LevelEventStore, dir: string) => Promise<T>, options?: LevelEventStoreOptions): Promise<T> {
@@ -142,6 +183,27 @@ describe('LevelEventStore specifics', () => {
       expect(retry).toEqual(first);
       expect(await store.readStream('s-1')).toHaveLength(2);
     });
+  });
+
+  it('knows the ids already in a stream whether they sort above or below its largest, before and after a reopen', async () => {
+    const dir = tempDir();
+    const event = (n: number): NewEvent => ({ ...newEvent('A'), id: orderedId(n) });
+    const ids = async (store: LevelEventStore): Promise<string[]> => (await store.readStream('s-1')).map((e) => e.id);
+    let store = await LevelEventStore.open(dir);
+    try {
+      await store.append('s-1', [event(1), event(2), event(3)], 'no_stream');
+      expect(await store.append('s-1', [event(2), event(3)], 'any')).toMatchObject({ nextExpectedRevision: 2 });
+      // A late id (below the largest) that is new, one already there, and one above.
+      await store.append('s-1', [event(0), event(3), event(5)], 'any');
+      expect(await ids(store)).toEqual([1, 2, 3, 0, 5].map(orderedId));
+      await store.close();
+      store = await LevelEventStore.open(dir);
+      expect(await store.append('s-1', [event(0), event(5)], 'any')).toMatchObject({ nextExpectedRevision: 4 });
+      await store.append('s-1', [event(4), event(6)], 'any');
+      expect(await ids(store)).toEqual([1, 2, 3, 0, 5, 4, 6].map(orderedId));
+    } finally {
+      await store.close();
+    }
   });
 
   it('the same event id may be used in two streams', async () => {

@@ -130,7 +130,7 @@ export function usageQueueContract(name: string, newHarness: () => Promise<Queue
         expect(new Set(events.map((event) => event.id)).size).toBe(400);
         for (const event of events) {
           expect(event.type).toBe(USAGE_EVENT_TYPE);
-          expect(event.id).toBe(usageEventId(String(event.data.requestId)));
+          expect(event.id).toBe(usageEventId({ requestId: String(event.data.requestId), at: String(event.data.at) }));
           expect(event.data.accountId).toBe(account);
         }
       }
@@ -149,7 +149,7 @@ export function usageQueueContract(name: string, newHarness: () => Promise<Queue
 
       // The dying ingester: read a batch, appended its first half, crashed before the ack.
       const batch = await readAll(victim, 200);
-      const half = batch.slice(0, 100).map(({ record }) => ({ id: usageEventId(record.requestId), type: USAGE_EVENT_TYPE, data: { ...record } }));
+      const half = batch.slice(0, 100).map(({ record }) => ({ id: usageEventId(record), type: USAGE_EVENT_TYPE, data: { ...record } }));
       await store.append(usageStream('acc1'), half, 'any');
       await victim.close();
 

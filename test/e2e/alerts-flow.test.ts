@@ -62,7 +62,7 @@ async function recordUsage(accountId: string, tokenId: string, calls: Array<{ st
     rpcErrorCode: c.status >= 500 ? -32010 : null, errorMessage: c.status >= 500 ? 'upstream unavailable' : null, totalMs: c.totalMs ?? 20,
     upstreamMs: 10, clientIp: '127.0.0.1', upstream: 'u1',
   }));
-  await t.runtime.store.append(usageStream(accountId), records.map((r) => ({ id: usageEventId(r.requestId), type: USAGE_EVENT_TYPE, data: r })), 'any');
+  await t.runtime.store.append(usageStream(accountId), records.map((r) => ({ id: usageEventId(r), type: USAGE_EVENT_TYPE, data: r })), 'any');
   await settleProjections();
 }
 async function settleProjections(): Promise<void> {
@@ -262,7 +262,7 @@ describe('the evaluator never crashes on bad data', () => {
       { op: 'put', collection: 'alerts', key: 'alr_garbage0000000', doc: { id: 'alr_garbage0000000', rule: 'not a rule', enabled: 'yes' } },
       { op: 'put', collection: 'alerts', key: 'alr_garbage0000001', doc: { id: 'alr_garbage0000001', accountId: 'acc_none', enabled: true, state: 'ok', resolvedAt: null, lastNotifiedAt: null, rule: { type: 'error_rate', condition: null, threshold: 5, windowMinutes: 5, tokenId: 'tok_gone', minRequests: 1, baselineHours: null } } },
     ]);
-    await t.runtime.store.append(usageStream(o.accountId), [{ id: usageEventId('bad-1'), type: USAGE_EVENT_TYPE, data: { at: 'yesterday', status: 'teapot' } }], 'any');
+    await t.runtime.store.append(usageStream(o.accountId), [{ id: usageEventId({ requestId: 'bad-1', at: 'yesterday' }), type: USAGE_EVENT_TYPE, data: { at: 'yesterday', status: 'teapot' } }], 'any');
     await recordUsage(o.accountId, tokenId, [{ status: 429 }]);
     const report = await evaluator.runOnce();
     expect(report.skipped).toBeGreaterThanOrEqual(1);

@@ -31,7 +31,7 @@ async function ownerOn(plan: string) {
 
 async function appendUsage(records: UsageRecord[]): Promise<void> {
   const accountId = records[0]?.accountId as string;
-  await t.runtime.store.append(usageStream(accountId), records.map((r) => ({ id: usageEventId(r.requestId), type: USAGE_EVENT_TYPE, data: { ...r } })), 'any');
+  await t.runtime.store.append(usageStream(accountId), records.map((r) => ({ id: usageEventId(r), type: USAGE_EVENT_TYPE, data: { ...r } })), 'any');
   const head = await t.runtime.store.headPosition();
   if (head) await t.runtime.projector?.waitFor(head);
 }

@@ -41,7 +41,7 @@ async function createToken(auth: Record<string, string>, name: string): Promise<
 async function appendUsage(records: UsageRecord[]): Promise<void> {
   for (const accountId of new Set(records.map((r) => r.accountId))) {
     const mine = records.filter((r) => r.accountId === accountId);
-    await t.runtime.store.append(usageStream(accountId), mine.map((r) => ({ id: usageEventId(r.requestId), type: USAGE_EVENT_TYPE, data: { ...r } })), 'any');
+    await t.runtime.store.append(usageStream(accountId), mine.map((r) => ({ id: usageEventId(r), type: USAGE_EVENT_TYPE, data: { ...r } })), 'any');
   }
   const head = await t.runtime.store.headPosition();
   if (head) await t.runtime.projector?.waitFor(head);

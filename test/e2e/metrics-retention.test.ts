@@ -49,7 +49,7 @@ describe('retention per plan', () => {
         method: 'eth_call', status: 502, rpcErrorCode: -32010, errorMessage: 'upstream unavailable', totalMs: 5, upstreamMs: null,
         clientIp: `192.0.2.${i + 1}`, upstream: null,
       }));
-      await t.runtime.store.append(usageStream(o.accountId), records.map((r) => ({ id: usageEventId(r.requestId), type: USAGE_EVENT_TYPE, data: { ...r } })), 'any');
+      await t.runtime.store.append(usageStream(o.accountId), records.map((r) => ({ id: usageEventId(r), type: USAGE_EVENT_TYPE, data: { ...r } })), 'any');
       accounts.push({ plan, days, accountId: o.accountId, auth: o.auth });
     }
     const head = await t.runtime.store.headPosition();

@@ -41,7 +41,7 @@ async function makeHistory(app: TestApp['app']) {
     rpcErrorCode: i % 5 ? null : -32010, errorMessage: null, totalMs: 3, upstreamMs: 2, clientIp: '127.0.0.1', upstream: 'u1',
   }));
   for (const r of usage) {
-    await t.runtime.store.append(usageStream(r.accountId), [{ id: usageEventId(r.requestId), type: USAGE_EVENT_TYPE, data: r }], 'any');
+    await t.runtime.store.append(usageStream(r.accountId), [{ id: usageEventId(r), type: USAGE_EVENT_TYPE, data: r }], 'any');
   }
   const head = await t.runtime.store.headPosition();
   if (head) await t.runtime.projector?.waitFor(head);

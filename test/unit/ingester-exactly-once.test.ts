@@ -135,7 +135,7 @@ describe.each(stores)('exactly-once usage appends on %s', (_name, open, exactlyO
 });
 
 describe('ExactlyOnceAppender', () => {
-  const event = (record: UsageRecord): NewEvent => ({ id: usageEventId(record.requestId), type: USAGE_EVENT_TYPE, data: record });
+  const event = (record: UsageRecord): NewEvent => ({ id: usageEventId(record), type: USAGE_EVENT_TYPE, data: record });
 
   it('appends a new stream at once, then each batch at the revision it last saw, without reading', async () => {
     const store = new EsdbLikeEventStore();

@@ -200,7 +200,7 @@ describe('projecting calls older than what their documents are kept for', () => 
       ageOf.set(record.at.slice(0, 10), age);
       return record;
     });
-    await store.append(usageStream('acc'), records.map((r) => ({ id: usageEventId(r.requestId), type: USAGE_EVENT_TYPE, data: { ...r } })), 'any');
+    await store.append(usageStream('acc'), records.map((r) => ({ id: usageEventId(r), type: USAGE_EVENT_TYPE, data: { ...r } })), 'any');
     const rm = await openLevel();
     const runner = new ProjectionRunner(store, rm, [usageMetricsProjection], null, () => now);
     await runner.start();

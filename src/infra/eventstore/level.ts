@@ -5,10 +5,12 @@ import { ClassicLevel } from 'classic-level';
 import { validateAppend } from './appendRules.js';
 import { EventStoreError } from './errors.js';
 import { AppendPlan, EVENTS_PER_TURN, type EventIndexReader, nextTurn } from './levelAppendPlan.js';
+import { IdCeilings } from './levelIdCeilings.js';
 import {
   decodeEvent,
   eventIdEntry,
   eventIdKey,
+  eventIdRange,
   formatPosition,
   headEntry,
   headKey,
@@ -69,6 +71,9 @@ interface Stores {
   index: Db;
 }
 
+/** Streams whose id ceiling the writer remembers (levelIdCeilings.ts): ~100 bytes each. */
+const ID_CEILING_STREAMS = 10_000;
+
 /** Index entries rebuilt from the log per batch when the indexes are behind it (at open). */
 const CATCH_UP_BATCH = 1000;
 
@@ -91,6 +96,7 @@ export class LevelEventStore implements EventStore {
   private readonly liveBufferLimit: number;
   private readonly index: EventIndexReader;
   private readonly split: boolean;
+  private readonly ceilings = new IdCeilings(ID_CEILING_STREAMS);
   /** Set when a group's index batch failed after its log entries were written: the indexes no longer cover the log until a reopen rebuilds them. */
   private failure: EventStoreError | null = null;
 
@@ -109,6 +115,7 @@ export class LevelEventStore implements EventStore {
         return value === undefined ? undefined : Number(value);
       },
       eventId: (streamId, eventId) => index.getSync(eventIdKey(streamId, eventId)),
+      idCeiling: (streamId) => this.ceilings.get(streamId),
     };
   }
 
@@ -235,6 +242,7 @@ export class LevelEventStore implements EventStore {
       for (const request of group) request.reject(failure);
       return;
     }
+    await this.learnCeilings(group);
     const plan = new AppendPlan(this.index, this.lastSeq, new Date().toISOString());
     const outcomes: Array<{ result?: AppendResult; error?: unknown }> = [];
     for (const request of group) {
@@ -270,6 +278,7 @@ export class LevelEventStore implements EventStore {
       this.lastSeq = plan.lastSeq;
       // Not synced: after a power loss, `open` rebuilds what the indexes lost from the synced log.
       if (this.split) await this.writeIndex(indexBatch);
+      for (const [streamId, id] of plan.largestIds) this.ceilings.raise(streamId, id);
       for (const tap of this.taps) tap.push(plan.appended);
     }
     group.forEach((request, i) => {
@@ -277,6 +286,27 @@ export class LevelEventStore implements EventStore {
       if (outcome.result) request.resolve(outcome.result);
       else request.reject(outcome.error);
     });
+  }
+
+  /**
+   * The id ceilings of the group's streams not known yet, each from its last id entry. One that
+   * cannot be read stays unknown: its appends look every id up, as before ceilings.
+   */
+  private async learnCeilings(group: PendingAppend[]): Promise<void> {
+    const unknown = new Set<string>();
+    for (const request of group) if (this.ceilings.get(request.streamId) === undefined) unknown.add(request.streamId);
+    if (unknown.size === 0) return;
+    await Promise.all(
+      [...unknown].map(async (streamId) => {
+        const range = eventIdRange(streamId);
+        try {
+          const [last] = await this.stores.index.keys({ ...range, reverse: true, limit: 1 }).all();
+          this.ceilings.learn(streamId, last === undefined ? '' : last.slice(range.gte.length));
+        } catch {
+          // unknown it stays
+        }
+      }),
+    );
   }
 
   /**

@@ -9,6 +9,8 @@ export interface EventIndexReader {
   head(streamId: string): number | undefined;
   /** `<revision> <seq:20>` of an event id already in the stream. */
   eventId(streamId: string, eventId: string): string | undefined;
+  /** An id at least as large as every id in the stream, when known (levelIdCeilings.ts): ids above it need no lookup. */
+  idCeiling(streamId: string): string | undefined;
 }
 
 /** The same limit as EventStoreDB's default, so code that fits one store fits the other. */
@@ -37,6 +39,8 @@ export class AppendPlan {
   readonly appended: LogEntry[] = [];
   private readonly heads = new Map<string, number>();
   private readonly ids = new Map<string, string>();
+  /** Per stream, the largest id this group appends to it: the store raises its ceiling once the group is written. */
+  readonly largestIds = new Map<string, string>();
   /** Events handled since the last pause (see EVENTS_PER_TURN). */
   private sinceTurn = 0;
 
@@ -92,6 +96,9 @@ export class AppendPlan {
     for (const put of puts) this.puts.push(put);
     for (const entry of appended) this.appended.push(entry);
     for (const [key, value] of ids) this.ids.set(key, value);
+    let largest = this.largestIds.get(streamId) ?? '';
+    for (const event of events) if (event.id > largest) largest = event.id;
+    this.largestIds.set(streamId, largest);
     this.heads.set(streamId, revision);
     this.lastSeq = seq;
     return { nextExpectedRevision: revision, position: formatPosition(seq) };
@@ -127,10 +134,12 @@ export class AppendPlan {
     expected: ExpectedRevision,
   ): Promise<{ done: AppendResult; rest?: never } | { done?: never; rest: NewEvent[] }> {
     const found: Array<{ id: string; revision: number; seq: number }> = [];
+    const ceiling = this.index.idCeiling(streamId);
     for (const event of events) {
       await this.pauseIfDue();
       const key = eventIdKey(streamId, event.id);
-      const entry = this.ids.get(key) ?? this.index.eventId(streamId, event.id);
+      // Above the ceiling an id is not in the committed index; this group's own ids are in `ids`.
+      const entry = this.ids.get(key) ?? (ceiling !== undefined && event.id > ceiling ? undefined : this.index.eventId(streamId, event.id));
       if (entry === undefined) continue;
       const [revision, seq] = entry.split(' ');
       found.push({ id: event.id, revision: Number(revision), seq: Number(seq) });

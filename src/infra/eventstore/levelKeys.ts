@@ -30,6 +30,11 @@ export const streamRange = (streamId: string): { gte: string; lt: string } => ({
 
 export const headKey = (streamId: string): string => `h\u0000${streamId}`;
 export const eventIdKey = (streamId: string, eventId: string): string => `e\u0000${streamId}\u0000${eventId}`;
+/** A stream's id entries: their keys sort by event id. */
+export const eventIdRange = (streamId: string): { gte: string; lt: string } => ({
+  gte: `e\u0000${streamId}\u0000`,
+  lt: `e\u0000${streamId}\u0001`,
+});
 /** A key and its value, as put in a batch. */
 export type Entry = [key: string, value: string];
 

@@ -277,7 +277,7 @@ export function estimatedJsonBytes(r: UsageRecord): number {
 function toEvents(records: UsageRecord[]): NewEvent[] {
   const events = new Map<string, NewEvent>();
   for (const record of records) {
-    const id = usageEventId(record.requestId);
+    const id = usageEventId(record);
     if (!events.has(id)) events.set(id, { id, type: USAGE_EVENT_TYPE, data: record });
   }
   return [...events.values()];
