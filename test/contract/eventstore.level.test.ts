@@ -92,6 +92,17 @@ describe('IdCeilings', () => {
     ceilings.learn('c', 'c9');
     expect([ceilings.get('a'), ceilings.get('b'), ceilings.get('c')]).toEqual([undefined, '', 'c9']);
   });
+
+  it('gives no ceiling for a largest id that LevelDB and JavaScript may order apart', () => {
+    const ceilings = new IdCeilings(10);
+    // UTF-8 puts U+1F600 above U+FF01; UTF-16 code units put it below.
+    ceilings.learn('a', '\u{1F600}');
+    expect('\uFF01' > '\u{1F600}').toBe(true);
+    expect(ceilings.knows('a')).toBe(true);
+    expect(ceilings.get('a')).toBeUndefined();
+    ceilings.raise('a', '\uFFFF');
+    expect(ceilings.get('a')).toBeUndefined();
+  });
 });
 
 /** Ids in the order of `n`, as usage events' ids are in time order. */
@@ -201,6 +212,20 @@ describe('LevelEventStore specifics', () => {
       expect(await store.append('s-1', [event(0), event(5)], 'any')).toMatchObject({ nextExpectedRevision: 4 });
       await store.append('s-1', [event(4), event(6)], 'any');
       expect(await ids(store)).toEqual([1, 2, 3, 0, 5, 4, 6].map(orderedId));
+    } finally {
+      await store.close();
+    }
+  });
+
+  it('knows non-ASCII ids after a reopen, though LevelDB orders them apart from JavaScript', async () => {
+    const dir = tempDir();
+    let store = await LevelEventStore.open(dir);
+    try {
+      await store.append('s-1', [{ ...newEvent('A'), id: '\u{1F600}' }, { ...newEvent('A'), id: '\uFF01' }], 'no_stream');
+      await store.close();
+      store = await LevelEventStore.open(dir);
+      expect(await store.append('s-1', [{ ...newEvent('A'), id: '\uFF01' }], 'any')).toMatchObject({ nextExpectedRevision: 1 });
+      expect(await store.readStream('s-1')).toHaveLength(2);
     } finally {
       await store.close();
     }

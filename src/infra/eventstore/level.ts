@@ -294,7 +294,7 @@ export class LevelEventStore implements EventStore {
    */
   private async learnCeilings(group: PendingAppend[]): Promise<void> {
     const unknown = new Set<string>();
-    for (const request of group) if (this.ceilings.get(request.streamId) === undefined) unknown.add(request.streamId);
+    for (const request of group) if (!this.ceilings.knows(request.streamId)) unknown.add(request.streamId);
     if (unknown.size === 0) return;
     await Promise.all(
       [...unknown].map(async (streamId) => {

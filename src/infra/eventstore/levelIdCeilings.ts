@@ -13,27 +13,41 @@
  * are remembered; the first learnt is forgotten first, and learnt again when next needed.
  */
 export class IdCeilings {
-  private readonly ceilings = new Map<string, string>();
+  /** null: learnt, but no ceiling this side can trust (see `learn`). */
+  private readonly ceilings = new Map<string, string | null>();
 
   constructor(private readonly capacity: number) {}
 
-  /** The stream's ceiling ('' for a stream without events), or undefined when not known yet. */
+  /** The stream's ceiling ('' for a stream without events), or undefined when there is none to go by. */
   get(streamId: string): string | undefined {
-    return this.ceilings.get(streamId);
+    return this.ceilings.get(streamId) ?? undefined;
   }
 
-  /** Records what the id index says is the stream's largest id ('' when it holds none). */
+  /** Whether the stream's last id was read already (it may not have given a ceiling). */
+  knows(streamId: string): boolean {
+    return this.ceilings.has(streamId);
+  }
+
+  /**
+   * Records the stream's largest id as the id index orders it ('' when it holds none). LevelDB
+   * orders UTF-8 bytes, JavaScript UTF-16 code units: the two agree below U+D800, so the largest
+   * id is a ceiling for `>` only when it has no character from there up; otherwise the stream
+   * has no ceiling and its ids are all looked up.
+   */
   learn(streamId: string, largestId: string): void {
     if (this.ceilings.size >= this.capacity && !this.ceilings.has(streamId)) {
       const oldest = this.ceilings.keys().next();
       if (!oldest.done) this.ceilings.delete(oldest.value);
     }
-    this.ceilings.set(streamId, largestId);
+    this.ceilings.set(streamId, ORDERS_DIFFER.test(largestId) ? null : largestId);
   }
 
-  /** After an append to a known stream: its ceiling goes up to `id` if that is larger. */
+  /** After an append to a stream with a ceiling: it goes up to `id` if that is larger. */
   raise(streamId: string, id: string): void {
     const ceiling = this.ceilings.get(streamId);
-    if (ceiling !== undefined && id > ceiling) this.ceilings.set(streamId, id);
+    if (typeof ceiling === 'string' && id > ceiling) this.ceilings.set(streamId, id);
   }
 }
+
+/** Characters that UTF-8 byte order and UTF-16 code unit order may place differently. */
+const ORDERS_DIFFER = /[\uD800-\uFFFF]/;
