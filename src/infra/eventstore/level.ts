@@ -71,7 +71,7 @@ interface Stores {
   index: Db;
 }
 
-/** Streams whose id ceiling the writer remembers (levelIdCeilings.ts): ~100 bytes each. */
+/** Streams whose id ceiling the writer remembers (levelIdCeilings.ts): ~200 bytes each, 2 MB at most. */
 const ID_CEILING_STREAMS = 10_000;
 
 /** Index entries rebuilt from the log per batch when the indexes are behind it (at open). */

@@ -29,10 +29,11 @@ export const streamRange = (streamId: string): { gte: string; lt: string } => ({
 });
 
 export const headKey = (streamId: string): string => `h\u0000${streamId}`;
-export const eventIdKey = (streamId: string, eventId: string): string => `e\u0000${streamId}\u0000${eventId}`;
+const eventIdPrefix = (streamId: string): string => `e\u0000${streamId}\u0000`;
+export const eventIdKey = (streamId: string, eventId: string): string => eventIdPrefix(streamId) + eventId;
 /** A stream's id entries: their keys sort by event id. */
 export const eventIdRange = (streamId: string): { gte: string; lt: string } => ({
-  gte: `e\u0000${streamId}\u0000`,
+  gte: eventIdPrefix(streamId),
   lt: `e\u0000${streamId}\u0001`,
 });
 /** A key and its value, as put in a batch. */
