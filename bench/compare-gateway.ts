@@ -24,11 +24,15 @@
  * against the same build with it. With BARE_HEADERS=1 a second bare proxy also sends the seven
  * headers the gateway adds: what writing them costs Node alone. With VIA=bearer the gateways
  * are called with the token in an Authorization header (POST /eth) instead of in the path.
+ * With THREADS=1 each throughput run also prints the CPU per request of the process's threads
+ * (the event loop first, then the busiest: the storage thread, LevelDB's compaction thread,
+ * libuv's pool and V8's helpers have no names to tell them apart), and the end of the run what
+ * each LevelDB store of a ROLE=all gateway wrote in compactions (from its LOG).
  *
  *   npx tsx bench/compare-gateway.ts [role] [embedded] [redis]   (default: role; ROUNDS=3, SECONDS=3, or 10 with MEASURE=latency)
  */
-import { cpSync, mkdirSync } from 'node:fs';
-import { join } from 'node:path';
+import { cpSync, mkdirSync, readdirSync, readFileSync } from 'node:fs';
+import { basename, dirname, join } from 'node:path';
 import { measuredThroughput, pacedLatency, pacedWarmUp, type Throughput, wrk } from './lib/load.js';
 import { measureAlone, Processes, requireTool, runMain, timeLimit, waitForIdle } from './lib/processes.js';
 import { log } from './lib/report.js';
@@ -66,6 +70,31 @@ interface Target {
   ingests: boolean;
   /** Its Redis: kept running while it is measured alone. */
   needs: number[];
+  /** Its DATA_DIR, for a gateway. */
+  dataDir?: string;
+}
+
+const THREADS = process.env.THREADS === '1';
+/** Threads named one by one in a THREADS=1 line (after the event loop); the rest are summed. */
+const THREADS_SHOWN = 3;
+
+function describeThreads(run: Throughput): string {
+  const [main, ...others] = run.threadUsPerRequest;
+  const shown = others.slice(0, THREADS_SHOWN).map((t) => t.us.toFixed(1));
+  const rest = others.slice(THREADS_SHOWN);
+  const restUs = rest.reduce((sum, t) => sum + t.us, 0);
+  return `; threads µs/req: event loop ${main?.main ? main.us.toFixed(1) : '?'}, others ${shown.join(', ')}${rest.length > 0 ? `, ${rest.length} more ${restUs.toFixed(1)}` : ''}`;
+}
+
+/** What each LevelDB store under `dataDir` wrote in compactions so far, from its LOG ("... => N bytes"). */
+function compactionOutput(dataDir: string): string {
+  const stores = readdirSync(dataDir, { recursive: true, encoding: 'utf8' }).filter((path) => basename(path) === 'LOG');
+  return stores
+    .map((log) => {
+      const bytes = readFileSync(join(dataDir, log), 'utf8').split('\n').reduce((sum, line) => sum + Number(/=> (\d+) bytes/.exec(line)?.[1] ?? 0), 0);
+      return `${dirname(log)} ${(bytes / 1e6).toFixed(1)} MB`;
+    })
+    .join(', ');
 }
 
 const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] as number;
@@ -121,7 +150,7 @@ async function main(): Promise<void> {
           env: without ? { BENCH_WITHOUT: without } : undefined,
         });
         pids.push(service.process.child.pid as number);
-        targets.push({ name, url: `${service.url}${gatewayPath}`, service, ingests: mode !== 'role', needs: redis ? [redis.process.child.pid as number] : [] });
+        targets.push({ name, url: `${service.url}${gatewayPath}`, service, ingests: mode !== 'role', needs: redis ? [redis.process.child.pid as number] : [], dataDir });
       }
     }
     for (const t of targets) {
@@ -146,13 +175,15 @@ async function main(): Promise<void> {
       for (const t of targets) {
         const { run, backlog } = runs.get(t) as { run: Throughput; backlog: string };
         ratios.set(t.name, [...(ratios.get(t.name) ?? []), { rps: run.rps / baseline.rps, cpu: run.cpuUsPerRequest / baseline.cpuUsPerRequest }]);
-        log(`round ${round}: ${t.name.padEnd(NAME_WIDTH)} ${String(Math.round(run.rps)).padStart(6)} req/s ${String(Math.round(run.cpuUsPerRequest)).padStart(4)} µs CPU/req, ${(run.rps / baseline.rps).toFixed(3)}× the bare proxy${backlog}`);
+        const threads = THREADS ? describeThreads(run) : '';
+        log(`round ${round}: ${t.name.padEnd(NAME_WIDTH)} ${String(Math.round(run.rps)).padStart(6)} req/s ${String(Math.round(run.cpuUsPerRequest)).padStart(4)} µs CPU/req, ${(run.rps / baseline.rps).toFixed(3)}× the bare proxy${backlog}${threads}`);
       }
     }
     for (const t of targets.slice(1)) {
       const r = ratios.get(t.name) ?? [];
       log(`median of ${r.length} rounds: ${t.name.padEnd(NAME_WIDTH)} ${median(r.map((x) => x.rps)).toFixed(3)}× the bare proxy's throughput, ${median(r.map((x) => x.cpu)).toFixed(3)}× its CPU per request`);
     }
+    if (THREADS) for (const t of targets) if (t.ingests && t.dataDir) log(`${t.name}: LevelDB compaction output so far: ${compactionOutput(t.dataDir)}`);
   } finally {
     await processes.stopAll();
   }

@@ -1,7 +1,7 @@
 import { execFile } from 'node:child_process';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { cpuSeconds, ROOT } from './processes.js';
+import { cpuSeconds, ROOT, threadCpuSeconds } from './processes.js';
 
 const run = promisify(execFile);
 
@@ -34,15 +34,23 @@ export interface Throughput {
   rps: number;
   /** CPU time (all threads) the measured process spent per request during the run. */
   cpuUsPerRequest: number;
+  /** The same per thread, busiest first, the main thread (the event loop) first of all; threads that took none left out. */
+  threadUsPerRequest: Array<{ tid: number; main: boolean; us: number }>;
 }
 
 /** A full-speed wrk run against `url`, with the CPU time process `pid` spent per request; fails on any failed request. */
 export async function measuredThroughput(name: string, url: string, pid: number, options: { seconds: number; connections: number }): Promise<Throughput> {
   const cpuBefore = cpuSeconds(pid);
+  const threadsBefore = threadCpuSeconds(pid);
   const run = await wrk(url, options);
-  const cpuUsPerRequest = ((cpuSeconds(pid) - cpuBefore) * 1e6) / run.requests;
+  const perRequest = (seconds: number): number => (seconds * 1e6) / run.requests;
+  const cpuUsPerRequest = perRequest(cpuSeconds(pid) - cpuBefore);
+  const threadUsPerRequest = [...threadCpuSeconds(pid)]
+    .map(([tid, seconds]) => ({ tid, main: tid === pid, us: perRequest(seconds - (threadsBefore.get(tid) ?? 0)) }))
+    .filter((t) => t.us > 0)
+    .sort((a, b) => Number(b.main) - Number(a.main) || b.us - a.us);
   if (run.failures > 0) throw new Error(`${name}: ${run.failures} failed requests under load:\n${run.output}`);
-  return { rps: run.requestsPerSecond, cpuUsPerRequest };
+  return { rps: run.requestsPerSecond, cpuUsPerRequest, threadUsPerRequest };
 }
 
 export interface PacedResult {

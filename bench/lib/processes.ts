@@ -1,5 +1,5 @@
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
-import { accessSync, constants, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { accessSync, constants, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { cpus, tmpdir } from 'node:os';
 import { delimiter, dirname, join, resolve } from 'node:path';
@@ -191,12 +191,29 @@ export async function measureAlone<T>(keep: number[], every: number[], ownCore: 
   }
 }
 
-/** CPU time (user + system, all threads) a process has used so far, in seconds, from /proc (Linux; 100 ticks/s). */
-export function cpuSeconds(pid: number): number {
-  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+/** User + system seconds from a /proc stat line (Linux; 100 ticks/s). */
+function statCpuSeconds(stat: string): number {
   // Fields after the command name, which is in parentheses and may hold spaces.
   const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
   return (Number(fields[11]) + Number(fields[12])) / 100;
+}
+
+/** CPU time (user + system, all threads) a process has used so far, in seconds, from /proc. */
+export function cpuSeconds(pid: number): number {
+  return statCpuSeconds(readFileSync(`/proc/${pid}/stat`, 'utf8'));
+}
+
+/** CPU time each thread of a process has used so far, in seconds, by thread id (the main thread's is the pid). */
+export function threadCpuSeconds(pid: number): Map<number, number> {
+  const threads = new Map<number, number>();
+  for (const tid of readdirSync(`/proc/${pid}/task`)) {
+    try {
+      threads.set(Number(tid), statCpuSeconds(readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8')));
+    } catch {
+      // the thread ended meanwhile
+    }
+  }
+  return threads;
 }
 
 /**
