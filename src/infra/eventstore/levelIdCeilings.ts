@@ -3,8 +3,8 @@
  * the append plan knows an id above it is new without a lookup. Usage events carry ids in time
  * order (src/domain/usage.ts), so nearly every id the ingester appends is above its stream's
  * ceiling. The lookups they no longer make were the store's costliest per event: each one that
- * missed charged LevelDB a "seek" on a table, and enough of them compact that table: 467 MB of
- * the index store's compactions for ~500,000 usage events against 135 MB without them
+ * missed charged LevelDB a "seek" on a table, and enough of them compact that table: 282 MB of
+ * the index store's compactions for ~450,000 usage events against 86 MB without them
  * (docs/decisions.md, "Usage event ids in time order").
  *
  * A ceiling is learnt once per stream from the id index (its last key: ids sort within their
