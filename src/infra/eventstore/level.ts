@@ -289,12 +289,17 @@ export class LevelEventStore implements EventStore {
   }
 
   /**
-   * The id ceilings of the group's streams not known yet, each from its last id entry. One that
+   * The id ceilings of the group's streams not known yet: '' for a stream without events (no
+   * read: a new account's or token's first append), else from its last id entry. One that
    * cannot be read stays unknown: its appends look every id up, as before ceilings.
    */
   private async learnCeilings(group: PendingAppend[]): Promise<void> {
     const unknown = new Set<string>();
-    for (const request of group) if (!this.ceilings.knows(request.streamId)) unknown.add(request.streamId);
+    for (const { streamId } of group) {
+      if (this.ceilings.knows(streamId)) continue;
+      if (this.index.head(streamId) === undefined) this.ceilings.learn(streamId, '');
+      else unknown.add(streamId);
+    }
     if (unknown.size === 0) return;
     await Promise.all(
       [...unknown].map(async (streamId) => {
