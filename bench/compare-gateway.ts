@@ -31,14 +31,15 @@
  *
  *   npx tsx bench/compare-gateway.ts [role] [embedded] [redis]   (default: role; ROUNDS=3, SECONDS=3, or 10 with MEASURE=latency)
  */
-import { cpSync, mkdirSync, readdirSync, readFileSync } from 'node:fs';
+import { cpSync, mkdirSync, readdirSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
+import { compactionBytes } from './lib/leveldb.js';
 import { measuredThroughput, pacedLatency, pacedWarmUp, type Throughput, wrk } from './lib/load.js';
 import { measureAlone, Processes, requireTool, runMain, timeLimit, waitForIdle } from './lib/processes.js';
 import { log } from './lib/report.js';
+import { allocationWindow, buildRevision, checkCall, type Service, seedOneToken, startBareProxy, startGateway, startRedis, startUpstream, writeBenchPlans } from './lib/services.js';
 import type { AllocationWindow } from './servers/allocationProbe.js';
 import { parseFeatures } from './servers/withoutFeatures.js';
-import { allocationWindow, buildRevision, checkCall, type Service, seedOneToken, startBareProxy, startGateway, startRedis, startUpstream, writeBenchPlans } from './lib/services.js';
 
 const MODES = ['role', 'embedded', 'redis'] as const;
 type Mode = (typeof MODES)[number];
@@ -86,15 +87,10 @@ function describeThreads(run: Throughput): string {
   return `; threads µs/req: event loop ${main?.main ? main.us.toFixed(1) : '?'}, others ${shown.join(', ')}${rest.length > 0 ? `, ${rest.length} more ${restUs.toFixed(1)}` : ''}`;
 }
 
-/** What each LevelDB store under `dataDir` wrote in compactions so far, from its LOG ("... => N bytes"). */
+/** What each LevelDB store under `dataDir` (a directory with a LOG) wrote in compactions so far. */
 function compactionOutput(dataDir: string): string {
-  const stores = readdirSync(dataDir, { recursive: true, encoding: 'utf8' }).filter((path) => basename(path) === 'LOG');
-  return stores
-    .map((log) => {
-      const bytes = readFileSync(join(dataDir, log), 'utf8').split('\n').reduce((sum, line) => sum + Number(/=> (\d+) bytes/.exec(line)?.[1] ?? 0), 0);
-      return `${dirname(log)} ${(bytes / 1e6).toFixed(1)} MB`;
-    })
-    .join(', ');
+  const stores = readdirSync(dataDir, { recursive: true, encoding: 'utf8' }).filter((path) => basename(path) === 'LOG').map(dirname);
+  return stores.map((store) => `${store} ${(compactionBytes(join(dataDir, store)) / 1e6).toFixed(1)} MB`).join(', ');
 }
 
 const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] as number;

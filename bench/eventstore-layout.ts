@@ -12,12 +12,13 @@
  *
  *   npx tsx bench/eventstore-layout.ts     (N=400000; one store, then two; ORDER=split for the reverse)
  */
-import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ClassicLevel } from 'classic-level';
 import { usageEventId } from '../src/domain/usage.js';
 import { eventIdEntry, headEntry, logKey, streamIndexEntry } from '../src/infra/eventstore/levelKeys.js';
+import { compactionBytes } from './lib/leveldb.js';
 import { runMain, timeLimit } from './lib/processes.js';
 import { log } from './lib/report.js';
 
@@ -30,9 +31,6 @@ const cpuSeconds = (): number => {
   const { user, system } = process.cpuUsage();
   return (user + system) / 1e6;
 };
-/** Bytes LevelDB wrote as compaction output, from its LOG ("... => N bytes"). */
-const compactionBytes = (dir: string): number =>
-  readFileSync(join(dir, 'LOG'), 'utf8').split('\n').reduce((sum, line) => sum + Number(/=> (\d+) bytes/.exec(line)?.[1] ?? 0), 0);
 const sizeBytes = (dir: string): number => readdirSync(dir).reduce((sum, f) => sum + statSync(join(dir, f)).size, 0);
 
 function usageEvent(seq: number, streamId: string, revision: number): { id: string; json: string } {

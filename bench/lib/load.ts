@@ -35,7 +35,7 @@ export interface Throughput {
   /** CPU time (all threads) the measured process spent per request during the run. */
   cpuUsPerRequest: number;
   /** The same per thread, busiest first, the main thread (the event loop) first of all; threads that took none left out. */
-  threadUsPerRequest: Array<{ tid: number; main: boolean; us: number }>;
+  threadUsPerRequest: Array<{ main: boolean; us: number }>;
 }
 
 /** A full-speed wrk run against `url`, with the CPU time process `pid` spent per request; fails on any failed request. */
@@ -46,7 +46,7 @@ export async function measuredThroughput(name: string, url: string, pid: number,
   const perRequest = (seconds: number): number => (seconds * 1e6) / run.requests;
   const cpuUsPerRequest = perRequest(cpuSeconds(pid) - cpuBefore);
   const threadUsPerRequest = [...threadCpuSeconds(pid)]
-    .map(([tid, seconds]) => ({ tid, main: tid === pid, us: perRequest(seconds - (threadsBefore.get(tid) ?? 0)) }))
+    .map(([tid, seconds]) => ({ main: tid === pid, us: perRequest(seconds - (threadsBefore.get(tid) ?? 0)) }))
     .filter((t) => t.us > 0)
     .sort((a, b) => Number(b.main) - Number(a.main) || b.us - a.us);
   if (run.failures > 0) throw new Error(`${name}: ${run.failures} failed requests under load:\n${run.output}`);
