@@ -67,6 +67,21 @@ describe.each(['on', 'off'])('STORAGE_THREAD=%s', (storageThread) => {
       expect(next).toMatchObject({ ok: true, granted: 1, caller: { tokenId: o.tokenId } });
     });
 
+    it('admits a token with an expiry until its date and refuses it with 401 from then on', async () => {
+      const o = await owner(t.app);
+      await t.app.inject({ method: 'PUT', url: `/api/v1/admin/accounts/${o.accountId}/plan`, headers: { authorization: `Bearer ${ADMIN_TOKEN}` }, payload: { plan: 'developer' } });
+      const created = await t.app.inject({ method: 'POST', url: '/api/v1/tokens', headers: o.auth, payload: { name: 'expiring', expires_in_days: 1 } });
+      expect(created.statusCode).toBe(201);
+      const { token, expires_at: expiresAt } = created.json() as { token: string; expires_at: string };
+      const gatekeeper = t.runtime.gateway?.gatekeeper;
+      if (!gatekeeper) throw new Error('no gateway in this runtime');
+      const at = async (nowMs: number) => gatekeeper.admit({ chain: 'eth', token, via: 'path', cost: 1, nowMs });
+      const expiry = Date.parse(expiresAt);
+      expect(await at(expiry - 1)).toMatchObject({ ok: true, granted: 1 });
+      expect(await at(expiry)).toMatchObject({ ok: false, status: 401 });
+      expect(await at(expiry + 86_400_000)).toMatchObject({ ok: false, status: 401 });
+    });
+
     it('refuses a mistyped or overlong token with 401 without reading the read model', async () => {
       const o = await newToken();
       const gatekeeper = t.runtime.gateway?.gatekeeper;
