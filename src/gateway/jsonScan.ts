@@ -72,11 +72,14 @@ export function skipValue(text: string, from: number): number {
 
 const decodeKey = (raw: string): string => (raw.includes('\\') ? (JSON.parse(raw) as string) : raw.slice(1, -1));
 
+/** What `scanMembers` calls for each member: module-level functions with a state, so a scan allocates no closure. */
+type MemberVisitor<S> = (state: S, text: string, keyStart: number, keyEnd: number, valueStart: number, valueEnd: number) => void;
+
 /**
  * Calls `visit` with each member of the object at `from`: its key's raw span (quotes included)
  * and its value's span, in order.
  */
-function scanMembers(text: string, from: number, visit: (keyStart: number, keyEnd: number, valueStart: number, valueEnd: number) => void): void {
+function scanMembers<S>(text: string, from: number, state: S, visit: MemberVisitor<S>): void {
   if (text.charCodeAt(from) !== 0x7b) throw new JsonScanError('object expected');
   let i = skipWhitespace(text, from + 1);
   if (text.charCodeAt(i) === 0x7d) return;
@@ -88,7 +91,7 @@ function scanMembers(text: string, from: number, visit: (keyStart: number, keyEn
     if (text.charCodeAt(i) !== 0x3a) throw new JsonScanError('colon expected');
     const valueStart = skipWhitespace(text, i + 1);
     const valueEnd = skipValue(text, valueStart);
-    visit(keyStart, keyEnd, valueStart, valueEnd);
+    visit(state, text, keyStart, keyEnd, valueStart, valueEnd);
     i = skipWhitespace(text, valueEnd);
     const sep = text.charCodeAt(i);
     if (sep === 0x7d) return;
@@ -97,34 +100,55 @@ function scanMembers(text: string, from: number, visit: (keyStart: number, keyEn
   }
 }
 
+const collectMember: MemberVisitor<Map<string, Span>> = (members, text, keyStart, keyEnd, valueStart, valueEnd) => {
+  members.set(decodeKey(text.slice(keyStart, keyEnd)), [valueStart, valueEnd]);
+};
+
 /** Spans of an object's members' values by key (the last of duplicate keys wins, like `JSON.parse`). */
 export function objectMembers(text: string, from: number): Map<string, Span> {
   const members = new Map<string, Span>();
-  scanMembers(text, from, (keyStart, keyEnd, valueStart, valueEnd) => {
-    members.set(decodeKey(text.slice(keyStart, keyEnd)), [valueStart, valueEnd]);
-  });
+  scanMembers(text, from, members, collectMember);
   return members;
 }
 
-/** Whether the raw key at `keyStart..keyEnd` (quotes included) is `key`, without making a string of it unless it holds escapes. */
+/**
+ * Whether the raw key at `keyStart..keyEnd` (quotes included) is `key` (which holds no
+ * backslash), without making a string of it unless it holds escapes: a raw key as long as `key`
+ * is `key` only written as it is, and only a longer one can be `key` with escapes.
+ */
 function isKey(text: string, keyStart: number, keyEnd: number, key: string): boolean {
+  const rawLength = keyEnd - keyStart - 2;
+  if (rawLength === key.length) return text.startsWith(key, keyStart + 1);
+  if (rawLength < key.length) return false;
   for (let i = keyStart + 1; i < keyEnd - 1; i++) {
     if (text.charCodeAt(i) === BACKSLASH) return decodeKey(text.slice(keyStart, keyEnd)) === key;
   }
-  return keyEnd - keyStart - 2 === key.length && text.startsWith(key, keyStart + 1);
+  return false;
 }
+
+class TwoMembers {
+  firstSpan: Span | undefined = undefined;
+  secondSpan: Span | undefined = undefined;
+
+  constructor(
+    readonly first: string,
+    readonly second: string,
+  ) {}
+}
+
+const findTwoMembers: MemberVisitor<TwoMembers> = (found, text, keyStart, keyEnd, valueStart, valueEnd) => {
+  if (isKey(text, keyStart, keyEnd, found.first)) found.firstSpan = [valueStart, valueEnd];
+  else if (isKey(text, keyStart, keyEnd, found.second)) found.secondSpan = [valueStart, valueEnd];
+};
 
 /**
  * The value spans of two members (undefined where absent; the last of duplicates wins, like
  * `JSON.parse`): what a JSON-RPC call needs of its object, found without a map or key strings.
  */
 export function twoMembers(text: string, from: number, first: string, second: string): [Span | undefined, Span | undefined] {
-  const found: [Span | undefined, Span | undefined] = [undefined, undefined];
-  scanMembers(text, from, (keyStart, keyEnd, valueStart, valueEnd) => {
-    if (isKey(text, keyStart, keyEnd, first)) found[0] = [valueStart, valueEnd];
-    else if (isKey(text, keyStart, keyEnd, second)) found[1] = [valueStart, valueEnd];
-  });
-  return found;
+  const found = new TwoMembers(first, second);
+  scanMembers(text, from, found, findTwoMembers);
+  return [found.firstSpan, found.secondSpan];
 }
 
 /** Spans of an array's elements. */

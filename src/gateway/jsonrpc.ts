@@ -48,31 +48,32 @@ export function decodeUtf8(body: Buffer): string | null {
 
 const isPlainObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 
+const invalidMember = (index: number, idText: string, code: number, message: string, method: string | null = null): RpcInvalid => ({
+  kind: 'invalid',
+  index,
+  idText,
+  code,
+  message,
+  method,
+});
+
 function validateMember(value: unknown, text: string, span: Span, index: number): RpcMember {
-  const invalid = (idText: string, code: number, message: string, method: string | null = null): RpcInvalid => ({
-    kind: 'invalid',
-    index,
-    idText,
-    code,
-    message,
-    method,
-  });
-  if (!isPlainObject(value)) return invalid('null', RpcCode.invalidRequest, 'Invalid Request: a call must be a JSON object');
+  if (!isPlainObject(value)) return invalidMember(index, 'null', RpcCode.invalidRequest, 'Invalid Request: a call must be a JSON object');
   const [idSpan, paramsSpan] = twoMembers(text, span[0], 'id', 'params');
   const hasId = Object.hasOwn(value, 'id');
   const id = value.id;
   if (hasId && id !== null && typeof id !== 'string' && typeof id !== 'number') {
-    return invalid('null', RpcCode.invalidRequest, 'Invalid Request: id must be a string, a number or null');
+    return invalidMember(index, 'null', RpcCode.invalidRequest, 'Invalid Request: id must be a string, a number or null');
   }
   const idText = hasId && idSpan ? text.slice(idSpan[0], idSpan[1]) : undefined;
   const echoId = idText ?? 'null';
   const method = typeof value.method === 'string' ? value.method : null;
-  if (value.jsonrpc !== '2.0') return invalid(echoId, RpcCode.invalidRequest, 'Invalid Request: jsonrpc must be "2.0"', method);
-  if (method === null || method === '') return invalid(echoId, RpcCode.invalidRequest, 'Invalid Request: method must be a non-empty string');
-  if (method.length > MAX_METHOD_LENGTH) return invalid(echoId, RpcCode.invalidRequest, 'Invalid Request: method name too long');
+  if (value.jsonrpc !== '2.0') return invalidMember(index, echoId, RpcCode.invalidRequest, 'Invalid Request: jsonrpc must be "2.0"', method);
+  if (method === null || method === '') return invalidMember(index, echoId, RpcCode.invalidRequest, 'Invalid Request: method must be a non-empty string');
+  if (method.length > MAX_METHOD_LENGTH) return invalidMember(index, echoId, RpcCode.invalidRequest, 'Invalid Request: method name too long');
   const params = value.params;
   if (Object.hasOwn(value, 'params') && (typeof params !== 'object' || params === null)) {
-    return invalid(echoId, RpcCode.invalidParams, 'Invalid params: params must be an array or an object', method);
+    return invalidMember(index, echoId, RpcCode.invalidParams, 'Invalid params: params must be an array or an object', method);
   }
   return {
     kind: 'call',
