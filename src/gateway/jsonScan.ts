@@ -126,6 +126,7 @@ function isKey(text: string, keyStart: number, keyEnd: number, key: string): boo
   return false;
 }
 
+/** A `twoMembers` scan's keys and what it found of them so far. */
 class TwoMembers {
   firstSpan: Span | undefined = undefined;
   secondSpan: Span | undefined = undefined;

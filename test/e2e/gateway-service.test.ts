@@ -20,13 +20,15 @@ const rpc = (path: string, body: unknown, headers: Record<string, string> = {}) 
   fetch(`${base}${path}`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(body) });
 const blockNumber = { jsonrpc: '2.0', id: 1, method: 'eth_blockNumber', params: [] };
 
-async function newToken(plan?: string) {
+/** A new owner's token, on `plan` if given, with the token's other fields (`expires_in_days`...) if given. */
+async function newToken(plan?: string, fields: Record<string, unknown> = {}) {
   const o = await owner(t.app);
   if (plan) {
     await t.app.inject({ method: 'PUT', url: `/api/v1/admin/accounts/${o.accountId}/plan`, headers: { authorization: `Bearer ${ADMIN_TOKEN}` }, payload: { plan } });
   }
-  const res = await t.app.inject({ method: 'POST', url: '/api/v1/tokens', headers: o.auth, payload: { name: 'svc' } });
-  return { ...o, token: res.json().token as string, tokenId: res.json().id as string };
+  const res = await t.app.inject({ method: 'POST', url: '/api/v1/tokens', headers: o.auth, payload: { name: 'svc', ...fields } });
+  if (res.statusCode !== 201) throw new Error(`token not created: ${res.body}`);
+  return { ...o, token: res.json().token as string, tokenId: res.json().id as string, expiresAt: res.json().expires_at as string | null };
 }
 
 const usageOf = async (accountId: string): Promise<UsageRecord[]> =>
@@ -68,11 +70,8 @@ describe.each(['on', 'off'])('STORAGE_THREAD=%s', (storageThread) => {
     });
 
     it('admits a token with an expiry until its date and refuses it with 401 from then on', async () => {
-      const o = await owner(t.app);
-      await t.app.inject({ method: 'PUT', url: `/api/v1/admin/accounts/${o.accountId}/plan`, headers: { authorization: `Bearer ${ADMIN_TOKEN}` }, payload: { plan: 'developer' } });
-      const created = await t.app.inject({ method: 'POST', url: '/api/v1/tokens', headers: o.auth, payload: { name: 'expiring', expires_in_days: 1 } });
-      expect(created.statusCode).toBe(201);
-      const { token, expires_at: expiresAt } = created.json() as { token: string; expires_at: string };
+      const { token, expiresAt } = await newToken('developer', { expires_in_days: 1 });
+      if (expiresAt === null) throw new Error('the token has no expiry');
       const gatekeeper = t.runtime.gateway?.gatekeeper;
       if (!gatekeeper) throw new Error('no gateway in this runtime');
       const at = async (nowMs: number) => gatekeeper.admit({ chain: 'eth', token, via: 'path', cost: 1, nowMs });
