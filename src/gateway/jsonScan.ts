@@ -2,8 +2,10 @@
  * A minimal JSON scanner that finds where values start and end without building them. The
  * gateway uses it to forward ids, params and results byte for byte: `JSON.parse` would round
  * large integers (ids, Solana lamports) and re-serialising a big result costs time for nothing.
- * It trusts its input to be JSON (requests are `JSON.parse`d first) but never loops forever on
- * garbage (upstream answers): malformed input throws `JsonScanError`.
+ * Two ways to scan: trusting (`skipValue`, for upstream answers: fast, and it never loops forever
+ * on garbage) and checked (`checkedValueEnd`, for requests: it accepts exactly what `JSON.parse`
+ * accepts, so a request is checked and read in one pass). Malformed input throws
+ * `JsonScanError`.
  */
 export class JsonScanError extends Error {
   constructor(message: string) {
@@ -70,31 +72,133 @@ export function skipValue(text: string, from: number): number {
   return i;
 }
 
+const isDigit = (c: number): boolean => c >= 0x30 && c <= 0x39;
+const isHexDigit = (c: number): boolean => isDigit(c) || (c >= 0x41 && c <= 0x46) || (c >= 0x61 && c <= 0x66);
+/** What may follow a backslash, besides `u` and four hex digits: " \ / b f n r t. */
+const SINGLE_ESCAPES = new Set([0x22, 0x5c, 0x2f, 0x62, 0x66, 0x6e, 0x72, 0x74]);
+
+/** `from` is at an opening quote; returns the index just past the string, checked as `JSON.parse` checks it. */
+export function checkedStringEnd(text: string, from: number): number {
+  for (let i = from + 1; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c === QUOTE) return i + 1;
+    if (c < 0x20) throw new JsonScanError(`control character in string at ${i}`);
+    if (c !== BACKSLASH) continue;
+    const escaped = text.charCodeAt(++i);
+    if (escaped === 0x75) {
+      for (let k = 1; k <= 4; k++) if (!isHexDigit(text.charCodeAt(i + k))) throw new JsonScanError(`\\u escape without four hex digits at ${i}`);
+      i += 4;
+    } else if (!SINGLE_ESCAPES.has(escaped)) throw new JsonScanError(`invalid escape at ${i}`);
+  }
+  throw new JsonScanError('unterminated string');
+}
+
+function digitsEnd(text: string, from: number): number {
+  if (!isDigit(text.charCodeAt(from))) throw new JsonScanError(`digit expected at ${from}`);
+  let i = from + 1;
+  while (isDigit(text.charCodeAt(i))) i++;
+  return i;
+}
+
+/** `from` is at a `-` or a digit; returns the index just past the number, checked against JSON's grammar. */
+function checkedNumberEnd(text: string, from: number): number {
+  let i = text.charCodeAt(from) === 0x2d ? from + 1 : from;
+  i = text.charCodeAt(i) === 0x30 ? i + 1 : digitsEnd(text, i);
+  if (text.charCodeAt(i) === 0x2e) i = digitsEnd(text, i + 1);
+  const e = text.charCodeAt(i);
+  if (e === 0x65 || e === 0x45) {
+    const sign = text.charCodeAt(i + 1);
+    i = digitsEnd(text, sign === 0x2b || sign === 0x2d ? i + 2 : i + 1);
+  }
+  return i;
+}
+
+/** At a member's key in a checked object: the index where the member's value starts. */
+function checkedMemberValueStart(text: string, keyStart: number): number {
+  if (text.charCodeAt(keyStart) !== QUOTE) throw new JsonScanError(`key expected at ${keyStart}`);
+  const colon = skipWhitespace(text, checkedStringEnd(text, keyStart));
+  if (text.charCodeAt(colon) !== 0x3a) throw new JsonScanError(`colon expected at ${colon}`);
+  return skipWhitespace(text, colon + 1);
+}
+
+/**
+ * The closing bracket of each container a checked scan is in: a stack instead of recursion, so
+ * nesting as deep as a body can hold cannot overflow the call stack. Module-level, so a scan
+ * allocates nothing (scans never run inside one another).
+ */
+const openContainers: number[] = [];
+/** A stack grown by a deeply nested body is let go once it passes this, not kept for the process's life. */
+const KEPT_DEPTH = 1024;
+
+/**
+ * `from` is at the first character of a value; returns the index just past it, having checked
+ * it as `JSON.parse` would (strings, escapes, numbers, literals, nesting).
+ */
+export function checkedValueEnd(text: string, from: number): number {
+  if (openContainers.length > KEPT_DEPTH) openContainers.length = 0;
+  let depth = 0;
+  let i = from;
+  for (;;) {
+    const c = text.charCodeAt(i);
+    if (c === QUOTE) i = checkedStringEnd(text, i);
+    else if (c === 0x7b || c === 0x5b) {
+      const close = c + 2; // } and ] follow { and [ by two code points
+      i = skipWhitespace(text, i + 1);
+      if (text.charCodeAt(i) === close) i++;
+      else {
+        openContainers[depth++] = close;
+        if (close === 0x7d) i = checkedMemberValueStart(text, i);
+        continue;
+      }
+    } else if (c === 0x2d || isDigit(c)) i = checkedNumberEnd(text, i);
+    else if (text.startsWith('true', i) || text.startsWith('null', i)) i += 4;
+    else if (text.startsWith('false', i)) i += 5;
+    else throw new JsonScanError(`value expected at ${i}`);
+    // After a value: close the containers that end here, then on to the next element or member.
+    for (;;) {
+      if (depth === 0) return i;
+      i = skipWhitespace(text, i);
+      const close = openContainers[depth - 1];
+      const sep = text.charCodeAt(i);
+      if (sep === close) {
+        depth--;
+        i++;
+        continue;
+      }
+      if (sep !== 0x2c) throw new JsonScanError(`comma or closing bracket expected at ${i}`);
+      i = skipWhitespace(text, i + 1);
+      if (close === 0x7d) i = checkedMemberValueStart(text, i);
+      break;
+    }
+  }
+}
+
 const decodeKey = (raw: string): string => (raw.includes('\\') ? (JSON.parse(raw) as string) : raw.slice(1, -1));
 
 /** What `scanMembers` calls for each member: module-level functions with a state, so a scan allocates no closure. */
-type MemberVisitor<S> = (state: S, text: string, keyStart: number, keyEnd: number, valueStart: number, valueEnd: number) => void;
+export type MemberVisitor<S> = (state: S, text: string, keyStart: number, keyEnd: number, valueStart: number, valueEnd: number) => void;
 
 /**
  * Calls `visit` with each member of the object at `from`: its key's raw span (quotes included)
- * and its value's span, in order.
+ * and its value's span, in order. Returns the index just past the object. `checked`: keys and
+ * values are checked as `JSON.parse` would (checkedValueEnd); otherwise trusted (skipValue).
  */
-function scanMembers<S>(text: string, from: number, state: S, visit: MemberVisitor<S>): void {
+export function scanMembers<S>(text: string, from: number, state: S, visit: MemberVisitor<S>, checked = false): number {
   if (text.charCodeAt(from) !== 0x7b) throw new JsonScanError('object expected');
   let i = skipWhitespace(text, from + 1);
-  if (text.charCodeAt(i) === 0x7d) return;
+  if (text.charCodeAt(i) === 0x7d) return i + 1;
   for (;;) {
     if (text.charCodeAt(i) !== QUOTE) throw new JsonScanError('key expected');
-    const keyEnd = skipString(text, i);
+    const keyEnd = checked ? checkedStringEnd(text, i) : skipString(text, i);
     const keyStart = i;
     i = skipWhitespace(text, keyEnd);
     if (text.charCodeAt(i) !== 0x3a) throw new JsonScanError('colon expected');
     const valueStart = skipWhitespace(text, i + 1);
-    const valueEnd = skipValue(text, valueStart);
+    const valueEnd = checked ? checkedValueEnd(text, valueStart) : skipValue(text, valueStart);
     visit(state, text, keyStart, keyEnd, valueStart, valueEnd);
     i = skipWhitespace(text, valueEnd);
     const sep = text.charCodeAt(i);
-    if (sep === 0x7d) return;
+    if (sep === 0x7d) return i + 1;
     if (sep !== 0x2c) throw new JsonScanError('comma or } expected');
     i = skipWhitespace(text, i + 1);
   }
@@ -116,7 +220,7 @@ export function objectMembers(text: string, from: number): Map<string, Span> {
  * backslash), without making a string of it unless it holds escapes: a raw key as long as `key`
  * is `key` only written as it is, and only a longer one can be `key` with escapes.
  */
-function isKey(text: string, keyStart: number, keyEnd: number, key: string): boolean {
+export function isKey(text: string, keyStart: number, keyEnd: number, key: string): boolean {
   const rawLength = keyEnd - keyStart - 2;
   if (rawLength === key.length) return text.startsWith(key, keyStart + 1);
   if (rawLength < key.length) return false;
@@ -124,32 +228,6 @@ function isKey(text: string, keyStart: number, keyEnd: number, key: string): boo
     if (text.charCodeAt(i) === BACKSLASH) return decodeKey(text.slice(keyStart, keyEnd)) === key;
   }
   return false;
-}
-
-/** A `twoMembers` scan's keys and what it found of them so far. */
-class TwoMembers {
-  firstSpan: Span | undefined = undefined;
-  secondSpan: Span | undefined = undefined;
-
-  constructor(
-    readonly first: string,
-    readonly second: string,
-  ) {}
-}
-
-const findTwoMembers: MemberVisitor<TwoMembers> = (found, text, keyStart, keyEnd, valueStart, valueEnd) => {
-  if (isKey(text, keyStart, keyEnd, found.first)) found.firstSpan = [valueStart, valueEnd];
-  else if (isKey(text, keyStart, keyEnd, found.second)) found.secondSpan = [valueStart, valueEnd];
-};
-
-/**
- * The value spans of two members (undefined where absent; the last of duplicates wins, like
- * `JSON.parse`): what a JSON-RPC call needs of its object, found without a map or key strings.
- */
-export function twoMembers(text: string, from: number, first: string, second: string): [Span | undefined, Span | undefined] {
-  const found = new TwoMembers(first, second);
-  scanMembers(text, from, found, findTwoMembers);
-  return [found.firstSpan, found.secondSpan];
 }
 
 /** Spans of an array's elements. */

@@ -1,5 +1,5 @@
 import { RpcCode } from './errors.js';
-import { arrayElements, documentStart, JsonScanError, objectMembers, type Span, twoMembers } from './jsonScan.js';
+import { arrayElements, checkedValueEnd, documentStart, isKey, JsonScanError, type MemberVisitor, objectMembers, scanMembers, skipWhitespace } from './jsonScan.js';
 
 /**
  * JSON-RPC 2.0 bodies: parsing and validation (single and batch), the body sent upstream, and
@@ -57,60 +57,133 @@ const invalidMember = (index: number, idText: string, code: number, message: str
   method,
 });
 
-function validateMember(value: unknown, text: string, span: Span, index: number): RpcMember {
-  if (!isPlainObject(value)) return invalidMember(index, 'null', RpcCode.invalidRequest, 'Invalid Request: a call must be a JSON object');
-  const [idSpan, paramsSpan] = twoMembers(text, span[0], 'id', 'params');
-  const hasId = Object.hasOwn(value, 'id');
-  const id = value.id;
-  if (hasId && id !== null && typeof id !== 'string' && typeof id !== 'number') {
+/**
+ * Where a call object's four JSON-RPC members are (start -1: absent; the last of duplicate keys
+ * wins, as in `JSON.parse`), found in the pass that checks the object: no parsed object, no
+ * key strings.
+ */
+class CallMembers {
+  jsonrpcStart = -1;
+  jsonrpcEnd = -1;
+  idStart = -1;
+  idEnd = -1;
+  methodStart = -1;
+  methodEnd = -1;
+  paramsStart = -1;
+  paramsEnd = -1;
+}
+
+const findCallMember: MemberVisitor<CallMembers> = (found, text, keyStart, keyEnd, valueStart, valueEnd) => {
+  if (isKey(text, keyStart, keyEnd, 'method')) {
+    found.methodStart = valueStart;
+    found.methodEnd = valueEnd;
+  } else if (isKey(text, keyStart, keyEnd, 'params')) {
+    found.paramsStart = valueStart;
+    found.paramsEnd = valueEnd;
+  } else if (isKey(text, keyStart, keyEnd, 'id')) {
+    found.idStart = valueStart;
+    found.idEnd = valueEnd;
+  } else if (isKey(text, keyStart, keyEnd, 'jsonrpc')) {
+    found.jsonrpcStart = valueStart;
+    found.jsonrpcEnd = valueEnd;
+  }
+};
+
+/** A checked JSON string's value: most have no escape to undo. */
+const stringValue = (token: string): string => (token.includes('\\') ? (JSON.parse(token) as string) : token.slice(1, -1));
+
+const isNumberStart = (c: number): boolean => c === 0x2d || (c >= 0x30 && c <= 0x39);
+
+/** The member a call object's parts make, by the spec's rules in order. */
+function callFrom(text: string, found: CallMembers, index: number): RpcMember {
+  const idFirst = found.idStart < 0 ? -1 : text.charCodeAt(found.idStart);
+  const idIsNumber = isNumberStart(idFirst);
+  if (idFirst >= 0 && !idIsNumber && idFirst !== 0x22 && !text.startsWith('null', found.idStart)) {
     return invalidMember(index, 'null', RpcCode.invalidRequest, 'Invalid Request: id must be a string, a number or null');
   }
-  const idText = hasId && idSpan ? text.slice(idSpan[0], idSpan[1]) : undefined;
+  const idText = found.idStart < 0 ? undefined : text.slice(found.idStart, found.idEnd);
   const echoId = idText ?? 'null';
-  const method = typeof value.method === 'string' ? value.method : null;
-  if (value.jsonrpc !== '2.0') return invalidMember(index, echoId, RpcCode.invalidRequest, 'Invalid Request: jsonrpc must be "2.0"', method);
+  const method = found.methodStart >= 0 && text.charCodeAt(found.methodStart) === 0x22 ? stringValue(text.slice(found.methodStart, found.methodEnd)) : null;
+  const jsonrpc = found.jsonrpcStart >= 0 && text.charCodeAt(found.jsonrpcStart) === 0x22 ? stringValue(text.slice(found.jsonrpcStart, found.jsonrpcEnd)) : null;
+  if (jsonrpc !== '2.0') return invalidMember(index, echoId, RpcCode.invalidRequest, 'Invalid Request: jsonrpc must be "2.0"', method);
   if (method === null || method === '') return invalidMember(index, echoId, RpcCode.invalidRequest, 'Invalid Request: method must be a non-empty string');
   if (method.length > MAX_METHOD_LENGTH) return invalidMember(index, echoId, RpcCode.invalidRequest, 'Invalid Request: method name too long');
-  const params = value.params;
-  if (Object.hasOwn(value, 'params') && (typeof params !== 'object' || params === null)) {
+  const paramsFirst = found.paramsStart < 0 ? -1 : text.charCodeAt(found.paramsStart);
+  if (paramsFirst >= 0 && paramsFirst !== 0x7b && paramsFirst !== 0x5b) {
     return invalidMember(index, echoId, RpcCode.invalidParams, 'Invalid params: params must be an array or an object', method);
   }
   return {
     kind: 'call',
     index,
     idText,
-    idIsFragile: typeof id === 'number' && !Number.isSafeInteger(id),
+    idIsFragile: idIsNumber && !Number.isSafeInteger(Number(idText)),
     method,
-    paramsText: paramsSpan ? text.slice(paramsSpan[0], paramsSpan[1]) : undefined,
+    paramsText: paramsFirst < 0 ? undefined : text.slice(found.paramsStart, found.paramsEnd),
   };
 }
 
+/** The JSON value at `from`, checked, as a call: the member it makes and the index just past it. */
+function readMember(text: string, from: number, index: number): [RpcMember, number] {
+  if (text.charCodeAt(from) !== 0x7b) {
+    return [invalidMember(index, 'null', RpcCode.invalidRequest, 'Invalid Request: a call must be a JSON object'), checkedValueEnd(text, from)];
+  }
+  const found = new CallMembers();
+  const end = scanMembers(text, from, found, findCallMember, true);
+  return [callFrom(text, found, index), end];
+}
+
+/** Past `end` only whitespace may follow the document. */
+function expectDocumentEnd(text: string, end: number): void {
+  if (skipWhitespace(text, end) !== text.length) throw new JsonScanError(`unexpected text at ${end}`);
+}
+
+/**
+ * A batch's members, checked and read in one pass. Past `maxBatch` members the rest is only
+ * checked, so an oversized batch costs no member objects and still gets its parse error first.
+ */
+function readBatch(text: string, from: number, maxBatch: number): ParsedRpc {
+  const members: RpcMember[] = [];
+  let count = 0;
+  let i = skipWhitespace(text, from + 1);
+  if (text.charCodeAt(i) !== 0x5d) {
+    for (;;) {
+      let end: number;
+      if (count < maxBatch) {
+        const [member, memberEnd] = readMember(text, i, count);
+        members.push(member);
+        end = memberEnd;
+      } else end = checkedValueEnd(text, i);
+      count++;
+      i = skipWhitespace(text, end);
+      const sep = text.charCodeAt(i);
+      if (sep === 0x5d) break;
+      if (sep !== 0x2c) throw new JsonScanError(`comma or ] expected at ${i}`);
+      i = skipWhitespace(text, i + 1);
+    }
+  }
+  expectDocumentEnd(text, i + 1);
+  if (count === 0) return { kind: 'error', status: 400, code: RpcCode.invalidRequest, message: 'Invalid Request: empty batch' };
+  if (count > maxBatch) {
+    return { kind: 'error', status: 413, code: RpcCode.invalidRequest, message: `Invalid Request: a batch of ${count} calls exceeds the limit of ${maxBatch}` };
+  }
+  return { kind: 'batch', members };
+}
+
+/**
+ * A request body, checked and read in one pass (what `JSON.parse` accepts, and nothing else, is
+ * JSON here), without building the parsed value: ids and params stay as the caller wrote them.
+ */
 export function parseJsonRpc(body: Buffer, maxBatch: number): ParsedRpc {
   const text = decodeUtf8(body);
   if (text === null) return { kind: 'error', status: 400, code: RpcCode.parseError, message: 'Parse error: body is not valid UTF-8' };
   const start = documentStart(text);
-  let value: unknown;
   try {
-    value = JSON.parse(start === 0 ? text : text.slice(start));
-  } catch {
-    return { kind: 'error', status: 400, code: RpcCode.parseError, message: 'Parse error: body is not valid JSON' };
-  }
-  try {
-    if (!Array.isArray(value)) return { kind: 'single', member: validateMember(value, text, [start, text.length], 0) };
-    if (value.length === 0) return { kind: 'error', status: 400, code: RpcCode.invalidRequest, message: 'Invalid Request: empty batch' };
-    if (value.length > maxBatch) {
-      return {
-        kind: 'error',
-        status: 413,
-        code: RpcCode.invalidRequest,
-        message: `Invalid Request: a batch of ${value.length} calls exceeds the limit of ${maxBatch}`,
-      };
-    }
-    const spans = arrayElements(text, start);
-    return { kind: 'batch', members: value.map((member, i) => validateMember(member, text, spans[i] as Span, i)) };
+    if (text.charCodeAt(start) === 0x5b) return readBatch(text, start, maxBatch);
+    const [member, end] = readMember(text, start, 0);
+    expectDocumentEnd(text, end);
+    return { kind: 'single', member };
   } catch (err) {
-    // JSON.parse accepted the body, so the scanner cannot fail on it; stay safe if it ever does.
-    if (err instanceof JsonScanError) return { kind: 'error', status: 400, code: RpcCode.parseError, message: 'Parse error' };
+    if (err instanceof JsonScanError) return { kind: 'error', status: 400, code: RpcCode.parseError, message: 'Parse error: body is not valid JSON' };
     throw err;
   }
 }

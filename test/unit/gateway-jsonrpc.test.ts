@@ -10,7 +10,7 @@ import {
   singleUpstreamBody,
   splitBatchAnswer,
 } from '../../src/gateway/jsonrpc.js';
-import { arrayElements, JsonScanError, objectMembers, skipValue, twoMembers } from '../../src/gateway/jsonScan.js';
+import { arrayElements, checkedValueEnd, JsonScanError, objectMembers, skipValue, skipWhitespace } from '../../src/gateway/jsonScan.js';
 import { buildParams, restAnswerFromRpc } from '../../src/gateway/rest.js';
 
 /** The pure parts of the protocol layer. */
@@ -124,22 +124,166 @@ describe('jsonScan', () => {
     expect(arrayElements('[ 1 ,"]", [2,[3]] , {} ]', 0).map(([s, e]) => '[ 1 ,"]", [2,[3]] , {} ]'.slice(s, e))).toEqual(['1', '"]"', '[2,[3]]', '{}']);
   });
 
-  it('finds two members as JSON.parse would: escaped keys, the last duplicate, not a key that only starts alike', () => {
-    const text = '{"idx":5,"params":[1],"\\u0069d":"first","method":"m","id" : 7 ,"params\\"":0}';
-    const [id, params] = twoMembers(text, 0, 'id', 'params');
-    expect(text.slice(...(id as [number, number]))).toBe('7');
-    expect(text.slice(...(params as [number, number]))).toBe('[1]');
+  it('reads a call as JSON.parse would: escaped keys, the last duplicate, not a key that only starts alike', () => {
+    const text = '{"idx":5,"params":[1],"\\u0069d":"first","method":"m","id" : 7 ,"params\\"":0,"jsonrpc":"2.0"}';
     expect(JSON.parse(text)).toMatchObject({ id: 7, params: [1] });
-    const escapedLast = '{"id":1,"\\u0069d":"two"}';
-    expect(escapedLast.slice(...(twoMembers(escapedLast, 0, 'id', 'params')[0] as [number, number]))).toBe('"two"');
-    expect(twoMembers('{"jsonrpc":"2.0"}', 0, 'id', 'params')).toEqual([undefined, undefined]);
-    expect(twoMembers('{}', 0, 'id', 'params')).toEqual([undefined, undefined]);
-    expect(() => twoMembers('{"id":1', 0, 'id', 'params')).toThrow(JsonScanError);
+    expect(single(text)).toMatchObject({ kind: 'call', idText: '7', paramsText: '[1]', method: 'm' });
+    expect(single('{"id":1,"\\u0069d":"two","jsonrpc":"2\\u002e0","\\u006dethod":"eth\\u005fcall"}')).toMatchObject({ kind: 'call', idText: '"two"', method: 'eth_call' });
+    expect(single('{"jsonrpc":"2.0","method":"m"}')).toMatchObject({ idText: undefined, paramsText: undefined });
   });
 
   it('throws on garbage instead of looping', () => {
     for (const bad of ['{"a":1', '{"a" 1}', '[1 2]', '"open', '{a:1}', '[', '{"a":}']) {
       expect(() => (bad.startsWith('[') ? arrayElements(bad, 0) : bad.startsWith('{') ? objectMembers(bad, 0) : skipValue(bad, 0)), bad).toThrow(JsonScanError);
+    }
+  });
+});
+
+/** What JSON.parse says of a text: the oracle the checked scan is held to. */
+const parses = (text: string): boolean => {
+  try {
+    JSON.parse(text);
+    return true;
+  } catch {
+    return false;
+  }
+};
+
+const checks = (text: string): boolean => {
+  try {
+    return skipWhitespace(text, checkedValueEnd(text, skipWhitespace(text, 0))) === text.length;
+  } catch (err) {
+    if (err instanceof JsonScanError) return false;
+    throw err;
+  }
+};
+
+/** A seeded generator (mulberry32), so a failure can be replayed. */
+function prng(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = Math.imul(a ^ (a >>> 15), a | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/** JSON-RPC bodies and their near misses: valid documents with a few characters changed, dropped or added. */
+function jsonLikeTexts(count: number, seed: number): string[] {
+  const random = prng(seed);
+  const int = (n: number): number => Math.floor(random() * n);
+  const pick = <T>(xs: readonly T[]): T => xs[int(xs.length)] as T;
+  const scalars = ['0', '-0', '1.5', '-2e10', '1E+2', '12345678901234567890', '"x"', '"\\u00e9\\n"', '"\\"q\\\\"', 'true', 'false', 'null', '"0x1f"', '""'];
+  const value = (depth: number): string => {
+    const roll = int(depth > 3 ? 1 : 4);
+    if (roll === 0) return pick(scalars);
+    if (roll === 1) return `[${Array.from({ length: int(4) }, () => value(depth + 1)).join(',')}]`;
+    return `{${Array.from({ length: int(4) }, () => `${pick(['"a"', '"id"', '"params"', '"\\u0069d"', '"method"'])}:${value(depth + 1)}`).join(',')}}`;
+  };
+  const call = (): string => {
+    const members = [`"jsonrpc":${pick(['"2.0"', '"2.0"', '"1.0"', '2', '"2\\u002e0"'])}`, `"method":${pick(['"eth_call"', '"m"', '""', '5', 'null'])}`];
+    if (int(4) > 0) members.push(`"id":${pick([...scalars, '{}', '[1]'])}`);
+    if (int(4) > 0) members.push(`"params":${value(1)}`);
+    if (int(5) === 0) members.push(`"extra":${value(1)}`);
+    members.sort(() => random() - 0.5);
+    return `{${members.join(pick([',', ' , ', ',\n']))}}`;
+  };
+  const mutate = (text: string): string => {
+    let t = text;
+    for (let n = int(3); n >= 0; n--) {
+      const at = int(t.length + 1);
+      const roll = int(3);
+      const ch = pick(['"', '\\', '{', '}', '[', ']', ',', ':', ' ', '-', '.', 'e', '0', '1', 'u', 'n', '\u0001', '\u00e9', '\n']);
+      if (roll === 0) t = t.slice(0, at) + ch + t.slice(at);
+      else if (roll === 1) t = t.slice(0, at) + t.slice(at + 1);
+      else t = t.slice(0, at) + ch + t.slice(at + 1);
+    }
+    return t;
+  };
+  return Array.from({ length: count }, () => {
+    const doc = int(3) === 0 ? `[${Array.from({ length: 1 + int(3) }, call).join(',')}]` : int(8) === 0 ? value(0) : call();
+    return int(2) === 0 ? doc : mutate(doc);
+  });
+}
+
+describe('checked JSON', () => {
+  it.each([
+    ['{"a":[1,{"b":null}],"c":"\\u00e9\\t"}', true],
+    ['  [ ]  ', true],
+    ['-0.5e-7', true],
+    ['"\\/"', true],
+    ['[[[[[[[[[[[]]]]]]]]]]]', true],
+    ['01', false],
+    ['1.', false],
+    ['.5', false],
+    ['-', false],
+    ['1e', false],
+    ['+1', false],
+    ['"\\x"', false],
+    ['"\\u12g4"', false],
+    ['"tab\there"', false],
+    ['[1,]', false],
+    ['{"a":1,}', false],
+    ['{"a" 1}', false],
+    ['{1:1}', false],
+    ['[1 2]', false],
+    ['tru', false],
+    ['nul', false],
+    ['NaN', false],
+    ['', false],
+    ['[', false],
+    ['{"a":1}}', false],
+  ])('%j is JSON: %s, as JSON.parse says', (text, valid) => {
+    expect(parses(text)).toBe(valid);
+    expect(checks(text)).toBe(valid);
+  });
+
+  it('accepts exactly what JSON.parse accepts, over thousands of near-valid bodies', () => {
+    const texts = jsonLikeTexts(20_000, 20261125);
+    const disagree = texts.filter((t) => parses(t) !== checks(t));
+    expect(disagree).toEqual([]);
+    // Both sides are exercised: the fuzz is not all valid or all garbage.
+    const valid = texts.filter(parses).length;
+    expect(valid).toBeGreaterThan(4_000);
+    expect(valid).toBeLessThan(16_000);
+  });
+
+  it('takes nesting as deep as a body can hold without overflowing the stack', () => {
+    const deep = `${'['.repeat(200_000)}${']'.repeat(200_000)}`;
+    expect(checks(deep)).toBe(true);
+    expect(checks(deep.slice(0, -1))).toBe(false);
+    expect(checks('[1]')).toBe(true);
+  });
+
+  it('reads every body as a JSON.parse-based reading would', () => {
+    const reference = (value: unknown): { kind: string; code?: number; method?: unknown; id?: unknown; params?: unknown } => {
+      if (typeof value !== 'object' || value === null || Array.isArray(value)) return { kind: 'invalid', code: -32600 };
+      const v = value as Record<string, unknown>;
+      if (Object.hasOwn(v, 'id') && v.id !== null && typeof v.id !== 'string' && typeof v.id !== 'number') return { kind: 'invalid', code: -32600 };
+      if (v.jsonrpc !== '2.0' || typeof v.method !== 'string' || v.method === '') return { kind: 'invalid', code: -32600 };
+      if (Object.hasOwn(v, 'params') && (typeof v.params !== 'object' || v.params === null)) return { kind: 'invalid', code: -32602, method: v.method };
+      return { kind: 'call', method: v.method, id: v.id, params: v.params };
+    };
+    const read = (m: ReturnType<typeof single>) =>
+      m.kind === 'invalid'
+        ? { kind: 'invalid', code: m.code, ...(m.code === -32602 ? { method: m.method } : {}) }
+        : { kind: 'call', method: m.method, id: m.idText === undefined ? undefined : JSON.parse(m.idText), params: m.paramsText === undefined ? undefined : JSON.parse(m.paramsText) };
+    for (const text of jsonLikeTexts(5_000, 7)) {
+      const p = parse(text);
+      if (!parses(text)) {
+        expect(p, text).toMatchObject({ kind: 'error', code: -32700 });
+        continue;
+      }
+      const value: unknown = JSON.parse(text);
+      if (Array.isArray(value)) {
+        if (value.length === 0) continue;
+        expect(p.kind, text).toBe('batch');
+        if (p.kind === 'batch') expect(p.members.map(read), text).toEqual(value.map(reference));
+      } else {
+        expect(p.kind, text).toBe('single');
+        if (p.kind === 'single') expect(read(p.member), text).toEqual(reference(value));
+      }
     }
   });
 });
