@@ -9,6 +9,8 @@
  * records the figures. With BASELINE_REV=<git revision>, each mode also runs as that revision
  * built (bench/lib/services.ts buildRevision) and is measured in turn with the working tree's:
  * a change's effect in one run, where runs minutes apart differ by more than most changes.
+ * With BASELINE_NODE_MODULES=<dir> too, that revision runs on those dependencies: a
+ * dependency's version measured against another in one run.
  * With MEASURE=latency, each round measures latency instead, as bench/gateway.ts does (about
  * 1,000 req/s from wrk after a 3 s warm-up, each target with the others stopped; OWN_CORE=1 puts the measured
  * event loop alone on CPU 1), direct to the upstream first, and prints each target's added p50

@@ -65,8 +65,9 @@ const revisionBuilds = new Map<string, Promise<string>>();
 
 /**
  * Compiles a git revision of the project (its committed tree, with this checkout's
- * node_modules) into dist/bench-rev/<rev>/, and answers its build directory: a same-run A/B
- * of a change against the code before it (bench/compare-gateway.ts, BASELINE_REV).
+ * node_modules, or BASELINE_NODE_MODULES=<dir> to A/B a dependency) into dist/bench-rev/<rev>/,
+ * and answers its build directory: a same-run A/B of a change against the code before it
+ * (bench/compare-gateway.ts, BASELINE_REV).
  */
 export function buildRevision(rev: string): Promise<string> {
   let build = revisionBuilds.get(rev);
@@ -77,7 +78,7 @@ export function buildRevision(rev: string): Promise<string> {
       rmSync(tree, { recursive: true, force: true });
       mkdirSync(tree, { recursive: true });
       await run('sh', ['-c', `git archive ${sha} | tar -x -C ${JSON.stringify(tree)}`], ROOT);
-      symlinkSync(join(ROOT, 'node_modules'), join(tree, 'node_modules'), 'dir');
+      symlinkSync(process.env.BASELINE_NODE_MODULES ?? join(ROOT, 'node_modules'), join(tree, 'node_modules'), 'dir');
       const out = join(tree, 'build');
       await run(process.execPath, [join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', join(tree, 'tsconfig.json'), '--outDir', out], tree);
       return out;

@@ -38,3 +38,23 @@ describe('start-up footprint', () => {
     for (const heavy of ['mongodb', '@eventstore/db-client', 'pdfkit', 'nodemailer']) expect(packages.has(heavy), heavy).toBe(false);
   });
 });
+
+/**
+ * Once any object has String.prototype as its prototype (`class X extends String`, as ioredis 6
+ * does for RESP3's verbatim strings), V8 gives String.prototype slow properties and stops
+ * inlining string methods in the whole process: the gateway's JSON-RPC parse ran 3× slower
+ * with ioredis 6 loaded (docs/decisions.md). Checked with V8's own test hook.
+ */
+describe('V8 fast paths', () => {
+  it('loading the service and its lazily loaded clients leaves String.prototype with fast properties', () => {
+    const script = `
+      const before = %HasFastProperties(String.prototype);
+      await import('./src/runtime.ts');
+      await import('./src/server.ts');
+      for (const lazy of ['mongodb', '@eventstore/db-client', 'pdfkit', 'nodemailer']) await import(lazy);
+      console.log(JSON.stringify({ before, after: %HasFastProperties(String.prototype) }));`;
+    const run = spawnSync(process.execPath, ['--allow-natives-syntax', '--import', 'tsx', '--input-type=module', '-e', script], { cwd: ROOT, encoding: 'utf8' });
+    expect(run.status, run.stderr).toBe(0);
+    expect(JSON.parse(run.stdout.trim().split('\n').at(-1) ?? '')).toEqual({ before: true, after: true });
+  });
+});

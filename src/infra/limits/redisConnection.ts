@@ -1,13 +1,18 @@
 import { Redis, type RedisOptions } from 'ioredis';
 
 /**
- * How this project's Redis adapters (limiter, usage queue, change feed) connect: RESP2 (reply
- * shapes as documented everywhere; ioredis 6 defaults to RESP3), reconnect forever at most
- * a second apart, and errors reported to the caller rather than printed by ioredis.
+ * How this project's Redis adapters (limiter, usage queue, change feed) connect: reconnect
+ * forever at most a second apart, and errors reported to the caller rather than printed by
+ * ioredis.
+ *
+ * ioredis stays on 5.x, whose replies are RESP2's: ioredis 6 defines `class VerbatimString
+ * extends String` for RESP3, and once any object has String.prototype as its prototype V8's
+ * optimised code stops inlining string methods in the whole process (charCodeAt, slice,
+ * startsWith...): a loop of charCodeAt over a request body ran 5× slower once ioredis 6 was
+ * imported, and the gateway's JSON-RPC parse 3× slower (docs/decisions.md).
  */
 export function connectRedis(redisUrl: string, overrides: RedisOptions = {}): Redis {
   const client = new Redis(redisUrl, {
-    protocol: 2,
     retryStrategy: (attempt) => Math.min(50 * attempt, 1000),
     ...overrides,
   });
