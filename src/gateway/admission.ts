@@ -13,6 +13,11 @@ export interface AdmissionRequest {
   /** Calls in this request (a batch's member count, 1 otherwise). */
   cost: number;
   nowMs: number;
+  /**
+   * The connection the call came on (its socket), when there is one: a client on a keep-alive
+   * connection passes the same token call after call, so the token's hash is kept for it.
+   */
+  connection?: object;
 }
 
 /** Shared by the calls of one cached token: read, never changed. */

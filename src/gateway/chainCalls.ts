@@ -56,6 +56,8 @@ export interface ChainRequest {
   id: string;
   /** performance.now() when the call arrived, before its body was read: the start of its total time. */
   arrivedAt: number;
+  /** The connection it came on (the socket), for what the gatekeeper keeps per connection. */
+  connection: object | undefined;
 }
 
 export interface ChainResponse {
@@ -76,6 +78,7 @@ class RequestScope implements CallScope {
     readonly pool: CallScope['pool'],
     private readonly gatekeeper: Gatekeeper,
     private readonly credentials: Credentials,
+    private readonly connection: object | undefined,
   ) {}
 
   admit(cost: number): MaybePromise<Admission> {
@@ -87,7 +90,14 @@ class RequestScope implements CallScope {
     const unavailable = (err: unknown): GatekeeperUnavailable => new GatekeeperUnavailable('gatekeeper failed', { cause: err });
     let admission: MaybePromise<Admission>;
     try {
-      admission = this.gatekeeper.admit({ chain: this.chain.id, token: this.credentials.token, via: this.credentials.via, cost, nowMs: Date.now() });
+      admission = this.gatekeeper.admit({
+        chain: this.chain.id,
+        token: this.credentials.token,
+        via: this.credentials.via,
+        cost,
+        nowMs: Date.now(),
+        connection: this.connection,
+      });
     } catch (err) {
       throw unavailable(err);
     }
@@ -271,7 +281,7 @@ export class ChainCalls {
     if (!pool) throw new Error(`no upstream pool for chain ${chain.id}`);
     const authorization = req.headers.authorization;
     const credentials = extractCredentials(afterChain, authorization, query);
-    const scope = new RequestScope(chain, pool, this.options.gatekeeper, credentials);
+    const scope = new RequestScope(chain, pool, this.options.gatekeeper, credentials, req.connection);
     const contentType = req.headers['content-type'];
     return dispatch(scope, { segments: credentials.segments, isPost, body: req.body, contentType, query, limits: this.limits });
   }

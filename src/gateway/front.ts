@@ -66,6 +66,7 @@ export class ChainFront {
       ip: this.clientIp(req),
       id: this.options.nextId(),
       arrivedAt: performance.now(),
+      connection: req.socket,
     };
     if (this.logRequests) calls.log.debug({ reqId: call.id, req: { method, url, ip: call.ip } }, 'incoming request');
     const answer = (response: ChainResponse): void => {

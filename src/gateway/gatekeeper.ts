@@ -21,6 +21,14 @@ function limitHeaders(d: LimitDecision): LimitHeaders {
   return h;
 }
 
+/** The last token passed on a connection and its hash (changed in place when another comes). */
+class LastToken {
+  constructor(
+    public token: string,
+    public hash: string,
+  ) {}
+}
+
 const refuse = (status: 401 | 403, code: string, message: string, caller: Caller | null = null): Admission => ({
   ok: false, status, code, message, caller, headers: {}, retryAfterSeconds: null,
 });
@@ -32,6 +40,13 @@ const refuse = (status: 401 | 403, code: string, message: string, caller: Caller
  */
 export class TokenGatekeeper implements Gatekeeper {
   private readonly clock = new IsoClock();
+  /**
+   * Per connection, its last token's hash: the SHA-256 is ~a microsecond of each call, and a
+   * keep-alive client sends the same token again and again. A WeakMap on the socket, so the raw
+   * token is held only while its connection is open, one per connection, never in a table of
+   * every token (the cache itself is keyed by hash, DESIGN §1).
+   */
+  private readonly lastTokens = new WeakMap<object, LastToken>();
 
   constructor(
     private readonly tokens: TokenCache,
@@ -48,12 +63,25 @@ export class TokenGatekeeper implements Gatekeeper {
     // A token in the cache is a real one, so its shape and checksum need no check (a regular
     // expression and a CRC32 per call); the length check keeps long garbage from being hashed.
     if (request.token.length !== TOKEN_LENGTH.api) return refuse(401, 'unauthorized', INVALID_TOKEN);
-    const hash = hashToken(request.token);
+    const hash = this.hashOf(request.token, request.connection);
     const cached = this.tokens.cached(hash);
     if (cached) return this.admitToken(request, cached);
     if (!isWellFormedToken('api', request.token)) return refuse(401, 'unauthorized', INVALID_TOKEN);
     const token = this.tokens.get(hash);
     return token instanceof Promise ? token.then((t) => this.admitToken(request, t)) : this.admitToken(request, token);
+  }
+
+  private hashOf(token: string, connection: object | undefined): string {
+    if (connection === undefined) return hashToken(token);
+    const last = this.lastTokens.get(connection);
+    if (last !== undefined && last.token === token) return last.hash;
+    const hash = hashToken(token);
+    if (last === undefined) this.lastTokens.set(connection, new LastToken(token, hash));
+    else {
+      last.token = token;
+      last.hash = hash;
+    }
+    return hash;
   }
 
   private admitToken(request: AdmissionRequest, token: CachedToken | null): MaybePromise<Admission> {

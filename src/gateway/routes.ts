@@ -81,6 +81,7 @@ export async function gatewayRoutes(fastify: FastifyInstance, options: GatewayRo
       ip: request.ip,
       id: request.id,
       arrivedAt: request.gatewayArrivedAt,
+      connection: request.raw.socket,
     };
     return send(reply, await new Promise<ChainResponse>((resolve) => calls.serve(call, resolve)));
   };

@@ -81,6 +81,23 @@ describe.each(['on', 'off'])('STORAGE_THREAD=%s', (storageThread) => {
       expect(await at(expiry + 86_400_000)).toMatchObject({ ok: false, status: 401 });
     });
 
+    it('admits each call on a connection as the token it carries, whatever token came before on it', async () => {
+      const a = await newToken('unlimited');
+      const b = await newToken();
+      const gatekeeper = t.runtime.gateway?.gatekeeper;
+      if (!gatekeeper) throw new Error('no gateway in this runtime');
+      const connection = {};
+      const on = async (token: string) => gatekeeper.admit({ chain: 'eth', token, via: 'path', cost: 1, nowMs: Date.now(), connection });
+      for (const [token, tokenId] of [[a.token, a.tokenId], [a.token, a.tokenId], [b.token, b.tokenId], [a.token, a.tokenId]]) {
+        expect(await on(token as string)).toMatchObject({ ok: true, caller: { tokenId } });
+      }
+      const flipped = a.token.charAt(5) === 'a' ? 'b' : 'a';
+      expect(await on(`${a.token.slice(0, 5)}${flipped}${a.token.slice(6)}`)).toMatchObject({ ok: false, status: 401 });
+      await t.app.inject({ method: 'DELETE', url: `/api/v1/tokens/${a.tokenId}`, headers: a.auth });
+      expect(await eventually(() => on(a.token), (admission) => !admission.ok, 1000)).toMatchObject({ ok: false, status: 401 });
+      expect(await on(b.token)).toMatchObject({ ok: true, caller: { tokenId: b.tokenId } });
+    });
+
     it('refuses a mistyped or overlong token with 401 without reading the read model', async () => {
       const o = await newToken();
       const gatekeeper = t.runtime.gateway?.gatekeeper;
@@ -171,7 +188,9 @@ describe.each(['on', 'off'])('STORAGE_THREAD=%s', (storageThread) => {
     it('surfaces a limit breach as an error in ethers', async () => {
       const o = await newToken();
       const provider = new JsonRpcProvider(`${base}/local/${o.token}`, undefined, { staticNetwork: true, batchMaxCount: 1 });
-      const outcomes = await Promise.allSettled(Array.from({ length: 12 }, () => provider.send('eth_blockNumber', [])));
+      // ethers retries a 429 up to 12 times, waiting Retry-After read as milliseconds: on a busy
+      // machine those retries can span a few seconds' windows (5 rps each), so send far more.
+      const outcomes = await Promise.allSettled(Array.from({ length: 40 }, () => provider.send('eth_blockNumber', [])));
       provider.destroy();
       const failures = outcomes.filter((x) => x.status === 'rejected') as PromiseRejectedResult[];
       expect(failures.length).toBeGreaterThan(0);
