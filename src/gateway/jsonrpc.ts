@@ -103,7 +103,9 @@ function callFrom(text: string, found: CallMembers, index: number): RpcMember {
   }
   const idText = found.idStart < 0 ? undefined : text.slice(found.idStart, found.idEnd);
   const echoId = idText ?? 'null';
-  const method = found.methodStart >= 0 && text.charCodeAt(found.methodStart) === 0x22 ? stringValue(text.slice(found.methodStart, found.methodEnd)) : null;
+  // JSON.parse, not a slice: V8 makes a slice of 13 or more characters a view that keeps the
+  // whole body alive, and the method outlives the call (metrics keys, buffered usage records).
+  const method = found.methodStart >= 0 && text.charCodeAt(found.methodStart) === 0x22 ? (JSON.parse(text.slice(found.methodStart, found.methodEnd)) as string) : null;
   const jsonrpc = found.jsonrpcStart >= 0 && text.charCodeAt(found.jsonrpcStart) === 0x22 ? stringValue(text.slice(found.jsonrpcStart, found.jsonrpcEnd)) : null;
   if (jsonrpc !== '2.0') return invalidMember(index, echoId, RpcCode.invalidRequest, 'Invalid Request: jsonrpc must be "2.0"', method);
   if (method === null || method === '') return invalidMember(index, echoId, RpcCode.invalidRequest, 'Invalid Request: method must be a non-empty string');
