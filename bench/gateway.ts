@@ -10,8 +10,9 @@
  *                every call's usage
  *   gateway role wrk → the production gateway process (bench/servers/gatewayRole.ts: ROLE=gateway,
  *                limits and metering in Redis, the embedded read models standing in for MongoDB)
- * Throughput: wrk, one thread, 32 connections, 3 s, with the CPU time the process in front of
- * the upstream spent per request (from /proc). Every process runs from the start, and the bare
+ * Throughput: wrk, one thread, 32 connections, 3 s right after 1 s of the same load that is not
+ * counted (THROUGHPUT_WARMUP_SECONDS), with the CPU time the process in front of the upstream
+ * spent per request (from /proc). Every process runs from the start, and the bare
  * proxy and the gateways are measured in turn, ROUNDS times: on shared cores the load moves
  * within seconds, so each ratio is the median of the rounds' ratios, each taken from
  * measurements a few seconds apart. Before each run (throughput and latency) the script waits until
@@ -26,7 +27,7 @@
  */
 import { cpSync } from 'node:fs';
 import { join } from 'node:path';
-import { LATENCY_WARMUP_SECONDS, measuredThroughput, type PacedResult, pacedLatency, pacedWarmUp, type Throughput, wrk } from './lib/load.js';
+import { LATENCY_WARMUP_SECONDS, measuredThroughput, THROUGHPUT_WARMUP_SECONDS, type PacedResult, pacedLatency, pacedWarmUp, type Throughput, wrk } from './lib/load.js';
 import { cpus } from 'node:os';
 import { measureAlone, Processes, requireTool, rssMb, runMain, timeLimit, waitForIdle } from './lib/processes.js';
 import { emit, type Figure, log, round } from './lib/report.js';
@@ -217,7 +218,7 @@ async function main(): Promise<void> {
     const ratioOf = (t: Target, to: Target, pick: (x: Throughput) => number): number => median(of(t).map((x, i) => pick(x) / pick(of(to)[i] as Throughput)));
     const perRound = (t: Target, pick: (x: Throughput) => number): string => of(t).map((x) => Math.round(pick(x))).join(', ');
 
-    const method = `wrk -t1 -c${CONNECTIONS}, ${SECONDS} s per run after a ${WARMUP_SECONDS} s warm-up, POST eth_blockNumber (bench/wrk/post.lua) to /eth/<token>; every process running on the same 2 cores throughout; the bare proxy and the three gateways measured in turn, ${ROUNDS} rounds, each ratio the median of the rounds' ratios (nginx and direct: one run); each run starts once every process of the benchmark is idle (< 5 % of a core over 0.5 s, 20 s at most)`;
+    const method = `wrk -t1 -c${CONNECTIONS}, ${SECONDS} s per run, each right after ${THROUGHPUT_WARMUP_SECONDS} s of the same load that is not counted (and every target warmed up for ${WARMUP_SECONDS} s at the start), POST eth_blockNumber (bench/wrk/post.lua) to /eth/<token>; every process running on the same 2 cores throughout; the bare proxy and the three gateways measured in turn, ${ROUNDS} rounds, each ratio the median of the rounds' ratios (nginx and direct: one run); each run starts once every process of the benchmark is idle (< 5 % of a core over 0.5 s, 20 s at most)`;
     const figures: Figure[] = [];
     const rps = (x: Throughput): number => x.rps;
     const cpu = (x: Throughput): number => x.cpuUsPerRequest;

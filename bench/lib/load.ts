@@ -38,8 +38,20 @@ export interface Throughput {
   threadUsPerRequest: Array<{ main: boolean; us: number }>;
 }
 
-/** A full-speed wrk run against `url`, with the CPU time process `pid` spent per request; fails on any failed request. */
+/**
+ * The full-speed load each throughput run follows, not counted (2026-11-25): a target measured
+ * right after sitting idle while the others ran (half a minute in bench/gateway.ts) started
+ * slower, its first round's CPU per call highest, as with latency (LATENCY_WARMUP_SECONDS).
+ * Every target, the bare proxy included, gets the same.
+ */
+export const THROUGHPUT_WARMUP_SECONDS = 1;
+
+/**
+ * A full-speed wrk run against `url`, after THROUGHPUT_WARMUP_SECONDS of the same load that are
+ * not counted, with the CPU time process `pid` spent per request; fails on any failed request.
+ */
 export async function measuredThroughput(name: string, url: string, pid: number, options: { seconds: number; connections: number }): Promise<Throughput> {
+  await wrk(url, { ...options, seconds: THROUGHPUT_WARMUP_SECONDS });
   const cpuBefore = cpuSeconds(pid);
   const threadsBefore = threadCpuSeconds(pid);
   const run = await wrk(url, options);
