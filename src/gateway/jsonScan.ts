@@ -73,6 +73,8 @@ export function skipValue(text: string, from: number): number {
 }
 
 const isDigit = (c: number): boolean => c >= 0x30 && c <= 0x39;
+/** Whether a JSON value starting with this character is a number. */
+export const isNumberStart = (c: number): boolean => c === 0x2d || isDigit(c);
 const isHexDigit = (c: number): boolean => isDigit(c) || (c >= 0x41 && c <= 0x46) || (c >= 0x61 && c <= 0x66);
 /** What may follow a backslash, besides `u` and four hex digits: " \ / b f n r t. */
 const SINGLE_ESCAPES = new Set([0x22, 0x5c, 0x2f, 0x62, 0x66, 0x6e, 0x72, 0x74]);
@@ -150,7 +152,7 @@ export function checkedValueEnd(text: string, from: number): number {
         if (close === 0x7d) i = checkedMemberValueStart(text, i);
         continue;
       }
-    } else if (c === 0x2d || isDigit(c)) i = checkedNumberEnd(text, i);
+    } else if (isNumberStart(c)) i = checkedNumberEnd(text, i);
     else if (text.startsWith('true', i) || text.startsWith('null', i)) i += 4;
     else if (text.startsWith('false', i)) i += 5;
     else throw new JsonScanError(`value expected at ${i}`);
@@ -173,7 +175,8 @@ export function checkedValueEnd(text: string, from: number): number {
   }
 }
 
-const decodeKey = (raw: string): string => (raw.includes('\\') ? (JSON.parse(raw) as string) : raw.slice(1, -1));
+/** A JSON string token's value (quotes included in `raw`): most hold no escape to undo. */
+export const stringTokenValue = (raw: string): string => (raw.includes('\\') ? (JSON.parse(raw) as string) : raw.slice(1, -1));
 
 /** What `scanMembers` calls for each member: module-level functions with a state, so a scan allocates no closure. */
 export type MemberVisitor<S> = (state: S, text: string, keyStart: number, keyEnd: number, valueStart: number, valueEnd: number) => void;
@@ -205,7 +208,7 @@ export function scanMembers<S>(text: string, from: number, state: S, visit: Memb
 }
 
 const collectMember: MemberVisitor<Map<string, Span>> = (members, text, keyStart, keyEnd, valueStart, valueEnd) => {
-  members.set(decodeKey(text.slice(keyStart, keyEnd)), [valueStart, valueEnd]);
+  members.set(stringTokenValue(text.slice(keyStart, keyEnd)), [valueStart, valueEnd]);
 };
 
 /** Spans of an object's members' values by key (the last of duplicate keys wins, like `JSON.parse`). */
@@ -225,7 +228,7 @@ export function isKey(text: string, keyStart: number, keyEnd: number, key: strin
   if (rawLength === key.length) return text.startsWith(key, keyStart + 1);
   if (rawLength < key.length) return false;
   for (let i = keyStart + 1; i < keyEnd - 1; i++) {
-    if (text.charCodeAt(i) === BACKSLASH) return decodeKey(text.slice(keyStart, keyEnd)) === key;
+    if (text.charCodeAt(i) === BACKSLASH) return stringTokenValue(text.slice(keyStart, keyEnd)) === key;
   }
   return false;
 }

@@ -1,5 +1,17 @@
 import { RpcCode } from './errors.js';
-import { arrayElements, checkedValueEnd, documentStart, isKey, JsonScanError, type MemberVisitor, objectMembers, scanMembers, skipWhitespace } from './jsonScan.js';
+import {
+  arrayElements,
+  checkedValueEnd,
+  documentStart,
+  isKey,
+  isNumberStart,
+  JsonScanError,
+  type MemberVisitor,
+  objectMembers,
+  scanMembers,
+  skipWhitespace,
+  stringTokenValue,
+} from './jsonScan.js';
 
 /**
  * JSON-RPC 2.0 bodies: parsing and validation (single and batch), the body sent upstream, and
@@ -89,11 +101,6 @@ const findCallMember: MemberVisitor<CallMembers> = (found, text, keyStart, keyEn
   }
 };
 
-/** A checked JSON string's value: most have no escape to undo. */
-const stringValue = (token: string): string => (token.includes('\\') ? (JSON.parse(token) as string) : token.slice(1, -1));
-
-const isNumberStart = (c: number): boolean => c === 0x2d || (c >= 0x30 && c <= 0x39);
-
 /** The member a call object's parts make, by the spec's rules in order. */
 function callFrom(text: string, found: CallMembers, index: number): RpcMember {
   const idFirst = found.idStart < 0 ? -1 : text.charCodeAt(found.idStart);
@@ -106,7 +113,7 @@ function callFrom(text: string, found: CallMembers, index: number): RpcMember {
   // JSON.parse, not a slice: V8 makes a slice of 13 or more characters a view that keeps the
   // whole body alive, and the method outlives the call (metrics keys, buffered usage records).
   const method = found.methodStart >= 0 && text.charCodeAt(found.methodStart) === 0x22 ? (JSON.parse(text.slice(found.methodStart, found.methodEnd)) as string) : null;
-  const jsonrpc = found.jsonrpcStart >= 0 && text.charCodeAt(found.jsonrpcStart) === 0x22 ? stringValue(text.slice(found.jsonrpcStart, found.jsonrpcEnd)) : null;
+  const jsonrpc = found.jsonrpcStart >= 0 && text.charCodeAt(found.jsonrpcStart) === 0x22 ? stringTokenValue(text.slice(found.jsonrpcStart, found.jsonrpcEnd)) : null;
   if (jsonrpc !== '2.0') return invalidMember(index, echoId, RpcCode.invalidRequest, 'Invalid Request: jsonrpc must be "2.0"', method);
   if (method === null || method === '') return invalidMember(index, echoId, RpcCode.invalidRequest, 'Invalid Request: method must be a non-empty string');
   if (method.length > MAX_METHOD_LENGTH) return invalidMember(index, echoId, RpcCode.invalidRequest, 'Invalid Request: method name too long');
