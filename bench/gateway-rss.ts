@@ -8,6 +8,8 @@
  * through it with a sample of tokens, and measures its RSS again; then the same with the
  * production gateway role (bench/servers/benchConfig.ts: ROLE=gateway, limits and metering in a
  * redis-server it starts), which holds the target: a gateway process in service runs no projector.
+ * SAMPLE_CALLS=<n> serves n calls instead of 2,000 before the second reading (the figures then
+ * say so): what longer serving does to the RSS.
  *
  *   npx tsx bench/gateway-rss.ts
  */
@@ -25,7 +27,8 @@ import { type GatewayOptions, startGateway, startRedis, startUpstream, writeBenc
 const COMMAND = 'npx tsx bench/gateway-rss.ts';
 const ACCOUNTS = 1000;
 const TOKENS_PER_ACCOUNT = 100;
-const SAMPLE_CALLS = 2000;
+/** Calls served through the gateway, 50 at a time over the cached tokens, before its RSS is read. */
+const SAMPLE_CALLS = Number(process.env.SAMPLE_CALLS ?? 2000);
 
 async function waitForOutput(read: () => string, pattern: RegExp, timeoutMs: number): Promise<RegExpExecArray> {
   const deadline = Date.now() + timeoutMs;
