@@ -1,7 +1,7 @@
 import type { Redis } from 'ioredis';
 import { decodeUsageCall, encodeUsageCall, type UsageCallFields, UsageRecord } from '../../domain/usage.js';
 import { FAIL_FAST, closeClient, connectRedis, replies, waitForReady } from '../limits/redisConnection.js';
-import { SendBuffer } from './buffer.js';
+import { EntryBuffer } from './buffer.js';
 import { DEFAULT_QUEUE_CAPACITY } from './memory.js';
 import type { QueuedUsage, UsageQueue } from './port.js';
 
@@ -101,7 +101,7 @@ export class RedisUsageQueue implements UsageQueue {
   private readonly flushIntervalMs: number;
   private readonly flushBatch: number;
   private readonly closeTimeoutMs: number;
-  private readonly buffer: SendBuffer;
+  private readonly buffer: EntryBuffer;
   /** Records in the stream and not yet acknowledged (approximate: see depth). Same hash slot as the stream. */
   private readonly countKey: string;
   /** Records of entries read but not yet handed out. */
@@ -127,7 +127,7 @@ export class RedisUsageQueue implements UsageQueue {
     this.flushIntervalMs = options.flushIntervalMs ?? DEFAULT_FLUSH_INTERVAL_MS;
     this.flushBatch = options.flushBatch ?? 500;
     this.closeTimeoutMs = options.closeTimeoutMs ?? 2000;
-    this.buffer = new SendBuffer(options.bufferCapacity ?? DEFAULT_QUEUE_CAPACITY);
+    this.buffer = new EntryBuffer(options.bufferCapacity ?? DEFAULT_QUEUE_CAPACITY, ENTRY_RECORDS);
     this.countKey = `{${this.stream}}:records`;
     this.writer = connectRedis(redisUrl, FAIL_FAST);
     this.reader = connectRedis(redisUrl, FAIL_FAST);
@@ -302,24 +302,18 @@ export class RedisUsageQueue implements UsageQueue {
   private async sendAll(): Promise<void> {
     let left = this.buffer.length;
     while (left > 0) {
-      const batch = this.buffer.peek(Math.min(this.flushBatch, left));
-      left -= batch.length;
-      const entries = Math.ceil(batch.length / ENTRY_RECORDS);
+      const entries = this.buffer.peek(Math.min(this.flushBatch, left));
       const sending: Array<Promise<unknown>> = [];
-      for (let e = 0; e < entries; e++) {
-        const records = batch.slice(e * ENTRY_RECORDS, (e + 1) * ENTRY_RECORDS);
-        sending.push(
-          this.writer.xadd(this.stream, '*', COUNT_FIELD, records.length, BATCH_FIELD, `[${records.join(',')}]`),
-          this.writer.incrby(this.countKey, records.length),
-        );
+      for (const entry of entries) {
+        left -= entry.count;
+        sending.push(this.writer.xadd(this.stream, '*', COUNT_FIELD, entry.count, BATCH_FIELD, entry.body), this.writer.incrby(this.countKey, entry.count));
       }
       const answered = await replies(sending);
       // Only the unbroken run of confirmed XADDs leaves the buffer; the rest is sent again.
       let confirmed = 0;
-      while (confirmed < entries && answered[2 * confirmed]?.[0] === null) confirmed += 1;
-      const sent = Math.min(confirmed * ENTRY_RECORDS, batch.length);
-      this.buffer.drop(sent);
-      if (sent < batch.length) throw answered[2 * confirmed]?.[0] ?? new Error('usage queue: XADD not confirmed');
+      while (confirmed < entries.length && answered[2 * confirmed]?.[0] === null) confirmed += 1;
+      this.buffer.drop(confirmed);
+      if (confirmed < entries.length) throw answered[2 * confirmed]?.[0] ?? new Error('usage queue: XADD not confirmed');
     }
   }
 
