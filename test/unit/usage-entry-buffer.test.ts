@@ -18,7 +18,7 @@ describe('EntryBuffer', () => {
   it('keeps records of any size and any characters, growing an entry as needed', () => {
     const buffer = new EntryBuffer(1000, 100);
     const notes = ['é ☃ 😀 "quoted" \\ \n', 'x'.repeat(100_000), '中文'.repeat(20_000)];
-    notes.forEach((note, i) => buffer.push(record(i, note)));
+    for (const [i, note] of notes.entries()) buffer.push(record(i, note));
     expect(parsed(buffer, 100)).toEqual([notes.map((note, i) => [`r-${i}`, note, i])]);
   });
 
