@@ -233,21 +233,34 @@ export function isKey(text: string, keyStart: number, keyEnd: number, key: strin
   return false;
 }
 
-/** Spans of an array's elements. */
-export function arrayElements(text: string, from: number): Span[] {
-  const elements: Span[] = [];
+/** What `scanElements` calls for each element: it reads the value at `start` and returns the index just past it. */
+export type ElementReader<S> = (state: S, text: string, start: number) => number;
+
+/** Reads each element of the array at `from` with `read`, in order; returns the index just past the array. */
+export function scanElements<S>(text: string, from: number, state: S, read: ElementReader<S>): number {
   if (text.charCodeAt(from) !== 0x5b) throw new JsonScanError('array expected');
   let i = skipWhitespace(text, from + 1);
-  if (text.charCodeAt(i) === 0x5d) return elements;
+  if (text.charCodeAt(i) === 0x5d) return i + 1;
   for (;;) {
-    const end = skipValue(text, i);
-    elements.push([i, end]);
-    i = skipWhitespace(text, end);
+    i = skipWhitespace(text, read(state, text, i));
     const sep = text.charCodeAt(i);
-    if (sep === 0x5d) return elements;
-    if (sep !== 0x2c) throw new JsonScanError('comma or ] expected');
+    if (sep === 0x5d) return i + 1;
+    if (sep !== 0x2c) throw new JsonScanError(`comma or ] expected at ${i}`);
     i = skipWhitespace(text, i + 1);
   }
+}
+
+const collectElement: ElementReader<Span[]> = (spans, text, start) => {
+  const end = skipValue(text, start);
+  spans.push([start, end]);
+  return end;
+};
+
+/** Spans of an array's elements (trusted: see skipValue). */
+export function arrayElements(text: string, from: number): Span[] {
+  const spans: Span[] = [];
+  scanElements(text, from, spans, collectElement);
+  return spans;
 }
 
 /** Index of the first value in a document, past whitespace and a byte-order mark. */

@@ -3,11 +3,13 @@ import {
   arrayElements,
   checkedValueEnd,
   documentStart,
+  type ElementReader,
   isKey,
   isNumberStart,
   JsonScanError,
   type MemberVisitor,
   objectMembers,
+  scanElements,
   scanMembers,
   skipWhitespace,
   stringTokenValue,
@@ -146,36 +148,34 @@ function expectDocumentEnd(text: string, end: number): void {
   if (skipWhitespace(text, end) !== text.length) throw new JsonScanError(`unexpected text at ${end}`);
 }
 
+/** A batch read so far: its members, and how many elements it has (members beyond `maxBatch` are only counted). */
+class BatchRead {
+  readonly members: RpcMember[] = [];
+  count = 0;
+
+  constructor(readonly maxBatch: number) {}
+}
+
+const readBatchElement: ElementReader<BatchRead> = (batch, text, start) => {
+  const index = batch.count++;
+  if (index >= batch.maxBatch) return checkedValueEnd(text, start);
+  const [member, end] = readMember(text, start, index);
+  batch.members.push(member);
+  return end;
+};
+
 /**
  * A batch's members, checked and read in one pass. Past `maxBatch` members the rest is only
  * checked, so an oversized batch costs no member objects and still gets its parse error first.
  */
 function readBatch(text: string, from: number, maxBatch: number): ParsedRpc {
-  const members: RpcMember[] = [];
-  let count = 0;
-  let i = skipWhitespace(text, from + 1);
-  if (text.charCodeAt(i) !== 0x5d) {
-    for (;;) {
-      let end: number;
-      if (count < maxBatch) {
-        const [member, memberEnd] = readMember(text, i, count);
-        members.push(member);
-        end = memberEnd;
-      } else end = checkedValueEnd(text, i);
-      count++;
-      i = skipWhitespace(text, end);
-      const sep = text.charCodeAt(i);
-      if (sep === 0x5d) break;
-      if (sep !== 0x2c) throw new JsonScanError(`comma or ] expected at ${i}`);
-      i = skipWhitespace(text, i + 1);
-    }
+  const batch = new BatchRead(maxBatch);
+  expectDocumentEnd(text, scanElements(text, from, batch, readBatchElement));
+  if (batch.count === 0) return { kind: 'error', status: 400, code: RpcCode.invalidRequest, message: 'Invalid Request: empty batch' };
+  if (batch.count > maxBatch) {
+    return { kind: 'error', status: 413, code: RpcCode.invalidRequest, message: `Invalid Request: a batch of ${batch.count} calls exceeds the limit of ${maxBatch}` };
   }
-  expectDocumentEnd(text, i + 1);
-  if (count === 0) return { kind: 'error', status: 400, code: RpcCode.invalidRequest, message: 'Invalid Request: empty batch' };
-  if (count > maxBatch) {
-    return { kind: 'error', status: 413, code: RpcCode.invalidRequest, message: `Invalid Request: a batch of ${count} calls exceeds the limit of ${maxBatch}` };
-  }
-  return { kind: 'batch', members };
+  return { kind: 'batch', members: batch.members };
 }
 
 /**

@@ -67,6 +67,8 @@ describe('parseJsonRpc', () => {
     expect(parseJsonRpc(Buffer.from([0x22, 0xc3, 0x28, 0x22]), 100)).toMatchObject({ kind: 'error', code: -32700, message: expect.stringContaining('UTF-8') });
     expect(parse('[]')).toMatchObject({ kind: 'error', status: 400, code: -32600 });
     expect(parse('[1,2,3]', 2)).toMatchObject({ kind: 'error', status: 413, code: -32600 });
+    // Members past the limit are still checked: invalid JSON there is a parse error, not a 413.
+    expect(parse('[1,2,{"a":01}]', 2)).toMatchObject({ kind: 'error', status: 400, code: -32700 });
     expect(parse(`${'['.repeat(50_000)}${']'.repeat(50_000)}`)).toMatchObject({ kind: 'batch' });
   });
 
