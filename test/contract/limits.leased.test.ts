@@ -85,7 +85,7 @@ describe('LeasedLimiter over Redis', () => {
     const start = (Math.floor(Date.now() / 1000) + 1) * 1000;
     const request = (nowMs: number): LimitRequest => ({ tokenId: `tok${id}`, rps: 1000, monthly: { key: `account:${id}`, limit: null }, cost: 1, nowMs });
     for (let i = 0; i < 200; i++) expect((await limiter.take(request(start + i))).granted).toBe(1);
-    // No history yet: the lease doubles (1 + 1, 3 + 3, …).
+    // No history yet: the lease doubles (1, 1 + 1, 1 + 3, 1 + 7, …).
     expect(source.takes).toBeLessThanOrEqual(9);
     const before = source.takes;
     for (let i = 0; i < 200; i++) expect((await limiter.take(request(start + 1000 + i))).granted).toBe(1);
@@ -108,6 +108,24 @@ describe('LeasedLimiter over Redis', () => {
     }
     expect(source.takes - before).toBe(1);
     expect(waited).toBe(1);
+    await limiter.close();
+  });
+
+  it('asks Redis once for a token\'s lone call in a second, and has nothing to give back', async () => {
+    const clock = { now: Date.UTC(2025, 4, 10, 11, 0, 0) };
+    const { source, limiter } = await open(() => clock.now);
+    const id = randomUUID();
+    const key = `account:${id}`;
+    // Called once a second, as most of a gateway's tokens are: each call is its own request to Redis.
+    for (let second = 0; second < 3; second++) {
+      const decision = await limiter.take({ tokenId: `tok${id}`, rps: 50, monthly: { key, limit: 1000 }, cost: 1, nowMs: clock.now + second * 1000 });
+      expect(decision).toMatchObject({ granted: 1, monthly: { remaining: 1000 - second - 1 } });
+    }
+    clock.now += 5000;
+    limiter.releaseStale();
+    expect(source.takes).toBe(3);
+    expect(source.releases).toBe(0);
+    expect(await direct.monthlyUsed(key, clock.now)).toBe(3);
     await limiter.close();
   });
 

@@ -40,8 +40,10 @@ const RELEASE_EVERY_MS = 1000;
  * token in a second asks the shared limiter for its own cost plus as many calls as the token
  * asked for in the previous second (at most its rate): the limiter grants them atomically, as
  * for any call, so N processes together never admit more than the limits; without a previous
- * second, it asks for as many more as the token asked for so far in this one (the lease
- * doubles). The calls of that second are then granted here until the lease is spent, when the
+ * second, it asks for as many more as the token asked for before this call in this one (the
+ * lease doubles). A token's first call with no history asks for itself only: most tokens of a
+ * gateway call less than once a second, and a lease for such a token would go unused and cost
+ * a second command to give back. The calls of that second are then granted here until the lease is spent, when the
  * next one asks again. What a lease did not use is given back to the month's count once its
  * second is over: a refused or never-made call uses no quota. The headers stay exact for one process (the remaining counts
  * include its own unused lease); with several, a lease held by one may refuse another's call
@@ -115,8 +117,9 @@ export class LeasedLimiter implements Limiter {
   /** Asks Redis for the call's rest and the lease's next units. */
   private async askShared(lease: Lease, request: LimitRequest, fromLease: number, rest: number): Promise<LimitDecision> {
     // As many more as the previous second still expects, or, past that, as many as this second
-    // asked so far: without history the lease doubles, a busy token reaches Redis a few times.
-    const extra = Math.max(Math.min(Math.max(lease.previousAsked - lease.asked, lease.asked), request.rps), 0);
+    // asked before this call: without history the lease doubles (1, 1 + 1, 1 + 3, …), a busy
+    // token reaches Redis a few times, and a token's lone call leases nothing it must give back.
+    const extra = Math.max(Math.min(Math.max(lease.previousAsked - lease.asked, lease.asked - request.cost), request.rps), 0);
     const asking = Promise.resolve(this.source.take({ ...request, cost: rest + extra }));
     if (extra > 0) lease.leasing = asking;
     let shared: LimitDecision;
