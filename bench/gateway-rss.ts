@@ -9,7 +9,11 @@
  * production gateway role (bench/servers/benchConfig.ts: ROLE=gateway, limits and metering in a
  * redis-server it starts), which holds the target: a gateway process in service runs no projector.
  * SAMPLE_CALLS=<n> serves n calls instead of 2,000 before the second reading (the figures then
- * say so): what longer serving does to the RSS.
+ * say so). The gateway role then serves on, to SUSTAINED_CALLS calls in all (40,000 by
+ * default), each with another of the cached tokens, and its RSS is read once more: V8 lets its
+ * old generation fill with what calls leave behind up to several times the live heap before a
+ * full collection (bench/HISTORY.md), so a reading right after filling the cache does not tell
+ * what a gateway in service holds.
  *
  *   npx tsx bench/gateway-rss.ts
  */
@@ -29,6 +33,8 @@ const ACCOUNTS = 1000;
 const TOKENS_PER_ACCOUNT = 100;
 /** Calls served through the gateway, 50 at a time over the cached tokens, before its RSS is read. */
 const SAMPLE_CALLS = Number(process.env.SAMPLE_CALLS ?? 2000);
+/** Calls the gateway role has served in all, over as many different tokens, at its sustained reading. */
+const SUSTAINED_CALLS = Number(process.env.SUSTAINED_CALLS ?? 40_000);
 
 async function waitForOutput(read: () => string, pattern: RegExp, timeoutMs: number): Promise<RegExpExecArray> {
   const deadline = Date.now() + timeoutMs;
@@ -55,6 +61,22 @@ interface WarmMeasure {
   heapTotalMb: number;
   externalMb: number;
   cached: number;
+  /** After `sustainedCalls` calls in all (when asked for): VmRSS and its anonymous part. */
+  sustained: { calls: number; rss: number; anon: number } | null;
+}
+
+/** Calls `from` to `to` (exclusive) through the gateway, 50 at a time, each with another cached token. */
+async function serve(url: string, tokens: Array<{ token: string }>, from: number, to: number): Promise<void> {
+  for (let i = from; i < to; i += 50) {
+    const first = (i * 997) % (tokens.length - 50);
+    await Promise.all(
+      tokens.slice(first, first + Math.min(50, to - i)).map(async ({ token }) => {
+        const res = await fetch(`${url}/eth/${token}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON_RPC_BODY });
+        await res.arrayBuffer();
+        if (res.status !== 200) throw new Error(`call with a cached token answered ${res.status}`);
+      }),
+    );
+  }
 }
 
 /**
@@ -76,7 +98,7 @@ async function compactReadModels(dataDir: string): Promise<void> {
 }
 
 /** Starts the service, fills its token cache with every token, calls through it, and reads its memory. */
-async function warmAndMeasure(processes: Processes, gatewayOptions: GatewayOptions, tokens: Array<{ token: string }>, label: string): Promise<WarmMeasure> {
+async function warmAndMeasure(processes: Processes, gatewayOptions: GatewayOptions, tokens: Array<{ token: string }>, label: string, sustainedCalls = 0): Promise<WarmMeasure> {
   await compactReadModels(gatewayOptions.dataDir);
   const t = performance.now();
   const gateway = await startGateway(processes, gatewayOptions);
@@ -94,28 +116,27 @@ async function warmAndMeasure(processes: Processes, gatewayOptions: GatewayOptio
   log(`${label}: cache filled: ${warmed[0]}`);
 
   // Calls through the gateway with cached tokens: the process serves, and its RSS includes serving.
-  for (let i = 0; i < SAMPLE_CALLS; i += 50) {
-    const from = (i * 997) % (tokens.length - 50);
-    await Promise.all(
-      tokens.slice(from, from + 50).map(async ({ token }) => {
-        const res = await fetch(`${gateway.url}/eth/${token}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON_RPC_BODY });
-        await res.arrayBuffer();
-        if (res.status !== 200) throw new Error(`call with a cached token answered ${res.status}`);
-      }),
-    );
-  }
+  await serve(gateway.url, tokens, 0, SAMPLE_CALLS);
   await new Promise((r) => setTimeout(r, 2000));
   const warmRss = rssMb(pid);
   const warmAnon = rssMb(pid, 'RssAnon');
   const warmFile = rssMb(pid, 'RssFile');
   const warmLevelDbTables = mappedRssMb(pid, (path) => path.endsWith('.ldb'));
+  let sustained: WarmMeasure['sustained'] = null;
+  if (sustainedCalls > SAMPLE_CALLS) {
+    await serve(gateway.url, tokens, SAMPLE_CALLS, sustainedCalls);
+    await new Promise((r) => setTimeout(r, 2000));
+    sustained = { calls: sustainedCalls, rss: rssMb(pid), anon: rssMb(pid, 'RssAnon') };
+    log(`${label}: RSS ${round(sustained.rss)} MB (anonymous ${round(sustained.anon)}) after ${sustainedCalls} calls in all, each with another token`);
+  }
+  // A full collection (the process runs with --expose-gc): what of the memory is live.
   process.kill(pid, 'SIGUSR2');
   const afterGc = await waitForOutput(gateway.process.output, /live heap ([\d.]+) MB, after gc: rss (\d+) MB, heap total (\d+) MB, external (\d+) MB/, 10_000);
   const heapAfter = Number(afterGc[1]);
   log(`${label}: RSS ${round(warmRss)} MB (anonymous ${round(warmAnon)}, file-backed ${round(warmFile)} of which LevelDB tables ${round(warmLevelDbTables)}) with ${cached} tokens cached; live heap ${heapBefore} → ${heapAfter} MB; ${afterGc[0]}`);
   await processes.stop(gateway.process, 15_000);
   return {
-    readySeconds, idleRss, warmRss, warmAnon, warmFile, warmLevelDbTables, rssAfterGc: Number(afterGc[2]), heapBefore, heapAfter, heapTotalMb: Number(afterGc[3]), externalMb: Number(afterGc[4]), cached,
+    readySeconds, idleRss, warmRss, warmAnon, warmFile, warmLevelDbTables, rssAfterGc: Number(afterGc[2]), heapBefore, heapAfter, heapTotalMb: Number(afterGc[3]), externalMb: Number(afterGc[4]), cached, sustained,
   };
 }
 
@@ -149,7 +170,7 @@ async function main(): Promise<void> {
 
     const all = await warmAndMeasure(processes, gatewayOptions, tokens, 'ROLE=all');
     const redis = await startRedis(processes);
-    const role = await warmAndMeasure(processes, { ...gatewayOptions, redisUrl: redis.url, env: { ...gatewayOptions.env, BENCH_ROLE: 'gateway' }, label: 'gateway role (warmable)' }, tokens, 'gateway role');
+    const role = await warmAndMeasure(processes, { ...gatewayOptions, redisUrl: redis.url, env: { ...gatewayOptions.env, BENCH_ROLE: 'gateway' }, label: 'gateway role (warmable)' }, tokens, 'gateway role', SUSTAINED_CALLS);
     const { readySeconds, idleRss, warmRss, rssAfterGc, heapBefore, heapAfter, cached } = all;
 
     emit({
@@ -158,10 +179,22 @@ async function main(): Promise<void> {
       result: round(role.warmRss),
       unit: 'MB',
       ratio: round(role.warmRss / role.idleRss),
-      baseline: `the same process before its cache was filled ${round(role.idleRss)} MB; of the ${round(role.warmRss)} MB, anonymous ${round(role.warmAnon)} MB and file-backed ${round(role.warmFile)} MB (the node binary, and ${round(role.warmLevelDbTables)} MB of the stand-in read models' LevelDB tables, memory-mapped as the cache was filled: a gateway on MongoDB maps none); after a full collection ${role.rssAfterGc} MB, V8 heap total ${role.heapTotalMb} MB`,
+      baseline: `the same process before its cache was filled ${round(role.idleRss)} MB; of the ${round(role.warmRss)} MB, anonymous ${round(role.warmAnon)} MB and file-backed ${round(role.warmFile)} MB (the node binary, and ${round(role.warmLevelDbTables)} MB of the stand-in read models' LevelDB tables, memory-mapped as the cache was filled: a gateway on MongoDB maps none)`,
       command: COMMAND,
       method: `VmRSS of the production gateway process, compiled and with the environment of \`npm start\` (bench/servers/warmGateway.ts with BENCH_ROLE=gateway: ROLE=gateway, limits and metering in Redis, the embedded read models standing in for MongoDB) 2 s after every one of ${role.cached} tokens was looked up through runtime.gateway.tokens.get and ${SAMPLE_CALLS} calls were served`,
     });
+    if (role.sustained) {
+      emit({
+        name: 'gateway_role_rss_100k_tokens_sustained',
+        target: '<= 200',
+        result: round(role.sustained.rss),
+        unit: 'MB',
+        ratio: round(role.sustained.rss / role.idleRss),
+        baseline: `the same process before its cache was filled ${round(role.idleRss)} MB, after ${SAMPLE_CALLS} calls ${round(role.warmRss)} MB; anonymous ${round(role.sustained.anon)} MB of the ${round(role.sustained.rss)}; then, after a full collection, ${role.rssAfterGc} MB with a live heap of ${role.heapAfter} MB (V8 heap total ${role.heapTotalMb} MB)`,
+        command: COMMAND,
+        method: `VmRSS of the same production gateway process (above) 2 s after it served ${role.sustained.calls} calls in all, 50 at a time, each with another of the cached tokens (a first call of its second for each: the limiter asks Redis for it): what V8 keeps between full collections under sustained serving`,
+      });
+    }
     emit({
       name: 'gateway_rss_100k_tokens_cached',
       target: null,
