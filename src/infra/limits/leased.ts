@@ -43,12 +43,13 @@ const RELEASE_EVERY_MS = 1000;
  * second, it asks for as many more as the token asked for before this call in this one (the
  * lease doubles). A token's first call with no history asks for itself only: most tokens of a
  * gateway call less than once a second, and a lease for such a token would go unused and cost
- * a second command to give back. The calls of that second are then granted here until the lease is spent, when the
- * next one asks again. What a lease did not use is given back to the month's count once its
- * second is over: a refused or never-made call uses no quota. The headers stay exact for one process (the remaining counts
- * include its own unused lease); with several, a lease held by one may refuse another's call
- * within that second, never admit one too many. A process that dies holding a lease leaves
- * its unused calls counted for the month (at most one second of its traffic per token).
+ * a second command to give back. The calls of that second are then granted here until the
+ * lease is spent, when the next one asks again. What a lease did not use is given back to the
+ * month's count once its second is over: a refused or never-made call uses no quota. The
+ * headers stay exact for one process (the remaining counts include its own unused lease); with
+ * several, a lease held by one may refuse another's call within that second, never admit one
+ * too many. A process that dies holding a lease leaves its unused calls counted for the month
+ * (at most one second of its traffic per token).
  */
 export class LeasedLimiter implements Limiter {
   private readonly leases = new Map<string, Lease>();
