@@ -122,6 +122,7 @@ async function warmAndMeasure(processes: Processes, gatewayOptions: GatewayOptio
   const warmAnon = rssMb(pid, 'RssAnon');
   const warmFile = rssMb(pid, 'RssFile');
   const warmLevelDbTables = mappedRssMb(pid, (path) => path.endsWith('.ldb'));
+  log(`${label}: RSS ${round(warmRss)} MB (anonymous ${round(warmAnon)}, file-backed ${round(warmFile)} of which LevelDB tables ${round(warmLevelDbTables)}) with ${cached} tokens cached, after ${SAMPLE_CALLS} calls`);
   let sustained: WarmMeasure['sustained'] = null;
   if (sustainedCalls > SAMPLE_CALLS) {
     await serve(gateway.url, tokens, SAMPLE_CALLS, sustainedCalls);
@@ -133,7 +134,7 @@ async function warmAndMeasure(processes: Processes, gatewayOptions: GatewayOptio
   process.kill(pid, 'SIGUSR2');
   const afterGc = await waitForOutput(gateway.process.output, /live heap ([\d.]+) MB, after gc: rss (\d+) MB, heap total (\d+) MB, external (\d+) MB/, 10_000);
   const heapAfter = Number(afterGc[1]);
-  log(`${label}: RSS ${round(warmRss)} MB (anonymous ${round(warmAnon)}, file-backed ${round(warmFile)} of which LevelDB tables ${round(warmLevelDbTables)}) with ${cached} tokens cached; live heap ${heapBefore} → ${heapAfter} MB; ${afterGc[0]}`);
+  log(`${label}: live heap ${heapBefore} MB before the cache was filled; at the end ${afterGc[0]}`);
   await processes.stop(gateway.process, 15_000);
   return {
     readySeconds, idleRss, warmRss, warmAnon, warmFile, warmLevelDbTables, rssAfterGc: Number(afterGc[2]), heapBefore, heapAfter, heapTotalMb: Number(afterGc[3]), externalMb: Number(afterGc[4]), cached, sustained,
