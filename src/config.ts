@@ -35,6 +35,12 @@ const Env = z.object({
    * ingester and the projector on a thread of their own; `off` keeps them on the main thread.
    */
   STORAGE_THREAD: z.enum(['on', 'off']).default('on'),
+  /**
+   * How long a gateway gathers usage records before sending them on together (to Redis, or to
+   * the storage thread): longer costs the event loop less per record, and loses more records
+   * should the process be killed.
+   */
+  USAGE_SEND_MS: z.coerce.number().int().min(1).max(10_000).default(20),
   /** How long to wait at start for Redis, EventStoreDB and MongoDB to answer before giving up. */
   STARTUP_TIMEOUT_SECONDS: z.coerce.number().int().min(1).max(3600).default(60),
   SECURE_COOKIES: z.enum(['true', 'false']).default('false'),
@@ -77,6 +83,8 @@ export interface Config {
   limitsFailClosed: boolean;
   /** The embedded default's stores, ingester and projector on a thread of their own (STORAGE_THREAD). */
   storageThread: boolean;
+  /** How long a gateway gathers usage records before sending them on together, to Redis or to the storage thread (USAGE_SEND_MS). */
+  usageSendEveryMs: number;
   /** How long to wait at start for the production services (STARTUP_TIMEOUT_SECONDS). */
   startupTimeoutMs: number;
   secureCookies: boolean;
@@ -117,7 +125,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     role: e.ROLE, port: e.PORT, host: e.HOST, dataDir: resolve(e.DATA_DIR),
     eventstoreUrl: e.EVENTSTORE_URL, mongodbUrl: e.MONGODB_URL, redisUrl: e.REDIS_URL,
     plans, adminToken: e.ADMIN_TOKEN ?? null, localDevnet: e.LOCAL_DEVNET === 'on',
-    limitsFailClosed: e.LIMITS_FAIL_CLOSED === 'true', storageThread: e.STORAGE_THREAD === 'on', startupTimeoutMs: e.STARTUP_TIMEOUT_SECONDS * 1000, secureCookies: e.SECURE_COOKIES === 'true', trustProxy: e.TRUST_PROXY === 'true',
+    limitsFailClosed: e.LIMITS_FAIL_CLOSED === 'true', storageThread: e.STORAGE_THREAD === 'on', usageSendEveryMs: e.USAGE_SEND_MS, startupTimeoutMs: e.STARTUP_TIMEOUT_SECONDS * 1000, secureCookies: e.SECURE_COOKIES === 'true', trustProxy: e.TRUST_PROXY === 'true',
     logLevel: e.LOG_LEVEL, env,
     alerts: { evaluateEveryMs: e.ALERT_EVALUATION_INTERVAL_SECONDS * 1000 },
     notify: {

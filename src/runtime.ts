@@ -86,7 +86,7 @@ export async function openRuntime(config: Config, clock?: () => Date): Promise<R
   const embedded = config.role === 'all' && !config.eventstoreUrl && !config.mongodbUrl && !config.redisUrl;
   const storage = embedded && config.storageThread && clock === undefined
     ? await openStorageThread({
-        dataDir: config.dataDir, consumer, plans: config.plans,
+        dataDir: config.dataDir, consumer, plans: config.plans, usageSendEveryMs: config.usageSendEveryMs,
         // Without its stores the process can serve nothing well: it stops, for its supervisor to start it again.
         onFailure: (error) => {
           console.error(`storage thread failed: ${error.message}`);
@@ -113,7 +113,7 @@ export async function openRuntime(config: Config, clock?: () => Date): Promise<R
         await untilReachable('MongoDB', config.mongodbUrl, () => openReadModels({ mongodbUrl: config.mongodbUrl, dataDir: config.dataDir }), { ...waiting, attemptTimeoutMs: 35_000 })
       : await openReadModels({ dataDir: config.dataDir });
     const openedFeed = openChangeFeed({ redisUrl: config.redisUrl });
-    const openedQueue = openUsageQueue({ redisUrl: config.redisUrl, consumer });
+    const openedQueue = openUsageQueue({ redisUrl: config.redisUrl, consumer, sendEveryMs: config.usageSendEveryMs });
     feed = openedFeed;
     usageQueue = openedQueue;
     redisClients.push(openedFeed, openedQueue);

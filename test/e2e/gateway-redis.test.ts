@@ -127,18 +127,25 @@ describe('Redis going away under load', () => {
 
 describe('the gateway role', () => {
   let redis: TestRedisServer;
-  afterAll(async () => {
-    await redis?.stop();
-  });
-
-  it('meters each call it served as one record in the Redis stream, for a projector elsewhere', async () => {
+  let dataDir: string;
+  let o: Awaited<ReturnType<typeof unlimitedToken>>;
+  beforeAll(async () => {
     redis = await startTestRedisServer();
     // Tokens made by a whole service; then, on the same read models, a process in the gateway role
     // (ROLE=gateway proper needs MongoDB and EventStoreDB, which these machines lack: per call the same code).
     const setup = await startTestApp({ env: { REDIS_URL: redis.url, UPSTREAM_LOCAL: node.url } });
-    const o = await unlimitedToken(setup);
+    o = await unlimitedToken(setup);
     await setup.close({ keepData: true });
-    const config = loadConfig({ DATA_DIR: setup.dataDir, LOCAL_DEVNET: 'off', REDIS_URL: redis.url, UPSTREAM_LOCAL: node.url });
+    dataDir = setup.dataDir;
+  });
+  afterAll(async () => {
+    await redis?.stop();
+    if (dataDir) rmSync(dataDir, { recursive: true, force: true });
+  });
+
+  /** A process in the gateway role on the setup's read models, listening; `stop` may be called twice. */
+  async function startRole(env: Record<string, string> = {}) {
+    const config = loadConfig({ DATA_DIR: dataDir, LOCAL_DEVNET: 'off', REDIS_URL: redis.url, UPSTREAM_LOCAL: node.url, ...env });
     const runtime = await openRuntime({ ...config, role: 'gateway' });
     const app = await buildServer(runtime);
     let stopped = false;
@@ -148,14 +155,23 @@ describe('the gateway role', () => {
       await app.close();
       await runtime.close();
     };
+    try {
+      return { base: await listen(app), stop };
+    } catch (error) {
+      await stop();
+      throw error;
+    }
+  }
+
+  it('meters each call it served as one record in the Redis stream, for a projector elsewhere', async () => {
+    const role = await startRole();
     const reader = new RedisUsageQueue(redis.url, { consumer: 'reader' });
     try {
-      const base = await listen(app);
       const calls = 30;
       await inTens(calls, async () => {
-        expect(await callBlockNumber(base, o.token)).toBe(200);
+        expect(await callBlockNumber(role.base, o.token)).toBe(200);
       });
-      await stop();
+      await role.stop();
       await reader.whenReady();
       const records: QueuedUsage[] = [];
       const deadline = Date.now() + 5000;
@@ -164,10 +180,30 @@ describe('the gateway role', () => {
       expect(await reader.read(10, 200), 'no record twice').toEqual([]);
       expect(new Set(records.map((q) => q.record.tokenId))).toEqual(new Set([o.tokenId]));
       expect(records.every((q) => q.record.chain === 'local' && q.record.status === 200)).toBe(true);
+      await reader.ack(records.map((q) => q.ackId));
     } finally {
-      await stop();
+      await role.stop();
       await reader.close();
-      rmSync(setup.dataDir, { recursive: true, force: true });
+    }
+  });
+
+  it('gathers usage records for USAGE_SEND_MS before it sends them to Redis', async () => {
+    const role = await startRole({ USAGE_SEND_MS: '1500' });
+    const reader = new RedisUsageQueue(redis.url, { consumer: 'interval-reader' });
+    try {
+      await reader.whenReady();
+      expect(await reader.read(10, 0), 'nothing left by the test before').toEqual([]);
+      expect(await callBlockNumber(role.base, o.token)).toBe(200);
+      const answered = Date.now();
+      // The send timer started as the call was metered, before its answer: 1.5 s from then at the earliest.
+      await new Promise((r) => setTimeout(r, 700));
+      expect(await reader.read(10, 0), 'not sent before USAGE_SEND_MS').toEqual([]);
+      const records = await reader.read(10, 5000);
+      expect(records).toHaveLength(1);
+      expect(Date.now() - answered).toBeGreaterThanOrEqual(1000);
+    } finally {
+      await role.stop();
+      await reader.close();
     }
   });
 });
