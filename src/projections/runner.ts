@@ -83,13 +83,13 @@ export class ProjectionRunner implements Projector {
     const iterator = subscription[Symbol.asyncIterator]();
     let pending: Promise<IteratorResult<SubscriptionItem>> | null = null;
     // Live, one timer per batch (not per event).
-    let flushAt: Promise<null> | null = null;
+    const deadline = new BatchDeadline(FLUSH_MS);
     try {
       for (;;) {
         pending ??= iterator.next();
-        const next = flushAt ? await Promise.race([pending, flushAt]) : await pending;
+        const next = await deadline.cutShort(pending);
         if (next === null) {
-          flushAt = null;
+          deadline.clear();
           await this.commit(batch.splice(0));
           await this.settle();
           continue;
@@ -99,14 +99,14 @@ export class ProjectionRunner implements Projector {
         const item = next.value;
         if (item.kind === 'event') {
           batch.push(item.event);
-          if (this.caughtUpOnce) flushAt ??= new Promise((r) => setTimeout(r, FLUSH_MS, null));
+          if (this.caughtUpOnce) deadline.arm();
           if (batch.length >= (this.caughtUpOnce ? LIVE_BATCH_MAX : CATCH_UP_BATCH_MAX)) {
-            flushAt = null;
+            deadline.clear();
             // Not settled: the store writes this batch while the next one is read and projected.
             await this.commit(batch.splice(0));
           }
         } else {
-          flushAt = null;
+          deadline.clear();
           await this.commit(batch.splice(0));
           await this.settle();
           if (!this.caughtUpOnce) {
@@ -121,6 +121,8 @@ export class ProjectionRunner implements Projector {
       this.lastError = e;
       await this.committing?.catch(() => undefined);
       throw e;
+    } finally {
+      deadline.clear();
     }
   }
 
@@ -185,6 +187,48 @@ export class ProjectionRunner implements Projector {
   async stop(): Promise<void> {
     await this.subscription?.close();
     await this.loop?.catch(() => undefined);
+  }
+}
+
+/**
+ * A live batch's deadline: armed by its first event, it cuts short the wait for the next item
+ * once it has passed. One waiter per wait, woken by the timer: `Promise.race` against one
+ * promise per batch instead left a reaction on that promise per event until the timer fired
+ * (~0.6 µs an event more on the storage thread, measured in a loop).
+ */
+export class BatchDeadline {
+  private timer: ReturnType<typeof setTimeout> | null = null;
+  private passed = false;
+  private wake: ((value: null) => void) | null = null;
+
+  constructor(private readonly ms: number) {}
+
+  /** Starts the clock, unless it runs already or has run out. */
+  arm(): void {
+    if (this.timer !== null || this.passed) return;
+    this.timer = setTimeout(() => {
+      this.timer = null;
+      this.passed = true;
+      this.wake?.(null);
+    }, this.ms);
+  }
+
+  /** Stops the clock and forgets that it ran out. */
+  clear(): void {
+    if (this.timer !== null) clearTimeout(this.timer);
+    this.timer = null;
+    this.passed = false;
+    this.wake = null;
+  }
+
+  /** What `next` gives, or null once the deadline has passed first (`next` is then still to be awaited). */
+  cutShort<T>(next: Promise<T>): Promise<T | null> {
+    if (this.passed) return Promise.resolve(null);
+    if (this.timer === null) return next;
+    return new Promise<T | null>((resolve, reject) => {
+      this.wake = resolve;
+      next.then(resolve, reject);
+    });
   }
 }
 
