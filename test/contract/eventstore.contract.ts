@@ -241,6 +241,22 @@ export function describeEventStoreContract(name: string, open: () => Promise<Eve
         }
       });
 
+      it('delivers live events with the same fields as readStream', async () => {
+        const cat = category();
+        const subscription = store.subscribeToAll({ streamPrefixes: [`${cat}-`] });
+        const reader = new SubscriptionReader(subscription);
+        try {
+          await reader.untilCaughtUp();
+          expect(await reader.quietFor(50), 'waiting for live events').toEqual([]);
+          await store.append(`${cat}-1`, [newEvent('A', { x: 1, s: 'é"\\', n: null }, { m: true }), newEvent('B', { y: [1, { z: 2 }] })], 'no_stream');
+          const live = await reader.events(2);
+          expect(live).toStrictEqual(await store.readStream(`${cat}-1`));
+          expect(live[1]!.metadata).toStrictEqual({});
+        } finally {
+          await subscription.close();
+        }
+      });
+
       it('starts strictly after a given position', async () => {
         const cat = category();
         await store.append(`${cat}-1`, [newEvent('A'), newEvent('B')], 'no_stream');

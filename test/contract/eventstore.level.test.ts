@@ -44,7 +44,7 @@ describe('LevelEventStore append planning', () => {
     );
     setImmediate(() => {
       immediateRan = true;
-      encodedBefore = plan.puts.length;
+      encodedBefore = plan.logPuts.length + plan.indexPuts.length;
     });
     const events = Array.from({ length: count }, (_, i) => newEvent('A', { i }));
     const result = await plan.add('a-1', events, 4);
@@ -53,8 +53,10 @@ describe('LevelEventStore append planning', () => {
     expect(lookupsBefore).toBeLessThan(EVENTS_PER_TURN);
     expect(encodedBefore).toBe(0);
     expect(result).toEqual({ nextExpectedRevision: 4 + count, position: String(100 + count).padStart(20, '0') });
-    expect(plan.puts).toHaveLength(3 * count + 1);
-    expect(plan.appended.map(([, json]) => (JSON.parse(json) as { data: { i: number } }).data.i)).toEqual(events.map((_, i) => i));
+    expect(plan.logPuts).toHaveLength(count);
+    expect(plan.indexPuts).toHaveLength(2 * count + 1);
+    expect(plan.logPuts.map(([, json]) => (JSON.parse(json) as { data: { i: number } }).data.i)).toEqual(events.map((_, i) => i));
+    expect(plan.appended.map((e) => e.data['i'])).toEqual(events.map((_, i) => i));
   });
 
   it('looks up only the ids at or below the stream\'s id ceiling: one above it cannot be in the stream', async () => {

@@ -1,7 +1,7 @@
 import { checkExpectedRevision } from './appendRules.js';
 import { EventStoreError } from './errors.js';
-import { type Entry, eventIdEntry, eventIdKey, formatPosition, headEntry, type LogEntry, logKey, streamIndexEntry } from './levelKeys.js';
-import type { AppendResult, ExpectedRevision, NewEvent } from './port.js';
+import { type Entry, eventIdKey, formatPosition, headEntry, LOG_START, streamKey } from './levelKeys.js';
+import type { AppendResult, ExpectedRevision, NewEvent, StoredEvent } from './port.js';
 
 /** Point reads of the committed index (synchronous: the writer plans a whole group in one go). */
 export interface EventIndexReader {
@@ -25,6 +25,13 @@ export const MAX_APPEND_BYTES = 1024 * 1024;
  */
 export const EVENTS_PER_TURN = 64;
 
+/** UTF-8 bytes of the entries' values. */
+function utf8Bytes(entries: readonly Entry[]): number {
+  let bytes = 0;
+  for (const [, value] of entries) bytes += Buffer.byteLength(value);
+  return bytes;
+}
+
 /** Lets the event loop run what is waiting (answers, timers) before going on. */
 export const nextTurn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
 
@@ -34,9 +41,16 @@ export const nextTurn = (): Promise<void> => new Promise((resolve) => setImmedia
  * one batch. An append that fails its checks contributes nothing.
  */
 export class AppendPlan {
-  readonly puts: Entry[] = [];
-  /** The new log entries, for live subscribers (who decode only what they deliver). */
-  readonly appended: LogEntry[] = [];
+  /** The new log entries (key, the event as JSON). */
+  readonly logPuts: Entry[] = [];
+  /** The index entries: each event's place in its stream and its id, and each stream's head. */
+  readonly indexPuts: Entry[] = [];
+  /**
+   * The new events as stored, for live subscribers: the objects whose JSON the log holds, so
+   * that nobody parses back what was just encoded (~1 µs an event). Their data is the
+   * appender's: neither side changes an event once appended.
+   */
+  readonly appended: StoredEvent[] = [];
   private readonly heads = new Map<string, number>();
   private readonly ids = new Map<string, string>();
   /** Per stream, the largest id this group appends to it: the store raises its ceiling once the group is written. */
@@ -61,40 +75,40 @@ export class AppendPlan {
     }
     checkExpectedRevision(streamId, expected, head);
 
-    const puts: Entry[] = [];
-    const appended: LogEntry[] = [];
-    const ids: Array<[string, string]> = [];
+    const logPuts: Entry[] = [];
+    const indexPuts: Entry[] = [];
+    const appended: StoredEvent[] = [];
+    const ids: Entry[] = [];
     let revision = head ?? -1;
     let seq = this.lastSeq;
-    let bytes = 0;
+    // The JSON's length in UTF-16 units; its UTF-8 bytes are counted only once 3 bytes a unit could pass the limit.
+    let units = 0;
+    let bytes: number | null = null;
     for (const event of events) {
       await this.pauseIfDue();
       revision++;
       seq++;
+      const metadata = event.metadata ?? {};
       // streamId first: a filtered replay reads it without parsing the event (sniffStreamId).
-      const json = JSON.stringify({
-        streamId,
-        revision,
-        id: event.id,
-        type: event.type,
-        created: this.created,
-        data: event.data,
-        metadata: event.metadata ?? {},
-      });
-      bytes += Buffer.byteLength(json);
-      if (bytes > MAX_APPEND_BYTES) {
+      const json = JSON.stringify({ streamId, revision, id: event.id, type: event.type, created: this.created, data: event.data, metadata });
+      units += json.length;
+      if (bytes !== null) bytes += Buffer.byteLength(json);
+      else if (units * 3 > MAX_APPEND_BYTES) bytes = utf8Bytes(logPuts) + Buffer.byteLength(json);
+      if (bytes !== null && bytes > MAX_APPEND_BYTES) {
         throw new EventStoreError('append_too_large', `append to ${streamId} exceeds ${MAX_APPEND_BYTES} bytes`, { streamId });
       }
-      const logEntry: LogEntry = [logKey(seq), json];
-      const idEntry: Entry = eventIdEntry(streamId, event.id, revision, seq);
-      puts.push(logEntry, streamIndexEntry(streamId, revision, seq), idEntry);
-      appended.push(logEntry);
+      const position = formatPosition(seq);
+      logPuts.push([LOG_START + position, json]);
+      const idEntry: Entry = [eventIdKey(streamId, event.id), `${revision} ${position}`];
+      indexPuts.push([streamKey(streamId, revision), position], idEntry);
       ids.push(idEntry);
+      appended.push({ streamId, revision, position, id: event.id, type: event.type, data: event.data, metadata, created: this.created });
     }
-    puts.push(headEntry(streamId, revision));
+    indexPuts.push(headEntry(streamId, revision));
 
-    for (const put of puts) this.puts.push(put);
-    for (const entry of appended) this.appended.push(entry);
+    for (const put of logPuts) this.logPuts.push(put);
+    for (const put of indexPuts) this.indexPuts.push(put);
+    for (const event of appended) this.appended.push(event);
     for (const [key, value] of ids) this.ids.set(key, value);
     let largest = this.largestIds.get(streamId) ?? '';
     for (const event of events) if (event.id > largest) largest = event.id;
@@ -110,7 +124,8 @@ export class AppendPlan {
    * log entries stay, for the live subscribers.
    */
   release(): void {
-    this.puts.length = 0;
+    this.logPuts.length = 0;
+    this.indexPuts.length = 0;
     this.ids.clear();
     this.heads.clear();
   }

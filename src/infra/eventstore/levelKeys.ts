@@ -48,7 +48,6 @@ export const eventIdEntry = (streamId: string, eventId: string, revision: number
 export const headEntry = (streamId: string, revision: number): Entry => [headKey(streamId), String(revision)];
 
 export const INDEXED_KEY = 'm\u0000indexed';
-export const isLogKey = (key: string): boolean => key.startsWith(LOG_START);
 
 export const formatPosition = (seq: number): Position => pad(seq);
 

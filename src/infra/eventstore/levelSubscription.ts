@@ -1,7 +1,7 @@
 import { streamMatcher } from './appendRules.js';
 import { EventStoreError } from './errors.js';
 import { decodeEvent, formatPosition, type LogEntry, parsePosition, seqOfLogKey, sniffStreamId } from './levelKeys.js';
-import type { SubscribeOptions, Subscription, SubscriptionItem } from './port.js';
+import type { StoredEvent, SubscribeOptions, Subscription, SubscriptionItem } from './port.js';
 
 /** A batch reader over the global log, strictly after a sequence number. */
 export interface LogCursor {
@@ -14,7 +14,7 @@ export interface LogSource {
   readLogAfter(seq: number): LogCursor;
   /** Sequence number of the newest durable event (0 when the log is empty). */
   committedSeq(): number;
-  /** Receives every group of entries right after it is durable; returns the detach function. */
+  /** Receives every group of events right after it is durable; returns the detach function. */
   attachTap(tap: LiveTap): () => void;
   forget(subscription: LevelSubscription): void;
 }
@@ -22,24 +22,24 @@ export interface LogSource {
 const READ_BATCH = 1000;
 
 /**
- * Live log entries handed over by the writer. Bounded: a subscriber that falls further behind
- * than `limit` entries is told it overflowed and goes back to reading the log, so a slow
- * consumer never makes the writer hold an unbounded backlog.
+ * Live events handed over by the writer, as it encoded them (never parsed back). Bounded: a
+ * subscriber that falls further behind than `limit` events is told it overflowed and goes back
+ * to reading the log, so a slow consumer never makes the writer hold an unbounded backlog.
  */
 export class LiveTap {
-  private queue: LogEntry[] = [];
+  private queue: StoredEvent[] = [];
   private overflowed = false;
   private wake: (() => void) | undefined;
 
   constructor(private readonly limit: number) {}
 
-  push(entries: readonly LogEntry[]): void {
+  push(events: readonly StoredEvent[]): void {
     if (this.overflowed) return;
-    if (this.queue.length + entries.length > this.limit) {
+    if (this.queue.length + events.length > this.limit) {
       this.overflowed = true;
       this.queue = [];
     } else {
-      for (const entry of entries) this.queue.push(entry);
+      for (const event of events) this.queue.push(event);
     }
     this.interrupt();
   }
@@ -51,7 +51,7 @@ export class LiveTap {
     wake?.();
   }
 
-  async take(): Promise<LogEntry[] | 'overflow'> {
+  async take(): Promise<StoredEvent[] | 'overflow'> {
     if (!this.overflowed && this.queue.length === 0) {
       await new Promise<void>((resolve) => {
         this.wake = resolve;
@@ -128,15 +128,14 @@ export class LevelSubscription implements Subscription {
         this.tap = tap;
         try {
           while (!this.closed) {
-            const entries = await tap.take();
-            if (entries === 'overflow') break; // fell behind: go on from `seq` in the log
-            for (const [key, value] of entries) {
+            const events = await tap.take();
+            if (events === 'overflow') break; // fell behind: go on from `seq` in the log
+            for (const event of events) {
               if (this.closed) return;
-              const entrySeq = seqOfLogKey(key);
-              if (entrySeq <= seq) continue; // `after` may lie beyond the head
-              seq = entrySeq;
-              const item = this.deliverable(key, value);
-              if (item) yield item;
+              const eventSeq = Number(event.position);
+              if (eventSeq <= seq) continue; // `after` may lie beyond the head
+              seq = eventSeq;
+              if (this.matches(event.streamId)) yield { kind: 'event', event };
             }
           }
         } finally {
