@@ -33,9 +33,9 @@
  *
  *   npx tsx bench/compare-gateway.ts [role] [embedded] [redis]   (default: role; ROUNDS=3, SECONDS=3, or 10 with MEASURE=latency)
  */
-import { cpSync, mkdirSync, readdirSync } from 'node:fs';
-import { basename, dirname, join } from 'node:path';
-import { compactionBytes } from './lib/leveldb.js';
+import { cpSync, mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { compactionOutput } from './lib/leveldb.js';
 import { measuredThroughput, pacedLatency, pacedWarmUp, type Throughput, wrk } from './lib/load.js';
 import { measureAlone, Processes, requireTool, runMain, timeLimit, waitForIdle } from './lib/processes.js';
 import { log } from './lib/report.js';
@@ -87,12 +87,6 @@ function describeThreads(run: Throughput): string {
   const rest = others.slice(THREADS_SHOWN);
   const restUs = rest.reduce((sum, t) => sum + t.us, 0);
   return `; threads µs/req: event loop ${main?.main ? main.us.toFixed(1) : '?'}, others ${shown.join(', ')}${rest.length > 0 ? `, ${rest.length} more ${restUs.toFixed(1)}` : ''}`;
-}
-
-/** What each LevelDB store under `dataDir` (a directory with a LOG) wrote in compactions so far. */
-function compactionOutput(dataDir: string): string {
-  const stores = readdirSync(dataDir, { recursive: true, encoding: 'utf8' }).filter((path) => basename(path) === 'LOG').map(dirname);
-  return stores.map((store) => `${store} ${(compactionBytes(join(dataDir, store)) / 1e6).toFixed(1)} MB`).join(', ');
 }
 
 const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] as number;

@@ -15,6 +15,7 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { loadConfig } from '../src/config.js';
 import type { UsageRecord } from '../src/domain/usage.js';
 import { openStorageThread, type StorageThread } from '../src/infra/storagethread/index.js';
+import { compactionOutput } from './lib/leveldb.js';
 import { Processes, runMain, timeLimit } from './lib/processes.js';
 import { log } from './lib/report.js';
 import { embeddedEnv } from './lib/services.js';
@@ -77,7 +78,7 @@ async function feed(storage: StorageThread, seconds: number): Promise<number> {
   return total;
 }
 
-async function oneRound(storage: StorageThread): Promise<{ storage: number; others: number; wallMs: number }> {
+async function oneRound(storage: StorageThread, dataDir: string): Promise<{ storage: number; others: number; wallMs: number }> {
   const before = threadCpu();
   const started = performance.now();
   const total = await feed(storage, SECONDS);
@@ -92,7 +93,7 @@ async function oneRound(storage: StorageThread): Promise<{ storage: number; othe
   }
   spent.sort((a, b) => b - a);
   const perRecord = (s: number): number => (s * 1e6) / total;
-  log(`  main thread ${perRecord(main).toFixed(2)} µs a record (not counted), threads by CPU: ${spent.filter((s) => s > 0).map((s) => perRecord(s).toFixed(2)).join(', ')}`);
+  log(`  main thread ${perRecord(main).toFixed(2)} µs a record (not counted), threads by CPU: ${spent.filter((s) => s > 0).map((s) => perRecord(s).toFixed(2)).join(', ')}; LevelDB compaction output so far: ${compactionOutput(dataDir)}`);
   return { storage: perRecord(spent[0] ?? 0), others: perRecord(spent.slice(1).reduce((a, b) => a + b, 0)), wallMs };
 }
 
@@ -113,7 +114,7 @@ async function main(): Promise<void> {
     await feed(storage, WARMUP_SECONDS);
     const rounds: Array<{ storage: number; others: number }> = [];
     for (let round = 1; round <= ROUNDS; round++) {
-      const r = await oneRound(storage);
+      const r = await oneRound(storage, dataDir);
       rounds.push(r);
       log(`round ${round}: ${RATE * SECONDS} records at ${RATE}/s, done in ${(r.wallMs / 1000).toFixed(1)} s: storage thread ${r.storage.toFixed(2)} µs a record, other threads ${r.others.toFixed(2)}, together ${(r.storage + r.others).toFixed(2)}`);
     }
