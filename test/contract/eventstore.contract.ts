@@ -80,6 +80,25 @@ export function describeEventStoreContract(name: string, open: () => Promise<Eve
         expect(await store.readStream(stream, { fromRevision: 5 })).toEqual([]);
       });
 
+      it('reads a slice across appends that other streams came between', async () => {
+        const stream = `${category()}-1`;
+        const other = `${category()}-1`;
+        await store.append(stream, ['A', 'B', 'C'].map((t) => newEvent(t)), 'no_stream');
+        await store.append(other, [newEvent('Z')], 'no_stream');
+        await store.append(stream, [newEvent('D')], 2);
+        await store.append(other, [newEvent('Y')], 0);
+        await store.append(stream, ['E', 'F', 'G'].map((t) => newEvent(t)), 3);
+        const types = async (options: { fromRevision?: number; maxCount?: number }) => (await store.readStream(stream, options)).map((e) => e.type);
+        expect(await types({})).toEqual(['A', 'B', 'C', 'D', 'E', 'F', 'G']);
+        expect(await types({ fromRevision: 1, maxCount: 5 })).toEqual(['B', 'C', 'D', 'E', 'F']);
+        expect(await types({ fromRevision: 3, maxCount: 1 })).toEqual(['D']);
+        expect(await types({ fromRevision: 5 })).toEqual(['F', 'G']);
+        expect(await types({ fromRevision: 7 })).toEqual([]);
+        const read = await store.readStream(stream, { fromRevision: 2, maxCount: 3 });
+        expect(read.map((e) => e.revision)).toEqual([2, 3, 4]);
+        expectStrictlyIncreasing(read.map((e) => e.position));
+      });
+
       it('keeps streams apart', async () => {
         const cat = category();
         await store.append(`${cat}-a`, [newEvent('A1')], 'no_stream');

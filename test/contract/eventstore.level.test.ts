@@ -54,7 +54,7 @@ describe('LevelEventStore append planning', () => {
     expect(encodedBefore).toBe(0);
     expect(result).toEqual({ nextExpectedRevision: 4 + count, position: String(100 + count).padStart(20, '0') });
     expect(plan.logPuts).toHaveLength(count);
-    expect(plan.indexPuts).toHaveLength(2 * count + 1);
+    expect(plan.indexPuts).toHaveLength(count + 2); // an id each, the run, the head
     expect(plan.logPuts.map(([, json]) => (JSON.parse(json) as { data: { i: number } }).data.i)).toEqual(events.map((_, i) => i));
     expect(plan.appended.map((e) => e.data['i'])).toEqual(events.map((_, i) => i));
   });
@@ -422,6 +422,28 @@ describe('LevelEventStore log and index stores', () => {
     } finally {
       await log.close();
       await index.close();
+    }
+  });
+
+  it('indexes a stream by runs: one entry an append, however many events it holds', async () => {
+    const dir = tempDir();
+    const store = await LevelEventStore.open(dir);
+    await store.append('a-1', Array.from({ length: 300 }, (_, n) => newEvent('A', { n })), 'no_stream');
+    await store.append('a-1', [newEvent('A', { n: 300 })], 299);
+    await store.append('a-1', Array.from({ length: 5 }, (_, n) => newEvent('A', { n: 301 + n })), 300);
+    await store.close();
+    const index = await openDb(join(dir, 'index'));
+    try {
+      expect(await index.keys({ gte: 's\u0000a-1\u0000', lt: 's\u0000a-1\u0001' }).all()).toEqual([streamKey('a-1', 0), streamKey('a-1', 300), streamKey('a-1', 301)]);
+    } finally {
+      await index.close();
+    }
+    const reopened = await LevelEventStore.open(dir);
+    try {
+      expect((await reopened.readStream('a-1')).map((e) => e.data['n'])).toEqual(Array.from({ length: 306 }, (_, n) => n));
+      expect((await reopened.readStream('a-1', { fromRevision: 298, maxCount: 5 })).map((e) => e.revision)).toEqual([298, 299, 300, 301, 302]);
+    } finally {
+      await reopened.close();
     }
   });
 

@@ -21,9 +21,10 @@ import {
   logKey,
   pad,
   seqOfLogKey,
-  streamIndexEntry,
+  parseStreamRun,
   streamKey,
   streamRange,
+  streamRunEntry,
 } from './levelKeys.js';
 import { LevelSubscription, type LiveTap, type LogCursor, type LogSource } from './levelSubscription.js';
 import type {
@@ -155,7 +156,16 @@ export class LevelEventStore implements EventStore {
     const fromRevision = Math.max(0, Math.trunc(options.fromRevision ?? 0));
     if (options.maxCount !== undefined && options.maxCount < 1) return [];
     const maxCount = options.maxCount === undefined ? -1 : Math.trunc(options.maxCount); // -1: no limit
-    const seqs = await this.stores.index.values({ gte: streamKey(streamId, fromRevision), lt: streamRange(streamId).lt, limit: maxCount }).all();
+    const range = streamRange(streamId);
+    // The run holding `fromRevision` starts at or before it.
+    const [holding] = await this.stores.index.keys({ gte: range.gte, lte: streamKey(streamId, fromRevision), reverse: true, limit: 1 }).all();
+    // Each run holds one event at least: `maxCount` runs are enough.
+    const runs = await this.stores.index.iterator({ gte: holding ?? range.gte, lt: range.lt, limit: maxCount }).all();
+    const seqs: string[] = [];
+    for (const [key, value] of runs) {
+      const { firstRevision, firstSeq, count } = parseStreamRun(streamId, key, value);
+      for (let i = Math.max(0, fromRevision - firstRevision); i < count && seqs.length !== maxCount; i++) seqs.push(pad(firstSeq + i));
+    }
     if (seqs.length === 0) return [];
     const values = await this.stores.log.getMany(seqs.map((seq) => LOG_START + seq));
     return values.map((value, i) => {
@@ -371,7 +381,7 @@ async function indexUpTo(log: Db, index: Db, lastSeq: number): Promise<void> {
       for (const [key, value] of chunk) {
         const event = decodeEvent(key, value);
         const seq = seqOfLogKey(key);
-        batch.put(...streamIndexEntry(event.streamId, event.revision, seq));
+        batch.put(...streamRunEntry(event.streamId, event.revision, seq, 1));
         batch.put(...eventIdEntry(event.streamId, event.id, event.revision, seq));
         heads.set(event.streamId, event.revision);
         indexed = seq;

@@ -1,6 +1,6 @@
 import { checkExpectedRevision } from './appendRules.js';
 import { EventStoreError } from './errors.js';
-import { type Entry, eventIdKey, formatPosition, headEntry, LOG_START, streamKey } from './levelKeys.js';
+import { type Entry, eventIdKey, formatPosition, headEntry, LOG_START, streamRunEntry } from './levelKeys.js';
 import type { AppendResult, ExpectedRevision, NewEvent, StoredEvent } from './port.js';
 
 /** Point reads of the committed index (synchronous: the writer plans a whole group in one go). */
@@ -43,7 +43,7 @@ export const nextTurn = (): Promise<void> => new Promise((resolve) => setImmedia
 export class AppendPlan {
   /** The new log entries (key, the event as JSON). */
   readonly logPuts: Entry[] = [];
-  /** The index entries: each event's place in its stream and its id, and each stream's head. */
+  /** The index entries: each append's run of events in the log, each event's id, each stream's head. */
   readonly indexPuts: Entry[] = [];
   /**
    * The new events as stored, for live subscribers: the objects whose JSON the log holds, so
@@ -100,10 +100,13 @@ export class AppendPlan {
       const position = formatPosition(seq);
       logPuts.push([LOG_START + position, json]);
       const idEntry: Entry = [eventIdKey(streamId, event.id), `${revision} ${position}`];
-      indexPuts.push([streamKey(streamId, revision), position], idEntry);
+      indexPuts.push(idEntry);
       ids.push(idEntry);
       appended.push({ streamId, revision, position, id: event.id, type: event.type, data: event.data, metadata, created: this.created });
     }
+    // One entry for the append's run, not one an event: a stream's entries then lie apart only
+    // per append, and compactions do not rewrite them all again (docs/decisions.md).
+    if (events.length > 0) indexPuts.push(streamRunEntry(streamId, (head ?? -1) + 1, this.lastSeq + 1, events.length));
     indexPuts.push(headEntry(streamId, revision));
 
     for (const put of logPuts) this.logPuts.push(put);

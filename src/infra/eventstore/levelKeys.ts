@@ -4,7 +4,8 @@ import type { Position, StoredEvent } from './port.js';
 /**
  * Key layout of the LevelDB event store (utf8 keys, NUL separates a stream id from what follows):
  *   l\0<seq:20>            → the event as JSON (global log; seq starts at 1)
- *   s\0<stream>\0<rev:20>  → <seq:20>        (stream index)
+ *   s\0<stream>\0<rev:20>  → <seq:20> <n>    (stream index: the stream's `n` events from `rev` on are
+ *                                             the log's from `seq` on; ` <n>` left out when 1)
  *   h\0<stream>            → <rev>           (revision of the stream's last event)
  *   e\0<stream>\0<eventId> → <rev> <seq:20>  (ids already in the stream, for idempotent retries)
  *   m\0indexed             → <seq:20>        (the last log entry the indexes cover; two stores only)
@@ -40,10 +41,23 @@ export const eventIdRange = (streamId: string): { gte: string; lt: string } => (
 export type Entry = [key: string, value: string];
 
 /*
- * The index entries of the event at `revision` of a stream and `seq` of the log: its place in
- * the stream, its id, and the stream's head when it is the stream's last event.
+ * The index entries of events of a stream: where a run of them is in the log (one append's
+ * events have consecutive revisions and sequence numbers), each one's id, and the stream's head.
  */
-export const streamIndexEntry = (streamId: string, revision: number, seq: number): Entry => [streamKey(streamId, revision), pad(seq)];
+export const streamRunEntry = (streamId: string, firstRevision: number, firstSeq: number, count: number): Entry => [
+  streamKey(streamId, firstRevision),
+  count === 1 ? pad(firstSeq) : `${pad(firstSeq)} ${count}`,
+];
+
+/** A stream index entry's run: its first revision and sequence number, and how many events it holds. */
+export function parseStreamRun(streamId: string, key: string, value: string): { firstRevision: number; firstSeq: number; count: number } {
+  const space = value.indexOf(' ');
+  return {
+    firstRevision: Number(key.slice(streamRange(streamId).gte.length)),
+    firstSeq: Number(space < 0 ? value : value.slice(0, space)),
+    count: space < 0 ? 1 : Number(value.slice(space + 1)),
+  };
+}
 export const eventIdEntry = (streamId: string, eventId: string, revision: number, seq: number): Entry => [eventIdKey(streamId, eventId), `${revision} ${pad(seq)}`];
 export const headEntry = (streamId: string, revision: number): Entry => [headKey(streamId), String(revision)];
 
