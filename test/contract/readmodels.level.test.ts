@@ -2,7 +2,10 @@ import { mkdtemp, readdir, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { LevelReadModelStore, openReadModels, ReadModelError } from '../../src/infra/readmodels/index.js';
+import { ClassicLevel } from 'classic-level';
+import { EMBEDDED_OWN_STORE, embeddedReadModelsDir, embeddedRowsDir, LevelReadModelStore, openEmbeddedReader, openReadModels, ReadModelError } from '../../src/infra/readmodels/index.js';
+import { SplitReadModelStore } from '../../src/infra/readmodels/split.js';
+import { USAGE_METRICS } from '../../src/projections/usageMetrics.js';
 import { readModelStoreContract } from './readmodels.contract.js';
 
 let dir: string;
@@ -79,16 +82,114 @@ describe('LevelReadModelStore opened for a bulk load (a rebuild process)', () =>
   });
 });
 
+describe('read models split over two LevelDB stores', () => {
+  // put, merge and delete: the writes a collection of the second store may take.
+  readModelStoreContract(async () =>
+    SplitReadModelStore.open(
+      await LevelReadModelStore.open(join(dir, 'split-main')),
+      await LevelReadModelStore.open(join(dir, 'split-rows')),
+      (collection) => /^(put|merge|delete)_/.test(collection),
+      [],
+    ),
+  );
+});
+
 describe('openReadModels', () => {
-  it('opens LevelDB under <dataDir>/readmodels when no MongoDB URL is given', async () => {
+  const pos = (n: number): string => String(n).padStart(20, '0');
+  const rows = USAGE_METRICS.requestBlocks;
+
+  /** The keys of a LevelDB directory, as written. */
+  async function keysIn(location: string): Promise<string[]> {
+    const db = new ClassicLevel<string, string>(location);
+    try {
+      return await db.keys().all();
+    } finally {
+      await db.close();
+    }
+  }
+
+  it('opens LevelDB under <dataDir>/readmodels, with the raw rows under <dataDir>/readmodels-rows, when no MongoDB URL is given', async () => {
     const dataDir = join(dir, 'data');
     const store = await openReadModels({ dataDir });
     try {
-      await store.commit('p', '00000000000000000001', [{ op: 'inc', collection: 'c', key: 'k', inc: { n: 1 } }]);
+      await store.commit('p', pos(1), [
+        { op: 'inc', collection: 'c', key: 'k', inc: { n: 1 } },
+        { op: 'merge', collection: rows, key: 'acc/2026-11-26T10/0', fields: { 0: ['row'] } },
+      ]);
       expect(await store.get('c', 'k')).toEqual({ n: 1 });
+      expect(await store.range(rows)).toEqual([{ key: 'acc/2026-11-26T10/0', doc: { 0: ['row'] } }]);
+      expect(await store.checkpoint('p')).toBe(pos(1));
     } finally {
       await store.close();
     }
-    expect(await readdir(dataDir)).toEqual(['readmodels']);
+    expect((await readdir(dataDir)).sort()).toEqual(['readmodels', 'readmodels-rows']);
+    expect((await keysIn(embeddedReadModelsDir(dataDir))).some((k) => k.includes(rows))).toBe(false);
+    expect((await keysIn(embeddedRowsDir(dataDir))).filter((k) => k.includes(rows))).toHaveLength(1);
+  });
+
+  it('keeps apart the usage projection\'s raw rows, by the name it writes them under', () => {
+    expect(EMBEDDED_OWN_STORE).toEqual([USAGE_METRICS.requestBlocks]);
+  });
+
+  it('moves the raw rows of a store made before into their own store, and reads them there', async () => {
+    const dataDir = join(dir, 'data-before');
+    const before = await LevelReadModelStore.open(embeddedReadModelsDir(dataDir));
+    const blocks = Array.from({ length: 2500 }, (_, i) => ({ key: `acc/2026-11-26T10/${String(i).padStart(16, '0')}`, doc: { 0: [`row ${i}`] } }));
+    try {
+      await before.commit('usage_metrics', pos(7), [
+        ...blocks.map(({ key, doc }) => ({ op: 'put' as const, collection: rows, key, doc })),
+        { op: 'inc', collection: 'usage_rollups', key: 'r', inc: { requests: 2500 } },
+      ]);
+    } finally {
+      await before.close();
+    }
+    const store = await openReadModels({ dataDir });
+    try {
+      expect(await store.range(rows)).toEqual(blocks);
+      expect(await store.get('usage_rollups', 'r')).toEqual({ requests: 2500 });
+      expect(await store.checkpoint('usage_metrics')).toBe(pos(7));
+    } finally {
+      await store.close();
+    }
+    expect((await keysIn(embeddedReadModelsDir(dataDir))).some((k) => k.includes(rows))).toBe(false);
+  });
+
+  it('refuses an inc to the raw rows: applied again after a crash, it would count twice', async () => {
+    const store = await openReadModels({ dataDir: join(dir, 'data-inc') });
+    try {
+      await expect(store.commit('p', pos(1), [{ op: 'inc', collection: rows, key: 'k', inc: { n: 1 } }])).rejects.toMatchObject({ code: 'not_idempotent' });
+      expect(await store.checkpoint('p')).toBeNull();
+    } finally {
+      await store.close();
+    }
+  });
+
+  it('writes no raw rows for a commit its checkpoint covers already', async () => {
+    const store = await openReadModels({ dataDir: join(dir, 'data-covered') });
+    try {
+      await store.commit('p', pos(5), [{ op: 'merge', collection: rows, key: 'k', fields: { 0: 'first' } }]);
+      await store.commit('p', pos(5), [{ op: 'merge', collection: rows, key: 'k', fields: { 0: 'again', 1: 'new' } }]);
+      await store.commit('p', pos(3), [{ op: 'delete', collection: rows, key: 'k' }]);
+      expect(await store.get(rows, 'k')).toEqual({ 0: 'first' });
+    } finally {
+      await store.close();
+    }
+  });
+
+  it('lets another thread\'s reader see the raw rows and the rest', async () => {
+    const dataDir = join(dir, 'data-shared');
+    const store = await openReadModels({ dataDir, sharedWithThreads: true });
+    const reader = await openEmbeddedReader(dataDir);
+    try {
+      await store.commit('p', pos(1), [
+        { op: 'merge', collection: rows, key: 'k', fields: { 0: 'row' } },
+        { op: 'put', collection: 'tokens', key: 't', doc: { name: 'x' } },
+      ]);
+      expect(await reader.get(rows, 'k')).toEqual({ 0: 'row' });
+      expect(await reader.range('tokens')).toEqual([{ key: 't', doc: { name: 'x' } }]);
+    } finally {
+      await reader.close();
+      await store.close();
+    }
   });
 });

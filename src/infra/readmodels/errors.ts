@@ -1,4 +1,4 @@
-export type ReadModelErrorCode = 'invalid_collection_name' | 'closed';
+export type ReadModelErrorCode = 'invalid_collection_name' | 'closed' | 'not_idempotent';
 
 export class ReadModelError extends Error {
   constructor(

@@ -6,7 +6,7 @@ import type { Projector } from '../../projections/runner.js';
 import { INVALIDATION_TOPIC } from '../../projections/runner.js';
 import { MemoryChangeFeed } from '../changefeed/index.js';
 import type { EventStore, Position } from '../eventstore/port.js';
-import { embeddedReadModelsDir, LevelReadModelStore } from '../readmodels/index.js';
+import { openEmbeddedReader } from '../readmodels/index.js';
 import type { ReadModelReader, ReadModelStore } from '../readmodels/port.js';
 import type { Ingester } from '../usage/ingester.js';
 import { RemoteEventStore, RemoteReadModelStore, reviveStorageError, ThreadUsageQueue } from './remote.js';
@@ -154,7 +154,7 @@ export async function openStorageThread(options: StorageThreadOptions, start: St
   try {
     await started;
     // Opened after the thread's writer, sharing its LevelDB.
-    reader = await LevelReadModelStore.reader(embeddedReadModelsDir(options.dataDir));
+    reader = await openEmbeddedReader(options.dataDir);
   } catch (error) {
     closing = true;
     await worker.terminate();
