@@ -9,7 +9,7 @@
  * it records nothing. One store serves every round, after a warm-up that is not counted (a fresh
  * thread spends as much on compiling its code as on the records).
  *
- *   RATE=20000 SECONDS=4 ROUNDS=3 npx tsx bench/storage-cpu.ts
+ *   RATE=20000 SECONDS=4 ROUNDS=3 ACCOUNTS=1 npx tsx bench/storage-cpu.ts
  */
 import { readdirSync, readFileSync } from 'node:fs';
 import { loadConfig } from '../src/config.js';
@@ -26,6 +26,8 @@ const ROUNDS = Number(process.env.ROUNDS ?? 3);
 /** Records are handed over in slices this often, as a gateway's calls arrive. */
 const SLICE_MS = 2;
 const WARMUP_SECONDS = 3;
+/** Accounts the calls are spread over, in turn: each has a usage stream and raw rows of its own. */
+const ACCOUNTS = Number(process.env.ACCOUNTS ?? 1);
 
 /** CPU seconds of each thread of this process, by thread id. */
 function threadCpu(): Map<number, number> {
@@ -43,11 +45,11 @@ function threadCpu(): Map<number, number> {
 }
 
 let sequence = 0;
-/** A call as the gateway meters it: a few tokens and methods of one account, mostly successes. */
+/** A call as the gateway meters it: a few tokens and methods of ACCOUNTS accounts in turn, mostly successes. */
 function record(): UsageRecord {
   const i = sequence++;
   return {
-    requestId: `Ab3dEf7hIj9kLm1n${i.toString(36).padStart(8, '0')}`, at: new Date().toISOString(), accountId: 'acc-bench', tokenId: `tok-bench-${i % 3}`,
+    requestId: `Ab3dEf7hIj9kLm1n${i.toString(36).padStart(8, '0')}`, at: new Date().toISOString(), accountId: `acc-bench-${i % ACCOUNTS}`, tokenId: `tok-bench-${i % 3}`,
     chain: 'eth', method: ['eth_blockNumber', 'eth_call', 'eth_getBalance'][i % 3] as string, status: i % 100 === 0 ? 429 : 200,
     rpcErrorCode: i % 100 === 0 ? -32005 : null, errorMessage: i % 100 === 0 ? 'rate limit exceeded' : null,
     totalMs: 0.41 + (i % 7) / 10, upstreamMs: i % 100 === 0 ? null : 0.2, clientIp: '127.0.0.1', upstream: i % 100 === 0 ? null : 'eth-1', retentionDays: 30,

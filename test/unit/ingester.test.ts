@@ -152,6 +152,40 @@ describe('UsageIngester', () => {
     expect(store.appendSizes).toHaveLength(1);
   });
 
+  it('appends the accounts\' records of a batch together, each account\'s in order', async () => {
+    /** Holds every append until one of each account has arrived: appends made one after the other never get there. */
+    class BarrierStore extends MemoryEventStore {
+      private readonly waiting: Array<() => void> = [];
+      readonly appendedTo: string[] = [];
+      constructor(private readonly expected: number) {
+        super();
+      }
+      override async append(streamId: string, events: NewEvent[], expectedRevision: ExpectedRevision): Promise<AppendResult> {
+        this.appendedTo.push(streamId);
+        if (this.appendedTo.length <= this.expected) {
+          await new Promise<void>((resolve) => {
+            this.waiting.push(resolve);
+            if (this.waiting.length === this.expected) for (const release of this.waiting) release();
+          });
+        }
+        return super.append(streamId, events, expectedRevision);
+      }
+    }
+    const accounts = ['acc1', 'acc2', 'acc3'];
+    const store = new BarrierStore(accounts.length);
+    const { queue, ingester } = setup(store, { batchSize: 30 });
+    const records = Array.from({ length: 30 }, (_, i) => usageRecord({ accountId: accounts[i % 3] as string }));
+    for (const record of records) queue.enqueue(record);
+    ingester.start();
+    await ingester.whenDrained(2000);
+    await ingester.stop();
+    expect(new Set(store.appendedTo.slice(0, 3))).toEqual(new Set(accounts.map(usageStream)));
+    for (const account of accounts) {
+      const events = await store.readStream(usageStream(account));
+      expect(events.map((e) => e.data['requestId'])).toEqual(records.filter((r) => r.accountId === account).map((r) => r.requestId));
+    }
+  });
+
   it('estimates a record\'s serialized size from above, exactly for plain text', () => {
     const plain = usageRecord();
     const odd = usageRecord({ errorMessage: 'quote " backslash \\ newline \n tab \t control \u0001 é 漢 😀', method: 'eth_call' });

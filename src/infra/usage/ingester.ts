@@ -147,17 +147,25 @@ export class UsageIngester implements Ingester {
     }
   }
 
+  /**
+   * Each account's records go to its own stream, in order; the accounts' appends go together,
+   * so that the store can write them in one commit (one synced write for the batch, not one per
+   * account: with calls of 200 accounts in a batch, appending them one after the other kept the
+   * embedded store to ~7,000 records a second).
+   */
   private async ingest(batch: QueuedUsage[]): Promise<void> {
-    for (const [accountId, items] of groupByAccount(batch)) {
-      for (const chunk of chunkBySize(items, this.maxAppendBytes)) {
-        if (!(await this.appendWithRetry(accountId, chunk))) return;
-        try {
-          await this.queue.ack(chunk.map((item) => item.ackId));
-        } catch (error) {
-          // Appended but not acknowledged: handed out again later, and the append is then a no-op.
-          this.stats.ackFailures += 1;
-          this.onError(error, 'ack');
-        }
+    await Promise.all(Array.from(groupByAccount(batch), ([accountId, items]) => this.ingestAccount(accountId, items)));
+  }
+
+  private async ingestAccount(accountId: string, items: QueuedUsage[]): Promise<void> {
+    for (const chunk of chunkBySize(items, this.maxAppendBytes)) {
+      if (!(await this.appendWithRetry(accountId, chunk))) return;
+      try {
+        await this.queue.ack(chunk.map((item) => item.ackId));
+      } catch (error) {
+        // Appended but not acknowledged: handed out again later, and the append is then a no-op.
+        this.stats.ackFailures += 1;
+        this.onError(error, 'ack');
       }
     }
   }
