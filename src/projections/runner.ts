@@ -5,8 +5,11 @@ import type { Projection } from './projection.js';
 
 export const INVALIDATION_TOPIC = 'invalidate';
 
-/** Live, a batch is committed when full or FLUSH_MS after its first event, whichever comes first. */
-const LIVE_BATCH_MAX = 2000;
+/**
+ * Live, a batch is committed when full or FLUSH_MS after its first event, whichever comes first
+ * (sooner than `lingering.ms` if it holds an event of another type than `lingering.types`).
+ */
+const LIVE_BATCH_MAX = 5000;
 const FLUSH_MS = 5;
 /**
  * While catching up (a restart, a rebuild) the log is read back to back: a batch is committed
@@ -14,6 +17,14 @@ const FLUSH_MS = 5;
  * so the roll-ups of many events fold into one read and one write per key.
  */
 const CATCH_UP_BATCH_MAX = 5000;
+
+/** Events whose batches may wait `ms` for more before they are committed (ProjectionRunner). */
+export interface Lingering {
+  types: ReadonlySet<string>;
+  ms: number;
+}
+
+const NO_LINGERING: Lingering = { types: new Set(), ms: FLUSH_MS };
 
 /** What the rest of a process uses of its projector, whether it runs on this thread or on the storage thread. */
 export interface Projector {
@@ -58,6 +69,11 @@ export class ProjectionRunner implements Projector {
     private readonly feed: ChangeFeed | null = null,
     /** Epoch ms: writes whose `expiresAt` is not after it are not applied. */
     private readonly now: () => number = Date.now,
+    /**
+     * Live events that nobody waits for, whose batch may gather more of them for a while: each
+     * document they touch is then written once for more of them (see startProjecting).
+     */
+    private readonly lingering: Lingering = NO_LINGERING,
   ) {}
 
   get isCaughtUp(): boolean {
@@ -83,7 +99,7 @@ export class ProjectionRunner implements Projector {
     const iterator = subscription[Symbol.asyncIterator]();
     let pending: Promise<IteratorResult<SubscriptionItem>> | null = null;
     // Live, one timer per batch (not per event).
-    const deadline = new BatchDeadline(FLUSH_MS);
+    const deadline = new BatchDeadline();
     try {
       for (;;) {
         pending ??= iterator.next();
@@ -99,7 +115,7 @@ export class ProjectionRunner implements Projector {
         const item = next.value;
         if (item.kind === 'event') {
           batch.push(item.event);
-          if (this.caughtUpOnce) deadline.arm();
+          if (this.caughtUpOnce) deadline.arm(this.lingering.types.has(item.event.type) ? this.lingering.ms : FLUSH_MS);
           if (batch.length >= (this.caughtUpOnce ? LIVE_BATCH_MAX : CATCH_UP_BATCH_MAX)) {
             deadline.clear();
             // Not settled: the store writes this batch while the next one is read and projected.
@@ -191,26 +207,32 @@ export class ProjectionRunner implements Projector {
 }
 
 /**
- * A live batch's deadline: armed by its first event, it cuts short the wait for the next item
- * once it has passed. One waiter per wait, woken by the timer: `Promise.race` against one
- * promise per batch instead left a reaction on that promise per event until the timer fired
- * (~0.6 µs an event more on the storage thread, measured in a loop).
+ * A live batch's deadline: armed by its events, it cuts short the wait for the next item once it
+ * has passed. One waiter per wait, woken by the timer: `Promise.race` against one promise per
+ * batch instead left a reaction on that promise per event until the timer fired (~0.6 µs an
+ * event more on the storage thread, measured in a loop).
  */
 export class BatchDeadline {
   private timer: ReturnType<typeof setTimeout> | null = null;
+  /** When the timer fires (performance.now()). */
+  private at = 0;
   private passed = false;
   private wake: ((value: null) => void) | null = null;
 
-  constructor(private readonly ms: number) {}
-
-  /** Starts the clock, unless it runs already or has run out. */
-  arm(): void {
-    if (this.timer !== null || this.passed) return;
+  /** Makes the deadline `ms` from now, unless it is sooner already (or has passed). */
+  arm(ms: number): void {
+    if (this.passed) return;
+    const at = performance.now() + ms;
+    if (this.timer !== null) {
+      if (at >= this.at) return;
+      clearTimeout(this.timer);
+    }
+    this.at = at;
     this.timer = setTimeout(() => {
       this.timer = null;
       this.passed = true;
       this.wake?.(null);
-    }, this.ms);
+    }, ms);
   }
 
   /** Stops the clock and forgets that it ran out. */

@@ -19,7 +19,7 @@ describe('a live batch deadline', () => {
   });
 
   it('waits for the next item as it is while no clock runs', async () => {
-    const deadline = new BatchDeadline(5);
+    const deadline = new BatchDeadline();
     const next = later<string>();
     const waited = deadline.cutShort(next.promise);
     await vi.advanceTimersByTimeAsync(50);
@@ -28,8 +28,8 @@ describe('a live batch deadline', () => {
   });
 
   it('gives the item that comes before the deadline', async () => {
-    const deadline = new BatchDeadline(5);
-    deadline.arm();
+    const deadline = new BatchDeadline();
+    deadline.arm(5);
     const next = later<string>();
     const waited = deadline.cutShort(next.promise);
     await vi.advanceTimersByTimeAsync(2);
@@ -38,8 +38,8 @@ describe('a live batch deadline', () => {
   });
 
   it('cuts the wait short once the deadline passes, and the item still comes on the next wait', async () => {
-    const deadline = new BatchDeadline(5);
-    deadline.arm();
+    const deadline = new BatchDeadline();
+    deadline.arm(5);
     const next = later<string>();
     const waited = deadline.cutShort(next.promise);
     await vi.advanceTimersByTimeAsync(5);
@@ -51,18 +51,18 @@ describe('a live batch deadline', () => {
   });
 
   it('remembers a deadline that passed while nobody waited', async () => {
-    const deadline = new BatchDeadline(5);
-    deadline.arm();
+    const deadline = new BatchDeadline();
+    deadline.arm(5);
     await vi.advanceTimersByTimeAsync(10);
     const never = new Promise<string>(() => undefined);
     await expect(Promise.race([deadline.cutShort(never), Promise.resolve('still waiting')])).resolves.toBeNull();
   });
 
   it('keeps its first deadline when armed again, and starts none once cleared', async () => {
-    const deadline = new BatchDeadline(5);
-    deadline.arm();
+    const deadline = new BatchDeadline();
+    deadline.arm(5);
     await vi.advanceTimersByTimeAsync(3);
-    deadline.arm(); // a later event of the same batch
+    deadline.arm(5); // a later event of the same batch
     const waited = deadline.cutShort(new Promise<string>(() => undefined));
     await vi.advanceTimersByTimeAsync(2);
     await expect(waited).resolves.toBeNull();
@@ -75,9 +75,28 @@ describe('a live batch deadline', () => {
     await expect(unbounded).resolves.toBe('event');
   });
 
+  it('moves to a sooner deadline, never to a later one', async () => {
+    const deadline = new BatchDeadline();
+    const never = new Promise<string>(() => undefined);
+    const stillWaiting = (): Promise<string | null> => Promise.race([deadline.cutShort(never), Promise.resolve('still waiting')]);
+    deadline.arm(250); // usage events may gather for a while
+    await vi.advanceTimersByTimeAsync(10);
+    deadline.arm(5); // an event somebody waits for
+    await vi.advanceTimersByTimeAsync(4);
+    await expect(stillWaiting()).resolves.toBe('still waiting');
+    await vi.advanceTimersByTimeAsync(1);
+    await expect(stillWaiting()).resolves.toBeNull();
+
+    deadline.clear();
+    deadline.arm(5);
+    deadline.arm(250);
+    await vi.advanceTimersByTimeAsync(5);
+    await expect(stillWaiting()).resolves.toBeNull();
+  });
+
   it('passes on a failure of the wait', async () => {
-    const deadline = new BatchDeadline(5);
-    deadline.arm();
+    const deadline = new BatchDeadline();
+    deadline.arm(5);
     await expect(deadline.cutShort(Promise.reject(new Error('store closed')))).rejects.toThrow('store closed');
   });
 });
