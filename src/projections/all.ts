@@ -1,4 +1,5 @@
 import type { PlanCatalog } from '../domain/plans.js';
+import { USAGE_EVENT_TYPE } from '../domain/usage.js';
 import type { ChangeFeed } from '../infra/changefeed/port.js';
 import type { EventStore } from '../infra/eventstore/port.js';
 import type { ReadModelStore } from '../infra/readmodels/port.js';
@@ -8,7 +9,6 @@ import { alertsProjection } from './alerts.js';
 import { coreProjection } from './core.js';
 import type { Projection } from './projection.js';
 import { type RetentionJob, startRetentionJob } from './retention.js';
-import { USAGE_EVENT_TYPE } from '../domain/usage.js';
 import { ProjectionRunner } from './runner.js';
 import { usageMetricsProjection } from './usageMetrics.js';
 import { usageTotalsProjection } from './usageTotals.js';

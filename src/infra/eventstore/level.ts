@@ -266,12 +266,12 @@ export class LevelEventStore implements EventStore {
       const logBatch = this.stores.log.batch();
       const indexBatch = this.split ? this.stores.index.batch() : logBatch;
       try {
-        // Three puts an event (log, stream index, id): the planning's pace (see EVENTS_PER_TURN).
+        // Two puts an event (log, id), and two an append (run, head): the planning's pace (see EVENTS_PER_TURN).
         let sinceTurn = 0;
         for (const [puts, batch] of [[plan.logPuts, logBatch], [plan.indexPuts, indexBatch]] as const) {
           for (const [key, value] of puts) {
             batch.put(key, value);
-            if (++sinceTurn === 3 * EVENTS_PER_TURN) {
+            if (++sinceTurn === 2 * EVENTS_PER_TURN) {
               sinceTurn = 0;
               await nextTurn();
             }
