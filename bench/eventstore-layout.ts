@@ -17,7 +17,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ClassicLevel } from 'classic-level';
 import { usageEventId } from '../src/domain/usage.js';
-import { eventIdEntry, headEntry, logKey, streamRunEntry } from '../src/infra/eventstore/levelKeys.js';
+import { eventIdEntry, headEntry, logKey, pad, streamRunEntry } from '../src/infra/eventstore/levelKeys.js';
 import { compactionBytes } from './lib/leveldb.js';
 import { runMain, timeLimit } from './lib/processes.js';
 import { log } from './lib/report.js';
@@ -66,7 +66,7 @@ async function measure(split: boolean): Promise<void> {
         const { id, json } = usageEvent(seq, streamId, revision);
         logBatch.put(logKey(seq), json);
         indexBatch.put(...streamRunEntry(streamId, revision, seq, 1));
-        indexBatch.put(...eventIdEntry(streamId, id, revision, seq));
+        indexBatch.put(...eventIdEntry(streamId, id, revision, pad(seq)));
         heads.set(streamId, revision);
       }
       for (const [streamId, revision] of heads) indexBatch.put(...headEntry(streamId, revision));

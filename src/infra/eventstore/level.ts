@@ -382,7 +382,7 @@ async function indexUpTo(log: Db, index: Db, lastSeq: number): Promise<void> {
         const event = decodeEvent(key, value);
         const seq = seqOfLogKey(key);
         batch.put(...streamRunEntry(event.streamId, event.revision, seq, 1));
-        batch.put(...eventIdEntry(event.streamId, event.id, event.revision, seq));
+        batch.put(...eventIdEntry(event.streamId, event.id, event.revision, event.position));
         heads.set(event.streamId, event.revision);
         indexed = seq;
       }

@@ -1,6 +1,6 @@
 import { checkExpectedRevision } from './appendRules.js';
 import { EventStoreError } from './errors.js';
-import { type Entry, eventIdKey, formatPosition, headEntry, LOG_START, streamRunEntry } from './levelKeys.js';
+import { type Entry, eventIdEntry, eventIdKey, formatPosition, headEntry, LOG_START, streamRunEntry } from './levelKeys.js';
 import type { AppendResult, ExpectedRevision, NewEvent, StoredEvent } from './port.js';
 
 /** Point reads of the committed index (synchronous: the writer plans a whole group in one go). */
@@ -99,7 +99,7 @@ export class AppendPlan {
       }
       const position = formatPosition(seq);
       logPuts.push([LOG_START + position, json]);
-      const idEntry: Entry = [eventIdKey(streamId, event.id), `${revision} ${position}`];
+      const idEntry = eventIdEntry(streamId, event.id, revision, position);
       indexPuts.push(idEntry);
       ids.push(idEntry);
       appended.push({ streamId, revision, position, id: event.id, type: event.type, data: event.data, metadata, created: this.created });
@@ -124,7 +124,7 @@ export class AppendPlan {
   /**
    * Drops what only the planning needed (the puts, once copied into the native batch, and the
    * group's id and head lookups), so it does not live through the fsync'd write: only the new
-   * log entries stay, for the live subscribers.
+   * events stay, for the live subscribers.
    */
   release(): void {
     this.logPuts.length = 0;

@@ -58,7 +58,7 @@ export function parseStreamRun(streamId: string, key: string, value: string): { 
     count: space < 0 ? 1 : Number(value.slice(space + 1)),
   };
 }
-export const eventIdEntry = (streamId: string, eventId: string, revision: number, seq: number): Entry => [eventIdKey(streamId, eventId), `${revision} ${pad(seq)}`];
+export const eventIdEntry = (streamId: string, eventId: string, revision: number, position: Position): Entry => [eventIdKey(streamId, eventId), `${revision} ${position}`];
 export const headEntry = (streamId: string, revision: number): Entry => [headKey(streamId), String(revision)];
 
 export const INDEXED_KEY = 'm\u0000indexed';
