@@ -154,6 +154,48 @@ describe('openReadModels', () => {
     expect((await keysIn(embeddedReadModelsDir(dataDir))).some((k) => k.includes(rows))).toBe(false);
   });
 
+  /** `store` with its next commit and write failing, as a crash there would leave them undone. */
+  function failingOnce(store: LevelReadModelStore): LevelReadModelStore {
+    let failNext = true;
+    const fail = <T>(go: () => Promise<T>): Promise<T> => {
+      if (!failNext) return go();
+      failNext = false;
+      return Promise.reject(new Error('crash'));
+    };
+    return Object.assign(Object.create(store) as LevelReadModelStore, {
+      commit: (...args: Parameters<LevelReadModelStore['commit']>) => fail(() => store.commit(...args)),
+      write: (...args: Parameters<LevelReadModelStore['write']>) => fail(() => store.write(...args)),
+    });
+  }
+
+  for (const failing of ['main', 'rows'] as const) {
+    it(`ends up as if applied once when a commit stopped at the ${failing} store's write, and is replayed`, async () => {
+      const location = join(dir, `split-crash-${failing}`);
+      const main = await LevelReadModelStore.open(join(location, 'main'));
+      const rowsStore = await LevelReadModelStore.open(join(location, 'rows'));
+      const store = await SplitReadModelStore.open(
+        failing === 'main' ? failingOnce(main) : main,
+        failing === 'rows' ? failingOnce(rowsStore) : rowsStore,
+        (collection) => collection === rows,
+        [rows],
+      );
+      const writes = (): Parameters<LevelReadModelStore['commit']>[2] => [
+        { op: 'merge', collection: rows, key: 'acc/2026-11-26T10/0', fields: { 0: ['a'], 1: ['b'] } },
+        { op: 'inc', collection: 'usage_rollups', key: 'r', inc: { requests: 2 } },
+      ];
+      try {
+        await expect(store.commit('usage_metrics', pos(1), writes())).rejects.toThrow('crash');
+        // The runner replays the same events at the same position.
+        await store.commit('usage_metrics', pos(1), writes());
+        expect(await store.get(rows, 'acc/2026-11-26T10/0')).toEqual({ 0: ['a'], 1: ['b'] });
+        expect(await store.get('usage_rollups', 'r')).toEqual({ requests: 2 });
+        expect(await store.checkpoint('usage_metrics')).toBe(pos(1));
+      } finally {
+        await store.close();
+      }
+    });
+  }
+
   it('refuses an inc to the raw rows: applied again after a crash, it would count twice', async () => {
     const store = await openReadModels({ dataDir: join(dir, 'data-inc') });
     try {
