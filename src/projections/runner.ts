@@ -6,8 +6,8 @@ import type { Projection } from './projection.js';
 export const INVALIDATION_TOPIC = 'invalidate';
 
 /**
- * Live, a batch is committed when full or FLUSH_MS after its first event, whichever comes first
- * (sooner than `lingering.ms` if it holds an event of another type than `lingering.types`).
+ * Live, a batch is committed when full, or FLUSH_MS after its first event (`lingering.ms` while
+ * all its events are of `lingering.types`), whichever comes first.
  */
 const LIVE_BATCH_MAX = 5000;
 const FLUSH_MS = 5;
