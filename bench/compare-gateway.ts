@@ -38,7 +38,7 @@ import { join } from 'node:path';
 import { compactionOutput } from './lib/leveldb.js';
 import { measuredThroughput, pacedLatency, pacedWarmUp, type Throughput, wrk } from './lib/load.js';
 import { measureAlone, Processes, requireTool, runMain, timeLimit, waitForIdle } from './lib/processes.js';
-import { log } from './lib/report.js';
+import { log, median } from './lib/report.js';
 import { allocationWindow, buildRevision, checkCall, type Service, seedOneToken, startBareProxy, startGateway, startRedis, startUpstream, writeBenchPlans } from './lib/services.js';
 import type { AllocationWindow } from './servers/allocationProbe.js';
 import { parseFeatures } from './servers/withoutFeatures.js';
@@ -88,8 +88,6 @@ function describeThreads(run: Throughput): string {
   const restUs = rest.reduce((sum, t) => sum + t.us, 0);
   return `; threads µs/req: event loop ${main?.main ? main.us.toFixed(1) : '?'}, others ${shown.join(', ')}${rest.length > 0 ? `, ${rest.length} more ${restUs.toFixed(1)}` : ''}`;
 }
-
-const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] as number;
 
 async function queueDepth(t: Target): Promise<string> {
   const metrics = await (await fetch(`${new URL(t.url).origin}/metrics`)).text();

@@ -11,13 +11,12 @@
  *
  *   RATE=20000 SECONDS=4 ROUNDS=3 ACCOUNTS=1 npx tsx bench/storage-cpu.ts
  */
-import { readdirSync, readFileSync } from 'node:fs';
 import { loadConfig } from '../src/config.js';
 import type { UsageRecord } from '../src/domain/usage.js';
 import { openStorageThread, type StorageThread } from '../src/infra/storagethread/index.js';
 import { compactionOutput } from './lib/leveldb.js';
-import { Processes, runMain, timeLimit } from './lib/processes.js';
-import { log } from './lib/report.js';
+import { Processes, runMain, threadCpuSeconds, timeLimit } from './lib/processes.js';
+import { log, median } from './lib/report.js';
 import { embeddedEnv } from './lib/services.js';
 
 const RATE = Number(process.env.RATE ?? 20_000);
@@ -28,21 +27,6 @@ const SLICE_MS = 2;
 const WARMUP_SECONDS = 3;
 /** Accounts the calls are spread over, in turn: each has a usage stream and raw rows of its own. */
 const ACCOUNTS = Number(process.env.ACCOUNTS ?? 1);
-
-/** CPU seconds of each thread of this process, by thread id. */
-function threadCpu(): Map<number, number> {
-  const threads = new Map<number, number>();
-  for (const tid of readdirSync('/proc/self/task')) {
-    try {
-      const stat = readFileSync(`/proc/self/task/${tid}/stat`, 'utf8');
-      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-      threads.set(Number(tid), (Number(fields[11]) + Number(fields[12])) / 100);
-    } catch {
-      // ended meanwhile
-    }
-  }
-  return threads;
-}
 
 let sequence = 0;
 /** A call as the gateway meters it: a few tokens and methods of ACCOUNTS accounts in turn, mostly successes. */
@@ -81,11 +65,11 @@ async function feed(storage: StorageThread, seconds: number): Promise<number> {
 }
 
 async function oneRound(storage: StorageThread, dataDir: string): Promise<{ storage: number; others: number; wallMs: number }> {
-  const before = threadCpu();
+  const before = threadCpuSeconds(process.pid);
   const started = performance.now();
   const total = await feed(storage, SECONDS);
   const wallMs = performance.now() - started;
-  const after = threadCpu();
+  const after = threadCpuSeconds(process.pid);
   let main = 0;
   const spent: number[] = [];
   for (const [tid, seconds] of after) {
@@ -98,8 +82,6 @@ async function oneRound(storage: StorageThread, dataDir: string): Promise<{ stor
   log(`  main thread ${perRecord(main).toFixed(2)} µs a record (not counted), threads by CPU: ${spent.filter((s) => s > 0).map((s) => perRecord(s).toFixed(2)).join(', ')}; LevelDB compaction output so far: ${compactionOutput(dataDir)}`);
   return { storage: perRecord(spent[0] ?? 0), others: perRecord(spent.slice(1).reduce((a, b) => a + b, 0)), wallMs };
 }
-
-const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] as number;
 
 async function main(): Promise<void> {
   timeLimit(60 + ROUNDS * (SECONDS + 30));

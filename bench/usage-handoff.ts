@@ -27,7 +27,7 @@ import { openStorageThread } from '../src/infra/storagethread/index.js';
 import type { UsageSink } from '../src/infra/usage/port.js';
 import { RedisUsageQueue } from '../src/infra/usage/redis.js';
 import { Processes, runMain, timeLimit } from './lib/processes.js';
-import { log } from './lib/report.js';
+import { log, median } from './lib/report.js';
 import { embeddedEnv, startRedis } from './lib/services.js';
 
 const MODES = ['redis', 'embedded'] as const;
@@ -107,8 +107,6 @@ async function cpuPerCall(queue: UsageSink | null): Promise<number> {
   await queue?.flush();
   return (mainThreadCpuUs() - before) / calls;
 }
-
-const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] as number;
 
 async function main(): Promise<void> {
   const mode = (process.argv[2] ?? 'redis') as Mode;

@@ -52,3 +52,6 @@ export function round(value: number): number {
   if (Math.abs(value) >= 100) return Math.round(value);
   return Number(value.toPrecision(3));
 }
+
+/** The middle value (the upper of the two middle ones for an even count), as the comparison scripts print it. */
+export const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] as number;
