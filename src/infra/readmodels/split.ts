@@ -6,6 +6,35 @@ import type { Doc, RangeOptions, ReadModelReader, ReadModelStore, ReadModelWrite
 const MOVE_BATCH = 1000;
 
 /**
+ * Reads of read models kept in two stores: the collections `own` picks from `rows`, the rest from
+ * `main`. Alone, another thread's view of a split store's two directories (see
+ * LevelReadModelStore.reader); SplitReadModelStore writes too.
+ */
+export class SplitReadModelReader<S extends ReadModelReader = ReadModelReader> implements ReadModelReader {
+  constructor(
+    protected readonly main: S,
+    protected readonly rows: S,
+    protected readonly own: (collection: string) => boolean,
+  ) {}
+
+  get<T extends Doc = Doc>(collection: string, key: string): Promise<T | null> {
+    return this.storeOf(collection).get<T>(collection, key);
+  }
+
+  range<T extends Doc = Doc>(collection: string, options?: RangeOptions): Promise<Array<{ key: string; doc: T }>> {
+    return this.storeOf(collection).range<T>(collection, options);
+  }
+
+  async close(): Promise<void> {
+    await Promise.all([this.main.close(), this.rows.close()]);
+  }
+
+  protected storeOf(collection: string): S {
+    return this.own(collection) ? this.rows : this.main;
+  }
+}
+
+/**
  * Read models kept in two stores: the collections `own` picks in a store of their own (`rows`),
  * the rest, with every checkpoint, in `main`. The embedded default keeps its raw rows there
  * (docs/decisions.md): LevelDB compacts a table written from memory together with every older
@@ -18,14 +47,11 @@ const MOVE_BATCH = 1000;
  * collections take only writes that give the same document when applied twice (put, merge,
  * delete); an `inc` there is refused.
  */
-export class SplitReadModelStore implements ReadModelStore {
+export class SplitReadModelStore extends SplitReadModelReader<ReadModelStore> implements ReadModelStore {
   readonly expires?: boolean;
 
-  constructor(
-    private readonly main: ReadModelStore,
-    private readonly rows: ReadModelStore,
-    private readonly own: (collection: string) => boolean,
-  ) {
+  constructor(main: ReadModelStore, rows: ReadModelStore, own: (collection: string) => boolean) {
+    super(main, rows, own);
     this.expires = main.expires;
   }
 
@@ -45,14 +71,6 @@ export class SplitReadModelStore implements ReadModelStore {
       }
     }
     return new SplitReadModelStore(main, rows, own);
-  }
-
-  get<T extends Doc = Doc>(collection: string, key: string): Promise<T | null> {
-    return this.storeOf(collection).get<T>(collection, key);
-  }
-
-  range<T extends Doc = Doc>(collection: string, options?: RangeOptions): Promise<Array<{ key: string; doc: T }>> {
-    return this.storeOf(collection).range<T>(collection, options);
   }
 
   async commit(projection: string, position: Position, writes: ReadModelWrite[]): Promise<void> {
@@ -85,14 +103,6 @@ export class SplitReadModelStore implements ReadModelStore {
     if (own.length > 0) await this.rows.reset(projection, own);
   }
 
-  async close(): Promise<void> {
-    await Promise.all([this.main.close(), this.rows.close()]);
-  }
-
-  private storeOf(collection: string): ReadModelStore {
-    return this.own(collection) ? this.rows : this.main;
-  }
-
   /** The writes to `own` collections, and the rest. */
   private split(writes: ReadModelWrite[]): [ReadModelWrite[], ReadModelWrite[]] {
     const rows: ReadModelWrite[] = [];
@@ -102,26 +112,5 @@ export class SplitReadModelStore implements ReadModelStore {
       rows.push(w);
     }
     return rows.length === 0 ? [rows, writes] : [rows, writes.filter((w) => !this.own(w.collection))];
-  }
-}
-
-/** A reader of a split store's two directories (another thread's view: see LevelReadModelStore.reader). */
-export class SplitReadModelReader implements ReadModelReader {
-  constructor(
-    private readonly main: ReadModelReader,
-    private readonly rows: ReadModelReader,
-    private readonly own: (collection: string) => boolean,
-  ) {}
-
-  get<T extends Doc = Doc>(collection: string, key: string): Promise<T | null> {
-    return (this.own(collection) ? this.rows : this.main).get<T>(collection, key);
-  }
-
-  range<T extends Doc = Doc>(collection: string, options?: RangeOptions): Promise<Array<{ key: string; doc: T }>> {
-    return (this.own(collection) ? this.rows : this.main).range<T>(collection, options);
-  }
-
-  async close(): Promise<void> {
-    await Promise.all([this.main.close(), this.rows.close()]);
   }
 }
