@@ -214,7 +214,8 @@ export class ProjectionRunner implements Projector {
  */
 export class BatchDeadline {
   private timer: ReturnType<typeof setTimeout> | null = null;
-  /** When the timer fires (performance.now()). */
+  /** The delay the running timer was set with, and when it fires (performance.now()). */
+  private armedMs = 0;
   private at = 0;
   private passed = false;
   private wake: ((value: null) => void) | null = null;
@@ -222,12 +223,15 @@ export class BatchDeadline {
   /** Makes the deadline `ms` from now, unless it is sooner already (or has passed). */
   arm(ms: number): void {
     if (this.passed) return;
-    const at = performance.now() + ms;
     if (this.timer !== null) {
+      // Set earlier with no longer a delay: sooner already, without reading the clock (every event arms it).
+      if (ms >= this.armedMs) return;
+      const at = performance.now() + ms;
       if (at >= this.at) return;
       clearTimeout(this.timer);
     }
-    this.at = at;
+    this.armedMs = ms;
+    this.at = performance.now() + ms;
     this.timer = setTimeout(() => {
       this.timer = null;
       this.passed = true;

@@ -163,7 +163,7 @@ export class LevelEventStore implements EventStore {
     const runs = await this.stores.index.iterator({ gte: holding ?? range.gte, lt: range.lt, limit: maxCount }).all();
     const seqs: string[] = [];
     for (const [key, value] of runs) {
-      const { firstRevision, firstSeq, count } = parseStreamRun(streamId, key, value);
+      const { firstRevision, firstSeq, count } = parseStreamRun(range.gte, key, value);
       for (let i = Math.max(0, fromRevision - firstRevision); i < count && seqs.length !== maxCount; i++) seqs.push(pad(firstSeq + i));
     }
     if (seqs.length === 0) return [];

@@ -49,11 +49,11 @@ export const streamRunEntry = (streamId: string, firstRevision: number, firstSeq
   count === 1 ? pad(firstSeq) : `${pad(firstSeq)} ${count}`,
 ];
 
-/** A stream index entry's run: its first revision and sequence number, and how many events it holds. */
-export function parseStreamRun(streamId: string, key: string, value: string): { firstRevision: number; firstSeq: number; count: number } {
+/** A stream index entry's run (`prefix`: the stream's `streamRange(…).gte`): its first revision and sequence number, and how many events it holds. */
+export function parseStreamRun(prefix: string, key: string, value: string): { firstRevision: number; firstSeq: number; count: number } {
   const space = value.indexOf(' ');
   return {
-    firstRevision: Number(key.slice(streamRange(streamId).gte.length)),
+    firstRevision: Number(key.slice(prefix.length)),
     firstSeq: Number(space < 0 ? value : value.slice(0, space)),
     count: space < 0 ? 1 : Number(value.slice(space + 1)),
   };
