@@ -4,7 +4,8 @@ import { hashToken, isWellFormedToken, TOKEN_LENGTH } from '../domain/tokenForma
 import type { LimitDecision, Limiter, MaybePromise } from '../infra/limits/port.js';
 import type { Admission, AdmissionRequest, Caller, Gatekeeper, LimitHeaders } from './admission.js';
 import { IsoClock } from './isoClock.js';
-import type { CachedToken, TokenCache } from './tokenCache.js';
+import type { TokenCache } from './tokenCache.js';
+import type { CachedToken } from './tokenTable.js';
 
 const INVALID_TOKEN = 'The API token is missing, invalid, revoked or expired.';
 

@@ -1,20 +1,8 @@
-import type { PlanId } from '../domain/plans.js';
 import type { ChangeFeed } from '../infra/changefeed/port.js';
 import type { MaybePromise } from '../infra/limits/port.js';
-import type { TokenDoc } from '../projections/core.js';
 import type { Queries } from '../projections/queries.js';
 import { INVALIDATION_TOPIC } from '../projections/runner.js';
-
-/** What the gateway needs of a token to admit a call: compact, so 100,000 of them fit easily. */
-export interface CachedToken {
-  tokenId: string;
-  accountId: string;
-  plan: PlanId;
-  status: TokenDoc['status'];
-  expiresAt: string | null;
-  monthlyLimit: number | null;
-  rateLimit: number | null;
-}
+import { type CachedToken, TokenTable } from './tokenTable.js';
 
 const POSITIVE_TTL_MS = 60_000;
 const NEGATIVE_TTL_MS = 2_000;
@@ -23,32 +11,13 @@ const NEGATIVE_MAX = 100_000;
 const ACCOUNT_IDS_MAX = 100_000;
 
 /**
- * A cache entry is the token itself plus its expiry: one object per token. The expiry is kept
- * in whole seconds since the cache started, which V8 stores inline (a small integer) where
- * epoch milliseconds would need a heap number of their own.
- */
-class Entry implements CachedToken {
-  constructor(
-    readonly tokenId: string,
-    readonly accountId: string,
-    readonly plan: PlanId,
-    readonly status: TokenDoc['status'],
-    readonly expiresAt: string | null,
-    readonly monthlyLimit: number | null,
-    readonly rateLimit: number | null,
-    /** Seconds since the cache's epoch after which the entry is stale. */
-    readonly until: number,
-  ) {}
-}
-
-/**
  * Token lookups by hash from the read models, cached in process. Every change to a token or an
  * account's plan arrives through the change feed and drops the entry at once; the TTL is only a
  * safety net for a lost notification (e.g. while Redis was away).
  */
 export class TokenCache {
-  private byHash = new Map<string, Entry>();
-  private hashById = new Map<string, string>();
+  /** The tokens, by hash; their expiry in whole seconds since the cache started (epochMs). */
+  private readonly table = new TokenTable();
   private unknown = new Map<string, number>();
   /** One string per account id, shared by its tokens' entries (each read model lookup parses a new one). */
   private accountIds = new Map<string, string>();
@@ -70,28 +39,21 @@ export class TokenCache {
   invalidate(message: string): void {
     const [kind, id] = message.split(':', 2) as [string, string];
     if (kind === 'token') {
-      const hash = this.hashById.get(id);
-      if (hash) this.byHash.delete(hash);
-      this.hashById.delete(id);
+      this.table.deleteById(id);
       // A new token may have been looked up (and missed) before its creation reached us.
       this.unknown.clear();
     } else if (kind === 'account') {
-      for (const [hash, entry] of this.byHash) {
-        if (entry.accountId === id) {
-          this.byHash.delete(hash);
-          this.hashById.delete(entry.tokenId);
-        }
-      }
+      this.table.deleteAccount(id);
     }
   }
 
   get size(): number {
-    return this.byHash.size;
+    return this.table.size;
   }
 
   /** The token if it is in the cache and fresh: only tokens that exist are ever there. */
   cached(tokenHash: string): CachedToken | undefined {
-    const hit = this.byHash.get(tokenHash);
+    const hit = this.table.get(tokenHash);
     return hit && hit.until > (this.now() - this.epochMs) / 1000 ? hit : undefined;
   }
 
@@ -114,9 +76,10 @@ export class TokenCache {
       return null;
     }
     const until = Math.floor((t + POSITIVE_TTL_MS - this.epochMs) / 1000);
-    const token = new Entry(doc.id, this.shared(doc.accountId), account.plan, doc.status, doc.expiresAt, doc.monthlyLimit, doc.rateLimit, until);
-    this.byHash.set(tokenHash, token);
-    this.hashById.set(token.tokenId, tokenHash);
+    const token: CachedToken = {
+      tokenId: doc.id, accountId: this.shared(doc.accountId), plan: account.plan, status: doc.status, expiresAt: doc.expiresAt, monthlyLimit: doc.monthlyLimit, rateLimit: doc.rateLimit,
+    };
+    this.table.set(tokenHash, token, until);
     this.unknown.delete(tokenHash);
     return token;
   }
