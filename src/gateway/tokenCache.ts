@@ -4,6 +4,9 @@ import type { Queries } from '../projections/queries.js';
 import { INVALIDATION_TOPIC } from '../projections/runner.js';
 import { type CachedToken, TokenTable } from './tokenTable.js';
 
+/** What the cache reads on a miss (Queries has it). */
+export type TokenLookups = Pick<Queries, 'tokenDocByHash' | 'account'>;
+
 const POSITIVE_TTL_MS = 60_000;
 const NEGATIVE_TTL_MS = 2_000;
 const NEGATIVE_MAX = 100_000;
@@ -23,9 +26,15 @@ export class TokenCache {
   private accountIds = new Map<string, string>();
   private unsubscribe: (() => Promise<void>) | null = null;
   private readonly epochMs: number;
+  /**
+   * Invalidations received so far. A lookup that was reading the read model while one arrived
+   * may have read what the change replaced (a revoked token as still active), so it caches
+   * nothing: the next call reads again.
+   */
+  private invalidations = 0;
 
   constructor(
-    private readonly queries: Queries,
+    private readonly queries: TokenLookups,
     private readonly now: () => number = Date.now,
   ) {
     this.epochMs = now();
@@ -37,6 +46,7 @@ export class TokenCache {
 
   /** `token:<id>` or `account:<id>`. */
   invalidate(message: string): void {
+    this.invalidations++;
     const [kind, id] = message.split(':', 2) as [string, string];
     if (kind === 'token') {
       this.table.deleteById(id);
@@ -68,18 +78,22 @@ export class TokenCache {
   }
 
   private async load(tokenHash: string, t: number): Promise<CachedToken | null> {
+    const invalidationsBefore = this.invalidations;
     const doc = await this.queries.tokenDocByHash(tokenHash);
     const account = doc ? await this.queries.account(doc.accountId) : null;
+    const current = this.invalidations === invalidationsBefore;
     if (!doc || !account) {
-      if (this.unknown.size >= NEGATIVE_MAX) this.unknown.clear();
-      this.unknown.set(tokenHash, t + NEGATIVE_TTL_MS);
+      if (current) {
+        if (this.unknown.size >= NEGATIVE_MAX) this.unknown.clear();
+        this.unknown.set(tokenHash, t + NEGATIVE_TTL_MS);
+      }
       return null;
     }
     const until = Math.floor((t + POSITIVE_TTL_MS - this.epochMs) / 1000);
     const token: CachedToken = {
       tokenId: doc.id, accountId: this.shared(doc.accountId), plan: account.plan, status: doc.status, expiresAt: doc.expiresAt, monthlyLimit: doc.monthlyLimit, rateLimit: doc.rateLimit,
     };
-    this.table.set(tokenHash, token, until);
+    if (current) this.table.set(tokenHash, token, until);
     this.unknown.delete(tokenHash);
     return token;
   }
