@@ -8,6 +8,14 @@ import { type CachedToken, TokenTable } from './tokenTable.js';
 export type TokenLookups = Pick<Queries, 'tokenDocByHash' | 'account'>;
 
 const POSITIVE_TTL_MS = 60_000;
+/**
+ * A token not called for this long after its entry went stale is dropped, at the next miss
+ * after as long again: the cache holds the tokens called lately, not every token called since
+ * the process started.
+ */
+const SWEEP_AFTER_MS = 60_000;
+/** Entries one sweep drops at most (~0.9 µs each, so a pause of ~10 ms); the next miss a second later goes on. */
+const SWEEP_MAX = 10_000;
 const NEGATIVE_TTL_MS = 2_000;
 const NEGATIVE_MAX = 100_000;
 /** Account ids kept for sharing between the tokens of an account; cleared beyond this many. */
@@ -32,12 +40,15 @@ export class TokenCache {
    * nothing: the next call reads again.
    */
   private invalidations = 0;
+  /** When the last sweep of stale entries ran (ms on `now`). */
+  private sweptAt: number;
 
   constructor(
     private readonly queries: TokenLookups,
     private readonly now: () => number = Date.now,
   ) {
     this.epochMs = now();
+    this.sweptAt = this.epochMs;
   }
 
   async listen(feed: ChangeFeed): Promise<void> {
@@ -78,6 +89,7 @@ export class TokenCache {
   }
 
   private async load(tokenHash: string, t: number): Promise<CachedToken | null> {
+    if (t - this.sweptAt >= SWEEP_AFTER_MS) this.sweep(t);
     const invalidationsBefore = this.invalidations;
     const doc = await this.queries.tokenDocByHash(tokenHash);
     const account = doc ? await this.queries.account(doc.accountId) : null;
@@ -96,6 +108,12 @@ export class TokenCache {
     if (current) this.table.set(tokenHash, token, until);
     this.unknown.delete(tokenHash);
     return token;
+  }
+
+  /** Drops the entries stale for SWEEP_AFTER_MS or more (a scan of the table, on a miss, once a minute while there are few to drop). */
+  private sweep(t: number): void {
+    const dropped = this.table.deleteExpired(Math.floor((t - SWEEP_AFTER_MS - this.epochMs) / 1000), SWEEP_MAX);
+    this.sweptAt = dropped < SWEEP_MAX ? t : t - SWEEP_AFTER_MS + 1000;
   }
 
   private shared(accountId: string): string {

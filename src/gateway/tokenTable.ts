@@ -154,6 +154,20 @@ export class TokenTable {
     }
   }
 
+  /** Drops the tokens whose expiry is before `until`, at most `max` of them (a scan); how many it dropped. */
+  deleteExpired(until: number, max = Number.POSITIVE_INFINITY): number {
+    let dropped = 0;
+    for (let record = 0; record < this.records && dropped < max; record++) {
+      if (this.tokenIds[record] === '') continue; // free
+      const page = this.pageOf(record);
+      if ((page.ints[(offsetOf(record) + UNTIL_AT) >> 2] as number) < until) {
+        this.remove(record);
+        dropped++;
+      }
+    }
+    return dropped;
+  }
+
   private entry(record: number): TableEntry {
     const page = this.pageOf(record);
     const base = offsetOf(record);

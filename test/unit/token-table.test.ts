@@ -77,6 +77,20 @@ describe('the token table', () => {
     expect(table.size).toBe(70 - 1 - 10);
   });
 
+  it('drops the tokens whose expiry is before a time, and only those', () => {
+    const table = new TokenTable();
+    for (let n = 0; n < 50; n++) table.set(sha256Hex(`t${n}`), token(n), n);
+    expect(table.deleteById(token(3).tokenId)).toBe(true);
+    expect(table.deleteExpired(20)).toBe(19); // 0..19 but the 3 already gone
+    for (let n = 0; n < 50; n++) expect(table.get(sha256Hex(`t${n}`))?.until, `token ${n}`).toBe(n < 20 ? undefined : n);
+    expect(table.size).toBe(30);
+    table.set(sha256Hex('t7'), token(7), 99); // a freed record reused
+    expect(table.get(sha256Hex('t7'))?.until).toBe(99);
+    expect(table.deleteExpired(40, 5)).toBe(5); // at most 5 of the 20 below 40
+    expect(table.size).toBe(26);
+    expect(table.deleteExpired(40)).toBe(15);
+  });
+
   it('keeps every other key of a collision run findable when one in its middle goes', () => {
     const table = new TokenTable();
     for (let n = 0; n < 40; n++) table.set(collidingHash(n), token(n), n);
