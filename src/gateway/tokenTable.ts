@@ -108,6 +108,8 @@ export class TokenTable {
   /** Adds the token, or replaces what the table held for its hash. */
   set(hashHex: string, token: CachedToken, until: number): void {
     if (hashHex.length !== HASH_HEX_LENGTH || !/^[0-9a-f]+$/.test(hashHex)) throw new Error(`not a SHA-256 hash in lowercase hex: ${hashHex}`);
+    // An empty id marks a free record.
+    if (token.tokenId === '') throw new Error('a token without an id');
     let record = this.findHash(hashHex);
     if (record >= 0 && this.tokenIds[record] !== token.tokenId) {
       this.remove(record);

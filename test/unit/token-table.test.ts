@@ -47,6 +47,8 @@ describe('the token table', () => {
     expect(table.get(`${hash.slice(0, 63)}g`)).toBeUndefined();
     expect(() => table.set(hash.toUpperCase(), token(2), 1)).toThrow(/SHA-256/);
     expect(() => table.set('abc', token(2), 1)).toThrow(/SHA-256/);
+    expect(() => table.set(sha256Hex('other'), { ...token(2), tokenId: '' }, 1)).toThrow(/without an id/);
+    expect(table.size).toBe(1);
   });
 
   it('replaces what it holds for a hash, and moves a token whose hash changes', () => {
