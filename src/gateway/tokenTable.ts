@@ -87,11 +87,11 @@ class Page {
 export class TokenTable {
   private records = 0;
   private live = 0;
-  private free: number[] = [];
+  private readonly free: number[] = [];
   private readonly pages: Page[] = [];
-  private tokenIds: string[] = [];
-  private accountIds: string[] = [];
-  private expiries: Array<string | null> = [];
+  private readonly tokenIds: string[] = [];
+  private readonly accountIds: string[] = [];
+  private readonly expiries: Array<string | null> = [];
   private byHash = new Int32Array(MIN_SLOTS);
   private byId = new Int32Array(MIN_SLOTS);
 
