@@ -75,7 +75,7 @@ export class TokenCache {
   /** The token if it is in the cache and fresh: only tokens that exist are ever there. */
   cached(tokenHash: string): CachedToken | undefined {
     const hit = this.table.get(tokenHash);
-    return hit && hit.until > (this.now() - this.epochMs) / 1000 ? hit : undefined;
+    return hit && hit.until > this.secondsAt(this.now()) ? hit : undefined;
   }
 
   /** At once for a token in the cache (or known to be unknown); otherwise after reading the read model. */
@@ -101,7 +101,7 @@ export class TokenCache {
       }
       return null;
     }
-    const until = Math.floor((t + POSITIVE_TTL_MS - this.epochMs) / 1000);
+    const until = this.secondsAt(t + POSITIVE_TTL_MS);
     const token: CachedToken = {
       tokenId: doc.id, accountId: this.shared(doc.accountId), plan: account.plan, status: doc.status, expiresAt: doc.expiresAt, monthlyLimit: doc.monthlyLimit, rateLimit: doc.rateLimit,
     };
@@ -112,8 +112,13 @@ export class TokenCache {
 
   /** Drops the entries stale for SWEEP_AFTER_MS or more (a scan of the table, on a miss, once a minute while there are few to drop). */
   private sweep(t: number): void {
-    const dropped = this.table.deleteExpired(Math.floor((t - SWEEP_AFTER_MS - this.epochMs) / 1000), SWEEP_MAX);
+    const dropped = this.table.deleteExpired(this.secondsAt(t - SWEEP_AFTER_MS), SWEEP_MAX);
     this.sweptAt = dropped < SWEEP_MAX ? t : t - SWEEP_AFTER_MS + 1000;
+  }
+
+  /** A time (ms on `now`) as the table keeps expiries: whole seconds since the cache started. */
+  private secondsAt(ms: number): number {
+    return Math.floor((ms - this.epochMs) / 1000);
   }
 
   private shared(accountId: string): string {

@@ -43,8 +43,8 @@ const MIN_SLOTS = 2048;
 /** Hex digit values by char code, -1 for anything else (so a malformed key matches nothing). */
 const HEX = new Int8Array(128).fill(-1);
 for (let i = 0; i < 16; i++) HEX[i.toString(16).charCodeAt(0)] = i;
-/** A hex digit's value; NaN past the table, so again no match. */
-const hexDigit = (hex: string, i: number): number => HEX[hex.charCodeAt(i)] as number;
+/** The value of the `i`th byte written in hex; NaN past the table, so again no match. */
+const hexByte = (hex: string, i: number): number => (HEX[hex.charCodeAt(2 * i)] as number) * 16 + (HEX[hex.charCodeAt(2 * i + 1)] as number);
 
 /** Where a record starts in its page's bytes. */
 const offsetOf = (record: number): number => (record & (PAGE_RECORDS - 1)) * RECORD_BYTES;
@@ -86,7 +86,6 @@ class Page {
  */
 export class TokenTable {
   private records = 0;
-  private live = 0;
   private readonly free: number[] = [];
   private readonly pages: Page[] = [];
   private readonly tokenIds: string[] = [];
@@ -96,7 +95,7 @@ export class TokenTable {
   private byId = new Int32Array(MIN_SLOTS);
 
   get size(): number {
-    return this.live;
+    return this.records - this.free.length;
   }
 
   /** The token whose hash (lowercase hex, as hashToken gives it) this is, or undefined. */
@@ -118,9 +117,7 @@ export class TokenTable {
     if (record < 0) {
       this.deleteById(token.tokenId);
       record = this.allocate();
-      const { bytes } = this.pageOf(record);
-      const base = offsetOf(record);
-      for (let i = 0; i < HASH_BYTES; i++) bytes[base + i] = hexDigit(hashHex, 2 * i) * 16 + hexDigit(hashHex, 2 * i + 1);
+      this.pageOf(record).bytes.set(Buffer.from(hashHex, 'hex'), offsetOf(record));
       this.tokenIds[record] = token.tokenId;
       this.insert(this.byHash, record, this.hashHomeOf);
       this.insert(this.byId, record, this.idHomeOf);
@@ -194,7 +191,7 @@ export class TokenTable {
   private findHash(hashHex: string): number {
     if (hashHex.length !== HASH_HEX_LENGTH) return -1;
     let home = 0;
-    for (let i = 0; i < 8; i++) home = home * 16 + hexDigit(hashHex, i);
+    for (let i = 0; i < 4; i++) home = home * 256 + hexByte(hashHex, i);
     const mask = this.byHash.length - 1;
     for (let slot = home & mask; ; slot = (slot + 1) & mask) {
       const held = this.byHash[slot] as number;
@@ -207,7 +204,7 @@ export class TokenTable {
     const { bytes } = this.pageOf(record);
     const base = offsetOf(record);
     for (let i = 0; i < HASH_BYTES; i++) {
-      if (hexDigit(hashHex, 2 * i) * 16 + hexDigit(hashHex, 2 * i + 1) !== bytes[base + i]) return false;
+      if (hexByte(hashHex, i) !== bytes[base + i]) return false;
     }
     return true;
   }
@@ -236,7 +233,6 @@ export class TokenTable {
     this.accountIds[record] = '';
     this.expiries[record] = null;
     this.free.push(record);
-    this.live--;
   }
 
   /** Empties the record's slot, then moves back each later slot of the run that may sit there. */
@@ -258,7 +254,6 @@ export class TokenTable {
   }
 
   private allocate(): number {
-    this.live++;
     const reused = this.free.pop();
     if (reused !== undefined) return reused;
     if (this.records === this.pages.length * PAGE_RECORDS) this.pages.push(new Page());
