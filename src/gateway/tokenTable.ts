@@ -40,8 +40,11 @@ const RATE_AT = 48;
 const PAGE_SHIFT = 12;
 const PAGE_RECORDS = 1 << PAGE_SHIFT;
 const MIN_SLOTS = 2048;
-/** Hex digit values by char code, -1 for anything else (so a malformed key matches nothing). */
-const HEX = new Int8Array(128).fill(-1);
+/**
+ * Hex digit values by char code, 256 for anything else: a byte with such a digit reads as 256 or
+ * more, which no stored byte is, so a malformed key matches nothing (with -1, '1g' read as 0x0f).
+ */
+const HEX = new Int16Array(128).fill(256);
 for (let i = 0; i < 16; i++) HEX[i.toString(16).charCodeAt(0)] = i;
 /** The value of the `i`th byte written in hex; NaN past the table, so again no match. */
 const hexByte = (hex: string, i: number): number => (HEX[hex.charCodeAt(2 * i)] as number) * 16 + (HEX[hex.charCodeAt(2 * i + 1)] as number);

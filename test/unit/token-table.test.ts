@@ -45,6 +45,13 @@ describe('the token table', () => {
     expect(table.get(hash.toUpperCase())).toBeUndefined();
     expect(table.get(hash.slice(1))).toBeUndefined();
     expect(table.get(`${hash.slice(0, 63)}g`)).toBeUndefined();
+    // A byte written with a digit that is not hex is no byte: '1g' must not read as 0x0f.
+    const endingIn0f = `${hash.slice(0, 62)}0f`;
+    table.set(endingIn0f, token(3), 1);
+    expect(table.get(`${hash.slice(0, 62)}1g`)).toBeUndefined();
+    expect(table.get(`${hash.slice(0, 62)}g0`)).toBeUndefined();
+    expect(table.get(endingIn0f)?.tokenId).toBe(token(3).tokenId);
+    expect(table.deleteById(token(3).tokenId)).toBe(true);
     expect(() => table.set(hash.toUpperCase(), token(2), 1)).toThrow(/SHA-256/);
     expect(() => table.set('abc', token(2), 1)).toThrow(/SHA-256/);
     expect(() => table.set(sha256Hex('other'), { ...token(2), tokenId: '' }, 1)).toThrow(/without an id/);
