@@ -20,7 +20,7 @@
  * each latency run also prints what the process allocated per request and its collections per
  * 1,000 requests (bench/servers/allocationProbe.ts): nearly the same from run to run, so it
  * shows a change of a few hundred bytes per call where latency and throughput cannot.
- * With WITHOUT="<features>;<features>;…" (mode role), the role also runs once per group with
+ * With WITHOUT="<features>;<features>;…" (modes role and embedded), each also runs once per group with
  * those features taken out (bench/servers/withoutFeatures.ts: usage, metrics, limits, headers,
  * auth; e.g. WITHOUT="usage;headers;auth,headers,usage,metrics"): what each costs a call,
  * against the same build with it. With BARE_HEADERS=1 a second bare proxy also sends the seven
@@ -62,7 +62,7 @@ const PROBE = Boolean(process.env.GATEWAY_ALLOC_PROBE);
  */
 const BEARER = process.env.VIA === 'bearer';
 const NAME_WIDTH = process.env.WITHOUT ? 44 : process.env.BASELINE_REV ? 30 : 20;
-/** WITHOUT="usage;limits,headers": the role once more per group, with those features taken out (checked here, before anything starts). */
+/** WITHOUT="usage;limits,headers": the role and the embedded gateway once more per group, with those features taken out (checked here, before anything starts). */
 const WITHOUT = (process.env.WITHOUT ?? '').split(';').map((group) => parseFeatures(group).join(',')).filter((group) => group !== '');
 
 interface Target {
@@ -126,7 +126,7 @@ async function main(): Promise<void> {
     const builds: Variant[] = [{ suffix: '' }];
     if (baselineRev) builds.push({ suffix: ` @${baselineRev}`, buildDir: await buildRevision(baselineRev) });
     for (const mode of modes) {
-      const variants: Variant[] = mode === 'role' ? [...builds, ...WITHOUT.map((without) => ({ suffix: ` -${without}`, without }))] : builds;
+      const variants: Variant[] = mode === 'redis' ? builds : [...builds, ...WITHOUT.map((without) => ({ suffix: ` -${without}`, without }))];
       for (const [index, { suffix, buildDir, without }] of variants.entries()) {
         // LevelDB lets one process open a directory: each gateway gets its own copy.
         const dataDir = join(workDir, `${mode}-${index}`);
@@ -136,8 +136,9 @@ async function main(): Promise<void> {
         const name = `gateway ${mode}${suffix}`;
         const service = await startGateway(processes, {
           dataDir, upstreamUrl: upstream.url, plansFile, redisUrl: redis?.url, label: name, buildDir, nodeFlags: buildDir ? [] : FLAGS_UNDER_TEST,
-          entry: mode === 'role' ? 'bench/servers/gatewayRole.ts' : undefined,
-          env: without ? { BENCH_WITHOUT: without } : undefined,
+          // The role, and a gateway with features out, run from the bench's entry; the embedded gateway as is from src/main.ts.
+          entry: mode === 'role' || without ? 'bench/servers/benchGateway.ts' : undefined,
+          env: { ...(mode === 'role' ? { BENCH_ROLE: 'gateway' } : {}), ...(without ? { BENCH_WITHOUT: without } : {}) },
         });
         pids.push(service.process.child.pid as number);
         targets.push({ name, url: `${service.url}${gatewayPath}`, service, ingests: mode !== 'role', needs: redis ? [redis.process.child.pid as number] : [], dataDir });

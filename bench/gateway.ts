@@ -8,7 +8,7 @@
  *                of the data) → upstream, with a valid token of an Unlimited account whose rps
  *                is raised (PLANS_CONFIG): ROLE=all, so these processes also ingest and project
  *                every call's usage
- *   gateway role wrk → the production gateway process (bench/servers/gatewayRole.ts: ROLE=gateway,
+ *   gateway role wrk → the production gateway process (bench/servers/benchGateway.ts, BENCH_ROLE=gateway: ROLE=gateway,
  *                limits and metering in Redis, the embedded read models standing in for MongoDB)
  * Throughput: wrk, one thread, 32 connections, 3 s right after 1 s of the same load that is not
  * counted (THROUGHPUT_WARMUP_SECONDS), with the CPU time the process in front of the upstream
@@ -162,7 +162,7 @@ async function main(): Promise<void> {
     const roleRedis = await startRedis(processes);
     const role = await startGateway(processes, {
       dataDir: roleDataDir, upstreamUrl: upstream.url, plansFile, redisUrl: roleRedis.url, label: 'gateway role (redis)',
-      entry: 'bench/servers/gatewayRole.ts',
+      entry: 'bench/servers/benchGateway.ts', env: { BENCH_ROLE: 'gateway' },
     });
     const target = (name: string, service: Service, needs: Service[] = []): Target => ({
       name, url: service.url + path, service, needs: needs.map((s) => s.process.child.pid as number),
