@@ -79,7 +79,7 @@ async function oneRound(storage: StorageThread, dataDir: string): Promise<{ stor
   }
   spent.sort((a, b) => b - a);
   const perRecord = (s: number): number => (s * 1e6) / total;
-  log(`  main thread ${perRecord(main).toFixed(2)} µs a record (not counted), threads by CPU: ${spent.filter((s) => s > 0).map((s) => perRecord(s).toFixed(2)).join(', ')}; LevelDB compaction output so far: ${compactionOutput(dataDir)}`);
+  log(`  main thread ${perRecord(main).toFixed(2)} µs a record (not counted), threads by CPU: ${spent.filter((s) => s > 0).map((s) => perRecord(s).toFixed(2)).join(', ')}; LevelDB compaction output so far: ${compactionOutput(dataDir)}; process RSS ${Math.round(process.memoryUsage.rss() / 1e6)} MB`);
   return { storage: perRecord(spent[0] ?? 0), others: perRecord(spent.slice(1).reduce((a, b) => a + b, 0)), wallMs };
 }
 
