@@ -120,7 +120,7 @@ export type StartWorker = (entry: URL, options: WorkerOptions) => Worker;
  * 14 % less CPU a record with calls spread over 200 accounts, a third less at 1,000 calls a
  * second, level with one account; ~30–45 MB more RSS under that load (docs/decisions.md).
  */
-export const STORAGE_SEMI_SPACE_MB = 32;
+const STORAGE_SEMI_SPACE_MB = 32;
 
 /** The process's own `--max-semi-space-size` (its last one, from the command line or NODE_OPTIONS); 0 when not set. */
 export function processSemiSpaceMb(execArgv: readonly string[] = process.execArgv, nodeOptions = process.env.NODE_OPTIONS ?? ''): number {
