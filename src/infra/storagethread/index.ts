@@ -138,7 +138,7 @@ export function processSemiSpaceMb(execArgv: readonly string[] = process.execArg
  * while its isolate starts (before it runs any code, so by 'online'), then put back. Heaps
  * already made (the main thread's) keep their size.
  */
-const startWorker: StartWorker = (entry, options) => {
+export const startStorageWorker: StartWorker = (entry, options) => {
   const semiSpace = (mb: number): void => setFlagsFromString(`--max-semi-space-size=${mb}`);
   const putBack = (): void => semiSpace(processSemiSpaceMb());
   semiSpace(STORAGE_SEMI_SPACE_MB);
@@ -154,7 +154,7 @@ const startWorker: StartWorker = (entry, options) => {
   return worker;
 };
 
-export async function openStorageThread(options: StorageThreadOptions, start: StartWorker = startWorker): Promise<StorageThread> {
+export async function openStorageThread(options: StorageThreadOptions, start: StartWorker = startStorageWorker): Promise<StorageThread> {
   const { port1, port2 } = new MessageChannel();
   const data: StorageThreadData = { port: port2, dataDir: options.dataDir, consumer: options.consumer, plans: options.plans };
   const worker = start(workerEntry(), { workerData: data, transferList: [port2] });
