@@ -170,19 +170,29 @@ describe.each(['on', 'off'])('STORAGE_THREAD=%s', (storageThread) => {
 
     it('answers 429 with Retry-After beyond the plan rate, without using quota for refused calls', async () => {
       const o = await newToken();
-      const results = await Promise.all(Array.from({ length: 12 }, () => rpc(`/local/${o.token}`, blockNumber)));
-      const statuses = results.map((r) => r.status);
+      // Bursts of 12 against 5 rps until one call is refused: a stalled machine can spread a burst
+      // over several one-second windows, so the bound is checked per window the limiter counted in.
+      const results: Response[] = [];
+      for (let burst = 0; burst < 5 && !results.some((r) => r.status === 429); burst++) {
+        results.push(...(await Promise.all(Array.from({ length: 12 }, () => rpc(`/local/${o.token}`, blockNumber)))));
+      }
+      const served = results.filter((r) => r.status === 200);
       const refused = results.filter((r) => r.status === 429);
-      expect(statuses.filter((s) => s === 200).length).toBeLessThanOrEqual(10); // 5 rps, at most two windows
+      expect(served.length + refused.length).toBe(results.length);
+      const servedByWindow = new Map<string | null, number>();
+      for (const r of served) {
+        const window = r.headers.get('x-ratelimit-reset');
+        servedByWindow.set(window, (servedByWindow.get(window) ?? 0) + 1);
+      }
+      expect(servedByWindow.has(null)).toBe(false);
+      expect(Math.max(...servedByWindow.values())).toBeLessThanOrEqual(5);
       expect(refused.length).toBeGreaterThan(0);
       expect(refused[0]?.headers.get('retry-after')).toMatch(/^\d+$/);
       const body = await refused[0]?.json();
       expect(body.error).toMatchObject({ code: -32005, data: { retryAfter: expect.any(Number) } });
-      const served = statuses.filter((s) => s === 200).length;
-      const last = results[results.length - 1] as Response;
       const remaining = Math.min(...results.map((r) => Number(r.headers.get('x-monthlylimit-remaining'))));
-      expect(remaining).toBe(100_000 - served);
-      expect(last.headers.get('x-monthlylimit-limit')).toBe('100000');
+      expect(remaining).toBe(100_000 - served.length);
+      expect(results[results.length - 1]?.headers.get('x-monthlylimit-limit')).toBe('100000');
     });
 
     it('surfaces a limit breach as an error in ethers', async () => {
