@@ -1,6 +1,7 @@
 import { FetchRequest, JsonRpcProvider } from 'ethers';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { USAGE_EVENT_TYPE, type UsageRecord } from '../../src/domain/usage.js';
+import { INVALIDATION_TOPIC } from '../../src/projections/runner.js';
 import { startGanache, type GanacheNode } from '../support/ganache.js';
 import { ADMIN_TOKEN, owner, startTestApp, type TestApp } from '../support/testApp.js';
 
@@ -57,7 +58,14 @@ describe.each(['on', 'off'])('STORAGE_THREAD=%s', (storageThread) => {
 
   describe('the gatekeeper', () => {
     it('admits a cached token at once, with no promise, and reads the read model only for the first call', async () => {
+      // The token's creation reaches the cache as an invalidation, maybe after the API answered;
+      // one arriving during the first read rightly caches nothing, so wait until it was heard.
+      const heard: string[] = [];
+      const unsubscribe = await t.runtime.feed.subscribe(INVALIDATION_TOPIC, (message) => heard.push(message));
       const o = await newToken('unlimited');
+      await eventually(async () => heard.includes(`token:${o.tokenId}`), Boolean);
+      await unsubscribe();
+      expect(heard).toContain(`token:${o.tokenId}`);
       const gatekeeper = t.runtime.gateway?.gatekeeper;
       if (!gatekeeper) throw new Error('no gateway in this runtime');
       const request = () => ({ chain: 'eth', token: o.token, via: 'path' as const, cost: 1, nowMs: Date.now() });
