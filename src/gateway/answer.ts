@@ -1,6 +1,6 @@
 import type { Admission } from './admission.js';
 import type { Chain } from './chains.js';
-import { admissionRpcCode, JSON_CONTENT_TYPE, restError, rpcError } from './errors.js';
+import { admissionRpcCode, JSON_CONTENT_TYPE, type RequestIds, restError, rpcErrorFor } from './errors.js';
 import type { UpstreamPool } from './upstream.js';
 import type { MaybePromise } from '../infra/limits/port.js';
 
@@ -70,11 +70,12 @@ export function refusedRest(refusal: Refusal, method: string): Answer {
   };
 }
 
-export function refusedRpcSingle(refusal: Refusal, idText: string, method: string): Answer {
+/** A JSON-RPC request refused by its admission, as one usage draft: the error goes to each caller's id. */
+export function refusedRpc(refusal: Refusal, ids: RequestIds, method: string): Answer {
   const code = admissionRpcCode(refusal.status);
   return {
     status: refusal.status,
-    body: rpcError(idText, code, refusal.message, retryData(refusal)),
+    body: rpcErrorFor(ids, code, refusal.message, retryData(refusal)),
     contentType: JSON_CONTENT_TYPE,
     admission: refusal,
     usage: [draft(method, code, refusal.message)],
@@ -91,6 +92,8 @@ export interface LocalError {
   message: string;
   method: string;
   headers?: Record<string, string>;
+  /** Whom a JSON-RPC error answers (the request's ids, when its body could be read); null otherwise. */
+  ids?: RequestIds;
 }
 
 /**
@@ -99,10 +102,11 @@ export interface LocalError {
  */
 export async function localError(scope: CallScope, e: LocalError): Promise<Answer> {
   const admission = await scope.admit(0);
-  if (!admission.ok) return e.shape === 'rpc' ? refusedRpcSingle(admission, 'null', e.method) : refusedRest(admission, e.method);
+  const ids = e.ids ?? null;
+  if (!admission.ok) return e.shape === 'rpc' ? refusedRpc(admission, ids, e.method) : refusedRest(admission, e.method);
   return {
     status: e.status,
-    body: e.shape === 'rpc' ? rpcError('null', e.rpcCode, e.message) : restError(e.restCode, e.message),
+    body: e.shape === 'rpc' ? rpcErrorFor(ids, e.rpcCode, e.message) : restError(e.restCode, e.message),
     contentType: JSON_CONTENT_TYPE,
     headers: e.headers,
     admission,

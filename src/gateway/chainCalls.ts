@@ -7,9 +7,10 @@ import { type Answer, type CallScope, INVALID_METHOD, localError, type LocalErro
 import { BodyTooLarge, isJsonRpcMediaType, type RawBody } from './body.js';
 import type { Chain, ChainRegistry } from './chains.js';
 import { type Credentials, extractCredentials } from './credentials.js';
-import { JSON_CONTENT_TYPE, RpcCode, restError, rpcError } from './errors.js';
+import { JSON_CONTENT_TYPE, type RequestIds, RpcCode, restError, rpcErrorFor } from './errors.js';
 import { IsoClock } from './isoClock.js';
 import { handleRest } from './rest.js';
+import { requestIdsOf } from './jsonrpc.js';
 import { handleJsonRpc } from './rpcHandler.js';
 import type { UpstreamPools } from './upstream.js';
 
@@ -66,6 +67,9 @@ export interface ChainResponse {
   /** null: no body. */
   body: string | Buffer | null;
 }
+
+/** What an error answered before any protocol handler needs of its call (its body, when read, for the caller's ids). */
+export type OwnErrorRequest = Pick<ChainRequest, 'method' | 'url' | 'headers' | 'id'> & { body?: unknown };
 
 class GatekeeperUnavailable extends Error {}
 
@@ -154,9 +158,12 @@ interface Incoming {
   limits: GatewayLimits;
 }
 
-const rpcIssue = (status: number, message: string): LocalError => ({
-  shape: 'rpc', status, rpcCode: RpcCode.invalidRequest, restCode: 'invalid_request', message, method: INVALID_METHOD,
+const rpcIssue = (status: number, message: string, ids: RequestIds): LocalError => ({
+  shape: 'rpc', status, rpcCode: RpcCode.invalidRequest, restCode: 'invalid_request', message, method: INVALID_METHOD, ids,
 });
+
+/** The ids in a body that may be JSON-RPC, for an error about the whole request (none when too large to read). */
+const idsOfBody = (body: unknown, maxBatch: number): RequestIds => (Buffer.isBuffer(body) ? requestIdsOf(body, maxBatch) : null);
 
 const restIssue = (segments: string[], status: number, restCode: string, message: string): LocalError => ({
   shape: 'rest', status, rpcCode: RpcCode.invalidRequest, restCode, message, method: segments.join('/').slice(0, 200) || INVALID_METHOD,
@@ -172,9 +179,11 @@ function dispatch(scope: CallScope, req: Incoming): MaybePromise<Answer> {
   const raw = Buffer.isBuffer(req.body) ? req.body : EMPTY_BODY;
 
   if (segments.length === 0 && isPost) {
-    if (!chain.acceptsJsonRpc) return localError(scope, rpcIssue(400, `${chain.id} speaks REST, not JSON-RPC: call /${chain.id}/<token>/<method_or_path>`));
-    if (tooLarge) return localError(scope, rpcIssue(413, `Request body larger than ${limits.maxBodyBytes} bytes`));
-    if (!isJsonRpcMediaType(req.contentType)) return localError(scope, rpcIssue(415, 'Unsupported media type: send application/json'));
+    if (!chain.acceptsJsonRpc) {
+      return localError(scope, rpcIssue(400, `${chain.id} speaks REST, not JSON-RPC: call /${chain.id}/<token>/<method_or_path>`, idsOfBody(req.body, limits.maxBatch)));
+    }
+    if (tooLarge) return localError(scope, rpcIssue(413, `Request body larger than ${limits.maxBodyBytes} bytes`, null));
+    if (!isJsonRpcMediaType(req.contentType)) return localError(scope, rpcIssue(415, 'Unsupported media type: send application/json', idsOfBody(req.body, limits.maxBatch)));
     return handleJsonRpc(scope, raw, limits.maxBatch);
   }
   if (segments.length === 0) {
@@ -250,7 +259,7 @@ export class ChainCalls {
   }
 
   /** A call that failed on our side: logged, and a 500 (503 while the gatekeeper is unavailable) in the call's shape. */
-  failed(req: Pick<ChainRequest, 'method' | 'url' | 'headers' | 'id'>, err: unknown): ChainResponse {
+  failed(req: OwnErrorRequest, err: unknown): ChainResponse {
     const unavailable = err instanceof GatekeeperUnavailable;
     this.log.error({ err }, unavailable ? 'gatekeeper failed' : 'chain call failed');
     if (unavailable) return this.ownError(req, 503, RpcCode.internalError, 'service_unavailable', 'Service temporarily unavailable');
@@ -258,7 +267,7 @@ export class ChainCalls {
   }
 
   /** A call the HTTP server refused before it reached `serve` (an unreadable Content-Type...). */
-  refused(req: Pick<ChainRequest, 'method' | 'url' | 'headers' | 'id'>, status: number, reason: string): ChainResponse {
+  refused(req: OwnErrorRequest, status: number, reason: string): ChainResponse {
     if (status === 415) return this.ownError(req, status, RpcCode.invalidRequest, 'unsupported_media_type', 'Unsupported media type: send application/json');
     return this.ownError(req, status, RpcCode.invalidRequest, 'bad_request', `Bad request: ${reason}`);
   }
@@ -334,10 +343,10 @@ export class ChainCalls {
    * An error the gateway answers before any protocol handler: a JSON-RPC error to a POST
    * without a path (`/<chain>` or `/<chain>/<token>`), a REST error to anything else.
    */
-  private ownError(req: Pick<ChainRequest, 'method' | 'url' | 'headers' | 'id'>, status: number, rpcCode: number, restCode: string, message: string): ChainResponse {
+  private ownError(req: OwnErrorRequest, status: number, rpcCode: number, restCode: string, message: string): ChainResponse {
     const headers = this.commonHeaders(req);
     headers['content-type'] = JSON_CONTENT_TYPE;
-    const body = isRpcShaped(req.method, req.url) ? rpcError('null', rpcCode, message) : restError(restCode, message);
+    const body = isRpcShaped(req.method, req.url) ? rpcErrorFor(idsOfBody(req.body, this.limits.maxBatch), rpcCode, message) : restError(restCode, message);
     return { status, headers, body };
   }
 

@@ -24,6 +24,21 @@ export function rpcError(idText: string, code: number, message: string, data?: u
   return `{"jsonrpc":"2.0","id":${idText},"error":${JSON.stringify(error)}}`;
 }
 
+/**
+ * Whom an error about the whole request answers: the id of a single call, the ids of a batch's
+ * calls (notifications have none), or nobody (null) when the body could not be read.
+ */
+export type RequestIds = { kind: 'single'; idText: string } | { kind: 'batch'; idTexts: string[] } | null;
+
+/**
+ * An error about the whole request, answered to each caller's id: one error for a single call,
+ * one per call with an id for a batch, one with id null when no id could be read.
+ */
+export function rpcErrorFor(ids: RequestIds, code: number, message: string, data?: unknown): string {
+  if (ids?.kind === 'batch' && ids.idTexts.length > 0) return `[${ids.idTexts.map((id) => rpcError(id, code, message, data)).join(',')}]`;
+  return rpcError(ids?.kind === 'single' ? ids.idText : 'null', code, message, data);
+}
+
 export function restError(code: string, message: string, extra?: Record<string, unknown>): string {
   return JSON.stringify({ error: { code, message, ...extra } });
 }

@@ -1,4 +1,4 @@
-import { RpcCode } from './errors.js';
+import { type RequestIds, RpcCode } from './errors.js';
 import {
   arrayElements,
   checkedValueEnd,
@@ -196,6 +196,21 @@ export function parseJsonRpc(body: Buffer, maxBatch: number): ParsedRpc {
     throw err;
   }
 }
+
+/**
+ * The ids an error about the whole body answers (an unknown chain, a protocol the chain does not
+ * speak...): those of its calls, as `parseJsonRpc` reads them; null when the body is not one.
+ */
+export function requestIdsOf(body: Buffer, maxBatch: number): RequestIds {
+  const parsed = parseJsonRpc(body, maxBatch);
+  if (parsed.kind === 'error') return null;
+  if (parsed.kind === 'single') return { kind: 'single', idText: parsed.member.idText ?? 'null' };
+  return { kind: 'batch', idTexts: idTextsOf(parsed.members) };
+}
+
+/** The ids of a batch's members that have one (a notification gets no answer). */
+export const idTextsOf = (members: readonly RpcMember[]): string[] =>
+  members.flatMap((m) => (m.idText === undefined ? [] : [m.idText]));
 
 /** One call as sent upstream, rebuilt from its parts so no smuggled duplicate key survives. */
 export function upstreamCallText(call: RpcCall, idText: string | undefined): string {

@@ -6,16 +6,17 @@ import {
   INVALID_METHOD,
   localError,
   type Refusal,
-  refusedRpcSingle,
+  refusedRpc,
   retryData,
   type UsageDraft,
 } from './answer.js';
-import { admissionRpcCode, JSON_CONTENT_TYPE, RpcCode, rpcError, upstreamFailureCodes } from './errors.js';
+import { admissionRpcCode, JSON_CONTENT_TYPE, RpcCode, rpcError, rpcErrorFor, upstreamFailureCodes } from './errors.js';
 import {
   batchUpstreamBody,
   type MemberAnswer,
   parseJsonRpc,
   type RpcCall,
+  idTextsOf,
   type RpcErrorInfo,
   type RpcMember,
   restoreId,
@@ -59,11 +60,9 @@ async function batchCall(scope: CallScope, members: RpcMember[]): Promise<Answer
 /** A batch refused as a whole (unknown token, limits exhausted...): one error per member with an id. */
 function refuseBatch(refusal: Refusal, members: RpcMember[]): Answer {
   const code = admissionRpcCode(refusal.status);
-  const data = retryData(refusal);
-  const elements = members.filter((m) => m.idText !== undefined).map((m) => rpcError(m.idText as string, code, refusal.message, data));
   return {
     status: refusal.status,
-    body: elements.length > 0 ? `[${elements.join(',')}]` : rpcError('null', code, refusal.message, data),
+    body: rpcErrorFor({ kind: 'batch', idTexts: idTextsOf(members) }, code, refusal.message, retryData(refusal)),
     contentType: JSON_CONTENT_TYPE,
     admission: refusal,
     usage: members.map((m) => draft(methodOf(m), code, refusal.message, m.index)),
@@ -93,7 +92,7 @@ function single(scope: CallScope, m: RpcMember): MaybePromise<Answer> {
 
 function admittedSingle(scope: CallScope, m: RpcMember, allowed: boolean, admission: Admission): MaybePromise<Answer> {
   const { chain, pool } = scope;
-  if (!admission.ok) return refusedRpcSingle(admission, m.idText ?? 'null', methodOf(m));
+  if (!admission.ok) return refusedRpc(admission, { kind: 'single', idText: m.idText ?? 'null' }, methodOf(m));
   if (m.kind === 'invalid') return singleError(admission, m, 400, m.idText, m.code, m.message);
   const idText = m.idText ?? 'null';
   if (!allowed) return singleError(admission, m, 403, idText, RpcCode.methodNotFound, deniedMessage(m.method, chain.id));

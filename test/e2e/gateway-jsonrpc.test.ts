@@ -276,7 +276,7 @@ describe('errors', () => {
     gatekeeper.failure = new Error('redis down');
     const r = await rpc('fake', call('eth_blockNumber', 1));
     expect(r.status).toBe(503);
-    expect(r.json).toMatchObject({ id: null, error: { code: -32603 } });
+    expect(r.json).toMatchObject({ id: 1, error: { code: -32603 } });
     const rest = await fetch(`${gateway.url}/trx/${gatekeeper.token}/wallet/getnowblock`);
     expect(rest.status).toBe(503);
     expect(await rest.json()).toMatchObject({ error: { code: 'service_unavailable' } });
@@ -298,9 +298,11 @@ describe('errors', () => {
   });
 
   it('answers a JSON-RPC body on a REST chain and a REST call on a JSON-RPC chain with 400 naming the protocol', async () => {
-    const toRest = await rpc('trx', call('eth_blockNumber'));
+    const toRest = await rpc('trx', call('eth_blockNumber', 'mine'));
     expect(toRest.status).toBe(400);
-    expect(toRest.json).toMatchObject({ error: { code: -32600, message: expect.stringContaining('REST') } });
+    expect(toRest.json).toMatchObject({ id: 'mine', error: { code: -32600, message: expect.stringContaining('REST') } });
+    const batchToRest = await rpc('trx', [call('eth_blockNumber', 3), call('eth_chainId', 4)]);
+    expect(batchToRest.json).toMatchObject([{ id: 3, error: { code: -32600 } }, { id: 4, error: { code: -32600 } }]);
     const restOnRpc = await fetch(`${gateway.url}/fake/${gatekeeper.token}/eth_blockNumber`);
     expect(restOnRpc.status).toBe(400);
     expect(await restOnRpc.json()).toMatchObject({ error: { code: 'protocol_mismatch', message: expect.stringContaining('JSON-RPC') } });
@@ -310,12 +312,33 @@ describe('errors', () => {
   });
 
   it('answers an unknown chain with 404 in the shape of the call', async () => {
-    const rpcShaped = await rpc('nochain', call('eth_blockNumber'));
+    const rpcShaped = await rpc('nochain', call('eth_blockNumber', 42));
     expect(rpcShaped.status).toBe(404);
-    expect(rpcShaped.json).toMatchObject({ jsonrpc: '2.0', id: null, error: { code: -32601 } });
+    expect(rpcShaped.json).toMatchObject({ jsonrpc: '2.0', id: 42, error: { code: -32601 } });
     const restShaped = await fetch(`${gateway.url}/nochain/${gatekeeper.token}/getBlockHeight`);
     expect(restShaped.status).toBe(404);
     expect(await restShaped.json()).toMatchObject({ error: { code: 'unknown_chain' } });
+  });
+
+  it('answers errors about the whole request to the caller\'s ids, and null only when the body cannot be read', async () => {
+    const bigId = '123456789012345678901234567890';
+    const single = await rpc('nochain', `{"jsonrpc":"2.0","id":${bigId},"method":"eth_blockNumber"}`);
+    expect(single.text).toContain(`"id":${bigId}`);
+    const batch = await rpc('nochain', [call('eth_blockNumber', 'a'), { jsonrpc: '2.0', method: 'eth_chainId' }, call('eth_chainId', 'b')]);
+    expect(batch.status).toBe(404);
+    expect(batch.json).toMatchObject([{ id: 'a', error: { code: -32601 } }, { id: 'b', error: { code: -32601 } }]);
+    expect(batch.json).toHaveLength(2);
+    const unreadable = await rpc('nochain', '{"jsonrpc":"2.0","id":5,');
+    expect(unreadable.json).toMatchObject({ id: null, error: { code: -32601 } });
+    const media = await post(`/fake/${gatekeeper.token}`, JSON.stringify(call('eth_blockNumber', 9)), { 'content-type': 'multipart/form-data; boundary=x' });
+    expect(media.status).toBe(415);
+    expect(media.json).toMatchObject({ id: 9, error: { code: -32600 } });
+  });
+
+  it('answers a refused caller to its id on a request the gateway answers itself', async () => {
+    const refused = await post('/trx/gk_not_a_token', JSON.stringify(call('eth_blockNumber', 'who')));
+    expect(refused.status).toBe(401);
+    expect(refused.json).toMatchObject({ id: 'who', error: { code: -32001 } });
   });
 });
 
