@@ -288,7 +288,7 @@ export interface Problem {
   detail: string;
   code: string;
   /** Each invalid field of a refused request (`validation_failed`). */
-  errors?: Array<{ path: string; message: string }>;
+  errors?: Array<{ in?: 'body' | 'query' | 'params'; path: string; message: string }>;
   /** Some codes carry more, e.g. the plan's maximum. */
   [extension: string]: unknown;
 }

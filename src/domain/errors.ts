@@ -1,11 +1,13 @@
 /**
  * Errors are values with a stable code. The HTTP layer maps codes to statuses in one place
- * (src/commands/problem.ts); the domain never knows about HTTP.
+ * (src/commands/api/problem.ts); the domain never knows about HTTP.
  */
 export type ErrorCode =
   | 'validation_failed'
   | 'unauthorized'
   | 'forbidden'
+  /** An API token its owner disabled: refused on the metrics call as on chain calls. */
+  | 'token_disabled'
   | 'not_found'
   | 'conflict'
   | 'token_limit_reached'
@@ -18,7 +20,11 @@ export type ErrorCode =
   | 'invalid_credentials'
   | 'concurrency_conflict'
   /** An alert rule that cannot apply to this account (e.g. a percentage of a limit it does not have). */
-  | 'alert_not_applicable';
+  | 'alert_not_applicable'
+  /** Log-in failures or sign-ups over their limit for an email or a client address, until the window ends. */
+  | 'too_many_attempts'
+  /** More password hashing waiting than the process queues; the client may retry shortly. */
+  | 'overloaded';
 
 export class DomainError extends Error {
   constructor(

@@ -258,3 +258,68 @@ describe('bad input: a clear 4xx problem and no event appended', () => {
     expect(await t.runtime.store.headPosition()).toBe(head);
   });
 });
+
+describe('the management API answers as itself', () => {
+  it('answers an unknown /api path with its own 404 problem, whatever the method', async () => {
+    const o = await owner(t.app);
+    for (const [method, url] of [
+      ['GET', '/api/v1/nope'],
+      ['POST', '/api/v1/nope'],
+      ['DELETE', '/api/v1/tokens'],
+      ['PUT', '/api/v1/tokens'],
+      ['GET', '/api/v1/tokens/tok_0000000000000000/extra'],
+      ['GET', '/api/v2/tokens'],
+    ] as const) {
+      const res = await inject({ method, url, headers: o.auth });
+      expect(res.statusCode, `${method} ${url}`).toBe(404);
+      expect(res.headers['content-type']).toMatch(/^application\/problem\+json/);
+      expect(res.json(), `${method} ${url}`).toMatchObject({ status: 404, code: 'not_found' });
+    }
+  });
+
+  it('names where a bad value was: query, body or path parameters', async () => {
+    const o = await owner(t.app);
+    const query = await inject({ method: 'GET', url: '/api/v1/metrics/user?foo=1', headers: o.auth });
+    expect(query.statusCode).toBe(400);
+    expect(query.json().detail).toMatch(/^query: .*"foo"/);
+    expect(query.json().errors[0]).toMatchObject({ in: 'query' });
+    const field = await inject({ method: 'GET', url: '/api/v1/metrics/user?start=yesterday', headers: o.auth });
+    expect(field.json().detail).toMatch(/^query\.start: /);
+    const body = await inject({ method: 'POST', url: '/api/v1/tokens', headers: o.auth, payload: { name: 'x', admin: true } });
+    expect(body.json().detail).toMatch(/^body: .*"admin"/);
+    const params = await inject({ method: 'PATCH', url: '/api/v1/tokens/not-an-id', headers: o.auth, payload: { name: 'y' } });
+    expect(params.json().detail).toMatch(/^params\.id: /);
+  });
+
+  it('refuses a disabled API token on the metrics call with 403 token_disabled, as chain calls do', async () => {
+    const o = await owner(t.app);
+    const created = await inject({ method: 'POST', url: '/api/v1/tokens', headers: o.auth, payload: { name: 'metrics' } });
+    const { id, token } = created.json();
+    const asToken = { authorization: `Bearer ${token}` };
+    expect((await inject({ method: 'GET', url: '/api/v1/metrics/user', headers: asToken })).statusCode).toBe(200);
+    await inject({ method: 'PATCH', url: `/api/v1/tokens/${id}`, headers: o.auth, payload: { status: 'disabled' } });
+    const disabled = await inject({ method: 'GET', url: '/api/v1/metrics/user', headers: asToken });
+    expect(disabled.statusCode).toBe(403);
+    expect(disabled.json()).toMatchObject({ status: 403, code: 'token_disabled' });
+    await inject({ method: 'DELETE', url: `/api/v1/tokens/${id}`, headers: o.auth });
+    const revoked = await inject({ method: 'GET', url: '/api/v1/metrics/user', headers: asToken });
+    expect(revoked.statusCode).toBe(401);
+  });
+
+  it('marks every answer, a raw token\'s above all, not to be cached or sniffed', async () => {
+    const o = await owner(t.app);
+    const answers = [
+      await inject({ method: 'POST', url: '/api/v1/tokens', headers: o.auth, payload: { name: 'shown once' } }),
+      await inject({ method: 'POST', url: '/api/v1/access-tokens', headers: { cookie: o.cookie }, payload: { name: 'shown once' } }),
+      await inject({ method: 'GET', url: '/api/v1/tokens', headers: o.auth }),
+      await inject({ method: 'GET', url: '/api/v1/tokens' }),
+      await inject({ method: 'GET', url: '/api/v1/nope', headers: o.auth }),
+      await inject({ method: 'POST', url: '/api/v1/auth/login', payload: { email: o.email, password: 'correct horse battery' } }),
+    ];
+    expect(answers.map((a) => a.statusCode)).toEqual([201, 201, 200, 401, 404, 200]);
+    for (const a of answers) {
+      expect(a.headers['cache-control'], a.body.slice(0, 60)).toBe('no-store');
+      expect(a.headers['x-content-type-options']).toBe('nosniff');
+    }
+  });
+});

@@ -2,6 +2,7 @@ import type { FastifyPluginAsync } from 'fastify';
 import type { AccessTokenList, AccessTokenRecord, CreatedAccessToken } from '../../api/types.js';
 import { DomainError } from '../../domain/errors.js';
 import type { ApiDeps } from './deps.js';
+import { parseInput } from './input.js';
 import { owner } from './owner.js';
 import { AccessTokenParams, CreateAccessToken } from './schemas.js';
 
@@ -15,7 +16,7 @@ export const accessTokenRoutes: FastifyPluginAsync<ApiDeps> = async (app, deps) 
 
   app.post('/api/v1/access-tokens', async (request, reply) => {
     const { accountId } = await owner(request, deps, ['session']);
-    const { name } = CreateAccessToken.parse(request.body);
+    const { name } = parseInput('body', CreateAccessToken, request.body);
     const created = await deps.commands.createAccessToken(accountId, name);
     await deps.waitFor(created.position);
     return reply.code(201).send({ ...(await find(accountId, created.accessTokenId)), token: created.token } satisfies CreatedAccessToken);
@@ -28,7 +29,7 @@ export const accessTokenRoutes: FastifyPluginAsync<ApiDeps> = async (app, deps) 
 
   app.delete('/api/v1/access-tokens/:id', async (request) => {
     const { accountId } = await owner(request, deps, ['session']);
-    const { id } = AccessTokenParams.parse(request.params);
+    const { id } = parseInput('params', AccessTokenParams, request.params);
     await deps.waitFor(await deps.commands.revokeAccessToken(accountId, id));
     return find(accountId, id);
   });

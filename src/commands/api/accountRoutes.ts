@@ -3,6 +3,7 @@ import type { Account } from '../../api/types.js';
 import { DomainError } from '../../domain/errors.js';
 import { floorTo, nextBucket } from '../../projections/usageBuckets.js';
 import type { ApiDeps } from './deps.js';
+import { parseInput } from './input.js';
 import { owner, requireAdmin } from './owner.js';
 import { AccountParams, ChangePlan } from './schemas.js';
 
@@ -39,8 +40,8 @@ export const accountRoutes: FastifyPluginAsync<ApiDeps> = async (app, deps) => {
 
   app.put('/api/v1/admin/accounts/:id/plan', async (request) => {
     requireAdmin(request, deps);
-    const { id } = AccountParams.parse(request.params);
-    const { plan } = ChangePlan.parse(request.body);
+    const { id } = parseInput('params', AccountParams, request.params);
+    const { plan } = parseInput('body', ChangePlan, request.body);
     await deps.commands.account(id);
     await deps.waitFor(await deps.commands.changePlan(id, plan));
     return accountView(id);

@@ -7,6 +7,7 @@ import { DomainError } from '../../domain/errors.js';
 import { ALERT_ID_PATTERN } from '../alertCommands.js';
 import { ID_PATTERN } from '../ids.js';
 import type { ApiDeps } from './deps.js';
+import { parseInput } from './input.js';
 import { owner } from './owner.js';
 
 // ── Request schemas: shapes and formats here; ranges per type in the domain (ruleFromInput) ──
@@ -105,7 +106,7 @@ export const alertRoutes: FastifyPluginAsync<ApiDeps> = async (app, deps) => {
 
   app.post('/api/v1/alerts', async (request, reply) => {
     const { accountId } = await ownerOf(request);
-    const body = CreateAlert.parse(request.body);
+    const body = parseInput('body', CreateAlert, request.body);
     const created = await deps.alerts.create(accountId, {
       name: body.name,
       rule: { ...ruleInput(body), type: body.type, threshold: body.threshold },
@@ -123,14 +124,14 @@ export const alertRoutes: FastifyPluginAsync<ApiDeps> = async (app, deps) => {
 
   app.get('/api/v1/alerts/:id', async (request) => {
     const { accountId } = await ownerOf(request);
-    const { id } = AlertParams.parse(request.params);
+    const { id } = parseInput('params', AlertParams, request.params);
     return record(accountId, id);
   });
 
   app.patch('/api/v1/alerts/:id', async (request) => {
     const { accountId } = await ownerOf(request);
-    const { id } = AlertParams.parse(request.params);
-    const body = PatchAlert.parse(request.body);
+    const { id } = parseInput('params', AlertParams, request.params);
+    const body = parseInput('body', PatchAlert, request.body);
     const { name, channels, enabled, ...rule } = body;
     const changesRule = Object.values(rule).some((v) => v !== undefined);
     const updated = await deps.alerts.update(accountId, id, {
@@ -145,15 +146,15 @@ export const alertRoutes: FastifyPluginAsync<ApiDeps> = async (app, deps) => {
 
   app.delete('/api/v1/alerts/:id', async (request, reply) => {
     const { accountId } = await ownerOf(request);
-    const { id } = AlertParams.parse(request.params);
+    const { id } = parseInput('params', AlertParams, request.params);
     await deps.waitFor(await deps.alerts.delete(accountId, id));
     return reply.code(204).send();
   });
 
   app.get('/api/v1/alerts/:id/notifications', async (request): Promise<AlertNotifications> => {
     const { accountId } = await ownerOf(request);
-    const { id } = AlertParams.parse(request.params);
-    const { limit } = NotificationsQuery.parse(request.query);
+    const { id } = parseInput('params', AlertParams, request.params);
+    const { limit } = parseInput('query', NotificationsQuery, request.query);
     await record(accountId, id);
     return { alert_id: id, notifications: await deps.alertQueries.notifications(id, limit) };
   });

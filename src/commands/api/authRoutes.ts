@@ -2,13 +2,14 @@ import type { FastifyPluginAsync } from 'fastify';
 import type { LoggedIn, SignedUp } from '../../api/types.js';
 import { DomainError } from '../../domain/errors.js';
 import type { ApiDeps } from './deps.js';
+import { parseInput } from './input.js';
 import { Credentials } from './schemas.js';
 import { readCookie, SESSION_COOKIE, sessionCookie } from './sessions.js';
 
 /** Sign-up, log-in and log-out for the dashboard: a session cookie (httpOnly, SameSite=Strict). */
 export const authRoutes: FastifyPluginAsync<ApiDeps> = async (app, deps) => {
   app.post('/api/v1/auth/signup', async (request, reply) => {
-    const { email, password } = Credentials.parse(request.body);
+    const { email, password } = parseInput('body', Credentials, request.body);
     const { accountId, position } = await deps.commands.signUp(email, password);
     await deps.waitFor(position);
     const session = await deps.sessions.open(accountId);
@@ -17,7 +18,7 @@ export const authRoutes: FastifyPluginAsync<ApiDeps> = async (app, deps) => {
   });
 
   app.post('/api/v1/auth/login', async (request, reply): Promise<LoggedIn> => {
-    const { email, password } = Credentials.parse(request.body);
+    const { email, password } = parseInput('body', Credentials, request.body);
     const accountId = await deps.commands.authenticate(email, password);
     if (!accountId) throw new DomainError('invalid_credentials', 'Wrong email or password.');
     const session = await deps.sessions.open(accountId);

@@ -8,6 +8,7 @@ import { retentionCutoff } from '../../projections/retention.js';
 import { ceilTo, DAY_MS, floorTo, nextBucket, seriesGranularity } from '../../projections/usageBuckets.js';
 import { MINUTE_RETENTION_DAYS } from '../../projections/usageExpiry.js';
 import type { ApiDeps } from './deps.js';
+import { parseInput } from './input.js';
 import { owner } from './owner.js';
 import { TokenParams } from './schemas.js';
 
@@ -51,14 +52,14 @@ function periodMetrics(resolved: ResolvedPeriod, report: UsageReport, recentErro
  * about 200.
  */
 export function resolvePeriod(query: unknown, context: { accountId: string; plan: Plan; now: Date; chainIds: readonly string[] }): ResolvedPeriod {
-  const q = PeriodQuery.parse(query ?? {});
+  const q = parseInput('query', PeriodQuery, query ?? {});
   const now = context.now.getTime();
   const end = q.end === undefined ? now : toMs(q.end);
   const requestedStart = q.start === undefined ? null : toMs(q.start);
-  if (end > now + DAY_MS) fail('validation_failed', 'end: must not be more than a day in the future.');
-  if (requestedStart !== null && end <= requestedStart) fail('validation_failed', 'end: must be after start.');
+  if (end > now + DAY_MS) fail('validation_failed', 'query.end: must not be more than a day in the future.');
+  if (requestedStart !== null && end <= requestedStart) fail('validation_failed', 'query.end: must be after start.');
   if (q.chain !== undefined && !context.chainIds.includes(q.chain)) {
-    fail('validation_failed', `chain: unknown chain "${q.chain}"; known chains: ${context.chainIds.join(', ')}.`);
+    fail('validation_failed', `query.chain: unknown chain "${q.chain}"; known chains: ${context.chainIds.join(', ')}.`);
   }
   const earliest = retentionCutoff(context.now, context.plan.retention_days);
   const clamped = requestedStart !== null && requestedStart < earliest;
@@ -122,7 +123,7 @@ export const metricsRoutes: FastifyPluginAsync<ApiDeps> = async (app, deps) => {
 
   app.get('/api/v1/metrics/tokens/:id', async (request): Promise<TokenMetrics> => {
     const { accountId } = await owner(request, deps, ['access_token', 'session']);
-    const { id } = TokenParams.parse(request.params);
+    const { id } = parseInput('params', TokenParams, request.params);
     const { plan, resolved } = await periodFor(request, deps, accountId);
     const token = await deps.queries.token(accountId, id);
     if (!token) throw new DomainError('not_found', 'No such token.');

@@ -41,6 +41,8 @@ export async function owner(request: FastifyRequest, deps: ApiDeps, allowed: Own
       const doc = await deps.queries.tokenDocByHash(hashToken(bearer));
       const status = doc ? (await deps.queries.tokenRecord(doc)).status : null;
       if (doc && status === 'active') return { accountId: doc.accountId, via: 'api_token', tokenId: doc.id };
+      // As on chain calls: a disabled token is known and refused (403), not unknown (401).
+      if (doc && status === 'disabled') throw new DomainError('token_disabled', 'The API token is disabled; enable it in the dashboard.');
       throw unauthorized('The API token is not valid.');
     }
     throw unauthorized(allowed.includes('access_token') ? 'The access token is not valid.' : 'This call needs a dashboard session.');

@@ -1,4 +1,4 @@
-import type { FastifyPluginAsync } from 'fastify';
+import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import { accessTokenRoutes } from './accessTokenRoutes.js';
 import { accountRoutes } from './accountRoutes.js';
 import { alertRoutes } from './alertRoutes.js';
@@ -14,8 +14,17 @@ export const managementApi: FastifyPluginAsync<ApiDeps> = async (app, deps) => {
   // JSON only: any other body is a 415, not a string that fails validation later.
   app.removeContentTypeParser('text/plain');
   app.setErrorHandler(problemErrorHandler);
-  app.setNotFoundHandler((request, reply) => {
+  const notFound = (request: FastifyRequest, reply: FastifyReply): void => {
     problemErrorHandler(Object.assign(new Error(`No route ${request.method} ${request.url.split('?')[0]}.`), { statusCode: 404 }), request, reply);
+  };
+  app.setNotFoundHandler(notFound);
+  // What no route here serves under /api is this API's 404, not the chain router's unknown chain "api".
+  app.all('/api/*', notFound);
+  // Every answer, errors included: some hold a raw token (shown once), none may sit in a cache or be sniffed as another type.
+  app.addHook('onSend', (_request, reply, payload, done) => {
+    reply.header('cache-control', 'no-store');
+    reply.header('x-content-type-options', 'nosniff');
+    done(null, payload);
   });
   await app.register(authRoutes, deps);
   await app.register(accountRoutes, deps);

@@ -1,7 +1,7 @@
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
-import { ZodError } from 'zod';
 import type { Problem } from '../../api/types.js';
 import { DomainError, type ErrorCode } from '../../domain/errors.js';
+import { InvalidInput } from './input.js';
 
 /** The one place where error codes become HTTP statuses. */
 export const STATUS_OF: Record<ErrorCode, number> = {
@@ -9,6 +9,7 @@ export const STATUS_OF: Record<ErrorCode, number> = {
   unauthorized: 401,
   invalid_credentials: 401,
   forbidden: 403,
+  token_disabled: 403,
   plan_feature_unavailable: 403,
   not_found: 404,
   conflict: 409,
@@ -20,6 +21,8 @@ export const STATUS_OF: Record<ErrorCode, number> = {
   concurrency_conflict: 409,
   limit_above_account: 422,
   alert_not_applicable: 422,
+  too_many_attempts: 429,
+  overloaded: 503,
 };
 
 const TITLES: Record<number, string> = {
@@ -41,10 +44,11 @@ export function toProblem(error: unknown): Problem {
   if (error instanceof DomainError) {
     return problem(STATUS_OF[error.code], error.code, error.message, error.details ?? {});
   }
-  if (error instanceof ZodError) {
-    const errors = error.issues.map((i) => ({ path: i.path.join('.'), message: i.message }));
+  if (error instanceof InvalidInput) {
+    // `in` names the part of the request (body, query, params); `path` the field in it, if any.
+    const errors = error.issues.map((i) => ({ in: error.part, path: i.path.join('.'), message: i.message }));
     const first = errors[0];
-    return problem(400, 'validation_failed', first ? `${first.path || 'body'}: ${first.message}` : 'Invalid request.', { errors });
+    return problem(400, 'validation_failed', first ? `${[error.part, first.path].filter(Boolean).join('.')}: ${first.message}` : 'Invalid request.', { errors });
   }
   const fe = error as Partial<FastifyError>;
   if (typeof fe.statusCode === 'number' && fe.statusCode >= 400 && fe.statusCode < 500) {

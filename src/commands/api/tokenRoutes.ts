@@ -2,6 +2,7 @@ import type { FastifyPluginAsync } from 'fastify';
 import type { CreatedToken, TokenHistory, TokenList, TokenRecord } from '../../api/types.js';
 import { DomainError } from '../../domain/errors.js';
 import type { ApiDeps } from './deps.js';
+import { parseInput } from './input.js';
 import { owner } from './owner.js';
 import { CreateApiToken, PatchApiToken, TokenParams } from './schemas.js';
 
@@ -16,7 +17,7 @@ export const tokenRoutes: FastifyPluginAsync<ApiDeps> = async (app, deps) => {
 
   app.post('/api/v1/tokens', async (request, reply) => {
     const { accountId } = await ownerOf(request);
-    const body = CreateApiToken.parse(request.body);
+    const body = parseInput('body', CreateApiToken, request.body);
     const created = await deps.commands.createApiToken(accountId, {
       name: body.name,
       description: body.description,
@@ -35,14 +36,14 @@ export const tokenRoutes: FastifyPluginAsync<ApiDeps> = async (app, deps) => {
 
   app.get('/api/v1/tokens/:id', async (request) => {
     const { accountId } = await ownerOf(request);
-    const { id } = TokenParams.parse(request.params);
+    const { id } = parseInput('params', TokenParams, request.params);
     return record(accountId, id);
   });
 
   app.patch('/api/v1/tokens/:id', async (request) => {
     const { accountId } = await ownerOf(request);
-    const { id } = TokenParams.parse(request.params);
-    const patch = PatchApiToken.parse(request.body);
+    const { id } = parseInput('params', TokenParams, request.params);
+    const patch = parseInput('body', PatchApiToken, request.body);
     const position = await deps.commands.updateApiToken(accountId, id, {
       name: patch.name,
       description: patch.description,
@@ -56,14 +57,14 @@ export const tokenRoutes: FastifyPluginAsync<ApiDeps> = async (app, deps) => {
 
   app.delete('/api/v1/tokens/:id', async (request) => {
     const { accountId } = await ownerOf(request);
-    const { id } = TokenParams.parse(request.params);
+    const { id } = parseInput('params', TokenParams, request.params);
     await deps.waitFor(await deps.commands.revokeApiToken(accountId, id));
     return record(accountId, id);
   });
 
   app.get('/api/v1/tokens/:id/history', async (request): Promise<TokenHistory> => {
     const { accountId } = await ownerOf(request);
-    const { id } = TokenParams.parse(request.params);
+    const { id } = parseInput('params', TokenParams, request.params);
     const history = await deps.commands.apiTokenHistory(accountId, id);
     return {
       token_id: id,
