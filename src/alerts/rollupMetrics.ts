@@ -1,7 +1,7 @@
 import type { ReadModelStore } from '../infra/readmodels/port.js';
 import type { UsageQueries } from '../projections/metricsQueries.js';
 import { ceilTo, MINUTE_MS, seriesGranularity } from '../projections/usageBuckets.js';
-import { monthKey, monthOf, USAGE_TOTALS } from '../projections/usageTotals.js';
+import { type MonthTotals, monthKey, monthOf, quotaUsed, USAGE_TOTALS } from '../projections/usageTotals.js';
 import { type AlertMetrics, LIMIT_EXCEEDED_RPC_CODE, type UsageScope, type WindowStats } from './alertMetrics.js';
 
 /** Failed calls read to count limit refusals in one window; past it the count is a floor (and far above any sane threshold). */
@@ -20,8 +20,7 @@ export class RollupAlertMetrics implements AlertMetrics {
 
   async monthUsage(scope: UsageScope, at: Date): Promise<number> {
     const [collection, id] = 'tokenId' in scope ? [USAGE_TOTALS.byToken, scope.tokenId] : [USAGE_TOTALS.byAccount, scope.accountId];
-    const doc = await this.readModels.get<{ requests?: unknown }>(collection, monthKey(id, monthOf(at.toISOString())));
-    return typeof doc?.requests === 'number' && Number.isFinite(doc.requests) ? doc.requests : 0;
+    return quotaUsed(await this.readModels.get<MonthTotals>(collection, monthKey(id, monthOf(at.toISOString()))));
   }
 
   /**

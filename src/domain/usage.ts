@@ -27,6 +27,11 @@ export const UsageRecord = z.object({
    * this call counts after that (absent in records from before it was carried).
    */
   retentionDays: z.number().int().positive().optional(),
+  /**
+   * Whether the call used quota: the limiter granted it, so it counts against the monthly limit
+   * (absent in records from before it was carried: see `usedQuota`).
+   */
+  charged: z.boolean().optional(),
 });
 export type UsageRecord = z.infer<typeof UsageRecord>;
 
@@ -67,6 +72,13 @@ export const usageStream = (accountId: string): string => `usage-${accountId}`;
 /** A call is an error when its HTTP status is an error or it carried a JSON-RPC error. */
 export const isErrorUsage = (r: Pick<UsageRecord, 'status' | 'rpcErrorCode'>): boolean =>
   r.status >= 400 || r.rpcErrorCode !== null;
+
+/**
+ * Whether a call counts against the monthly quota: what the limiter charged. Records from before
+ * the gateway said so count unless they were refused (401, 403, 429), the nearest the record tells.
+ */
+export const usedQuota = (r: Pick<UsageRecord, 'status' | 'charged'>): boolean =>
+  r.charged ?? (r.status !== 401 && r.status !== 403 && r.status !== 429);
 
 /** The largest time a UUIDv7 holds: 48 bits of milliseconds. */
 const MAX_UUID7_MS = 2 ** 48 - 1;

@@ -18,6 +18,8 @@ export interface UsageDraft {
   errorMessage: string | null;
   upstreamMs: number | null;
   upstream: string | null;
+  /** The limiter granted this call: it used quota (set where a granted call is answered). */
+  charged: boolean;
 }
 
 export interface Answer {
@@ -54,6 +56,7 @@ export const draft = (method: string, rpcErrorCode: number | null, errorMessage:
   errorMessage,
   upstreamMs: null,
   upstream: null,
+  charged: false,
 });
 
 export const retryData = (a: Admission): { retryAfter: number } | undefined =>

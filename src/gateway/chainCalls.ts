@@ -317,6 +317,7 @@ export class ChainCalls {
         clientIp: req.ip,
         upstream: d.upstream,
         retentionDays: caller.retentionDays,
+        charged: d.charged,
       };
       try {
         this.options.recordUsage(record);

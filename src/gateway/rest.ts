@@ -1,4 +1,4 @@
-import { type Answer, type CallScope, draft, localError, refusedRest } from './answer.js';
+import { type Answer, type CallScope, draft, localError, refusedRest, type UsageDraft } from './answer.js';
 import { AUTH_QUERY_PARAMS } from './credentials.js';
 import { JSON_CONTENT_TYPE, RpcCode, restError, upstreamFailureCodes } from './errors.js';
 import { decodeUtf8, errorInfoFrom } from './jsonrpc.js';
@@ -93,11 +93,18 @@ export async function handleRest(scope: CallScope, req: RestRequest): Promise<An
   return scope.chain.restFlavour === 'passthrough' ? passthrough(scope, req, decoded) : rpcOverRest(scope, req, decoded);
 }
 
-function failureAnswer(outcome: UpstreamFailure, method: string, admission: Answer['admission']): Answer {
-  const f = upstreamFailureCodes(outcome.kind);
-  const d = draft(method, null, outcome.message);
+/** The usage draft of a call the limiter granted and sent upstream: it used quota, whatever the node did. */
+function forwardedDraft(method: string, rpcErrorCode: number | null, errorMessage: string | null, outcome: { upstreamMs: number | null; upstream: string | null }): UsageDraft {
+  const d = draft(method, rpcErrorCode, errorMessage);
   d.upstreamMs = outcome.upstreamMs;
   d.upstream = outcome.upstream;
+  d.charged = true;
+  return d;
+}
+
+function failureAnswer(outcome: UpstreamFailure, method: string, admission: Answer['admission']): Answer {
+  const f = upstreamFailureCodes(outcome.kind);
+  const d = forwardedDraft(method, null, outcome.message, outcome);
   return { status: f.status, body: restError(f.rest, outcome.message), contentType: JSON_CONTENT_TYPE, admission, usage: [d] };
 }
 
@@ -137,9 +144,7 @@ async function passthrough(scope: CallScope, req: RestRequest, decoded: string[]
     retriable: req.httpMethod === 'GET' || chain.isReadOnlyPost(path),
   });
   if (!outcome.ok) return failureAnswer(outcome, path, admission);
-  const d = draft(path, null, outcome.status >= 400 ? upstreamErrorMessage(outcome) : null);
-  d.upstreamMs = outcome.upstreamMs;
-  d.upstream = outcome.upstream;
+  const d = forwardedDraft(path, null, outcome.status >= 400 ? upstreamErrorMessage(outcome) : null, outcome);
   return { status: outcome.status, body: outcome.body, contentType: outcome.contentType ?? JSON_CONTENT_TYPE, admission, usage: [d] };
 }
 
@@ -239,9 +244,7 @@ async function rpcOverRest(scope: CallScope, req: RestRequest, decoded: string[]
   });
   if (!outcome.ok) return failureAnswer(outcome, method, admission);
   const answer = restAnswerFromRpc(outcome, chain.restFlavour === 'solana' ? SOLANA_RESULT_NAMES[method] : undefined);
-  const d = draft(method, answer.rpcErrorCode, answer.errorMessage);
-  d.upstreamMs = outcome.upstreamMs;
-  d.upstream = outcome.upstream;
+  const d = forwardedDraft(method, answer.rpcErrorCode, answer.errorMessage, outcome);
   return { status: answer.status, body: answer.body, contentType: JSON_CONTENT_TYPE, admission, usage: [d] };
 }
 

@@ -131,10 +131,12 @@ function forwardedSingle(m: RpcCall, admission: Admission, outcome: UpstreamOutc
   );
 }
 
+/** A granted call's answer: it used quota, whatever its upstream did. */
 function withUpstream(answer: Answer, u: { upstreamMs: number | null; upstream: string | null }): Answer {
   for (const d of answer.usage) {
     d.upstreamMs = u.upstreamMs;
     d.upstream = u.upstream;
+    d.charged = true;
   }
   return answer;
 }
@@ -193,6 +195,7 @@ async function batch(scope: CallScope, members: RpcMember[], granted: Set<number
       for (const d of usage.slice(before)) {
         d.upstreamMs = result.upstreamMs;
         d.upstream = result.upstream;
+        d.charged = true;
       }
     }
   }

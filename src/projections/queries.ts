@@ -2,7 +2,7 @@ import type { AccessTokenRecord, TokenRecord } from '../api/types.js';
 import { effectiveStatus } from '../domain/apiToken.js';
 import type { ReadModelStore } from '../infra/readmodels/port.js';
 import { type AccessTokenDoc, type AccountDoc, COLLECTIONS as C, type TokenDoc } from './core.js';
-import { monthKey, monthOf, USAGE_TOTALS } from './usageTotals.js';
+import { type MonthTotals, monthKey, monthOf, quotaUsed, USAGE_TOTALS } from './usageTotals.js';
 
 /**
  * Reads over the read models for the management API, the gatekeeper and the CLI. Token and
@@ -18,9 +18,9 @@ export class Queries {
     return this.rm.get<AccountDoc>(C.accounts, accountId);
   }
 
+  /** Requests that used the account's quota this month. */
   async accountMonthUsage(accountId: string): Promise<number> {
-    const doc = await this.rm.get<{ requests: number }>(USAGE_TOTALS.byAccount, monthKey(accountId, monthOf(this.now().toISOString())));
-    return doc?.requests ?? 0;
+    return quotaUsed(await this.rm.get<MonthTotals>(USAGE_TOTALS.byAccount, monthKey(accountId, monthOf(this.now().toISOString()))));
   }
 
   tokenDoc(tokenId: string): Promise<TokenDoc | null> {
@@ -47,7 +47,7 @@ export class Queries {
 
   async tokenRecord(doc: TokenDoc): Promise<TokenRecord> {
     const nowIso = this.now().toISOString();
-    const usage = await this.rm.get<{ requests: number; lastUsedAt: string }>(USAGE_TOTALS.byToken, monthKey(doc.id, monthOf(nowIso)));
+    const usage = await this.rm.get<MonthTotals>(USAGE_TOTALS.byToken, monthKey(doc.id, monthOf(nowIso)));
     const lastUsed = usage?.lastUsedAt ?? (await this.lastUsedBefore(doc.id));
     return {
       id: doc.id,
@@ -57,7 +57,7 @@ export class Queries {
       masked: doc.masked,
       created_at: doc.createdAt,
       last_used_at: lastUsed,
-      current_month_usage: usage?.requests ?? 0,
+      current_month_usage: quotaUsed(usage),
       expires_at: doc.expiresAt,
       monthly_limit: doc.monthlyLimit,
       rate_limit: doc.rateLimit,

@@ -1,4 +1,4 @@
-import { isErrorUsage, USAGE_EVENT_TYPE } from '../domain/usage.js';
+import { isErrorUsage, USAGE_EVENT_TYPE, usedQuota } from '../domain/usage.js';
 import type { StoredEvent } from '../infra/eventstore/port.js';
 import type { ReadModelWrite } from '../infra/readmodels/port.js';
 import type { Projection } from './projection.js';
@@ -14,23 +14,45 @@ export const monthKey = (ownerId: string, month: string): string => [ownerId, mo
 interface MonthFold {
   requests: number;
   errors: number;
+  /** Calls that used no quota (refused, invalid): `requests` less these is the quota used. */
+  uncharged: number;
   lastUsedAt: string;
 }
+
+/**
+ * A month's document: every call (requests, errors) and the calls that used no quota. Counting
+ * those, not the charged ones, keeps documents written before the split right: they simply
+ * have none (`uncharged` absent).
+ */
+export type MonthTotals = {
+  requests?: number;
+  errors?: number;
+  uncharged?: number;
+  lastUsedAt?: string;
+};
+
+/** Requests that used quota in a month's document: what the limiter counted, and every figure of "used" shows. */
+export const quotaUsed = (doc: MonthTotals | null): number => {
+  const requests = typeof doc?.requests === 'number' && Number.isFinite(doc.requests) ? doc.requests : 0;
+  const uncharged = typeof doc?.uncharged === 'number' && Number.isFinite(doc.uncharged) ? doc.uncharged : 0;
+  return Math.max(0, requests - uncharged);
+};
 
 /** owner → month → counts; nested, so that a call builds no key. */
 type Owners = Map<string, Map<string, MonthFold>>;
 
-function count(owners: Owners, owner: string, month: string, failed: boolean, at: string): void {
+function count(owners: Owners, owner: string, month: string, failed: boolean, charged: boolean, at: string): void {
   let months = owners.get(owner);
   if (months === undefined) {
     months = new Map();
     owners.set(owner, months);
   }
   const fold = months.get(month);
-  if (fold === undefined) months.set(month, { requests: 1, errors: failed ? 1 : 0, lastUsedAt: at });
+  if (fold === undefined) months.set(month, { requests: 1, errors: failed ? 1 : 0, uncharged: charged ? 0 : 1, lastUsedAt: at });
   else {
     fold.requests++;
     if (failed) fold.errors++;
+    if (!charged) fold.uncharged++;
     fold.lastUsedAt = at;
   }
 }
@@ -43,25 +65,26 @@ function projectTotals(events: readonly StoredEvent[]): ReadModelWrite[] {
     const r = usageRecordOf(stored);
     if (r === null) continue;
     const failed = isErrorUsage(r);
+    const charged = usedQuota(r);
     const month = monthOf(r.at);
-    count(tokens, r.tokenId, month, failed, r.at);
-    count(accounts, r.accountId, month, failed, r.at);
+    count(tokens, r.tokenId, month, failed, charged, r.at);
+    count(accounts, r.accountId, month, failed, charged, r.at);
   }
   const writes: ReadModelWrite[] = [];
   for (const [tokenId, months] of tokens) {
-    for (const [month, { requests, errors, lastUsedAt }] of months) {
-      writes.push({ op: 'inc', collection: USAGE_TOTALS.byToken, key: monthKey(tokenId, month), inc: { requests, errors }, set: { lastUsedAt } });
+    for (const [month, { requests, errors, uncharged, lastUsedAt }] of months) {
+      writes.push({ op: 'inc', collection: USAGE_TOTALS.byToken, key: monthKey(tokenId, month), inc: { requests, errors, uncharged }, set: { lastUsedAt } });
     }
   }
   for (const [accountId, months] of accounts) {
-    for (const [month, { requests, errors }] of months) {
-      writes.push({ op: 'inc', collection: USAGE_TOTALS.byAccount, key: monthKey(accountId, month), inc: { requests, errors } });
+    for (const [month, { requests, errors, uncharged }] of months) {
+      writes.push({ op: 'inc', collection: USAGE_TOTALS.byAccount, key: monthKey(accountId, month), inc: { requests, errors, uncharged } });
     }
   }
   return writes;
 }
 
-/** Requests and errors per token and per account per month, and each token's last use. */
+/** Requests, errors and quota used per token and per account per month, and each token's last use. */
 export const usageTotalsProjection: Projection = {
   name: 'usage_totals',
   collections: Object.values(USAGE_TOTALS),

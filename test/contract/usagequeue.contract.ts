@@ -46,12 +46,17 @@ export function usageQueueContract(name: string, newHarness: () => Promise<Queue
   describe(`UsageQueue contract: ${name}`, () => {
     it('hands out enqueued records in order until they are acknowledged', async () => {
       const queue = await (await newHarness()).connect('a');
-      const records = [usageRecord(), usageRecord({ rpcErrorCode: -32601, errorMessage: 'nope', upstreamMs: null, upstream: null })];
+      // Charged, refused (not charged) and from before the flag: each comes out as it went in.
+      const records = [
+        usageRecord({ charged: true }),
+        usageRecord({ status: 429, rpcErrorCode: -32005, errorMessage: 'nope', upstreamMs: null, upstream: null, charged: false }),
+        usageRecord({ retentionDays: 30 }),
+      ];
       for (const record of records) queue.enqueue(record);
       await queue.flush();
-      expect(await queue.depth()).toBe(2);
+      expect(await queue.depth()).toBe(3);
 
-      const got = await readAll(queue, 2);
+      const got = await readAll(queue, 3);
       expect(got.map((item) => item.record)).toEqual(records);
       expect(await queue.read(10)).toEqual([]);
       await queue.ack(got.map((item) => item.ackId));

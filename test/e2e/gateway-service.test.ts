@@ -240,6 +240,36 @@ describe.each(['on', 'off'])('STORAGE_THREAD=%s', (storageThread) => {
       await new Promise((r) => setTimeout(r, 300));
       expect(await usageOf(o.accountId)).toHaveLength(expected);
     });
+
+    it('shows one figure of quota used everywhere: the calls the limiter charged, never the refused ones', async () => {
+      const o = await newToken('developer', { monthly_limit: 6, rate_limit: 25 });
+      const answers: Response[] = [];
+      for (let i = 0; i < 12; i++) answers.push(await rpc(`/local/${o.token}`, blockNumber));
+      await t.app.inject({ method: 'PATCH', url: `/api/v1/tokens/${o.tokenId}`, headers: o.auth, payload: { status: 'disabled' } });
+      await eventually(async () => (await rpc(`/local/${o.token}`, blockNumber)).status, (s) => s === 403);
+      answers.push(await rpc(`/local/${o.token}`, blockNumber));
+      expect(answers.map((a) => a.status)).toEqual([...Array(6).fill(200), ...Array(6).fill(429), 403]);
+      expect(answers[11]?.headers.get('x-monthlylimit-remaining')).toBe('0');
+      const refusedCount = answers.filter((a) => a.status !== 200).length + 1; // and the 403 the wait saw
+      const usage = await eventually(() => usageOf(o.accountId), (u) => u.length >= 6 + refusedCount);
+      expect(usage.filter((u) => u.charged === true)).toHaveLength(6);
+      expect(usage.filter((u) => u.charged === false)).toHaveLength(refusedCount);
+
+      const figures = async () => {
+        const token = (await t.app.inject({ method: 'GET', url: `/api/v1/tokens/${o.tokenId}`, headers: o.auth })).json();
+        const account = (await t.app.inject({ method: 'GET', url: '/api/v1/account', headers: o.auth })).json();
+        const metrics = (await t.app.inject({ method: 'GET', url: `/api/v1/metrics/tokens/${o.tokenId}`, headers: o.auth })).json();
+        const user = (await t.app.inject({ method: 'GET', url: '/api/v1/metrics/user', headers: o.auth })).json();
+        return { token, account, metrics, user };
+      };
+      const seen = await eventually(figures, (f) => f.metrics.totals?.requests === 6 + refusedCount);
+      expect(seen.token.current_month_usage).toBe(6);
+      expect(seen.metrics.limits).toMatchObject({ appliesTo: 'token', monthlyLimit: 6, used: 6, remaining: 0 });
+      expect(seen.account.usage.requests).toBe(6);
+      expect(seen.user.limits.used).toBe(6);
+      // Refused calls stay visible as requests and errors.
+      expect(seen.metrics.totals).toMatchObject({ requests: 6 + refusedCount, errors: refusedCount });
+    });
   });
 
   describe('operations endpoints', () => {

@@ -250,8 +250,8 @@ export function chunkBySize(items: QueuedUsage[], maxBytes: number): QueuedUsage
   return chunks;
 }
 
-/** Keys, quotes, colons, commas and braces of a serialized record, plus room for its seven numbers. */
-const RECORD_FRAME_BYTES = 230 + 7 * 24;
+/** Keys, quotes, colons, commas and braces of a serialized record, plus room for its seven numbers and its `charged` flag. */
+const RECORD_FRAME_BYTES = 250 + 7 * 24;
 /** Characters JSON escapes (or encodes in more than one UTF-8 byte). */
 // biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what it looks for
 const NOT_PLAIN = /[\u0000-\u001f"\\\u007f-\uffff]/;

@@ -1,5 +1,6 @@
 import type { Redis } from 'ioredis';
 import { decodeUsageCall, encodeUsageCall, type UsageCallFields, UsageRecord } from '../../domain/usage.js';
+import { withinDeadline } from '../deadline.js';
 import { FAIL_FAST, closeClient, connectRedis, replies, waitForReady } from '../limits/redisConnection.js';
 import { EntryBuffer } from './buffer.js';
 import { DEFAULT_QUEUE_CAPACITY } from './memory.js';
@@ -40,6 +41,8 @@ const FRESH_READ_ROUNDS = 8;
 /** XAUTOCLAIM scans at most this often: claiming is for crashed consumers, not the hot path. */
 const CLAIM_SCAN_INTERVAL_MS = 1000;
 const RETRY_SEND_MS = 100;
+/** A scrape of /metrics must not hang on a stalled Redis: past this, `depth` counts the buffer alone. */
+const DEPTH_TIMEOUT_MS = 1000;
 /**
  * How long records gather before a send. Each send is two commands, a socket write each; where
  * Redis's core is otherwise idle, waking it costs the event loop ~100–200 µs a send on these
@@ -51,25 +54,26 @@ const DEFAULT_FLUSH_INTERVAL_MS = 20;
 type StreamEntry = [id: string, fields: string[] | null];
 
 /**
- * A record on the wire: the call's fields in their fixed order, then the account and the
- * retention (null when absent). Without the key names a record is about half the bytes,
+ * A record on the wire: the call's fields in their fixed order, then the account, the
+ * retention and whether it used quota (null when absent). Without the key names a record is about half the bytes,
  * written by the gateway, held by Redis and, while Redis is away, by the send buffer (up to a
  * million records).
  */
-type WireRecord = [...UsageCallFields, accountId: string, retentionDays: number | null];
+type WireRecord = [...UsageCallFields, accountId: string, retentionDays: number | null, charged: boolean | null];
 /** The length of UsageCallFields: where the wire record's own fields start. */
 const CALL_FIELDS = 12;
 
-const toWire = (r: UsageRecord): WireRecord => [...encodeUsageCall(r), r.accountId, r.retentionDays ?? null];
+const toWire = (r: UsageRecord): WireRecord => [...encodeUsageCall(r), r.accountId, r.retentionDays ?? null, r.charged ?? null];
 
 /** The record object of a wire record, for the schema to check; anything else (an object of an earlier version) as it is. */
 function fromWire(item: unknown): unknown {
   if (!Array.isArray(item)) return item;
   // Any value may be wrong here: the schema checks the record built from them.
-  const [accountId, retentionDays] = item.slice(CALL_FIELDS) as unknown[];
+  const [accountId, retentionDays, charged] = item.slice(CALL_FIELDS) as unknown[];
   // Object.assign, not `{ ...record, accountId }`: spreading with more properties takes V8's slow path (~1.4 µs a record).
   const record = Object.assign(decodeUsageCall(item.slice(0, CALL_FIELDS) as UsageCallFields), { accountId });
-  return retentionDays === null || retentionDays === undefined ? record : Object.assign(record, { retentionDays });
+  if (retentionDays !== null && retentionDays !== undefined) Object.assign(record, { retentionDays });
+  return charged === null || charged === undefined ? record : Object.assign(record, { charged });
 }
 
 /**
@@ -244,7 +248,11 @@ export class RedisUsageQueue implements UsageQueue {
    */
   async depth(): Promise<number> {
     try {
-      const [lengthReply, countReply] = await replies([this.writer.xlen(this.stream), this.writer.get(this.countKey)]);
+      const [lengthReply, countReply] = await withinDeadline(
+        replies([this.writer.xlen(this.stream), this.writer.get(this.countKey)]),
+        DEPTH_TIMEOUT_MS,
+        () => new Error(`usage queue: no reply from Redis within ${DEPTH_TIMEOUT_MS} ms`),
+      );
       const failed = lengthReply?.[0] ?? countReply?.[0];
       if (failed) throw failed;
       const length = Number(lengthReply?.[1] ?? 0);
