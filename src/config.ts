@@ -41,6 +41,19 @@ const Env = z.object({
    * should the process be killed.
    */
   USAGE_SEND_MS: z.coerce.number().int().min(1).max(10_000).default(20),
+  /**
+   * Slow clients are cut off (answered 408, connection closed): the time a client has to send a
+   * request's headers, and the whole request with its body. The latter includes the former.
+   */
+  HEADERS_TIMEOUT_MS: z.coerce.number().int().min(100).max(600_000).default(10_000),
+  REQUEST_TIMEOUT_MS: z.coerce.number().int().min(100).max(3_600_000).default(30_000),
+  /**
+   * How long a keep-alive connection may stay idle between requests. Behind a proxy or load
+   * balancer it must exceed the proxy's own idle timeout for its upstream connections (nginx's
+   * `keepalive_timeout` and AWS ALB's: 60 s), or the proxy may send a request on a connection
+   * this server is closing and answer its client 502.
+   */
+  KEEP_ALIVE_TIMEOUT_MS: z.coerce.number().int().min(100).max(3_600_000).default(72_000),
   /** How long to wait at start for Redis, EventStoreDB and MongoDB to answer before giving up. */
   STARTUP_TIMEOUT_SECONDS: z.coerce.number().int().min(1).max(3600).default(60),
   SECURE_COOKIES: z.enum(['true', 'false']).default('false'),
@@ -87,6 +100,8 @@ export interface Config {
   usageSendEveryMs: number;
   /** How long to wait at start for the production services (STARTUP_TIMEOUT_SECONDS). */
   startupTimeoutMs: number;
+  /** How long a client may take to send its headers and its whole request, and stay idle between requests (HEADERS_TIMEOUT_MS, REQUEST_TIMEOUT_MS, KEEP_ALIVE_TIMEOUT_MS). */
+  http: { headersTimeoutMs: number; requestTimeoutMs: number; keepAliveTimeoutMs: number };
   secureCookies: boolean;
   trustProxy: boolean;
   logLevel: string;
@@ -115,6 +130,9 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
   } catch (err) {
     throw new ConfigError(`PLANS_CONFIG (${e.PLANS_CONFIG}): ${err instanceof Error ? err.message : String(err)}`);
   }
+  if (e.HEADERS_TIMEOUT_MS > e.REQUEST_TIMEOUT_MS) {
+    throw new ConfigError(`HEADERS_TIMEOUT_MS (${e.HEADERS_TIMEOUT_MS}) must not exceed REQUEST_TIMEOUT_MS (${e.REQUEST_TIMEOUT_MS}): a request's time includes its headers'.`);
+  }
   // The embedded stores are LevelDB directories that one process at a time can open.
   if (e.ROLE !== 'all' && (!e.EVENTSTORE_URL || !e.MONGODB_URL || !e.REDIS_URL)) {
     throw new ConfigError(`ROLE=${e.ROLE} runs beside other roles and needs EVENTSTORE_URL, MONGODB_URL and REDIS_URL; the embedded default runs only as ROLE=all.`);
@@ -125,7 +143,9 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     role: e.ROLE, port: e.PORT, host: e.HOST, dataDir: resolve(e.DATA_DIR),
     eventstoreUrl: e.EVENTSTORE_URL, mongodbUrl: e.MONGODB_URL, redisUrl: e.REDIS_URL,
     plans, adminToken: e.ADMIN_TOKEN ?? null, localDevnet: e.LOCAL_DEVNET === 'on',
-    limitsFailClosed: e.LIMITS_FAIL_CLOSED === 'true', storageThread: e.STORAGE_THREAD === 'on', usageSendEveryMs: e.USAGE_SEND_MS, startupTimeoutMs: e.STARTUP_TIMEOUT_SECONDS * 1000, secureCookies: e.SECURE_COOKIES === 'true', trustProxy: e.TRUST_PROXY === 'true',
+    limitsFailClosed: e.LIMITS_FAIL_CLOSED === 'true', storageThread: e.STORAGE_THREAD === 'on', usageSendEveryMs: e.USAGE_SEND_MS, startupTimeoutMs: e.STARTUP_TIMEOUT_SECONDS * 1000,
+    http: { headersTimeoutMs: e.HEADERS_TIMEOUT_MS, requestTimeoutMs: e.REQUEST_TIMEOUT_MS, keepAliveTimeoutMs: e.KEEP_ALIVE_TIMEOUT_MS },
+    secureCookies: e.SECURE_COOKIES === 'true', trustProxy: e.TRUST_PROXY === 'true',
     logLevel: e.LOG_LEVEL, env,
     alerts: { evaluateEveryMs: e.ALERT_EVALUATION_INTERVAL_SECONDS * 1000 },
     notify: {

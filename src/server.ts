@@ -1,10 +1,12 @@
 import { randomBytes } from 'node:crypto';
+import type { ServerOptions } from 'node:http';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest, LogController } from 'fastify';
 import { managementApi } from './commands/api/plugin.js';
 import { problemErrorHandler } from './commands/api/problem.js';
 import { webRoutes } from './commands/api/webRoutes.js';
 import { ChainFront } from './gateway/front.js';
 import { gatewayRoutes } from './gateway/routes.js';
+import type { Config } from './config.js';
 import type { Runtime } from './runtime.js';
 import { coreProjection } from './projections/core.js';
 import { maskToken } from './domain/tokenFormat.js';
@@ -56,11 +58,29 @@ function requestIds(): () => string {
   return () => `${prefix}-${(next++).toString(36)}`;
 }
 
+/**
+ * node:http's timeouts for slow clients, one set for both shapes of the server: fastify's own
+ * (ROLE=api) and the chain front's (src/gateway/front.ts), which each create theirs with these.
+ * Node checks the headers and request timeouts only every `connectionsCheckingInterval` (30 s
+ * by default, set at creation only), so a timeout could run late by that much: a quarter of the
+ * shorter timeout keeps it within 25% at the cost of a walk over the open requests each time.
+ * A client cut off is answered 408 (fastify's clientError handler) and its connection closed.
+ */
+export function httpServerTimeouts(http: Config['http']) {
+  return {
+    headersTimeout: http.headersTimeoutMs,
+    requestTimeout: http.requestTimeoutMs,
+    keepAliveTimeout: http.keepAliveTimeoutMs,
+    connectionsCheckingInterval: Math.min(30_000, Math.max(100, Math.floor(Math.min(http.headersTimeoutMs, http.requestTimeoutMs) / 4))),
+  } satisfies ServerOptions;
+}
+
 export async function buildServer(runtime: Runtime, options: { logger?: boolean } = {}): Promise<FastifyInstance> {
   const { role } = runtime.config;
   const nextId = requestIds();
   // Chain calls are served on node:http before fastify (src/gateway/front.ts).
   const front = runtime.gateway ? new ChainFront({ trustProxy: runtime.config.trustProxy, nextId }) : null;
+  const timeouts = httpServerTimeouts(runtime.config.http);
   const app = Fastify({
     logger: options.logger
       ? {
@@ -75,6 +95,10 @@ export async function buildServer(runtime: Runtime, options: { logger?: boolean 
     trustProxy: runtime.config.trustProxy,
     genReqId: nextId,
     ...(front ? { serverFactory: front.serverFactory } : {}),
+    // fastify gives `http` to node:http's createServer, then sets these two on the server itself.
+    http: timeouts,
+    requestTimeout: timeouts.requestTimeout,
+    keepAliveTimeout: timeouts.keepAliveTimeout,
     bodyLimit: 1024 * 1024,
     // Malformed URLs (bad percent-encoding) fail before any route: answer them as problems too.
     frameworkErrors: (error, request, reply) => {

@@ -1,4 +1,4 @@
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { createServer, type IncomingMessage, type Server, type ServerOptions, type ServerResponse } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import type { FastifyServerFactory } from 'fastify';
 import { readRawBody } from './body.js';
@@ -38,10 +38,10 @@ export class ChainFront {
   }
 
   readonly serverFactory: FastifyServerFactory = (fastifyHandler, opts): Server => {
-    const server = createServer((req, res) => {
+    // What fastify does with a server it creates itself: node:http's options (its timeouts for slow clients among them), then its own.
+    const server = createServer(serverOptionsOf(opts), (req, res) => {
       if (!this.take(req, res)) fastifyHandler(req, res);
     });
-    // What fastify sets on a server it creates itself.
     const option = (name: string): number | undefined => (typeof opts[name] === 'number' ? opts[name] : undefined);
     server.keepAliveTimeout = option('keepAliveTimeout') ?? server.keepAliveTimeout;
     server.requestTimeout = option('requestTimeout') ?? server.requestTimeout;
@@ -105,6 +105,12 @@ export class ChainFront {
     }
     return req.socket.remoteAddress ?? '';
   }
+}
+
+/** fastify's `http` option: what it gives node:http's createServer. */
+function serverOptionsOf(opts: Record<string, unknown>): ServerOptions {
+  const http = opts.http;
+  return typeof http === 'object' && http !== null ? (http as ServerOptions) : {};
 }
 
 /**
