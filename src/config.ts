@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { z } from 'zod';
+import { type AuthLimits, DEFAULT_AUTH_LIMITS } from './commands/authThrottle.js';
 import { type PlanCatalog, planCatalog } from './domain/plans.js';
 import type { NotifyConfig } from './infra/notify/index.js';
 import { loadChains } from './gateway/chains.js';
@@ -59,6 +60,14 @@ const Env = z.object({
   SECURE_COOKIES: z.enum(['true', 'false']).default('false'),
   /** Behind a reverse proxy: take the client IP from X-Forwarded-For. */
   TRUST_PROXY: z.enum(['true', 'false']).default('false'),
+  /** Failed log-ins allowed per email and, apart, per client address within LOGIN_WINDOW_SECONDS; then 429 until the window ends. */
+  LOGIN_MAX_FAILURES: z.coerce.number().int().min(1).max(1_000_000).default(DEFAULT_AUTH_LIMITS.loginFailures.limit),
+  LOGIN_WINDOW_SECONDS: z.coerce.number().int().min(1).max(86_400).default(DEFAULT_AUTH_LIMITS.loginFailures.windowMs / 1000),
+  /** Sign-ups allowed per client address within SIGNUP_WINDOW_SECONDS. */
+  SIGNUP_MAX_PER_ADDRESS: z.coerce.number().int().min(1).max(1_000_000).default(DEFAULT_AUTH_LIMITS.signUps.limit),
+  SIGNUP_WINDOW_SECONDS: z.coerce.number().int().min(1).max(86_400).default(DEFAULT_AUTH_LIMITS.signUps.windowMs / 1000),
+  /** Password hashes (scrypt) computed at once by the process; the others queue, leaving libuv's other pool threads to the stores. */
+  PASSWORD_HASH_CONCURRENCY: z.coerce.number().int().min(1).max(64).default(2),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   /** Alerts: seconds between evaluations (0: only on demand, as the tests do). */
   ALERT_EVALUATION_INTERVAL_SECONDS: z.coerce.number().int().min(0).max(3600).default(30),
@@ -104,6 +113,8 @@ export interface Config {
   http: { headersTimeoutMs: number; requestTimeoutMs: number; keepAliveTimeoutMs: number };
   secureCookies: boolean;
   trustProxy: boolean;
+  /** Log-in and sign-up limits, and how many password hashes run at once. */
+  auth: AuthLimits & { hashConcurrency: number };
   logLevel: string;
   /** The environment, for the chain registry's CHAINS_CONFIG and UPSTREAM_<ID> overrides. */
   env: Record<string, string | undefined>;
@@ -146,6 +157,11 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     limitsFailClosed: e.LIMITS_FAIL_CLOSED === 'true', storageThread: e.STORAGE_THREAD === 'on', usageSendEveryMs: e.USAGE_SEND_MS, startupTimeoutMs: e.STARTUP_TIMEOUT_SECONDS * 1000,
     http: { headersTimeoutMs: e.HEADERS_TIMEOUT_MS, requestTimeoutMs: e.REQUEST_TIMEOUT_MS, keepAliveTimeoutMs: e.KEEP_ALIVE_TIMEOUT_MS },
     secureCookies: e.SECURE_COOKIES === 'true', trustProxy: e.TRUST_PROXY === 'true',
+    auth: {
+      loginFailures: { limit: e.LOGIN_MAX_FAILURES, windowMs: e.LOGIN_WINDOW_SECONDS * 1000 },
+      signUps: { limit: e.SIGNUP_MAX_PER_ADDRESS, windowMs: e.SIGNUP_WINDOW_SECONDS * 1000 },
+      hashConcurrency: e.PASSWORD_HASH_CONCURRENCY,
+    },
     logLevel: e.LOG_LEVEL, env,
     alerts: { evaluateEveryMs: e.ALERT_EVALUATION_INTERVAL_SECONDS * 1000 },
     notify: {

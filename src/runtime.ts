@@ -1,5 +1,7 @@
 import { hostname } from 'node:os';
 import { AccountCommands } from './commands/accountCommands.js';
+import { AuthThrottle } from './commands/authThrottle.js';
+import { PasswordHasher } from './commands/passwords.js';
 import type { ApiDeps } from './commands/api/deps.js';
 import { Sessions } from './commands/api/sessions.js';
 import type { Config } from './config.js';
@@ -7,6 +9,7 @@ import { openChangeFeed } from './infra/changefeed/index.js';
 import type { ChangeFeed } from './infra/changefeed/port.js';
 import { openEventStore } from './infra/eventstore/index.js';
 import type { EventStore, Position } from './infra/eventstore/port.js';
+import { openAttemptCounter } from './infra/attempts/index.js';
 import { openLimiter } from './infra/limits/index.js';
 import type { Limiter } from './infra/limits/port.js';
 import { openReadModels } from './infra/readmodels/index.js';
@@ -123,13 +126,17 @@ export async function openRuntime(config: Config, clock?: () => Date): Promise<R
   }
   const limiter = openLimiter({ redisUrl: config.redisUrl, failClosed: config.limitsFailClosed });
   redisClients.push(limiter);
+  // Counted in Redis only where the management API is served; elsewhere nothing asks.
+  const servesApi = config.role === 'all' || config.role === 'api';
+  const attempts = openAttemptCounter({ redisUrl: servesApi ? config.redisUrl : undefined });
+  redisClients.push(attempts);
   if (config.redisUrl) {
     await untilReachable('Redis', config.redisUrl, async (timeoutMs) => {
       await Promise.all(redisClients.map((client) => client.whenReady(timeoutMs)));
     }, waiting);
   }
   const queries = new Queries(readModels, now);
-  const commands = new AccountCommands(store, config.plans, now);
+  const commands = new AccountCommands(store, config.plans, now, new PasswordHasher({ concurrency: config.auth.hashConcurrency }));
 
   let gateway: GatewayParts | null = null;
   const telemetry = new Telemetry({
@@ -193,6 +200,7 @@ export async function openRuntime(config: Config, clock?: () => Date): Promise<R
       alerts: alertCommands, alertQueries,
       commands, queries, plans: config.plans, waitFor, adminToken: config.adminToken, secureCookies: config.secureCookies, now,
       sessions: new Sessions(readModels, now),
+      authThrottle: new AuthThrottle(attempts, config.auth, now),
       usage: new UsageQueries(readModels),
       chainIds: (gateway?.chains ?? loadChains({ env: config.env })).list().map((c) => c.id),
     },
@@ -211,6 +219,7 @@ export async function openRuntime(config: Config, clock?: () => Date): Promise<R
       await projector?.stop();
       await usageQueue.close();
       await limiter.close();
+      await attempts.close();
       await feed.close();
       await readModels.close();
       await store.close();

@@ -10,7 +10,7 @@ import { generateToken, hashToken, maskToken } from '../domain/tokenFormat.js';
 import type { EventStore, Position } from '../infra/eventstore/port.js';
 import { AggregateStore, decideAll } from './aggregateStore.js';
 import { newId } from './ids.js';
-import { hashPassword, verifyPassword } from './passwords.js';
+import { PasswordHasher } from './passwords.js';
 
 export interface CreateTokenInput {
   name: string;
@@ -46,6 +46,7 @@ export class AccountCommands {
     store: EventStore,
     private readonly plans: PlanCatalog,
     private readonly now: () => Date = () => new Date(),
+    private readonly passwords: PasswordHasher = new PasswordHasher(),
   ) {
     this.aggregates = new AggregateStore(store);
     this.accounts = accountDecider(plans);
@@ -63,7 +64,7 @@ export class AccountCommands {
    */
   async signUp(email: string, password: string): Promise<{ accountId: string; position: Position }> {
     const normalized = email.trim().toLowerCase();
-    const passwordHash = await hashPassword(password);
+    const passwordHash = await this.passwords.hash(password);
     const claim = await this.aggregates.execute(STREAM.email(emailHash(normalized)), emailClaimDecider, (state) =>
       state ? [] : [{ type: 'EmailClaimed', version: 1, data: { accountId: newId.account(), email: normalized, at: this.at() } }],
     );
@@ -76,13 +77,16 @@ export class AccountCommands {
     return { accountId, position: account.position as Position };
   }
 
-  /** Strongly consistent: reads the streams, not a projection. */
+  /**
+   * Strongly consistent: reads the streams, not a projection. An unknown email costs the same
+   * password work as a wrong password, so the answer's time does not tell which emails exist.
+   */
   async authenticate(email: string, password: string): Promise<string | null> {
     const claim = await this.aggregates.load(STREAM.email(emailHash(email)), emailClaimDecider);
-    if (!claim.state) return null;
-    const account = await this.aggregates.load(STREAM.account(claim.state.accountId), this.accounts);
-    if (!account.state.exists) return null;
-    return (await verifyPassword(password, account.state.passwordHash)) ? account.state.accountId : null;
+    const account = claim.state ? (await this.aggregates.load(STREAM.account(claim.state.accountId), this.accounts)).state : null;
+    const live = account?.exists ? account : null;
+    const matches = await this.passwords.verify(password, live ? live.passwordHash : null);
+    return matches && live ? live.accountId : null;
   }
 
   async account(accountId: string): Promise<LiveAccount> {

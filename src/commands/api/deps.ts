@@ -5,6 +5,7 @@ import type { Queries } from '../../projections/queries.js';
 import type { AlertQueries } from '../../projections/alertsQueries.js';
 import type { AccountCommands } from '../accountCommands.js';
 import type { AlertCommands } from '../alertCommands.js';
+import type { AuthThrottle } from '../authThrottle.js';
 import type { Sessions } from './sessions.js';
 
 /** What the management API needs, passed to each plugin (no global state). */
@@ -12,6 +13,8 @@ export interface ApiDeps {
   commands: AccountCommands;
   queries: Queries;
   sessions: Sessions;
+  /** Log-in and sign-up limits per email and client address. */
+  authThrottle: AuthThrottle;
   plans: PlanCatalog;
   /** Resolves once the read models include the event at `position` (read-your-writes). */
   waitFor(position: Position | null): Promise<void>;
