@@ -13,6 +13,7 @@ import { openAttemptCounter } from './infra/attempts/index.js';
 import { openLimiter } from './infra/limits/index.js';
 import type { Limiter } from './infra/limits/port.js';
 import { openReadModels } from './infra/readmodels/index.js';
+import { type HealthLog, RedisHealth } from './infra/redisHealth.js';
 import { untilReachable } from './infra/startup.js';
 import type { ReadModelStore } from './infra/readmodels/port.js';
 import { openStorageThread } from './infra/storagethread/index.js';
@@ -73,13 +74,22 @@ export interface Runtime {
   /** Present where this process serves chain calls (roles `all` and `gateway`). */
   gateway: GatewayParts | null;
   telemetry: Telemetry;
+  /** Present when the process uses Redis (REDIS_URL): whether it is reachable and answering, for /readyz and /metrics. */
+  redis: RedisHealth | null;
   alerts: AlertParts;
   now(): Date;
   api: ApiDeps;
   close(): Promise<void>;
 }
 
-export async function openRuntime(config: Config, clock?: () => Date): Promise<Runtime> {
+export interface RuntimeOptions {
+  /** Where Redis outages are told (a warning when one starts, an info when it ends); the console by default. */
+  log?: HealthLog;
+}
+
+const consoleLog: HealthLog = { warn: (message) => console.warn(message), info: (message) => console.info(message) };
+
+export async function openRuntime(config: Config, clock?: () => Date, options: RuntimeOptions = {}): Promise<Runtime> {
   const now = clock ?? (() => new Date());
   // The production services may start after this process: wait for each, saying so, within STARTUP_TIMEOUT_SECONDS.
   const waiting = { deadlineMs: config.startupTimeoutMs, log: (message: string) => console.error(message) };
@@ -130,6 +140,8 @@ export async function openRuntime(config: Config, clock?: () => Date): Promise<R
   const servesApi = config.role === 'all' || config.role === 'api';
   const attempts = openAttemptCounter({ redisUrl: servesApi ? config.redisUrl : undefined });
   redisClients.push(attempts);
+  const redis = config.redisUrl ? new RedisHealth(config.redisUrl, { log: options.log ?? consoleLog }) : null;
+  if (redis) redisClients.push(redis);
   if (config.redisUrl) {
     await untilReachable('Redis', config.redisUrl, async (timeoutMs) => {
       await Promise.all(redisClients.map((client) => client.whenReady(timeoutMs)));
@@ -144,6 +156,7 @@ export async function openRuntime(config: Config, clock?: () => Date): Promise<R
     projectionLagMs: () => projector?.lastLagMs ?? null,
     cachedTokens: () => gateway?.tokens.size ?? 0,
     upstreams: () => gateway?.pools.health() ?? {},
+    redis: redis ? () => redis.snapshot() : undefined,
   });
   if (config.role === 'all' || config.role === 'gateway') {
     const chains = loadChains({ env: config.env });
@@ -194,7 +207,7 @@ export async function openRuntime(config: Config, clock?: () => Date): Promise<R
     : null;
 
   return {
-    config, store, readModels, feed, limiter, usageQueue, queries, commands, projector, ingester, gateway, telemetry, now,
+    config, store, readModels, feed, limiter, usageQueue, queries, commands, projector, ingester, gateway, telemetry, redis, now,
     alerts: { commands: alertCommands, queries: alertQueries, evaluator, notifier },
     api: {
       alerts: alertCommands, alertQueries,
@@ -224,6 +237,7 @@ export async function openRuntime(config: Config, clock?: () => Date): Promise<R
       await readModels.close();
       await store.close();
       await storage?.close();
+      await redis?.stop();
       telemetry.close();
     },
   };

@@ -9,6 +9,7 @@ import { gatewayRoutes } from './gateway/routes.js';
 import type { Config } from './config.js';
 import type { Runtime } from './runtime.js';
 import { coreProjection } from './projections/core.js';
+import type { RedisState } from './infra/redisHealth.js';
 import { maskToken } from './domain/tokenFormat.js';
 
 const TOKEN_IN_TEXT = /gka?_[0-9A-Za-z]{38}/g;
@@ -108,8 +109,8 @@ export async function buildServer(runtime: Runtime, options: { logger?: boolean 
 
   app.get('/healthz', async () => ({ status: 'ok' }));
   app.get('/readyz', async (_request, reply) => {
-    const ready = await isReady(runtime);
-    return reply.code(ready ? 200 : 503).send({ status: ready ? 'ready' : 'catching_up' });
+    const { ready, body } = await readiness(runtime);
+    return reply.code(ready ? 200 : 503).send(body);
   });
   // Operators only: the compose file's proxy does not route it from outside.
   app.get('/metrics', async (_request, reply) =>
@@ -133,11 +134,34 @@ export async function buildServer(runtime: Runtime, options: { logger?: boolean 
   return app;
 }
 
+interface Readiness {
+  ready: boolean;
+  body: {
+    /** `degraded`: serving without Redis; `unavailable`: refusing every chain call until Redis is back. */
+    status: 'ready' | 'catching_up' | 'degraded' | 'unavailable';
+    /** Present when the process uses Redis. */
+    redis?: { state: RedisState; since: string; reason?: string };
+  };
+}
+
 /**
  * Ready once the token read model has caught up with the log: the projector's own state where
- * this process projects, otherwise the presence of its checkpoint (or an empty log).
+ * this process projects, otherwise the presence of its checkpoint (or an empty log). Without
+ * Redis a process still serves (limits counted in process, usage buffered in memory): it says so
+ * and stays ready, for a load balancer that took every gateway out at once for a Redis blip
+ * would turn it into an outage. Only a gateway that refuses every call meanwhile
+ * (LIMITS_FAIL_CLOSED) is unready, so traffic goes to gateways that still reach Redis.
  */
-async function isReady(runtime: Runtime): Promise<boolean> {
+async function readiness(runtime: Runtime): Promise<Readiness> {
+  const health = runtime.redis?.snapshot();
+  const redis = health && { state: health.state, since: new Date(health.sinceMs).toISOString(), ...(health.reason === null ? {} : { reason: health.reason }) };
+  if (!(await caughtUp(runtime))) return { ready: false, body: { status: 'catching_up', redis } };
+  if (!redis || redis.state === 'up') return { ready: true, body: { status: 'ready', redis } };
+  const refusesCalls = runtime.gateway !== null && runtime.config.limitsFailClosed;
+  return { ready: !refusesCalls, body: { status: refusesCalls ? 'unavailable' : 'degraded', redis } };
+}
+
+async function caughtUp(runtime: Runtime): Promise<boolean> {
   if (runtime.projector) return runtime.projector.isCaughtUp;
   if ((await runtime.readModels.checkpoint(coreProjection.name)) !== null) return true;
   return (await runtime.store.headPosition()) === null;

@@ -2,6 +2,7 @@ import { type IntervalHistogram, monitorEventLoopDelay } from 'node:perf_hooks';
 import { Counter, Gauge, Registry } from 'prom-client';
 import type { UsageRecord } from '../domain/usage.js';
 import type { LimitDecision, Limiter, LimitRequest, MaybePromise } from './limits/port.js';
+import type { RedisHealthSnapshot, RedisState } from './redisHealth.js';
 
 /** What the scrape reads at that moment (queue depth, projection lag, upstream health...). */
 export interface TelemetrySources {
@@ -9,7 +10,11 @@ export interface TelemetrySources {
   projectionLagMs?(): number | null;
   cachedTokens?(): number;
   upstreams?(): Record<string, Array<{ label: string; healthy: boolean }>>;
+  /** Present when the process uses Redis. */
+  redis?(): RedisHealthSnapshot;
 }
+
+const REDIS_STATES: readonly RedisState[] = ['up', 'down', 'stalled'];
 
 /** The event loop delay monitor's timer interval: its figures are how much later than this the timer ran. */
 const LOOP_DELAY_RESOLUTION_MS = 10;
@@ -150,6 +155,27 @@ export class Telemetry {
         }
       },
     });
+    const redis = sources.redis;
+    if (redis) {
+      new Gauge({
+        name: 'gateway_redis_up', help: '1 while Redis is connected and answers PING in time, 0 while it is unreachable or stalled', registers,
+        collect() { this.set(redis().state === 'up' ? 1 : 0); },
+      });
+      new Gauge({
+        name: 'gateway_redis_state', help: '1 for the state Redis is in (up, down: unreachable, stalled: connected but not answering)', labelNames: ['state'], registers,
+        collect() {
+          const { state } = redis();
+          for (const s of REDIS_STATES) this.set({ state: s }, s === state ? 1 : 0);
+        },
+      });
+      new Counter({
+        name: 'gateway_redis_outages_total', help: 'Times Redis went from up to unreachable or stalled', registers,
+        collect() {
+          this.reset();
+          this.inc(redis().outages);
+        },
+      });
+    }
   }
 
   observeCall(record: UsageRecord): void {
