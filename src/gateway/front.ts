@@ -11,13 +11,16 @@ import { type ChainCalls, type ChainRequest, type ChainResponse, chainIdOf } fro
  * thousands a second: here it skips fastify's routing, request and reply objects, hooks and
  * content-type parsing, which measured as much CPU as auth, limits and metering together
  * (docs/decisions.md, "Chain calls on node:http"). Given to fastify as its `serverFactory`; the
- * gateway routes plugin starts it (`serve`) and stops it as the app closes, so calls during a
- * drain get fastify's 503.
+ * gateway routes plugin starts it (`serve`) and puts it in `drain` as the app closes.
  */
 export class ChainFront {
   private calls: ChainCalls | null = null;
   /** Chain calls are metered one by one: their request lines are written at debug only (as src/server.ts does for fastify's). */
   private logRequests = false;
+  /** The server is closing: calls on connections still open are served, the last one on each closing it. */
+  private draining = false;
+  /** While draining, per connection, calls taken since the drain began and not answered yet (pipelined ones). */
+  private readonly takenInDrain = new WeakMap<object, number>();
 
   constructor(
     private readonly options: {
@@ -33,8 +36,15 @@ export class ChainFront {
     this.logRequests = calls.log.level === 'debug' || calls.log.level === 'trace';
   }
 
-  stop(): void {
-    this.calls = null;
+  /**
+   * The server is closing: calls still arriving on open connections are served and metered as
+   * ever (an answer is never sent for a known token without its usage record), and the answer
+   * to a connection's last call closes it, so clients move on and the drain ends. Not every
+   * answer: node drops the answers still queued behind a closing one (pipelined calls), and
+   * those calls would be metered but never answered.
+   */
+  drain(): void {
+    this.draining = true;
   }
 
   readonly serverFactory: FastifyServerFactory = (fastifyHandler, opts): Server => {
@@ -69,7 +79,11 @@ export class ChainFront {
       connection: req.socket,
     };
     if (this.logRequests) calls.log.debug({ reqId: call.id, req: { method, url, ip: call.ip } }, 'incoming request');
+    const socket = req.socket;
+    const takenInDrain = this.draining;
+    if (takenInDrain) this.takenInDrain.set(socket, (this.takenInDrain.get(socket) ?? 0) + 1);
     const answer = (response: ChainResponse): void => {
+      if (this.draining && this.lastOnConnection(socket, takenInDrain)) response.headers.connection = 'close';
       writeSafely(res, response, (err) => calls.failed(call, err));
       if (this.logRequests) {
         const responseTime = performance.now() - call.arrivedAt;
@@ -92,6 +106,13 @@ export class ChainFront {
       calls.serve(call, answer);
     });
     return true;
+  }
+
+  /** Whether an answer during the drain is the last its connection waits for: no call taken since is unanswered. */
+  private lastOnConnection(socket: object, takenInDrain: boolean): boolean {
+    let pending = this.takenInDrain.get(socket) ?? 0;
+    if (takenInDrain) this.takenInDrain.set(socket, --pending);
+    return pending === 0;
   }
 
   private clientIp(req: IncomingMessage): string {

@@ -112,8 +112,8 @@ describe('a running service', () => {
         try {
           const res = await post(`/local/${token}`, { jsonrpc: '2.0', id: 1, method: 'eth_blockNumber', params: [] });
           await res.arrayBuffer();
-          // A 503 is the closing server refusing a new call: not served, not metered.
-          if (res.status !== 503) answered++;
+          // Every answer counts, during the drain too: each one for a known token is metered.
+          answered++;
         } catch {
           return; // the server has stopped accepting
         }
