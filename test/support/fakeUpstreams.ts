@@ -205,6 +205,100 @@ export function startSuiFake(): Promise<FakeUpstream> {
   );
 }
 
+const SUI_ADDRESS = /^0x[0-9a-f]{1,64}$/i;
+/** Sui object ids and addresses as the node writes them: lowercase, 32 bytes, `0x`-prefixed. */
+const suiAddress = (id: string): string => `0x${id.slice(2).toLowerCase().padStart(64, '0')}`;
+
+const SUI_OWNER = suiAddress('0x7d20dcdb2bca4f508ea9613994683eb4e76e9c4ed371169677c1be02aaf0b58e');
+const SUI_COIN = '0x2::coin::Coin<0x2::sui::SUI>';
+const USDC = '0xdba34672e30cb065b1f93e3ab55318768fd6fef66c15942c9f7cb846e2f900e7::usdc::USDC';
+
+/** A Move object with every field the node can show: which ones it sends depends on the call's options. */
+function moveObject(objectId: string, version: string, digest: string, type: string, fields: Record<string, unknown>) {
+  return {
+    objectId,
+    version,
+    digest,
+    type,
+    owner: { AddressOwner: SUI_OWNER },
+    previousTransaction: 'DHb3mgUTRvK6CaqbbWFQ7Q5Cb4Dd7rDdEfzWqhrMqsKT',
+    storageRebate: '988000',
+    content: { dataType: 'moveObject', type, hasPublicTransfer: true, fields: { id: { id: objectId }, ...fields } },
+  };
+}
+
+/** What the Sui node fake holds (shapes from Sui's OpenRPC spec, crates/sui-open-rpc/spec/openrpc.json). */
+export const SUI_NODE = {
+  checkpoint: '187042571',
+  owner: SUI_OWNER,
+  balances: {
+    '0x2::sui::SUI': { coinType: '0x2::sui::SUI', coinObjectCount: 3, totalBalance: '12500000000', lockedBalance: {}, fundsInAddressBalance: '0' },
+    [USDC]: { coinType: USDC, coinObjectCount: 1, totalBalance: '250000000', lockedBalance: {}, fundsInAddressBalance: '0' },
+  } as Record<string, unknown>,
+  usdc: USDC,
+  objects: {
+    suiCoin: moveObject(suiAddress('0x5b0f1b8e4de95d1a8a1c3bc8d2d3f3fa0b4a8e3b7c2d19e6f04a71c5e8d3b2a1'), '412990811', '9Fo3W3HbhgkZ8Ea3r7r2iHq9Bd1ZgWxgAHxVwJqZq1Xk', SUI_COIN, {
+      balance: '12000000000',
+    }),
+    usdcCoin: moveObject(suiAddress('0x1c3e85bb0c2f4a6d98e7a4cf1e2b3d4a5f60718293a4b5c6d7e8f90a1b2c3d4e'), '398114027', 'Gq7WbQ4V1Xy3kGZ6mRrP2sEJd8nHtYcL5uVfN9aKx2Bw', `0x2::coin::Coin<${USDC}>`, {
+      balance: '250000000',
+    }),
+  },
+};
+
+type SuiObjectData = ReturnType<typeof moveObject>;
+
+/** Which fields of an object the node sends for `SuiObjectDataOptions` (objectId, version and digest always). */
+function shownFields(o: SuiObjectData, options: unknown): Record<string, unknown> {
+  const show = (name: string): boolean => Boolean(options && typeof options === 'object' && (options as Record<string, unknown>)[name] === true);
+  const data: Record<string, unknown> = { objectId: o.objectId, version: o.version, digest: o.digest };
+  if (show('showType')) data.type = o.type;
+  if (show('showOwner')) data.owner = o.owner;
+  if (show('showPreviousTransaction')) data.previousTransaction = o.previousTransaction;
+  if (show('showStorageRebate')) data.storageRebate = o.storageRebate;
+  if (show('showContent')) data.content = o.content;
+  return data;
+}
+
+/** `SuiObjectResponse`: the object's data, or the `notExists` error the node answers inside the result. */
+function objectResponse(id: string, options: unknown): unknown {
+  const objectId = suiAddress(id);
+  const found = Object.values(SUI_NODE.objects).find((o) => o.objectId === objectId);
+  return found ? { data: shownFields(found, options) } : { error: { code: 'notExists', object_id: objectId } };
+}
+
+const invalidParams = (message: string): RpcResult => ({ error: { code: -32602, message: `Invalid params: ${message}` } });
+
+/**
+ * A Sui full node for Sui's own SDK: the latest checkpoint, balances, objects one at a time and
+ * several at once, each shaped by the options the SDK sends, as the node does.
+ */
+export function startSuiNodeFake(): Promise<FakeUpstream> {
+  const params = (p: unknown): unknown[] => (Array.isArray(p) ? p : []);
+  return startFake(
+    jsonRpcRoute({
+      sui_getLatestCheckpointSequenceNumber: () => ({ result: SUI_NODE.checkpoint }),
+      suix_getBalance: (p) => {
+        const [owner, coinType] = params(p);
+        if (typeof owner !== 'string' || !SUI_ADDRESS.test(owner)) return invalidParams('owner must be a Sui address');
+        const type = typeof coinType === 'string' ? coinType : '0x2::sui::SUI';
+        const empty = { coinType: type, coinObjectCount: 0, totalBalance: '0', lockedBalance: {}, fundsInAddressBalance: '0' };
+        return { result: suiAddress(owner) === SUI_NODE.owner ? (SUI_NODE.balances[type] ?? empty) : empty };
+      },
+      sui_getObject: (p) => {
+        const [id, options] = params(p);
+        if (typeof id !== 'string' || !SUI_ADDRESS.test(id)) return invalidParams('object_id must be an object id');
+        return { result: objectResponse(id, options) };
+      },
+      sui_multiGetObjects: (p) => {
+        const [ids, options] = params(p);
+        if (!Array.isArray(ids) || !ids.every((id) => typeof id === 'string' && SUI_ADDRESS.test(id))) return invalidParams('object_ids must be object ids');
+        return { result: ids.map((id: string) => objectResponse(id, options)) };
+      },
+    }),
+  );
+}
+
 // --- REST nodes -----------------------------------------------------------------------------
 
 export const TRON = {

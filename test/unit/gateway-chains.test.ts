@@ -42,7 +42,11 @@ describe('the shipped config', () => {
     }
     expect(registry.get('local')?.upstreams[0]?.url.href).toBe('http://127.0.0.1:8545/');
     expect(registry.get('sol')).toMatchObject({ protocol: 'rest', restFlavour: 'solana', acceptsJsonRpc: true });
-    expect(registry.get('sui')).toMatchObject({ protocol: 'rest', restFlavour: 'sui', acceptsJsonRpc: false });
+    expect(registry.get('sui')).toMatchObject({ protocol: 'rest', restFlavour: 'sui', acceptsJsonRpc: true });
+    const sui = registry.get('sui')!;
+    for (const m of ['sui_getObject', 'suix_getBalance', 'unsafe_moveCall', 'rpc.discover']) expect(sui.isMethodAllowed(m), m).toBe(true);
+    for (const m of ['eth_blockNumber', 'getSlot', 'debug_traceTransaction']) expect(sui.isMethodAllowed(m), m).toBe(false);
+    expect(sui.isWriteMethod('sui_executeTransactionBlock')).toBe(true);
     expect(registry.get('trx')).toMatchObject({ restFlavour: 'passthrough', acceptsJsonRpc: false });
     expect(defaultChainsPath()).toMatch(/config[/\\]chains\.json$/);
   });
