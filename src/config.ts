@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { z } from 'zod';
 import { type AuthLimits, DEFAULT_AUTH_LIMITS } from './commands/authThrottle.js';
+import { DEFAULT_HASH_CONCURRENCY } from './commands/passwords.js';
 import { type PlanCatalog, planCatalog } from './domain/plans.js';
 import type { NotifyConfig } from './infra/notify/index.js';
 import { loadChains } from './gateway/chains.js';
@@ -67,7 +68,7 @@ const Env = z.object({
   SIGNUP_MAX_PER_ADDRESS: z.coerce.number().int().min(1).max(1_000_000).default(DEFAULT_AUTH_LIMITS.signUps.limit),
   SIGNUP_WINDOW_SECONDS: z.coerce.number().int().min(1).max(86_400).default(DEFAULT_AUTH_LIMITS.signUps.windowMs / 1000),
   /** Password hashes (scrypt) computed at once by the process; the others queue, leaving libuv's other pool threads to the stores. */
-  PASSWORD_HASH_CONCURRENCY: z.coerce.number().int().min(1).max(64).default(2),
+  PASSWORD_HASH_CONCURRENCY: z.coerce.number().int().min(1).max(64).default(DEFAULT_HASH_CONCURRENCY),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   /** Alerts: seconds between evaluations (0: only on demand, as the tests do). */
   ALERT_EVALUATION_INTERVAL_SECONDS: z.coerce.number().int().min(0).max(3600).default(30),

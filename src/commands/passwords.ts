@@ -16,6 +16,13 @@ export const LEGACY_PARAMS: Readonly<ScryptParams> = { N: 16384, r: 8, p: 1 };
 /** New hashes: today's cost, written into each hash so that raising it later leaves the older ones verifiable. */
 export const DEFAULT_PARAMS: Readonly<ScryptParams> = LEGACY_PARAMS;
 
+/**
+ * One hash at a time per process: on the 2-core machine of bench/login-flood.ts, `GET
+ * /api/v1/tokens` kept p99 26.5 and 17.8 ms during a flood (two runs) with one, 116 and 26.5 ms
+ * with two (both cores hashing); one still serves ~9.5 log-ins a second there.
+ */
+export const DEFAULT_HASH_CONCURRENCY = 1;
+
 const KEY_LENGTH = 32;
 const SALT_LENGTH = 16;
 /**
@@ -92,7 +99,7 @@ export class PasswordHasher {
   private readonly noAccountSalt = Buffer.alloc(SALT_LENGTH);
 
   constructor(options: PasswordHasherOptions = {}) {
-    this.concurrency = options.concurrency ?? 2;
+    this.concurrency = options.concurrency ?? DEFAULT_HASH_CONCURRENCY;
     this.maxWaiting = options.maxWaiting ?? 64;
     this.params = options.params ?? DEFAULT_PARAMS;
     this.scrypt = options.scrypt ?? nodeScrypt;

@@ -1,5 +1,5 @@
 import type { InjectOptions } from 'fastify';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, inject as provided, it } from 'vitest';
 import { startTestApp, type TestApp } from '../support/testApp.js';
 
 /** Log-in and sign-up limits through the API, with the defaults (10 failures / 15 min, 20 sign-ups / hour). */
@@ -126,5 +126,24 @@ describe('sign-ups per client address', () => {
     expect((await signUp(email, from)).statusCode).toBe(201);
     for (let i = 0; i < 19; i++) expect((await signUp(email, from)).statusCode).toBe(409);
     expect((await signUp(email, from)).statusCode).toBe(429);
+  });
+});
+
+describe('with Redis, API instances count together', () => {
+  it('failures at one instance lock the email at the other', async () => {
+    const env = { REDIS_URL: provided('redisUrl'), UPSTREAM_LOCAL: 'http://127.0.0.1:9' };
+    const [a, b] = await Promise.all([startTestApp({ env }), startTestApp({ env })]);
+    try {
+      const email = unique('shared');
+      for (let i = 0; i < 10; i++) {
+        const res = await a.app.inject({ method: 'POST', url: '/api/v1/auth/login', payload: { email, password: 'not the password' }, remoteAddress: address() });
+        expect(res.statusCode).toBe(401);
+      }
+      const refused = await b.app.inject({ method: 'POST', url: '/api/v1/auth/login', payload: { email, password: 'not the password' }, remoteAddress: address() });
+      expect(refused.statusCode).toBe(429);
+      expect(Number(refused.headers['retry-after'])).toBeGreaterThan(800);
+    } finally {
+      await Promise.all([a.close(), b.close()]);
+    }
   });
 });
