@@ -18,8 +18,8 @@ export const DEFAULT_PARAMS: Readonly<ScryptParams> = LEGACY_PARAMS;
 
 /**
  * One hash at a time per process: on the 2-core machine of bench/login-flood.ts, `GET
- * /api/v1/tokens` kept p99 26.5 and 17.8 ms during a flood (two runs) with one, 116 and 26.5 ms
- * with two (both cores hashing); one still serves ~9.5 log-ins a second there.
+ * /api/v1/tokens` kept p99 10.3–26.5 ms during a flood with one (three runs), 20.2–116 ms with
+ * two (both cores hashing); one still serves 9–13 log-ins a second there.
  */
 export const DEFAULT_HASH_CONCURRENCY = 1;
 
