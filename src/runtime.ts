@@ -134,7 +134,15 @@ export async function openRuntime(config: Config, clock?: () => Date, options: R
       ({ projector, ingester, retention } = startProjecting({ store, readModels, feed, usageQueue: openedQueue, plans: config.plans, now, storeKnowsEveryId: !config.eventstoreUrl }));
     }
   }
-  const limiter = openLimiter({ redisUrl: config.redisUrl, failClosed: config.limitsFailClosed });
+  const limiter = openLimiter({
+    redisUrl: config.redisUrl,
+    failClosed: config.limitsFailClosed,
+    // In process, counts start from the usage totals once the projector has caught up with the log.
+    usedBefore: async (bucket, nowMs) => {
+      await projector?.caughtUp;
+      return queries.bucketMonthUsage(bucket, nowMs, config.plans);
+    },
+  });
   redisClients.push(limiter);
   // Counted in Redis only where the management API is served; elsewhere nothing asks.
   const servesApi = config.role === 'all' || config.role === 'api';

@@ -1,7 +1,7 @@
 import { effectiveStatus } from '../domain/apiToken.js';
 import { effectiveTokenLimits, type PlanCatalog, planAllowsChain } from '../domain/plans.js';
 import { hashToken, isWellFormedToken, TOKEN_LENGTH } from '../domain/tokenFormat.js';
-import type { LimitDecision, Limiter, MaybePromise } from '../infra/limits/port.js';
+import { type LimitDecision, type Limiter, type MaybePromise, quotaBucket } from '../infra/limits/port.js';
 import type { Admission, AdmissionRequest, Caller, Gatekeeper, LimitHeaders } from './admission.js';
 import { IsoClock } from './isoClock.js';
 import type { TokenCache } from './tokenCache.js';
@@ -102,7 +102,7 @@ export class TokenGatekeeper implements Gatekeeper {
     const decision = this.limiter.take({
       tokenId: token.tokenId,
       rps: limits.rps,
-      monthly: { key: limits.ownMonthly ? `token:${token.tokenId}` : `account:${token.accountId}`, limit: limits.monthly },
+      monthly: { key: limits.ownMonthly ? quotaBucket.token(token.tokenId) : quotaBucket.account(token.accountId), limit: limits.monthly },
       cost: request.cost,
       nowMs: request.nowMs,
     });

@@ -1,5 +1,6 @@
 import type { AccessTokenRecord, TokenRecord } from '../api/types.js';
 import { effectiveStatus } from '../domain/apiToken.js';
+import type { PlanCatalog } from '../domain/plans.js';
 import type { ReadModelStore } from '../infra/readmodels/port.js';
 import { type AccessTokenDoc, type AccountDoc, COLLECTIONS as C, type TokenDoc } from './core.js';
 import { type MonthTotals, monthKey, monthOf, quotaUsed, USAGE_TOTALS } from './usageTotals.js';
@@ -19,8 +20,33 @@ export class Queries {
   }
 
   /** Requests that used the account's quota this month. */
-  async accountMonthUsage(accountId: string): Promise<number> {
-    return quotaUsed(await this.rm.get<MonthTotals>(USAGE_TOTALS.byAccount, monthKey(accountId, monthOf(this.now().toISOString()))));
+  async accountMonthUsage(accountId: string, month = monthOf(this.now().toISOString())): Promise<number> {
+    return quotaUsed(await this.rm.get<MonthTotals>(USAGE_TOTALS.byAccount, monthKey(accountId, month)));
+  }
+
+  /**
+   * What a limiter bucket (quotaBucket) used in the month of `nowMs`, from the usage totals: a
+   * token with its own limit its calls; an account the calls of its tokens without one (on a
+   * plan with custom limits, its other tokens count apart). A token given its own limit during
+   * the month counts apart for the whole month here.
+   */
+  async bucketMonthUsage(bucket: string, nowMs: number, plans: PlanCatalog): Promise<number> {
+    const month = monthOf(new Date(nowMs).toISOString());
+    if (bucket.startsWith('token:')) {
+      return quotaUsed(await this.rm.get<MonthTotals>(USAGE_TOTALS.byToken, monthKey(bucket.slice('token:'.length), month)));
+    }
+    if (!bucket.startsWith('account:')) return 0;
+    const accountId = bucket.slice('account:'.length);
+    const [used, account] = await Promise.all([this.accountMonthUsage(accountId, month), this.account(accountId)]);
+    if (!account || !plans[account.plan]?.custom_limits) return used;
+    const refs = await this.rm.range<{ tokenId: string }>(C.tokensByAccount, { prefix: `${accountId}/` });
+    const docs = await Promise.all(refs.map((r) => this.tokenDoc(r.doc.tokenId)));
+    const apart = await Promise.all(
+      docs
+        .filter((d): d is TokenDoc => d !== null && d.monthlyLimit !== null)
+        .map(async (d) => quotaUsed(await this.rm.get<MonthTotals>(USAGE_TOTALS.byToken, monthKey(d.id, month)))),
+    );
+    return Math.max(0, used - apart.reduce((sum, n) => sum + n, 0));
   }
 
   tokenDoc(tokenId: string): Promise<TokenDoc | null> {

@@ -1,5 +1,5 @@
 import { LeasedLimiter } from './leased.js';
-import { MemoryLimiter } from './memory.js';
+import { MemoryLimiter, type QuotaUsedBefore } from './memory.js';
 import type { Limiter } from './port.js';
 import { RedisLimiter } from './redis.js';
 import { ResilientLimiter } from './resilient.js';
@@ -15,6 +15,11 @@ export interface OpenLimiterOptions {
   redisUrl?: string;
   /** With Redis: refuse calls while Redis is unreachable instead of counting in memory. */
   failClosed?: boolean;
+  /**
+   * In process: what each bucket used in a month before this process counted it, so a restart
+   * gives no fresh quota (with Redis the counts live there).
+   */
+  usedBefore?: QuotaUsedBefore;
 }
 
 /** `whenReady` resolves once the backend is connected (at startup; rejects after the timeout). */
@@ -25,5 +30,5 @@ export function openLimiter(options: OpenLimiterOptions = {}): OpenedLimiter {
     return new ResilientLimiter(new LeasedLimiter(new RedisLimiter(options.redisUrl)), { failClosed: options.failClosed ?? false });
   }
   // In process: the runtime opens one and hands it to every role of the process.
-  return Object.assign(new MemoryLimiter(), { whenReady: async () => {} });
+  return Object.assign(new MemoryLimiter(options.usedBefore ?? null), { whenReady: async () => {} });
 }

@@ -1,4 +1,4 @@
-import type { LimitDecision, LimitRequest, Limiter } from './port.js';
+import type { LimitDecision, LimitRequest, Limiter, MaybePromise } from './port.js';
 import { MONTHLY_RETENTION_SECONDS, decide, monthId, nextMonthStart, rateWindow } from './window.js';
 
 interface RateWindow {
@@ -10,18 +10,44 @@ interface RateWindow {
 const PRUNE_EVERY_SECONDS = 10;
 
 /**
+ * What a quota bucket (`token:<id>`, `account:<id>`) had used in a month before this process
+ * counted it: read once per bucket and month, from what outlives the process (the usage totals).
+ */
+export type QuotaUsedBefore = (bucket: string, nowMs: number) => Promise<number>;
+
+/**
  * In-process limiter with the same semantics as the Redis one: each `take` is one
  * synchronous step (check and count), so concurrent calls in this process never over-admit.
- * Counts live only as long as the process.
+ * Counts live as long as the process; with `usedBefore`, a bucket's month starts from what it
+ * had used before (a restart gives no fresh quota): its first call waits for that read, the
+ * others take the synchronous step.
  */
 export class MemoryLimiter implements Limiter {
   private readonly rateWindows = new Map<string, RateWindow>();
   /** Monthly counts by `<bucket>|<YYYYMM>`, with the month's expiry (Unix s) for pruning. */
   private readonly monthly = new Map<string, { used: number; expireAt: number }>();
+  /** Buckets whose month is being read from `usedBefore`, by monthly key: one read each. */
+  private readonly seeding = new Map<string, Promise<void>>();
   private lastPruneSecond = 0;
 
-  take(request: LimitRequest): LimitDecision {
-    return this.takeNow(request);
+  constructor(private readonly usedBefore: QuotaUsedBefore | null = null) {}
+
+  take(request: LimitRequest): MaybePromise<LimitDecision> {
+    if (this.usedBefore === null) return this.takeNow(request);
+    const key = monthlyKey(request.monthly.key, request.nowMs);
+    if (this.monthly.has(key)) return this.takeNow(request);
+    return this.seed(key, request.monthly.key, request.nowMs, this.usedBefore).then(() => this.takeNow(request));
+  }
+
+  private seed(key: string, bucket: string, nowMs: number, usedBefore: QuotaUsedBefore): Promise<void> {
+    let pending = this.seeding.get(key);
+    if (pending === undefined) {
+      pending = usedBefore(bucket, nowMs)
+        .then((used) => this.seedMonthly(bucket, nowMs, used))
+        .finally(() => this.seeding.delete(key));
+      this.seeding.set(key, pending);
+    }
+    return pending;
   }
 
   /** The synchronous step, also used by the resilient limiter's fallback. */

@@ -18,6 +18,12 @@ export interface LimitRequest {
   nowMs: number;
 }
 
+/** The monthly quota bucket of a token with its own limit, and of an account (every other token of it). */
+export const quotaBucket = {
+  token: (tokenId: string): string => `token:${tokenId}`,
+  account: (accountId: string): string => `account:${accountId}`,
+} as const;
+
 export interface LimitDecision {
   /** How many of the `cost` calls are admitted (0..cost). */
   granted: number;
