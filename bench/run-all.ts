@@ -24,6 +24,7 @@ const BENCHMARKS: Array<{ file: string; title: string; timeoutSeconds: number; n
   { file: 'bench/usage-pipeline.ts', title: 'Usage pipeline: ingest + projection rate, projection lag', timeoutSeconds: 180 },
   { file: 'bench/metrics-latency.ts', title: 'Metrics API latency over 30 days of minute data', timeoutSeconds: 200 },
   { file: 'bench/revocation.ts', title: 'Revocation propagation to another gateway instance', timeoutSeconds: 100 },
+  { file: 'bench/login-flood.ts', title: 'Management API during a log-in flood', timeoutSeconds: 400 },
   { file: 'bench/export-memory.ts', title: 'Memory of a 1,000,000-row CSV export', timeoutSeconds: 240, nodeFlags: ['--expose-gc'] },
 ];
 
