@@ -1,5 +1,5 @@
 import { type IntervalHistogram, monitorEventLoopDelay } from 'node:perf_hooks';
-import { Counter, Gauge, Registry } from 'prom-client';
+import { Counter, collectDefaultMetrics, Gauge, Registry } from 'prom-client';
 import type { UsageRecord } from '../domain/usage.js';
 import type { LimitDecision, Limiter, LimitRequest, MaybePromise } from './limits/port.js';
 import type { RedisHealthSnapshot, RedisState } from './redisHealth.js';
@@ -32,25 +32,44 @@ const METHOD_CLASSES_MAX = 10_000;
 
 const escapeLabelValue = (v: string): string => v.replace(/\\/g, '\\\\').replace(/\n/g, '\\n').replace(/"/g, '\\"');
 
+interface Series {
+  /** The rendered label pairs, without braces. */
+  labels: string;
+  counts: number[];
+  sum: number;
+  count: number;
+  failures: number;
+}
+
 /**
- * A histogram labelled by chain, kept by hand for the call path: prom-client's `observe` costs
- * about a microsecond (a closure, label validation and hashing per call), this a Map lookup and
- * a bucket search. Rendered in the text format prom-client writes, after the registry's metrics.
+ * A histogram labelled by chain, and by upstream when observations give one, kept by hand for the
+ * call path: prom-client's `observe` costs about a microsecond (a closure, label validation and
+ * hashing per call), this two Map lookups and a bucket search. With `failures`, it also counts the
+ * observations that failed, per series, as a counter of its own: every series it has shows 0 from
+ * its first call, so a rate of failures over calls exists before the first failure.
+ * Rendered in the text format prom-client writes, after the registry's metrics.
  */
-class ChainHistogram {
-  private readonly series = new Map<string, { counts: number[]; sum: number; count: number }>();
+class CallHistogram {
+  private readonly series = new Map<string, Map<string | null, Series>>();
 
   constructor(
     private readonly name: string,
     private readonly help: string,
     private readonly bounds: readonly number[],
+    private readonly failures?: { name: string; help: string },
   ) {}
 
-  observe(chain: string, value: number): void {
-    let s = this.series.get(chain);
+  observe(chain: string, upstream: string | null, value: number, failed = false): void {
+    let byUpstream = this.series.get(chain);
+    if (!byUpstream) {
+      byUpstream = new Map();
+      this.series.set(chain, byUpstream);
+    }
+    let s = byUpstream.get(upstream);
     if (!s) {
-      s = { counts: this.bounds.map(() => 0), sum: 0, count: 0 };
-      this.series.set(chain, s);
+      const labels = `chain="${escapeLabelValue(chain)}"${upstream === null ? '' : `,upstream="${escapeLabelValue(upstream)}"`}`;
+      s = { labels, counts: this.bounds.map(() => 0), sum: 0, count: 0, failures: 0 };
+      byUpstream.set(upstream, s);
     }
     for (let i = 0; i < this.bounds.length; i++) {
       if (value <= (this.bounds[i] as number)) {
@@ -60,36 +79,63 @@ class ChainHistogram {
     }
     s.sum += value;
     s.count += 1;
+    if (failed) s.failures += 1;
   }
 
   render(): string {
     const lines = [`# HELP ${this.name} ${this.help}`, `# TYPE ${this.name} histogram`];
-    for (const [chain, s] of this.series) {
-      const label = `chain="${escapeLabelValue(chain)}"`;
-      let cumulative = 0;
-      this.bounds.forEach((bound, i) => {
-        cumulative += s.counts[i] as number;
-        lines.push(`${this.name}_bucket{le="${bound}",${label}} ${cumulative}`);
-      });
-      lines.push(`${this.name}_bucket{le="+Inf",${label}} ${s.count}`, `${this.name}_sum{${label}} ${s.sum}`, `${this.name}_count{${label}} ${s.count}`);
+    const failures = this.failures ? [`# HELP ${this.failures.name} ${this.failures.help}`, `# TYPE ${this.failures.name} counter`] : [];
+    for (const byUpstream of this.series.values()) {
+      for (const s of byUpstream.values()) {
+        let cumulative = 0;
+        this.bounds.forEach((bound, i) => {
+          cumulative += s.counts[i] as number;
+          lines.push(`${this.name}_bucket{le="${bound}",${s.labels}} ${cumulative}`);
+        });
+        lines.push(`${this.name}_bucket{le="+Inf",${s.labels}} ${s.count}`, `${this.name}_sum{${s.labels}} ${s.sum}`, `${this.name}_count{${s.labels}} ${s.count}`);
+        if (this.failures) failures.push(`${this.failures.name}{${s.labels}} ${s.failures}`);
+      }
     }
-    return `${lines.join('\n')}\n`;
+    return `${[...lines, ...failures].join('\n')}\n`;
   }
 }
+
+/**
+ * prom-client's process and Node.js metrics (CPU, memory, heap, file descriptors, GC, version),
+ * one registry per process: they describe the process, and prom-client starts a GC observer and
+ * an event loop monitor for them that nothing stops, so every Telemetry of a process (tests open
+ * many) shares them. Three of its gauges end in `_total`, which promtool rejects for anything but
+ * a counter (prom-client#283); they are left out, as each is the sum of the gauge of the same name
+ * without the suffix (`nodejs_active_handles{type}`...).
+ */
+let processRegistry: Registry | undefined;
+const COUNTER_NAMED_GAUGES = ['nodejs_active_handles_total', 'nodejs_active_requests_total', 'nodejs_active_resources_total'];
+const processMetrics = (): Registry => {
+  if (!processRegistry) {
+    processRegistry = new Registry();
+    collectDefaultMetrics({ register: processRegistry });
+    for (const name of COUNTER_NAMED_GAUGES) processRegistry.removeSingleMetric(name);
+  }
+  return processRegistry;
+};
 
 type CallLabels = { chain: string; method_class: string; status: string };
 type PendingCalls = { labels: CallLabels; count: number };
 
 /**
- * Prometheus metrics of one process, on its own registry (no global state). Chain calls are
+ * Prometheus metrics of one process, the gateway's on a registry of their own (no global state;
+ * the process's CPU, memory and heap come from `processMetrics`). Chain calls are
  * observed from their usage records, so metering and metrics can never disagree. A call costs
  * a few Map updates: the calls counter is summed here and handed to prom-client when scraped,
- * and the latency histograms are `ChainHistogram`s.
+ * and the latency histograms are `CallHistogram`s.
  */
 export class Telemetry {
   readonly registry = new Registry();
-  private readonly latency = new ChainHistogram('gateway_call_duration_seconds', 'Time from arrival to answer of a chain call', LATENCY_BUCKETS);
-  private readonly upstreamLatency = new ChainHistogram('gateway_upstream_duration_seconds', 'Time the upstream node took', LATENCY_BUCKETS);
+  private readonly latency = new CallHistogram('gateway_call_duration_seconds', 'Time from arrival to answer of a chain call', LATENCY_BUCKETS);
+  private readonly upstreamLatency = new CallHistogram('gateway_upstream_duration_seconds', 'Time the upstream node took, by the upstream that answered', LATENCY_BUCKETS, {
+    name: 'gateway_upstream_failures_total',
+    help: 'Calls sent to the upstream that the gateway answered with a 5xx: the upstream failed, timed out or sent an invalid answer',
+  });
   /** Calls counted since the last scrape, one entry per label set. */
   private readonly pendingCalls: PendingCalls[] = [];
   /** The entries by chain, class and status: a call finds its own without building a key. */
@@ -98,26 +144,13 @@ export class Telemetry {
   /** Limiter decisions since the last scrape, by outcome (`admitted`, `refused_rate`, `refused_monthly`). */
   private readonly pendingDecisions = new Map<string, number>();
   private readonly loopDelay: IntervalHistogram = monitorEventLoopDelay({ resolution: LOOP_DELAY_RESOLUTION_MS });
+  /** The event loop delay summary's running totals, over every scrape. */
+  private loopDelaySumSeconds = 0;
+  private loopDelayCount = 0;
 
   constructor(sources: TelemetrySources = {}) {
     const registers = [this.registry];
-    const loopDelay = this.loopDelay;
-    loopDelay.enable();
-    new Gauge({
-      name: 'gateway_event_loop_delay_seconds',
-      help: 'How late the event loop ran a timer since the previous scrape (quantile 1: the longest wait): every request waiting in this process waited as long',
-      labelNames: ['quantile'], registers,
-      collect() {
-        this.reset();
-        if (loopDelay.count === 0) return;
-        // In whole microseconds: the histogram's nanoseconds minus the interval, without float dust.
-        const beyondInterval = (ns: number): number => Math.max(0, Math.round(ns / 1e3 - LOOP_DELAY_RESOLUTION_MS * 1e3)) / 1e6;
-        this.set({ quantile: '0.5' }, beyondInterval(loopDelay.percentile(50)));
-        this.set({ quantile: '0.99' }, beyondInterval(loopDelay.percentile(99)));
-        this.set({ quantile: '1' }, beyondInterval(loopDelay.max));
-        loopDelay.reset();
-      },
-    });
+    this.loopDelay.enable();
     const pendingCalls = this.pendingCalls;
     new Counter({
       name: 'gateway_chain_calls_total', help: 'Chain calls (batch members count one each) by chain, method class and HTTP status', labelNames: ['chain', 'method_class', 'status'], registers,
@@ -180,8 +213,10 @@ export class Telemetry {
 
   observeCall(record: UsageRecord): void {
     this.pendingCallsOf(record.chain, this.methodClass(record.method), record.status).count += 1;
-    this.latency.observe(record.chain, record.totalMs / 1000);
-    if (record.upstreamMs !== null) this.upstreamLatency.observe(record.chain, record.upstreamMs / 1000);
+    this.latency.observe(record.chain, null, record.totalMs / 1000);
+    if (record.upstreamMs !== null && record.upstream !== null) {
+      this.upstreamLatency.observe(record.chain, record.upstream, record.upstreamMs / 1000, record.status >= 500);
+    }
   }
 
   /** A call's class without a regex run for methods seen before. */
@@ -240,7 +275,38 @@ export class Telemetry {
     this.loopDelay.disable();
   }
 
+  /**
+   * The event loop delay since the previous scrape as a summary: its 0.5 and 0.99 quantiles and
+   * its maximum (quantile 1), with running totals. In whole microseconds beyond the monitor's
+   * interval: its figures count the interval itself (prom-client's nodejs_eventloop_lag_*_seconds
+   * include it, 10 ms at rest).
+   */
+  private renderLoopDelay(): string {
+    const name = 'gateway_event_loop_delay_seconds';
+    const lines = [
+      `# HELP ${name} How late the event loop ran a timer since the previous scrape (quantile 1: the longest wait): every request waiting in this process waited as long`,
+      `# TYPE ${name} summary`,
+    ];
+    const delay = this.loopDelay;
+    if (delay.count > 0) {
+      const intervalNs = LOOP_DELAY_RESOLUTION_MS * 1e6;
+      const beyondInterval = (ns: number): number => Math.max(0, Math.round((ns - intervalNs) / 1e3)) / 1e6;
+      lines.push(
+        `${name}{quantile="0.5"} ${beyondInterval(delay.percentile(50))}`,
+        `${name}{quantile="0.99"} ${beyondInterval(delay.percentile(99))}`,
+        `${name}{quantile="1"} ${beyondInterval(delay.max)}`,
+      );
+      this.loopDelaySumSeconds += beyondInterval(delay.mean) * delay.count;
+      this.loopDelayCount += delay.count;
+      delay.reset();
+    }
+    lines.push(`${name}_sum ${this.loopDelaySumSeconds}`, `${name}_count ${this.loopDelayCount}`);
+    return `${lines.join('\n')}\n`;
+  }
+
   async metrics(): Promise<string> {
-    return `${await this.registry.metrics()}${this.latency.render()}${this.upstreamLatency.render()}`;
+    const own = await this.registry.metrics();
+    const ofProcess = await processMetrics().metrics();
+    return `${own}${ofProcess}${this.renderLoopDelay()}${this.latency.render()}${this.upstreamLatency.render()}`;
   }
 }

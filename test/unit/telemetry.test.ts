@@ -3,7 +3,7 @@ import type { UsageRecord } from '../../src/domain/usage.js';
 import type { LimitDecision, LimitRequest, Limiter } from '../../src/infra/limits/port.js';
 import { Telemetry } from '../../src/infra/telemetry.js';
 
-const record = (chain: string, method: string, status: number): UsageRecord => ({
+const record = (chain: string, method: string, status: number, upstream = 'u1'): UsageRecord => ({
   requestId: `r-${Math.random()}`,
   at: '2026-11-24T05:00:00.000Z',
   accountId: 'acc-1',
@@ -16,7 +16,7 @@ const record = (chain: string, method: string, status: number): UsageRecord => (
   totalMs: 1.5,
   upstreamMs: 1,
   clientIp: '127.0.0.1',
-  upstream: 'u1',
+  upstream,
 });
 
 /** Every Telemetry a test makes, closed after it (each runs an event loop delay timer). */
@@ -96,6 +96,44 @@ describe('telemetry: limiter decisions', () => {
   });
 });
 
+describe('telemetry: upstreams', () => {
+  it('times each upstream on its own and counts the calls it failed, from 0 at its first call', async () => {
+    const t = telemetry();
+    t.observeCall(record('eth', 'eth_blockNumber', 200, 'node-a'));
+    t.observeCall(record('eth', 'eth_blockNumber', 200, 'node-a'));
+    t.observeCall(record('eth', 'eth_blockNumber', 502, 'node-b'));
+    t.observeCall(record('eth', 'eth_call', 200, 'node-b'));
+    const text = await t.metrics();
+    const sample = (name: string, upstream: string): number | null => {
+      const m = new RegExp(`^${name}\\{chain="eth",upstream="${upstream}"\\} (\\d+)$`, 'm').exec(text);
+      return m ? Number(m[1]) : null;
+    };
+    expect(sample('gateway_upstream_duration_seconds_count', 'node-a')).toBe(2);
+    expect(sample('gateway_upstream_duration_seconds_count', 'node-b')).toBe(2);
+    expect(sample('gateway_upstream_failures_total', 'node-a')).toBe(0);
+    expect(sample('gateway_upstream_failures_total', 'node-b')).toBe(1);
+    expect(text).toMatch(/^gateway_upstream_duration_seconds_bucket\{le="0.0025",chain="eth",upstream="node-a"\} 2$/m);
+    expect(text).toMatch(/^# TYPE gateway_upstream_failures_total counter$/m);
+  });
+});
+
+describe('telemetry: the process', () => {
+  it("adds prom-client's process and Node.js metrics, without the gauges named like counters", async () => {
+    const text = await telemetry().metrics();
+    for (const family of ['process_cpu_seconds_total counter', 'process_resident_memory_bytes gauge', 'nodejs_heap_size_used_bytes gauge', 'nodejs_active_handles gauge']) {
+      expect(text).toContain(`# TYPE ${family}\n`);
+    }
+    // Gauges ending in _total, which promtool rejects (prom-client#283).
+    expect(text).not.toMatch(/^# TYPE nodejs_active_\w+_total /m);
+  });
+
+  it('shows the process metrics once however many Telemetry the process has', async () => {
+    telemetry();
+    const text = await telemetry().metrics();
+    expect(text.match(/^# TYPE process_cpu_seconds_total /gm)).toHaveLength(1);
+  });
+});
+
 describe('telemetry: event loop delay', () => {
   const delayOf = (text: string, quantile: string): number | null => {
     const m = new RegExp(`^gateway_event_loop_delay_seconds\\{quantile="${quantile}"\\} ([\\d.e-]+)$`, 'm').exec(text);
@@ -119,5 +157,19 @@ describe('telemetry: event loop delay', () => {
     const after = delayOf(await t.metrics(), '1');
     expect(after).not.toBeNull();
     expect(after as number).toBeLessThan(stalled as number);
+  });
+
+  it('is a summary: quantiles since the previous scrape, a running sum and count', async () => {
+    const t = telemetry();
+    await sleep(50);
+    const first = await t.metrics();
+    await sleep(50);
+    const second = await t.metrics();
+    expect(second).toMatch(/^# TYPE gateway_event_loop_delay_seconds summary$/m);
+    const countOf = (text: string): number => Number(/^gateway_event_loop_delay_seconds_count (\d+)$/m.exec(text)?.[1]);
+    const sumOf = (text: string): number => Number(/^gateway_event_loop_delay_seconds_sum ([\d.e-]+)$/m.exec(text)?.[1]);
+    expect(countOf(first)).toBeGreaterThan(0);
+    expect(countOf(second)).toBeGreaterThan(countOf(first));
+    expect(sumOf(second)).toBeGreaterThanOrEqual(sumOf(first));
   });
 });
