@@ -34,7 +34,8 @@ import {
 export class EsdbEventStore implements EventStore {
   private readonly subscriptions = new Set<EsdbSubscription>();
 
-  private constructor(private readonly client: EventStoreDBClient) {}
+  /** `client` is the connection (or, in tests, an in-memory stand-in with the same calls). */
+  constructor(private readonly client: EventStoreDBClient) {}
 
   /** E.g. `esdb://localhost:2113?tls=false`. Connects lazily, on the first call. */
   static connect(connectionString: string): EsdbEventStore {
@@ -54,12 +55,13 @@ export class EsdbEventStore implements EventStore {
       throw fromEsdbAppendError(error, streamId, expected);
     }
     const nextExpectedRevision = Number(result.nextExpectedRevision);
-    // The append answer's position is that of the write, which for several events (or an
-    // idempotent retry, answered without one) need not be the last event's: read that back.
-    const position =
-      events.length === 1 && result.position
-        ? formatEsdbPosition(result.position)
-        : await this.positionOf(streamId, nextExpectedRevision);
+    // The answer's position is the last event's: the server writes an append as one implicit
+    // transaction and answers with the log position of its last record, which is that event's
+    // commit and prepare position (an idempotent retry is answered with the last event it
+    // matched). Servers that answer a retry without a position cost a read, on retries only.
+    const position = result.position
+      ? formatEsdbPosition(result.position)
+      : await this.positionOf(streamId, nextExpectedRevision);
     return { nextExpectedRevision, position };
   }
 
