@@ -44,6 +44,11 @@ const Env = z.object({
    */
   USAGE_SEND_MS: z.coerce.number().int().min(1).max(10_000).default(20),
   /**
+   * The embedded default's usage journal (DATA_DIR/usage-journal) outlives a killed process as
+   * it is; `always` syncs each event-loop turn's write to the disk, so it outlives a power loss too.
+   */
+  USAGE_JOURNAL_FSYNC: z.enum(['always', 'off']).default('off'),
+  /**
    * Slow clients are cut off (answered 408, connection closed): the time a client has to send a
    * request's headers, and the whole request with its body. The latter includes the former.
    */
@@ -108,6 +113,8 @@ export interface Config {
   storageThread: boolean;
   /** How long a gateway gathers usage records before sending them on together, to Redis or to the storage thread (USAGE_SEND_MS). */
   usageSendEveryMs: number;
+  /** Sync the usage journal's writes to the disk (USAGE_JOURNAL_FSYNC=always). */
+  usageJournalFsync: boolean;
   /** How long to wait at start for the production services (STARTUP_TIMEOUT_SECONDS). */
   startupTimeoutMs: number;
   /** How long a client may take to send its headers and its whole request, and stay idle between requests (HEADERS_TIMEOUT_MS, REQUEST_TIMEOUT_MS, KEEP_ALIVE_TIMEOUT_MS). */
@@ -155,7 +162,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     role: e.ROLE, port: e.PORT, host: e.HOST, dataDir: resolve(e.DATA_DIR),
     eventstoreUrl: e.EVENTSTORE_URL, mongodbUrl: e.MONGODB_URL, redisUrl: e.REDIS_URL,
     plans, adminToken: e.ADMIN_TOKEN ?? null, localDevnet: e.LOCAL_DEVNET === 'on',
-    limitsFailClosed: e.LIMITS_FAIL_CLOSED === 'true', storageThread: e.STORAGE_THREAD === 'on', usageSendEveryMs: e.USAGE_SEND_MS, startupTimeoutMs: e.STARTUP_TIMEOUT_SECONDS * 1000,
+    limitsFailClosed: e.LIMITS_FAIL_CLOSED === 'true', storageThread: e.STORAGE_THREAD === 'on', usageSendEveryMs: e.USAGE_SEND_MS, usageJournalFsync: e.USAGE_JOURNAL_FSYNC === 'always', startupTimeoutMs: e.STARTUP_TIMEOUT_SECONDS * 1000,
     http: { headersTimeoutMs: e.HEADERS_TIMEOUT_MS, requestTimeoutMs: e.REQUEST_TIMEOUT_MS, keepAliveTimeoutMs: e.KEEP_ALIVE_TIMEOUT_MS },
     secureCookies: e.SECURE_COOKIES === 'true', trustProxy: e.TRUST_PROXY === 'true',
     auth: {

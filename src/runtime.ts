@@ -1,4 +1,5 @@
 import { hostname } from 'node:os';
+import { join } from 'node:path';
 import { AccountCommands } from './commands/accountCommands.js';
 import { AuthThrottle } from './commands/authThrottle.js';
 import { PasswordHasher } from './commands/passwords.js';
@@ -17,7 +18,9 @@ import { type HealthLog, RedisHealth } from './infra/redisHealth.js';
 import { untilReachable } from './infra/startup.js';
 import type { ReadModelStore } from './infra/readmodels/port.js';
 import { openStorageThread } from './infra/storagethread/index.js';
-import { openUsageQueue } from './infra/usage/index.js';
+import { MemoryUsageQueue, openUsageQueue } from './infra/usage/index.js';
+import { openJournaledSink } from './infra/usage/journal.js';
+import { ThreadUsageQueue } from './infra/storagethread/remote.js';
 import type { Ingester } from './infra/usage/ingester.js';
 import type { UsageSink } from './infra/usage/port.js';
 import { startProjecting } from './projections/all.js';
@@ -133,6 +136,14 @@ export async function openRuntime(config: Config, clock?: () => Date, options: R
     if (projects) {
       ({ projector, ingester, retention } = startProjecting({ store, readModels, feed, usageQueue: openedQueue, plans: config.plans, now, storeKnowsEveryId: !config.eventstoreUrl }));
     }
+  }
+  // The embedded default journals each record before its call is answered (a kill loses none).
+  if (config.role === 'all' && !config.redisUrl) {
+    const inner = usageQueue;
+    const appendedThrough = inner instanceof ThreadUsageQueue ? () => inner.appendedThrough()
+      : inner instanceof MemoryUsageQueue ? async () => inner.backend.appendedThrough()
+      : null;
+    if (appendedThrough) usageQueue = openJournaledSink({ dir: join(config.dataDir, 'usage-journal'), fsync: config.usageJournalFsync }, inner, appendedThrough);
   }
   const limiter = openLimiter({
     redisUrl: config.redisUrl,

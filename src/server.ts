@@ -127,6 +127,7 @@ export async function buildServer(runtime: Runtime, options: { logger?: boolean 
         runtime.usageQueue.enqueue(record);
         runtime.telemetry.observeCall(record);
       },
+      whenRecorded: (done) => runtime.usageQueue.whenHandedOver(done),
       pools: gateway.pools,
       front: front ?? undefined,
     });

@@ -33,6 +33,11 @@ export interface ChainCallsOptions {
   chains: ChainRegistry;
   gatekeeper: Gatekeeper;
   recordUsage: (record: UsageRecord) => void;
+  /**
+   * Calls `done` once every record given to `recordUsage` so far is durably handed over (at once
+   * when none is waiting): a metered call is answered only then. Absent: at once.
+   */
+  whenRecorded?: (done: () => void) => void;
   pools: UpstreamPools;
   limits?: Partial<GatewayLimits>;
 }
@@ -240,22 +245,30 @@ export class ChainCalls {
     }
     if (pending instanceof Promise) {
       pending.then(
-        (answer) => reply(this.answered(req, answer, chain.id)),
+        (answer) => this.answered(req, answer, chain.id, reply),
         (err: unknown) => reply(this.failed(req, err)),
       );
     } else {
-      reply(this.answered(req, pending, chain.id));
+      this.answered(req, pending, chain.id, reply);
     }
   }
 
-  /** The answer metered and made a response (a 500 if that fails: never an exception). */
-  private answered(req: ChainRequest, answer: Answer, chainId: string): ChainResponse {
+  /**
+   * The answer metered and made a response (a 500 if that fails: never an exception), handed to
+   * `reply` once its usage is handed over: nothing served goes unrecorded if the process dies.
+   */
+  private answered(req: ChainRequest, answer: Answer, chainId: string, reply: (response: ChainResponse) => void): void {
+    let response: ChainResponse;
+    let metered = false;
     try {
-      this.emit(req, answer, chainId);
-      return this.respond(req, answer);
+      metered = this.emit(req, answer, chainId);
+      response = this.respond(req, answer);
     } catch (err) {
-      return this.failed(req, err);
+      response = this.failed(req, err);
     }
+    const whenRecorded = this.options.whenRecorded;
+    if (metered && whenRecorded) whenRecorded(() => reply(response));
+    else reply(response);
   }
 
   /** A call that failed on our side: logged, and a 500 (503 while the gatekeeper is unavailable) in the call's shape. */
@@ -295,9 +308,10 @@ export class ChainCalls {
     return dispatch(scope, { segments: credentials.segments, isPost, body: req.body, contentType, query, limits: this.limits });
   }
 
-  private emit(req: ChainRequest, answer: Answer, chainId: string): void {
+  /** Whether the answer yielded usage records. */
+  private emit(req: ChainRequest, answer: Answer, chainId: string): boolean {
     const caller = answer.admission?.caller;
-    if (!caller) return;
+    if (!caller) return false;
     const elapsed = performance.now() - req.arrivedAt;
     const totalMs = Math.round(elapsed * 100) / 100;
     const at = this.clock.format(Date.now() - elapsed);
@@ -325,6 +339,7 @@ export class ChainCalls {
         this.log.error({ err }, 'usage record dropped');
       }
     }
+    return answer.usage.length > 0;
   }
 
   private respond(req: ChainRequest, answer: Answer): ChainResponse {

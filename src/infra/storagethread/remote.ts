@@ -119,8 +119,9 @@ const USAGE_SEND_EVERY_MS = 20;
 /**
  * The gateway's side of the usage queue when the ingester runs on the storage thread: records
  * gather here and go over together every few ms (one message, not one per call); the queue
- * itself, which the ingester reads, is the in-process one over there. A crash loses what
- * either side holds, as the in-process queue always did on the embedded default.
+ * itself, which the ingester reads, is the in-process one over there. Neither side outlives a
+ * crash: the runtime journals every record before its call is answered (JournaledUsageSink),
+ * and this queue tells the journal how far the store has them (`appendedThrough`).
  */
 export class ThreadUsageQueue implements UsageSink {
   private buffer: UsageRecord[] = [];
@@ -143,6 +144,16 @@ export class ThreadUsageQueue implements UsageSink {
     this.rpc.notify('usage', this.buffer);
     this.buffer = [];
   };
+
+  /** Held here only: the journal in front says when records are handed over. */
+  whenHandedOver(done: () => void): void {
+    done();
+  }
+
+  /** How many of the records enqueued here, in order, the store has (MemoryUsageBackend.appendedThrough). */
+  appendedThrough(): Promise<number> {
+    return this.rpc.call<number>('usage.appendedThrough');
+  }
 
   async depth(): Promise<number> {
     return this.buffer.length + (await this.rpc.call<number>('usage.depth'));

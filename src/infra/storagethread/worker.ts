@@ -80,6 +80,7 @@ function serve(store: EventStore, readModels: ReadModelStore): void {
       'ingester.stop': () => ingester.stop(),
       'ingester.whenDrained': (timeoutMs?: number) => ingester.whenDrained(timeoutMs),
       'usage.depth': () => queue.depth(),
+      'usage.appendedThrough': () => queue.backend.appendedThrough(),
       close: async () => {
         clearInterval(stateTimer);
         await retention.stop();

@@ -21,12 +21,14 @@ export interface MemoryUsageBackendOptions {
 /**
  * The in-process queue itself, shared by every role of the process (the gateway enqueues, the
  * ingester reads): records in arrival order until acknowledged, with the same delivery rules
- * as the Redis consumer group. Lost with the process; that is the embedded mode's trade-off.
+ * as the Redis consumer group. Lost with the process: the embedded default journals every record
+ * in front of it (journal.ts), and replays the journal into it at the next start.
  */
 export class MemoryUsageBackend {
   /** Map keeps insertion order: reads scan from the oldest. */
   private readonly entries = new Map<string, Entry>();
-  private nextId = 0;
+  /** Records given to `add`, dropped ones too: the next one's id is this plus one. */
+  private received = 0;
   private readonly waiters = new Set<() => void>();
   readonly capacity: number;
   readonly visibilityTimeoutMs: number;
@@ -43,15 +45,25 @@ export class MemoryUsageBackend {
   }
 
   add(record: UsageRecord): void {
+    this.received += 1;
     if (this.entries.size >= this.capacity) {
       this.dropped += 1;
       return;
     }
-    this.nextId += 1;
     // Kept as given, not copied: a record is not changed once enqueued (UsageQueue.enqueue), and a
     // copy per call was most of what this queue kept alive past a young collection.
-    this.entries.set(String(this.nextId), { record, deliveredTo: null, deliveredAt: 0 });
+    this.entries.set(String(this.received), { record, deliveredTo: null, deliveredAt: 0 });
     for (const wake of this.waiters) wake();
+  }
+
+  /**
+   * How many of the records given to `add`, in order, are done with: every one of the first
+   * that many was acknowledged (appended to the store) or dropped. The usage journal deletes
+   * what it wrote of them.
+   */
+  appendedThrough(): number {
+    const oldest = this.entries.keys().next();
+    return oldest.done ? this.received : Number(oldest.value) - 1;
   }
 
   /** Hands out up to `max` records nobody holds, or held past the visibility timeout. */
@@ -107,6 +119,11 @@ export class MemoryUsageQueue implements UsageQueue {
 
   enqueue(record: UsageRecord): void {
     this.backend.add(record);
+  }
+
+  /** Held in memory only: a process that needs more wraps it in the journal (JournaledUsageSink). */
+  whenHandedOver(done: () => void): void {
+    done();
   }
 
   async read(max: number, blockMs = 0): Promise<QueuedUsage[]> {

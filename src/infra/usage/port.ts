@@ -11,11 +11,17 @@ export interface QueuedUsage {
 }
 
 /** What the gateway's side of a process uses of the queue: it hands records over and reports the depth; the ingester reads elsewhere (the storage thread). */
-export type UsageSink = Pick<UsageQueue, 'enqueue' | 'depth' | 'flush' | 'close'>;
+export type UsageSink = Pick<UsageQueue, 'enqueue' | 'whenHandedOver' | 'depth' | 'flush' | 'close'>;
 
 export interface UsageQueue {
   /** Never blocks and never throws: buffers in memory while the backend is away. The record must not be changed afterwards (the in-process queue keeps it as it is). */
   enqueue(record: UsageRecord): void;
+  /**
+   * Calls `done` once every record enqueued so far is handed over durably: written where a kill
+   * of this process does not lose it (the embedded journal; Redis's acknowledged XADD). At once
+   * (synchronously) when nothing is waiting. The gateway answers a metered call only then.
+   */
+  whenHandedOver(done: () => void): void;
   /** Up to `max` records not yet acknowledged, including ones a crashed consumer left pending. */
   read(max: number, blockMs?: number): Promise<QueuedUsage[]>;
   ack(ackIds: string[]): Promise<void>;

@@ -1,10 +1,11 @@
 import type { Redis } from 'ioredis';
-import { decodeUsageCall, encodeUsageCall, type UsageCallFields, UsageRecord } from '../../domain/usage.js';
+import type { UsageRecord } from '../../domain/usage.js';
 import { withinDeadline } from '../deadline.js';
 import { FAIL_FAST, closeClient, connectRedis, replies, waitForReady } from '../limits/redisConnection.js';
 import { EntryBuffer } from './buffer.js';
 import { DEFAULT_QUEUE_CAPACITY } from './memory.js';
 import type { QueuedUsage, UsageQueue } from './port.js';
+import { recordFromWire, toWire } from './wire.js';
 
 export interface RedisUsageQueueOptions {
   /** This process's name in the consumer group; a restart under the same name resumes its pending records first. */
@@ -52,29 +53,6 @@ const DEPTH_TIMEOUT_MS = 1000;
 const DEFAULT_FLUSH_INTERVAL_MS = 20;
 
 type StreamEntry = [id: string, fields: string[] | null];
-
-/**
- * A record on the wire: the call's fields in their fixed order, then the account, the
- * retention and whether it used quota (null when absent). Without the key names a record is about half the bytes,
- * written by the gateway, held by Redis and, while Redis is away, by the send buffer (up to a
- * million records).
- */
-type WireRecord = [...UsageCallFields, accountId: string, retentionDays: number | null, charged: boolean | null];
-/** The length of UsageCallFields: where the wire record's own fields start. */
-const CALL_FIELDS = 12;
-
-const toWire = (r: UsageRecord): WireRecord => [...encodeUsageCall(r), r.accountId, r.retentionDays ?? null, r.charged ?? null];
-
-/** The record object of a wire record, for the schema to check; anything else (an object of an earlier version) as it is. */
-function fromWire(item: unknown): unknown {
-  if (!Array.isArray(item)) return item;
-  // Any value may be wrong here: the schema checks the record built from them.
-  const [accountId, retentionDays, charged] = item.slice(CALL_FIELDS) as unknown[];
-  // Object.assign, not `{ ...record, accountId }`: spreading with more properties takes V8's slow path (~1.4 µs a record).
-  const record = Object.assign(decodeUsageCall(item.slice(0, CALL_FIELDS) as UsageCallFields), { accountId });
-  if (retentionDays !== null && retentionDays !== undefined) Object.assign(record, { retentionDays });
-  return charged === null || charged === undefined ? record : Object.assign(record, { charged });
-}
 
 /**
  * The usage queue on a Redis stream with a consumer group.
@@ -166,6 +144,10 @@ export class RedisUsageQueue implements UsageQueue {
     }
     this.buffer.push(serialized);
     this.scheduleSend(this.flushIntervalMs);
+  }
+
+  whenHandedOver(done: () => void): void {
+    done();
   }
 
   async flush(): Promise<void> {
@@ -416,8 +398,8 @@ function parseEntry(fields: string[] | null): { records: UsageRecord[]; invalid:
   }
   const records: UsageRecord[] = [];
   for (const item of items) {
-    const parsed = UsageRecord.safeParse(fromWire(item));
-    if (parsed.success) records.push(parsed.data);
+    const record = recordFromWire(item);
+    if (record) records.push(record);
   }
   return { records, invalid: items.length - records.length, counted };
 }

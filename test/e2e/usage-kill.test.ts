@@ -1,0 +1,101 @@
+import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { USAGE_EVENT_TYPE } from '../../src/domain/usage.js';
+import { LevelEventStore } from '../../src/infra/eventstore/level.js';
+import { startTestRedisServer, type TestRedisServer } from '../support/redisServer.js';
+import { type ServiceProcess, startService } from '../support/serviceProcess.js';
+
+/**
+ * Nothing served goes unrecorded: a service killed with SIGKILL under load, then started again on
+ * the same data (and the same Redis), ends up with exactly one usage event per answer its
+ * clients received, whatever the moment of the kill.
+ */
+const dirs: string[] = [];
+let redis: TestRedisServer | undefined;
+afterAll(async () => {
+  await redis?.stop();
+  for (const d of dirs) rmSync(d, { recursive: true, force: true });
+});
+
+const ADMIN = 'admin-token-for-the-kill-test';
+
+async function unlimitedToken(base: string): Promise<{ accountId: string; token: string }> {
+  const post = (path: string, body: unknown, headers: Record<string, string> = {}) =>
+    fetch(`${base}${path}`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(body) });
+  const signup = await post('/api/v1/auth/signup', { email: 'kill@example.com', password: 'a long password' });
+  const cookie = String(signup.headers.get('set-cookie')).split(';')[0] as string;
+  const accountId = (await signup.json()).id as string;
+  await fetch(`${base}/api/v1/admin/accounts/${accountId}/plan`, {
+    method: 'PUT', headers: { 'content-type': 'application/json', authorization: `Bearer ${ADMIN}` }, body: '{"plan":"unlimited"}',
+  });
+  const { token } = await (await post('/api/v1/tokens', { name: 'k' }, { cookie })).json();
+  return { accountId, token: token as string };
+}
+
+/** Clients calling until the service goes; every answer received counts, whatever its status. */
+function load(base: string, token: string, clients: number): { answered(): number; done: Promise<void> } {
+  let answered = 0;
+  const client = async (): Promise<void> => {
+    for (;;) {
+      try {
+        const res = await fetch(`${base}/local/${token}`, {
+          method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}',
+        });
+        await res.arrayBuffer();
+        answered += 1;
+      } catch {
+        return; // killed: this call's answer never arrived
+      }
+    }
+  };
+  return { answered: () => answered, done: Promise.all(Array.from({ length: clients }, client)).then(() => undefined) };
+}
+
+async function stopGracefully(service: ServiceProcess): Promise<void> {
+  service.child.kill('SIGTERM');
+  const code = await Promise.race([service.exited, new Promise((r) => setTimeout(() => r('timeout'), 20_000))]);
+  expect(code, service.output().slice(-3000)).toBe(0);
+}
+
+async function killUnderLoad(env: Record<string, string>): Promise<void> {
+  const dataDir = mkdtempSync(join(tmpdir(), 'gw-kill-'));
+  dirs.push(dataDir);
+  const all = { DATA_DIR: dataDir, ADMIN_TOKEN: ADMIN, LOG_LEVEL: 'warn', ...env };
+  const first = startService(all);
+  const base = await first.ready;
+  const { accountId, token } = await unlimitedToken(base);
+  const traffic = load(base, token, 8);
+  await new Promise((r) => setTimeout(r, 300 + Math.random() * 1200));
+  first.child.kill('SIGKILL');
+  await first.exited;
+  await traffic.done;
+  const answered = traffic.answered();
+  expect(answered).toBeGreaterThan(20);
+
+  // Started again on the same data: what the killed process had not stored yet is, then it stops (draining).
+  const second = startService(all);
+  await second.ready;
+  await stopGracefully(second);
+
+  const store = await LevelEventStore.open(join(dataDir, 'eventstore'));
+  const events = (await store.readStream(`usage-${accountId}`)).filter((e) => e.type === USAGE_EVENT_TYPE);
+  await store.close();
+  const ids = new Set(events.map((e) => e.id));
+  expect(events.length, 'no call recorded twice').toBe(ids.size);
+  expect(ids.size, `served ${answered}, recorded ${ids.size}\n${second.output().slice(-2000)}`).toBe(answered);
+}
+
+describe('kill -9 under load loses no served call', () => {
+  it('embedded: the usage journal is replayed at start, then deleted once stored', { timeout: 90_000 }, async () => {
+    await killUnderLoad({});
+    const journal = join(dirs.at(-1) as string, 'usage-journal');
+    expect(readdirSync(journal), 'segments left after a graceful stop').toEqual([]);
+  });
+
+  it('Redis mode: every answered call was acknowledged by Redis first', { timeout: 90_000 }, async () => {
+    redis = await startTestRedisServer({ persistent: true });
+    await killUnderLoad({ REDIS_URL: redis.url });
+  });
+});
