@@ -251,7 +251,8 @@ describe.each(['on', 'off'])('STORAGE_THREAD=%s', (storageThread) => {
       expect(answers.map((a) => a.status)).toEqual([...Array(6).fill(200), ...Array(6).fill(429), 403]);
       expect(answers[11]?.headers.get('x-monthlylimit-remaining')).toBe('0');
       const refusedCount = answers.filter((a) => a.status !== 200).length + 1; // and the 403 the wait saw
-      const usage = await eventually(() => usageOf(o.accountId), (u) => u.length >= 6 + refusedCount);
+      // Generous waits: a loaded machine ingests and projects late, and nothing here is timed.
+      const usage = await eventually(() => usageOf(o.accountId), (u) => u.length >= 6 + refusedCount, 15_000);
       expect(usage.filter((u) => u.charged === true)).toHaveLength(6);
       expect(usage.filter((u) => u.charged === false)).toHaveLength(refusedCount);
 
@@ -262,7 +263,7 @@ describe.each(['on', 'off'])('STORAGE_THREAD=%s', (storageThread) => {
         const user = (await t.app.inject({ method: 'GET', url: '/api/v1/metrics/user', headers: o.auth })).json();
         return { token, account, metrics, user };
       };
-      const seen = await eventually(figures, (f) => f.metrics.totals?.requests === 6 + refusedCount);
+      const seen = await eventually(figures, (f) => f.metrics.totals?.requests === 6 + refusedCount, 15_000);
       expect(seen.token.current_month_usage).toBe(6);
       expect(seen.metrics.limits).toMatchObject({ appliesTo: 'token', monthlyLimit: 6, used: 6, remaining: 0 });
       expect(seen.account.usage.requests).toBe(6);

@@ -6,7 +6,7 @@ import { ADMIN_TOKEN, owner, signUp, startTestApp, type TestApp } from '../suppo
 let t: TestApp;
 beforeAll(async () => {
   // Every account here signs up from the one test address: more than the 20 an hour it may by default.
-  t = await startTestApp({ env: { SIGNUP_MAX_PER_ADDRESS: '1000' } });
+  t = await startTestApp();
 });
 afterAll(async () => {
   await t?.close();

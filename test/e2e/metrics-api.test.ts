@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { InjectOptions } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { USAGE_EVENT_TYPE, type UsageRecord, usageEventId, usageStream } from '../../src/domain/usage.js';
+import { USAGE_EVENT_TYPE, type UsageRecord, usageEventId, usageStream, usedQuota } from '../../src/domain/usage.js';
 import { LevelReadModelStore } from '../../src/infra/readmodels/level.js';
 import type { ReadModelStore } from '../../src/infra/readmodels/port.js';
 import { rebuildProjections } from '../../src/projections/rebuild.js';
@@ -124,7 +124,8 @@ describe('metrics from a known mix of usage', () => {
       [iso(base + 126 * MIN + 500), 429], [iso(base + 65 * MIN + 1000), 3], [iso(base + 65 * MIN), 3],
     ]);
     const month = new Date().toISOString().slice(0, 7);
-    const used = records.filter((r) => r.at.startsWith(month)).length;
+    // Quota used: the REST 429 the limiter refused is a request and an error above, not quota.
+    const used = records.filter((r) => r.at.startsWith(month) && usedQuota(r)).length;
     expect(m.limits).toEqual({
       monthlyLimit: 5_000_000, used, remaining: 5_000_000 - used,
       resetsAt: new Date(Date.UTC(new Date().getUTCFullYear(), new Date().getUTCMonth() + 1, 1)).toISOString(),
@@ -288,8 +289,8 @@ describe('metrics of calls served by the gateway', () => {
     ].sort());
     expect(m.totals.avgResponseMs).toBeGreaterThan(0);
     expect(m.totals.avgNodeLatencyMs).toBeGreaterThan(0);
-    // The metrics agree with the account's usage counter.
-    expect((await inject({ method: 'GET', url: '/api/v1/account', headers: o.auth })).json().usage.requests).toBe(8);
+    // The account's usage counts quota used: every call but the denied debug_traceTransaction, which reached no node.
+    expect((await inject({ method: 'GET', url: '/api/v1/account', headers: o.auth })).json().usage.requests).toBe(7);
     const ips = (await inject({ method: 'GET', url: `/api/v1/metrics/tokens/${(await inject({ method: 'GET', url: '/api/v1/tokens', headers: o.auth })).json().tokens[0].id}`, headers: o.auth })).json().clientIps;
     expect(ips).toEqual([expect.objectContaining({ ip: '127.0.0.1', count: 8 })]);
   });
