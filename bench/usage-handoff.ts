@@ -71,7 +71,8 @@ interface Queue {
 
 async function redisQueues(processes: Processes): Promise<Queue[]> {
   const redis = await startRedis(processes);
-  const queues = INTERVALS.map((ms, i) => new RedisUsageQueue(redis.url, { consumer: 'bench', stream: `usage-handoff-${i}`, flushIntervalMs: ms }));
+  // Redis mode sends at the end of each turn since issue 33: the intervals apply to the storage thread only.
+  const queues = INTERVALS.map((_ms, i) => new RedisUsageQueue(redis.url, { consumer: 'bench', stream: `usage-handoff-${i}` }));
   await Promise.all(queues.map((q) => q.whenReady()));
   return queues.map((q) => ({ sink: q, settle: async () => undefined, close: () => q.close() }));
 }

@@ -38,9 +38,10 @@ const Env = z.object({
    */
   STORAGE_THREAD: z.enum(['on', 'off']).default('on'),
   /**
-   * How long a gateway gathers usage records before sending them on together (to Redis, or to
-   * the storage thread): longer costs the event loop less per record, and loses more records
-   * should the process be killed.
+   * How long the embedded default's gateway gathers usage records before sending them on
+   * together to the storage thread: longer costs the event loop less per record. Nothing is lost
+   * should the process be killed meanwhile (the usage journal has them). Redis mode sends at the
+   * end of each event-loop turn whatever it says: answers wait for Redis's acknowledgement.
    */
   USAGE_SEND_MS: z.coerce.number().int().min(1).max(10_000).default(20),
   /**
@@ -111,7 +112,7 @@ export interface Config {
   limitsFailClosed: boolean;
   /** The embedded default's stores, ingester and projector on a thread of their own (STORAGE_THREAD). */
   storageThread: boolean;
-  /** How long a gateway gathers usage records before sending them on together, to Redis or to the storage thread (USAGE_SEND_MS). */
+  /** How long the embedded gateway gathers usage records before sending them on together to the storage thread (USAGE_SEND_MS). */
   usageSendEveryMs: number;
   /** Sync the usage journal's writes to the disk (USAGE_JOURNAL_FSYNC=always). */
   usageJournalFsync: boolean;

@@ -129,7 +129,7 @@ export async function openRuntime(config: Config, clock?: () => Date, options: R
         await untilReachable('MongoDB', config.mongodbUrl, () => openReadModels({ mongodbUrl: config.mongodbUrl, dataDir: config.dataDir }), { ...waiting, attemptTimeoutMs: 35_000 })
       : await openReadModels({ dataDir: config.dataDir });
     const openedFeed = openChangeFeed({ redisUrl: config.redisUrl });
-    const openedQueue = openUsageQueue({ redisUrl: config.redisUrl, consumer, sendEveryMs: config.usageSendEveryMs });
+    const openedQueue = openUsageQueue({ redisUrl: config.redisUrl, consumer });
     feed = openedFeed;
     usageQueue = openedQueue;
     redisClients.push(openedFeed, openedQueue);

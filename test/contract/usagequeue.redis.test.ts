@@ -47,6 +47,43 @@ describe('Redis usage queue through a Redis outage', () => {
     expect(new Set(events.map((event) => event.data.requestId))).toEqual(new Set([...before, ...during].map((r) => r.requestId)));
     expect(queue.dropped).toBe(0);
   });
+
+  it('does not hold answers while Redis is stalled or down, and sends their records once it is back', async () => {
+    const queue = new RedisUsageQueue(server.url, { consumer: 'stall', stream: `usage-stall-${randomUUID()}`, handoverTimeoutMs: 100 });
+    await queue.whenReady();
+    const handedOver = (): Promise<void> => new Promise((resolve) => queue.whenHandedOver(resolve));
+    server.pause();
+    try {
+      queue.enqueue(usageRecord());
+      await handedOver(); // released after handoverTimeoutMs, not when Redis answers
+      queue.enqueue(usageRecord());
+      let atOnce = false;
+      queue.whenHandedOver(() => {
+        atOnce = true;
+      });
+      expect(atOnce, 'a stalled Redis: answers wait no more').toBe(true);
+    } finally {
+      server.resume();
+    }
+    await queue.flush();
+    expect(await queue.depth()).toBe(2);
+
+    await server.stop();
+    queue.enqueue(usageRecord());
+    await handedOver();
+    await server.start();
+    await queue.flush();
+    // Back empty (no persistence): only the record sent since.
+    expect(await queue.depth()).toBe(1);
+    queue.enqueue(usageRecord());
+    let waited = false;
+    queue.whenHandedOver(() => {
+      waited = true;
+    });
+    expect(waited, 'Redis back: answers wait for their records again').toBe(false);
+    await handedOver();
+    await queue.close();
+  });
 });
 
 describe('Redis usage queue: a read cut by an outage', () => {
@@ -130,26 +167,44 @@ describe('Redis usage queue', () => {
     await raw.quit();
   });
 
-  it('sends what arrives during a send with the next interval, not in a pipeline of its own', async () => {
+  it('calls back once Redis acknowledged the XADD of every record enqueued before, sending at the end of the turn', async () => {
     const stream = `usage-test-${randomUUID()}`;
     const raw = new Redis(inject('redisUrl'));
-    const queue = new RedisUsageQueue(inject('redisUrl'), { consumer: 'c', stream, flushIntervalMs: 20 });
+    const queue = new RedisUsageQueue(inject('redisUrl'), { consumer: 'c', stream });
     await queue.whenReady();
-    // A steady trickle, as under load: a record at every turn of the event loop for 300 ms.
+    let nothingPending = false;
+    queue.whenHandedOver(() => {
+      nothingPending = true;
+    });
+    expect(nothingPending, 'nothing enqueued: at once').toBe(true);
+    // A steady trickle, as under load: a record at every turn of the event loop, each one's
+    // answer waiting for its acknowledgement.
     let enqueued = 0;
+    const handedOver: Array<Promise<number>> = [];
     const until = Date.now() + 300;
     while (Date.now() < until) {
       queue.enqueue(usageRecord());
       enqueued += 1;
+      const through = enqueued;
+      handedOver.push(new Promise((resolve) => queue.whenHandedOver(() => resolve(through))));
       await new Promise((resolve) => setImmediate(resolve));
     }
+    let waited = false;
+    queue.enqueue(usageRecord());
+    queue.whenHandedOver(() => {
+      waited = true;
+    });
+    expect(waited, 'not before Redis acknowledged it').toBe(false);
+    const last = await handedOver.at(-1);
+    // Each answer's records, and the ones before, are in the stream when it is released.
+    expect(last).toBe(enqueued);
+    const entries = (await raw.xrange(stream, '-', '+')) as Array<[string, string[]]>;
+    const inStream = entries.reduce((n, [, fields]) => n + Number(fields[fields.indexOf('n') + 1]), 0);
+    expect(inStream).toBeGreaterThanOrEqual(enqueued);
     await queue.flush();
-    expect(await queue.depth()).toBe(enqueued);
-    // About one send per interval (~15), each a few entries of up to 100 records; sending again
-    // at each round trip's end made an entry of a handful of records each time.
-    const entries = await raw.xlen(stream);
-    expect(enqueued).toBeGreaterThan(1000);
-    expect(entries).toBeLessThan(enqueued / 20);
+    expect(waited).toBe(true);
+    // What arrives during a send goes together in the next one: fewer entries than records.
+    expect(await raw.xlen(stream)).toBeLessThan(enqueued + 1);
     await queue.close();
     await raw.quit();
   });

@@ -15,15 +15,13 @@ export interface OpenUsageQueueOptions {
    * consumer resumes the records it had read but not acknowledged.
    */
   consumer: string;
-  /** How long records gather before a send to Redis (the Redis queue's default when absent). */
-  sendEveryMs?: number;
 }
 
 /** `whenReady` resolves once the backend is connected (at startup; rejects after the timeout). */
 export type OpenedUsageQueue = UsageQueue & { whenReady(timeoutMs?: number): Promise<void> };
 
 export function openUsageQueue(options: OpenUsageQueueOptions): OpenedUsageQueue {
-  if (options.redisUrl) return new RedisUsageQueue(options.redisUrl, { consumer: options.consumer, flushIntervalMs: options.sendEveryMs });
+  if (options.redisUrl) return new RedisUsageQueue(options.redisUrl, { consumer: options.consumer });
   // In process: the runtime opens one and hands it to the gateway and the ingester alike.
   return new MemoryUsageQueue(new MemoryUsageBackend(), options.consumer);
 }

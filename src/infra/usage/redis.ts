@@ -2,7 +2,7 @@ import type { Redis } from 'ioredis';
 import type { UsageRecord } from '../../domain/usage.js';
 import { withinDeadline } from '../deadline.js';
 import { FAIL_FAST, closeClient, connectRedis, replies, waitForReady } from '../limits/redisConnection.js';
-import { EntryBuffer } from './buffer.js';
+import { type Entry, EntryBuffer } from './buffer.js';
 import { DEFAULT_QUEUE_CAPACITY } from './memory.js';
 import type { QueuedUsage, UsageQueue } from './port.js';
 import { recordFromWire, toWire } from './wire.js';
@@ -16,10 +16,10 @@ export interface RedisUsageQueueOptions {
   claimIdleMs?: number;
   /** Records buffered in memory at most while Redis is away; beyond, dropped and counted. */
   bufferCapacity?: number;
-  /** The buffer is sent this often (default DEFAULT_FLUSH_INTERVAL_MS)... */
-  flushIntervalMs?: number;
-  /** ...in pipelines of at most this many records (ENTRY_RECORDS to an XADD). */
+  /** A send is a pipeline of at most this many records (ENTRY_RECORDS to an XADD). */
   flushBatch?: number;
+  /** How long an answer waits for its record's XADD at most, when Redis does not reply (default HANDOVER_TIMEOUT_MS). */
+  handoverTimeoutMs?: number;
   /** `close` waits this long at most for the buffer to reach Redis. */
   closeTimeoutMs?: number;
 }
@@ -45,21 +45,22 @@ const RETRY_SEND_MS = 100;
 /** A scrape of /metrics must not hang on a stalled Redis: past this, `depth` counts the buffer alone. */
 const DEPTH_TIMEOUT_MS = 1000;
 /**
- * How long records gather before a send. Each send is two commands, a socket write each; where
- * Redis's core is otherwise idle, waking it costs the event loop ~100–200 µs a send on these
- * machines. At 5 ms that was ~3 µs a record more than at 20 ms (bench/usage-handoff.ts,
- * docs/decisions.md); a record waits at most ~20 ms for its send, which no reader notices.
+ * How long answers wait for their records' XADD when Redis does not reply (stalled): past it
+ * they leave, the records stay buffered, and until a send succeeds again answers do not wait.
+ * Well above a loaded machine's round trip to Redis, well below a client's patience.
  */
-const DEFAULT_FLUSH_INTERVAL_MS = 20;
+const HANDOVER_TIMEOUT_MS = 250;
 
 type StreamEntry = [id: string, fields: string[] | null];
 
 /**
  * The usage queue on a Redis stream with a consumer group.
  *
- * - `enqueue` only pushes to an in-memory buffer; a timer sends it with pipelined XADDs of up
- *   to ENTRY_RECORDS records each. While Redis is away the buffer keeps up to `bufferCapacity`
- *   records and drains when it is back. A pipeline cut mid-way is re-sent whole from its first
+ * - `enqueue` pushes to an in-memory buffer, sent at the end of the turn with pipelined XADDs
+ *   of up to ENTRY_RECORDS records each (one send under way at a time; what arrives meanwhile
+ *   goes right after); `whenHandedOver` calls back once Redis acknowledged them, so a gateway
+ *   killed after answering has lost nothing. While Redis is away the buffer keeps up to
+ *   `bufferCapacity` records and drains when it is back; answers do not wait meanwhile. A pipeline cut mid-way is re-sent whole from its first
  *   unconfirmed XADD, so a record may reach the stream twice: the ingester's deterministic
  *   event ids absorb that.
  * - Records are handed out and acknowledged one by one, as the port says: a read hands out at
@@ -80,7 +81,7 @@ export class RedisUsageQueue implements UsageQueue {
   private readonly group: string;
   private readonly consumer: string;
   private readonly claimIdleMs: number;
-  private readonly flushIntervalMs: number;
+  private readonly handoverTimeoutMs: number;
   private readonly flushBatch: number;
   private readonly closeTimeoutMs: number;
   private readonly buffer: EntryBuffer;
@@ -90,7 +91,16 @@ export class RedisUsageQueue implements UsageQueue {
   private held: QueuedUsage[] = [];
   /** Entries read by this process: their records not yet acknowledged, and whether the count key counts them. */
   private readonly unacked = new Map<string, { left: number; counted: number }>();
-  private flushTimer: NodeJS.Timeout | null = null;
+  /** The next send, at the end of this turn; or after a failed one, its retry. */
+  private nextSend: NodeJS.Immediate | null = null;
+  private retryTimer: NodeJS.Timeout | null = null;
+  /** Records put in the buffer, and of them, in order, those whose XADD Redis acknowledged. */
+  private accepted = 0;
+  private acknowledged = 0;
+  /** Answers waiting for the records enqueued before them (`through`) to be acknowledged; in order. */
+  private waiters: Array<{ through: number; done: () => void }> = [];
+  /** The last send failed or got no reply in time: answers do not wait until one succeeds. */
+  private failing = false;
   private sending: Promise<void> | null = null;
   private ownPendingCursor: string | null = '0';
   private claimCursor = '0-0';
@@ -106,14 +116,18 @@ export class RedisUsageQueue implements UsageQueue {
     this.group = options.group ?? 'ingester';
     this.consumer = options.consumer;
     this.claimIdleMs = options.claimIdleMs ?? 30_000;
-    this.flushIntervalMs = options.flushIntervalMs ?? DEFAULT_FLUSH_INTERVAL_MS;
+    this.handoverTimeoutMs = options.handoverTimeoutMs ?? HANDOVER_TIMEOUT_MS;
     this.flushBatch = options.flushBatch ?? 500;
     this.closeTimeoutMs = options.closeTimeoutMs ?? 2000;
     this.buffer = new EntryBuffer(options.bufferCapacity ?? DEFAULT_QUEUE_CAPACITY, ENTRY_RECORDS);
     this.countKey = `{${this.stream}}:records`;
     this.writer = connectRedis(redisUrl, FAIL_FAST);
     this.reader = connectRedis(redisUrl, FAIL_FAST);
-    this.writer.on('ready', () => this.scheduleSend(0));
+    this.writer.on('ready', () => {
+      if (this.retryTimer) clearTimeout(this.retryTimer);
+      this.retryTimer = null;
+      this.sendSoon();
+    });
   }
 
   /** Records refused because the buffer was full (Redis away too long). */
@@ -142,12 +156,31 @@ export class RedisUsageQueue implements UsageQueue {
       this.malformed += 1;
       return;
     }
+    const dropped = this.buffer.dropped;
     this.buffer.push(serialized);
-    this.scheduleSend(this.flushIntervalMs);
+    if (this.buffer.dropped !== dropped) return;
+    this.accepted += 1;
+    this.sendSoon();
   }
 
+  /**
+   * Once Redis acknowledged the XADD of every record enqueued so far. At once while Redis is
+   * away or failing (the records wait in the buffer, lost if the process dies meanwhile): an
+   * outage must not stall the answers.
+   */
   whenHandedOver(done: () => void): void {
-    done();
+    if (this.acknowledged >= this.accepted || this.failing || this.writer.status !== 'ready') done();
+    else this.waiters.push({ through: this.accepted, done });
+  }
+
+  /** Answers whose records Redis acknowledged leave; with `all`, every waiting one. */
+  private release(all: boolean): void {
+    let i = 0;
+    while (i < this.waiters.length && (all || (this.waiters[i] as { through: number }).through <= this.acknowledged)) i += 1;
+    if (i === 0) return;
+    const leaving = this.waiters.slice(0, i);
+    this.waiters = this.waiters.slice(i);
+    for (const waiter of leaving) waiter.done();
   }
 
   async flush(): Promise<void> {
@@ -253,36 +286,66 @@ export class RedisUsageQueue implements UsageQueue {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
-    if (this.flushTimer) clearTimeout(this.flushTimer);
+    if (this.nextSend) clearImmediate(this.nextSend);
+    if (this.retryTimer) clearTimeout(this.retryTimer);
     let timer: NodeJS.Timeout | undefined;
     await Promise.race([this.flush(), new Promise((resolve) => (timer = setTimeout(resolve, this.closeTimeoutMs)))]);
     clearTimeout(timer);
     this.disconnected = true;
+    // Answers still waiting leave (their records are lost with the process, as after a failed send).
+    this.release(true);
     this.reader.disconnect();
     await closeClient(this.writer);
   }
 
-  private scheduleSend(delayMs: number): void {
-    if (this.flushTimer || this.closed || this.buffer.length === 0) return;
-    this.flushTimer = setTimeout(() => {
-      this.flushTimer = null;
-      // What arrived during a send waits for the next interval, unless a whole pipeline's worth
-      // is there: sending again at once made a pipeline of a few records per Redis round trip
-      // under load (~11 records an entry at 12k calls/s).
-      this.send().then(
-        () => this.scheduleSend(this.buffer.length >= this.flushBatch ? 0 : this.flushIntervalMs),
-        () => this.scheduleSend(RETRY_SEND_MS),
-      );
-    }, delayMs);
+  /**
+   * A send at the end of this turn, pipelined, when none is under way: its answers wait for it.
+   * What arrives during a send goes with the next one, right after it.
+   */
+  private sendSoon(): void {
+    if (this.nextSend || this.sending || this.retryTimer || this.closed || this.buffer.length === 0) return;
+    this.nextSend = setImmediate(this.sendNow);
   }
+
+  private readonly sendNow = (): void => {
+    this.nextSend = null;
+    this.send().then(
+      () => this.sendSoon(),
+      () => {
+        this.retryTimer = setTimeout(() => {
+          this.retryTimer = null;
+          this.sendSoon();
+        }, RETRY_SEND_MS);
+      },
+    );
+  };
 
   /** One send at a time. */
   private send(): Promise<void> {
-    this.sending ??= this.sendAll().finally(() => {
-      this.sending = null;
-    });
+    if (this.sending) return this.sending;
+    const stalled = setTimeout(this.fail, this.handoverTimeoutMs);
+    this.sending = this.sendAll()
+      .then(
+        () => {
+          this.failing = false;
+        },
+        (error: unknown) => {
+          this.fail();
+          throw error;
+        },
+      )
+      .finally(() => {
+        clearTimeout(stalled);
+        this.sending = null;
+      });
     return this.sending;
   }
+
+  /** A send failed or got no reply in time: the answers waiting leave, and the next ones do not wait until a send succeeds. */
+  private readonly fail = (): void => {
+    this.failing = true;
+    this.release(true);
+  };
 
   /**
    * Sends what is buffered now, one pipeline at a time. What arrives meanwhile waits for the
@@ -302,7 +365,9 @@ export class RedisUsageQueue implements UsageQueue {
       // Only the unbroken run of confirmed XADDs leaves the buffer; the rest is sent again.
       let confirmed = 0;
       while (confirmed < entries.length && answered[2 * confirmed]?.[0] === null) confirmed += 1;
+      for (let i = 0; i < confirmed; i++) this.acknowledged += (entries[i] as Entry).count;
       this.buffer.drop(confirmed);
+      this.release(false);
       if (confirmed < entries.length) throw answered[2 * confirmed]?.[0] ?? new Error('usage queue: XADD not confirmed');
     }
   }
