@@ -1,10 +1,10 @@
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { delimiter, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type FakeUpstream, startEvmFake } from '../support/fakeUpstreams.js';
-import { startTestRedisServer, type TestRedisServer } from '../support/redisServer.js';
+import { freePort, startTestRedisServer, type TestRedisServer } from '../support/redisServer.js';
 import { owner, startTestApp, type TestApp } from '../support/testApp.js';
 
 /**
@@ -15,9 +15,11 @@ import { owner, startTestApp, type TestApp } from '../support/testApp.js';
 
 const DASHBOARD = 'deploy/grafana/dashboards/gateway.json';
 const PROMETHEUS_CONFIG = 'deploy/prometheus/prometheus.yml';
-const NO_PROMTOOL = "promtool is not on the PATH (.ci/run installs Debian's prometheus package, which has it)";
+const notOnPath = (command: string): string => `${command} is not on the PATH (.ci/run installs Debian's prometheus package, which has it)`;
+const NO_PROMTOOL = notOnPath('promtool');
 
-const promtool = (process.env.PATH ?? '').split(delimiter).some((dir) => dir !== '' && existsSync(join(dir, 'promtool')));
+const onPath = (command: string): boolean => (process.env.PATH ?? '').split(delimiter).some((dir) => dir !== '' && existsSync(join(dir, command)));
+const promtool = onPath('promtool');
 const runPromtool = (args: string[], input?: string) => {
   const run = spawnSync('promtool', args, { input, encoding: 'utf8' });
   return { status: run.status, output: `${run.stdout}${run.stderr}`.trim() };
@@ -61,6 +63,9 @@ let redis: TestRedisServer;
 let failing: FakeUpstream;
 let node: FakeUpstream;
 let t: TestApp;
+let base: string;
+/** A chain call with the test's token; its HTTP status. */
+let call: (chain: string) => Promise<number>;
 /** One scrape of /metrics over HTTP, after calls admitted, answered and failed upstream. */
 let scrape: string;
 
@@ -72,11 +77,11 @@ beforeAll(async () => {
   t = await startTestApp({ env: { REDIS_URL: redis.url, UPSTREAM_LOCAL: node.url, UPSTREAM_ETH: failing.url } });
   await t.app.listen({ port: 0, host: '127.0.0.1' });
   const address = t.app.server.address();
-  const base = `http://127.0.0.1:${typeof address === 'object' && address ? address.port : 0}`;
+  base = `http://127.0.0.1:${typeof address === 'object' && address ? address.port : 0}`;
   const o = await owner(t.app);
   const created = await t.app.inject({ method: 'POST', url: '/api/v1/tokens', headers: o.auth, payload: { name: 'metrics' } });
   const token = created.json().token as string;
-  const call = async (chain: string) =>
+  call = async (chain: string) =>
     (await fetch(`${base}/${chain}/${token}`, {
       method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'eth_blockNumber', params: [] }),
     })).status;
@@ -133,6 +138,48 @@ describe('the Grafana dashboard', () => {
       rmSync(dir, { recursive: true, force: true });
     }
   });
+
+  it('has data for every query from a real Prometheus scraping the service', async (ctx) => {
+    ctx.skip(!onPath('prometheus'), notOnPath('prometheus'));
+    const dir = mkdtempSync(join(tmpdir(), 'gw-prometheus-'));
+    const port = await freePort();
+    // Scraped every second, so rates over 5 s have the two samples they need within seconds.
+    const config = { global: { scrape_interval: '1s' }, scrape_configs: [{ job_name: 'gateway', static_configs: [{ targets: [new URL(base).host] }] }] };
+    writeFileSync(join(dir, 'prometheus.yml'), JSON.stringify(config));
+    const prometheus = spawn('prometheus', [`--config.file=${join(dir, 'prometheus.yml')}`, `--storage.tsdb.path=${join(dir, 'data')}`, `--web.listen-address=127.0.0.1:${port}`], { stdio: 'ignore' });
+    const exited = new Promise((resolve) => prometheus.once('exit', resolve));
+    let calling = true;
+    const traffic = (async () => {
+      while (calling) {
+        await call('local');
+        await call('eth');
+        await new Promise((r) => setTimeout(r, 100));
+      }
+    })();
+    const filled = (expr: string): string => expr.replace(/\$__rate_interval/g, '5s').replace(/\$__range/g, '1m').replace(/\$\{?chain\}?/g, '.*');
+    const hasData = async (expr: string): Promise<boolean> => {
+      const res = await fetch(`http://127.0.0.1:${port}/api/v1/query?query=${encodeURIComponent(filled(expr))}`).catch(() => null);
+      if (!res?.ok) return false;
+      const body = (await res.json()) as { data: { result: unknown[] } };
+      return body.data.result.length > 0;
+    };
+    try {
+      let empty = expressions;
+      const deadline = Date.now() + 60_000;
+      while (empty.length > 0 && Date.now() < deadline) {
+        await new Promise((r) => setTimeout(r, 500));
+        const answers = await Promise.all(empty.map(({ expr }) => hasData(expr)));
+        empty = empty.filter((_, i) => !answers[i]);
+      }
+      expect(empty.map(({ where, expr }) => `${where}: ${expr}`)).toEqual([]);
+    } finally {
+      calling = false;
+      await traffic;
+      prometheus.kill('SIGTERM');
+      await exited;
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 90_000);
 });
 
 describe('deploy/: Prometheus and Grafana wiring', () => {
