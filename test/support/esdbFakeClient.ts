@@ -62,6 +62,8 @@ export interface EsdbCalls {
  */
 export class FakeEsdbServer {
   readonly calls: EsdbCalls = { appendToStream: 0, readStream: 0, readAll: 0, subscribeToAll: 0 };
+  /** Events sent by stream reads. */
+  eventsRead = 0;
   private readonly streams = new Map<string, Recorded[]>();
   private readonly log: Recorded[] = [];
   private readonly live = new Set<Live>();
@@ -162,7 +164,15 @@ export class FakeEsdbServer {
       const start = from === undefined || from === 'start' ? 0 : from === 'end' ? stream.length : Number(from);
       slice = stream.slice(start, start + maxCount);
     }
-    for (const event of slice) yield { event: structuredClone(event) };
+    for (const event of slice) {
+      this.eventsRead += 1;
+      yield { event: structuredClone(event) };
+    }
+  }
+
+  /** The ids of a stream's events, in order. */
+  eventsOf(streamName: string): string[] {
+    return (this.streams.get(streamName) ?? []).map((event) => event.id);
   }
 
   private subscribe(from: Position | 'start' | 'end', prefixes: string[]): Readable {

@@ -242,3 +242,69 @@ describe('ExactlyOnceAppender', () => {
     expect(await store.readStream('usage-a')).toHaveLength(2);
   });
 });
+
+describe('ExactlyOnceAppender on EventStoreDB: round trips', () => {
+  const event = (record: UsageRecord): NewEvent => ({ id: usageEventId(record), type: USAGE_EVENT_TYPE, data: record });
+  /** As the ingester appends: with the records' earliest and latest times. */
+  const appendRecords = (appender: ExactlyOnceAppender, stream: string, records: UsageRecord[]) => {
+    const times = records.map((r) => Date.parse(r.at));
+    return appender.append(stream, records.map(event), Math.min(...times), Math.max(...times));
+  };
+  const expectOnceEach = async (store: EsdbLikeEventStore, stream: string, records: UsageRecord[]) =>
+    expect([...(await store.readStream(stream)).map((e) => e.id)].sort()).toEqual(records.map((r) => usageEventId(r)).sort());
+
+  it('an append of a batch is one call to the server', async () => {
+    const store = new EsdbLikeEventStore();
+    const appender = new ExactlyOnceAppender(store);
+    for (let i = 0; i < 5; i++) await appendRecords(appender, 'usage-a', [usageRecord(), usageRecord(), usageRecord()]);
+    expect(store.roundTrips).toBe(5);
+  });
+
+  it('after 20,000 other streams, a redelivered batch on the first lands once, in one round trip', async () => {
+    const store = new EsdbLikeEventStore();
+    const appender = new ExactlyOnceAppender(store);
+    const first = [usageRecord(), usageRecord()];
+    await appendRecords(appender, 'usage-first', first);
+    for (let i = 0; i < 20_000; i++) await appendRecords(appender, `usage-${i}`, [usageRecord()]);
+    const before = store.roundTrips;
+    const fresh = usageRecord();
+    expect(await appendRecords(appender, 'usage-first', [...first, fresh])).toEqual({ appended: 1, duplicates: 2, conflicts: 0 });
+    expect(store.roundTrips - before).toBe(1);
+    await expectOnceEach(store, 'usage-first', [...first, fresh]);
+  });
+
+  it('with its ids forgotten (maxIds), a stream reads back only its tail for a redelivered batch and appends it once', async () => {
+    const store = new EsdbLikeEventStore();
+    const appender = new ExactlyOnceAppender(store, { maxIds: 4, clockSkewMs: 5 });
+    const old = Array.from({ length: 40 }, () => usageRecord());
+    for (let i = 0; i < old.length; i += 2) await appendRecords(appender, 'usage-a', old.slice(i, i + 2));
+    await sleep(30);
+    const recent = Array.from({ length: 6 }, () => usageRecord());
+    for (let i = 0; i < recent.length; i += 2) await appendRecords(appender, 'usage-a', recent.slice(i, i + 2));
+    const records = [...old, ...recent];
+    for (let i = 0; i < 3; i++) await appendRecords(appender, `usage-${i}`, [usageRecord(), usageRecord()]);
+    expect(appender.rememberedIds).toBeLessThanOrEqual(4);
+    const reads = store.readCalls;
+    const fresh = usageRecord();
+    expect(await appendRecords(appender, 'usage-a', [...records.slice(-3), fresh])).toMatchObject({ appended: 1, duplicates: 3 });
+    expect(store.readCalls - reads).toBe(1);
+    await expectOnceEach(store, 'usage-a', [...records, fresh]);
+  });
+
+  it('a concurrent writer on the same stream: refused, reads only what it appended, appends the rest', async () => {
+    const store = new EsdbLikeEventStore();
+    const mine = new ExactlyOnceAppender(store);
+    const theirs = new ExactlyOnceAppender(store);
+    const history = Array.from({ length: 30 }, () => usageRecord());
+    for (let i = 0; i < history.length; i += 3) await appendRecords(mine, 'usage-a', history.slice(i, i + 3));
+    // Another ingester was handed two of the records this one is about to append (a redelivery).
+    const [a, b, c, d, x] = Array.from({ length: 5 }, () => usageRecord()) as [UsageRecord, UsageRecord, UsageRecord, UsageRecord, UsageRecord];
+    await appendRecords(theirs, 'usage-a', [a, b, x]);
+    const { calls, eventsRead } = { calls: { ...store.server.calls }, eventsRead: store.server.eventsRead };
+    expect(await appendRecords(mine, 'usage-a', [a, b, c, d])).toEqual({ appended: 2, duplicates: 2, conflicts: 1 });
+    expect(store.server.calls.appendToStream - calls.appendToStream).toBe(2);
+    expect(store.server.calls.readStream - calls.readStream).toBe(1);
+    expect(store.server.eventsRead - eventsRead).toBe(3);
+    await expectOnceEach(store, 'usage-a', [...history, a, b, x, c, d]);
+  });
+});

@@ -187,11 +187,11 @@ export class UsageIngester implements Ingester {
   private async appendWithRetry(accountId: string, chunk: QueuedUsage[]): Promise<boolean> {
     const records = chunk.map((item) => item.record);
     const events = toEvents(records);
-    const since = oldestTime(records);
+    const [since, until] = timeSpan(records);
     let delay = this.backoff.initialMs;
     for (;;) {
       try {
-        const outcome = await this.appender.append(usageStream(accountId), events, since);
+        const outcome = await this.appender.append(usageStream(accountId), events, since, until);
         this.stats.appendedEvents += outcome.appended;
         this.stats.duplicatesDropped += outcome.duplicates;
         this.stats.appendConflicts += outcome.conflicts;
@@ -291,11 +291,16 @@ function toEvents(records: UsageRecord[]): NewEvent[] {
   return [...events.values()];
 }
 
-/** The earliest `at` of the records (ms); NaN when one is not a time. */
-function oldestTime(records: UsageRecord[]): number {
+/** The earliest and latest `at` of the records (ms); NaN when one is not a time. */
+function timeSpan(records: UsageRecord[]): [number, number] {
   let oldest = Number.POSITIVE_INFINITY;
-  for (const record of records) oldest = Math.min(oldest, Date.parse(record.at));
-  return oldest;
+  let newest = Number.NEGATIVE_INFINITY;
+  for (const record of records) {
+    const at = Date.parse(record.at);
+    oldest = Math.min(oldest, at);
+    newest = Math.max(newest, at);
+  }
+  return [oldest, newest];
 }
 
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
