@@ -1,0 +1,80 @@
+import pg from 'pg';
+
+/**
+ * What the PostgreSQL adapters share: a pool per store on `DATABASE_URL`, and the versioned
+ * schema each part of the service keeps there (`gw_schema`: one row per component).
+ */
+export type PostgresErrorCode = 'schema_too_new';
+
+export class PostgresError extends Error {
+  constructor(
+    readonly code: PostgresErrorCode,
+    message: string,
+  ) {
+    super(message);
+    this.name = 'PostgresError';
+  }
+}
+
+export interface Migration {
+  /** The version the schema has once `sql` ran (1, 2, …). */
+  version: number;
+  sql: string;
+}
+
+/**
+ * Everything that creates or alters tables runs under this advisory lock, so two processes
+ * starting together do not race to create the same tables.
+ */
+const MIGRATION_LOCK = 4_244_000_001;
+
+export function openPool(url: string, max: number): pg.Pool {
+  const pool = new pg.Pool({ connectionString: url, max });
+  // An idle client whose server went away: the pool drops it, and the next query reconnects.
+  pool.on('error', () => undefined);
+  return pool;
+}
+
+/**
+ * Brings `component`'s tables to the newest version this release knows. A database whose
+ * version is newer than that was written by a later release: this one refuses to start rather
+ * than read or write a layout it does not know.
+ */
+export async function migrate(pool: pg.Pool, component: string, migrations: readonly Migration[]): Promise<void> {
+  const known = migrations.at(-1)?.version ?? 0;
+  const client = await pool.connect();
+  try {
+    await client.query('BEGIN');
+    await client.query('SELECT pg_advisory_xact_lock($1)', [MIGRATION_LOCK]);
+    await client.query('CREATE TABLE IF NOT EXISTS gw_schema (component text PRIMARY KEY, version integer NOT NULL)');
+    const { rows } = await client.query<{ version: number }>('SELECT version FROM gw_schema WHERE component = $1', [component]);
+    const current = rows[0]?.version ?? 0;
+    if (current > known) {
+      throw new PostgresError(
+        'schema_too_new',
+        `the ${component} tables in PostgreSQL are at schema version ${current}, written by a newer release; this one knows up to version ${known} and will not use them (run the newer release, or restore a database of this one)`,
+      );
+    }
+    for (const migration of migrations) {
+      if (migration.version > current) await client.query(migration.sql);
+    }
+    if (known > current) {
+      await client.query(
+        'INSERT INTO gw_schema (component, version) VALUES ($1, $2) ON CONFLICT (component) DO UPDATE SET version = EXCLUDED.version',
+        [component, known],
+      );
+    }
+    await client.query('COMMIT');
+  } catch (error) {
+    await client.query('ROLLBACK').catch(() => undefined);
+    throw error;
+  } finally {
+    client.release();
+  }
+}
+
+/** Errors after which a transaction can simply be run again: serialization failure, deadlock. */
+export function isRetryable(error: unknown): boolean {
+  const code = (error as { code?: unknown } | null)?.code;
+  return code === '40001' || code === '40P01';
+}
