@@ -34,14 +34,7 @@ async function main(): Promise<void> {
   const expiry = config.role === 'all' || config.role === 'projector'
     ? startExpiryScheduler(runtime.queries, runtime.commands, { onError: (e) => app.log.error({ err: e }, 'expiry scheduler') })
     : null;
-  await app.listen({ port: config.port, host: config.host });
-  const address = app.server.address();
-  const port = typeof address === 'object' && address ? address.port : config.port;
-  const base = `http://${config.host === '0.0.0.0' ? 'localhost' : config.host}:${port}`;
-  console.log(`\nGateway (${config.role}) ready at ${base}`);
-  if (runtime.gateway) console.log(`  chains: ${runtime.gateway.chains.list().map((c) => c.id).join(', ')}${devnet ? ` (local devnet at ${devnet.url})` : ''}`);
-  if (config.role === 'all' || config.role === 'api') console.log(`  dashboard and API: ${base}/   data: ${config.dataDir}\n`);
-
+  // Before listening: a SIGTERM right after "ready" must drain, not kill (no handler means the default: exit at once).
   let stopping = false;
   const stop = async (signal: string) => {
     if (stopping) return;
@@ -49,7 +42,7 @@ async function main(): Promise<void> {
     app.log.info({ signal }, 'shutting down: no new connections, finishing calls in flight, flushing usage');
     expiry?.stop();
     // Keep-alive clients would hold the server open: while it closes, drop each connection as
-    // soon as it is idle (after the answer to its call in flight, or to its 503).
+    // soon as it is idle (after the answer to its call in flight).
     const dropIdle = setInterval(() => app.server.closeIdleConnections(), 50);
     await app.close();
     clearInterval(dropIdle);
@@ -61,6 +54,13 @@ async function main(): Promise<void> {
   };
   process.on('SIGTERM', () => void stop('SIGTERM'));
   process.on('SIGINT', () => void stop('SIGINT'));
+  await app.listen({ port: config.port, host: config.host });
+  const address = app.server.address();
+  const port = typeof address === 'object' && address ? address.port : config.port;
+  const base = `http://${config.host === '0.0.0.0' ? 'localhost' : config.host}:${port}`;
+  console.log(`\nGateway (${config.role}) ready at ${base}`);
+  if (runtime.gateway) console.log(`  chains: ${runtime.gateway.chains.list().map((c) => c.id).join(', ')}${devnet ? ` (local devnet at ${devnet.url})` : ''}`);
+  if (config.role === 'all' || config.role === 'api') console.log(`  dashboard and API: ${base}/   data: ${config.dataDir}\n`);
 }
 
 main().catch((e: unknown) => {
