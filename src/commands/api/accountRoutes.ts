@@ -1,17 +1,18 @@
-import type { FastifyPluginAsync } from 'fastify';
-import type { Account } from '../../api/types.js';
+import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
+import { Account } from '../../api/schemas.js';
+import type { Account as AccountView } from '../../api/types.js';
 import { DomainError } from '../../domain/errors.js';
 import { floorTo, nextBucket } from '../../projections/usageBuckets.js';
+import { problems } from './contract.js';
 import type { ApiDeps } from './deps.js';
-import { parseInput } from './input.js';
-import { owner, requireAdmin } from './owner.js';
+import { ownerOf } from './owner.js';
 import { AccountParams, ChangePlan } from './schemas.js';
 
 const nextMonthStart = (now: Date) => new Date(nextBucket(floorTo(now.getTime(), 'month'), 'month')).toISOString();
 
 /** The account view (plan, limits, usage this month) and the operator's plan change. */
-export const accountRoutes: FastifyPluginAsync<ApiDeps> = async (app, deps) => {
-  const accountView = async (accountId: string): Promise<Account> => {
+export const accountRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, deps) => {
+  const accountView = async (accountId: string): Promise<AccountView> => {
     const account = await deps.queries.account(accountId);
     if (!account) throw new DomainError('not_found', 'No such account.');
     const plan = deps.plans[account.plan];
@@ -33,15 +34,19 @@ export const accountRoutes: FastifyPluginAsync<ApiDeps> = async (app, deps) => {
     };
   };
 
-  app.get('/api/v1/account', async (request) => {
-    const { accountId } = await owner(request, deps, ['session', 'access_token']);
-    return accountView(accountId);
-  });
+  const accountSchema = { summary: 'The account, its plan and its usage this month', tags: ['account'], response: { 200: Account, ...problems(404) } };
+  app.get('/api/v1/account', { config: { auth: 'owner' }, schema: accountSchema }, async (request) => accountView(ownerOf(request).accountId));
 
-  app.put('/api/v1/admin/accounts/:id/plan', async (request) => {
-    requireAdmin(request, deps);
-    const { id } = parseInput('params', AccountParams, request.params);
-    const { plan } = parseInput('body', ChangePlan, request.body);
+  const changePlan = {
+    summary: 'Move an account to another plan (operator)',
+    tags: ['admin'],
+    params: AccountParams,
+    body: ChangePlan,
+    response: { 200: Account, ...problems(404, 409) },
+  };
+  app.put('/api/v1/admin/accounts/:id/plan', { config: { auth: 'admin' }, schema: changePlan }, async (request) => {
+    const { id } = request.params;
+    const { plan } = request.body;
     await deps.commands.account(id);
     await deps.waitFor(await deps.commands.changePlan(id, plan));
     return accountView(id);

@@ -1,14 +1,15 @@
-import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
+import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
-import type { Alert, AlertList, AlertNotifications } from '../../api/types.js';
+import { Alert, AlertList, AlertNotifications } from '../../api/schemas.js';
+import type { Alert as AlertRecord } from '../../api/types.js';
 import type { ChannelInput, RuleInput } from '../../domain/alert.js';
 import { ALERT_TYPES } from '../../domain/alertEvents.js';
 import { DomainError } from '../../domain/errors.js';
 import { ALERT_ID_PATTERN } from '../alertCommands.js';
 import { ID_PATTERN } from '../ids.js';
+import { problems } from './contract.js';
 import type { ApiDeps } from './deps.js';
-import { parseInput } from './input.js';
-import { owner } from './owner.js';
+import { ownerOf } from './owner.js';
 
 // ── Request schemas: shapes and formats here; ranges per type in the domain (ruleFromInput) ──
 
@@ -87,7 +88,7 @@ const channelInput = (c: z.infer<typeof ChannelIn>): ChannelInput =>
   c.type === 'incident' ? { type: 'incident', routingKey: c.routing_key } : c;
 
 /** The record, with the `whsec_` secret of each webhook channel this call created: the only time it is shown. */
-const withSecrets = (record: Alert, secrets: Record<string, string>): Alert => ({
+const withSecrets = (record: AlertRecord, secrets: Record<string, string>): AlertRecord => ({
   ...record,
   channels: record.channels.map((c) => {
     const secret = secrets[c.id];
@@ -96,17 +97,24 @@ const withSecrets = (record: Alert, secrets: Record<string, string>): Alert => (
 });
 
 /** Alert rules: create, list, get, edit, delete, and the delivery attempts of their notifications. */
-export const alertRoutes: FastifyPluginAsync<ApiDeps> = async (app, deps) => {
-  const ownerOf = (request: FastifyRequest) => owner(request, deps, ['session', 'access_token']);
-  const record = async (accountId: string, alertId: string): Promise<Alert> => {
+export const alertRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, deps) => {
+  const tags = ['alerts'];
+  const config = { auth: 'owner' } as const;
+  const record = async (accountId: string, alertId: string): Promise<AlertRecord> => {
     const r = await deps.alertQueries.alert(accountId, alertId);
     if (!r) throw new DomainError('not_found', 'No such alert.');
     return r;
   };
 
-  app.post('/api/v1/alerts', async (request, reply) => {
-    const { accountId } = await ownerOf(request);
-    const body = parseInput('body', CreateAlert, request.body);
+  const create = {
+    summary: 'Create an alert rule (a webhook channel\'s signing secret is in this answer only)',
+    tags,
+    body: CreateAlert,
+    response: { 201: Alert, ...problems(403, 404, 422) },
+  };
+  app.post('/api/v1/alerts', { config, schema: create }, async (request, reply) => {
+    const { accountId } = ownerOf(request);
+    const body = request.body;
     const created = await deps.alerts.create(accountId, {
       name: body.name,
       rule: { ...ruleInput(body), type: body.type, threshold: body.threshold },
@@ -117,21 +125,24 @@ export const alertRoutes: FastifyPluginAsync<ApiDeps> = async (app, deps) => {
     return reply.code(201).send(withSecrets(await record(accountId, created.alertId), created.secrets));
   });
 
-  app.get('/api/v1/alerts', async (request): Promise<AlertList> => {
-    const { accountId } = await ownerOf(request);
-    return { alerts: await deps.alertQueries.alerts(accountId) };
-  });
+  app.get('/api/v1/alerts', { config, schema: { summary: 'List alert rules', tags, response: { 200: AlertList } } }, async (request) => ({
+    alerts: await deps.alertQueries.alerts(ownerOf(request).accountId),
+  }));
 
-  app.get('/api/v1/alerts/:id', async (request) => {
-    const { accountId } = await ownerOf(request);
-    const { id } = parseInput('params', AlertParams, request.params);
-    return record(accountId, id);
-  });
+  const get = { summary: 'Get an alert rule', tags, params: AlertParams, response: { 200: Alert, ...problems(404) } };
+  app.get('/api/v1/alerts/:id', { config, schema: get }, async (request) => record(ownerOf(request).accountId, request.params.id));
 
-  app.patch('/api/v1/alerts/:id', async (request) => {
-    const { accountId } = await ownerOf(request);
-    const { id } = parseInput('params', AlertParams, request.params);
-    const body = parseInput('body', PatchAlert, request.body);
+  const edit = {
+    summary: 'Edit an alert rule: its name, rule, channels, or enable/disable it',
+    tags,
+    params: AlertParams,
+    body: PatchAlert,
+    response: { 200: Alert, ...problems(403, 404, 409, 422) },
+  };
+  app.patch('/api/v1/alerts/:id', { config, schema: edit }, async (request) => {
+    const { accountId } = ownerOf(request);
+    const { id } = request.params;
+    const body = request.body;
     const { name, channels, enabled, ...rule } = body;
     const changesRule = Object.values(rule).some((v) => v !== undefined);
     const updated = await deps.alerts.update(accountId, id, {
@@ -144,17 +155,25 @@ export const alertRoutes: FastifyPluginAsync<ApiDeps> = async (app, deps) => {
     return withSecrets(await record(accountId, id), updated.secrets);
   });
 
-  app.delete('/api/v1/alerts/:id', async (request, reply) => {
-    const { accountId } = await ownerOf(request);
-    const { id } = parseInput('params', AlertParams, request.params);
+  const remove = { summary: 'Delete an alert rule', tags, params: AlertParams, response: { 204: z.undefined().describe('Deleted.'), ...problems(404, 409) } };
+  app.delete('/api/v1/alerts/:id', { config, schema: remove }, async (request, reply) => {
+    const { accountId } = ownerOf(request);
+    const { id } = request.params;
     await deps.waitFor(await deps.alerts.delete(accountId, id));
     return reply.code(204).send();
   });
 
-  app.get('/api/v1/alerts/:id/notifications', async (request): Promise<AlertNotifications> => {
-    const { accountId } = await ownerOf(request);
-    const { id } = parseInput('params', AlertParams, request.params);
-    const { limit } = parseInput('query', NotificationsQuery, request.query);
+  const notifications = {
+    summary: 'The delivery attempts of an alert\'s notifications, newest first',
+    tags,
+    params: AlertParams,
+    querystring: NotificationsQuery,
+    response: { 200: AlertNotifications, ...problems(404) },
+  };
+  app.get('/api/v1/alerts/:id/notifications', { config, schema: notifications }, async (request) => {
+    const { accountId } = ownerOf(request);
+    const { id } = request.params;
+    const { limit } = request.query;
     await record(accountId, id);
     return { alert_id: id, notifications: await deps.alertQueries.notifications(id, limit) };
   });

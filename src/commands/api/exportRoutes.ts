@@ -1,17 +1,32 @@
 import { Readable } from 'node:stream';
-import type { FastifyPluginAsync } from 'fastify';
+import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
+import { z } from 'zod';
 import { fail } from '../../domain/errors.js';
 import { EXPORT_FORMATS, type ExportFormat, PLAN_IDS, type Plan, type PlanCatalog } from '../../domain/plans.js';
+import { problems } from './contract.js';
 import type { ApiDeps } from './deps.js';
 import { csvChunks } from './exports/csv.js';
 import { jsonChunks } from './exports/json.js';
-import { monthlyLimits, periodFor } from './metricsRoutes.js';
-import { owner } from './owner.js';
+import { monthlyLimits, PeriodQuery, periodFor } from './metricsRoutes.js';
+import { ownerOf } from './owner.js';
 
 const CONTENT_TYPES: Record<ExportFormat, string> = {
   csv: 'text/csv; charset=utf-8; header=present',
   json: 'application/json; charset=utf-8',
   pdf: 'application/pdf',
+};
+
+const DESCRIPTIONS: Record<ExportFormat, string> = {
+  csv: 'One row per call, with a header row; streamed. On every plan.',
+  json: 'A header object (`period`, `chain`, `retention`) and `rows`, one per call; streamed. Developer plans and above.',
+  pdf: 'A snapshot of the dashboard\'s figures for the period. Professional plans and above.',
+};
+
+/** What the files hold, for the document (they are streamed, not checked against it). */
+const FILE_SCHEMAS: Record<ExportFormat, z.ZodType> = {
+  csv: z.string(),
+  json: z.looseObject({ period: z.object({ start: z.string(), end: z.string() }), chain: z.string().nullable(), rows: z.array(z.looseObject({})) }),
+  pdf: z.string().meta({ contentMediaType: 'application/pdf', format: 'binary' }),
 };
 
 /** Refuses a format the plan does not include (403), naming the cheapest plan that has it. */
@@ -34,10 +49,20 @@ const fileStamp = (iso: string): string => iso.slice(0, 16).replace(':', '');
  * per plan. CSV and JSON stream the raw rows a page at a time, so an export of millions of
  * calls holds one page in memory; both start answering before the last row is read.
  */
-export const exportRoutes: FastifyPluginAsync<ApiDeps> = async (app, deps) => {
+export const exportRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, deps) => {
   for (const format of EXPORT_FORMATS) {
-    app.get(`/api/v1/exports/usage.${format}`, async (request, reply) => {
-      const { accountId } = await owner(request, deps, ['access_token', 'session']);
+    const schema = {
+      summary: `The raw calls of a period as ${format.toUpperCase()} (an attachment)`,
+      description: DESCRIPTIONS[format],
+      tags: ['exports'],
+      querystring: PeriodQuery,
+      response: {
+        200: { description: `The ${format.toUpperCase()} file.`, content: { [CONTENT_TYPES[format].split(';')[0] as string]: { schema: FILE_SCHEMAS[format] } } },
+        ...problems(403, 404),
+      },
+    };
+    app.get(`/api/v1/exports/usage.${format}`, { config: { auth: 'owner' }, schema }, async (request, reply) => {
+      const { accountId } = ownerOf(request);
       const { account, plan, resolved } = await periodFor(request, deps, accountId);
       checkExportOnPlan(deps.plans, plan, format);
       const { scope, period } = resolved;

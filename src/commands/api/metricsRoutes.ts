@@ -1,15 +1,18 @@
-import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
+import type { FastifyRequest } from 'fastify';
+import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
-import type { MonthlyLimits, PeriodMetrics, RecentError, TokenMetrics, UserMetrics } from '../../api/types.js';
+import { TokenMetrics, UserMetrics } from '../../api/schemas.js';
+import type { MonthlyLimits, PeriodMetrics, RecentError } from '../../api/types.js';
 import { DomainError, fail } from '../../domain/errors.js';
 import type { Plan } from '../../domain/plans.js';
 import type { UsageReport, UsageScope } from '../../projections/metricsQueries.js';
 import { retentionCutoff } from '../../projections/retention.js';
 import { ceilTo, DAY_MS, floorTo, nextBucket, seriesGranularity } from '../../projections/usageBuckets.js';
 import { MINUTE_RETENTION_DAYS } from '../../projections/usageExpiry.js';
+import { problems } from './contract.js';
 import type { ApiDeps } from './deps.js';
 import { parseInput } from './input.js';
-import { owner } from './owner.js';
+import { ownerOf } from './owner.js';
 import { TokenParams } from './schemas.js';
 
 /** ISO 8601 UTC per the spec; an offset is accepted and converted, a bare date means its midnight UTC. */
@@ -101,10 +104,18 @@ export async function periodFor(request: FastifyRequest, deps: ApiDeps, accountI
 }
 
 /** The metrics API (DESIGN §4): an account's usage, performance and errors, and one token's analytics. */
-export const metricsRoutes: FastifyPluginAsync<ApiDeps> = async (app, deps) => {
+export const metricsRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, deps) => {
+  const tags = ['metrics'];
+  const user = {
+    summary: 'The account\'s usage, performance and errors over a period',
+    description: 'No `start` is the plan\'s whole retention window, no `end` is now; an older `start` is clamped (`retention.clamped`).',
+    tags,
+    querystring: PeriodQuery,
+    response: { 200: UserMetrics, ...problems(404) },
+  };
   // The spec has this call carry an API token; an access token or the dashboard's session work too.
-  app.get('/api/v1/metrics/user', async (request): Promise<UserMetrics> => {
-    const { accountId } = await owner(request, deps, ['api_token', 'access_token', 'session']);
+  app.get('/api/v1/metrics/user', { config: { auth: 'metrics' }, schema: user }, async (request) => {
+    const { accountId } = ownerOf(request);
     const { plan, resolved } = await periodFor(request, deps, accountId);
     const { scope } = resolved;
     const [report, errors, recentErrors, used] = await Promise.all([
@@ -121,9 +132,10 @@ export const metricsRoutes: FastifyPluginAsync<ApiDeps> = async (app, deps) => {
     };
   });
 
-  app.get('/api/v1/metrics/tokens/:id', async (request): Promise<TokenMetrics> => {
-    const { accountId } = await owner(request, deps, ['access_token', 'session']);
-    const { id } = parseInput('params', TokenParams, request.params);
+  const token = { summary: 'One API token\'s analytics over a period', tags, params: TokenParams, querystring: PeriodQuery, response: { 200: TokenMetrics, ...problems(404) } };
+  app.get('/api/v1/metrics/tokens/:id', { config: { auth: 'owner' }, schema: token }, async (request) => {
+    const { accountId } = ownerOf(request);
+    const { id } = request.params;
     const { plan, resolved } = await periodFor(request, deps, accountId);
     const token = await deps.queries.token(accountId, id);
     if (!token) throw new DomainError('not_found', 'No such token.');
@@ -141,8 +153,8 @@ export const metricsRoutes: FastifyPluginAsync<ApiDeps> = async (app, deps) => {
       clientIps,
       // A token without its own limit draws on the account's (spec: Authentication 6).
       limits: ownLimit
-        ? { ...monthlyLimits(token.monthly_limit, token.current_month_usage, deps.now()), appliesTo: 'token' }
-        : { ...monthlyLimits(plan.monthly_requests, accountUsed, deps.now()), appliesTo: 'account', tokenUsed: token.current_month_usage },
+        ? { ...monthlyLimits(token.monthly_limit, token.current_month_usage, deps.now()), appliesTo: 'token' as const }
+        : { ...monthlyLimits(plan.monthly_requests, accountUsed, deps.now()), appliesTo: 'account' as const, tokenUsed: token.current_month_usage },
     };
   });
 };

@@ -1,5 +1,5 @@
 import { timingSafeEqual } from 'node:crypto';
-import type { FastifyRequest } from 'fastify';
+import type { FastifyRequest, onRequestAsyncHookHandler } from 'fastify';
 import { DomainError } from '../../domain/errors.js';
 import { hashToken, isWellFormedToken } from '../../domain/tokenFormat.js';
 import type { ApiDeps } from './deps.js';
@@ -12,6 +12,62 @@ export interface Owner {
   via: OwnerCredential;
   /** Set when `via` is `api_token`. */
   tokenId?: string;
+}
+
+/**
+ * Who may call a route, declared in its options (`config: { auth: 'owner' }`): the scope's
+ * hook authenticates before validation and the handler (a 401 comes before a 400), and the
+ * OpenAPI document names the same scope's credentials.
+ * - `public`: anyone (sign-up, log-in, the API description);
+ * - `dashboard`: a session cookie only (managing access tokens);
+ * - `owner`: a session cookie or an access token (`gka_…`);
+ * - `metrics`: those or an API token (`gk_…`), as the spec has the metrics call carry;
+ * - `admin`: the operator's ADMIN_TOKEN.
+ */
+export type AuthScope = 'public' | 'dashboard' | 'owner' | 'metrics' | 'admin';
+
+declare module 'fastify' {
+  interface FastifyContextConfig {
+    auth?: AuthScope;
+  }
+  interface FastifyRequest {
+    /** Set by the hook of an owner scope; read it with `ownerOf`. */
+    owner: Owner | null;
+  }
+}
+
+const CREDENTIALS: Record<'dashboard' | 'owner' | 'metrics', OwnerCredential[]> = {
+  dashboard: ['session'],
+  owner: ['session', 'access_token'],
+  metrics: ['api_token', 'access_token', 'session'],
+};
+
+/** The OpenAPI security requirement of each scope: any one of the named schemes. */
+export const SECURITY: Record<AuthScope, Array<Record<string, string[]>>> = {
+  public: [],
+  dashboard: [{ session: [] }],
+  owner: [{ session: [] }, { accessToken: [] }],
+  metrics: [{ apiToken: [] }, { accessToken: [] }, { session: [] }],
+  admin: [{ adminToken: [] }],
+};
+
+/** The onRequest hook of each scope but `public`. */
+export function scopeHooks(deps: ApiDeps): Record<Exclude<AuthScope, 'public'>, onRequestAsyncHookHandler> {
+  const ownerHook = (allowed: OwnerCredential[]): onRequestAsyncHookHandler => async (request) => {
+    request.owner = await owner(request, deps, allowed);
+  };
+  return {
+    dashboard: ownerHook(CREDENTIALS.dashboard),
+    owner: ownerHook(CREDENTIALS.owner),
+    metrics: ownerHook(CREDENTIALS.metrics),
+    admin: async (request) => requireAdmin(request, deps),
+  };
+}
+
+/** The caller authenticated by the route's scope hook. */
+export function ownerOf(request: FastifyRequest): Owner {
+  if (!request.owner) throw new Error(`${request.method} ${request.routeOptions.url} has no owner scope`);
+  return request.owner;
 }
 
 const unauthorized = (message: string) => new DomainError('unauthorized', message);
@@ -28,7 +84,7 @@ const bearerOf = (request: FastifyRequest): string | null => {
  * Who is calling the management API: an access token (`gka_…`) as Bearer, or the dashboard's
  * session cookie; an API token (`gk_…`) only where `allowed` says so (the metrics call).
  */
-export async function owner(request: FastifyRequest, deps: ApiDeps, allowed: OwnerCredential[]): Promise<Owner> {
+async function owner(request: FastifyRequest, deps: ApiDeps, allowed: OwnerCredential[]): Promise<Owner> {
   const bearer = bearerOf(request);
   if (bearer !== null) {
     if (isWellFormedToken('access', bearer) && allowed.includes('access_token')) {
@@ -56,7 +112,7 @@ export async function owner(request: FastifyRequest, deps: ApiDeps, allowed: Own
   throw unauthorized('Log in, or pass an access token as "Authorization: Bearer gka_…".');
 }
 
-export function requireAdmin(request: FastifyRequest, deps: ApiDeps): void {
+function requireAdmin(request: FastifyRequest, deps: ApiDeps): void {
   const bearer = bearerOf(request);
   const expected = deps.adminToken;
   if (!expected || !bearer) throw unauthorized('Operator calls need "Authorization: Bearer <ADMIN_TOKEN>".');

@@ -5,15 +5,27 @@ import { alertRoutes } from './alertRoutes.js';
 import { authRoutes } from './authRoutes.js';
 import type { ApiDeps } from './deps.js';
 import { exportRoutes } from './exportRoutes.js';
+import { zodValidatorCompiler } from './input.js';
 import { metricsRoutes } from './metricsRoutes.js';
+import { answerSerializer, checkAnswerStatuses, completeRoutes } from './contract.js';
 import { problemErrorHandler } from './problem.js';
 import { tokenRoutes } from './tokenRoutes.js';
 
-/** The owner and management API (DESIGN §4), errors as RFC 9457 problem+json. */
+/**
+ * The owner and management API (DESIGN §4), errors as RFC 9457 problem+json. Each route
+ * declares its scope, inputs and answers as zod schemas; the OpenAPI document is made from them.
+ */
 export const managementApi: FastifyPluginAsync<ApiDeps> = async (app, deps) => {
   // JSON only: any other body is a 415, not a string that fails validation later.
   app.removeContentTypeParser('text/plain');
   app.setErrorHandler(problemErrorHandler);
+  app.setValidatorCompiler(zodValidatorCompiler);
+  // Vitest sets NODE_ENV=test: the suite checks every answer against its documented schema.
+  const checkAnswers = process.env.NODE_ENV === 'test';
+  app.setSerializerCompiler(answerSerializer(checkAnswers));
+  if (checkAnswers) checkAnswerStatuses(app);
+  app.decorateRequest('owner', null);
+  completeRoutes(app, deps);
   const notFound = (request: FastifyRequest, reply: FastifyReply): void => {
     problemErrorHandler(Object.assign(new Error(`No route ${request.method} ${request.url.split('?')[0]}.`), { statusCode: 404 }), request, reply);
   };

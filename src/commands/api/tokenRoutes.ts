@@ -1,23 +1,31 @@
-import type { FastifyPluginAsync } from 'fastify';
-import type { CreatedToken, TokenHistory, TokenList, TokenRecord } from '../../api/types.js';
+import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
+import { CreatedToken, TokenHistory, TokenList, TokenRecord } from '../../api/schemas.js';
+import type { TokenRecord as TokenRecordType } from '../../api/types.js';
 import { DomainError } from '../../domain/errors.js';
+import { problems } from './contract.js';
 import type { ApiDeps } from './deps.js';
-import { parseInput } from './input.js';
-import { owner } from './owner.js';
+import { ownerOf } from './owner.js';
 import { CreateApiToken, PatchApiToken, TokenParams } from './schemas.js';
 
 /** API tokens: create (the token string shown once), list, get, edit and toggle, revoke, audit history. */
-export const tokenRoutes: FastifyPluginAsync<ApiDeps> = async (app, deps) => {
-  const record = async (accountId: string, tokenId: string): Promise<TokenRecord> => {
+export const tokenRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, deps) => {
+  const tags = ['tokens'];
+  const config = { auth: 'owner' } as const;
+  const record = async (accountId: string, tokenId: string): Promise<TokenRecordType> => {
     const r = await deps.queries.token(accountId, tokenId);
     if (!r) throw new DomainError('not_found', 'No such token.');
     return r;
   };
-  const ownerOf = (request: Parameters<typeof owner>[0]) => owner(request, deps, ['session', 'access_token']);
 
-  app.post('/api/v1/tokens', async (request, reply) => {
-    const { accountId } = await ownerOf(request);
-    const body = parseInput('body', CreateApiToken, request.body);
+  const create = {
+    summary: 'Create an API token (the token string is in this answer only)',
+    tags,
+    body: CreateApiToken,
+    response: { 201: CreatedToken, ...problems(403, 409, 422) },
+  };
+  app.post('/api/v1/tokens', { config, schema: create }, async (request, reply) => {
+    const { accountId } = ownerOf(request);
+    const body = request.body;
     const created = await deps.commands.createApiToken(accountId, {
       name: body.name,
       description: body.description,
@@ -26,24 +34,27 @@ export const tokenRoutes: FastifyPluginAsync<ApiDeps> = async (app, deps) => {
       rateLimit: body.rate_limit,
     });
     await deps.waitFor(created.position);
-    return reply.code(201).send({ ...(await record(accountId, created.tokenId)), token: created.token } satisfies CreatedToken);
+    return reply.code(201).send({ ...(await record(accountId, created.tokenId)), token: created.token });
   });
 
-  app.get('/api/v1/tokens', async (request): Promise<TokenList> => {
-    const { accountId } = await ownerOf(request);
-    return { tokens: await deps.queries.tokens(accountId) };
-  });
+  app.get('/api/v1/tokens', { config, schema: { summary: 'List API tokens', tags, response: { 200: TokenList } } }, async (request) => ({
+    tokens: await deps.queries.tokens(ownerOf(request).accountId),
+  }));
 
-  app.get('/api/v1/tokens/:id', async (request) => {
-    const { accountId } = await ownerOf(request);
-    const { id } = parseInput('params', TokenParams, request.params);
-    return record(accountId, id);
-  });
+  const get = { summary: 'Get an API token', tags, params: TokenParams, response: { 200: TokenRecord, ...problems(404) } };
+  app.get('/api/v1/tokens/:id', { config, schema: get }, async (request) => record(ownerOf(request).accountId, request.params.id));
 
-  app.patch('/api/v1/tokens/:id', async (request) => {
-    const { accountId } = await ownerOf(request);
-    const { id } = parseInput('params', TokenParams, request.params);
-    const patch = parseInput('body', PatchApiToken, request.body);
+  const edit = {
+    summary: 'Edit an API token: name, description, limits, or enable/disable it',
+    tags,
+    params: TokenParams,
+    body: PatchApiToken,
+    response: { 200: TokenRecord, ...problems(403, 404, 409, 422) },
+  };
+  app.patch('/api/v1/tokens/:id', { config, schema: edit }, async (request) => {
+    const { accountId } = ownerOf(request);
+    const { id } = request.params;
+    const patch = request.body;
     const position = await deps.commands.updateApiToken(accountId, id, {
       name: patch.name,
       description: patch.description,
@@ -55,16 +66,18 @@ export const tokenRoutes: FastifyPluginAsync<ApiDeps> = async (app, deps) => {
     return record(accountId, id);
   });
 
-  app.delete('/api/v1/tokens/:id', async (request) => {
-    const { accountId } = await ownerOf(request);
-    const { id } = parseInput('params', TokenParams, request.params);
+  const revoke = { summary: 'Revoke an API token (it stays listed, revoked)', tags, params: TokenParams, response: { 200: TokenRecord, ...problems(404, 409) } };
+  app.delete('/api/v1/tokens/:id', { config, schema: revoke }, async (request) => {
+    const { accountId } = ownerOf(request);
+    const { id } = request.params;
     await deps.waitFor(await deps.commands.revokeApiToken(accountId, id));
     return record(accountId, id);
   });
 
-  app.get('/api/v1/tokens/:id/history', async (request): Promise<TokenHistory> => {
-    const { accountId } = await ownerOf(request);
-    const { id } = parseInput('params', TokenParams, request.params);
+  const history = { summary: 'The audit history of an API token', tags, params: TokenParams, response: { 200: TokenHistory, ...problems(404) } };
+  app.get('/api/v1/tokens/:id/history', { config, schema: history }, async (request) => {
+    const { accountId } = ownerOf(request);
+    const { id } = request.params;
     const history = await deps.commands.apiTokenHistory(accountId, id);
     return {
       token_id: id,

@@ -1,0 +1,309 @@
+import { z } from 'zod';
+
+/**
+ * The management API's answers (DESIGN §4) as zod schemas, defined once: the routes declare
+ * them (the OpenAPI document is generated from them; tests check every answer against them),
+ * src/api/types.ts infers the wire types from them, and the dashboard reads those types.
+ * Imports nothing but zod: the dashboard's tsconfig (browser, no Node types) checks this file
+ * too. Field names are as on the wire: snake_case for records, camelCase for metrics; times
+ * are ISO 8601 UTC. Objects are open (not strict): a client must accept fields added later.
+ */
+
+const time = z.iso.datetime({ offset: true }).meta({ examples: ['2024-05-01T12:00:00.000Z'] });
+const nullableTime = time.nullable();
+const count = z.number().int().nonnegative();
+
+// ── Plans and the account ────────────────────────────────────────────────────────────────
+
+export const PlanId = z.enum(['free', 'developer', 'professional', 'unlimited']);
+export const ChannelType = z.enum(['email', 'webhook', 'chat', 'incident', 'sms']);
+export const ExportFormat = z.enum(['csv', 'json', 'pdf']);
+
+export const Plan = z
+  .object({
+    id: PlanId,
+    name: z.string(),
+    rps: z.number().describe('Requests per second per token.'),
+    monthly_requests: z.number().nullable().describe('Requests per UTC calendar month per account; null is unlimited.'),
+    max_tokens: z.number().nullable().describe('Tokens neither revoked nor expired; null is unlimited.'),
+    custom_limits: z.boolean(),
+    expiration: z.boolean(),
+    channels: z.array(ChannelType),
+    retention_days: z.number(),
+    exports: z.array(ExportFormat),
+    chains: z.array(z.string()).nullable().describe('Chain ids the plan may call; null is every chain.'),
+  })
+  .meta({ id: 'Plan', description: 'A plan as the account shows it.' });
+
+export const Account = z
+  .object({
+    id: z.string(),
+    email: z.string(),
+    created_at: time,
+    plan: Plan,
+    usage: z.object({
+      month: z.string().describe('YYYY-MM (UTC).'),
+      requests: count,
+      monthly_limit: z.number().nullable(),
+      remaining: z.number().nullable(),
+      resets_at: time,
+    }),
+    tokens: z.object({ count, max: z.number().nullable() }).describe('Tokens neither revoked nor expired, against the plan\'s maximum.'),
+  })
+  .meta({ id: 'Account', description: 'The account, its plan and its usage this month.' });
+
+export const SignedUp = z
+  .object({ id: z.string(), email: z.string(), plan: PlanId })
+  .meta({ id: 'SignedUp', examples: [{ id: 'acc_3x7QbV9kLm2PzR4t', email: 'owner@example.com', plan: 'free' }] });
+
+export const LoggedIn = z.object({ id: z.string() }).meta({ id: 'LoggedIn', examples: [{ id: 'acc_3x7QbV9kLm2PzR4t' }] });
+
+// ── API tokens and access tokens ─────────────────────────────────────────────────────────
+
+export const TokenStatus = z.enum(['active', 'disabled', 'revoked', 'expired']);
+
+const tokenRecordExample = {
+  id: 'tok_8FhK2mQw9ZtR1cVb', name: 'backend', description: '', status: 'active', masked: 'gk_…f3a9',
+  created_at: '2024-05-01T12:00:00.000Z', last_used_at: null, current_month_usage: 0, expires_at: null,
+  monthly_limit: null, rate_limit: null,
+};
+
+export const TokenRecord = z
+  .object({
+    id: z.string(),
+    name: z.string(),
+    description: z.string(),
+    status: TokenStatus,
+    masked: z.string(),
+    created_at: time,
+    last_used_at: nullableTime,
+    current_month_usage: count,
+    expires_at: nullableTime,
+    monthly_limit: z.number().nullable(),
+    rate_limit: z.number().nullable(),
+  })
+  .meta({ id: 'TokenRecord', description: 'An API token; never the token string, except in the creation answer.', examples: [tokenRecordExample] });
+
+export const CreatedToken = TokenRecord.extend({ token: z.string().describe('The token string: shown in this answer only.') }).meta({
+  id: 'CreatedToken',
+  examples: [{ ...tokenRecordExample, token: 'gk_<64 characters>' }],
+});
+
+export const TokenList = z.object({ tokens: z.array(TokenRecord) }).meta({ id: 'TokenList' });
+
+export const TokenHistory = z
+  .object({
+    token_id: z.string(),
+    events: z.array(
+      z.object({
+        revision: count,
+        type: z.string().describe('The event\'s type, e.g. `ApiTokenRenamed`.'),
+        at: time,
+        recorded_at: time,
+        state: z.object({
+          name: z.string(),
+          description: z.string(),
+          status: TokenStatus,
+          masked: z.string(),
+          expires_at: nullableTime,
+          monthly_limit: z.number().nullable(),
+          rate_limit: z.number().nullable(),
+        }),
+      }),
+    ),
+  })
+  .meta({ id: 'TokenHistory', description: 'The token\'s events in order, with its state after each.' });
+
+const accessTokenExample = { id: 'key_5RtY7uI9oP1aS3dF', name: 'ci', masked: 'gka_…7c21', status: 'active', created_at: '2024-05-01T12:00:00.000Z' };
+
+export const AccessTokenRecord = z
+  .object({ id: z.string(), name: z.string(), masked: z.string(), status: z.enum(['active', 'revoked']), created_at: time })
+  .meta({ id: 'AccessTokenRecord', description: 'A personal access token (`gka_…`) for the management API.', examples: [accessTokenExample] });
+
+export const CreatedAccessToken = AccessTokenRecord.extend({ token: z.string().describe('The token string: shown in this answer only.') }).meta({
+  id: 'CreatedAccessToken',
+  examples: [{ ...accessTokenExample, token: 'gka_<64 characters>' }],
+});
+
+export const AccessTokenList = z.object({ access_tokens: z.array(AccessTokenRecord) }).meta({ id: 'AccessTokenList' });
+
+// ── Metrics ──────────────────────────────────────────────────────────────────────────────
+
+const rate = z.number().nullable();
+export const UsageFigures = z
+  .object({
+    requests: count,
+    success: count,
+    errors: count,
+    successRate: rate,
+    errorRate: rate,
+    avgResponseMs: rate,
+    p50ResponseMs: rate,
+    p95ResponseMs: rate,
+    p99ResponseMs: rate,
+    avgNodeLatencyMs: rate,
+  })
+  .meta({ id: 'UsageFigures', description: 'Figures of a set of calls; rates are percentages, times ms; null when there were no calls.' });
+
+export const ChainFigures = UsageFigures.extend({ chain: z.string() }).meta({ id: 'ChainFigures' });
+export const MethodFigures = UsageFigures.extend({ chain: z.string(), method: z.string().describe('A JSON-RPC method or a normalised REST path.') }).meta({
+  id: 'MethodFigures',
+});
+export const TokenFigures = UsageFigures.extend({ tokenId: z.string() }).meta({ id: 'TokenFigures' });
+
+export const SeriesGranularity = z.enum(['minute', 'hour', 'day']);
+
+export const SeriesPoint = z
+  .object({ t: time.describe('Start of the bucket.'), requests: count, errors: count, avgResponseMs: z.number().nullable() })
+  .meta({ id: 'SeriesPoint' });
+
+export const ErrorGroup = z
+  .object({ code: z.number(), message: z.string(), chain: z.string(), method: z.string(), count, lastSeen: time })
+  .meta({ id: 'ErrorGroup', description: 'Errors grouped by code, message, chain and method.' });
+
+export const RecentError = z
+  .object({
+    at: time,
+    requestId: z.string(),
+    tokenId: z.string(),
+    chain: z.string(),
+    method: z.string(),
+    status: z.number(),
+    code: z.number(),
+    message: z.string(),
+  })
+  .meta({ id: 'RecentError', description: 'One failed call.' });
+
+export const ClientIp = z.object({ ip: z.string(), count, lastSeen: time }).meta({ id: 'ClientIp' });
+
+export const MonthlyLimits = z
+  .object({ monthlyLimit: z.number().nullable(), used: count, remaining: z.number().nullable(), resetsAt: time })
+  .meta({ id: 'MonthlyLimits', description: 'The monthly quota (UTC calendar month).' });
+
+const periodMetricsShape = {
+  period: z.object({ start: time, end: time }).describe('What the figures cover: whole minutes (hours for a daily series), start clamped to the plan\'s retention.'),
+  chain: z.string().nullable(),
+  granularity: SeriesGranularity,
+  totals: UsageFigures,
+  byChain: z.array(ChainFigures),
+  byMethod: z.array(MethodFigures),
+  series: z.array(SeriesPoint),
+  recentErrors: z.array(RecentError),
+  retention: z
+    .object({ retentionDays: z.number(), clamped: z.boolean(), earliest: time })
+    .describe('`clamped`: the asked start was older than the plan keeps.'),
+};
+
+/** What both metrics calls answer. */
+export const PeriodMetrics = z.object(periodMetricsShape);
+
+export const UserMetrics = z
+  .object({ ...periodMetricsShape, byToken: z.array(TokenFigures), errors: z.array(ErrorGroup), limits: MonthlyLimits })
+  .meta({ id: 'UserMetrics', description: 'An account\'s usage, performance and errors over a period.' });
+
+export const TokenMetrics = z
+  .object({
+    token: TokenRecord.pick({ id: true, name: true, masked: true, status: true }),
+    ...periodMetricsShape,
+    clientIps: z.array(ClientIp),
+    limits: z
+      .discriminatedUnion('appliesTo', [
+        MonthlyLimits.extend({ appliesTo: z.literal('token') }),
+        MonthlyLimits.extend({ appliesTo: z.literal('account'), tokenUsed: count }),
+      ])
+      .describe('A token without its own monthly limit draws on the account\'s.'),
+  })
+  .meta({ id: 'TokenMetrics', description: 'One token\'s analytics over a period.' });
+
+// ── Alerts ───────────────────────────────────────────────────────────────────────────────
+
+export const AlertType = z.enum(['usage_threshold', 'error_rate', 'response_time', 'rate_limiting', 'token_usage']);
+export const AlertState = z.enum(['ok', 'firing', 'resolved']);
+export const ChannelStatus = z
+  .enum(['active', 'disabled'])
+  .describe('`disabled` after the endpoint answered 410 Gone; giving the channel again in an edit re-enables it.');
+
+export const AlertChannel = z
+  .union([
+    z.object({ id: z.string(), type: z.enum(['email', 'sms']), to: z.string(), status: ChannelStatus }),
+    z.object({
+      id: z.string(),
+      type: z.enum(['webhook', 'chat']),
+      url: z.string(),
+      status: ChannelStatus,
+      secret: z.string().optional().describe('A webhook\'s `whsec_` signing secret, only in the answer that created the channel.'),
+    }),
+    z.object({ id: z.string(), type: z.literal('incident'), routing_key: z.string(), status: ChannelStatus }),
+  ])
+  .meta({ id: 'AlertChannel' });
+
+export const Alert = z
+  .object({
+    id: z.string(),
+    name: z.string(),
+    type: AlertType,
+    condition: z.string().nullable(),
+    threshold: z.number(),
+    window_minutes: z.number().nullable(),
+    token_id: z.string().nullable(),
+    min_requests: z.number().nullable(),
+    baseline_hours: z.number().nullable(),
+    channels: z.array(AlertChannel),
+    enabled: z.boolean(),
+    state: AlertState,
+    last_value: z.number().nullable().describe('The measured value of the last transition (fired, re-notified, resolved).'),
+    fired_at: nullableTime,
+    resolved_at: nullableTime,
+    last_evaluation: z
+      .object({ at: time, value: z.number().nullable(), breached: z.boolean() })
+      .nullable()
+      .describe('The evaluator\'s last look, fired or not.'),
+    created_at: time,
+    updated_at: time,
+  })
+  .meta({ id: 'Alert', description: 'An alert rule, its channels and its state.' });
+
+export const AlertList = z.object({ alerts: z.array(Alert) }).meta({ id: 'AlertList' });
+
+export const AlertNotification = z
+  .object({
+    notification_id: z.string(),
+    kind: z.enum(['fired', 'renotified', 'resolved']),
+    channel: z.object({ id: z.string(), type: ChannelType }),
+    attempt: z.number().int().positive(),
+    outcome: z.string().describe('delivered, retrying, failed, gone, refused or skipped.'),
+    status: z.number().nullable(),
+    error: z.string().nullable(),
+    next_attempt_at: nullableTime,
+    at: time,
+  })
+  .meta({ id: 'AlertNotification', description: 'One delivery attempt of a notification to a channel.' });
+
+export const AlertNotifications = z
+  .object({ alert_id: z.string(), notifications: z.array(AlertNotification).describe('Newest first.') })
+  .meta({ id: 'AlertNotifications' });
+
+// ── Errors ───────────────────────────────────────────────────────────────────────────────
+
+export const Problem = z
+  .looseObject({
+    type: z.string().describe('`/problems/<code>`.'),
+    title: z.string(),
+    status: z.number().int(),
+    detail: z.string(),
+    code: z.string(),
+    errors: z
+      .array(z.object({ in: z.enum(['body', 'query', 'params']).optional(), path: z.string(), message: z.string() }))
+      .optional()
+      .describe('Each invalid field of a refused request (`validation_failed`).'),
+  })
+  .meta({
+    id: 'Problem',
+    description: 'RFC 9457 problem details, as every error of the management API answers. Some codes carry more fields, e.g. the plan\'s maximum.',
+    examples: [
+      {
+        type: '/problems/validation_failed', title: 'Bad Request', status: 400, detail: 'body.name: at most 100 characters', code: 'validation_failed',
+        errors: [{ in: 'body', path: 'name', message: 'at most 100 characters' }],
+      },
+    ],
+  });
