@@ -19,7 +19,7 @@ import { untilReachable } from './infra/startup.js';
 import type { ReadModelStore } from './infra/readmodels/port.js';
 import { openStorageThread } from './infra/storagethread/index.js';
 import { MemoryUsageQueue, openUsageQueue } from './infra/usage/index.js';
-import { openJournaledSink } from './infra/usage/journal.js';
+import { type JournaledUsageSink, openJournaledSink } from './infra/usage/journal.js';
 import { ThreadUsageQueue } from './infra/storagethread/remote.js';
 import type { Ingester } from './infra/usage/ingester.js';
 import type { UsageSink } from './infra/usage/port.js';
@@ -138,12 +138,16 @@ export async function openRuntime(config: Config, clock?: () => Date, options: R
     }
   }
   // The embedded default journals each record before its call is answered (a kill loses none).
+  let journaled: JournaledUsageSink | null = null;
   if (config.role === 'all' && !config.redisUrl) {
     const inner = usageQueue;
     const appendedThrough = inner instanceof ThreadUsageQueue ? () => inner.appendedThrough()
       : inner instanceof MemoryUsageQueue ? async () => inner.backend.appendedThrough()
       : null;
-    if (appendedThrough) usageQueue = openJournaledSink({ dir: join(config.dataDir, 'usage-journal'), fsync: config.usageJournalFsync }, inner, appendedThrough);
+    if (appendedThrough) {
+      journaled = openJournaledSink({ dir: join(config.dataDir, 'usage-journal'), fsync: config.usageJournalFsync }, inner, appendedThrough);
+      usageQueue = journaled;
+    }
   }
   const limiter = openLimiter({
     redisUrl: config.redisUrl,
@@ -176,6 +180,7 @@ export async function openRuntime(config: Config, clock?: () => Date, options: R
     cachedTokens: () => gateway?.tokens.size ?? 0,
     upstreams: () => gateway?.pools.health() ?? {},
     redis: redis ? () => redis.snapshot() : undefined,
+    unjournaledRecords: journaled ? () => journaled.journal.unjournaled : undefined,
   });
   if (config.role === 'all' || config.role === 'gateway') {
     const chains = loadChains({ env: config.env });

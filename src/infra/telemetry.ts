@@ -12,6 +12,8 @@ export interface TelemetrySources {
   upstreams?(): Record<string, Array<{ label: string; healthy: boolean }>>;
   /** Present when the process uses Redis. */
   redis?(): RedisHealthSnapshot;
+  /** Present on the embedded default: usage records the journal failed to write (answered anyway). */
+  unjournaledRecords?(): number;
 }
 
 const REDIS_STATES: readonly RedisState[] = ['up', 'down', 'stalled'];
@@ -175,6 +177,16 @@ export class Telemetry {
       name: 'gateway_projection_lag_seconds', help: 'Age of the newest event the projector has applied, when it applied it', registers,
       collect() { const lag = sources.projectionLagMs?.(); if (lag !== null && lag !== undefined) this.set(lag / 1000); },
     });
+    if (sources.unjournaledRecords) {
+      const unjournaled = sources.unjournaledRecords;
+      new Counter({
+        name: 'gateway_usage_unjournaled_total', help: 'Usage records the journal could not write (disk errors): their calls were answered anyway', registers,
+        collect() {
+          this.reset();
+          this.inc(unjournaled());
+        },
+      });
+    }
     new Gauge({
       name: 'gateway_cached_tokens', help: 'Tokens in this gateway\'s cache', registers,
       collect() { if (sources.cachedTokens) this.set(sources.cachedTokens()); },

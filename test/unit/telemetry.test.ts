@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import type { UsageRecord } from '../../src/domain/usage.js';
 import type { LimitDecision, LimitRequest, Limiter } from '../../src/infra/limits/port.js';
-import { Telemetry } from '../../src/infra/telemetry.js';
+import { Telemetry, type TelemetrySources } from '../../src/infra/telemetry.js';
 
 const record = (chain: string, method: string, status: number, upstream = 'u1'): UsageRecord => ({
   requestId: `r-${Math.random()}`,
@@ -21,8 +21,8 @@ const record = (chain: string, method: string, status: number, upstream = 'u1'):
 
 /** Every Telemetry a test makes, closed after it (each runs an event loop delay timer). */
 const made: Telemetry[] = [];
-const telemetry = (): Telemetry => {
-  const t = new Telemetry();
+const telemetry = (sources: TelemetrySources = {}): Telemetry => {
+  const t = new Telemetry(sources);
   made.push(t);
   return t;
 };
@@ -114,6 +114,17 @@ describe('telemetry: upstreams', () => {
     expect(sample('gateway_upstream_failures_total', 'node-b')).toBe(1);
     expect(text).toMatch(/^gateway_upstream_duration_seconds_bucket\{le="0.0025",chain="eth",upstream="node-a"\} 2$/m);
     expect(text).toMatch(/^# TYPE gateway_upstream_failures_total counter$/m);
+  });
+});
+
+describe('telemetry: the usage journal', () => {
+  it('counts the records the journal failed to write, where there is a journal', async () => {
+    let failed = 0;
+    const t = telemetry({ unjournaledRecords: () => failed });
+    expect(await t.metrics()).toMatch(/^gateway_usage_unjournaled_total 0$/m);
+    failed = 3;
+    expect(await t.metrics()).toMatch(/^gateway_usage_unjournaled_total 3$/m);
+    expect(await telemetry().metrics()).not.toContain('gateway_usage_unjournaled_total');
   });
 });
 
