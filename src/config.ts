@@ -26,6 +26,8 @@ const Env = z.object({
   DATA_DIR: z.string().default('./data'),
   EVENTSTORE_URL: url(['esdb:', 'esdb+discover:', 'kurrentdb:', 'kurrentdb+discover:', 'kdb:']).optional(),
   MONGODB_URL: url(['mongodb:', 'mongodb+srv:']).optional(),
+  /** PostgreSQL: the event store where EVENTSTORE_URL is unset, the read models where MONGODB_URL is. */
+  DATABASE_URL: url(['postgres:', 'postgresql:']).optional(),
   REDIS_URL: url(['redis:', 'rediss:']).optional(),
   PLANS_CONFIG: z.string().optional(),
   ADMIN_TOKEN: z.string().min(16, 'must be at least 16 characters').optional(),
@@ -105,6 +107,8 @@ export interface Config {
   dataDir: string;
   eventstoreUrl: string | undefined;
   mongodbUrl: string | undefined;
+  /** PostgreSQL (DATABASE_URL): serves the event store and the read models that have no URL of their own. */
+  databaseUrl: string | undefined;
   redisUrl: string | undefined;
   plans: PlanCatalog;
   adminToken: string | null;
@@ -154,14 +158,14 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     throw new ConfigError(`HEADERS_TIMEOUT_MS (${e.HEADERS_TIMEOUT_MS}) must not exceed REQUEST_TIMEOUT_MS (${e.REQUEST_TIMEOUT_MS}): a request's time includes its headers'.`);
   }
   // The embedded stores are LevelDB directories that one process at a time can open.
-  if (e.ROLE !== 'all' && (!e.EVENTSTORE_URL || !e.MONGODB_URL || !e.REDIS_URL)) {
-    throw new ConfigError(`ROLE=${e.ROLE} runs beside other roles and needs EVENTSTORE_URL, MONGODB_URL and REDIS_URL; the embedded default runs only as ROLE=all.`);
+  if (e.ROLE !== 'all' && (!(e.EVENTSTORE_URL || e.DATABASE_URL) || !(e.MONGODB_URL || e.DATABASE_URL) || !e.REDIS_URL)) {
+    throw new ConfigError(`ROLE=${e.ROLE} runs beside other roles and needs EVENTSTORE_URL, MONGODB_URL and REDIS_URL (DATABASE_URL may stand for either of the first two); the embedded default runs only as ROLE=all.`);
   }
   // The chain registry is checked now too, so a broken one stops the process before anything starts.
   if (e.ROLE === 'all' || e.ROLE === 'gateway') loadChains({ env });
   return {
     role: e.ROLE, port: e.PORT, host: e.HOST, dataDir: resolve(e.DATA_DIR),
-    eventstoreUrl: e.EVENTSTORE_URL, mongodbUrl: e.MONGODB_URL, redisUrl: e.REDIS_URL,
+    eventstoreUrl: e.EVENTSTORE_URL, mongodbUrl: e.MONGODB_URL, databaseUrl: e.DATABASE_URL, redisUrl: e.REDIS_URL,
     plans, adminToken: e.ADMIN_TOKEN ?? null, localDevnet: e.LOCAL_DEVNET === 'on',
     limitsFailClosed: e.LIMITS_FAIL_CLOSED === 'true', storageThread: e.STORAGE_THREAD === 'on', usageSendEveryMs: e.USAGE_SEND_MS, usageJournalFsync: e.USAGE_JOURNAL_FSYNC === 'always', startupTimeoutMs: e.STARTUP_TIMEOUT_SECONDS * 1000,
     http: { headersTimeoutMs: e.HEADERS_TIMEOUT_MS, requestTimeoutMs: e.REQUEST_TIMEOUT_MS, keepAliveTimeoutMs: e.KEEP_ALIVE_TIMEOUT_MS },

@@ -16,6 +16,8 @@ import type { Limiter } from './infra/limits/port.js';
 import { openReadModels } from './infra/readmodels/index.js';
 import { type HealthLog, RedisHealth } from './infra/redisHealth.js';
 import { untilReachable } from './infra/startup.js';
+import { pingPostgres } from './infra/postgres/database.js';
+import { acquireProjectorLock, type ProjectorLock } from './infra/postgres/projectorLock.js';
 import type { ReadModelStore } from './infra/readmodels/port.js';
 import { openStorageThread } from './infra/storagethread/index.js';
 import { MemoryUsageQueue, openUsageQueue } from './infra/usage/index.js';
@@ -99,7 +101,7 @@ export async function openRuntime(config: Config, clock?: () => Date, options: R
   const consumer = `${hostname()}-${config.role}`;
   const projects = config.role === 'all' || config.role === 'projector';
   // The storage thread runs on the real clock: a runtime given its own (tests) keeps its stores here.
-  const embedded = config.role === 'all' && !config.eventstoreUrl && !config.mongodbUrl && !config.redisUrl;
+  const embedded = config.role === 'all' && !config.eventstoreUrl && !config.mongodbUrl && !config.databaseUrl && !config.redisUrl;
   const storage = embedded && config.storageThread && clock === undefined
     ? await openStorageThread({
         dataDir: config.dataDir, consumer, plans: config.plans, usageSendEveryMs: config.usageSendEveryMs,
@@ -117,22 +119,36 @@ export async function openRuntime(config: Config, clock?: () => Date, options: R
   let projector: Projector | null = null;
   let ingester: Ingester | null = null;
   let retention: RetentionJob | null = null;
+  let projectorLock: ProjectorLock | null = null;
   /** What must answer before this process goes on, when Redis is configured. */
   const redisClients: Array<{ whenReady(timeoutMs?: number): Promise<void> }> = [];
   if (storage) {
     ({ store, readModels, feed, usageQueue, projector, ingester } = storage);
   } else {
-    store = await openEventStore({ eventstoreUrl: config.eventstoreUrl, dataDir: config.dataDir });
+    // PostgreSQL serves what EventStoreDB or MongoDB does not; a schema it cannot use stops the process at once (no retry).
+    const postgresUrl = config.databaseUrl && (!config.eventstoreUrl || !config.mongodbUrl) ? config.databaseUrl : undefined;
+    if (postgresUrl) await untilReachable('PostgreSQL', postgresUrl, (timeoutMs) => pingPostgres(postgresUrl, timeoutMs), waiting);
+    store = await openEventStore({ eventstoreUrl: config.eventstoreUrl, databaseUrl: postgresUrl, dataDir: config.dataDir });
     if (config.eventstoreUrl) await untilReachable('EventStoreDB', config.eventstoreUrl, () => store.headPosition(), waiting);
     readModels = config.mongodbUrl
       ? // Each attempt ends with the driver's own server selection timeout (30 s).
         await untilReachable('MongoDB', config.mongodbUrl, () => openReadModels({ mongodbUrl: config.mongodbUrl, dataDir: config.dataDir }), { ...waiting, attemptTimeoutMs: 35_000 })
-      : await openReadModels({ dataDir: config.dataDir });
+      : await openReadModels({ databaseUrl: postgresUrl, dataDir: config.dataDir });
     const openedFeed = openChangeFeed({ redisUrl: config.redisUrl });
     const openedQueue = openUsageQueue({ redisUrl: config.redisUrl, consumer });
     feed = openedFeed;
     usageQueue = openedQueue;
     redisClients.push(openedFeed, openedQueue);
+    if (projects && postgresUrl) {
+      // One projector per database: a second one started by mistake waits here, saying so.
+      projectorLock = await acquireProjectorLock(postgresUrl, {
+        log: (message) => console.error(message),
+        onLost: (error) => {
+          console.error(`projector lock lost (${error.message}): stopping, so that another projector can take over`);
+          process.exit(1);
+        },
+      });
+    }
     if (projects) {
       ({ projector, ingester, retention } = startProjecting({ store, readModels, feed, usageQueue: openedQueue, plans: config.plans, now, storeKnowsEveryId: !config.eventstoreUrl }));
     }
@@ -254,6 +270,7 @@ export async function openRuntime(config: Config, clock?: () => Date, options: R
       }
       await retention?.stop();
       await projector?.stop();
+      await projectorLock?.release();
       await usageQueue.close();
       await limiter.close();
       await attempts.close();

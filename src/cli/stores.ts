@@ -38,18 +38,19 @@ const PROJECTOR_WAIT_MS = 10_000;
 
 /**
  * The stores the environment names, as the service opens them. On the embedded default (no
- * EVENTSTORE_URL) this process is the only one with the log open, so it projects its own
- * changes. With EVENTSTORE_URL the service's projector (ROLE=all or projector) does: it
+ * EVENTSTORE_URL or DATABASE_URL) this process is the only one with the log open, so it projects its own
+ * changes. With EVENTSTORE_URL or DATABASE_URL the service's projector (ROLE=all or projector) does: it
  * applies them to the read models and publishes them on the change feed (Redis with REDIS_URL)
  * to every gateway; the CLI waits until the read models show them.
  */
 export function storesFromEnv(env: Record<string, string | undefined>): OpenStores {
   return async (options = {}) => {
     const config = loadConfig(env);
-    if (!config.eventstoreUrl && !existsSync(join(config.dataDir, 'eventstore'))) {
+    const shared = Boolean(config.eventstoreUrl || config.databaseUrl); // a log other processes append to and project
+    if (!shared && !existsSync(join(config.dataDir, 'eventstore'))) {
       throw new CliError(EXIT.failed, 'no_data', `No event store in DATA_DIR=${config.dataDir}: set DATA_DIR to the service's data directory.`);
     }
-    const store = await openEventStore({ eventstoreUrl: config.eventstoreUrl, dataDir: config.dataDir }).catch((error: unknown) => {
+    const store = await openEventStore({ eventstoreUrl: config.eventstoreUrl, databaseUrl: config.databaseUrl, dataDir: config.dataDir }).catch((error: unknown) => {
       if (error instanceof EventStoreError && error.code === 'store_locked') {
         throw new CliError(EXIT.failed, 'store_locked', `${config.dataDir} is open in another process: stop the service first (on the embedded default one process at a time opens DATA_DIR).`);
       }
@@ -57,7 +58,7 @@ export function storesFromEnv(env: Record<string, string | undefined>): OpenStor
     });
     let readModels: ReadModelStore;
     try {
-      readModels = await openReadModels({ mongodbUrl: config.mongodbUrl, dataDir: config.dataDir, bulkLoad: options.bulkLoad ?? false });
+      readModels = await openReadModels({ mongodbUrl: config.mongodbUrl, databaseUrl: config.databaseUrl, dataDir: config.dataDir, bulkLoad: options.bulkLoad ?? false });
     } catch (error) {
       await store.close();
       throw error;
@@ -65,7 +66,7 @@ export function storesFromEnv(env: Record<string, string | undefined>): OpenStor
     return {
       store, readModels, plans: config.plans,
       chains: () => loadChains({ env: config.env }),
-      applied: config.eventstoreUrl ? (position) => projectedElsewhere(readModels, position) : () => projectHere(store, readModels),
+      applied: shared ? (position) => projectedElsewhere(readModels, position) : () => projectHere(store, readModels),
       async close() {
         await readModels.close();
         await store.close();

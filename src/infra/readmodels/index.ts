@@ -6,18 +6,23 @@ import { SplitReadModelReader, SplitReadModelStore } from './split.js';
 export { ReadModelError, type ReadModelErrorCode } from './errors.js';
 export { LevelReadModelStore } from './level.js';
 export type { MongoReadModelOptions, MongoReadModelStore } from './mongo.js';
+export type { PostgresReadModelStore } from './postgres.js';
 export type { Doc, RangeOptions, ReadModelReader, ReadModelStore, ReadModelWrite } from './port.js';
 
 /**
- * MongoDB when a URL is given, otherwise LevelDB under `<dataDir>/readmodels`, with the raw rows
+ * MongoDB when its URL is given, else PostgreSQL when DATABASE_URL is, otherwise LevelDB under `<dataDir>/readmodels`, with the raw rows
  * under `<dataDir>/readmodels-rows` (EMBEDDED_OWN_STORE). The MongoDB
  * driver (tens of MB of resident code) is imported only when it is used. `bulkLoad` and
  * `sharedWithThreads`: LevelDB only (LevelReadModelOptions).
  */
-export async function openReadModels(config: { mongodbUrl?: string; dataDir: string } & LevelReadModelOptions): Promise<ReadModelStore> {
+export async function openReadModels(config: { mongodbUrl?: string; databaseUrl?: string; dataDir: string } & LevelReadModelOptions): Promise<ReadModelStore> {
   if (config.mongodbUrl) {
     const { MongoReadModelStore } = await import('./mongo.js');
     return MongoReadModelStore.open(config.mongodbUrl);
+  }
+  if (config.databaseUrl) {
+    const { PostgresReadModelStore } = await import('./postgres.js');
+    return PostgresReadModelStore.open(config.databaseUrl);
   }
   const options = { bulkLoad: config.bulkLoad ?? false, sharedWithThreads: config.sharedWithThreads ?? false };
   const main = await LevelReadModelStore.open(embeddedReadModelsDir(config.dataDir), options);
