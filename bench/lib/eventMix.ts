@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { encodeEvent } from '../../src/commands/eventCodec.js';
+import { encodeEvent } from '../../src/domain/eventCodec.js';
 import { newId } from '../../src/commands/ids.js';
 import { type DomainEvent, STREAM } from '../../src/domain/events.js';
 import { generateToken, hashToken, maskToken } from '../../src/domain/tokenFormat.js';

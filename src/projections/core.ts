@@ -1,4 +1,4 @@
-import { decodeEvent } from '../commands/eventCodec.js';
+import { decodeEvent } from '../domain/eventCodec.js';
 import type { TokenStatus } from '../domain/apiToken.js';
 import { DomainEvent } from '../domain/events.js';
 import type { PlanId } from '../domain/plans.js';

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { DomainEvent } from '../domain/events.js';
+import { DomainEvent } from './events.js';
 import type { NewEvent, StoredEvent } from '../infra/eventstore/port.js';
 
 /** What every event of ours looks like before it is stored: a type name, a schema version, its data. */
