@@ -1,11 +1,12 @@
 import { z } from 'zod';
+import { CHANNEL_TYPES, Plan as DomainPlan, PlanId as DomainPlanId, EXPORT_FORMATS } from '../domain/plans.js';
 
 /**
  * The management API's answers (DESIGN §4) as zod schemas, defined once: the routes declare
  * them (the OpenAPI document is generated from them; tests check every answer against them),
  * src/api/types.ts infers the wire types from them, and the dashboard reads those types.
- * Imports nothing but zod: the dashboard's tsconfig (browser, no Node types) checks this file
- * too. Field names are as on the wire: snake_case for records, camelCase for metrics; times
+ * Imports only zod and the domain's plan schema (zod only): the dashboard's tsconfig (browser,
+ * no Node types) checks this file too. Field names are as on the wire: snake_case for records, camelCase for metrics; times
  * are ISO 8601 UTC. Objects are open (not strict): a client must accept fields added later.
  */
 
@@ -15,25 +16,11 @@ const count = z.number().int().nonnegative();
 
 // ── Plans and the account ────────────────────────────────────────────────────────────────
 
-export const PlanId = z.enum(['free', 'developer', 'professional', 'unlimited']);
-export const ChannelType = z.enum(['email', 'webhook', 'chat', 'incident', 'sms']);
-export const ExportFormat = z.enum(['csv', 'json', 'pdf']);
-
-export const Plan = z
-  .object({
-    id: PlanId,
-    name: z.string(),
-    rps: z.number().describe('Requests per second per token.'),
-    monthly_requests: z.number().nullable().describe('Requests per UTC calendar month per account; null is unlimited.'),
-    max_tokens: z.number().nullable().describe('Tokens neither revoked nor expired; null is unlimited.'),
-    custom_limits: z.boolean(),
-    expiration: z.boolean(),
-    channels: z.array(ChannelType),
-    retention_days: z.number(),
-    exports: z.array(ExportFormat),
-    chains: z.array(z.string()).nullable().describe('Chain ids the plan may call; null is every chain.'),
-  })
-  .meta({ id: 'Plan', description: 'A plan as the account shows it.' });
+export const PlanId = DomainPlanId;
+export const ChannelType = z.enum(CHANNEL_TYPES);
+export const ExportFormat = z.enum(EXPORT_FORMATS);
+/** The domain's plan as it is: the operator's catalog (PLANS_CONFIG) is validated by the same schema. */
+export const Plan = DomainPlan.meta({ id: 'Plan', description: 'A plan as the account shows it; null is unlimited (for `chains`: every chain).' });
 
 export const Account = z
   .object({

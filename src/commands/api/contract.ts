@@ -30,6 +30,15 @@ export function problems(...statuses: number[]) {
   );
 }
 
+const SUCCESS: Record<string, string> = { 200: 'OK.', 201: 'Created.' };
+
+/** A success answer given as a bare schema, as a JSON response with a description for the document. */
+function jsonResponse(status: string, answer: unknown): unknown {
+  if (!(answer instanceof z.ZodType) || answer instanceof z.ZodUndefined) return answer;
+  const description = z.globalRegistry.get(answer)?.description ?? SUCCESS[status] ?? 'OK.';
+  return { description, content: { 'application/json': { schema: answer } } };
+}
+
 const BODY_METHODS = new Set(['POST', 'PUT', 'PATCH']);
 
 /**
@@ -51,8 +60,8 @@ export function completeRoutes(app: FastifyInstance, deps: ApiDeps): void {
     if (scope === 'metrics') statuses.push(403);
     if (schema.params || schema.querystring || schema.body) statuses.push(400);
     if (methods.some((m) => BODY_METHODS.has(m))) statuses.push(400, 413, 415);
-    const response = (schema.response ?? {}) as Record<string, unknown>;
-    route.schema = { ...schema, security: SECURITY[scope], response: { ...problems(...statuses), ...response } };
+    const answers = Object.entries((schema.response ?? {}) as Record<string, unknown>).map(([status, answer]) => [status, jsonResponse(status, answer)]);
+    route.schema = { ...schema, security: SECURITY[scope], response: { ...problems(...statuses), ...Object.fromEntries(answers) } };
     if (scope === 'public') return;
     // onRoute runs again for the HEAD copy of a GET: the hook is added once.
     const onRequest = [route.onRequest ?? []].flat();

@@ -1,3 +1,4 @@
+import swagger from '@fastify/swagger';
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import { accessTokenRoutes } from './accessTokenRoutes.js';
 import { accountRoutes } from './accountRoutes.js';
@@ -7,6 +8,7 @@ import type { ApiDeps } from './deps.js';
 import { exportRoutes } from './exportRoutes.js';
 import { zodValidatorCompiler } from './input.js';
 import { metricsRoutes } from './metricsRoutes.js';
+import { openApiOptions, openApiRoutes } from './openApiRoutes.js';
 import { answerSerializer, checkAnswerStatuses, completeRoutes } from './contract.js';
 import { problemErrorHandler } from './problem.js';
 import { tokenRoutes } from './tokenRoutes.js';
@@ -26,12 +28,14 @@ export const managementApi: FastifyPluginAsync<ApiDeps> = async (app, deps) => {
   if (checkAnswers) checkAnswerStatuses(app);
   app.decorateRequest('owner', null);
   completeRoutes(app, deps);
+  // Before the routes: it collects each as it is added.
+  await app.register(swagger, openApiOptions);
   const notFound = (request: FastifyRequest, reply: FastifyReply): void => {
     problemErrorHandler(Object.assign(new Error(`No route ${request.method} ${request.url.split('?')[0]}.`), { statusCode: 404 }), request, reply);
   };
   app.setNotFoundHandler(notFound);
   // What no route here serves under /api is this API's 404, not the chain router's unknown chain "api".
-  app.all('/api/*', notFound);
+  app.all('/api/*', { schema: { hide: true } }, notFound);
   // Every answer, errors included: some hold a raw token (shown once), none may sit in a cache or be sniffed as another type.
   app.addHook('onSend', (_request, reply, payload, done) => {
     reply.header('cache-control', 'no-store');
@@ -45,4 +49,5 @@ export const managementApi: FastifyPluginAsync<ApiDeps> = async (app, deps) => {
   await app.register(metricsRoutes, deps);
   await app.register(exportRoutes, deps);
   await app.register(alertRoutes, deps);
+  await app.register(openApiRoutes);
 };

@@ -44,10 +44,11 @@ const COMPRESSIBLE = /^(text\/|application\/json|image\/svg)/;
  * The page's policy: only this origin's scripts, styles and API; no framing. Styles set through
  * the DOM (Preact, uPlot) are not inline style attributes, so no 'unsafe-inline' is needed.
  */
-const PAGE_HEADERS = {
-  'content-security-policy':
-    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; connect-src 'self'; font-src 'self'; " +
-    "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
+export const PAGE_CSP =
+  "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; connect-src 'self'; font-src 'self'; " +
+  "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
+export const PAGE_HEADERS = {
+  'content-security-policy': PAGE_CSP,
   'x-content-type-options': 'nosniff',
   'x-frame-options': 'DENY',
   'referrer-policy': 'no-referrer',
