@@ -24,13 +24,14 @@ export interface Wakeups {
  * The read of one batch: the events after the cursor of transactions below the horizon (the
  * oldest transaction still running: all older ones are finished), the horizon itself, and
  * whether committed events lie beyond it (then they wait for an older transaction to end).
- * One statement, so one snapshot gives all three.
+ * One statement, so one snapshot gives all three; the horizon and that check once per read
+ * (in the CTE), each one index lookup.
  */
 const READ_SQL = `
-  WITH h AS MATERIALIZED (SELECT pg_snapshot_xmin(pg_current_snapshot()) AS xmin)
-  SELECT h.xmin::text AS horizon,
-         EXISTS (SELECT 1 FROM es_events p WHERE p.tx >= h.xmin) AS pending,
-         r.*
+  WITH h AS MATERIALIZED (
+    SELECT s.xmin, coalesce((SELECT p.tx FROM es_events p ORDER BY p.tx DESC LIMIT 1) >= s.xmin, false) AS pending
+    FROM (SELECT pg_snapshot_xmin(pg_current_snapshot()) AS xmin) s)
+  SELECT h.xmin::text AS horizon, h.pending, r.*
   FROM h LEFT JOIN LATERAL (
     SELECT ${EVENT_COLUMNS} FROM es_events e
     WHERE (e.tx, e.seq) > ($1::xid8, $2::bigint) AND e.tx < h.xmin AND ($3::text[] IS NULL OR e.stream_id ^@ ANY ($3::text[]))
