@@ -1,0 +1,114 @@
+/**
+ * The metrics API on PostgreSQL read models (issue 37): the same 30 days of minute data as
+ * bench/metrics-latency.ts (43,200 usage events, real projections), in a database of its own on
+ * the machine's PostgreSQL, then `GET /api/v1/metrics/user` over 30 d, 7 d, 24 h and 6 h. Shows
+ * that the queries are primary-key index range scans: rm_docs' sequential and index scans
+ * counted around the queries (pg_stat_user_tables), and the plan of a roll-up range.
+ *
+ *   npx tsx bench/postgres-metrics.ts    (PG_BENCH_ADMIN_URL, default postgres://postgres@127.0.0.1:5432/test)
+ */
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import pg from 'pg';
+import { loadConfig } from '../src/config.js';
+import { openRuntime } from '../src/runtime.js';
+import { buildServer } from '../src/server.js';
+import { seedAccounts, seedUsage, type SeededToken } from './lib/eventMix.js';
+import { runMain, timeLimit } from './lib/processes.js';
+import { emit, log, round } from './lib/report.js';
+import { embeddedEnv } from './lib/services.js';
+
+const COMMAND = 'npx tsx bench/postgres-metrics.ts';
+const ADMIN_URL = process.env.PG_BENCH_ADMIN_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
+const DAY = 86_400_000;
+const MINUTES = 30 * 24 * 60;
+const ROUNDS = 40;
+
+async function sql<T extends pg.QueryResultRow>(url: string, text: string, params: unknown[] = []): Promise<T[]> {
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  try {
+    return (await client.query<T>(text, params)).rows;
+  } finally {
+    await client.end();
+  }
+}
+
+async function main(): Promise<void> {
+  timeLimit(290);
+  const name = `gw_bench_${randomBytes(4).toString('hex')}`;
+  await sql(ADMIN_URL, `CREATE DATABASE ${name}`);
+  const url = Object.assign(new URL(ADMIN_URL), { pathname: `/${name}` }).toString();
+  const dataDir = mkdtempSync(join(tmpdir(), 'bench-pg-metrics-'));
+  const runtime = await openRuntime(loadConfig(embeddedEnv(dataDir, { DATABASE_URL: url })));
+  try {
+    await runtime.projector?.start();
+    const now = Date.now();
+    const tokens = await seedAccounts(runtime.store, 1, 2, new Date(now - 31 * DAY).toISOString());
+    log(`seeding ${MINUTES} usage events over 30 days`);
+    const seeded = performance.now();
+    await seedUsage(runtime.store, tokens, MINUTES, now - 30 * DAY, 30 * DAY);
+    const head = await runtime.store.headPosition();
+    if (head) await runtime.projector?.waitFor(head, 240_000);
+    const projectedPerSecond = MINUTES / ((performance.now() - seeded) / 1000);
+    log(`appended and projected ${MINUTES} events at ${round(projectedPerSecond)} events/s`);
+    await sql(url, 'ANALYZE rm_docs');
+    const app = await buildServer(runtime);
+    await app.ready();
+    const auth = { authorization: `Bearer ${(tokens[0] as SeededToken).token}` };
+    const iso = (ms: number) => new Date(ms).toISOString();
+    const queries: Array<[string, string]> = [
+      ['30d', `?start=${iso(now - 30 * DAY)}&end=${iso(now)}`],
+      ['30d_chain', `?start=${iso(now - 30 * DAY)}&end=${iso(now)}&chain=eth`],
+      ['7d', `?start=${iso(now - 7 * DAY)}&end=${iso(now)}`],
+      ['24h', `?start=${iso(now - DAY)}&end=${iso(now)}`],
+      ['6h', `?start=${iso(now - DAY / 4)}&end=${iso(now)}`],
+    ];
+    const scans = () => sql<{ seq_scan: string; idx_scan: string }>(url, `SELECT seq_scan, idx_scan FROM pg_stat_user_tables WHERE relname = 'rm_docs'`);
+    // The counters reach pg_stat_user_tables when a backend reports them (at most every second).
+    await new Promise((r) => setTimeout(r, 1500));
+    const [before] = await scans();
+    const all: number[] = [];
+    for (const [label, query] of queries) {
+      const times: number[] = [];
+      for (let i = 0; i < ROUNDS + 3; i++) {
+        const started = performance.now();
+        const res = await app.inject({ method: 'GET', url: `/api/v1/metrics/user${query}`, headers: auth });
+        const ms = performance.now() - started;
+        if (res.statusCode !== 200) throw new Error(`${label}: ${res.statusCode} ${res.body}`);
+        if (i >= 3) times.push(ms);
+      }
+      times.sort((a, b) => a - b);
+      all.push(...times);
+      log(`${label}: p50 ${round(times[Math.floor(times.length / 2)] as number)} ms, p95 ${round(times[Math.floor(times.length * 0.95)] as number)} ms`);
+    }
+    await new Promise((r) => setTimeout(r, 1500));
+    const [after] = await scans();
+    const seqScans = Number(after?.seq_scan) - Number(before?.seq_scan);
+    const indexScans = Number(after?.idx_scan) - Number(before?.idx_scan);
+    log(`rm_docs during the queries: ${indexScans} index scans, ${seqScans} sequential scans`);
+    const [{ key: sample } = { key: '' }] = await sql<{ key: string }>(url, `SELECT key FROM rm_docs WHERE collection = 'usage_rollups' LIMIT 1`);
+    const prefix = sample.split('/').slice(0, 2).join('/');
+    const plan = await sql<{ 'QUERY PLAN': string }>(
+      url,
+      `EXPLAIN SELECT key, doc FROM rm_docs WHERE collection = $1 AND key >= $2 AND ($3::text IS NULL OR key < $3) ORDER BY key ASC LIMIT $4`,
+      ['usage_rollups', `${prefix}/`, `${prefix}0`, null],
+    );
+    log(`plan of a roll-up range (${prefix}/…):\n  ${plan.map((row) => row['QUERY PLAN']).join('\n  ')}`);
+    all.sort((a, b) => a - b);
+    emit({
+      name: 'postgres_metrics_api_p95_ms', target: '<= 50', result: round(all[Math.floor(all.length * 0.95)] as number), unit: 'ms', command: COMMAND,
+      method: `${ROUNDS} calls each of 30 d, 30 d with chain, 7 d, 24 h and 6 h over ${MINUTES} minute-spaced usage events on PostgreSQL read models; p50 ${round(all[Math.floor(all.length / 2)] as number)} ms; rm_docs scans during the calls: ${indexScans} by index, ${seqScans} sequential`,
+    });
+    emit({ name: 'postgres_append_and_project_events_per_s', target: null, result: round(projectedPerSecond), unit: 'events/s', command: COMMAND, method: `${MINUTES} usage events appended in batches of 1000 and projected by the real projections, one process` });
+    await app.close();
+  } finally {
+    await runtime.close();
+    rmSync(dataDir, { recursive: true, force: true });
+    await sql(ADMIN_URL, `DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+  }
+}
+
+runMain(main);
