@@ -20,7 +20,8 @@ const portIsFree = (port: number): Promise<boolean> =>
 async function maybeStartDevnet(config: Config): Promise<Devnet | null> {
   if (config.role !== 'all' || !config.localDevnet || config.env.UPSTREAM_LOCAL) return null;
   const devnet = await startDevnet({ port: (await portIsFree(DEVNET_PORT)) ? DEVNET_PORT : 0 });
-  config.env = { ...config.env, UPSTREAM_LOCAL: devnet.url };
+  // ganache speaks WebSocket (eth_subscribe) on its HTTP port.
+  config.env = { ...config.env, UPSTREAM_LOCAL: devnet.url, UPSTREAM_LOCAL_WS: devnet.url.replace(/^http/, 'ws') };
   return devnet;
 }
 

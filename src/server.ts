@@ -80,7 +80,9 @@ export async function buildServer(runtime: Runtime, options: { logger?: boolean 
   const { role } = runtime.config;
   const nextId = requestIds();
   // Chain calls are served on node:http before fastify (src/gateway/front.ts).
-  const front = runtime.gateway ? new ChainFront({ trustProxy: runtime.config.trustProxy, nextId }) : null;
+  const front = runtime.gateway
+    ? new ChainFront({ trustProxy: runtime.config.trustProxy, nextId, webSockets: { feed: runtime.feed, plans: runtime.config.plans } })
+    : null;
   const timeouts = httpServerTimeouts(runtime.config.http);
   const app = Fastify({
     logger: options.logger
@@ -131,6 +133,7 @@ export async function buildServer(runtime: Runtime, options: { logger?: boolean 
       pools: gateway.pools,
       front: front ?? undefined,
     });
+    if (front) runtime.telemetry.webSockets = () => front.sockets?.stats() ?? null;
   }
   return app;
 }

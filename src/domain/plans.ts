@@ -25,6 +25,10 @@ export const Plan = z.object({
   exports: z.array(z.enum(EXPORT_FORMATS)),
   /** Chain path ids the plan may call; null is every chain. */
   chains: z.array(z.string()).nullable(),
+  /** WebSocket connections open at once per token (on one gateway instance); null is no cap. */
+  ws_connections: z.number().int().positive().nullable(),
+  /** Subscriptions (eth_subscribe) open at once per WebSocket connection; null is no cap. */
+  ws_subscriptions: z.number().int().positive().nullable(),
 });
 export type Plan = z.infer<typeof Plan>;
 export type PlanCatalog = Readonly<Record<PlanId, Plan>>;
@@ -33,22 +37,22 @@ export const DEFAULT_PLANS: PlanCatalog = {
   free: {
     id: 'free', name: 'Free', rps: 5, monthly_requests: 100_000, max_tokens: 2,
     custom_limits: false, expiration: false, channels: ['email'], retention_days: 7,
-    exports: ['csv'], chains: ['eth', 'bsc', 'matic', 'sol', 'local'],
+    exports: ['csv'], chains: ['eth', 'bsc', 'matic', 'sol', 'local'], ws_connections: 2, ws_subscriptions: 10,
   },
   developer: {
     id: 'developer', name: 'Developer', rps: 25, monthly_requests: 5_000_000, max_tokens: 5,
     custom_limits: true, expiration: true, channels: ['email', 'webhook'], retention_days: 30,
-    exports: ['csv', 'json'], chains: null,
+    exports: ['csv', 'json'], chains: null, ws_connections: 10, ws_subscriptions: 50,
   },
   professional: {
     id: 'professional', name: 'Professional', rps: 100, monthly_requests: 50_000_000, max_tokens: 20,
     custom_limits: true, expiration: true, channels: ['email', 'webhook', 'chat', 'incident'],
-    retention_days: 90, exports: ['csv', 'json', 'pdf'], chains: null,
+    retention_days: 90, exports: ['csv', 'json', 'pdf'], chains: null, ws_connections: 50, ws_subscriptions: 200,
   },
   unlimited: {
     id: 'unlimited', name: 'Unlimited', rps: 500, monthly_requests: null, max_tokens: null,
     custom_limits: true, expiration: true, channels: ['email', 'webhook', 'chat', 'incident', 'sms'],
-    retention_days: 365, exports: ['csv', 'json', 'pdf'], chains: null,
+    retention_days: 365, exports: ['csv', 'json', 'pdf'], chains: null, ws_connections: null, ws_subscriptions: null,
   },
 };
 

@@ -1,3 +1,5 @@
+import type { PlanId } from '../domain/plans.js';
+
 /**
  * What the protocol layer (JSON-RPC and REST handling) asks before it forwards a call: who is
  * calling, may they call this chain, and how many of the calls pass the limits. Implemented by
@@ -26,6 +28,8 @@ export interface Caller {
   readonly accountId: string;
   /** Days the account's plan keeps usage: carried in each usage record (read-model expiry). */
   readonly retentionDays?: number;
+  /** The account's plan: its WebSocket caps (src/gateway/ws). */
+  readonly plan?: PlanId;
 }
 
 /** Headers every chain answer carries: X-RateLimit-* and X-MonthlyLimit-* (and Retry-After on 429). */

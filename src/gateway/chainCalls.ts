@@ -5,7 +5,7 @@ import type { MaybePromise } from '../infra/limits/port.js';
 import type { Admission, Gatekeeper } from './admission.js';
 import { type Answer, type CallScope, INVALID_METHOD, localError, type LocalError } from './answer.js';
 import { BodyTooLarge, isJsonRpcMediaType, type RawBody } from './body.js';
-import type { Chain, ChainRegistry } from './chains.js';
+import type { ChainRegistry } from './chains.js';
 import { type Credentials, extractCredentials } from './credentials.js';
 import { JSON_CONTENT_TYPE, type RequestIds, RpcCode, restError, rpcErrorFor } from './errors.js';
 import { IsoClock } from './isoClock.js';
@@ -230,6 +230,16 @@ export class ChainCalls {
    * promise's callback, an exception would be an unhandled rejection.
    */
   serve(req: ChainRequest, reply: (response: ChainResponse) => void): void {
+    this.serveWith(req, (scope, credentials, query) => this.dispatch(req, scope, credentials, query), reply);
+  }
+
+  /**
+   * As `serve`, with `handler` in place of the protocol dispatch: what a WebSocket answers
+   * itself (eth_subscribe, a delivered notification, the upgrade's admission) is admitted,
+   * metered and handed over exactly as a call over HTTP. `req.url` carries the chain and token
+   * (or `req.headers.authorization` the token).
+   */
+  serveWith(req: ChainRequest, handler: (scope: CallScope, credentials: Credentials, query: string) => MaybePromise<Answer>, reply: (response: ChainResponse) => void): void {
     const chainId = chainIdOf(req.url);
     const chain = this.options.chains.get(chainId);
     if (!chain) {
@@ -238,7 +248,11 @@ export class ChainCalls {
     }
     let pending: MaybePromise<Answer>;
     try {
-      pending = this.handle(req, chain);
+      const pool = this.options.pools.get(chain.id);
+      if (!pool) throw new Error(`no upstream pool for chain ${chain.id}`);
+      const { segments, query } = splitUrl(req.url);
+      const credentials = extractCredentials(segments, req.headers.authorization, query);
+      pending = handler(new RequestScope(chain, pool, this.options.gatekeeper, credentials, req.connection), credentials, query);
     } catch (err) {
       reply(this.failed(req, err));
       return;
@@ -295,17 +309,10 @@ export class ChainCalls {
     return { status: 204, headers, body: null };
   }
 
-  /** The call to its protocol handler, with its credentials and scope. */
-  private handle(req: ChainRequest, chain: Chain): MaybePromise<Answer> {
-    const { segments: afterChain, query } = splitUrl(req.url);
-    const isPost = req.method === 'POST';
-    const pool = this.options.pools.get(chain.id);
-    if (!pool) throw new Error(`no upstream pool for chain ${chain.id}`);
-    const authorization = req.headers.authorization;
-    const credentials = extractCredentials(afterChain, authorization, query);
-    const scope = new RequestScope(chain, pool, this.options.gatekeeper, credentials, req.connection);
+  /** The call to its protocol handler. */
+  private dispatch(req: ChainRequest, scope: CallScope, credentials: Credentials, query: string): MaybePromise<Answer> {
     const contentType = req.headers['content-type'];
-    return dispatch(scope, { segments: credentials.segments, isPost, body: req.body, contentType, query, limits: this.limits });
+    return dispatch(scope, { segments: credentials.segments, isPost: req.method === 'POST', body: req.body, contentType, query, limits: this.limits });
   }
 
   /** Whether the answer yielded usage records. */

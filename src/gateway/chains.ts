@@ -49,6 +49,15 @@ const isHttpUrl = (value: string): boolean => {
   }
 };
 
+const isWsUrl = (value: string): boolean => {
+  try {
+    const u = new URL(value);
+    return (u.protocol === 'ws:' || u.protocol === 'wss:') && u.hostname !== '';
+  } catch {
+    return false;
+  }
+};
+
 const Glob = z.string().min(1).max(200);
 
 const UpstreamConfig = z
@@ -58,6 +67,8 @@ const UpstreamConfig = z
     label: z.string().min(1).max(100).optional(),
     /** Extra headers for this node, e.g. a provider's API key header. */
     headers: z.record(z.string(), z.string()).optional(),
+    /** The node's WebSocket endpoint (eth_subscribe), when it has one. */
+    ws: z.string().refine(isWsUrl, { message: 'must be an absolute ws:// or wss:// URL' }).optional(),
   })
   .strict();
 
@@ -114,6 +125,8 @@ export interface Upstream {
   /** Names the node in usage records and health reports. */
   label: string;
   headers: Record<string, string>;
+  /** Its WebSocket endpoint (subscriptions go there); null when it has none. */
+  ws: URL | null;
 }
 
 export type RestFlavour = 'solana' | 'sui' | 'passthrough';
@@ -180,7 +193,7 @@ function toChain(c: ChainConfig): Chain {
     const headers = { ...basicAuthHeader(url), ...(u.headers ?? {}) };
     url.username = '';
     url.password = '';
-    return { url, weight: u.weight, label: labels[i] as string, headers };
+    return { url, weight: u.weight, label: labels[i] as string, headers, ws: u.ws === undefined ? null : new URL(u.ws) };
   });
   const denied = compileGlobs(c.deniedMethods ?? DEFAULT_DENIED_METHODS);
   const allowed = c.allowedMethods ? compileGlobs(c.allowedMethods) : () => true;
@@ -234,9 +247,14 @@ export function parseChainsConfig(raw: unknown, source: string): ChainRegistry {
 
 export const envKeyFor = (chainId: string): string => `UPSTREAM_${chainId.toUpperCase()}`;
 
-/** Applies `UPSTREAM_<ID>=url[,url…]` to the raw file before validation. */
+/** `UPSTREAM_<ID>_WS=url[,url…]`: the WebSocket endpoints of the nodes `UPSTREAM_<ID>` lists, in the same order. */
+const WS_SUFFIX = '_WS';
+
+/** Applies `UPSTREAM_<ID>=url[,url…]` (and `UPSTREAM_<ID>_WS`) to the raw file before validation. */
 function applyUpstreamOverrides(raw: unknown, env: Record<string, string | undefined>): unknown {
-  const overrides = Object.entries(env).filter(([k, v]) => k.startsWith('UPSTREAM_') && v !== undefined && v.trim() !== '');
+  const set = (k: string, v: string | undefined): v is string => k.startsWith('UPSTREAM_') && v !== undefined && v.trim() !== '';
+  const overrides = Object.entries(env).filter(([k, v]) => set(k, v) && !k.endsWith(WS_SUFFIX));
+  const wsOverrides = Object.entries(env).filter(([k, v]) => set(k, v) && k.endsWith(WS_SUFFIX));
   if (overrides.length === 0) return raw;
   if (!raw || typeof raw !== 'object' || !Array.isArray((raw as { chains?: unknown }).chains)) return raw;
   const chains = (raw as { chains: unknown[] }).chains.map((c) => (c && typeof c === 'object' ? { ...(c as object) } : c)) as Array<
@@ -251,8 +269,11 @@ function applyUpstreamOverrides(raw: unknown, env: Record<string, string | undef
     const urls = (value as string).split(',').map((s) => s.trim()).filter((s) => s !== '');
     const bad = urls.find((u) => !isHttpUrl(u));
     if (bad !== undefined) throw new ChainConfigError(`${key}: ${JSON.stringify(bad)} is not an absolute http:// or https:// URL`);
-    target.upstreams = urls.map((url, i) => ({ url, weight: 1, label: `${target.id}-env-${i + 1}` }));
+    const wsUrls = (env[`${key}${WS_SUFFIX}`] ?? '').split(',').map((s) => s.trim()).filter((s) => s !== '');
+    target.upstreams = urls.map((url, i) => ({ url, weight: 1, label: `${target.id}-env-${i + 1}`, ...(wsUrls[i] ? { ws: wsUrls[i] } : {}) }));
   }
+  const orphan = wsOverrides.find(([key]) => !overrides.some(([k]) => `${k}${WS_SUFFIX}` === key));
+  if (orphan) throw new ChainConfigError(`${orphan[0]} needs ${orphan[0].slice(0, -WS_SUFFIX.length)} beside it (the nodes whose WebSocket endpoints it lists)`);
   return { ...(raw as object), chains };
 }
 

@@ -1,8 +1,10 @@
 import { createServer, type IncomingMessage, type Server, type ServerOptions, type ServerResponse } from 'node:http';
 import { performance } from 'node:perf_hooks';
+import type { Duplex } from 'node:stream';
 import type { FastifyServerFactory } from 'fastify';
 import { readRawBody } from './body.js';
 import { type ChainCalls, type ChainRequest, type ChainResponse, chainIdOf } from './chainCalls.js';
+import { WebSocketGateway, type WebSocketOptions } from './ws/gateway.js';
 
 /**
  * The HTTP server of a process that serves chain calls: known chains' GET and POST calls are
@@ -21,6 +23,8 @@ export class ChainFront {
   private draining = false;
   /** While draining, per connection, calls taken since the drain began and not answered yet (pipelined ones). */
   private readonly takenInDrain = new WeakMap<object, number>();
+  /** WebSocket upgrades on the chain routes (src/gateway/ws), once serving. */
+  sockets: WebSocketGateway | null = null;
 
   constructor(
     private readonly options: {
@@ -28,12 +32,15 @@ export class ChainFront {
       trustProxy: boolean;
       /** The request ids fastify's `genReqId` gives too: one sequence for both. */
       nextId: () => string;
+      /** Absent: upgrades are refused (the connection closed). */
+      webSockets?: WebSocketOptions;
     },
   ) {}
 
   serve(calls: ChainCalls): void {
     this.calls = calls;
     this.logRequests = calls.log.level === 'debug' || calls.log.level === 'trace';
+    if (this.options.webSockets) this.sockets = new WebSocketGateway(calls, this.options.nextId, this.options.webSockets);
   }
 
   /**
@@ -45,12 +52,18 @@ export class ChainFront {
    */
   drain(): void {
     this.draining = true;
+    // A socket would hold the server open: each closes with 1001 (clients reconnect elsewhere).
+    void this.sockets?.close();
   }
 
   readonly serverFactory: FastifyServerFactory = (fastifyHandler, opts): Server => {
     // What fastify does with a server it creates itself: node:http's options (its timeouts for slow clients among them), then its own.
     const server = createServer(serverOptionsOf(opts), (req, res) => {
       if (!this.take(req, res)) fastifyHandler(req, res);
+    });
+    server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+      if (this.sockets && !this.draining) this.sockets.upgrade(req, socket, head, this.clientIp(req));
+      else socket.destroy();
     });
     const option = (name: string): number | undefined => (typeof opts[name] === 'number' ? opts[name] : undefined);
     server.keepAliveTimeout = option('keepAliveTimeout') ?? server.keepAliveTimeout;

@@ -91,7 +91,7 @@ export class TokenGatekeeper implements Gatekeeper {
     // Only a token with an expiry needs the call's time as ISO text.
     const status = token.expiresAt === null ? token.status : effectiveStatus(token, this.clock.format(request.nowMs));
     if (status === 'revoked' || status === 'expired') return refuse(401, 'unauthorized', INVALID_TOKEN);
-    const caller: Caller = { tokenId: token.tokenId, accountId: token.accountId, retentionDays: this.plans[token.plan].retention_days };
+    const caller: Caller = { tokenId: token.tokenId, accountId: token.accountId, retentionDays: this.plans[token.plan].retention_days, plan: token.plan };
     if (status === 'disabled') return refuse(403, 'token_disabled', 'The API token is disabled; enable it in the dashboard.', caller);
     const plan = this.plans[token.plan];
     if (!planAllowsChain(plan, request.chain)) {

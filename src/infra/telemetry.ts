@@ -4,6 +4,14 @@ import type { UsageRecord } from '../domain/usage.js';
 import type { LimitDecision, Limiter, LimitRequest, MaybePromise } from './limits/port.js';
 import type { RedisHealthSnapshot, RedisState } from './redisHealth.js';
 
+/** Live WebSocket connections and subscriptions (src/gateway/ws), per token. */
+export interface WebSocketCounts {
+  connections: number;
+  subscriptions: number;
+  upstreamSubscriptions: number;
+  byToken: Array<{ tokenId: string; connections: number; subscriptions: number }>;
+}
+
 /** What the scrape reads at that moment (queue depth, projection lag, upstream health...). */
 export interface TelemetrySources {
   usageQueueDepth?(): Promise<number>;
@@ -149,6 +157,8 @@ export class Telemetry {
   /** The event loop delay summary's running totals, over every scrape. */
   private loopDelaySumSeconds = 0;
   private loopDelayCount = 0;
+  /** Set where this process serves WebSockets. */
+  webSockets: () => WebSocketCounts | null = () => null;
 
   constructor(sources: TelemetrySources = {}) {
     const registers = [this.registry];
@@ -187,6 +197,25 @@ export class Telemetry {
         },
       });
     }
+    const sockets = () => this.webSockets();
+    new Gauge({
+      name: 'gateway_ws_connections', help: 'Open WebSocket connections, by token', labelNames: ['token_id'], registers,
+      collect() {
+        this.reset();
+        for (const t of sockets()?.byToken ?? []) this.set({ token_id: t.tokenId }, t.connections);
+      },
+    });
+    new Gauge({
+      name: 'gateway_ws_subscriptions', help: 'Open eth_subscribe subscriptions of WebSocket clients, by token', labelNames: ['token_id'], registers,
+      collect() {
+        this.reset();
+        for (const t of sockets()?.byToken ?? []) this.set({ token_id: t.tokenId }, t.subscriptions);
+      },
+    });
+    new Gauge({
+      name: 'gateway_ws_upstream_subscriptions', help: 'Subscriptions this gateway holds on the nodes: one per distinct chain, kind and filter, shared by its clients', registers,
+      collect() { this.set(sockets()?.upstreamSubscriptions ?? 0); },
+    });
     new Gauge({
       name: 'gateway_cached_tokens', help: 'Tokens in this gateway\'s cache', registers,
       collect() { if (sources.cachedTokens) this.set(sources.cachedTokens()); },

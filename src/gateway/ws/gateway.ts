@@ -1,0 +1,250 @@
+import { type IncomingMessage, STATUS_CODES } from 'node:http';
+import { performance } from 'node:perf_hooks';
+import type { Duplex } from 'node:stream';
+import type { Observable } from 'rxjs';
+import { WebSocketServer } from 'ws';
+import type { PlanCatalog } from '../../domain/plans.js';
+import type { ChangeFeed } from '../../infra/changefeed/port.js';
+import { INVALIDATION_TOPIC } from '../../projections/runner.js';
+import type { Admission, Caller } from '../admission.js';
+import { type Answer, type CallScope, localError, refusedRpc } from '../answer.js';
+import type { ChainCalls, ChainResponse } from '../chainCalls.js';
+import { JSON_CONTENT_TYPE, RpcCode, rpcError } from '../errors.js';
+import { ChainFeeds, type FeedItem, parseSubscribeParams, type SubscriptionKind } from './feeds.js';
+import { Session, type SessionHost, WS_CLOSE } from './session.js';
+
+export { WS_CLOSE } from './session.js';
+
+export interface WebSocketOptions {
+  /** Where token changes arrive (the token cache's invalidations): a revoked or disabled token's sockets close. */
+  feed: ChangeFeed;
+  plans: PlanCatalog;
+  /** Unread bytes a client may have queued before its socket is closed (1008). */
+  maxSendBufferBytes?: number;
+  /** A ping this often; a socket that did not answer the previous one is cut off. */
+  pingEveryMs?: number;
+  /** A socket with no subscription that sent nothing for this long is closed (4000). */
+  idleTimeoutMs?: number;
+}
+
+/** Live WebSocket connections and subscriptions of one token on this instance. */
+export interface TokenSockets {
+  tokenId: string;
+  accountId: string;
+  connections: number;
+  subscriptions: number;
+}
+
+export interface WebSocketStats {
+  connections: number;
+  subscriptions: number;
+  /** Subscriptions the nodes serve (one per distinct chain, kind and filter). */
+  upstreamSubscriptions: number;
+  byToken: TokenSockets[];
+}
+
+/** What a socket's upgrade is metered as when refused (a known token's refusal is metered, as over HTTP). */
+const UPGRADE_METHOD = 'websocket';
+
+interface TokenEntry {
+  accountId: string;
+  sessions: Set<Session>;
+  subscriptions: number;
+}
+
+/**
+ * WebSocket on the chain port: `ws://HOST/<chain>/<token>` (or the token as Bearer on the
+ * upgrade). The upgrade is admitted as a call (at cost 0): refused with the status and body an
+ * HTTP call would get. Each instance tracks its sockets per token, closes a token's sockets when
+ * the change feed says the token changed and it is no longer admitted, and pings them.
+ */
+export class WebSocketGateway implements SessionHost {
+  private readonly server: WebSocketServer;
+  private readonly feeds = new Map<string, ChainFeeds>();
+  private readonly tokens = new Map<string, TokenEntry>();
+  private readonly sessions = new Set<Session>();
+  private subscriptionCount = 0;
+  private readonly timer: NodeJS.Timeout;
+  private unsubscribe: Promise<() => Promise<void>> | null = null;
+  readonly maxSendBufferBytes: number;
+  private readonly idleTimeoutMs: number;
+
+  constructor(
+    readonly calls: ChainCalls,
+    readonly nextId: () => string,
+    private readonly options: WebSocketOptions,
+  ) {
+    this.maxSendBufferBytes = options.maxSendBufferBytes ?? 1024 * 1024;
+    this.idleTimeoutMs = options.idleTimeoutMs ?? 300_000;
+    // A frame over the body limit closes with 1009; ws checks it while the frame arrives.
+    this.server = new WebSocketServer({ noServer: true, maxPayload: calls.limits.maxBodyBytes, perMessageDeflate: false, clientTracking: false });
+    this.timer = setInterval(() => this.keepAlive(), options.pingEveryMs ?? 30_000);
+    this.timer.unref();
+    this.unsubscribe = options.feed.subscribe(INVALIDATION_TOPIC, (message) => this.tokenChanged(message));
+  }
+
+  /** An Upgrade on a chain route: admitted like a call, then handed to ws; refused with the HTTP answer otherwise. */
+  upgrade(req: IncomingMessage, socket: Duplex, head: Buffer, ip: string): void {
+    socket.on('error', () => socket.destroy());
+    const url = req.url ?? '/';
+    const authorization = req.headers.authorization;
+    const call = {
+      method: 'POST', url, headers: authorization === undefined ? {} : { authorization }, body: undefined, ip, id: this.nextId(), arrivedAt: performance.now(), connection: socket,
+    };
+    let admitted: Admission | null = null;
+    this.calls.serveWith(
+      call,
+      (scope, credentials) => {
+        const refuse = (status: number, rpcCode: number, message: string) =>
+          localError(scope, { shape: 'rpc', status, rpcCode, restCode: 'invalid_request', message, method: UPGRADE_METHOD });
+        if (!scope.chain.acceptsJsonRpc || scope.chain.protocol !== 'jsonrpc') return refuse(400, RpcCode.invalidRequest, `${scope.chain.id} has no WebSocket endpoint`);
+        if (credentials.segments.length > 0) return refuse(404, RpcCode.invalidRequest, `WebSocket is served on /${scope.chain.id}/<token>, with no path after the token`);
+        const admission = scope.admit(0);
+        const answer = (a: Admission): Answer => {
+          if (!a.ok) return refusedRpc(a, null, UPGRADE_METHOD);
+          admitted = a;
+          return { status: 101, body: null, contentType: JSON_CONTENT_TYPE, admission: a, usage: [] };
+        };
+        return admission instanceof Promise ? admission.then(answer) : answer(admission);
+      },
+      (response) => {
+        const a = admitted as Admission | null;
+        if (response.status !== 101 || a === null || !a.ok) return refuseUpgrade(socket, response);
+        const cap = this.connectionCap(a.caller);
+        const entry = this.tokens.get(a.caller.tokenId);
+        if (cap !== null && entry !== undefined && entry.sessions.size >= cap) {
+          const body = rpcError('null', RpcCode.limitExceeded, `Too many WebSocket connections for this token: at most ${cap} at once`);
+          return refuseUpgrade(socket, { status: 429, headers: { ...response.headers, 'content-type': JSON_CONTENT_TYPE }, body });
+        }
+        if (socket.destroyed) return;
+        this.server.handleUpgrade(req, socket, head, (ws) => this.opened(new Session(ws, this, url, authorization, ip, a.caller)));
+      },
+    );
+  }
+
+  /** The shared feed for an eth_subscribe's params on the scope's chain. */
+  feedFor(scope: CallScope, params: unknown): { feed: Observable<FeedItem>; kind: SubscriptionKind } | { error: string; code: number } {
+    const chain = scope.chain;
+    if (!chain.upstreams.some((u) => u.ws !== null)) return { error: `eth_subscribe is not available on ${chain.id}: its nodes have no WebSocket endpoint`, code: RpcCode.methodNotFound };
+    if (!chain.isMethodAllowed('eth_subscribe')) return { error: `Method not found: eth_subscribe is not available on ${chain.id}`, code: RpcCode.methodNotFound };
+    const request = parseSubscribeParams(params);
+    if ('error' in request) return { error: `Invalid params: ${request.error}`, code: RpcCode.invalidParams };
+    let feeds = this.feeds.get(chain.id);
+    if (!feeds) {
+      feeds = new ChainFeeds(chain, { warn: (details, message) => this.calls.log.error(details, message) });
+      this.feeds.set(chain.id, feeds);
+    }
+    return { feed: feeds.feed(request), kind: request.kind };
+  }
+
+  subscriptionCap(caller: Caller): number | null {
+    return caller.plan === undefined ? null : this.options.plans[caller.plan].ws_subscriptions;
+  }
+
+  subscriptionsChanged(session: Session, delta: number): void {
+    this.subscriptionCount += delta;
+    const entry = this.tokens.get(session.caller.tokenId);
+    if (entry) entry.subscriptions += delta;
+  }
+
+  closed(session: Session): void {
+    if (!this.sessions.delete(session)) return;
+    const entry = this.tokens.get(session.caller.tokenId);
+    if (!entry) return;
+    entry.sessions.delete(session);
+    if (entry.sessions.size === 0) this.tokens.delete(session.caller.tokenId);
+  }
+
+  stats(): WebSocketStats {
+    let upstreamSubscriptions = 0;
+    for (const f of this.feeds.values()) upstreamSubscriptions += f.upstreamSubscriptions;
+    const byToken = [...this.tokens].map(([tokenId, e]) => ({ tokenId, accountId: e.accountId, connections: e.sessions.size, subscriptions: e.subscriptions }));
+    return { connections: this.sessions.size, subscriptions: this.subscriptionCount, upstreamSubscriptions, byToken };
+  }
+
+  /** The process is stopping: every socket closes with 1001, the nodes' sockets too. */
+  async close(): Promise<void> {
+    clearInterval(this.timer);
+    for (const s of this.sessions) s.close(WS_CLOSE.goingAway, 'server shutting down');
+    for (const f of this.feeds.values()) f.close();
+    this.feeds.clear();
+    const unsubscribe = this.unsubscribe;
+    this.unsubscribe = null;
+    await (await unsubscribe)?.();
+  }
+
+  private opened(session: Session): void {
+    this.sessions.add(session);
+    const { tokenId, accountId } = session.caller;
+    let entry = this.tokens.get(tokenId);
+    if (!entry) {
+      entry = { accountId, sessions: new Set(), subscriptions: 0 };
+      this.tokens.set(tokenId, entry);
+    }
+    entry.sessions.add(session);
+  }
+
+  private connectionCap(caller: Caller): number | null {
+    return caller.plan === undefined ? null : this.options.plans[caller.plan].ws_connections;
+  }
+
+  /**
+   * `token:<id>` or `account:<id>` changed: each of its sockets is admitted again (the token
+   * cache dropped the entry, so this reads the read model) and closed if refused. After the
+   * token cache's own listener has run: it subscribed first, and this waits a turn besides.
+   */
+  private tokenChanged(message: string): void {
+    const [kind, id] = message.split(':', 2) as [string, string];
+    const affected: Session[] = [];
+    if (kind === 'token') affected.push(...(this.tokens.get(id)?.sessions ?? []));
+    else if (kind === 'account') for (const e of this.tokens.values()) if (e.accountId === id) affected.push(...e.sessions);
+    if (affected.length === 0) return;
+    setImmediate(() => {
+      for (const session of affected) this.recheck(session);
+    });
+  }
+
+  private recheck(session: Session): void {
+    let refusal: Admission | null = null;
+    this.calls.serveWith(
+      session.request(undefined),
+      (scope) => {
+        const admission = scope.admit(0);
+        const answer = (a: Admission): Answer => {
+          if (!a.ok && a.status !== 429) refusal = a;
+          return { status: 200, body: null, contentType: JSON_CONTENT_TYPE, admission: a, usage: [] };
+        };
+        return admission instanceof Promise ? admission.then(answer) : answer(admission);
+      },
+      () => {
+        const r = refusal as Admission | null;
+        if (r !== null && !r.ok) session.close(r.status === 401 ? WS_CLOSE.unauthorized : WS_CLOSE.forbidden, r.message);
+      },
+    );
+  }
+
+  private keepAlive(): void {
+    const idleBefore = performance.now() - this.idleTimeoutMs;
+    for (const session of this.sessions) {
+      if (!session.alive) {
+        session.socket.terminate();
+        continue;
+      }
+      if (session.subscriptions.size === 0 && session.lastHeardAt < idleBefore) {
+        session.close(WS_CLOSE.idle, 'idle timeout');
+        continue;
+      }
+      session.alive = false;
+      session.socket.ping();
+    }
+  }
+}
+
+/** The refused upgrade's HTTP answer, as a call would get it, and the connection closed. */
+function refuseUpgrade(socket: Duplex, response: ChainResponse): void {
+  if (socket.destroyed) return;
+  const body = response.body ?? '';
+  const headers = { ...response.headers, 'content-length': String(Buffer.byteLength(body)), connection: 'close' };
+  const head = [`HTTP/1.1 ${response.status} ${STATUS_CODES[response.status] ?? ''}`, ...Object.entries(headers).map(([k, v]) => `${k}: ${v}`)].join('\r\n');
+  socket.end(`${head}\r\n\r\n${body}`);
+}

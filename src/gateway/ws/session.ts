@@ -1,0 +1,282 @@
+import { randomBytes } from 'node:crypto';
+import type { IncomingHttpHeaders } from 'node:http';
+import { performance } from 'node:perf_hooks';
+import type { Observable, Subscription } from 'rxjs';
+import WebSocket from 'ws';
+import type { MaybePromise } from '../../infra/limits/port.js';
+import type { Admission, Caller } from '../admission.js';
+import { type Answer, type CallScope, draft, localError, refusedRpc, retryData } from '../answer.js';
+import type { ChainCalls, ChainRequest, ChainResponse } from '../chainCalls.js';
+import { JSON_CONTENT_TYPE, RpcCode, rpcError } from '../errors.js';
+import type { FeedItem, SubscriptionKind } from './feeds.js';
+
+/** Close codes a client may see, documented for clients (docs: "WebSocket close codes"). */
+export const WS_CLOSE = {
+  /** The gateway is shutting down. */
+  goingAway: 1001,
+  /** A binary frame: the gateway speaks JSON-RPC in text frames. */
+  unsupportedData: 1003,
+  /** The client does not read: its send buffer passed the bound. */
+  policyViolation: 1008,
+  /** A frame larger than the body limit (ws closes with it itself). */
+  messageTooBig: 1009,
+  /** No call, no subscription and no frame for the idle timeout. */
+  idle: 4000,
+  /** The token is no longer valid: revoked, expired or unknown. */
+  unauthorized: 4001,
+  /** The token was disabled, or the chain left its plan. */
+  forbidden: 4003,
+  /** The monthly quota is exhausted: each subscription ended with an error notification first. */
+  quotaExhausted: 4029,
+} as const;
+
+/** What a session needs of the gateway that holds it. */
+export interface SessionHost {
+  readonly calls: ChainCalls;
+  nextId(): string;
+  /** The shared feed of `kind` (with `filter`) on the scope's chain, or why there is none. */
+  feedFor(scope: CallScope, params: unknown): { feed: Observable<FeedItem>; kind: SubscriptionKind } | { error: string; code: number };
+  subscriptionCap(caller: Caller): number | null;
+  maxSendBufferBytes: number;
+  subscriptionsChanged(session: Session, delta: number): void;
+  closed(session: Session): void;
+}
+
+/** Subscriptions a connection holds at most, whatever the plan (an unlimited plan included): each is memory on the gateway. */
+const HARD_SUBSCRIPTION_CAP = 10_000;
+
+interface Pending {
+  frame: string | Buffer | null;
+  done: boolean;
+}
+
+/** A subscribe call's reply: the subscription to open once its answer was sent. */
+interface Opening {
+  id: string;
+  kind: SubscriptionKind;
+  feed: Observable<FeedItem>;
+}
+
+/**
+ * One client's WebSocket: its JSON-RPC calls go through ChainCalls as calls over HTTP do (same
+ * validation, limits and metering: a synthetic POST of the upgrade's URL and Authorization);
+ * eth_subscribe and eth_unsubscribe are answered here. Notifications leave in the order their
+ * feed gave them, each admitted and metered as one call (`eth_subscription:<kind>`).
+ */
+export class Session {
+  readonly subscriptions = new Map<string, Subscription>();
+  /** Notifications admitted and metered, waiting for the ones before them. */
+  private readonly outbox: Pending[] = [];
+  private readonly headers: IncomingHttpHeaders;
+  private closing = false;
+  /** performance.now() of the client's last frame (a call or a pong). */
+  lastHeardAt = performance.now();
+  alive = true;
+
+  constructor(
+    readonly socket: WebSocket,
+    private readonly host: SessionHost,
+    /** The upgrade's URL (chain and token). */
+    private readonly url: string,
+    authorization: string | undefined,
+    private readonly ip: string,
+    readonly caller: Caller,
+  ) {
+    this.headers = authorization === undefined ? { 'content-type': JSON_CONTENT_TYPE } : { 'content-type': JSON_CONTENT_TYPE, authorization };
+    socket.on('message', (data, isBinary) => this.received(data as Buffer, isBinary));
+    socket.on('pong', () => {
+      this.alive = true;
+    });
+    socket.on('close', () => this.ended());
+    socket.on('error', () => undefined);
+  }
+
+  /** Ends the connection with a documented code; a client that does not read is cut off a second later. */
+  close(code: number, reason: string): void {
+    if (this.closing) return;
+    this.closing = true;
+    this.stopSubscriptions();
+    this.socket.close(code, reason.slice(0, 120));
+    setTimeout(() => this.socket.terminate(), 1000).unref();
+  }
+
+  /** A synthetic call carrying the upgrade's credentials. */
+  request(body: Buffer | undefined): ChainRequest {
+    return { method: 'POST', url: this.url, headers: this.headers, body, ip: this.ip, id: this.host.nextId(), arrivedAt: performance.now(), connection: this.socket };
+  }
+
+  private received(data: Buffer, isBinary: boolean): void {
+    this.lastHeardAt = performance.now();
+    if (this.closing) return;
+    if (isBinary) {
+      this.close(WS_CLOSE.unsupportedData, 'binary frames are not accepted: send JSON-RPC as text');
+      return;
+    }
+    const local = localCall(data);
+    if (local === null) {
+      this.host.calls.serve(this.request(data), (response) => this.send(response.body));
+      return;
+    }
+    if (local.method === 'eth_subscribe') this.subscribe(data, local);
+    else this.unsubscribe(data, local);
+  }
+
+  private subscribe(data: Buffer, call: LocalCall): void {
+    let opening: Opening | null = null;
+    const handler = (scope: CallScope): MaybePromise<Answer> => {
+      const idText = call.idText;
+      const ids = { kind: 'single' as const, idText };
+      const issue = (status: number, rpcCode: number, message: string) =>
+        localError(scope, { shape: 'rpc', status, rpcCode, restCode: 'invalid_request', message, method: 'eth_subscribe', ids });
+      const found = this.host.feedFor(scope, call.params);
+      if ('error' in found) return issue(found.code === RpcCode.invalidParams ? 400 : 405, found.code, found.error);
+      const cap = Math.min(this.host.subscriptionCap(this.caller) ?? HARD_SUBSCRIPTION_CAP, HARD_SUBSCRIPTION_CAP);
+      if (this.subscriptions.size >= cap) return issue(429, RpcCode.limitExceeded, `Too many subscriptions on this connection: at most ${cap} at once`);
+      const admitted = (a: Admission): Answer => {
+        if (!a.ok) return refusedRpc(a, ids, 'eth_subscribe');
+        if (a.granted < 1) {
+          return { status: 429, body: rpcError(idText, RpcCode.limitExceeded, 'Limit exceeded: this call was refused by the rate or monthly limit', retryData(a)), contentType: JSON_CONTENT_TYPE, admission: a, usage: [draft('eth_subscribe', RpcCode.limitExceeded, 'limit exceeded')] };
+        }
+        const id = `0x${randomBytes(16).toString('hex')}`;
+        opening = { id, kind: found.kind, feed: found.feed };
+        const usage = draft('eth_subscribe', null, null);
+        usage.charged = true;
+        return { status: 200, body: `{"jsonrpc":"2.0","id":${idText},"result":"${id}"}`, contentType: JSON_CONTENT_TYPE, admission: a, usage: [usage] };
+      };
+      const admission = scope.admit(1);
+      return admission instanceof Promise ? admission.then(admitted) : admitted(admission);
+    };
+    this.host.calls.serveWith(this.request(data), handler, (response) => {
+      this.send(response.body);
+      const o = opening as Opening | null;
+      if (o === null || response.status !== 200 || this.closing) return;
+      this.subscriptions.set(o.id, o.feed.subscribe({ next: (item) => this.notify(o.id, o.kind, item) }));
+      this.host.subscriptionsChanged(this, 1);
+    });
+  }
+
+  private unsubscribe(data: Buffer, call: LocalCall): void {
+    const id = Array.isArray(call.params) && typeof call.params[0] === 'string' ? call.params[0] : null;
+    const handler = (scope: CallScope): MaybePromise<Answer> => {
+      const answered = (a: Admission): Answer => {
+        if (!a.ok) return refusedRpc(a, { kind: 'single', idText: call.idText }, 'eth_unsubscribe');
+        // Another connection's id is not this one's: false, as for an id that never was.
+        const subscription = id === null ? undefined : this.subscriptions.get(id);
+        if (subscription && id !== null) {
+          subscription.unsubscribe();
+          this.subscriptions.delete(id);
+          this.host.subscriptionsChanged(this, -1);
+        }
+        return { status: 200, body: `{"jsonrpc":"2.0","id":${call.idText},"result":${subscription !== undefined}}`, contentType: JSON_CONTENT_TYPE, admission: a, usage: [draft('eth_unsubscribe', null, null)] };
+      };
+      const admission = scope.admit(0);
+      return admission instanceof Promise ? admission.then(answered) : answered(admission);
+    };
+    this.host.calls.serveWith(this.request(data), handler, (response) => this.send(response.body));
+  }
+
+  /** One notification for one of this client's subscriptions: admitted (one call against the quota), metered, then sent in order. */
+  private notify(subscriptionId: string, kind: SubscriptionKind, item: FeedItem): void {
+    if (this.closing) return;
+    const slot: Pending = { frame: null, done: false };
+    this.outbox.push(slot);
+    let refusal: Admission | null = null;
+    const method = `eth_subscription:${kind}`;
+    const handler = (scope: CallScope): MaybePromise<Answer> => {
+      const admitted = (a: Admission): Answer => {
+        const frame = `{"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":"${subscriptionId}","result":${item}}}`;
+        const usage = draft(method, null, null);
+        if (a.ok && a.granted > 0) {
+          usage.charged = true;
+          return { status: 200, body: frame, contentType: JSON_CONTENT_TYPE, admission: a, usage: [usage] };
+        }
+        // A push cannot be asked again later: one refused by the rate limit alone is delivered, uncharged.
+        if (!a.ok && a.code === 'rate_limited') return { status: 200, body: frame, contentType: JSON_CONTENT_TYPE, admission: a, usage: [usage] };
+        refusal = a;
+        const error = `{"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":"${subscriptionId}","error":{"code":${RpcCode.limitExceeded},"message":${JSON.stringify(a.ok ? 'limit exceeded' : a.message)}}}}`;
+        return { status: a.ok ? 429 : a.status, body: error, contentType: JSON_CONTENT_TYPE, admission: a, usage: [draft(method, RpcCode.limitExceeded, a.ok ? 'limit exceeded' : a.message)] };
+      };
+      const admission = scope.admit(1);
+      return admission instanceof Promise ? admission.then(admitted) : admitted(admission);
+    };
+    this.host.calls.serveWith(this.request(undefined), handler, (response: ChainResponse) => {
+      const r = refusal as Admission | null;
+      if (r !== null && !r.ok && r.status !== 429) {
+        slot.frame = null;
+        slot.done = true;
+        this.flush();
+        this.close(r.status === 401 ? WS_CLOSE.unauthorized : WS_CLOSE.forbidden, r.message);
+        return;
+      }
+      slot.frame = response.body;
+      slot.done = true;
+      this.flush();
+      if (r !== null) this.quotaExhausted();
+    });
+  }
+
+  /** Every subscription ends with an error notification, then the socket closes. */
+  private quotaExhausted(): void {
+    if (this.closing) return;
+    for (const id of this.subscriptions.keys()) {
+      this.send(`{"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":"${id}","error":{"code":${RpcCode.limitExceeded},"message":"The monthly request limit is reached."}}}`);
+    }
+    this.close(WS_CLOSE.quotaExhausted, 'monthly request limit reached');
+  }
+
+  private flush(): void {
+    while (this.outbox.length > 0 && (this.outbox[0] as Pending).done) {
+      const { frame } = this.outbox.shift() as Pending;
+      this.send(frame);
+    }
+  }
+
+  /** Sends a frame unless the client's unread frames would pass the bound: then the connection ends (1008). */
+  private send(frame: string | Buffer | null): void {
+    if (frame === null || this.socket.readyState !== WebSocket.OPEN) return;
+    const size = typeof frame === 'string' ? Buffer.byteLength(frame) : frame.length;
+    if (this.socket.bufferedAmount + size > this.host.maxSendBufferBytes) {
+      this.close(WS_CLOSE.policyViolation, `send buffer over ${this.host.maxSendBufferBytes} bytes: the client does not read`);
+      return;
+    }
+    this.socket.send(frame);
+  }
+
+  private stopSubscriptions(): void {
+    const n = this.subscriptions.size;
+    for (const s of this.subscriptions.values()) s.unsubscribe();
+    this.subscriptions.clear();
+    this.outbox.length = 0;
+    if (n > 0) this.host.subscriptionsChanged(this, -n);
+  }
+
+  private ended(): void {
+    this.closing = true;
+    this.stopSubscriptions();
+    this.host.closed(this);
+  }
+}
+
+interface LocalCall {
+  method: 'eth_subscribe' | 'eth_unsubscribe';
+  params: unknown;
+  /** The call's id as JSON text. */
+  idText: string;
+}
+
+/** A single eth_subscribe or eth_unsubscribe call (answered here); null for everything else (ChainCalls answers it). */
+function localCall(data: Buffer): LocalCall | null {
+  // Most frames are other calls: look for the method names before parsing anything.
+  if (data.indexOf('eth_subscribe') < 0 && data.indexOf('eth_unsubscribe') < 0) return null;
+  let value: unknown;
+  try {
+    value = JSON.parse(data.toString('utf8'));
+  } catch {
+    return null;
+  }
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) return null;
+  const { method, params, id, jsonrpc } = value as { method?: unknown; params?: unknown; id?: unknown; jsonrpc?: unknown };
+  if ((method !== 'eth_subscribe' && method !== 'eth_unsubscribe') || jsonrpc !== '2.0') return null;
+  if (!(typeof id === 'string' || typeof id === 'number')) return null;
+  return { method, params, idText: JSON.stringify(id) };
+}

@@ -1,0 +1,195 @@
+import WebSocket from 'ws';
+import type { Upstream } from '../chains.js';
+
+/** Where the upstream socket tells what happened to it (the gateway's logger fits). */
+export interface UpstreamSocketLog {
+  warn(details: object, message: string): void;
+}
+
+/** One subscription the gateway wants from the node, kept across reconnects. */
+interface Wanted {
+  params: unknown[];
+  onResult: (result: unknown) => void;
+  /** The node's id for it on the current connection; null until it answered. */
+  upstreamId: string | null;
+}
+
+interface Pending {
+  resolve: (result: unknown) => void;
+  reject: (err: Error) => void;
+  timer: NodeJS.Timeout;
+}
+
+const RECONNECT_MIN_MS = 100;
+const RECONNECT_MAX_MS = 5000;
+/** An upstream frame larger than this is refused by ws (a block header or a log is a few KB). */
+const MAX_UPSTREAM_FRAME_BYTES = 16 * 1024 * 1024;
+
+/**
+ * One chain's WebSocket to its nodes, shared by every subscription of the chain: one connection
+ * per gateway process, whatever the number of clients. It opens with the first subscription and
+ * closes with the last. When it drops it reconnects, to the next node with a WebSocket endpoint
+ * when there are several (after a backoff from 100 ms to 5 s), and subscribes again to all it
+ * had; `onReconnect` lets the feeds fetch what they missed meanwhile.
+ */
+export class UpstreamSocket {
+  private socket: WebSocket | null = null;
+  private open = false;
+  private next = 0;
+  private nextRequestId = 1;
+  private reconnectMs = RECONNECT_MIN_MS;
+  private reconnectTimer: NodeJS.Timeout | null = null;
+  private closed = false;
+  /** A connection was open before: the next open is a reconnect (the feeds fetch what they missed). */
+  private hadConnection = false;
+  private readonly wanted = new Set<Wanted>();
+  private readonly byUpstreamId = new Map<string, Wanted>();
+  private readonly pending = new Map<number, Pending>();
+
+  constructor(
+    private readonly nodes: Upstream[],
+    private readonly timeoutMs: number,
+    private readonly log: UpstreamSocketLog,
+  ) {}
+
+  /** Asks the node for a subscription; `onResult` gets each notification's result, across reconnects, until the returned function is called. */
+  subscribe(params: unknown[], onResult: (result: unknown) => void): () => void {
+    const wanted: Wanted = { params, onResult, upstreamId: null };
+    this.wanted.add(wanted);
+    if (this.open) this.sendSubscribe(wanted);
+    else this.connect();
+    return () => this.unsubscribe(wanted);
+  }
+
+  /** A call over the socket (what a feed fetches after a reconnect); rejects if the socket drops first. */
+  request(method: string, params: unknown[]): Promise<unknown> {
+    const socket = this.socket;
+    if (!socket || !this.open) return Promise.reject(new Error('upstream socket not connected'));
+    const id = this.nextRequestId++;
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.pending.delete(id);
+        reject(new Error(`upstream ${method} timed out after ${this.timeoutMs} ms`));
+      }, this.timeoutMs);
+      this.pending.set(id, { resolve, reject, timer });
+      socket.send(JSON.stringify({ jsonrpc: '2.0', id, method, params }));
+    });
+  }
+
+  /** Subscriptions the node is asked for now (one per distinct kind and filter). */
+  get subscriptions(): number {
+    return this.wanted.size;
+  }
+
+  onReconnect: () => void = () => undefined;
+
+  close(): void {
+    this.closed = true;
+    this.wanted.clear();
+    this.disconnect();
+  }
+
+  private unsubscribe(wanted: Wanted): void {
+    if (!this.wanted.delete(wanted)) return;
+    if (wanted.upstreamId !== null) {
+      this.byUpstreamId.delete(wanted.upstreamId);
+      if (this.open) this.request('eth_unsubscribe', [wanted.upstreamId]).catch(() => undefined);
+    }
+    if (this.wanted.size === 0) this.disconnect();
+  }
+
+  private connect(): void {
+    if (this.socket || this.closed || this.reconnectTimer) return;
+    const node = this.nodes[this.next % this.nodes.length] as Upstream;
+    const url = node.ws as URL;
+    const socket = new WebSocket(url, { headers: node.headers, maxPayload: MAX_UPSTREAM_FRAME_BYTES, handshakeTimeout: this.timeoutMs });
+    this.socket = socket;
+    const reconnected = this.hadConnection;
+    socket.on('open', () => {
+      this.open = true;
+      this.reconnectMs = RECONNECT_MIN_MS;
+      for (const w of this.wanted) this.sendSubscribe(w);
+      if (reconnected) this.onReconnect();
+      this.hadConnection = true;
+    });
+    socket.on('message', (data, isBinary) => {
+      if (!isBinary) this.received(data.toString());
+    });
+    socket.on('error', (err) => this.log.warn({ err: err.message, upstream: node.label }, 'upstream websocket failed'));
+    socket.on('close', () => this.dropped(socket));
+  }
+
+  private dropped(socket: WebSocket): void {
+    if (this.socket !== socket) return;
+    this.socket = null;
+    this.open = false;
+    this.byUpstreamId.clear();
+    for (const w of this.wanted) w.upstreamId = null;
+    for (const [id, p] of this.pending) {
+      clearTimeout(p.timer);
+      p.reject(new Error('upstream socket closed'));
+      this.pending.delete(id);
+    }
+    if (this.closed || this.wanted.size === 0) return;
+    this.next++;
+    this.reconnectTimer = setTimeout(() => {
+      this.reconnectTimer = null;
+      this.connect();
+    }, this.reconnectMs);
+    this.reconnectMs = Math.min(RECONNECT_MAX_MS, this.reconnectMs * 2);
+  }
+
+  private disconnect(): void {
+    if (this.reconnectTimer) clearTimeout(this.reconnectTimer);
+    this.reconnectTimer = null;
+    const socket = this.socket;
+    this.socket = null;
+    this.open = false;
+    this.hadConnection = false;
+    this.byUpstreamId.clear();
+    for (const p of this.pending.values()) {
+      clearTimeout(p.timer);
+      p.reject(new Error('upstream socket closed'));
+    }
+    this.pending.clear();
+    socket?.terminate();
+  }
+
+  private sendSubscribe(wanted: Wanted): void {
+    this.request('eth_subscribe', wanted.params).then(
+      (id) => {
+        if (typeof id !== 'string') throw new Error(`upstream answered eth_subscribe with ${JSON.stringify(id)}`);
+        if (!this.wanted.has(wanted)) {
+          this.request('eth_unsubscribe', [id]).catch(() => undefined);
+          return;
+        }
+        wanted.upstreamId = id;
+        this.byUpstreamId.set(id, wanted);
+      },
+      (err: unknown) => this.log.warn({ err: err instanceof Error ? err.message : String(err), params: wanted.params }, 'upstream eth_subscribe failed'),
+    ).catch((err: unknown) => this.log.warn({ err: err instanceof Error ? err.message : String(err) }, 'upstream eth_subscribe failed'));
+  }
+
+  private received(text: string): void {
+    let message: unknown;
+    try {
+      message = JSON.parse(text);
+    } catch {
+      return;
+    }
+    if (typeof message !== 'object' || message === null) return;
+    const m = message as { id?: unknown; result?: unknown; error?: { message?: unknown }; method?: unknown; params?: { subscription?: unknown; result?: unknown } };
+    if (typeof m.id === 'number') {
+      const p = this.pending.get(m.id);
+      if (!p) return;
+      this.pending.delete(m.id);
+      clearTimeout(p.timer);
+      if (m.error) p.reject(new Error(String(m.error.message ?? 'upstream error')));
+      else p.resolve(m.result);
+      return;
+    }
+    if (m.method === 'eth_subscription' && m.params && typeof m.params.subscription === 'string') {
+      this.byUpstreamId.get(m.params.subscription)?.onResult(m.params.result);
+    }
+  }
+}
