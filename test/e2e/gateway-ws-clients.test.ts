@@ -88,8 +88,8 @@ describe('viem webSocket transport', () => {
     const client = createPublicClient({ transport: webSocket(`${wsBase}/local/${token}`) });
     const numbers: bigint[] = [];
     const events: string[] = [];
-    const stopBlocks = client.watchBlockNumber({ onBlockNumber: (n) => numbers.push(n), poll: false });
-    const stopEvents = client.watchContractEvent({ address: contract as `0x${string}`, abi: [parseAbiItem('event Ping()')], eventName: 'Ping', poll: false, onLogs: (logs) => events.push(...logs.map((l) => l.transactionHash ?? '')) });
+    const stopBlocks = client.watchBlockNumber({ onBlockNumber: (n) => numbers.push(n) });
+    const stopEvents = client.watchContractEvent({ address: contract as `0x${string}`, abi: [parseAbiItem('event Ping()')], eventName: 'Ping', onLogs: (logs) => events.push(...logs.map((l) => l.transactionHash ?? '')) });
     try {
       await until(() => (t.runtime.telemetry.webSockets()?.subscriptions ?? 0) >= 2);
       const tx = await ping();
