@@ -32,6 +32,13 @@ export const UsageRecord = z.object({
    * (absent in records from before it was carried: see `usedQuota`).
    */
   charged: z.boolean().optional(),
+  /**
+   * How a served read was answered: from the response cache (hit), by its own upstream call
+   * (miss), by sharing an identical call in flight (coalesced), or with a second upstream asked
+   * because the first was slow (hedged). Absent for calls no upstream was asked for, and in
+   * records from before it was carried.
+   */
+  cache: z.enum(['hit', 'miss', 'coalesced', 'hedged']).optional(),
 });
 export type UsageRecord = z.infer<typeof UsageRecord>;
 

@@ -20,7 +20,11 @@ export interface UsageDraft {
   upstream: string | null;
   /** The limiter granted this call: it used quota (set where a granted call is answered). */
   charged: boolean;
+  /** How a read was served: from the cache, sharing another caller's call, hedged, or its own call (miss); null: not a served read. */
+  cache: CacheUse | null;
 }
+
+export type CacheUse = 'hit' | 'miss' | 'coalesced' | 'hedged';
 
 export interface Answer {
   status: number;
@@ -57,6 +61,7 @@ export const draft = (method: string, rpcErrorCode: number | null, errorMessage:
   upstreamMs: null,
   upstream: null,
   charged: false,
+  cache: null,
 });
 
 export const retryData = (a: Admission): { retryAfter: number } | undefined =>

@@ -340,6 +340,7 @@ export class ChainCalls {
         retentionDays: caller.retentionDays,
         charged: d.charged,
       };
+      if (d.cache !== null) record.cache = d.cache;
       try {
         this.options.recordUsage(record);
       } catch (err) {

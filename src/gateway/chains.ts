@@ -69,6 +69,8 @@ const UpstreamConfig = z
     headers: z.record(z.string(), z.string()).optional(),
     /** The node's WebSocket endpoint (eth_subscribe), when it has one. */
     ws: z.string().refine(isWsUrl, { message: 'must be an absolute ws:// or wss:// URL' }).optional(),
+    /** The node keeps all historical state: calls for state older than a full node keeps go to it. */
+    archive: z.boolean().optional(),
   })
   .strict();
 
@@ -89,6 +91,17 @@ const ChainConfig = z
     allowedPaths: z.array(Glob).optional(),
     deniedPaths: z.array(Glob).optional(),
     readOnlyPosts: z.array(Glob).optional(),
+    /**
+     * EVM head tracking: "finalized" follows the nodes' `finalized` block tag; a number says how
+     * many blocks under the head are final (chains without the tag); "none" tracks nothing.
+     */
+    finality: z.union([z.literal('finalized'), z.literal('none'), z.number().int().min(1).max(100_000)]).default('finalized'),
+    /** An upstream this many blocks behind the best gets no call that depends on the head. */
+    maxLagBlocks: z.number().int().min(0).max(100_000).default(10),
+    /** Recent blocks whose state a full node keeps; older state goes to `archive` upstreams. */
+    fullNodeHistoryBlocks: z.number().int().min(1).max(10_000_000).default(128),
+    /** How often each upstream's head is polled. */
+    headPollMs: z.number().int().min(100).max(600_000).default(2_000),
   })
   .strict()
   .superRefine((c, ctx) => {
@@ -127,6 +140,16 @@ export interface Upstream {
   headers: Record<string, string>;
   /** Its WebSocket endpoint (subscriptions go there); null when it has none. */
   ws: URL | null;
+  /** Keeps all historical state (config `archive`). */
+  archive: boolean;
+}
+
+/** How a JSON-RPC (EVM) chain's heads are followed; null where nothing is tracked. */
+export interface HeadTracking {
+  finality: 'finalized' | number;
+  maxLagBlocks: number;
+  fullNodeHistoryBlocks: number;
+  pollMs: number;
 }
 
 export type RestFlavour = 'solana' | 'sui' | 'passthrough';
@@ -140,6 +163,7 @@ export interface Chain {
   acceptsJsonRpc: boolean;
   upstreams: Upstream[];
   timeoutMs: number;
+  heads: HeadTracking | null;
   isMethodAllowed: Matcher;
   isWriteMethod: Matcher;
   isRestMethodAllowed: Matcher;
@@ -193,7 +217,7 @@ function toChain(c: ChainConfig): Chain {
     const headers = { ...basicAuthHeader(url), ...(u.headers ?? {}) };
     url.username = '';
     url.password = '';
-    return { url, weight: u.weight, label: labels[i] as string, headers, ws: u.ws === undefined ? null : new URL(u.ws) };
+    return { url, weight: u.weight, label: labels[i] as string, headers, ws: u.ws === undefined ? null : new URL(u.ws), archive: u.archive === true };
   });
   const denied = compileGlobs(c.deniedMethods ?? DEFAULT_DENIED_METHODS);
   const allowed = c.allowedMethods ? compileGlobs(c.allowedMethods) : () => true;
@@ -211,6 +235,10 @@ function toChain(c: ChainConfig): Chain {
     acceptsJsonRpc: c.protocol === 'jsonrpc' || c.jsonRpcPost === true,
     upstreams,
     timeoutMs: c.timeoutMs,
+    heads:
+      c.protocol === 'jsonrpc' && c.finality !== 'none'
+        ? { finality: c.finality, maxLagBlocks: c.maxLagBlocks, fullNodeHistoryBlocks: c.fullNodeHistoryBlocks, pollMs: c.headPollMs }
+        : null,
     isMethodAllowed,
     isWriteMethod: compileGlobs(c.writeMethods ?? DEFAULT_WRITE_METHODS),
     isRestMethodAllowed: (m) => restAllowed(m) && isMethodAllowed(m),

@@ -94,11 +94,12 @@ export async function handleRest(scope: CallScope, req: RestRequest): Promise<An
 }
 
 /** The usage draft of a call the limiter granted and sent upstream: it used quota, whatever the node did. */
-function forwardedDraft(method: string, rpcErrorCode: number | null, errorMessage: string | null, outcome: { upstreamMs: number | null; upstream: string | null }): UsageDraft {
+function forwardedDraft(method: string, rpcErrorCode: number | null, errorMessage: string | null, outcome: { upstreamMs: number | null; upstream: string | null; hedged?: boolean }): UsageDraft {
   const d = draft(method, rpcErrorCode, errorMessage);
   d.upstreamMs = outcome.upstreamMs;
   d.upstream = outcome.upstream;
   d.charged = true;
+  d.cache = outcome.hedged ? 'hedged' : 'miss';
   return d;
 }
 

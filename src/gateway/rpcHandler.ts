@@ -1,6 +1,7 @@
 import type { Admission } from './admission.js';
 import {
   type Answer,
+  type CacheUse,
   type CallScope,
   draft,
   INVALID_METHOD,
@@ -22,8 +23,11 @@ import {
   restoreId,
   rpcErrorOf,
   singleUpstreamBody,
+  STAND_IN_ID,
   splitBatchAnswer,
 } from './jsonrpc.js';
+import { answerWithResult, judgeSingle, keepableResult, readKey } from './cache/rpcReads.js';
+import { type CallShape, isShareable, shapeOf } from './upstreams/evmCalls.js';
 import { startsLikeJson } from './jsonScan.js';
 import type { UpstreamFailure, UpstreamOutcome } from './upstream.js';
 import type { MaybePromise } from '../infra/limits/port.js';
@@ -36,6 +40,8 @@ import type { MaybePromise } from '../infra/limits/port.js';
 
 const deniedMessage = (method: string, chainId: string): string => `Method not found: ${method} is not available on ${chainId}`;
 const limitMessage = (a: Admission): string => (a.ok ? 'Limit exceeded: this call was refused by the rate or monthly limit' : a.message);
+/** What a call on a chain without head tracking depends on, as far as the gateway reads it: nothing it knows. */
+const OTHER_CALL: CallShape = { kind: 'other', low: -1, high: -1, cacheable: false };
 const methodOf = (m: RpcMember): string => (m.kind === 'call' ? m.method : (m.method ?? INVALID_METHOD));
 
 export function handleJsonRpc(scope: CallScope, body: Buffer, maxBatch: number): MaybePromise<Answer> {
@@ -97,46 +103,106 @@ function admittedSingle(scope: CallScope, m: RpcMember, allowed: boolean, admiss
   const idText = m.idText ?? 'null';
   if (!allowed) return singleError(admission, m, 403, idText, RpcCode.methodNotFound, deniedMessage(m.method, chain.id));
   if (admission.granted < 1) return singleError(admission, m, 429, idText, RpcCode.limitExceeded, limitMessage(admission), retryData(admission));
-  return pool.sendThen({ method: 'POST', path: '', body: singleUpstreamBody(m), retriable: !chain.isWriteMethod(m.method) }, (outcome) =>
-    forwardedSingle(m, admission, outcome),
-  );
+  if (chain.isWriteMethod(m.method)) {
+    return pool.sendThen({ method: 'POST', path: '', body: singleUpstreamBody(m), retriable: false, judge: judgeOf(m) }, (outcome) => {
+      pool.heads?.invalidate();
+      return forwardedSingle(m, admission, outcome, 'miss');
+    });
+  }
+  return read(scope, m, admission);
 }
 
-/** A single call's answer from what its upstream did. */
-function forwardedSingle(m: RpcCall, admission: Admission, outcome: UpstreamOutcome): Answer {
+const judgeOf = (m: RpcCall) => {
+  const sent = m.idIsFragile ? STAND_IN_ID : m.idText;
+  return (body: Buffer) => judgeSingle(body, sent);
+};
+
+/**
+ * A read: from the cache when its answer was kept, else sharing the call of an identical read in
+ * flight (coalescing), else its own call, whose answer the waiting callers share and the cache
+ * may keep. Stateful calls (filters, subscriptions) and notifications go alone.
+ */
+function read(scope: CallScope, m: RpcCall, admission: Admission): MaybePromise<Answer> {
+  const { chain, pool } = scope;
+  const heads = pool.heads;
+  const shape = heads === null ? OTHER_CALL : shapeOf(m.method, m.paramsText);
+  const epoch = heads?.epoch ?? 0;
+  const key = m.idText !== undefined && isShareable(m.method) ? readKey(chain.id, m.method, m.paramsText, shape, epoch) : null;
+  const cache = heads !== null && shape.cacheable ? pool.cache : null;
+  if (key !== null && cache !== null) {
+    const kept = cache.get(key);
+    if (kept !== undefined) return cachedAnswer(m, admission, kept);
+  }
+  if (key !== null) {
+    const waiting = pool.waiting.get(key);
+    if (waiting !== undefined) return new Promise((resolve) => waiting.push((outcome) => resolve(forwardedSingle(m, admission, outcome, 'coalesced'))));
+    pool.waiting.set(key, []);
+  }
+  const request = { method: 'POST' as const, path: '', body: singleUpstreamBody(m), retriable: true, shape, judge: judgeOf(m) };
+  return pool.sendThen(request, (outcome) => {
+    if (key !== null) {
+      const waiting = pool.waiting.get(key);
+      pool.waiting.delete(key);
+      // After the caller whose call it is: its answer goes out first (pipelined calls on one connection are answered in order).
+      if (waiting !== undefined && waiting.length > 0) setImmediate(() => {
+        for (const w of waiting) w(outcome);
+      });
+      if (cache !== null && heads !== null && outcome.ok && outcome.status === 200) {
+        const result = keepableResult(outcome.body, m.method, shape, heads, epoch);
+        if (result !== null) cache.set(key, result, shape.kind === 'head' ? heads.tracking.pollMs * 2 : undefined);
+      }
+    }
+    return forwardedSingle(m, admission, outcome, outcome.hedged ? 'hedged' : 'miss');
+  });
+}
+
+/** A read answered from the cache: a granted call (quota, limits, metering) with the caller's id and no upstream. */
+function cachedAnswer(m: RpcCall, admission: Admission, resultText: string): Answer {
+  const d = draft(m.method, null, null);
+  d.charged = true;
+  d.cache = 'hit';
+  return { status: 200, body: answerWithResult(m.idText ?? 'null', resultText), contentType: JSON_CONTENT_TYPE, admission, usage: [d] };
+}
+
+/** A single call's answer from what its upstream did; `use` says how it was served. */
+function forwardedSingle(m: RpcCall, admission: Admission, outcome: UpstreamOutcome, use: CacheUse): Answer {
   const idText = m.idText ?? 'null';
   if (!outcome.ok) {
     const f = upstreamFailureCodes(outcome.kind);
-    return withUpstream(singleError(admission, m, f.status, idText, f.rpc, outcome.message), outcome);
+    return withUpstream(singleError(admission, m, f.status, idText, f.rpc, outcome.message), outcome, use);
   }
   const isSuccess = outcome.status >= 200 && outcome.status < 300;
   if (m.idText === undefined && isSuccess) {
-    return withUpstream({ status: 204, body: null, contentType: JSON_CONTENT_TYPE, admission, usage: [draft(m.method, null, null)] }, outcome);
+    return withUpstream({ status: 204, body: null, contentType: JSON_CONTENT_TYPE, admission, usage: [draft(m.method, null, null)] }, outcome, use);
   }
   const isJson = startsLikeJson(outcome.body);
   const error = isJson ? rpcErrorOf(outcome.body) : null;
   if (!isJson || (!isSuccess && error === null)) {
     const message = `upstream ${outcome.upstream} sent an invalid answer (HTTP ${outcome.status})`;
-    return withUpstream(singleError(admission, m, 502, idText, RpcCode.upstreamUnavailable, message), outcome);
+    return withUpstream(singleError(admission, m, 502, idText, RpcCode.upstreamUnavailable, message), outcome, use);
   }
+  // A caller sharing another's call gets the answer with its own id.
+  const ownId = use === 'coalesced' || (m.idIsFragile && m.idText !== undefined);
   return withUpstream(
     {
       status: outcome.status,
-      body: m.idIsFragile && m.idText !== undefined ? restoreId(outcome.body, m.idText) : outcome.body,
+      body: ownId ? restoreId(outcome.body, idText) : outcome.body,
       contentType: JSON_CONTENT_TYPE,
       admission,
       usage: [draft(m.method, error?.code ?? null, error?.message ?? null)],
     },
     outcome,
+    use,
   );
 }
 
 /** A granted call's answer: it used quota, whatever its upstream did. */
-function withUpstream(answer: Answer, u: { upstreamMs: number | null; upstream: string | null }): Answer {
+function withUpstream(answer: Answer, u: { upstreamMs: number | null; upstream: string | null }, use: CacheUse): Answer {
   for (const d of answer.usage) {
     d.upstreamMs = u.upstreamMs;
     d.upstream = u.upstream;
     d.charged = true;
+    d.cache = use;
   }
   return answer;
 }
@@ -196,6 +262,7 @@ async function batch(scope: CallScope, members: RpcMember[], granted: Set<number
         d.upstreamMs = result.upstreamMs;
         d.upstream = result.upstream;
         d.charged = true;
+        d.cache = 'miss';
       }
     }
   }

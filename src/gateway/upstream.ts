@@ -1,13 +1,20 @@
 import type { IncomingHttpHeaders } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import { type Dispatcher, Pool } from 'undici';
+import { DEFAULT_CACHE_BYTES, ResponseCache } from './cache/responseCache.js';
 import type { Chain, ChainRegistry, Upstream } from './chains.js';
 import { startsLikeJson } from './jsonScan.js';
+import type { CallShape } from './upstreams/evmCalls.js';
+import { ChainHeads, type HeadStatus } from './upstreams/heads.js';
+import { LatencyWindow } from './upstreams/latency.js';
 
 /**
- * Upstream pools: per chain, a weighted choice among healthy nodes, a per-chain timeout, a retry
- * on another node for reads, and passive health tracking (K consecutive failures eject a node;
- * after a cool-down one trial call may go to it, and a success brings it back).
+ * Upstream pools: per chain, a weighted choice among healthy nodes scored by their recent latency
+ * and error rate, a per-chain timeout, a retry on another node for reads, a hedge of reads that
+ * are slow to answer, and passive health tracking (K consecutive failures eject a node; after a
+ * cool-down one trial call may go to it, and a success brings it back). On EVM chains each
+ * node's head is tracked (src/gateway/upstreams/heads.ts): a lagging node gets no call that
+ * depends on the head, a lying one no call at all, and old state goes to archive nodes.
  */
 
 export interface UpstreamRequest {
@@ -16,9 +23,19 @@ export interface UpstreamRequest {
   path: string;
   body?: string | Buffer;
   contentType?: string;
-  /** Reads may be retried on another upstream; submissions never are (they could land twice). */
+  /** Reads may be retried (and hedged) on another upstream; submissions never are (they could land twice). */
   retriable: boolean;
+  /** What the call depends on (EVM JSON-RPC): decides which nodes may take it. */
+  shape?: CallShape;
+  /**
+   * Judges an answer the node gave (not a node failure by its status): 'bad' when it is not a
+   * valid answer to this call (counted against the node, another one tried), 'archive' when a
+   * full node lacks the state asked (an archive node tried, when the chain has one).
+   */
+  judge?: (body: Buffer) => Verdict;
 }
+
+export type Verdict = 'ok' | 'bad' | 'archive';
 
 export interface UpstreamAnswer {
   ok: true;
@@ -28,6 +45,8 @@ export interface UpstreamAnswer {
   body: Buffer;
   upstreamMs: number;
   upstream: string;
+  /** A second upstream was asked too, because the first was slow (absent: no). */
+  hedged?: boolean;
 }
 
 export interface UpstreamFailure {
@@ -36,6 +55,7 @@ export interface UpstreamFailure {
   message: string;
   upstreamMs: number | null;
   upstream: string | null;
+  hedged?: boolean;
 }
 
 export type UpstreamOutcome = UpstreamAnswer | UpstreamFailure;
@@ -50,18 +70,50 @@ export interface UpstreamPoolOptions {
   maxResponseBytes?: number;
   /** Keep-alive connections per upstream origin. */
   connections?: number;
+  /** Hedging of reads; false: never. */
+  hedge?: HedgeOptions | false;
+  /** Head tracking on chains that have it configured; false: none (tests of other things). */
+  heads?: boolean;
+  /** Bytes of the response cache shared by the pools; 0: no cache. */
+  cacheBytes?: number;
   random?: () => number;
   now?: () => number;
 }
+
+export interface HedgeOptions {
+  /** The chain's recent latency quantile after which a read is sent to a second upstream. */
+  quantile: number;
+  /** The hedge delay's floor. */
+  minDelayMs: number;
+  /** Hedges at most this share of reads. */
+  maxShare: number;
+}
+
+export const DEFAULT_HEDGE: HedgeOptions = { quantile: 0.9, minDelayMs: 20, maxShare: 0.1 };
 
 export interface UpstreamHealth {
   label: string;
   healthy: boolean;
   consecutiveFailures: number;
   ejectedUntil: number | null;
+  /** Tracked head (EVM chains; null elsewhere or before its first poll), blocks behind the best, head state. */
+  head: number | null;
+  finalized: number | null;
+  lag: number | null;
+  state: HeadStatus | null;
+  /** Recent latency (ms, moving average) and error rate (0..1) that weigh its share of calls. */
+  latencyMs: number | null;
+  errorRate: number;
+}
+
+/** A pool's counters since start, for /metrics. */
+export interface PoolStats {
+  hedges: number;
+  hedgeWins: number;
 }
 
 interface Member {
+  index: number;
   upstream: Upstream;
   dispatcher: Dispatcher;
   /** The path of a call to the upstream URL itself (JSON-RPC), computed once. */
@@ -72,6 +124,11 @@ interface Member {
   consecutiveFailures: number;
   ejectedUntil: number | null;
   probing: boolean;
+  /** Moving averages of its latency (ms; null before its first answer) and error rate. */
+  latencyMs: number | null;
+  errorRate: number;
+  /** Its configured weight times its score (latency and errors): what the weighted choice uses. */
+  effectiveWeight: number;
 }
 
 /**
@@ -105,9 +162,16 @@ function describeError(err: unknown): string {
   return typeof e?.message === 'string' ? e.message : 'request failed';
 }
 
-/** Not tried yet for this call, and healthy or due for a trial call. */
-const isEligible = (m: Member, tried: Member[] | null, now: number): boolean =>
-  !tried?.includes(m) && (m.ejectedUntil === null || (now >= m.ejectedUntil && !m.probing));
+/** Healthy, or due for a trial call. */
+const isInRotation = (m: Member, now: number): boolean => m.ejectedUntil === null || (now >= m.ejectedUntil && !m.probing);
+
+/** A score's floor: a slow or failing node still gets a trickle of calls, so its recovery is seen. */
+const MIN_SCORE = 0.05;
+/** Weight of the latest answer in a node's moving averages. */
+const LATENCY_ALPHA = 0.1;
+const ERROR_ALPHA = 0.05;
+
+const noUpstream = (chainId: string): UpstreamFailure => ({ ok: false, kind: 'unavailable', message: `no healthy upstream for ${chainId}`, upstreamMs: null, upstream: null });
 
 export class UpstreamPool {
   private readonly members: Member[];
@@ -118,15 +182,30 @@ export class UpstreamPool {
   private readonly random: () => number;
   private readonly now: () => number;
   private readonly inFlight = new InFlightCalls();
+  private readonly probes = new InFlightCalls();
+  /** Head tracking (EVM chains); null where the chain has none. */
+  readonly heads: ChainHeads | null;
+  readonly hasArchive: boolean;
+  private readonly hedge: HedgeOptions | null;
+  private readonly latency: LatencyWindow | null;
+  /** Reads and hedges, halved together now and then: the hedge share is over recent traffic. */
+  private reads = 0;
+  private hedgesRecent = 0;
+  private readonly counters: PoolStats = { hedges: 0, hedgeWins: 0 };
+  /** Answers kept for reads (shared by every pool of the process); null: none. */
+  cache: ResponseCache | null = null;
+  /** Reads in flight by key: callers of an identical read wait here for its answer (coalescing). */
+  readonly waiting = new Map<string, Array<(outcome: UpstreamOutcome) => void>>();
 
   constructor(
     readonly chain: Chain,
     dispatcherFor: (origin: string) => Dispatcher,
     options: UpstreamPoolOptions = {},
   ) {
-    this.members = chain.upstreams.map((upstream) => {
+    this.members = chain.upstreams.map((upstream, index) => {
       const headers = { accept: 'application/json', 'user-agent': 'chain-gateway', ...upstream.headers };
       return {
+        index,
         upstream,
         dispatcher: dispatcherFor(upstream.url.origin),
         rootPath: targetPath(upstream.url, ''),
@@ -135,6 +214,9 @@ export class UpstreamPool {
         consecutiveFailures: 0,
         ejectedUntil: null,
         probing: false,
+        latencyMs: null,
+        errorRate: 0,
+        effectiveWeight: upstream.weight,
       };
     });
     this.ejectAfter = options.ejectAfterFailures ?? 3;
@@ -143,6 +225,13 @@ export class UpstreamPool {
     this.maxResponseBytes = options.maxResponseBytes ?? 64 * 1024 * 1024;
     this.random = options.random ?? Math.random;
     this.now = options.now ?? Date.now;
+    this.hasArchive = chain.upstreams.some((u) => u.archive);
+    this.hedge = options.hedge === false || this.members.length < 2 ? null : (options.hedge ?? DEFAULT_HEDGE);
+    this.latency = this.hedge ? new LatencyWindow(this.hedge.quantile) : null;
+    this.heads =
+      chain.heads && options.heads !== false
+        ? new ChainHeads(chain.heads, chain.upstreams.map((u) => u.label), (index, body) => this.probe(index, body), this.now)
+        : null;
   }
 
   /** One promise per call, whatever the retries: each attempt reports to the next step by callback. */
@@ -157,101 +246,151 @@ export class UpstreamPool {
    */
   sendThen<T>(request: UpstreamRequest, then: (outcome: UpstreamOutcome) => T): Promise<T> {
     const attempts = request.retriable ? Math.min(this.maxAttempts, this.members.length) : 1;
+    this.heads?.touch();
     return new Promise((resolve, reject) =>
-      this.tryNext(request, attempts, null, null, (outcome) => {
+      new PoolCall(this, request, attempts, (outcome) => {
         try {
           resolve(then(outcome));
         } catch (err) {
           reject(err);
         }
-      }),
+      }).start(),
     );
   }
 
-  private tryNext(
-    request: UpstreamRequest,
-    attemptsLeft: number,
-    tried: Member[] | null,
-    last: UpstreamFailure | null,
-    resolve: (outcome: UpstreamOutcome) => void,
-  ): void {
-    const member = attemptsLeft > 0 ? this.pick(tried) : null;
-    if (member === null) {
-      resolve(last ?? { ok: false, kind: 'unavailable', message: `no healthy upstream for ${this.chain.id}`, upstreamMs: null, upstream: null });
-      return;
-    }
-    this.attempt(member, request, (outcome) => {
-      if (outcome.ok && !isNodeFailure(outcome.status, outcome.body)) {
-        this.recordSuccess(member);
-        resolve(outcome);
-        return;
-      }
-      this.recordFailure(member);
-      // Only a retry needs to know who was tried: the common call allocates no list.
-      const triedNow = tried ?? [];
-      triedNow.push(member);
-      const failure: UpstreamFailure = outcome.ok
-        ? { ok: false, kind: 'unavailable', message: `upstream ${member.upstream.label} answered HTTP ${outcome.status}`, upstreamMs: outcome.upstreamMs, upstream: member.upstream.label }
-        : outcome;
-      // The next attempt starts outside the finished one's undici callback.
-      queueMicrotask(() => this.tryNext(request, attemptsLeft - 1, triedNow, failure, resolve));
+  health(): UpstreamHealth[] {
+    const heads = this.heads;
+    return this.members.map((m, i) => {
+      const h = heads?.upstreams[i];
+      return {
+        label: m.upstream.label,
+        healthy: m.ejectedUntil === null && h?.status !== 'liar',
+        consecutiveFailures: m.consecutiveFailures,
+        ejectedUntil: m.ejectedUntil,
+        head: h?.head ?? null,
+        finalized: h?.finalized ?? null,
+        lag: h?.head != null && heads?.best != null ? Math.max(0, heads.best - h.head) : null,
+        state: h?.status ?? null,
+        latencyMs: m.latencyMs === null ? null : Math.round(m.latencyMs * 100) / 100,
+        errorRate: Math.round(m.errorRate * 1000) / 1000,
+      };
     });
   }
 
-  health(): UpstreamHealth[] {
-    return this.members.map((m) => ({
-      label: m.upstream.label,
-      healthy: m.ejectedUntil === null,
-      consecutiveFailures: m.consecutiveFailures,
-      ejectedUntil: m.ejectedUntil,
-    }));
+  stats(): PoolStats {
+    return { ...this.counters };
   }
 
-  /** Weighted choice among untried upstreams that are healthy or due for a trial call (no allocation: it runs per call). */
-  private pick(tried: Member[] | null): Member | null {
+  /**
+   * Whether `m` may take `call` now. `strict` adds what is preferred but not required: a node that
+   * has the blocks asked, an archive node for old state.
+   */
+  private isEligible(m: Member, call: PoolCall, now: number, strict: boolean): boolean {
+    if (call.hasTried(m) || !isInRotation(m, now)) return false;
+    const heads = this.heads;
+    const shape = call.request.shape;
+    if (heads === null) return !call.archiveOnly || m.upstream.archive;
+    if (heads.isLiar(m.index)) return false;
+    if (call.archiveOnly && !m.upstream.archive) return false;
+    if (shape === undefined) return true;
+    if ((shape.kind === 'head' || shape.kind === 'volatile') && !heads.servesHead(m.index)) return false;
+    if (!strict) return true;
+    if (shape.high >= 0 && heads.lacksBlock(m.index, shape.high)) return false;
+    return !this.hasArchive || m.upstream.archive || !heads.needsArchive(shape.low);
+  }
+
+  /** Weighted choice (by score) among eligible upstreams; no allocation: it runs per call. */
+  pick(call: PoolCall): Member | null {
     const now = this.now();
+    const chosen = this.pickAmong(call, now, true) ?? (this.heads !== null && call.request.shape !== undefined ? this.pickAmong(call, now, false) : null);
+    if (chosen?.ejectedUntil != null) chosen.probing = true;
+    return chosen;
+  }
+
+  private pickAmong(call: PoolCall, now: number, strict: boolean): Member | null {
     let total = 0;
     let count = 0;
     let only: Member | null = null;
     for (const m of this.members) {
-      if (!isEligible(m, tried, now)) continue;
-      total += m.upstream.weight;
+      if (!this.isEligible(m, call, now, strict)) continue;
+      total += m.effectiveWeight;
       count++;
       only = m;
     }
-    if (count === 0) return null;
-    let chosen = only as Member;
-    if (count > 1) {
-      let r = this.random() * total;
-      for (const m of this.members) {
-        if (!isEligible(m, tried, now)) continue;
-        r -= m.upstream.weight;
-        if (r < 0) {
-          chosen = m;
-          break;
-        }
-      }
+    if (count <= 1) return only;
+    let r = this.random() * total;
+    for (const m of this.members) {
+      if (!this.isEligible(m, call, now, strict)) continue;
+      r -= m.effectiveWeight;
+      if (r < 0) return m;
     }
-    if (chosen.ejectedUntil !== null) chosen.probing = true;
-    return chosen;
+    return only;
   }
 
-  private recordSuccess(m: Member): void {
+  recordSuccess(m: Member, ms: number): void {
     m.consecutiveFailures = 0;
     m.ejectedUntil = null;
     m.probing = false;
+    this.latency?.add(ms);
+    this.score(m, ms, 0);
   }
 
-  private recordFailure(m: Member): void {
+  recordFailure(m: Member, ms: number | null): void {
     m.consecutiveFailures++;
     if (m.probing || m.consecutiveFailures >= this.ejectAfter) m.ejectedUntil = this.now() + this.coolDownMs;
     m.probing = false;
+    this.score(m, ms, 1);
   }
 
-  private attempt(m: Member, request: UpstreamRequest, done: (outcome: UpstreamOutcome) => void): void {
+  /** A call given up on (another node answered first): its wait so far counts as its latency. */
+  recordAbandoned(m: Member, ms: number): void {
+    this.score(m, ms, null);
+  }
+
+  /** Updates a node's moving averages and every node's weight (a score is relative to the fastest). */
+  private score(m: Member, ms: number | null, failed: 0 | 1 | null): void {
+    if (ms !== null) m.latencyMs = m.latencyMs === null ? ms : m.latencyMs + LATENCY_ALPHA * (ms - m.latencyMs);
+    if (failed !== null) m.errorRate += ERROR_ALPHA * (failed - m.errorRate);
+    let fastest = Number.POSITIVE_INFINITY;
+    for (const o of this.members) if (o.latencyMs !== null && o.latencyMs < fastest) fastest = o.latencyMs;
+    // Within twice the fastest (and 50 ms) a node keeps its weight: only a clearly slower one loses calls.
+    const par = 2 * fastest + 50;
+    for (const o of this.members) {
+      const speed = o.latencyMs === null || o.latencyMs <= par ? 1 : Math.max(MIN_SCORE, par / o.latencyMs);
+      o.effectiveWeight = o.upstream.weight * speed * Math.max(MIN_SCORE, 1 - o.errorRate);
+    }
+  }
+
+  /** How long a read waits before it is hedged; null: no hedge (off, or too few answers seen yet). */
+  hedgeDelayMs(): number | null {
+    const q = this.latency?.current() ?? null;
+    return q === null || this.hedge === null ? null : Math.max(this.hedge.minDelayMs, q);
+  }
+
+  /** Counts a read for the hedge share. */
+  countRead(): void {
+    if (++this.reads >= 2_000) {
+      this.reads /= 2;
+      this.hedgesRecent /= 2;
+    }
+  }
+
+  /** Takes one hedge from the budget, when the share allows it. */
+  takeHedge(): boolean {
+    if (this.hedge === null || this.hedgesRecent + 1 > this.hedge.maxShare * this.reads) return false;
+    this.hedgesRecent++;
+    this.counters.hedges++;
+    return true;
+  }
+
+  hedgeWon(): void {
+    this.counters.hedgeWins++;
+  }
+
+  attempt(m: Member, request: UpstreamRequest, done: (outcome: UpstreamOutcome, call: UpstreamCall) => void): UpstreamCall {
     const hasBody = request.body !== undefined;
     const json = request.contentType === undefined || request.contentType === 'application/json';
-    const call = new UpstreamCall(m.upstream.label, this.chain.timeoutMs, this.maxResponseBytes, done);
+    const call = new UpstreamCall(m, this.chain.timeoutMs, this.maxResponseBytes, done);
     this.inFlight.add(call);
     try {
       m.dispatcher.dispatch(
@@ -266,6 +405,146 @@ export class UpstreamPool {
     } catch (error) {
       call.onResponseError(null, error as Error);
     }
+    return call;
+  }
+
+  /** A head poll to upstream `index`: its answer's bytes, or null when it failed. Not counted in the node's health. */
+  private probe(index: number, body: string): Promise<Buffer | null> {
+    const m = this.members[index] as Member;
+    return new Promise((resolve) => {
+      const call = new UpstreamCall(m, Math.min(this.chain.timeoutMs, 5_000), 1024 * 1024, (outcome) =>
+        resolve(outcome.ok && outcome.status === 200 ? outcome.body : null),
+      );
+      this.probes.add(call);
+      try {
+        m.dispatcher.dispatch({ method: 'POST', path: m.rootPath, headers: { ...m.jsonHeaders, [HEAD_POLL_HEADER]: '1' }, body }, call);
+      } catch (error) {
+        call.onResponseError(null, error as Error);
+      }
+    });
+  }
+
+  close(): void {
+    this.heads?.stop();
+  }
+}
+
+/** Marks the gateway's own head polls, so a node's logs (and the tests' fakes) can tell them from callers' calls. */
+export const HEAD_POLL_HEADER = 'x-chain-gateway-head-poll';
+
+/**
+ * One call through the pool: its attempts, one after another on failure, and a hedge (a second
+ * attempt while the first is still out) when the first is slow. The first good answer wins and
+ * the other attempt is cancelled.
+ */
+class PoolCall {
+  private first: Member | null = null;
+  private tried: Member[] | null = null;
+  private live: UpstreamCall | null = null;
+  private hedgeCall: UpstreamCall | null = null;
+  private last: UpstreamFailure | null = null;
+  private hedged = false;
+  private hedgeLaunched: UpstreamCall | null = null;
+  private finished = false;
+  private timer: NodeJS.Timeout | null = null;
+  /** A full node lacked the state: only archive nodes from now on. */
+  archiveOnly = false;
+
+  constructor(
+    private readonly pool: UpstreamPool,
+    readonly request: UpstreamRequest,
+    private attemptsLeft: number,
+    private readonly resolve: (outcome: UpstreamOutcome) => void,
+  ) {}
+
+  hasTried(m: Member): boolean {
+    return this.first === m || this.tried?.includes(m) === true;
+  }
+
+  start(): void {
+    if (!this.launch()) return;
+    if (!this.request.retriable) return;
+    this.pool.countRead();
+    const delay = this.attemptsLeft > 0 ? this.pool.hedgeDelayMs() : null;
+    if (delay !== null) this.timer = setTimeout(this.onHedgeDue, delay);
+  }
+
+  /** Sends the next attempt; false when no upstream may take it (the call is then finished, unless another attempt is out). */
+  private launch(): boolean {
+    const member = this.attemptsLeft > 0 ? this.pool.pick(this) : null;
+    if (member === null) {
+      if (this.live === null && this.hedgeCall === null) this.finish(this.last ?? noUpstream(this.pool.chain.id));
+      return false;
+    }
+    this.attemptsLeft--;
+    if (this.first === null) this.first = member;
+    else if (this.tried === null) this.tried = [member];
+    else this.tried.push(member);
+    const call = this.pool.attempt(member, this.request, this.settled);
+    // Settled at once (the dispatch threw): `settled` already ran.
+    if (!call.isSettled()) {
+      if (this.live === null) this.live = call;
+      else this.hedgeCall = call;
+    }
+    return true;
+  }
+
+  private readonly onHedgeDue = (): void => {
+    this.timer = null;
+    if (this.finished || this.hedgeCall !== null || this.live === null || this.attemptsLeft <= 0) return;
+    if (!this.pool.takeHedge()) return;
+    this.hedged = true;
+    this.launch();
+    this.hedgeLaunched = this.hedgeCall;
+  };
+
+  private readonly settled = (outcome: UpstreamOutcome, call: UpstreamCall): void => {
+    if (this.finished) return;
+    if (this.live === call) this.live = null;
+    else if (this.hedgeCall === call) this.hedgeCall = null;
+    const member = call.member;
+    const failure = outcome.ok ? (isNodeFailure(outcome.status, outcome.body) ? 'status' : null) : 'failed';
+    const verdict: Verdict = failure !== null ? 'bad' : this.request.judge && outcome.ok ? this.request.judge(outcome.body) : 'ok';
+    if (outcome.ok && (verdict === 'ok' || (verdict === 'archive' && (this.archiveOnly || !this.pool.hasArchive)))) {
+      this.pool.recordSuccess(member, outcome.upstreamMs);
+      if (call === this.hedgeLaunched) this.pool.hedgeWon();
+      this.finish(outcome);
+      return;
+    }
+    if (verdict === 'archive') {
+      // The node answered: it is healthy, it just does not keep that state.
+      this.archiveOnly = true;
+      this.attemptsLeft = Math.max(this.attemptsLeft, 1);
+    } else {
+      this.pool.recordFailure(member, outcome.upstreamMs);
+    }
+    this.last = !outcome.ok
+      ? outcome
+      : {
+          ok: false,
+          kind: 'unavailable',
+          message: `upstream ${member.upstream.label} ${failure === 'status' ? `answered HTTP ${outcome.status}` : `sent an invalid answer (HTTP ${outcome.status})`}`,
+          upstreamMs: outcome.upstreamMs,
+          upstream: member.upstream.label,
+        };
+    if (this.live !== null || this.hedgeCall !== null) return;
+    // The next attempt starts outside the finished one's undici callback.
+    queueMicrotask(() => {
+      if (!this.finished) this.launch();
+    });
+  };
+
+  private finish(outcome: UpstreamOutcome): void {
+    this.finished = true;
+    if (this.timer !== null) clearTimeout(this.timer);
+    for (const other of [this.live, this.hedgeCall]) {
+      if (other === null) continue;
+      other.cancel();
+      this.pool.recordAbandoned(other.member, other.elapsed());
+    }
+    this.live = null;
+    this.hedgeCall = null;
+    this.resolve(this.hedged ? { ...outcome, hedged: true } : outcome);
   }
 }
 
@@ -289,13 +568,29 @@ class UpstreamCall implements Dispatcher.DispatchHandler {
   private readonly chunks: Buffer[] = [];
   private size = 0;
 
+  private readonly label: string;
+
   constructor(
-    private readonly label: string,
+    readonly member: Member,
     private readonly timeoutMs: number,
     private readonly maxBytes: number,
-    private readonly done: (outcome: UpstreamOutcome) => void,
+    private readonly done: (outcome: UpstreamOutcome, call: UpstreamCall) => void,
   ) {
+    this.label = member.upstream.label;
     this.deadline = this.started + timeoutMs;
+  }
+
+  isSettled(): boolean {
+    return this.settled;
+  }
+
+  /** Given up on: settles without an outcome and aborts the request (its connection is closed). */
+  cancel(): void {
+    if (this.settled) return;
+    this.settled = true;
+    this.chunks.length = 0;
+    this.onSettle?.(this);
+    this.controller?.abort(new UpstreamTimeout('cancelled: another upstream answered'));
   }
 
   onRequestStart(controller: Dispatcher.DispatchController): void {
@@ -348,10 +643,10 @@ class UpstreamCall implements Dispatcher.DispatchHandler {
     this.settled = true;
     this.chunks.length = 0;
     this.onSettle?.(this);
-    this.done(outcome);
+    this.done(outcome, this);
   }
 
-  private elapsed(): number {
+  elapsed(): number {
     return Math.max(0, Math.round((performance.now() - this.started) * 100) / 100);
   }
 }
@@ -423,6 +718,7 @@ class InFlightCalls {
 export class UpstreamPools {
   private readonly dispatchers = new Map<string, Pool>();
   private readonly pools = new Map<string, UpstreamPool>();
+  readonly cache: ResponseCache | null;
 
   constructor(registry: ChainRegistry, options: UpstreamPoolOptions = {}) {
     const dispatcherFor = (origin: string): Dispatcher => {
@@ -437,7 +733,13 @@ export class UpstreamPools {
       }
       return pool;
     };
-    for (const chain of registry.list()) this.pools.set(chain.id, new UpstreamPool(chain, dispatcherFor, options));
+    const bytes = options.cacheBytes ?? DEFAULT_CACHE_BYTES;
+    this.cache = bytes > 0 ? new ResponseCache(bytes) : null;
+    for (const chain of registry.list()) {
+      const pool = new UpstreamPool(chain, dispatcherFor, options);
+      pool.cache = this.cache;
+      this.pools.set(chain.id, pool);
+    }
   }
 
   get(chainId: string): UpstreamPool | undefined {
@@ -448,7 +750,12 @@ export class UpstreamPools {
     return Object.fromEntries([...this.pools].map(([id, pool]) => [id, pool.health()]));
   }
 
+  stats(): Record<string, PoolStats> {
+    return Object.fromEntries([...this.pools].map(([id, pool]) => [id, pool.stats()]));
+  }
+
   async close(): Promise<void> {
+    for (const pool of this.pools.values()) pool.close();
     await Promise.all([...this.dispatchers.values()].map((d) => d.destroy()));
     this.dispatchers.clear();
   }

@@ -15,7 +15,7 @@ const isStringOrNull = (v: unknown): v is string | null => v === null || typeof 
 
 /** The data of a usage event as a record, or null when it does not have the record's shape. */
 export function asUsageRecord(data: Record<string, unknown>): UsageRecord | null {
-  const { requestId, at, accountId, tokenId, chain, method, status, rpcErrorCode, errorMessage, totalMs, upstreamMs, clientIp, upstream, retentionDays, charged } = data;
+  const { requestId, at, accountId, tokenId, chain, method, status, rpcErrorCode, errorMessage, totalMs, upstreamMs, clientIp, upstream, retentionDays, charged, cache } = data;
   if (typeof requestId !== 'string' || requestId.length === 0) return null;
   if (typeof at !== 'string' || typeof accountId !== 'string' || typeof tokenId !== 'string' || typeof chain !== 'string') return null;
   if (typeof method !== 'string' || typeof clientIp !== 'string') return null;
@@ -24,6 +24,7 @@ export function asUsageRecord(data: Record<string, unknown>): UsageRecord | null
   if (!isNonNegative(totalMs) || !(upstreamMs === null || isNonNegative(upstreamMs))) return null;
   if (retentionDays !== undefined && !(isInt(retentionDays) && retentionDays > 0)) return null;
   if (charged !== undefined && typeof charged !== 'boolean') return null;
+  if (cache !== undefined && cache !== 'hit' && cache !== 'miss' && cache !== 'coalesced' && cache !== 'hedged') return null;
   return data as UsageRecord;
 }
 

@@ -1,5 +1,7 @@
+import { createHash } from 'node:crypto';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { HEAD_POLL_HEADER } from '../../src/gateway/upstream.js';
 
 /**
  * Small loopback HTTP servers that answer like real chain nodes (shapes taken from the nodes'
@@ -14,7 +16,8 @@ export interface ReceivedCall {
   body: string;
 }
 
-export type FakeMode = 'ok' | 'fail' | 'slow' | 'garbage' | 'hangup' | 'slowBody';
+/** wrongId: answers as told, under another call's id. */
+export type FakeMode = 'ok' | 'fail' | 'slow' | 'garbage' | 'hangup' | 'slowBody' | 'wrongId';
 
 export interface FakeReply {
   status?: number;
@@ -26,7 +29,11 @@ export interface FakeReply {
 
 export interface FakeUpstream {
   url: string;
+  /** Callers' calls; the gateway's own head polls are in `headPolls`. */
   calls: ReceivedCall[];
+  headPolls: ReceivedCall[];
+  /** Extra wait before answering in the `ok` mode (a node's latency), per call. */
+  latency?: (call: ReceivedCall) => number;
   mode: FakeMode;
   /** Delay of the `slow` mode. */
   delayMs: number;
@@ -60,10 +67,12 @@ export async function startFake(route: Route): Promise<FakeUpstream> {
   const fake: FakeUpstream = {
     url: '',
     calls: [],
+    headPolls: [],
     mode: 'ok',
     delayMs: 1_000,
     reset() {
       fake.calls.length = 0;
+      fake.headPolls.length = 0;
       fake.mode = 'ok';
     },
     close: async () => {
@@ -76,12 +85,15 @@ export async function startFake(route: Route): Promise<FakeUpstream> {
     open.add(res);
     res.on('close', () => open.delete(res));
     const call: ReceivedCall = { method: req.method ?? 'GET', url: req.url ?? '/', headers: req.headers, body: await readBody(req) };
-    fake.calls.push(call);
+    if (req.headers[HEAD_POLL_HEADER] === undefined) fake.calls.push(call);
+    else fake.headPolls.push(call);
     if (fake.mode === 'hangup') {
       req.socket.destroy();
       return;
     }
     if (fake.mode === 'slow') await stall(res, fake.delayMs);
+    const wait = fake.mode === 'ok' ? (fake.latency?.(call) ?? 0) : 0;
+    if (wait > 0) await stall(res, wait);
     if (res.destroyed) return;
     if (fake.mode === 'fail') {
       res.writeHead(500, { 'content-type': 'text/plain' }).end('internal error');
@@ -92,6 +104,9 @@ export async function startFake(route: Route): Promise<FakeUpstream> {
       return;
     }
     const reply = route(call);
+    if (fake.mode === 'wrongId' && reply.body !== null && typeof reply.body === 'object' && !Array.isArray(reply.body)) {
+      reply.body = { ...(reply.body as object), id: 987654 };
+    }
     const body = reply.raw ?? JSON.stringify(reply.body);
     res.writeHead(reply.status ?? 200, { 'content-type': reply.contentType ?? 'application/json' });
     if (fake.mode === 'slowBody') {
@@ -386,4 +401,147 @@ export function startKaspaFake(): Promise<FakeUpstream> {
     }
     return { status: 404, body: { detail: 'Not Found' } };
   });
+}
+
+// --- An EVM chain that moves ------------------------------------------------------------------
+
+export interface FakeBlock {
+  number: number;
+  hash: string;
+  parentHash: string;
+  transactions: string[];
+}
+
+const hex = (n: number): string => `0x${n.toString(16)}`;
+const hash32 = (seed: string): string => `0x${createHash('sha256').update(seed).digest('hex')}`;
+
+/**
+ * One EVM chain several fake nodes can serve: blocks with one transaction each, a head that
+ * advances, a finalized block `finalityDepth` under the head, and reorgs that replace the last
+ * blocks (new hashes, new transactions). State answers (balance, call, code, storage) name the
+ * block they were read at, so a test can tell a stale answer from a fresh one.
+ */
+export class FakeEvmChain {
+  readonly blocks: FakeBlock[] = [];
+  private forks = 0;
+
+  constructor(
+    height: number,
+    readonly finalityDepth = 8,
+  ) {
+    for (let n = 0; n <= height; n++) this.blocks.push(this.makeBlock(n));
+  }
+
+  get head(): number {
+    return this.blocks.length - 1;
+  }
+
+  get finalized(): number {
+    return Math.max(0, this.head - this.finalityDepth);
+  }
+
+  advance(count = 1): void {
+    for (let i = 0; i < count; i++) this.blocks.push(this.makeBlock(this.blocks.length));
+  }
+
+  /** Replaces the last `depth` blocks (never final ones) with blocks of another fork. */
+  reorg(depth: number): FakeBlock[] {
+    if (depth > this.finalityDepth) throw new Error('a reorg deeper than finality');
+    this.forks++;
+    const replaced = this.blocks.splice(this.blocks.length - depth, depth);
+    for (const old of replaced) this.blocks.push(this.makeBlock(old.number));
+    return replaced;
+  }
+
+  block(n: number): FakeBlock | undefined {
+    return this.blocks[n];
+  }
+
+  blockByHash(hash: string): FakeBlock | undefined {
+    return this.blocks.find((b) => b.hash === hash);
+  }
+
+  transaction(hash: string): { tx: string; block: FakeBlock } | undefined {
+    for (const block of this.blocks) if (block.transactions.includes(hash)) return { tx: hash, block };
+    return undefined;
+  }
+
+  private makeBlock(n: number): FakeBlock {
+    const parent = this.blocks[n - 1];
+    const hash = hash32(`block ${n} fork ${this.forks}`);
+    return { number: n, hash, parentHash: parent?.hash ?? `0x${'00'.repeat(32)}`, transactions: [hash32(`tx in ${hash}`)] };
+  }
+}
+
+export interface EvmNodeFake extends FakeUpstream {
+  /** honest; liar: claims a head 10^9 blocks ahead; behind: serves as if `lagBlocks` behind. */
+  behaviour: 'honest' | 'liar' | 'behind';
+  lagBlocks: number;
+  /** A full node: state older than this many blocks under its head answers "missing trie node". */
+  historyBlocks: number | null;
+}
+
+const STATE_METHODS = new Set(['eth_getBalance', 'eth_call', 'eth_getCode', 'eth_getStorageAt', 'eth_getTransactionCount']);
+const STATE_BLOCK_PARAM: Record<string, number> = { eth_getBalance: 1, eth_call: 1, eth_getCode: 1, eth_getTransactionCount: 1, eth_getStorageAt: 2 };
+
+/** An EVM node serving `chain` (see FakeEvmChain), as geth answers. */
+export async function startEvmNodeFake(chain: FakeEvmChain): Promise<EvmNodeFake> {
+  let node: EvmNodeFake;
+  const headOf = (): number => (node.behaviour === 'behind' ? Math.max(0, chain.head - node.lagBlocks) : chain.head);
+  const blockAt = (tag: unknown): FakeBlock | null => {
+    const head = headOf();
+    if (node.behaviour === 'liar' && (tag === 'latest' || tag === 'finalized')) {
+      const n = head + 1_000_000_000;
+      return { number: n, hash: hash32(`lie ${n}`), parentHash: hash32('lie'), transactions: [] };
+    }
+    const n =
+      tag === 'latest' || tag === 'pending' || tag === undefined ? head
+      : tag === 'finalized' || tag === 'safe' ? Math.max(0, head - chain.finalityDepth)
+      : tag === 'earliest' ? 0
+      : typeof tag === 'string' ? Number.parseInt(tag, 16) : Number.NaN;
+    return Number.isInteger(n) && n <= head ? (chain.block(n) ?? null) : null;
+  };
+  const blockJson = (b: FakeBlock | null | undefined, full: unknown) =>
+    b
+      ? {
+          number: hex(b.number), hash: b.hash, parentHash: b.parentHash, timestamp: hex(1_700_000_000 + b.number * 12),
+          transactions: full === true ? b.transactions.map((h) => ({ hash: h, blockNumber: hex(b.number), blockHash: b.hash })) : b.transactions,
+        }
+      : null;
+  const params = (p: unknown): unknown[] => (Array.isArray(p) ? p : []);
+  const state = (method: string) => (p: unknown): RpcResult => {
+    const args = params(p);
+    const block = blockAt(args[STATE_BLOCK_PARAM[method] as number] ?? 'latest');
+    if (block === null) return { error: { code: -32000, message: 'header not found' } };
+    if (node.historyBlocks !== null && block.number < headOf() - node.historyBlocks) return { error: { code: -32000, message: `missing trie node ${block.hash.slice(2, 10)} (path )` } };
+    return { result: hash32(`${method} ${JSON.stringify(args[0])} at ${block.hash}`) };
+  };
+  const methods: MethodTable = {
+    eth_chainId: () => ({ result: '0x2a' }),
+    net_version: () => ({ result: '42' }),
+    eth_blockNumber: () => ({ result: hex(blockAt('latest')?.number ?? 0) }),
+    eth_getBlockByNumber: (p) => ({ result: blockJson(blockAt(params(p)[0]), params(p)[1]) }),
+    eth_getBlockByHash: (p) => {
+      const b = chain.blockByHash(String(params(p)[0]));
+      return { result: b && b.number <= headOf() ? blockJson(b, params(p)[1]) : null };
+    },
+    eth_getTransactionByHash: (p) => {
+      const found = chain.transaction(String(params(p)[0]));
+      return { result: found ? { hash: found.tx, blockNumber: hex(found.block.number), blockHash: found.block.hash } : null };
+    },
+    eth_getTransactionReceipt: (p) => {
+      const found = chain.transaction(String(params(p)[0]));
+      return { result: found ? { transactionHash: found.tx, blockNumber: hex(found.block.number), blockHash: found.block.hash, status: '0x1' } : null };
+    },
+    eth_getLogs: (p) => {
+      const filter = (params(p)[0] ?? {}) as { fromBlock?: unknown; toBlock?: unknown };
+      const from = blockAt(filter.fromBlock ?? 'latest');
+      const to = blockAt(filter.toBlock ?? 'latest');
+      if (!from || !to) return { result: [] };
+      return { result: chain.blocks.slice(from.number, to.number + 1).map((b) => ({ blockNumber: hex(b.number), blockHash: b.hash, transactionHash: b.transactions[0], logIndex: '0x0' })) };
+    },
+    ...Object.fromEntries([...STATE_METHODS].map((m) => [m, state(m)])),
+  };
+  node = Object.assign(await startFake(jsonRpcRoute(methods)), { behaviour: 'honest' as const, lagBlocks: 0, historyBlocks: null });
+  return node;
 }

@@ -5,7 +5,7 @@ import { asUsageRecord, usageRecordOf } from '../../src/projections/usageRecord.
 
 const valid: Record<string, unknown> = {
   requestId: 'req-1', at: '2024-05-07T13:45:12.345Z', accountId: 'acc_A', tokenId: 'tok_T', chain: 'eth', method: 'eth_call', status: 200,
-  rpcErrorCode: 3, errorMessage: 'execution reverted', totalMs: 12.5, upstreamMs: 10, clientIp: '203.0.113.9', upstream: 'eth-1', retentionDays: 30, charged: true,
+  rpcErrorCode: 3, errorMessage: 'execution reverted', totalMs: 12.5, upstreamMs: 10, clientIp: '203.0.113.9', upstream: 'eth-1', retentionDays: 30, charged: true, cache: 'hit',
 };
 
 /** Values of every JSON type and the edges of the numeric checks. */

@@ -1,0 +1,117 @@
+import { documentStart, objectMembers } from '../jsonScan.js';
+import type { Verdict } from '../upstream.js';
+import { blockOfResult, type CallShape } from '../upstreams/evmCalls.js';
+import type { ChainHeads } from '../upstreams/heads.js';
+
+/**
+ * JSON-RPC reads and the nodes' answers to them: the key identical calls share (in flight and in
+ * the cache), whether an answer is a valid one to the call sent, and whether it may be kept.
+ * Pure, except for reading the tracked heads.
+ */
+
+/**
+ * The key of a read: chain, method, params as the caller wrote them and, for a call that
+ * depends on the head, the head's epoch (answers from before the head moved are other keys).
+ */
+export function readKey(chainId: string, method: string, paramsText: string | undefined, shape: CallShape, epoch: number): string {
+  const context = shape.kind === 'head' || shape.kind === 'volatile' ? epoch : '';
+  return `${chainId}\u0001${method}\u0001${paramsText ?? ''}\u0001${context}`;
+}
+
+/** A node's answer to a call it could not serve for lack of old state (a pruned full node). */
+const ARCHIVE_ERRORS = ['missing trie node', 'header not found', 'historical state', 'state is not available', 'pruned'];
+
+/** Whether byte `at` of a JSON text is a top-level member's key of the object opening it (no `{` or `[` before it). */
+function atTopLevel(body: Buffer, at: number): boolean {
+  for (let i = 1; i < at; i++) {
+    const c = body[i];
+    if (c === 0x7b || c === 0x5b) return false;
+  }
+  return true;
+}
+
+/**
+ * Whether a single answer's id is `idText`. The id is searched as bytes first (nodes write it
+ * before the result: a short scan), and read properly only when that does not settle it.
+ */
+export function answerIdIs(body: Buffer, idText: string): boolean {
+  const at = body.indexOf(`"id":${idText}`);
+  if (at > 0 && at < 256 && atTopLevel(body, at)) {
+    const after = body[at + 5 + Buffer.byteLength(idText)];
+    if (after === 0x2c || after === 0x7d) return true;
+  }
+  try {
+    const text = body.toString('utf8');
+    const span = objectMembers(text, documentStart(text)).get('id');
+    return span !== undefined && text.slice(span[0], span[1]) === idText;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Judges a node's answer to a single call sent with id `sentIdText`: not a JSON object, or
+ * another call's id, is a failed node (another one is tried, nothing is kept); an error saying
+ * the node lacks old state asks for an archive node.
+ */
+export function judgeSingle(body: Buffer, sentIdText: string | undefined): Verdict {
+  const start = firstByte(body);
+  if (start !== 0x7b) return 'bad';
+  if (sentIdText !== undefined && !answerIdIs(body, sentIdText)) return 'bad';
+  if (body.includes('"error"')) {
+    const lower = body.toString('utf8').toLowerCase();
+    if (ARCHIVE_ERRORS.some((e) => lower.includes(e))) return 'archive';
+  }
+  return 'ok';
+}
+
+function firstByte(body: Buffer): number {
+  for (let i = 0; i < body.length; i++) {
+    const c = body[i] as number;
+    if (c !== 0x20 && c !== 0x0a && c !== 0x0d && c !== 0x09) return c;
+  }
+  return -1;
+}
+
+/**
+ * The result an answer may be kept with, as JSON text; null when it may not: an error, a null
+ * result, data not yet final (by the tracked finalized block), or an answer that depends on a
+ * head that moved while it was asked.
+ */
+export function keepableResult(body: Buffer, method: string, shape: CallShape, heads: ChainHeads, epochAsked: number): string | null {
+  if (!shape.cacheable) return null;
+  let resultText: string;
+  try {
+    const text = body.toString('utf8');
+    const members = objectMembers(text, documentStart(text));
+    const error = members.get('error');
+    if (error !== undefined && text.slice(error[0], error[1]) !== 'null') return null;
+    const span = members.get('result');
+    if (span === undefined) return null;
+    resultText = text.slice(span[0], span[1]);
+  } catch {
+    return null;
+  }
+  if (resultText === 'null') return null;
+  const finalized = heads.finalized;
+  switch (shape.kind) {
+    case 'static':
+      return resultText;
+    case 'head':
+      if (heads.best === null || heads.epoch !== epochAsked) return null;
+      // A node ahead of the tracked head: the head moved and the next poll will say so.
+      return method !== 'eth_blockNumber' || resultText === `"0x${heads.best.toString(16)}"` ? resultText : null;
+    case 'number':
+      return finalized !== null && shape.high <= finalized ? resultText : null;
+    case 'hash': {
+      if (finalized === null) return null;
+      const block = blockOfResult(JSON.parse(resultText));
+      return block !== null && block <= finalized ? resultText : null;
+    }
+    default:
+      return null;
+  }
+}
+
+/** A kept result as the answer to a caller's id. */
+export const answerWithResult = (idText: string, resultText: string): string => `{"jsonrpc":"2.0","id":${idText},"result":${resultText}}`;

@@ -1,0 +1,200 @@
+import type { HeadTracking } from '../chains.js';
+import { blockNumberOf } from './evmCalls.js';
+
+/**
+ * Head and finality tracking of one EVM chain's upstreams: each node's latest block (number and
+ * hash) and finalized block are polled, the best head among them is the chain's, and a node
+ * more than `maxLagBlocks` behind it is lagging (no call that depends on the head goes to it).
+ * A node that claims a head far ahead of every other node, or a finalized block above its own
+ * head, is lying: it gets no call at all until its answers are plausible again.
+ *
+ * Polling runs only while the chain has traffic: a gateway serving nobody does not call nodes.
+ */
+
+export type HeadStatus = 'unknown' | 'ok' | 'lagging' | 'liar';
+
+export interface UpstreamHead {
+  label: string;
+  head: number | null;
+  hash: string | null;
+  finalized: number | null;
+  /** When its last poll succeeded (ms), 0: never. */
+  okAt: number;
+  status: HeadStatus;
+}
+
+/** One poll's answer from a node: its latest block and, where the chain has the tag, its finalized block. */
+export interface HeadSample {
+  head: number;
+  hash: string | null;
+  finalized: number | null;
+}
+
+/** A head this far ahead of every other node's is not believed (a node cannot be that far ahead of its peers). */
+export const MAX_PLAUSIBLE_LEAD_BLOCKS = 10_000;
+
+/** Sends a JSON-RPC body to upstream `index`; resolves to the answer's bytes, or null when it failed. */
+export type Probe = (index: number, body: string) => Promise<Buffer | null>;
+
+const LATEST_BODY = '{"jsonrpc":"2.0","id":1,"method":"eth_getBlockByNumber","params":["latest",false]}';
+const FINALIZED_BODY = '{"jsonrpc":"2.0","id":1,"method":"eth_getBlockByNumber","params":["finalized",false]}';
+/** Polling stops this long after the chain's last call. */
+const IDLE_MS = 60_000;
+
+/** The number and hash of a block an `eth_getBlockByNumber` answer holds, or null. */
+export function blockOfAnswer(body: Buffer | null): { number: number; hash: string | null } | null {
+  if (body === null) return null;
+  try {
+    const parsed: unknown = JSON.parse(body.toString('utf8'));
+    const result = (parsed as { result?: unknown } | null)?.result;
+    if (typeof result !== 'object' || result === null) return null;
+    const r = result as Record<string, unknown>;
+    const number = blockNumberOf(r.number);
+    return number === null ? null : { number, hash: typeof r.hash === 'string' ? r.hash : null };
+  } catch {
+    return null;
+  }
+}
+
+export class ChainHeads {
+  readonly upstreams: UpstreamHead[];
+  /** The best head among nodes that answered lately and are believed; null until one has. */
+  best: number | null = null;
+  bestHash: string | null = null;
+  /** The highest finalized block a believed node reports (never above the best head). */
+  finalized: number | null = null;
+  /** Moves whenever the best head's number or hash does: answers that depend on the head are kept per epoch. */
+  epoch = 0;
+  private timer: NodeJS.Timeout | null = null;
+  private lastUsed = 0;
+  private polling: Promise<void> | null = null;
+
+  constructor(
+    readonly tracking: HeadTracking,
+    labels: string[],
+    private readonly probe: Probe,
+    private readonly now: () => number = Date.now,
+  ) {
+    this.upstreams = labels.map((label) => ({ label, head: null, hash: null, finalized: null, okAt: 0, status: 'unknown' }));
+  }
+
+  /** A call arrived: keeps polling going (and starts it after a quiet spell). */
+  touch(): void {
+    const now = this.now();
+    const idle = now - this.lastUsed > IDLE_MS;
+    this.lastUsed = now;
+    if (this.timer === null) {
+      this.timer = setInterval(() => void this.poll(), this.tracking.pollMs);
+      this.timer.unref();
+    }
+    if (idle) void this.poll();
+  }
+
+  /**
+   * A write went through: the head may move sooner than the next poll sees (a devnet mines at
+   * once). Answers kept for the current head are dropped and the heads polled now.
+   */
+  invalidate(): void {
+    this.epoch++;
+    void this.poll();
+  }
+
+  stop(): void {
+    if (this.timer !== null) clearInterval(this.timer);
+    this.timer = null;
+  }
+
+  /** One round of polls (one at a time: a slow round is not overlapped by the next). */
+  poll(): Promise<void> {
+    if (this.now() - this.lastUsed > IDLE_MS) {
+      this.stop();
+      return Promise.resolve();
+    }
+    this.polling ??= Promise.all(this.upstreams.map((_, i) => this.pollOne(i))).then(() => {
+      this.polling = null;
+    });
+    return this.polling;
+  }
+
+  private async pollOne(index: number): Promise<void> {
+    const byTag = this.tracking.finality === 'finalized';
+    const [latest, finalized] = await Promise.all([this.probe(index, LATEST_BODY), byTag ? this.probe(index, FINALIZED_BODY) : null]);
+    const head = blockOfAnswer(latest);
+    if (head === null) {
+      this.failed(index);
+      return;
+    }
+    const depth = this.tracking.finality;
+    const final = typeof depth === 'number' ? Math.max(0, head.number - depth) : (blockOfAnswer(finalized)?.number ?? null);
+    this.observe(index, { head: head.number, hash: head.hash, finalized: final });
+  }
+
+  /** A node's poll answered. */
+  observe(index: number, sample: HeadSample): void {
+    const u = this.upstreams[index];
+    if (!u) return;
+    u.head = sample.head;
+    u.hash = sample.hash;
+    u.finalized = sample.finalized;
+    u.okAt = this.now();
+    this.recompute();
+  }
+
+  /** A node's poll failed: it is no longer counted for the best head once its last answer is stale. */
+  failed(index: number): void {
+    const u = this.upstreams[index];
+    if (!u) return;
+    u.okAt = Math.min(u.okAt, this.now() - this.staleAfterMs());
+    this.recompute();
+  }
+
+  private staleAfterMs(): number {
+    return this.tracking.pollMs * 3;
+  }
+
+  private recompute(): void {
+    const now = this.now();
+    const fresh = this.upstreams.filter((u) => u.head !== null && now - u.okAt < this.staleAfterMs());
+    for (const u of this.upstreams) {
+      if (!fresh.includes(u)) u.status = 'unknown';
+    }
+    for (const u of fresh) {
+      const head = u.head as number;
+      const othersBest = fresh.reduce((best, o) => (o === u ? best : Math.max(best, o.head as number)), -1);
+      const leadsImplausibly = othersBest >= 0 && head - othersBest > MAX_PLAUSIBLE_LEAD_BLOCKS;
+      u.status = leadsImplausibly || (u.finalized !== null && u.finalized > head) ? 'liar' : 'ok';
+    }
+    const believed = fresh.filter((u) => u.status !== 'liar');
+    let best: UpstreamHead | null = null;
+    for (const u of believed) if (best === null || (u.head as number) > (best.head as number)) best = u;
+    if (best === null) return;
+    const bestHead = best.head as number;
+    for (const u of believed) if ((u.head as number) < bestHead - this.tracking.maxLagBlocks) u.status = 'lagging';
+    const finalized = believed.reduce((f, u) => (u.finalized === null ? f : Math.max(f, u.finalized)), -1);
+    if (bestHead !== this.best || best.hash !== this.bestHash) this.epoch++;
+    this.best = bestHead;
+    this.bestHash = best.hash;
+    this.finalized = finalized < 0 ? null : Math.min(finalized, bestHead);
+  }
+
+  /** Whether upstream `index` may take a call that depends on the head. */
+  servesHead(index: number): boolean {
+    const status = this.upstreams[index]?.status;
+    return status !== 'lagging' && status !== 'liar';
+  }
+
+  isLiar(index: number): boolean {
+    return this.upstreams[index]?.status === 'liar';
+  }
+
+  /** Whether upstream `index` is known not to have block `n` yet. */
+  lacksBlock(index: number, n: number): boolean {
+    const head = this.upstreams[index]?.head ?? null;
+    return head !== null && head < n;
+  }
+
+  /** Whether state at block `n` is older than a full node keeps. */
+  needsArchive(n: number): boolean {
+    return this.best !== null && n >= 0 && n < this.best - this.tracking.fullNodeHistoryBlocks;
+  }
+}

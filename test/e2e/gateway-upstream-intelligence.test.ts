@@ -1,0 +1,253 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import type { UsageRecord } from '../../src/domain/usage.js';
+import type { UpstreamPoolOptions } from '../../src/gateway/upstream.js';
+import { type EvmNodeFake, FakeEvmChain, startEvmNodeFake } from '../support/fakeUpstreams.js';
+import { chainEntry, startGateway, type TestGateway } from '../support/gatewayApp.js';
+import { TestGatekeeper } from '../support/gatewayTestGatekeeper.js';
+
+/**
+ * What the gateway does with the nodes behind it (issue 34): head and finality tracking, the
+ * finality-aware cache, coalescing, hedging, archive routing, and nodes that lie or misbehave.
+ * Fake nodes serve one moving chain; head polls are run by the test (`poll`), not by time.
+ */
+
+const gatekeeper = new TestGatekeeper();
+const opened: Array<{ close(): Promise<void> }> = [];
+afterEach(async () => {
+  await Promise.all(opened.splice(0).map((o) => o.close()));
+});
+
+async function setUp(
+  nodes: number,
+  options: { chain?: FakeEvmChain; pool?: UpstreamPoolOptions; extra?: Record<string, unknown>; archive?: number[] } = {},
+): Promise<{ chain: FakeEvmChain; fakes: EvmNodeFake[]; gateway: TestGateway; poll: () => Promise<void> }> {
+  const chain = options.chain ?? new FakeEvmChain(200, 8);
+  const fakes = await Promise.all(Array.from({ length: nodes }, () => startEvmNodeFake(chain)));
+  opened.push(...fakes);
+  const entry = chainEntry('evm', fakes.map((f) => f.url), { headPollMs: 600_000, maxLagBlocks: 5, ...options.extra });
+  for (const i of options.archive ?? []) (entry.upstreams as Array<Record<string, unknown>>)[i]!.archive = true;
+  const gateway = await startGateway({ gatekeeper, chains: [entry], pool: { random: () => 0, ...options.pool } });
+  opened.push(gateway);
+  const heads = gateway.pools.get('evm')!.heads!;
+  const poll = async (): Promise<void> => {
+    heads.touch();
+    await heads.poll();
+  };
+  await poll();
+  return { chain, fakes, gateway, poll };
+}
+
+let nextId = 1;
+async function rpc(gateway: TestGateway, method: string, params?: unknown[], id: unknown = nextId++): Promise<{ status: number; body: Record<string, unknown> }> {
+  const r = await fetch(`${gateway.url}/evm/${gatekeeper.token}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ jsonrpc: '2.0', id, method, ...(params ? { params } : {}) }),
+  });
+  return { status: r.status, body: (await r.json()) as Record<string, unknown> };
+}
+
+const hex = (n: number): string => `0x${n.toString(16)}`;
+const calledMethods = (f: EvmNodeFake): string[] => f.calls.map((c) => (JSON.parse(c.body) as { method: string }).method);
+const cacheOf = (usage: UsageRecord[]): Array<string | undefined> => usage.map((u) => u.cache);
+
+describe('head and finality tracking', () => {
+  it('follows each node head, keeps head calls off a lagging node, and still sends it old blocks', async () => {
+    const { fakes, gateway, chain, poll } = await setUp(2);
+    const [behind, good] = fakes as [EvmNodeFake, EvmNodeFake];
+    behind.behaviour = 'behind';
+    behind.lagBlocks = 20;
+    await poll();
+    const health = gateway.pools.health().evm!;
+    expect(health.map((h) => [h.label, h.head, h.lag, h.state])).toEqual([
+      ['evm-1', chain.head - 20, 20, 'lagging'],
+      ['evm-2', chain.head, 0, 'ok'],
+    ]);
+    expect(health[1]!.finalized).toBe(chain.finalized);
+
+    // The pool would pick the first node (random 0): head calls skip it, a call for an old block does not.
+    expect((await rpc(gateway, 'eth_blockNumber')).body.result).toBe(hex(chain.head));
+    await rpc(gateway, 'eth_getBalance', ['0x01', 'latest']);
+    await rpc(gateway, 'eth_getBlockByNumber', [hex(10), false]);
+    expect(calledMethods(behind)).toEqual(['eth_getBlockByNumber']);
+    expect(calledMethods(good)).toEqual(['eth_blockNumber', 'eth_getBalance']);
+
+    behind.behaviour = 'honest';
+    await poll();
+    expect(gateway.pools.health().evm!.map((h) => h.state)).toEqual(['ok', 'ok']);
+  });
+});
+
+describe('the finality-aware cache', () => {
+  it('keeps what cannot change, answers each caller with its own id, and meters a hit as a call', async () => {
+    const { fakes, gateway, chain } = await setUp(1);
+    const [node] = fakes as [EvmNodeFake];
+    const final = chain.block(chain.finalized - 2)!;
+    const recent = chain.block(chain.head - 1)!;
+    const ids = ['"a"', 7, 'x'];
+    for (const id of ids) expect((await rpc(gateway, 'eth_chainId', [], id)).body).toEqual({ jsonrpc: '2.0', id, result: '0x2a' });
+    for (let i = 0; i < 2; i++) {
+      expect(((await rpc(gateway, 'eth_getBlockByNumber', [hex(final.number), false])).body.result as { hash: string }).hash).toBe(final.hash);
+      await rpc(gateway, 'eth_getBlockByNumber', [hex(recent.number), false]);
+      await rpc(gateway, 'eth_getTransactionReceipt', [final.transactions[0]]);
+      await rpc(gateway, 'eth_getTransactionReceipt', [recent.transactions[0]]);
+      await rpc(gateway, 'eth_getBalance', ['0x01', hex(final.number)]);
+      await rpc(gateway, 'eth_getLogs', [{ fromBlock: hex(final.number - 3), toBlock: hex(final.number) }]);
+      await rpc(gateway, 'eth_getTransactionReceipt', [`0x${'ee'.repeat(32)}`]);
+      await rpc(gateway, 'eth_getBalance', ['0x01', hex(chain.head + 50)]);
+      await rpc(gateway, 'eth_sendRawTransaction', ['0x02']);
+    }
+    const counts = new Map<string, number>();
+    for (const m of calledMethods(node)) counts.set(m, (counts.get(m) ?? 0) + 1);
+    expect(Object.fromEntries(counts)).toEqual({
+      eth_chainId: 1,
+      // Final: once. Not final (a recent block and its receipt), a null (unknown receipt), an error and a write: every time.
+      eth_getBlockByNumber: 3,
+      eth_getTransactionReceipt: 5,
+      eth_getBalance: 3,
+      eth_getLogs: 1,
+      eth_sendRawTransaction: 2,
+    });
+    const chainIdUsage = gateway.usage.filter((u) => u.method === 'eth_chainId');
+    expect(cacheOf(chainIdUsage)).toEqual(['miss', 'hit', 'hit']);
+    expect(chainIdUsage.every((u) => u.charged === true && u.status === 200)).toBe(true);
+    expect(chainIdUsage[1]).toMatchObject({ upstream: null, upstreamMs: null });
+  });
+
+  it('keeps an answer that depends on the head only until the tracked head moves', async () => {
+    const { fakes, gateway, chain, poll } = await setUp(1);
+    const [node] = fakes as [EvmNodeFake];
+    expect((await rpc(gateway, 'eth_blockNumber')).body.result).toBe(hex(chain.head));
+    expect((await rpc(gateway, 'eth_blockNumber')).body.result).toBe(hex(chain.head));
+    expect(node.calls).toHaveLength(1);
+    chain.advance(1);
+    await poll();
+    expect((await rpc(gateway, 'eth_blockNumber')).body.result).toBe(hex(chain.head));
+    expect(node.calls).toHaveLength(2);
+  });
+
+  it('serves nothing replaced by a reorg once the head moved, and never fetches final data again', async () => {
+    const { fakes, gateway, chain, poll } = await setUp(1);
+    const [node] = fakes as [EvmNodeFake];
+    const final = chain.block(chain.finalized)!;
+    const latestBefore = (await rpc(gateway, 'eth_getBlockByNumber', ['latest', false])).body.result as { hash: string; transactions: string[] };
+    const balanceBefore = (await rpc(gateway, 'eth_getBalance', ['0x01', 'latest'])).body.result;
+    await rpc(gateway, 'eth_getBlockByNumber', [hex(final.number), true]);
+    await rpc(gateway, 'eth_getTransactionReceipt', [final.transactions[0]]);
+    const replaced = chain.reorg(3);
+    await poll();
+    node.calls.length = 0;
+
+    const latest = (await rpc(gateway, 'eth_getBlockByNumber', ['latest', false])).body.result as { hash: string; transactions: string[] };
+    expect(latest.hash).not.toBe(latestBefore.hash);
+    expect(latest.hash).toBe(chain.block(chain.head)!.hash);
+    expect((await rpc(gateway, 'eth_getBalance', ['0x01', 'latest'])).body.result).not.toBe(balanceBefore);
+    for (const old of replaced) {
+      expect(((await rpc(gateway, 'eth_getBlockByNumber', [hex(old.number), false])).body.result as { hash: string }).hash).toBe(chain.block(old.number)!.hash);
+      expect((await rpc(gateway, 'eth_getBlockByHash', [old.hash, false])).body.result).toBeNull();
+      expect((await rpc(gateway, 'eth_getTransactionReceipt', [old.transactions[0]])).body.result).toBeNull();
+    }
+    await rpc(gateway, 'eth_getBlockByNumber', [hex(final.number), true]);
+    await rpc(gateway, 'eth_getTransactionReceipt', [final.transactions[0]]);
+    expect(calledMethods(node).filter((m) => m === 'eth_getTransactionReceipt')).toHaveLength(3);
+    expect(node.calls.map((c) => c.body).filter((b) => b.includes(hex(final.number)))).toEqual([]);
+  });
+});
+
+describe('coalescing', () => {
+  it('shares one upstream call among identical reads in flight, each caller with its own id', async () => {
+    const { fakes, gateway } = await setUp(1);
+    const [node] = fakes as [EvmNodeFake];
+    node.latency = () => 150;
+    const answers = await Promise.all([1, 2, 3, 'four', 5].map((id) => rpc(gateway, 'eth_getBalance', ['0x0abc', 'pending'], id)));
+    expect(answers.map((a) => a.body.id)).toEqual([1, 2, 3, 'four', 5]);
+    expect(new Set(answers.map((a) => a.body.result)).size).toBe(1);
+    expect(node.calls).toHaveLength(1);
+    expect(cacheOf(gateway.usage).sort()).toEqual(['coalesced', 'coalesced', 'coalesced', 'coalesced', 'miss']);
+  });
+});
+
+describe('hedging', () => {
+  it('sends a slow read to a second node and answers with the first answer; never hedges a write', async () => {
+    const { fakes, gateway } = await setUp(2, { pool: { hedge: { quantile: 0.9, minDelayMs: 20, maxShare: 0.5 } } });
+    const [slow, fast] = fakes as [EvmNodeFake, EvmNodeFake];
+    // Recent latencies for the hedge delay: both nodes answer at once.
+    for (let i = 0; i < 40; i++) await rpc(gateway, 'eth_getBalance', [`0x${i.toString(16)}`, 'pending']);
+    slow.latency = () => 1_500;
+    gateway.usage.length = 0;
+    const read = await rpc(gateway, 'eth_getBalance', ['0xdead', 'pending']);
+    expect(read.body.result).toMatch(/^0x/);
+    expect(gateway.usage[0]).toMatchObject({ cache: 'hedged', upstream: 'evm-2' });
+
+    fast.calls.length = 0;
+    const write = await rpc(gateway, 'eth_sendRawTransaction', ['0x02']);
+    expect(write.status).toBe(200);
+    expect(fast.calls).toHaveLength(0);
+    expect(gateway.usage[1]).toMatchObject({ cache: 'miss', upstream: 'evm-1' });
+  });
+});
+
+describe('archive routing', () => {
+  it('sends state older than a full node keeps to an archive node, and retries a "missing trie node" there', async () => {
+    const { fakes, gateway, chain } = await setUp(2, { archive: [1], extra: { fullNodeHistoryBlocks: 128 } });
+    const [full, archive] = fakes as [EvmNodeFake, EvmNodeFake];
+    full.historyBlocks = 16;
+    const old = await rpc(gateway, 'eth_getBalance', ['0x01', hex(chain.head - 150)]);
+    expect(old.body.result).toMatch(/^0x/);
+    expect(full.calls).toHaveLength(0);
+    expect(archive.calls).toHaveLength(1);
+    // 50 blocks back: a full node should have it by the chain's setting; this one answers "missing trie node".
+    const pruned = await rpc(gateway, 'eth_getBalance', ['0x02', hex(chain.head - 50)]);
+    expect(pruned.body.result).toMatch(/^0x/);
+    expect(full.calls).toHaveLength(1);
+    expect(archive.calls).toHaveLength(2);
+    expect(gateway.usage.map((u) => u.upstream)).toEqual(['evm-2', 'evm-2']);
+    expect(gateway.pools.health().evm!.map((h) => h.healthy)).toEqual([true, true]);
+  });
+});
+
+describe('bad upstreams', () => {
+  it('marks a node claiming a head 10^9 blocks ahead as unhealthy, and it poisons neither routing nor the cache', async () => {
+    const { fakes, gateway, chain, poll } = await setUp(2);
+    const [liar, honest] = fakes as [EvmNodeFake, EvmNodeFake];
+    liar.behaviour = 'liar';
+    await poll();
+    const health = gateway.pools.health().evm!;
+    expect(health.map((h) => [h.state, h.healthy])).toEqual([
+      ['liar', false],
+      ['ok', true],
+    ]);
+    const heads = gateway.pools.get('evm')!.heads!;
+    expect([heads.best, heads.finalized]).toEqual([chain.head, chain.finalized]);
+    // A block far beyond the real finalized one is not final: asked each time, never kept.
+    for (let i = 0; i < 2; i++) await rpc(gateway, 'eth_getBlockByNumber', [hex(chain.head + 1), false]);
+    expect(liar.calls).toHaveLength(0);
+    expect(honest.calls).toHaveLength(2);
+  });
+
+  it('answers from another node when one answers garbage, another call id, or nothing in time', async () => {
+    const { fakes, gateway } = await setUp(2, { extra: { timeoutMs: 300 }, pool: { hedge: false } });
+    const [bad, good] = fakes as [EvmNodeFake, EvmNodeFake];
+    for (const mode of ['garbage', 'wrongId', 'slow'] as const) {
+      bad.mode = mode;
+      bad.delayMs = 1_000;
+      const r = await rpc(gateway, 'eth_getBalance', ['0x01', 'pending'], 'mine');
+      expect([mode, r.status, r.body.id, r.body.error]).toEqual([mode, 200, 'mine', undefined]);
+      expect(r.body.result).toMatch(/^0x[0-9a-f]{64}$/);
+    }
+    expect(bad.calls).toHaveLength(3);
+    expect(good.calls).toHaveLength(3);
+    expect(gateway.usage.map((u) => u.upstream)).toEqual(['evm-2', 'evm-2', 'evm-2']);
+  });
+
+  it('answers -32010 when every node sends another call id, and keeps nothing', async () => {
+    const { fakes, gateway } = await setUp(2);
+    for (const f of fakes) f.mode = 'wrongId';
+    const r = await rpc(gateway, 'eth_chainId', [], 'mine');
+    expect(r.status).toBe(502);
+    expect(r.body).toMatchObject({ id: 'mine', error: { code: -32010 } });
+    for (const f of fakes) f.mode = 'ok';
+    expect((await rpc(gateway, 'eth_chainId', [], 'again')).body).toEqual({ jsonrpc: '2.0', id: 'again', result: '0x2a' });
+    expect(gateway.usage.map((u) => u.cache)).toEqual(['miss', 'miss']);
+  });
+});
