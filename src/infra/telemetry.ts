@@ -17,14 +17,26 @@ export interface TelemetrySources {
   usageQueueDepth?(): Promise<number>;
   projectionLagMs?(): number | null;
   cachedTokens?(): number;
-  upstreams?(): Record<string, Array<{ label: string; healthy: boolean }>>;
+  upstreams?(): Record<string, UpstreamSnapshot[]>;
   /** Present when the process uses Redis. */
   redis?(): RedisHealthSnapshot;
   /** Present on the embedded default: usage records the journal failed to write (answered anyway). */
   unjournaledRecords?(): number;
 }
 
+/** An upstream as the scrape sees it; head, lag and state where its chain's heads are tracked (EVM). */
+export interface UpstreamSnapshot {
+  label: string;
+  healthy: boolean;
+  head?: number | null;
+  lag?: number | null;
+  state?: string | null;
+}
+
 const REDIS_STATES: readonly RedisState[] = ['up', 'down', 'stalled'];
+const HEAD_STATES = ['ok', 'lagging', 'liar', 'unknown'] as const;
+/** How a served read was answered, in the order of the counts kept per chain. */
+const CACHE_RESULTS = ['hit', 'miss', 'coalesced', 'hedged'] as const;
 
 /** The event loop delay monitor's timer interval: its figures are how much later than this the timer ran. */
 const LOOP_DELAY_RESOLUTION_MS = 10;
@@ -153,6 +165,8 @@ export class Telemetry {
   private readonly methodClasses = new Map<string, MethodClass>();
   /** Limiter decisions since the last scrape, by outcome (`admitted`, `refused_rate`, `refused_monthly`). */
   private readonly pendingDecisions = new Map<string, number>();
+  /** Served reads since the last scrape by chain, counted per CACHE_RESULTS entry. */
+  private readonly pendingCache = new Map<string, number[]>();
   private readonly loopDelay: IntervalHistogram = monitorEventLoopDelay({ resolution: LOOP_DELAY_RESOLUTION_MS });
   /** The event loop delay summary's running totals, over every scrape. */
   private loopDelaySumSeconds = 0;
@@ -220,6 +234,49 @@ export class Telemetry {
       name: 'gateway_cached_tokens', help: 'Tokens in this gateway\'s cache', registers,
       collect() { if (sources.cachedTokens) this.set(sources.cachedTokens()); },
     });
+    const pendingCache = this.pendingCache;
+    new Counter({
+      name: 'gateway_cache_calls_total',
+      help: 'Served reads by how they were answered: hit (response cache), miss (own upstream call), coalesced (shared an identical call in flight), hedged (a second upstream was asked)',
+      labelNames: ['chain', 'result'], registers,
+      collect() {
+        for (const [chain, counts] of pendingCache) {
+          CACHE_RESULTS.forEach((result, i) => {
+            this.inc({ chain, result }, counts[i] ?? 0);
+            counts[i] = 0;
+          });
+        }
+      },
+    });
+    const headGauge = (name: string, help: string, value: (u: UpstreamSnapshot) => number | null | undefined): void => {
+      new Gauge({
+        name, help, labelNames: ['chain', 'upstream'], registers,
+        collect() {
+          this.reset();
+          for (const [chain, list] of Object.entries(sources.upstreams?.() ?? {})) {
+            for (const u of list) {
+              const v = value(u);
+              if (v !== null && v !== undefined) this.set({ chain, upstream: u.label }, v);
+            }
+          }
+        },
+      });
+    };
+    headGauge('gateway_upstream_head_block', 'Latest block the upstream reported (EVM chains)', (u) => u.head);
+    headGauge('gateway_upstream_lag_blocks', 'Blocks the upstream is behind the best head of its chain (EVM chains)', (u) => u.lag);
+    new Gauge({
+      name: 'gateway_upstream_head_state', help: '1 for the head state the upstream is in: ok, lagging (no head calls), liar (no calls), unknown (not answering polls)',
+      labelNames: ['chain', 'upstream', 'state'], registers,
+      collect() {
+        this.reset();
+        for (const [chain, list] of Object.entries(sources.upstreams?.() ?? {})) {
+          for (const u of list) {
+            if (u.state === null || u.state === undefined) continue;
+            for (const state of HEAD_STATES) this.set({ chain, upstream: u.label, state }, u.state === state ? 1 : 0);
+          }
+        }
+      },
+    });
     new Gauge({
       name: 'gateway_upstream_healthy', help: '1 when the upstream is in rotation, 0 when ejected', labelNames: ['chain', 'upstream'], registers,
       collect() {
@@ -253,6 +310,15 @@ export class Telemetry {
   }
 
   observeCall(record: UsageRecord): void {
+    if (record.cache !== undefined) {
+      let counts = this.pendingCache.get(record.chain);
+      if (counts === undefined) {
+        counts = [0, 0, 0, 0];
+        this.pendingCache.set(record.chain, counts);
+      }
+      const i = CACHE_RESULTS.indexOf(record.cache);
+      counts[i] = (counts[i] ?? 0) + 1;
+    }
     this.pendingCallsOf(record.chain, this.methodClass(record.method), record.status).count += 1;
     this.latency.observe(record.chain, null, record.totalMs / 1000);
     if (record.upstreamMs !== null && record.upstream !== null) {

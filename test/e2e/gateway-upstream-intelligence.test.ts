@@ -1,6 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import type { UsageRecord } from '../../src/domain/usage.js';
 import type { UpstreamPoolOptions } from '../../src/gateway/upstream.js';
+import { Telemetry } from '../../src/infra/telemetry.js';
 import { type EvmNodeFake, FakeEvmChain, startEvmNodeFake } from '../support/fakeUpstreams.js';
 import { chainEntry, startGateway, type TestGateway } from '../support/gatewayApp.js';
 import { TestGatekeeper } from '../support/gatewayTestGatekeeper.js';
@@ -249,5 +250,25 @@ describe('bad upstreams', () => {
     for (const f of fakes) f.mode = 'ok';
     expect((await rpc(gateway, 'eth_chainId', [], 'again')).body).toEqual({ jsonrpc: '2.0', id: 'again', result: '0x2a' });
     expect(gateway.usage.map((u) => u.cache)).toEqual(['miss', 'miss']);
+  });
+});
+
+describe('visibility', () => {
+  it('shows each upstream head, lag and state, and served reads by cache result, in /metrics', async () => {
+    const { fakes, gateway, chain, poll } = await setUp(2);
+    fakes[0]!.behaviour = 'behind';
+    fakes[0]!.lagBlocks = 30;
+    await poll();
+    for (let i = 0; i < 3; i++) await rpc(gateway, 'eth_chainId');
+    const telemetry = new Telemetry({ upstreams: () => gateway.pools.health() });
+    opened.push({ close: async () => telemetry.close() });
+    for (const record of gateway.usage) telemetry.observeCall(record);
+    const text = await telemetry.metrics();
+    expect(text).toContain(`gateway_upstream_head_block{chain="evm",upstream="evm-1"} ${chain.head - 30}`);
+    expect(text).toContain('gateway_upstream_lag_blocks{chain="evm",upstream="evm-1"} 30');
+    expect(text).toContain('gateway_upstream_head_state{chain="evm",upstream="evm-1",state="lagging"} 1');
+    expect(text).toContain('gateway_upstream_head_state{chain="evm",upstream="evm-2",state="ok"} 1');
+    expect(text).toContain('gateway_cache_calls_total{chain="evm",result="hit"} 2');
+    expect(text).toContain('gateway_cache_calls_total{chain="evm",result="miss"} 1');
   });
 });
