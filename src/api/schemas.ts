@@ -129,6 +129,9 @@ export const UsageFigures = z
     p95ResponseMs: rate,
     p99ResponseMs: rate,
     avgNodeLatencyMs: rate,
+    cacheHits: count.describe('Calls answered from the gateway\'s response cache: no node was asked.'),
+    coalesced: count.describe('Calls that shared an identical call in flight: one node call served several.'),
+    hedged: count.describe('Calls sent to a second node because the first was slow.'),
   })
   .meta({ id: 'UsageFigures', description: 'Figures of a set of calls; rates are percentages, times ms; null when there were no calls.' });
 

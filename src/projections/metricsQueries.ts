@@ -41,10 +41,15 @@ interface Tally {
   totalUs: number;
   upstreamUs: number;
   upstreamCalls: number;
+  cacheHits: number;
+  coalesced: number;
+  hedged: number;
   histogram: number[];
 }
 
-const emptyTally = (): Tally => ({ requests: 0, errors: 0, totalUs: 0, upstreamUs: 0, upstreamCalls: 0, histogram: HISTOGRAM_FIELDS.map(() => 0) });
+const emptyTally = (): Tally => ({
+  requests: 0, errors: 0, totalUs: 0, upstreamUs: 0, upstreamCalls: 0, cacheHits: 0, coalesced: 0, hedged: 0, histogram: HISTOGRAM_FIELDS.map(() => 0),
+});
 const num = (v: unknown): number => (typeof v === 'number' ? v : 0);
 const HISTOGRAM_INDEX = new Map(HISTOGRAM_FIELDS.map((field, i) => [field, i]));
 
@@ -59,6 +64,9 @@ function addDoc(t: Tally, doc: Doc): void {
       case 'totalUs': t.totalUs += v; break;
       case 'upstreamUs': t.upstreamUs += v; break;
       case 'upstreamCalls': t.upstreamCalls += v; break;
+      case 'cacheHits': t.cacheHits += v; break;
+      case 'coalesced': t.coalesced += v; break;
+      case 'hedged': t.hedged += v; break;
       default: {
         const i = HISTOGRAM_INDEX.get(field);
         if (i !== undefined) t.histogram[i] = (t.histogram[i] as number) + v;
@@ -73,6 +81,9 @@ function addTally(into: Tally, t: Tally): void {
   into.totalUs += t.totalUs;
   into.upstreamUs += t.upstreamUs;
   into.upstreamCalls += t.upstreamCalls;
+  into.cacheHits += t.cacheHits;
+  into.coalesced += t.coalesced;
+  into.hedged += t.hedged;
   for (let i = 0; i < t.histogram.length; i++) into.histogram[i] = (into.histogram[i] as number) + (t.histogram[i] as number);
 }
 
@@ -99,6 +110,9 @@ function figures(t: Tally): UsageFigures {
     p95ResponseMs: ms(quantile(t.histogram, 0.95)),
     p99ResponseMs: ms(quantile(t.histogram, 0.99)),
     avgNodeLatencyMs: t.upstreamCalls === 0 ? null : ms(t.upstreamUs / 1000 / t.upstreamCalls),
+    cacheHits: t.cacheHits,
+    coalesced: t.coalesced,
+    hedged: t.hedged,
   };
 }
 

@@ -53,6 +53,13 @@ export interface RollupCounts {
   upstreamUs: number;
   /** Calls that reached an upstream (the denominator of node latency). */
   upstreamCalls: number;
+  /**
+   * Reads answered from the response cache, by sharing an identical call in flight, and with a
+   * second upstream asked (usage records' `cache`). Written only when not 0: most roll-ups have none.
+   */
+  cacheHits?: number;
+  coalesced?: number;
+  hedged?: number;
 }
 
 /*
@@ -136,6 +143,9 @@ class RollupFold implements RollupCounts {
   totalUs = 0;
   upstreamUs = 0;
   upstreamCalls = 0;
+  cacheHits = 0;
+  coalesced = 0;
+  hedged = 0;
   readonly histogram: number[] = [];
   readonly histogramCounts: number[] = [];
   /** The longest retention of its calls: the expiry is computed once, from the bucket. */
@@ -157,6 +167,9 @@ class RollupFold implements RollupCounts {
     const inc: Record<string, number> = {
       requests: this.requests, errors: this.errors, totalUs: this.totalUs, upstreamUs: this.upstreamUs, upstreamCalls: this.upstreamCalls,
     };
+    if (this.cacheHits > 0) inc.cacheHits = this.cacheHits;
+    if (this.coalesced > 0) inc.coalesced = this.coalesced;
+    if (this.hedged > 0) inc.hedged = this.hedged;
     for (let i = 0; i < this.histogram.length; i++) inc[HISTOGRAM_FIELDS[this.histogram[i] as number] as string] = this.histogramCounts[i] as number;
     return inc;
   }
@@ -288,6 +301,9 @@ export class UsageFold {
       }
       rollup.requests++;
       if (failed) rollup.errors++;
+      if (record.cache === 'hit') rollup.cacheHits++;
+      else if (record.cache === 'coalesced') rollup.coalesced++;
+      else if (record.cache === 'hedged') rollup.hedged++;
       rollup.totalUs += totalUs;
       if (record.upstreamMs !== null) {
         rollup.upstreamUs += upstreamUs;

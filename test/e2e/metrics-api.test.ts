@@ -68,10 +68,14 @@ describe('metrics from a known mix of usage', () => {
       status: 200, rpcErrorCode: null, errorMessage: null, totalMs: 8, upstreamMs: 5, clientIp: '192.0.2.1', upstream: 'eth-1', ...r,
     });
     records = [
-      // 6 successes in (7, 10] ms, two client IPs.
-      ...Array.from({ length: 6 }, (_, i) => rec(base + 5 * MIN + i * 1000, { clientIp: i < 4 ? '192.0.2.1' : '192.0.2.2' })),
-      // 2 JSON-RPC errors from the node (HTTP 200), in (30, 50] ms.
-      ...Array.from({ length: 2 }, (_, i) => rec(base + 65 * MIN + i * 1000, { method: 'eth_call', rpcErrorCode: 3, errorMessage: 'execution reverted', totalMs: 40, upstreamMs: 35 })),
+      // 6 successes in (7, 10] ms, two client IPs; two answered from the cache, one sharing another's call.
+      ...Array.from({ length: 6 }, (_, i) =>
+        rec(base + 5 * MIN + i * 1000, { clientIp: i < 4 ? '192.0.2.1' : '192.0.2.2', cache: i < 2 ? 'hit' : i === 2 ? 'coalesced' : 'miss' }),
+      ),
+      // 2 JSON-RPC errors from the node (HTTP 200), in (30, 50] ms, one hedged.
+      ...Array.from({ length: 2 }, (_, i) =>
+        rec(base + 65 * MIN + i * 1000, { method: 'eth_call', rpcErrorCode: 3, errorMessage: 'execution reverted', totalMs: 40, upstreamMs: 35, cache: i === 0 ? 'hedged' : 'miss' }),
+      ),
       // A REST success in (200, 300] ms and a REST 429 that never reached a node.
       rec(base + 125 * MIN, { tokenId: tokB.id, chain: 'sol', method: 'getBlockHeight', totalMs: 250, upstreamMs: 240, clientIp: '198.51.100.7', upstream: 'sol-1' }),
       rec(base + 126 * MIN + 500, { tokenId: tokB.id, chain: 'sol', method: 'getBlockHeight', status: 429, errorMessage: 'Rate limit exceeded', totalMs: 1, upstreamMs: null, clientIp: '198.51.100.7', upstream: null }),
@@ -91,7 +95,7 @@ describe('metrics from a known mix of usage', () => {
     expect(m.retention).toMatchObject({ retentionDays: 30, clamped: false });
     // 10 calls: 7 successes, 3 errors; total ms 6·8 + 2·40 + 250 + 1 = 379; node ms 6·5 + 2·35 + 240 = 340 over 9 calls.
     expect(m.totals).toEqual({
-      requests: 10, success: 7, errors: 3, successRate: 70, errorRate: 30, avgResponseMs: 37.9, avgNodeLatencyMs: 37.78,
+      requests: 10, success: 7, errors: 3, successRate: 70, errorRate: 30, avgResponseMs: 37.9, avgNodeLatencyMs: 37.78, cacheHits: 2, coalesced: 1, hedged: 1,
       // Histogram: 1 in (0,1], 6 in (7,10], 2 in (30,50], 1 in (200,300]: p50 at rank 5 → 7 + 3·4/6; p95 at rank 9.5 → 250; p99 at 9.9 → 290.
       p50ResponseMs: 9, p95ResponseMs: 250, p99ResponseMs: 290,
     });
@@ -101,7 +105,7 @@ describe('metrics from a known mix of usage', () => {
     ]);
     const methods = Object.fromEntries(m.byMethod.map((x: { chain: string; method: string }) => [`${x.chain}:${x.method}`, x]));
     expect(Object.keys(methods).sort()).toEqual(['eth:eth_blockNumber', 'eth:eth_call', 'sol:getBlockHeight']);
-    expect(m.byMethod[0]).toMatchObject({ chain: 'eth', method: 'eth_blockNumber', requests: 6, errors: 0, successRate: 100, avgResponseMs: 8 });
+    expect(m.byMethod[0]).toMatchObject({ chain: 'eth', method: 'eth_blockNumber', requests: 6, errors: 0, successRate: 100, avgResponseMs: 8, cacheHits: 2, coalesced: 1, hedged: 0 });
     expect(methods['eth:eth_call']).toMatchObject({ requests: 2, errors: 2, errorRate: 100, avgResponseMs: 40 });
     expect(methods['sol:getBlockHeight']).toMatchObject({ requests: 2, errors: 1, avgResponseMs: 125.5 });
     expect(m.byToken).toEqual([expect.objectContaining({ tokenId: tokA.id, requests: 8 }), expect.objectContaining({ tokenId: tokB.id, requests: 2 })]);

@@ -2,7 +2,7 @@ import { useMemo, useRef, useState } from 'preact/hooks';
 import type { PeriodMetrics } from '../../api/types.js';
 import { type ChartSeries, TimeChart } from '../components/chart.js';
 import { FiltersBar } from '../components/filters.js';
-import { Empty, Field, Panel, Segmented } from '../components/ui.js';
+import { Empty, Field, Panel, Segmented, TableWrap } from '../components/ui.js';
 import { fmtInt, fmtMs } from '../format.js';
 import { RetentionNote, useUserMetrics } from '../metrics.js';
 import { chartBuckets } from '../series.js';
@@ -48,7 +48,57 @@ export function UsagePage() {
       <Panel title="Requests over time" polled={metrics}>
         <UsageCharts metrics={metrics.data} kind={kind} />
       </Panel>
+      <Panel title="Served without a node call" polled={metrics}>
+        <GatewayServed metrics={metrics.data} />
+      </Panel>
     </>
+  );
+}
+
+/**
+ * Calls the gateway answered from its response cache, by sharing an identical call in flight,
+ * or hedged on a second node: in all and per method.
+ */
+function GatewayServed({ metrics }: { metrics: PeriodMetrics | null }) {
+  if (!metrics) return <Empty>Loading…</Empty>;
+  const { totals } = metrics;
+  const rows = metrics.byMethod.filter((r) => r.cacheHits + r.coalesced + r.hedged > 0);
+  return (
+    <div data-testid="gateway-served">
+      <p>
+        <strong data-testid="cache-hits">{fmtInt(totals.cacheHits)}</strong> of {fmtInt(totals.requests)} requests answered from the cache,{' '}
+        <strong data-testid="coalesced">{fmtInt(totals.coalesced)}</strong> shared an identical call in flight,{' '}
+        <strong data-testid="hedged">{fmtInt(totals.hedged)}</strong> were hedged on a second node.
+      </p>
+      {rows.length > 0 && (
+        <TableWrap label="Served without a node call, by method">
+          <table data-testid="gateway-served-methods">
+          <thead>
+            <tr>
+              <th scope="col">Network</th>
+              <th scope="col">Method</th>
+              <th scope="col" class="num">Requests</th>
+              <th scope="col" class="num">Cache hits</th>
+              <th scope="col" class="num">Coalesced</th>
+              <th scope="col" class="num">Hedged</th>
+            </tr>
+          </thead>
+          <tbody>
+            {rows.map((r) => (
+              <tr key={`${r.chain}/${r.method}`}>
+                <td>{r.chain}</td>
+                <td>{r.method}</td>
+                <td class="num">{fmtInt(r.requests)}</td>
+                <td class="num">{fmtInt(r.cacheHits)}</td>
+                <td class="num">{fmtInt(r.coalesced)}</td>
+                <td class="num">{fmtInt(r.hedged)}</td>
+              </tr>
+            ))}
+          </tbody>
+          </table>
+        </TableWrap>
+      )}
+    </div>
   );
 }
 
