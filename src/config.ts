@@ -6,6 +6,7 @@ import { DEFAULT_HASH_CONCURRENCY } from './commands/passwords.js';
 import { type PlanCatalog, planCatalog } from './domain/plans.js';
 import type { NotifyConfig } from './infra/notify/index.js';
 import { loadChains } from './gateway/chains.js';
+import { parseRedisUrl } from './infra/redis/client.js';
 
 export const ROLES = ['all', 'gateway', 'api', 'projector'] as const;
 export type Role = (typeof ROLES)[number];
@@ -28,7 +29,16 @@ const Env = z.object({
   MONGODB_URL: url(['mongodb:', 'mongodb+srv:']).optional(),
   /** PostgreSQL: the event store where EVENTSTORE_URL is unset, the read models where MONGODB_URL is. */
   DATABASE_URL: url(['postgres:', 'postgresql:']).optional(),
-  REDIS_URL: url(['redis:', 'rediss:']).optional(),
+  /** One Redis (redis://, rediss://) or a Redis Cluster by some of its nodes (redis+cluster://host:port[,host:port…]). */
+  REDIS_URL: z.string().superRefine((v, ctx) => {
+    try {
+      parseRedisUrl(v);
+    } catch (error) {
+      ctx.addIssue({ code: 'custom', message: error instanceof Error ? error.message : String(error) });
+    }
+  }).optional(),
+  /** Usage records are spread over this many Redis streams by account (default 1 on one Redis, 16 on a cluster); never lower it while records wait. */
+  USAGE_STREAMS: z.coerce.number().int().min(1).max(1024).optional(),
   PLANS_CONFIG: z.string().optional(),
   ADMIN_TOKEN: z.string().min(16, 'must be at least 16 characters').optional(),
   /** `off` to not start the embedded EVM devnet for the `local` chain. */
@@ -110,6 +120,8 @@ export interface Config {
   /** PostgreSQL (DATABASE_URL): serves the event store and the read models that have no URL of their own. */
   databaseUrl: string | undefined;
   redisUrl: string | undefined;
+  /** Redis streams the usage records are spread over (USAGE_STREAMS); unset: the default for REDIS_URL's kind. */
+  usageStreams?: number;
   plans: PlanCatalog;
   adminToken: string | null;
   localDevnet: boolean;
@@ -166,6 +178,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
   return {
     role: e.ROLE, port: e.PORT, host: e.HOST, dataDir: resolve(e.DATA_DIR),
     eventstoreUrl: e.EVENTSTORE_URL, mongodbUrl: e.MONGODB_URL, databaseUrl: e.DATABASE_URL, redisUrl: e.REDIS_URL,
+    ...(e.USAGE_STREAMS === undefined ? {} : { usageStreams: e.USAGE_STREAMS }),
     plans, adminToken: e.ADMIN_TOKEN ?? null, localDevnet: e.LOCAL_DEVNET === 'on',
     limitsFailClosed: e.LIMITS_FAIL_CLOSED === 'true', storageThread: e.STORAGE_THREAD === 'on', usageSendEveryMs: e.USAGE_SEND_MS, usageJournalFsync: e.USAGE_JOURNAL_FSYNC === 'always', startupTimeoutMs: e.STARTUP_TIMEOUT_SECONDS * 1000,
     http: { headersTimeoutMs: e.HEADERS_TIMEOUT_MS, requestTimeoutMs: e.REQUEST_TIMEOUT_MS, keepAliveTimeoutMs: e.KEEP_ALIVE_TIMEOUT_MS },

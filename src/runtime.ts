@@ -135,7 +135,7 @@ export async function openRuntime(config: Config, clock?: () => Date, options: R
         await untilReachable('MongoDB', config.mongodbUrl, () => openReadModels({ mongodbUrl: config.mongodbUrl, dataDir: config.dataDir }), { ...waiting, attemptTimeoutMs: 35_000 })
       : await openReadModels({ databaseUrl: postgresUrl, dataDir: config.dataDir });
     const openedFeed = openChangeFeed({ redisUrl: config.redisUrl });
-    const openedQueue = openUsageQueue({ redisUrl: config.redisUrl, consumer });
+    const openedQueue = openUsageQueue({ redisUrl: config.redisUrl, consumer, streams: config.usageStreams });
     feed = openedFeed;
     usageQueue = openedQueue;
     redisClients.push(openedFeed, openedQueue);

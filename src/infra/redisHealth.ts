@@ -1,6 +1,6 @@
-import type { Redis } from 'ioredis';
+import { Cluster, Redis } from 'ioredis';
 import { withinDeadline } from './deadline.js';
-import { FAIL_FAST, closeClient, connectRedis, waitForReady } from './limits/redisConnection.js';
+import { FAIL_FAST, closeClient, masterNodes, nodeName, nodeOptions, redisClient, waitForReady } from './redis/client.js';
 import { redactUrl } from './startup.js';
 
 /** `stalled`: connected, but a PING has gone unanswered past the threshold (a frozen or overloaded server). */
@@ -30,6 +30,17 @@ export interface RedisHealthOptions {
   stallAfterMs?: number;
 }
 
+/** One connection the watcher PINGs: the server's, or on a cluster one per master. */
+interface Probe {
+  /** How it is named in a reason: empty for the one server, `master host:port: ` on a cluster. */
+  label: string;
+  client: Redis;
+  lastError: string | null;
+  /** Why its last PING went unanswered, while it still is. */
+  stalled: string | null;
+  pinging: boolean;
+}
+
 /**
  * The health of this process's Redis, in one place. The adapters' connections (limiter, usage
  * queue, change feed) reach the same server with the same reconnect policy, and each copes with
@@ -37,9 +48,16 @@ export interface RedisHealthOptions {
  * when the server is unreachable (it reconnects like theirs) and a periodic PING when it is
  * connected but not answering, which no connection event reveals. An outage is logged once when
  * it starts, whatever it goes through (down, stalled, reconnect attempts), and once when it ends.
+ *
+ * On a cluster, every master of the slot map gets such a connection: one master down loses the
+ * commands of its slots (a third of the limits and usage streams of a 3-master cluster) while the
+ * cluster client itself stays ready, so the cluster is as healthy as its worst master, named in
+ * the reason. The masters are taken again from the cluster client's slot map at every PING, so a
+ * failover's new master is watched from then on.
  */
 export class RedisHealth {
-  private readonly probe: Redis;
+  private readonly cluster: Cluster | null;
+  private readonly probes = new Map<string, Probe>();
   private readonly target: string;
   private readonly log: HealthLog;
   private readonly stallAfterMs: number;
@@ -47,11 +65,9 @@ export class RedisHealth {
   private state: RedisState = 'down';
   private sinceMs = Date.now();
   private reason: string | null = 'not connected yet';
-  private lastError: string | null = null;
   /** Set once connected: not reaching Redis at start is the startup wait's to report, not an outage. */
   private wasUp = false;
   private outageStartedMs: number | null = null;
-  private pinging = false;
   private stopped = false;
   private outages = 0;
 
@@ -59,50 +75,110 @@ export class RedisHealth {
     this.target = redactUrl(redisUrl);
     this.log = options.log;
     this.stallAfterMs = options.stallAfterMs ?? 2000;
-    this.probe = connectRedis(redisUrl, FAIL_FAST);
-    this.probe.on('ready', () => {
-      this.lastError = null;
-      this.become('up', null);
-    });
-    this.probe.on('error', (error: Error) => {
-      this.lastError = error.message;
-    });
-    this.probe.on('close', () => this.become('down', this.lastError ?? 'connection closed'));
-    this.timer = setInterval(() => this.ping(), options.pingEveryMs ?? 1000);
+    const client = redisClient(redisUrl, FAIL_FAST);
+    if (client instanceof Cluster) {
+      this.cluster = client;
+      client.on('ready', () => this.watchMasters());
+      client.on('close', () => this.assess());
+    } else {
+      this.cluster = null;
+      this.addProbe('', '', client);
+    }
+    this.timer = setInterval(() => this.pingAll(), options.pingEveryMs ?? 1000);
     this.timer.unref();
   }
 
   snapshot(): RedisHealthSnapshot {
     // While down, the latest reconnect attempt's error says more than the one at the cut.
-    const reason = this.state === 'down' ? (this.lastError ?? this.reason) : this.reason;
+    const reason = this.state === 'down' ? (this.verdict().reason ?? this.reason) : this.reason;
     return { state: this.state, sinceMs: this.sinceMs, reason, outages: this.outages };
   }
 
   /** Resolves once connected (at startup), or rejects after `timeoutMs`. */
   async whenReady(timeoutMs = 5000): Promise<void> {
-    await waitForReady(this.probe, timeoutMs);
+    const started = Date.now();
+    if (this.cluster) await waitForReady(this.cluster, timeoutMs);
+    this.watchMasters();
+    await Promise.all([...this.probes.values()].map((probe) => waitForReady(probe.client, Math.max(1, timeoutMs - (Date.now() - started)))));
   }
 
   async stop(): Promise<void> {
     this.stopped = true;
     clearInterval(this.timer);
-    await closeClient(this.probe);
+    await Promise.all([...this.probes.values()].map((probe) => closeClient(probe.client)));
+    if (this.cluster) await closeClient(this.cluster);
   }
 
-  private ping(): void {
-    if (this.pinging || this.probe.status !== 'ready') return;
-    this.pinging = true;
+  private addProbe(key: string, label: string, client: Redis): void {
+    const probe: Probe = { label, client, lastError: null, stalled: null, pinging: false };
+    this.probes.set(key, probe);
+    client.on('ready', () => {
+      probe.lastError = null;
+      probe.stalled = null;
+      this.assess();
+    });
+    client.on('error', (error: Error) => {
+      probe.lastError = error.message;
+    });
+    client.on('close', () => this.assess());
+  }
+
+  /** A connection to each master of the cluster's slot map, none to a node that no longer is one. */
+  private watchMasters(): void {
+    if (!this.cluster || this.stopped || this.cluster.status !== 'ready') return;
+    const masters = new Map(masterNodes(this.cluster).map((node) => [nodeName(node), node]));
+    for (const [name, probe] of this.probes) {
+      if (masters.has(name)) continue;
+      this.probes.delete(name);
+      probe.client.disconnect();
+    }
+    for (const [name, node] of masters) {
+      if (this.probes.has(name)) continue;
+      const client = new Redis(nodeOptions(this.cluster, node, { ...FAIL_FAST, retryStrategy: (attempt) => Math.min(50 * attempt, 1000) }));
+      this.addProbe(name, `master ${name}: `, client);
+    }
+    this.assess();
+  }
+
+  private pingAll(): void {
+    this.watchMasters();
+    for (const probe of this.probes.values()) this.ping(probe);
+  }
+
+  private ping(probe: Probe): void {
+    if (probe.pinging || probe.client.status !== 'ready') return;
+    probe.pinging = true;
     // False when the connection dropped meanwhile: its 'close' has said so already.
-    const answered = this.probe.ping().then(() => true, () => false);
+    const answered = probe.client.ping().then(() => true, () => false);
     let settled = false;
     void answered.then((ok) => {
       settled = true;
-      this.pinging = false;
-      if (ok && this.probe.status === 'ready') this.become('up', null);
+      probe.pinging = false;
+      if (ok) probe.stalled = null;
+      this.assess();
     });
     withinDeadline(answered, this.stallAfterMs, () => new Error(`no answer to PING within ${this.stallAfterMs} ms`)).catch((error: Error) => {
-      if (!settled && this.probe.status === 'ready') this.become('stalled', error.message);
+      if (settled || probe.client.status !== 'ready') return;
+      probe.stalled = error.message;
+      this.assess();
     });
+  }
+
+  /** The state of the worst connection: down before stalled before up. */
+  private verdict(): { state: RedisState; reason: string | null } {
+    if (this.cluster && this.cluster.status !== 'ready') return { state: 'down', reason: 'cluster client not connected' };
+    if (this.probes.size === 0) return { state: 'down', reason: 'not connected yet' };
+    let stalled: string | null = null;
+    for (const probe of this.probes.values()) {
+      if (probe.client.status !== 'ready') return { state: 'down', reason: probe.label + (probe.lastError ?? 'connection closed') };
+      if (probe.stalled !== null && stalled === null) stalled = probe.label + probe.stalled;
+    }
+    return stalled === null ? { state: 'up', reason: null } : { state: 'stalled', reason: stalled };
+  }
+
+  private assess(): void {
+    const { state, reason } = this.verdict();
+    this.become(state, reason);
   }
 
   private become(state: RedisState, reason: string | null): void {

@@ -32,14 +32,17 @@ export interface WaitOptions {
 
 const describe = (e: unknown): string => (e instanceof Error ? e.message : String(e)) || 'no answer';
 
-/** A URL as it may be logged: without credentials. */
+/** A URL as it may be logged: without credentials. A URL of several hosts (a Redis Cluster's seeds) is no WHATWG URL, and is redacted as text. */
 export function redactUrl(url: string): string {
   try {
     const u = new URL(url);
     if (u.password) u.password = '***';
     return u.toString();
   } catch {
-    return '(unparsable URL)';
+    const several = /^([a-z][a-z0-9+.-]*:\/\/)(?:([^:@/]*):[^@/]*@)?([^@/]*(?:\/.*)?)$/i.exec(url);
+    if (!several) return '(unparsable URL)';
+    const [, scheme, user, rest] = several;
+    return user === undefined ? url : `${scheme}${user}:***@${rest}`;
   }
 }
 

@@ -1,6 +1,5 @@
-import type { Redis } from 'ioredis';
 import { withinDeadline } from '../deadline.js';
-import { FAIL_FAST, closeClient, connectRedis, waitForReady } from '../limits/redisConnection.js';
+import { FAIL_FAST, closeClient, redisClient, waitForReady, type RedisClient } from '../redis/client.js';
 import type { AttemptCounter, AttemptRule, AttemptVerdict } from './port.js';
 
 /**
@@ -51,14 +50,14 @@ export interface RedisAttemptCounterOptions {
 
 /** Attempt counts shared by every API instance; each take is one atomic script call. */
 export class RedisAttemptCounter implements AttemptCounter {
-  private readonly client: Redis;
+  private readonly client: RedisClient;
   private readonly commands: AttemptCommands;
   private readonly commandTimeoutMs: number;
 
   constructor(redisUrl: string, options: RedisAttemptCounterOptions = {}) {
     this.commandTimeoutMs = options.commandTimeoutMs ?? 500;
     // Fail at once while disconnected instead of queueing log-ins until Redis is back.
-    this.client = connectRedis(redisUrl, FAIL_FAST);
+    this.client = redisClient(redisUrl, FAIL_FAST);
     this.client.defineCommand('attemptTake', { numberOfKeys: 1, lua: TAKE_LUA });
     this.client.defineCommand('attemptGiveBack', { numberOfKeys: 1, lua: GIVE_BACK_LUA });
     this.commands = this.client as unknown as AttemptCommands;

@@ -1,5 +1,4 @@
-import type { Redis } from 'ioredis';
-import { closeClient, connectRedis, waitForReady } from '../limits/redisConnection.js';
+import { closeClient, redisClient, waitForReady, type RedisClient } from '../redis/client.js';
 import { safely } from './memory.js';
 import type { ChangeFeed } from './port.js';
 
@@ -15,16 +14,16 @@ const CHANNEL_PREFIX = 'changefeed:';
  * nothing), so a cache fed by this should also expire its entries on its own.
  */
 export class RedisChangeFeed implements ChangeFeed {
-  private readonly publisher: Redis;
-  private readonly subscriber: Redis;
+  private readonly publisher: RedisClient;
+  private readonly subscriber: RedisClient;
   private readonly handlers = new Map<string, Set<Handler>>();
   /** The SUBSCRIBE of each topic, so a second subscriber waits for it too. */
   private readonly subscribed = new Map<string, Promise<unknown>>();
 
   constructor(redisUrl: string) {
     // A publish while Redis is away fails after one retry rather than waiting for it.
-    this.publisher = connectRedis(redisUrl, { maxRetriesPerRequest: 1 });
-    this.subscriber = connectRedis(redisUrl, { autoResubscribe: true });
+    this.publisher = redisClient(redisUrl, { maxRetriesPerRequest: 1 });
+    this.subscriber = redisClient(redisUrl, { autoResubscribe: true });
     this.subscriber.on('message', (channel: string, message: string) => {
       const handlers = this.handlers.get(channel.slice(CHANNEL_PREFIX.length));
       for (const handler of handlers ?? []) safely(handler, message);

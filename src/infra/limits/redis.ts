@@ -1,8 +1,7 @@
-import type { Redis } from 'ioredis';
 import type { LeaseSource } from './leased.js';
 import type { LimitDecision, LimitRequest } from './port.js';
 import { withinDeadline } from '../deadline.js';
-import { FAIL_FAST, closeClient, connectRedis, replies, waitForReady } from './redisConnection.js';
+import { FAIL_FAST, closeClient, redisClient, replies, waitForReady, type RedisClient } from '../redis/client.js';
 import { decide, monthId, monthlyTtlSeconds, rateWindow } from './window.js';
 
 /**
@@ -82,7 +81,7 @@ const IOREDIS_TIMEOUT_FACTOR = 10;
  * token's calls for up to a second.
  */
 export class RedisLimiter implements LeaseSource {
-  readonly client: Redis;
+  readonly client: RedisClient;
   private pending: PendingTake[] = [];
   private flushScheduled = false;
   private readonly commandTimeoutMs: number;
@@ -90,7 +89,7 @@ export class RedisLimiter implements LeaseSource {
   constructor(redisUrl: string, options: RedisLimiterOptions = {}) {
     this.commandTimeoutMs = options.commandTimeoutMs ?? 50;
     // Fail at once while disconnected instead of queueing calls until Redis is back.
-    this.client = connectRedis(redisUrl, { ...FAIL_FAST, commandTimeout: this.commandTimeoutMs * IOREDIS_TIMEOUT_FACTOR });
+    this.client = redisClient(redisUrl, { ...FAIL_FAST, commandTimeout: this.commandTimeoutMs * IOREDIS_TIMEOUT_FACTOR });
     this.client.defineCommand('limiterTake', { numberOfKeys: 2, lua: TAKE_LUA });
   }
 

@@ -1,7 +1,6 @@
-import type { Redis } from 'ioredis';
 import type { UsageRecord } from '../../domain/usage.js';
 import { withinDeadline } from '../deadline.js';
-import { FAIL_FAST, closeClient, connectRedis, replies, waitForReady } from '../limits/redisConnection.js';
+import { FAIL_FAST, closeClient, parseRedisUrl, redisClient, replies, waitForReady, type RedisClient } from '../redis/client.js';
 import { type Entry, EntryBuffer } from './buffer.js';
 import { DEFAULT_QUEUE_CAPACITY } from './memory.js';
 import type { QueuedUsage, UsageQueue } from './port.js';
@@ -10,7 +9,10 @@ import { recordFromWire, toWire } from './wire.js';
 export interface RedisUsageQueueOptions {
   /** This process's name in the consumer group; a restart under the same name resumes its pending records first. */
   consumer: string;
+  /** The stream's name; with several `streams`, the prefix of theirs (`<stream>:{<i>}`). */
   stream?: string;
+  /** How many streams the records are spread over, by account (DEFAULT_STREAMS). Every process must use the same number. */
+  streams?: number;
   group?: string;
   /** A record another consumer read but did not acknowledge for this long is claimed (XAUTOCLAIM). */
   claimIdleMs?: number;
@@ -53,48 +55,121 @@ const HANDOVER_TIMEOUT_MS = 250;
 
 type StreamEntry = [id: string, fields: string[] | null];
 
+/** Streams the records are spread over when `streams` is not given: one on one Redis, 16 on a cluster (about five per master of three). */
+export const DEFAULT_STREAMS = { single: 1, cluster: 16 } as const;
+/** While nothing comes, a blocking read waits on each stream in turn for this long divided among them: a record in any waits about this long at most. */
+const BLOCK_ROUND_MS = 200;
+const MIN_BLOCK_SLICE_MS = 5;
+/** How often a stream of an earlier version that is not there is looked for again. */
+const LEGACY_CHECK_MS = 1000;
+
 /**
- * The usage queue on a Redis stream with a consumer group.
+ * The stream a record goes to: a hash of its account (FNV-1a), so one account's records keep
+ * their order in one stream and the ingester appends them as they came.
+ */
+export function streamIndexOf(accountId: string, streams: number): number {
+  if (streams === 1) return 0;
+  let hash = 0x811c9dc5;
+  for (let i = 0; i < accountId.length; i++) hash = Math.imul(hash ^ accountId.charCodeAt(i), 0x01000193);
+  return (hash >>> 0) % streams;
+}
+
+/** Sequence numbers of the records in a buffer, oldest first: which answers may leave once a stream's sends are confirmed. */
+class Sequence {
+  private items: number[] = [];
+  private head = 0;
+
+  push(n: number): void {
+    this.items.push(n);
+  }
+
+  /** The oldest, or Infinity when none waits. */
+  first(): number {
+    return this.head < this.items.length ? (this.items[this.head] as number) : Number.POSITIVE_INFINITY;
+  }
+
+  drop(count: number): void {
+    this.head = Math.min(this.head + count, this.items.length);
+    if (this.head === this.items.length) {
+      this.items = [];
+      this.head = 0;
+    } else if (this.head > 1024 && this.head * 2 > this.items.length) {
+      this.items = this.items.slice(this.head);
+      this.head = 0;
+    }
+  }
+}
+
+/** One stream with its consumer group, and what this process sends to it and reads from it. */
+interface Shard {
+  index: number;
+  stream: string;
+  /** Records in the stream and not yet acknowledged (approximate: see depth). Same hash slot as the stream. */
+  countKey: string;
+  /** Null for a stream an earlier version wrote (`usage` before there were several): read until empty, never written. */
+  buffer: EntryBuffer | null;
+  /** The sequence number of each record in `buffer`. */
+  sequence: Sequence;
+  ownPendingCursor: string | null;
+  claimCursor: string;
+  lastClaimScan: number;
+  /** For the earlier version's stream: whether it was there when last looked for, and when that was. */
+  present: boolean;
+  checkedAt: number;
+}
+
+/**
+ * The usage queue on Redis streams with a consumer group each.
  *
- * - `enqueue` pushes to an in-memory buffer, sent at the end of the turn with pipelined XADDs
- *   of up to ENTRY_RECORDS records each (one send under way at a time; what arrives meanwhile
- *   goes right after); `whenHandedOver` calls back once Redis acknowledged them, so a gateway
- *   killed after answering has lost nothing. While Redis is away the buffer keeps up to
- *   `bufferCapacity` records and drains when it is back; answers do not wait meanwhile. A pipeline cut mid-way is re-sent whole from its first
- *   unconfirmed XADD, so a record may reach the stream twice: the ingester's deterministic
- *   event ids absorb that.
+ * - Records are spread over `streams` streams by account (`<stream>:{<i>}`, each its own hash tag,
+ *   so on a cluster they spread over the masters while each lives in one slot); with one, the
+ *   stream is `<stream>` itself, as before there were several. With several, `<stream>` is still
+ *   read until empty: records an earlier version (or a gateway not yet upgraded) left there.
+ * - `enqueue` pushes to an in-memory buffer per stream, sent at the end of the turn with XADDs
+ *   of up to ENTRY_RECORDS records each (one send under way at a time, to every stream at once;
+ *   what arrives meanwhile goes right after); `whenHandedOver` calls back once Redis acknowledged
+ *   every record enqueued before, whatever its stream, so a gateway killed after answering has
+ *   lost nothing. While Redis is away the buffers keep up to `bufferCapacity` records in all
+ *   and drain when it is back; answers do not wait meanwhile. A send cut mid-way is re-sent from
+ *   each stream's first unconfirmed XADD, so a record may reach a stream twice: the ingester's
+ *   deterministic event ids absorb that.
  * - Records are handed out and acknowledged one by one, as the port says: a read hands out at
  *   most `max` (the rest of an entry waits for the next read), and an entry is acknowledged
  *   once every record of it was. A consumer that restarts gets its entries again whole.
  * - No MAXLEN trimming (it could drop unacknowledged records): `ack` does XACK then XDEL, so
- *   the stream holds exactly the records not yet acknowledged.
+ *   a stream holds exactly the records not yet acknowledged.
  * - `read` returns, in order: this consumer's own pending records from a previous run, records
- *   idle past `claimIdleMs` in other (crashed) consumers, then new records.
- * - A Redis that comes back empty (restarted without persistence) loses the group: it is
- *   created again on the first NOGROUP.
+ *   idle past `claimIdleMs` in other (crashed) consumers, then new records; each from every
+ *   stream, one XREADGROUP per stream (a cluster refuses one over keys of several slots). While
+ *   nothing comes, it blocks on each stream in turn, a slice of BLOCK_ROUND_MS each.
+ * - A Redis that comes back empty (restarted without persistence) loses the groups: each is
+ *   created again on its first NOGROUP.
  */
 export class RedisUsageQueue implements UsageQueue {
-  private readonly writer: Redis;
+  private readonly writer: RedisClient;
   /** Blocking reads get their own connection, so they never delay sends and acks. */
-  private readonly reader: Redis;
-  private readonly stream: string;
+  private readonly reader: RedisClient;
+  /** The streams written to (by account), then the earlier version's, if it is another. */
+  private readonly shards: Shard[];
+  private readonly writeShards: number;
   private readonly group: string;
   private readonly consumer: string;
   private readonly claimIdleMs: number;
   private readonly handoverTimeoutMs: number;
   private readonly flushBatch: number;
   private readonly closeTimeoutMs: number;
-  private readonly buffer: EntryBuffer;
-  /** Records in the stream and not yet acknowledged (approximate: see depth). Same hash slot as the stream. */
-  private readonly countKey: string;
+  private readonly bufferCapacity: number;
+  /** Records waiting in the buffers, in all. */
+  private bufferedRecords = 0;
+  private droppedRecords = 0;
   /** Records of entries read but not yet handed out. */
   private held: QueuedUsage[] = [];
-  /** Entries read by this process: their records not yet acknowledged, and whether the count key counts them. */
+  /** Entries read by this process (`<shard>:<entry id>`): their records not yet acknowledged, and whether the count key counts them. */
   private readonly unacked = new Map<string, { left: number; counted: number }>();
   /** The next send, at the end of this turn; or after a failed one, its retry. */
   private nextSend: NodeJS.Immediate | null = null;
   private retryTimer: NodeJS.Timeout | null = null;
-  /** Records put in the buffer, and of them, in order, those whose XADD Redis acknowledged. */
+  /** Records put in a buffer (each one's sequence number), and the last of the unbroken run from the first whose XADD Redis acknowledged. */
   private accepted = 0;
   private acknowledged = 0;
   /** Answers waiting for the records enqueued before them (`through`) to be acknowledged; in order. */
@@ -102,9 +177,8 @@ export class RedisUsageQueue implements UsageQueue {
   /** The last send failed or got no reply in time: answers do not wait until one succeeds. */
   private failing = false;
   private sending: Promise<void> | null = null;
-  private ownPendingCursor: string | null = '0';
-  private claimCursor = '0-0';
-  private lastClaimScan = 0;
+  /** Where the next read starts among the streams, so that none waits behind the others. */
+  private nextShard = 0;
   private closed = false;
   /** Set once `close` gave up waiting: nothing is sent any more. */
   private disconnected = false;
@@ -112,17 +186,27 @@ export class RedisUsageQueue implements UsageQueue {
   malformed = 0;
 
   constructor(redisUrl: string, options: RedisUsageQueueOptions) {
-    this.stream = options.stream ?? 'usage';
+    const base = options.stream ?? 'usage';
+    const streams = options.streams ?? (parseRedisUrl(redisUrl).kind === 'cluster' ? DEFAULT_STREAMS.cluster : DEFAULT_STREAMS.single);
     this.group = options.group ?? 'ingester';
     this.consumer = options.consumer;
     this.claimIdleMs = options.claimIdleMs ?? 30_000;
     this.handoverTimeoutMs = options.handoverTimeoutMs ?? HANDOVER_TIMEOUT_MS;
     this.flushBatch = options.flushBatch ?? 500;
     this.closeTimeoutMs = options.closeTimeoutMs ?? 2000;
-    this.buffer = new EntryBuffer(options.bufferCapacity ?? DEFAULT_QUEUE_CAPACITY, ENTRY_RECORDS);
-    this.countKey = `{${this.stream}}:records`;
-    this.writer = connectRedis(redisUrl, FAIL_FAST);
-    this.reader = connectRedis(redisUrl, FAIL_FAST);
+    this.bufferCapacity = options.bufferCapacity ?? DEFAULT_QUEUE_CAPACITY;
+    const shard = (index: number, stream: string, countKey: string, written: boolean): Shard => ({
+      index, stream, countKey,
+      buffer: written ? new EntryBuffer(this.bufferCapacity, ENTRY_RECORDS) : null,
+      sequence: new Sequence(), ownPendingCursor: '0', claimCursor: '0-0', lastClaimScan: 0, present: written, checkedAt: 0,
+    });
+    this.shards = streams === 1
+      ? [shard(0, base, `{${base}}:records`, true)]
+      : Array.from({ length: streams }, (_, i) => shard(i, `${base}:{${i}}`, `${base}:{${i}}:records`, true));
+    this.writeShards = this.shards.length;
+    if (streams > 1) this.shards.push(shard(streams, base, `{${base}}:records`, false));
+    this.writer = redisClient(redisUrl, FAIL_FAST);
+    this.reader = redisClient(redisUrl, FAIL_FAST);
     this.writer.on('ready', () => {
       if (this.retryTimer) clearTimeout(this.retryTimer);
       this.retryTimer = null;
@@ -130,14 +214,19 @@ export class RedisUsageQueue implements UsageQueue {
     });
   }
 
+  /** The streams records are written to. */
+  get streams(): string[] {
+    return this.shards.slice(0, this.writeShards).map((shard) => shard.stream);
+  }
+
   /** Records refused because the buffer was full (Redis away too long). */
   get dropped(): number {
-    return this.buffer.dropped;
+    return this.droppedRecords;
   }
 
   /** Records waiting in memory to be sent. */
   get buffered(): number {
-    return this.buffer.length;
+    return this.bufferedRecords;
   }
 
   async whenReady(timeoutMs = 5000): Promise<void> {
@@ -145,8 +234,8 @@ export class RedisUsageQueue implements UsageQueue {
   }
 
   enqueue(record: UsageRecord): void {
-    if (this.closed) {
-      this.buffer.dropped += 1;
+    if (this.closed || this.bufferedRecords >= this.bufferCapacity) {
+      this.droppedRecords += 1;
       return;
     }
     let serialized: string;
@@ -156,10 +245,11 @@ export class RedisUsageQueue implements UsageQueue {
       this.malformed += 1;
       return;
     }
-    const dropped = this.buffer.dropped;
-    this.buffer.push(serialized);
-    if (this.buffer.dropped !== dropped) return;
+    const shard = this.shards[streamIndexOf(record.accountId, this.writeShards)] as Shard;
+    (shard.buffer as EntryBuffer).push(serialized);
+    this.bufferedRecords += 1;
     this.accepted += 1;
+    shard.sequence.push(this.accepted);
     this.sendSoon();
   }
 
@@ -184,7 +274,7 @@ export class RedisUsageQueue implements UsageQueue {
   }
 
   async flush(): Promise<void> {
-    while (this.buffer.length > 0 && !this.disconnected) {
+    while (this.bufferedRecords > 0 && !this.disconnected) {
       try {
         await this.send();
       } catch {
@@ -194,91 +284,147 @@ export class RedisUsageQueue implements UsageQueue {
   }
 
   async read(max: number, blockMs = 0): Promise<QueuedUsage[]> {
-    return this.withGroup(async () => {
-      const taken = this.held.splice(0, max);
-      /** Entries to ask for: at least one, fewer when they are full. */
-      const entries = (): number => Math.max(1, Math.ceil((max - taken.length) / ENTRY_RECORDS));
-      const take = (records: QueuedUsage[]): void => {
-        const room = max - taken.length;
-        for (let i = 0; i < records.length; i++) (i < room ? taken : this.held).push(records[i] as QueuedUsage);
-      };
-      try {
-        if (taken.length < max && this.ownPendingCursor !== null) {
-          const own = await this.readGroup(entries(), 0, this.ownPendingCursor);
+    const taken = this.held.splice(0, max);
+    /** Entries to ask for: at least one, fewer when they are full. */
+    const entries = (): number => Math.max(1, Math.ceil((max - taken.length) / ENTRY_RECORDS));
+    const take = (records: QueuedUsage[]): void => {
+      const room = max - taken.length;
+      for (let i = 0; i < records.length; i++) (i < room ? taken : this.held).push(records[i] as QueuedUsage);
+    };
+    const first = this.nextShard;
+    this.nextShard = (this.nextShard + 1) % this.shards.length;
+    const order = this.shards.map((_, i) => this.shards[(first + i) % this.shards.length] as Shard);
+    try {
+      const readable: Shard[] = [];
+      for (const shard of order) if (await this.isReadable(shard)) readable.push(shard);
+      for (const shard of readable) {
+        if (taken.length >= max || shard.ownPendingCursor === null) continue;
+        await this.withGroup(shard, async () => {
+          const own = await this.readGroup(shard, entries(), 0, shard.ownPendingCursor ?? '0');
           const last = own.at(-1);
-          this.ownPendingCursor = last ? last[0] : null;
-          take(await this.accept(own));
-        }
-        if (taken.length < max) take(await this.claimAbandoned(entries()));
-        // New entries, a few rounds while they come full and leave room (entries hold 1 to ENTRY_RECORDS records).
+          shard.ownPendingCursor = last ? last[0] : null;
+          take(await this.accept(shard, own));
+        });
+      }
+      for (const shard of readable) {
+        if (taken.length < max) await this.withGroup(shard, async () => take(await this.claimAbandoned(shard, entries())));
+      }
+      // New entries, a few rounds per stream while they come full and leave room (entries hold 1 to ENTRY_RECORDS records).
+      // One stream alone is waited on at once; several, in turn below.
+      const alone = this.shards.length === 1;
+      for (const shard of readable) {
         for (let round = 0; taken.length < max && round < FRESH_READ_ROUNDS; round++) {
           const asked = entries();
-          const fresh = await this.readGroup(asked, taken.length === 0 && round === 0 ? blockMs : 0, '>');
-          take(await this.accept(fresh));
+          const block = alone && taken.length === 0 && round === 0 ? blockMs : 0;
+          const fresh = await this.withGroup(shard, () => this.readGroup(shard, asked, block, '>'));
+          take(await this.accept(shard, fresh));
           if (fresh.length < asked) break;
         }
-      } catch (error) {
-        // What this read took already (held, or read before the failure) is in this consumer's
-        // pending list and nowhere else: handed out by the next read, not dropped with the error.
-        this.held = taken.concat(this.held);
-        throw error;
       }
-      return taken;
-    });
+      if (!alone && taken.length === 0 && blockMs > 0) await this.blockInTurn(order, blockMs, entries, take, () => taken.length > 0);
+    } catch (error) {
+      // What this read took already (held, or read before the failure) is in this consumer's
+      // pending list and nowhere else: handed out by the next read, not dropped with the error.
+      this.held = taken.concat(this.held);
+      throw error;
+    }
+    return taken;
+  }
+
+  /**
+   * Waits up to `blockMs` for new entries on the written streams, one at a time for a slice of
+   * BLOCK_ROUND_MS (a blocking XREADGROUP holds its connection; one per stream would take
+   * `streams` connections per ingester). The earlier version's stream is only swept.
+   */
+  private async blockInTurn(order: Shard[], blockMs: number, entries: () => number, take: (records: QueuedUsage[]) => void, got: () => boolean): Promise<void> {
+    const written = order.filter((shard) => shard.buffer !== null);
+    const slice = Math.max(MIN_BLOCK_SLICE_MS, Math.floor(BLOCK_ROUND_MS / written.length));
+    const deadline = Date.now() + blockMs;
+    for (let i = 0; !got() && !this.closed; i++) {
+      const left = deadline - Date.now();
+      if (left <= 0) return;
+      const shard = written[i % written.length] as Shard;
+      const fresh = await this.withGroup(shard, () => this.readGroup(shard, entries(), Math.max(1, Math.min(slice, left)), '>'));
+      take(await this.accept(shard, fresh));
+    }
+  }
+
+  /** A written stream always; the earlier version's only while it is there (looked for at most every LEGACY_CHECK_MS). */
+  private async isReadable(shard: Shard): Promise<boolean> {
+    if (shard.buffer !== null || shard.present) return true;
+    const now = Date.now();
+    if (now - shard.checkedAt < LEGACY_CHECK_MS) return false;
+    shard.checkedAt = now;
+    shard.present = (await this.writer.exists(shard.stream)) === 1;
+    return shard.present;
   }
 
   async ack(ackIds: string[]): Promise<void> {
-    const done: string[] = [];
-    let counted = 0;
+    const done = new Map<Shard, { entryIds: string[]; counted: number }>();
     for (const ackId of ackIds) {
+      const colon = ackId.indexOf(':');
+      const shard = this.shards[Number(ackId.slice(0, colon))];
+      if (colon < 0 || shard === undefined) continue;
       const slash = ackId.lastIndexOf('/');
-      const entryId = slash < 0 ? ackId : ackId.slice(0, slash);
-      const entry = this.unacked.get(entryId);
+      const key = slash < 0 ? ackId : ackId.slice(0, slash);
+      const entry = this.unacked.get(key);
+      let counted = 0;
       if (entry === undefined) {
-        if (slash < 0) done.push(entryId);
-        continue;
+        if (slash >= 0) continue;
+      } else {
+        entry.left -= 1;
+        if (entry.left > 0) continue;
+        this.unacked.delete(key);
+        counted = entry.counted;
       }
-      entry.left -= 1;
-      if (entry.left > 0) continue;
-      this.unacked.delete(entryId);
-      done.push(entryId);
-      counted += entry.counted;
+      const acked = done.get(shard) ?? { entryIds: [], counted: 0 };
+      done.set(shard, acked);
+      acked.entryIds.push(key.slice(colon + 1));
+      acked.counted += counted;
     }
-    await this.acknowledge(done, counted);
+    const failed = (await Promise.allSettled([...done].map(([shard, { entryIds, counted }]) => this.acknowledge(shard, entryIds, counted)))).find(
+      (result) => result.status === 'rejected',
+    );
+    if (failed) throw failed.reason;
   }
 
-  /** XACK and XDEL of whole entries, and the count key down by the records they counted. */
-  private async acknowledge(entryIds: string[], counted: number): Promise<void> {
+  /** XACK and XDEL of whole entries of one stream, and its count key down by the records they counted. */
+  private async acknowledge(shard: Shard, entryIds: string[], counted: number): Promise<void> {
     if (entryIds.length === 0) return;
-    const sent = [this.writer.xack(this.stream, this.group, ...entryIds), this.writer.xdel(this.stream, ...entryIds)];
-    if (counted > 0) sent.push(this.writer.decrby(this.countKey, counted));
+    const sent = [this.writer.xack(shard.stream, this.group, ...entryIds), this.writer.xdel(shard.stream, ...entryIds)];
+    if (counted > 0) sent.push(this.writer.decrby(shard.countKey, counted));
     const failed = (await replies(sent)).find(([error]) => error !== null);
     if (failed?.[0]) throw failed[0];
   }
 
   /**
-   * Buffered records plus the records in the stream, which holds only unacknowledged ones
+   * Buffered records plus the records in the streams, which hold only unacknowledged ones
    * (counted as they are added and acknowledged; approximate after a send was cut mid-way,
-   * and set back to zero whenever the stream is empty).
+   * and set back to zero whenever a stream is empty).
    */
   async depth(): Promise<number> {
     try {
-      const [lengthReply, countReply] = await withinDeadline(
-        replies([this.writer.xlen(this.stream), this.writer.get(this.countKey)]),
+      const answered = await withinDeadline(
+        replies(this.shards.flatMap((shard) => [this.writer.xlen(shard.stream), this.writer.get(shard.countKey)])),
         DEPTH_TIMEOUT_MS,
         () => new Error(`usage queue: no reply from Redis within ${DEPTH_TIMEOUT_MS} ms`),
       );
-      const failed = lengthReply?.[0] ?? countReply?.[0];
-      if (failed) throw failed;
-      const length = Number(lengthReply?.[1] ?? 0);
-      const count = (countReply?.[1] ?? null) as string | null;
-      if (length === 0) {
-        if (count !== null && count !== '0') await this.writer.set(this.countKey, 0);
-        return this.buffer.length;
+      let inStreams = 0;
+      const emptied: Array<Promise<unknown>> = [];
+      for (const [i, shard] of this.shards.entries()) {
+        const [lengthReply, countReply] = [answered[2 * i], answered[2 * i + 1]];
+        const failed = lengthReply?.[0] ?? countReply?.[0];
+        if (failed) throw failed;
+        const length = Number(lengthReply?.[1] ?? 0);
+        const count = (countReply?.[1] ?? null) as string | null;
+        if (length === 0) {
+          if (count !== null && count !== '0') emptied.push(this.writer.set(shard.countKey, 0));
+        } else inStreams += Math.max(Number(count ?? 0), length);
       }
-      return this.buffer.length + Math.max(Number(count ?? 0), length);
+      await Promise.all(emptied);
+      return this.bufferedRecords + inStreams;
     } catch {
-      return this.buffer.length;
+      return this.bufferedRecords;
     }
   }
 
@@ -303,7 +449,7 @@ export class RedisUsageQueue implements UsageQueue {
    * What arrives during a send goes with the next one, right after it.
    */
   private sendSoon(): void {
-    if (this.nextSend || this.sending || this.retryTimer || this.closed || this.buffer.length === 0) return;
+    if (this.nextSend || this.sending || this.retryTimer || this.closed || this.bufferedRecords === 0) return;
     this.nextSend = setImmediate(this.sendNow);
   }
 
@@ -348,59 +494,71 @@ export class RedisUsageQueue implements UsageQueue {
   };
 
   /**
-   * Sends what is buffered now, one pipeline at a time. What arrives meanwhile waits for the
-   * next send: draining it too, round trip after round trip, made pipelines of a few records
-   * each under load.
+   * Sends what is buffered now, to every stream at once, one batch of up to `flushBatch`
+   * records per stream at a time. What arrives meanwhile waits for the next send: draining it
+   * too, round trip after round trip, made sends of a few records each under load.
    */
   private async sendAll(): Promise<void> {
-    let left = this.buffer.length;
-    while (left > 0) {
-      const entries = this.buffer.peek(Math.min(this.flushBatch, left));
+    const left = this.shards.map((shard) => shard.buffer?.length ?? 0);
+    let failure: unknown = null;
+    while (failure === null && left.some((n) => n > 0)) {
       const sending: Array<Promise<unknown>> = [];
-      for (const entry of entries) {
-        left -= entry.count;
-        sending.push(this.writer.xadd(this.stream, '*', COUNT_FIELD, entry.count, BATCH_FIELD, entry.body), this.writer.incrby(this.countKey, entry.count));
+      const batches: Array<{ shard: Shard; entries: Entry[]; from: number }> = [];
+      for (const [i, shard] of this.shards.entries()) {
+        if ((left[i] as number) <= 0 || shard.buffer === null) continue;
+        const entries = shard.buffer.peek(Math.min(this.flushBatch, left[i] as number));
+        batches.push({ shard, entries, from: sending.length });
+        for (const entry of entries) {
+          left[i] = (left[i] as number) - entry.count;
+          sending.push(this.writer.xadd(shard.stream, '*', COUNT_FIELD, entry.count, BATCH_FIELD, entry.body), this.writer.incrby(shard.countKey, entry.count));
+        }
       }
       const answered = await replies(sending);
-      // Only the unbroken run of confirmed XADDs leaves the buffer; the rest is sent again.
-      let confirmed = 0;
-      while (confirmed < entries.length && answered[2 * confirmed]?.[0] === null) confirmed += 1;
-      for (let i = 0; i < confirmed; i++) this.acknowledged += (entries[i] as Entry).count;
-      this.buffer.drop(confirmed);
+      for (const { shard, entries, from } of batches) {
+        // Only the unbroken run of confirmed XADDs leaves the buffer; the rest is sent again.
+        let confirmed = 0;
+        let records = 0;
+        while (confirmed < entries.length && answered[from + 2 * confirmed]?.[0] === null) records += (entries[confirmed++] as Entry).count;
+        (shard.buffer as EntryBuffer).drop(confirmed);
+        shard.sequence.drop(records);
+        this.bufferedRecords -= records;
+        if (confirmed < entries.length) failure ??= answered[from + 2 * confirmed]?.[0] ?? new Error('usage queue: XADD not confirmed');
+      }
+      this.acknowledged = Math.min(this.accepted, Math.min(...this.shards.map((shard) => shard.sequence.first())) - 1);
       this.release(false);
-      if (confirmed < entries.length) throw answered[2 * confirmed]?.[0] ?? new Error('usage queue: XADD not confirmed');
     }
+    if (failure !== null) throw failure;
   }
 
-  private async readGroup(count: number, blockMs: number, from: string): Promise<StreamEntry[]> {
+  private async readGroup(shard: Shard, count: number, blockMs: number, from: string): Promise<StreamEntry[]> {
     const args: (string | number)[] = ['GROUP', this.group, this.consumer, 'COUNT', count];
     if (blockMs > 0) args.push('BLOCK', blockMs);
-    args.push('STREAMS', this.stream, from);
+    args.push('STREAMS', shard.stream, from);
     const reply = (await this.reader.call('XREADGROUP', ...args)) as [string, StreamEntry[]][] | null;
     return reply?.[0]?.[1] ?? [];
   }
 
   /** Takes over records other consumers have held past `claimIdleMs` (they crashed, most likely). */
-  private async claimAbandoned(max: number): Promise<QueuedUsage[]> {
+  private async claimAbandoned(shard: Shard, max: number): Promise<QueuedUsage[]> {
     const now = Date.now();
     const interval = Math.min(CLAIM_SCAN_INTERVAL_MS, this.claimIdleMs);
-    if (this.claimCursor === '0-0' && now - this.lastClaimScan < interval) return [];
-    this.lastClaimScan = now;
-    const reply = (await this.writer.call('XAUTOCLAIM', this.stream, this.group, this.consumer, this.claimIdleMs, this.claimCursor, 'COUNT', max)) as [
+    if (shard.claimCursor === '0-0' && now - shard.lastClaimScan < interval) return [];
+    shard.lastClaimScan = now;
+    const reply = (await this.writer.call('XAUTOCLAIM', shard.stream, this.group, this.consumer, this.claimIdleMs, shard.claimCursor, 'COUNT', max)) as [
       string,
       StreamEntry[],
       ...unknown[],
     ];
-    this.claimCursor = reply[0];
-    return this.accept(reply[1]);
+    shard.claimCursor = reply[0];
+    return this.accept(shard, reply[1]);
   }
 
   /**
-   * Parses entries into their records, each acknowledged as `<entry id>/<index>`. A record that
-   * is not valid is counted and skipped; an entry with none is acknowledged and deleted at once,
-   * never retried forever.
+   * Parses entries into their records, each acknowledged as `<shard>:<entry id>/<index>`. A
+   * record that is not valid is counted and skipped; an entry with none is acknowledged and
+   * deleted at once, never retried forever.
    */
-  private async accept(entries: StreamEntry[]): Promise<QueuedUsage[]> {
+  private async accept(shard: Shard, entries: StreamEntry[]): Promise<QueuedUsage[]> {
     const accepted: QueuedUsage[] = [];
     const rejected: string[] = [];
     let rejectedCounted = 0;
@@ -412,33 +570,35 @@ export class RedisUsageQueue implements UsageQueue {
         rejectedCounted += counted;
         continue;
       }
-      this.unacked.set(id, { left: records.length, counted });
-      for (let i = 0; i < records.length; i++) accepted.push({ ackId: `${id}/${i}`, record: records[i] as UsageRecord });
+      const key = `${shard.index}:${id}`;
+      this.unacked.set(key, { left: records.length, counted });
+      for (let i = 0; i < records.length; i++) accepted.push({ ackId: `${key}/${i}`, record: records[i] as UsageRecord });
     }
-    await this.acknowledge(rejected, rejectedCounted);
+    await this.acknowledge(shard, rejected, rejectedCounted);
     return accepted;
   }
 
-  /** Runs a group command, creating the group first when Redis does not know it. */
-  private async withGroup<T>(command: () => Promise<T>): Promise<T> {
+  /** Runs a group command on a stream, creating its group first when Redis does not know it. */
+  private async withGroup<T>(shard: Shard, command: () => Promise<T>): Promise<T> {
     try {
       return await command();
     } catch (error) {
       if (!(error instanceof Error) || !error.message.includes('NOGROUP')) throw error;
-      await this.createGroup();
+      await this.createGroup(shard);
       return command();
     }
   }
 
-  private async createGroup(): Promise<void> {
+  private async createGroup(shard: Shard): Promise<void> {
     try {
-      await this.writer.call('XGROUP', 'CREATE', this.stream, this.group, '0', 'MKSTREAM');
+      // The earlier version's stream is never made here: it is read only while it is there.
+      await this.writer.call('XGROUP', 'CREATE', shard.stream, this.group, '0', ...(shard.buffer === null ? [] : ['MKSTREAM']));
     } catch (error) {
       if (!(error instanceof Error) || !error.message.includes('BUSYGROUP')) throw error;
     }
     // A new group has no pending records, of ours or anyone's.
-    this.ownPendingCursor = null;
-    this.claimCursor = '0-0';
+    shard.ownPendingCursor = null;
+    shard.claimCursor = '0-0';
   }
 }
 
