@@ -127,13 +127,14 @@ function read(scope: CallScope, m: RpcCall, admission: Admission): MaybePromise<
   const heads = pool.heads;
   const shape = heads === null ? OTHER_CALL : shapeOf(m.method, m.paramsText);
   const epoch = heads?.epoch ?? 0;
-  const key = m.idText !== undefined && isShareable(m.method) ? readKey(chain.id, m.method, m.paramsText, shape, epoch) : null;
   const cache = heads !== null && shape.cacheable ? pool.cache : null;
+  const shared = m.idText !== undefined && (cache !== null || pool.coalesces) && isShareable(m.method);
+  const key = shared ? readKey(chain.id, m.method, m.paramsText, shape, epoch) : null;
   if (key !== null && cache !== null) {
     const kept = cache.get(key);
     if (kept !== undefined) return cachedAnswer(m, admission, kept);
   }
-  if (key !== null) {
+  if (key !== null && pool.coalesces) {
     const waiting = pool.waiting.get(key);
     if (waiting !== undefined) return new Promise((resolve) => waiting.push((outcome) => resolve(forwardedSingle(m, admission, outcome, 'coalesced'))));
     pool.waiting.set(key, []);
@@ -141,8 +142,8 @@ function read(scope: CallScope, m: RpcCall, admission: Admission): MaybePromise<
   const request = { method: 'POST' as const, path: '', body: singleUpstreamBody(m), retriable: true, shape, judge: judgeOf(m) };
   return pool.sendThen(request, (outcome) => {
     if (key !== null) {
-      const waiting = pool.waiting.get(key);
-      pool.waiting.delete(key);
+      const waiting = pool.coalesces ? pool.waiting.get(key) : undefined;
+      if (waiting !== undefined) pool.waiting.delete(key);
       // After the caller whose call it is: its answer goes out first (pipelined calls on one connection are answered in order).
       if (waiting !== undefined && waiting.length > 0) setImmediate(() => {
         for (const w of waiting) w(outcome);

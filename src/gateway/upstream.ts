@@ -76,6 +76,8 @@ export interface UpstreamPoolOptions {
   heads?: boolean;
   /** Bytes of the response cache shared by the pools; 0: no cache. */
   cacheBytes?: number;
+  /** Identical reads in flight share one upstream call; false: each goes alone. */
+  coalesce?: boolean;
   random?: () => number;
   now?: () => number;
 }
@@ -196,6 +198,7 @@ export class UpstreamPool {
   cache: ResponseCache | null = null;
   /** Reads in flight by key: callers of an identical read wait here for its answer (coalescing). */
   readonly waiting = new Map<string, Array<(outcome: UpstreamOutcome) => void>>();
+  readonly coalesces: boolean;
 
   constructor(
     readonly chain: Chain,
@@ -226,6 +229,7 @@ export class UpstreamPool {
     this.random = options.random ?? Math.random;
     this.now = options.now ?? Date.now;
     this.hasArchive = chain.upstreams.some((u) => u.archive);
+    this.coalesces = options.coalesce !== false;
     this.hedge = options.hedge === false || this.members.length < 2 ? null : (options.hedge ?? DEFAULT_HEDGE);
     this.latency = this.hedge ? new LatencyWindow(this.hedge.quantile) : null;
     this.heads =
