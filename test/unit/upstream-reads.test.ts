@@ -1,0 +1,98 @@
+import { describe, expect, it } from 'vitest';
+import { answerIdIs, judgeSingle, keepableResult, readKey } from '../../src/gateway/cache/rpcReads.js';
+import { shapeOf } from '../../src/gateway/upstreams/evmCalls.js';
+import { ChainHeads } from '../../src/gateway/upstreams/heads.js';
+
+/** What a read depends on, whether a node's answer is one to the call sent, and what may be kept. */
+
+const TRACKING = { finality: 'finalized' as const, maxLagBlocks: 5, fullNodeHistoryBlocks: 128, pollMs: 1_000 };
+const noProbe = async (): Promise<Buffer | null> => null;
+
+describe('shapeOf', () => {
+  it.each([
+    ['eth_chainId', undefined, { kind: 'static', cacheable: true }],
+    ['eth_blockNumber', '[]', { kind: 'head', cacheable: true }],
+    ['eth_gasPrice', '[]', { kind: 'head', cacheable: false }],
+    ['eth_getBalance', '["0x01"]', { kind: 'head', cacheable: true }],
+    ['eth_getBalance', '["0x01","latest"]', { kind: 'head', cacheable: true }],
+    ['eth_getBalance', '["0x01","pending"]', { kind: 'volatile', cacheable: false }],
+    ['eth_getBalance', '["0x01","0x10"]', { kind: 'number', low: 16, high: 16, cacheable: true }],
+    ['eth_call', '[{"to":"0x01"},{"blockNumber":"0x20"}]', { kind: 'number', low: 32, high: 32 }],
+    ['eth_call', '[{"to":"0x01"},{"blockHash":"0xab"}]', { kind: 'hash', cacheable: false }],
+    ['eth_getStorageAt', '["0x01","0x0","earliest"]', { kind: 'number', low: 0, high: 0 }],
+    ['eth_getBlockByNumber', '["0x1f",false]', { kind: 'number', low: 31, high: 31 }],
+    ['eth_getBlockByNumber', '["finalized",false]', { kind: 'volatile' }],
+    ['eth_getBlockByNumber', '["0xzz",false]', { kind: 'other', cacheable: false }],
+    ['eth_getTransactionReceipt', '["0xab"]', { kind: 'hash', cacheable: true }],
+    ['eth_getLogs', '[{"fromBlock":"0x10","toBlock":"0x20"}]', { kind: 'number', low: 16, high: 32, cacheable: true }],
+    ['eth_getLogs', '[{"fromBlock":"0x10"}]', { kind: 'head', low: 16, cacheable: true }],
+    ['eth_getLogs', '[{"blockHash":"0xab"}]', { kind: 'hash', cacheable: false }],
+    ['eth_getLogs', '[{"fromBlock":"0x10","toBlock":"pending"}]', { kind: 'volatile', cacheable: false }],
+    ['eth_sendRawTransaction', '["0x02"]', { kind: 'other', cacheable: false }],
+    ['eth_getBalance', '{"not":"an array"}', { kind: 'other', cacheable: false }],
+  ])('%s %s', (method, params, expected) => {
+    expect(shapeOf(method, params)).toMatchObject(expected);
+  });
+});
+
+describe('judging an answer', () => {
+  const answer = (text: string): Buffer => Buffer.from(text);
+  it('accepts the id sent, wherever the node writes it, and nothing else', () => {
+    expect(answerIdIs(answer('{"jsonrpc":"2.0","id":1,"result":"0x1"}'), '1')).toBe(true);
+    expect(answerIdIs(answer('{"jsonrpc":"2.0","result":{"id":1},"id":1}'), '1')).toBe(true);
+    expect(answerIdIs(answer('{"jsonrpc":"2.0","result":{"id":1},"id":2}'), '1')).toBe(false);
+    expect(answerIdIs(answer('{"jsonrpc":"2.0","id":12,"result":"0x1"}'), '1')).toBe(false);
+    expect(answerIdIs(answer('{ "jsonrpc": "2.0", "id": "a", "result": 1 }'), '"a"')).toBe(true);
+  });
+
+  it('calls garbage and another call id bad, and a pruned node an archive case', () => {
+    expect(judgeSingle(answer('<html>maintenance</html>'), '1')).toBe('bad');
+    expect(judgeSingle(answer('[{"jsonrpc":"2.0","id":1,"result":1}]'), '1')).toBe('bad');
+    expect(judgeSingle(answer('{"jsonrpc":"2.0","id":987654,"result":"0x1"}'), '1')).toBe('bad');
+    expect(judgeSingle(answer('{"jsonrpc":"2.0","id":1,"error":{"code":-32000,"message":"missing trie node abc (path )"}}'), '1')).toBe('archive');
+    expect(judgeSingle(answer('{"jsonrpc":"2.0","id":1,"error":{"code":3,"message":"execution reverted"}}'), '1')).toBe('ok');
+  });
+});
+
+describe('what may be kept', () => {
+  const heads = new ChainHeads(TRACKING, ['a'], noProbe);
+  heads.observe(0, { head: 100, hash: '0xh100', finalized: 90 });
+  const body = (result: unknown): Buffer => Buffer.from(JSON.stringify({ jsonrpc: '2.0', id: 1, result }));
+  const keep = (method: string, params: string, result: unknown, epoch = heads.epoch): string | null =>
+    keepableResult(body(result), method, shapeOf(method, params), heads, epoch);
+
+  it('keeps final data, head data of the current epoch, never nulls, errors or data above the finalized block', () => {
+    expect(keep('eth_getBlockByNumber', '["0x5a",false]', { number: '0x5a' })).not.toBeNull();
+    expect(keep('eth_getBlockByNumber', '["0x5b",false]', { number: '0x5b' })).toBeNull();
+    expect(keep('eth_getBlockByNumber', '["0x5a",false]', null)).toBeNull();
+    expect(keep('eth_getTransactionReceipt', '["0xab"]', { blockNumber: '0x50' })).not.toBeNull();
+    expect(keep('eth_getTransactionReceipt', '["0xab"]', { blockNumber: '0x60' })).toBeNull();
+    expect(keep('eth_blockNumber', '[]', '0x64')).toBe('"0x64"');
+    expect(keep('eth_blockNumber', '[]', '0x65')).toBeNull();
+    expect(keep('eth_getBalance', '["0x01"]', '0x1', heads.epoch - 1)).toBeNull();
+    const error = Buffer.from('{"jsonrpc":"2.0","id":1,"error":{"code":-32000,"message":"x"}}');
+    expect(keepableResult(error, 'eth_chainId', shapeOf('eth_chainId', undefined), heads, heads.epoch)).toBeNull();
+  });
+
+  it('keys head calls by epoch and final ones without it', () => {
+    const head = shapeOf('eth_getBalance', '["0x01"]');
+    const final = shapeOf('eth_getBalance', '["0x01","0x10"]');
+    expect(readKey('eth', 'eth_getBalance', '["0x01"]', head, 3)).not.toBe(readKey('eth', 'eth_getBalance', '["0x01"]', head, 4));
+    expect(readKey('eth', 'eth_getBalance', '["0x01","0x10"]', final, 3)).toBe(readKey('eth', 'eth_getBalance', '["0x01","0x10"]', final, 4));
+  });
+});
+
+describe('head tracking', () => {
+  it('finds the best head, a lagging node and a liar, and moves the epoch when the best head changes', () => {
+    const h = new ChainHeads(TRACKING, ['a', 'b', 'c'], noProbe);
+    h.observe(0, { head: 100, hash: '0x1', finalized: 90 });
+    h.observe(1, { head: 92, hash: '0x2', finalized: 85 });
+    h.observe(2, { head: 100 + 1e9, hash: '0x3', finalized: 1e9 });
+    expect(h.upstreams.map((u) => u.status)).toEqual(['ok', 'lagging', 'liar']);
+    expect([h.best, h.finalized]).toEqual([100, 90]);
+    const epoch = h.epoch;
+    h.observe(0, { head: 100, hash: '0x1b', finalized: 90 });
+    expect(h.epoch).toBe(epoch + 1);
+    expect(h.servesHead(1)).toBe(false);
+  });
+});
