@@ -1,56 +1,11 @@
-import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import type { LimitRequest } from '../../src/infra/limits/port.js';
 import { RedisLimiter } from '../../src/infra/limits/redis.js';
 import { ResilientLimiter } from '../../src/infra/limits/resilient.js';
 import { freePort, startTestRedisServer, type TestRedisServer } from '../support/redisServer.js';
+import { expectRateHeldAcrossTwoProcesses } from '../support/hammer.js';
 import { blockFor } from '../support/stall.js';
-
-const HAMMER = fileURLToPath(new URL('./fixtures/limits-hammer.ts', import.meta.url));
-
-interface HammerResult {
-  calls: number;
-  callsPerSecond: Record<string, number>;
-  grantedPerSecond: Record<string, number>;
-}
-
-interface Hammer {
-  /** Resolves once the child is connected to Redis and waits for its start instant. */
-  ready: Promise<void>;
-  start(atMs: number): void;
-  result: Promise<HammerResult>;
-}
-
-function startHammer(args: string[]): Hammer {
-  const child = spawn(process.execPath, ['--import', 'tsx', HAMMER, ...args], { stdio: ['pipe', 'pipe', 'pipe'] });
-  let out = '';
-  let err = '';
-  let markReady = (): void => {};
-  const ready = new Promise<void>((resolve) => {
-    markReady = resolve;
-  });
-  child.stdout.on('data', (chunk: Buffer) => {
-    out += chunk.toString();
-    if (out.startsWith('ready\n')) markReady();
-  });
-  child.stderr.on('data', (chunk: Buffer) => {
-    err += chunk.toString();
-  });
-  const result = new Promise<HammerResult>((resolve, reject) => {
-    child.once('error', reject);
-    child.once('exit', (code) => {
-      if (code === 0) resolve(JSON.parse(out.slice('ready\n'.length)) as HammerResult);
-      else reject(new Error(`hammer exited ${code}: ${err}`));
-    });
-  });
-  return {
-    ready: Promise.race([ready, result.then(() => Promise.reject(new Error(`hammer exited before it was ready: ${err}`)))]),
-    start: (atMs) => child.stdin.end(`${atMs}\n`),
-    result,
-  };
-}
 
 async function until(condition: () => boolean, timeoutMs = 5000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
@@ -62,31 +17,7 @@ async function until(condition: () => boolean, timeoutMs = 5000): Promise<void> 
 
 describe('Redis limiter across processes', () => {
   it('two processes hammering one token never get more than rps granted within any second', async () => {
-    const rps = 20;
-    const tokenId = `tok${randomUUID()}`;
-    const bucket = `account:${randomUUID()}`;
-    const args = [inject('redisUrl'), tokenId, bucket, String(rps), '2000'];
-    const hammers = [startHammer(args), startHammer(args)];
-    // Both start on the same instant, once both have loaded and connected, however slowly.
-    await Promise.all(hammers.map((h) => h.ready));
-    const startAtMs = Date.now() + 200;
-    for (const h of hammers) h.start(startAtMs);
-    const results = await Promise.all(hammers.map((h) => h.result));
-
-    const perSecond = new Map<string, number>();
-    for (const result of results) {
-      expect(result.calls).toBeGreaterThan(rps);
-      for (const [second, granted] of Object.entries(result.grantedPerSecond)) {
-        perSecond.set(second, (perSecond.get(second) ?? 0) + granted);
-      }
-    }
-    for (const granted of perSecond.values()) expect(granted).toBeLessThanOrEqual(rps);
-    // The limit was really contended: in some second both processes called and, together,
-    // were granted the rate to the brim. Which of them got the grants is a race (leases).
-    const contended = [...perSecond].filter(
-      ([second, granted]) => granted === rps && results.every((r) => (r.callsPerSecond[second] ?? 0) > 0),
-    );
-    expect(contended.length).toBeGreaterThan(0);
+    await expectRateHeldAcrossTwoProcesses(inject('redisUrl'));
   }, 20_000);
 });
 

@@ -12,6 +12,13 @@ const CHANNEL_PREFIX = 'changefeed:';
  * connection can do nothing else); ioredis subscribes it again to every channel after a
  * reconnect. Messages published while a subscriber is disconnected are lost (pub/sub keeps
  * nothing), so a cache fed by this should also expire its entries on its own.
+ *
+ * On a Redis Cluster, plain PUBLISH, which the cluster bus carries to every node, not sharded
+ * pub/sub (SPUBLISH/SSUBSCRIBE, Redis 7): the feed carries a few messages a minute (token and
+ * plan changes), so sending each to every node costs nothing that matters, and ioredis's
+ * cluster subscriber is one connection that moves to another node and subscribes again when
+ * its node goes, where its sharded subscribers (one per master, opt-in in 5.x) are newer and
+ * would lose a topic's messages while its master is down.
  */
 export class RedisChangeFeed implements ChangeFeed {
   private readonly publisher: RedisClient;
