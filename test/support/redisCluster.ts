@@ -13,6 +13,7 @@ export interface TestClusterNode {
   /** host:port, as the cluster and its errors name it. */
   name: string;
   stop(): Promise<void>;
+  /** Nothing when it runs already. */
   start(): Promise<void>;
 }
 
@@ -43,6 +44,7 @@ export async function startTestRedisCluster(options: { masters?: number } = {}):
       port,
       name: `127.0.0.1:${port}`,
       async start() {
+        if (node.child && node.child.exitCode === null) return;
         node.child = spawn(
           'redis-server',
           [

@@ -177,13 +177,17 @@ export function nodeOptions(cluster: Cluster, node: RedisNode, overrides: RedisO
 /** What a one-off connection to the node finds: its cluster_state, or why it could not ask. */
 async function probeNode(cluster: Cluster, node: RedisNode, timeoutMs: number): Promise<{ state: string } | { error: string }> {
   const probe = new Redis(nodeOptions(cluster, node, { lazyConnect: true, retryStrategy: () => null, maxRetriesPerRequest: 0, connectTimeout: timeoutMs }));
-  probe.on('error', () => {});
+  // The socket's error (ECONNREFUSED…) says more than the rejected connect's "Connection is closed.".
+  let socketError: string | null = null;
+  probe.on('error', (error: Error) => {
+    socketError = error.message;
+  });
   try {
     await withinDeadline(probe.connect(), timeoutMs, () => new Error('no answer'));
     const info = String(await withinDeadline(probe.cluster('INFO'), timeoutMs, () => new Error('no answer to CLUSTER INFO')));
     return { state: /cluster_state:(\w+)/.exec(info)?.[1] ?? 'unknown' };
   } catch (error) {
-    return { error: (error instanceof Error ? error.message : String(error)) || 'no answer' };
+    return { error: socketError ?? ((error instanceof Error ? error.message : String(error)) || 'no answer') };
   } finally {
     probe.disconnect();
   }
