@@ -28,6 +28,7 @@ import {
 } from './jsonrpc.js';
 import { answerWithResult, judgeSingle, keepableResult, readKey } from './cache/rpcReads.js';
 import { type CallShape, isShareable, shapeOf } from './upstreams/evmCalls.js';
+import type { ChainHeads } from './upstreams/heads.js';
 import { startsLikeJson } from './jsonScan.js';
 import type { UpstreamFailure, UpstreamOutcome } from './upstream.js';
 import type { MaybePromise } from '../infra/limits/port.js';
@@ -127,7 +128,7 @@ function read(scope: CallScope, m: RpcCall, admission: Admission): MaybePromise<
   const heads = pool.heads;
   const shape = heads === null ? OTHER_CALL : shapeOf(m.method, m.paramsText);
   const epoch = heads?.epoch ?? 0;
-  const cache = heads !== null && shape.cacheable ? pool.cache : null;
+  const cache = heads !== null && mayKeep(shape, heads) ? pool.cache : null;
   const shared = m.idText !== undefined && (cache !== null || pool.coalesces) && isShareable(m.method);
   const key = shared ? readKey(chain.id, m.method, m.paramsText, shape, epoch) : null;
   if (key !== null && cache !== null) {
@@ -155,6 +156,14 @@ function read(scope: CallScope, m: RpcCall, admission: Admission): MaybePromise<
     }
     return forwardedSingle(m, admission, outcome, outcome.hedged ? 'hedged' : 'miss');
   });
+}
+
+/** Whether an answer to a call of this shape could be kept now: no key is built, and no lookup made, for one that could not. */
+function mayKeep(shape: CallShape, heads: ChainHeads): boolean {
+  if (!shape.cacheable) return false;
+  if (shape.kind === 'head') return heads.best !== null;
+  if (shape.kind === 'number') return heads.finalized !== null && shape.high <= heads.finalized;
+  return shape.kind === 'static' || heads.finalized !== null;
 }
 
 /** A read answered from the cache: a granted call (quota, limits, metering) with the caller's id and no upstream. */

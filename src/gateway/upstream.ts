@@ -497,8 +497,8 @@ class PoolCall {
     this.timer = null;
     if (this.finished || this.hedgeCall !== null || this.live === null || this.attemptsLeft <= 0) return;
     if (!this.pool.takeHedge()) return;
+    if (!this.launch()) return;
     this.hedged = true;
-    this.launch();
     this.hedgeLaunched = this.hedgeCall;
   };
 

@@ -95,4 +95,14 @@ describe('head tracking', () => {
     expect(h.epoch).toBe(epoch + 1);
     expect(h.servesHead(1)).toBe(false);
   });
+
+  it('calls a lone node that jumps 10^9 blocks a liar, and believes it again after an outage', () => {
+    const h = new ChainHeads(TRACKING, ['only'], noProbe);
+    h.observe(0, { head: 100, hash: '0x1', finalized: 90 });
+    h.observe(0, { head: 100 + 1e9, hash: '0x2', finalized: 90 });
+    expect([h.upstreams[0]?.status, h.best, h.finalized]).toEqual(['liar', 100, 90]);
+    h.failed(0);
+    h.observe(0, { head: 50_000, hash: '0x3', finalized: 49_990 });
+    expect([h.upstreams[0]?.status, h.best]).toEqual(['ok', 50_000]);
+  });
 });

@@ -20,6 +20,8 @@ export interface UpstreamHead {
   finalized: number | null;
   /** When its last poll succeeded (ms), 0: never. */
   okAt: number;
+  /** The last head it reported that was believed: a jump far past it is a lie, even with no other node to compare. */
+  believedHead: number | null;
   status: HeadStatus;
 }
 
@@ -75,7 +77,7 @@ export class ChainHeads {
     private readonly probe: Probe,
     private readonly now: () => number = Date.now,
   ) {
-    this.upstreams = labels.map((label) => ({ label, head: null, hash: null, finalized: null, okAt: 0, status: 'unknown' }));
+    this.upstreams = labels.map((label) => ({ label, head: null, hash: null, finalized: null, okAt: 0, believedHead: null, status: 'unknown' }));
   }
 
   /** A call arrived: keeps polling going (and starts it after a quiet spell). */
@@ -145,6 +147,8 @@ export class ChainHeads {
     const u = this.upstreams[index];
     if (!u) return;
     u.okAt = Math.min(u.okAt, this.now() - this.staleAfterMs());
+    // Back after an outage its head may rightly be far ahead of the last one it gave.
+    u.believedHead = null;
     this.recompute();
   }
 
@@ -162,7 +166,9 @@ export class ChainHeads {
       const head = u.head as number;
       const othersBest = fresh.reduce((best, o) => (o === u ? best : Math.max(best, o.head as number)), -1);
       const leadsImplausibly = othersBest >= 0 && head - othersBest > MAX_PLAUSIBLE_LEAD_BLOCKS;
-      u.status = leadsImplausibly || (u.finalized !== null && u.finalized > head) ? 'liar' : 'ok';
+      const jumped = u.believedHead !== null && head - u.believedHead > MAX_PLAUSIBLE_LEAD_BLOCKS;
+      u.status = leadsImplausibly || jumped || (u.finalized !== null && u.finalized > head) ? 'liar' : 'ok';
+      if (u.status === 'ok') u.believedHead = head;
     }
     const believed = fresh.filter((u) => u.status !== 'liar');
     let best: UpstreamHead | null = null;
