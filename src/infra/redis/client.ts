@@ -58,6 +58,9 @@ export const nodeName = (node: RedisNode): string => (node.host.includes(':') ? 
 /** Every node a cluster client has heard of, its seeds first: one that is down at start may be gone from its slot map by the time the error is told. */
 const seenNodes = new WeakMap<Cluster, Map<string, RedisNode>>();
 
+/** How often a cluster client asks for the slot map again. */
+const SLOTS_REFRESH_MS = 5000;
+
 /** Reconnect forever, at most a second apart. */
 const reconnectDelay = (attempt: number): number => Math.min(50 * attempt, 1000);
 
@@ -84,6 +87,9 @@ export function redisClient(url: string, overrides: RedisOptions = {}): RedisCli
     client = new Cluster(target.nodes, {
       clusterRetryStrategy: reconnectDelay,
       enableOfflineQueue: enableOfflineQueue ?? true,
+      // The slot map is otherwise refreshed only when a command is redirected or fails: the health
+      // watcher, which sends none by key, would keep watching a master a failover replaced.
+      slotsRefreshInterval: SLOTS_REFRESH_MS,
       redisOptions: {
         ...nodeOptions,
         ...(target.username ? { username: target.username } : {}),
