@@ -237,7 +237,7 @@ describe('dashboard', () => {
     await until('the error series', () => page.getByTestId('usage-chart-sum').textContent(), (v) => v === '1');
     if ((await api('/api/v1/metrics/user?method=eth_getBalance')).status === 200) {
       await page.getByRole('radio', { name: 'Total' }).check();
-      await page.getByLabel('Method').selectOption('eth_getBalance');
+      await page.getByLabel('Method', { exact: true }).selectOption('eth_getBalance');
       await until('the method filter', () => page.getByTestId('usage-chart-sum').textContent(), (v) => v === '1');
     } else console.log('the metrics API does not filter by method yet');
 
