@@ -82,8 +82,11 @@ export async function startTestRedisCluster(options: { masters?: number } = {}):
       }
     },
     async stop() {
-      await Promise.all(nodes.map((n) => n.stop()));
+      // Every node's files go, even when one did not stop in time.
+      const stopped = await Promise.allSettled(nodes.map((n) => n.stop()));
       rmSync(root, { recursive: true, force: true });
+      const failed = stopped.find((result) => result.status === 'rejected');
+      if (failed) throw failed.reason;
     },
   };
   try {
