@@ -48,6 +48,38 @@ describe('Redis usage queue through a Redis outage', () => {
     expect(queue.dropped).toBe(0);
   });
 
+  it('reads again at once the entries Redis gave this consumer in an answer that was lost, not after claimIdleMs', async () => {
+    const persistent = await startTestRedisServer({ persistent: true });
+    const stream = `usage-lost-${randomUUID()}`;
+    const queue = new RedisUsageQueue(persistent.url, { consumer: 'lost', stream, claimIdleMs: 60_000 });
+    try {
+      await queue.whenReady();
+      expect(await queue.read(10)).toEqual([]); // its own pending list, empty, gone through once
+      const records = [usageRecord(), usageRecord(), usageRecord()];
+      for (const record of records) queue.enqueue(record);
+      await queue.flush();
+      // Redis hands them to this consumer, and the answer never reaches it.
+      const raw = new Redis(persistent.url);
+      await raw.call('XREADGROUP', 'GROUP', 'ingester', 'lost', 'COUNT', '10', 'STREAMS', stream, '>');
+      raw.disconnect();
+      await persistent.stop();
+      await expect(queue.read(10)).rejects.toThrow();
+      await persistent.start();
+      await queue.whenReady(10_000);
+      let got: QueuedUsage[] = [];
+      for (let i = 0; i < 50 && got.length === 0; i++) {
+        got = await queue.read(10).catch(() => []);
+        if (got.length === 0) await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+      expect(got.map((item) => item.record.requestId)).toEqual(records.map((r) => r.requestId));
+      // Read again, not twice: the next read has nothing more.
+      expect(await queue.read(10)).toEqual([]);
+    } finally {
+      await queue.close();
+      await persistent.stop();
+    }
+  });
+
   it('does not hold answers while Redis is stalled or down, and sends their records once it is back', async () => {
     const queue = new RedisUsageQueue(server.url, { consumer: 'stall', stream: `usage-stall-${randomUUID()}`, handoverTimeoutMs: 100 });
     await queue.whenReady();

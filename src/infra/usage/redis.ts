@@ -326,6 +326,11 @@ export class RedisUsageQueue implements UsageQueue {
       // What this read took already (held, or read before the failure) is in this consumer's
       // pending list and nowhere else: handed out by the next read, not dropped with the error.
       this.held = taken.concat(this.held);
+      // A read Redis answered but whose answer was lost (Redis stopped, the connection dropped)
+      // left entries in this consumer's pending list that this process never saw: the next read
+      // goes through that list again, instead of waiting claimIdleMs for them (`accept` skips
+      // the entries it already has).
+      for (const shard of this.shards) shard.ownPendingCursor = '0';
       throw error;
     }
     return taken;
@@ -571,6 +576,8 @@ export class RedisUsageQueue implements UsageQueue {
         continue;
       }
       const key = `${shard.index}:${id}`;
+      // Already handed out or held (this consumer's pending list read again after a failure).
+      if (this.unacked.has(key)) continue;
       this.unacked.set(key, { left: records.length, counted });
       for (let i = 0; i < records.length; i++) accepted.push({ ackId: `${key}/${i}`, record: records[i] as UsageRecord });
     }
