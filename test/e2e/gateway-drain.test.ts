@@ -3,6 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { USAGE_EVENT_TYPE } from '../../src/domain/usage.js';
 import { type FakeUpstream, startEvmFake } from '../support/fakeUpstreams.js';
 import { ADMIN_TOKEN, owner, startTestApp, type TestApp } from '../support/testApp.js';
+import { eventually } from '../support/eventually.js';
 
 /**
  * A gateway that is closing (SIGTERM, a rolling deploy) still answers calls arriving on its open
@@ -21,15 +22,6 @@ afterAll(async () => {
   await t?.runtime.close().catch(() => undefined);
   await evm?.close();
 });
-
-async function eventually<T>(probe: () => Promise<T>, ok: (v: T) => boolean, timeoutMs = 10_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await probe();
-    if (ok(v) || Date.now() > deadline) return v;
-    await new Promise((r) => setTimeout(r, 25));
-  }
-}
 
 describe('closing under calls', () => {
   it('serves and meters a call that arrives on an open connection while the server closes', async () => {
@@ -53,7 +45,7 @@ describe('closing under calls', () => {
     });
     const ended = new Promise<void>((resolve) => socket.once('close', () => resolve()));
     socket.write(request(1));
-    await eventually(async () => evm.calls.length, (n) => n >= 1);
+    await eventually(async () => evm.calls.length, (n) => n >= 1, 10_000);
     const closing = t.app.close();
     socket.write(request(2));
     await ended;
@@ -71,6 +63,7 @@ describe('closing under calls', () => {
     const usage = await eventually(
       async () => (await t.runtime.store.readStream(`usage-${o.accountId}`)).filter((e) => e.type === USAGE_EVENT_TYPE),
       (events) => events.length >= 2,
+      10_000,
     );
     expect(usage).toHaveLength(2);
   });

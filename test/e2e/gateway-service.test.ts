@@ -4,6 +4,7 @@ import { USAGE_EVENT_TYPE, type UsageRecord } from '../../src/domain/usage.js';
 import { INVALIDATION_TOPIC } from '../../src/projections/runner.js';
 import { startGanache, type GanacheNode } from '../support/ganache.js';
 import { ADMIN_TOKEN, owner, startTestApp, type TestApp } from '../support/testApp.js';
+import { eventually } from '../support/eventually.js';
 
 /** The whole service: real tokens from the management API, the real gatekeeper, limiter and metering, ganache behind. */
 let node: GanacheNode;
@@ -34,15 +35,6 @@ async function newToken(plan?: string, fields: Record<string, unknown> = {}) {
 
 const usageOf = async (accountId: string): Promise<UsageRecord[]> =>
   (await t.runtime.store.readStream(`usage-${accountId}`)).filter((e) => e.type === USAGE_EVENT_TYPE).map((e) => e.data as unknown as UsageRecord);
-
-async function eventually<T>(probe: () => Promise<T>, ok: (v: T) => boolean, timeoutMs = 5000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await probe();
-    if (ok(v) || Date.now() > deadline) return v;
-    await new Promise((r) => setTimeout(r, 25));
-  }
-}
 
 // Both ways the embedded default can run: its stores on a thread of their own (the default), or on the main thread.
 describe.each(['on', 'off'])('STORAGE_THREAD=%s', (storageThread) => {

@@ -3,6 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { USAGE_EVENT_TYPE, type UsageRecord } from '../../src/domain/usage.js';
 import { type FakeUpstream, startSuiNodeFake, SUI_NODE } from '../support/fakeUpstreams.js';
 import { ADMIN_TOKEN, owner, startTestApp, type TestApp } from '../support/testApp.js';
+import { eventually } from '../support/eventually.js';
 
 /**
  * Sui's own SDK (`SuiJsonRpcClient` of @mysten/sui) through the whole service, on the shipped
@@ -17,15 +18,6 @@ let caller: { token: string; tokenId: string; accountId: string; auth: Record<st
 
 const { suiCoin, usdcCoin } = SUI_NODE.objects;
 const MISSING = `0x${'e'.repeat(64)}`;
-
-async function eventually<T>(probe: () => Promise<T>, ok: (v: T) => boolean, timeoutMs = 5000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await probe();
-    if (ok(v) || Date.now() > deadline) return v;
-    await new Promise((r) => setTimeout(r, 25));
-  }
-}
 
 beforeAll(async () => {
   node = await startSuiNodeFake();

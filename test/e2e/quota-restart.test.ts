@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type FakeUpstream, startEvmFake } from '../support/fakeUpstreams.js';
 import { ADMIN_TOKEN, owner, startTestApp, type TestApp } from '../support/testApp.js';
+import { eventually } from '../support/eventually.js';
 
 /**
  * The month's quota outlives the process: on the embedded default the limiter counts in
@@ -25,15 +26,6 @@ afterAll(async () => {
   await evm?.close();
   rmSync(dir, { recursive: true, force: true });
 });
-
-async function eventually<T>(probe: () => Promise<T>, ok: (v: T) => boolean, timeoutMs = 10_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await probe();
-    if (ok(v) || Date.now() > deadline) return v;
-    await new Promise((r) => setTimeout(r, 25));
-  }
-}
 
 const call = (t: TestApp, token: string) =>
   t.app.inject({ method: 'POST', url: `/local/${token}`, headers: { 'content-type': 'application/json' }, payload: { jsonrpc: '2.0', id: 1, method: 'eth_blockNumber', params: [] } });
@@ -59,6 +51,7 @@ describe.each(['on', 'off'])('STORAGE_THREAD=%s', (storageThread) => {
     await eventually(
       async () => (await t.app.inject({ method: 'GET', url: '/api/v1/account', headers: o.auth })).json().usage.requests,
       (n) => n === 8,
+      10_000,
     );
     await t.close({ keepData: true });
 
