@@ -1,8 +1,10 @@
 import { useEffect } from 'preact/hooks';
-import type { Account, ChainFigures, PeriodMetrics } from '../../api/types.js';
+import type { Account, PeriodMetrics } from '../../api/types.js';
+import { Breakdown } from '../components/breakdown.js';
 import { FiltersBar } from '../components/filters.js';
-import { Empty, Panel, TableWrap } from '../components/ui.js';
-import { CHANNEL_NAMES, fmtCompact, fmtDate, fmtDateTime, fmtInt, fmtPct, rate, TARGETS, type Target } from '../format.js';
+import { MetricCards } from '../components/metricCards.js';
+import { Empty, Panel } from '../components/ui.js';
+import { CHANNEL_NAMES, fmtDate, fmtDateTime, fmtInt, fmtPct, rate } from '../format.js';
 import { usePolled, useSession } from '../hooks.js';
 import { RetentionNote, useUserMetrics } from '../metrics.js';
 import { hrefOf } from '../router.js';
@@ -53,38 +55,6 @@ export function OverviewPage() {
         <PlanLimits account={account} />
       </Panel>
     </>
-  );
-}
-
-export function MetricCards({ metrics }: { metrics: PeriodMetrics | null }) {
-  const t = metrics?.totals;
-  const values: [Target, number | null][] = [
-    [TARGETS.responseTime, t?.avgResponseMs ?? null],
-    [TARGETS.successRate, t ? rate(t.success, t.requests) : null],
-    [TARGETS.errorRate, t ? rate(t.errors, t.requests) : null],
-    [TARGETS.nodeLatency, t?.avgNodeLatencyMs ?? null],
-  ];
-  return (
-    <div class="metric-grid">
-      {values.map(([target, value]) => (
-        <MetricCard key={target.label} target={target} value={t && t.requests > 0 ? value : null} loaded={metrics !== null} />
-      ))}
-    </div>
-  );
-}
-
-function MetricCard({ target, value, loaded }: { target: Target; value: number | null; loaded: boolean }) {
-  const verdict = value === null ? 'none' : target.meets(value) ? 'good' : 'bad';
-  return (
-    <article class={`metric metric-${verdict}`} data-testid={`metric-${target.label}`} aria-label={target.label}>
-      <h3 title={target.help}>{target.label}</h3>
-      <p class="metric-value">{loaded ? target.format(value) : '…'}</p>
-      <p class="metric-target">
-        {verdict === 'good' && <span class="verdict good">✓ Meets target {target.goal}</span>}
-        {verdict === 'bad' && <span class="verdict bad">✗ Misses target {target.goal}</span>}
-        {verdict === 'none' && <span class="verdict none">Target {target.goal} · no traffic</span>}
-      </p>
-    </article>
   );
 }
 
@@ -150,54 +120,6 @@ function PeriodTotals({ metrics }: { metrics: PeriodMetrics | null }) {
         <dd class="small-dd">{fmtDateTime(metrics.period.end)}</dd>
       </div>
     </dl>
-  );
-}
-
-/** Requests by network, or by method (a method is named with its network). */
-export function Breakdown(props: { rows: Array<ChainFigures & { method?: string }>; by: 'chain' | 'method'; loaded: boolean }) {
-  const heading = props.by === 'chain' ? 'Network' : 'Method';
-  if (!props.loaded) return <Empty>Loading…</Empty>;
-  if (props.rows.length === 0) return <Empty>No requests in this period.</Empty>;
-  const total = props.rows.reduce((s, r) => s + r.requests, 0) || 1;
-  const max = Math.max(...props.rows.map((r) => r.requests), 1);
-  return (
-    <TableWrap label={`Requests by ${heading.toLowerCase()}`}>
-      <table>
-        <thead>
-          <tr>
-            <th scope="col">{heading}</th>
-            <th scope="col" class="num">
-              Requests
-            </th>
-            <th scope="col" class="num">
-              Share
-            </th>
-            <th scope="col" class="num">
-              Errors
-            </th>
-          </tr>
-        </thead>
-        <tbody>
-          {props.rows.map((r) => (
-            <tr key={`${r.chain}/${r.method}`}>
-              {props.by === 'chain' ? (
-                <th scope="row">{r.chain}</th>
-              ) : (
-                <th scope="row">
-                  <span class="mono">{r.method}</span> <span class="sub-inline">{r.chain}</span>
-                </th>
-              )}
-              <td class="num">
-                <span class="inline-bar" aria-hidden="true" style={{ width: `${(r.requests / max) * 60}px` }} />
-                {fmtCompact(r.requests)}
-              </td>
-              <td class="num">{fmtPct((r.requests / total) * 100)}</td>
-              <td class="num">{`${fmtCompact(r.errors)} (${fmtPct(rate(r.errors, r.requests))})`}</td>
-            </tr>
-          ))}
-        </tbody>
-      </table>
-    </TableWrap>
   );
 }
 

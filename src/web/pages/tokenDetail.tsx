@@ -1,16 +1,17 @@
 import { useEffect, useState } from 'preact/hooks';
 import type { ClientIp, TokenHistory, TokenRecord } from '../../api/types.js';
 import { ApiError } from '../api.js';
+import { Breakdown } from '../components/breakdown.js';
 import { RecentErrors } from '../components/errorTable.js';
 import { FiltersBar } from '../components/filters.js';
+import { MetricCards } from '../components/metricCards.js';
 import { TokenActions } from '../components/tokenActions.js';
 import { Empty, Field, Panel, ProblemMessage, StatusBadge, TableWrap } from '../components/ui.js';
+import { UsageCharts } from '../components/usageCharts.js';
 import { fmtDateTime, fmtInt } from '../format.js';
 import { usePolled, useSession } from '../hooks.js';
 import { RetentionNote, useTokenMetrics } from '../metrics.js';
 import { hrefOf } from '../router.js';
-import { Breakdown, MetricCards } from './overview.js';
-import { UsageCharts } from './usage.js';
 
 export function TokenDetailPage({ id }: { id: string }) {
   const { api } = useSession();
