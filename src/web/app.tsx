@@ -3,7 +3,7 @@ import type { Account } from '../api/types.js';
 import { ApiClient } from './api.js';
 import { type Filters, FiltersContext, initialFilters, type Session, SessionContext } from './hooks.js';
 import { AccessTokensPage } from './pages/accessTokens.js';
-import { AlertsPage } from './pages/alerts.js';
+import { AlertsPage } from './pages/alerts/alertsPage.js';
 import { AuthForm, AuthPage } from './pages/auth.js';
 import { ErrorsPage } from './pages/errors.js';
 import { ExportsPage } from './pages/exports.js';

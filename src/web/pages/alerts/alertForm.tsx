@@ -1,0 +1,122 @@
+import { useState } from 'preact/hooks';
+import type { Account, Alert, AlertType, TokenRecord } from '../../../api/types.js';
+import { ApiError } from '../../api.js';
+import { Field, ProblemMessage } from '../../components/ui.js';
+import { useSession } from '../../hooks.js';
+import { ChannelPicker } from './channelPicker.js';
+import { bodyOf, type Draft, draftOf, validate } from './draft.js';
+import { isMonthly, TYPE_IDS, TYPES, tokenRule, UNIT_LABEL, unitOf, usesBaseline, usesMinRequests } from './rules.js';
+
+/** Creates an alert, or edits one: checked here for quick answers, judged by the server. */
+export function AlertForm(props: { account: Account; alert: Alert | null; tokens: TokenRecord[]; onCancel(): void; onSaved(a: Alert): void }) {
+  const { api } = useSession();
+  const plan = props.account.plan;
+  const [draft, setDraft] = useState<Draft>(() => draftOf(props.alert, props.account));
+  const [touched, setTouched] = useState(false);
+  const [busy, setBusy] = useState(false);
+  const [refusal, setRefusal] = useState<Error | null>(null);
+  const errors = touched ? validate(draft, props.account) : {};
+  const type = TYPES[draft.type];
+  const condition = draft.condition || type.conditions[0]?.value || '';
+  const unit = unitOf(draft.type, condition);
+  const monthly = isMonthly(draft.type, condition);
+  const tokens = tokenRule(draft.type);
+
+  const submit = async (e: Event) => {
+    e.preventDefault();
+    setTouched(true);
+    const d = { ...draft, condition };
+    if (Object.keys(validate(d, props.account)).length > 0) return;
+    setBusy(true);
+    setRefusal(null);
+    try {
+      const saved = props.alert
+        ? await api.patch<Alert>(`/api/v1/alerts/${encodeURIComponent(props.alert.id)}`, bodyOf(d))
+        : await api.post<Alert>('/api/v1/alerts', bodyOf(d));
+      props.onSaved(saved);
+    } catch (error) {
+      setRefusal(error instanceof ApiError ? error : new Error(String(error)));
+    } finally {
+      setBusy(false);
+    }
+  };
+
+  return (
+    <form onSubmit={submit} noValidate class="form-grid" aria-label={props.alert ? 'Edit alert' : 'New alert'}>
+      <Field label="Name (required)" error={errors.name}>
+        {(c) => <input {...c} value={draft.name} onInput={(e) => setDraft({ ...draft, name: e.currentTarget.value })} />}
+      </Field>
+      <Field label="Type" hint={type.help}>
+        {(c) => (
+          <select {...c} value={draft.type} onChange={(e) => setDraft({ ...draft, type: e.currentTarget.value as AlertType, condition: '' })}>
+            {TYPE_IDS.map((id) => (
+              <option key={id} value={id}>
+                {TYPES[id].label}
+              </option>
+            ))}
+          </select>
+        )}
+      </Field>
+      {type.conditions.length > 0 && (
+        <Field label="Condition">
+          {(c) => (
+            <select {...c} value={condition} onChange={(e) => setDraft({ ...draft, condition: e.currentTarget.value })}>
+              {type.conditions.map((o) => (
+                <option key={o.value} value={o.value}>
+                  {o.label}
+                </option>
+              ))}
+            </select>
+          )}
+        </Field>
+      )}
+      <Field label={UNIT_LABEL[unit]} error={errors.threshold} hint="Notify when the measured value reaches this.">
+        {(c) => <input {...c} type="number" inputMode="decimal" step="any" value={draft.threshold} onInput={(e) => setDraft({ ...draft, threshold: e.currentTarget.value })} />}
+      </Field>
+      {monthly ? (
+        <p class="hint field">Measured over the calendar month (UTC).</p>
+      ) : (
+        <Field label="Window (minutes)" error={errors.windowMinutes}>
+          {(c) => <input {...c} type="number" inputMode="numeric" min={1} max={1440} value={draft.windowMinutes} onInput={(e) => setDraft({ ...draft, windowMinutes: e.currentTarget.value })} />}
+        </Field>
+      )}
+      {usesMinRequests(draft.type, condition) && (
+        <Field label="Minimum requests" error={errors.minRequests} hint="Windows with fewer calls are not judged.">
+          {(c) => <input {...c} type="number" inputMode="numeric" min={1} value={draft.minRequests} onInput={(e) => setDraft({ ...draft, minRequests: e.currentTarget.value })} />}
+        </Field>
+      )}
+      {usesBaseline(draft.type, condition) && (
+        <Field label="Baseline (hours)" error={errors.baselineHours} hint="The usual traffic is measured over this many hours.">
+          {(c) => <input {...c} type="number" inputMode="numeric" min={1} max={168} value={draft.baselineHours} onInput={(e) => setDraft({ ...draft, baselineHours: e.currentTarget.value })} />}
+        </Field>
+      )}
+      {tokens !== 'none' && (
+        <Field label={tokens === 'required' ? 'Token (required)' : 'Token'} error={errors.tokenId} hint={tokens === 'optional' ? 'Empty: the whole account.' : undefined}>
+          {(c) => (
+            <select {...c} value={draft.tokenId} onChange={(e) => setDraft({ ...draft, tokenId: e.currentTarget.value })}>
+              <option value="">{tokens === 'required' ? 'Pick a token…' : 'All tokens'}</option>
+              {props.tokens.map((t) => (
+                <option key={t.id} value={t.id}>
+                  {t.name} ({t.masked})
+                </option>
+              ))}
+            </select>
+          )}
+        </Field>
+      )}
+      <ChannelPicker plan={plan} channels={draft.channels} errors={errors} onChange={(channels) => setDraft({ ...draft, channels })} />
+      <label class="check span-all">
+        <input type="checkbox" checked={draft.enabled} onChange={(e) => setDraft({ ...draft, enabled: e.currentTarget.checked })} /> Enabled
+      </label>
+      <ProblemMessage error={refusal} />
+      <div class="button-row span-all">
+        <button type="button" class="button" onClick={props.onCancel}>
+          Cancel
+        </button>
+        <button type="submit" class="button primary" disabled={busy}>
+          {busy ? 'Saving…' : props.alert ? 'Save alert' : 'Create alert'}
+        </button>
+      </div>
+    </form>
+  );
+}
