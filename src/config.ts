@@ -74,6 +74,9 @@ const Env = z.object({
    * this server is closing and answer its client 502.
    */
   KEEP_ALIVE_TIMEOUT_MS: z.coerce.number().int().min(100).max(3_600_000).default(72_000),
+  /** WebSocket: a ping this often (a socket that missed the previous pong is cut off), and a socket with no subscription that sent nothing this long is closed (4000). */
+  WS_PING_INTERVAL_MS: z.coerce.number().int().min(100).max(600_000).default(30_000),
+  WS_IDLE_TIMEOUT_MS: z.coerce.number().int().min(100).max(86_400_000).default(300_000),
   /** How long to wait at start for Redis, EventStoreDB and MongoDB to answer before giving up. */
   STARTUP_TIMEOUT_SECONDS: z.coerce.number().int().min(1).max(3600).default(60),
   SECURE_COOKIES: z.enum(['true', 'false']).default('false'),
@@ -136,6 +139,8 @@ export interface Config {
   startupTimeoutMs: number;
   /** How long a client may take to send its headers and its whole request, and stay idle between requests (HEADERS_TIMEOUT_MS, REQUEST_TIMEOUT_MS, KEEP_ALIVE_TIMEOUT_MS). */
   http: { headersTimeoutMs: number; requestTimeoutMs: number; keepAliveTimeoutMs: number };
+  /** WebSocket keepalive (WS_PING_INTERVAL_MS) and idle timeout (WS_IDLE_TIMEOUT_MS). */
+  webSockets: { pingEveryMs: number; idleTimeoutMs: number };
   secureCookies: boolean;
   trustProxy: boolean;
   /** Log-in and sign-up limits, and how many password hashes run at once. */
@@ -182,6 +187,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     plans, adminToken: e.ADMIN_TOKEN ?? null, localDevnet: e.LOCAL_DEVNET === 'on',
     limitsFailClosed: e.LIMITS_FAIL_CLOSED === 'true', storageThread: e.STORAGE_THREAD === 'on', usageSendEveryMs: e.USAGE_SEND_MS, usageJournalFsync: e.USAGE_JOURNAL_FSYNC === 'always', startupTimeoutMs: e.STARTUP_TIMEOUT_SECONDS * 1000,
     http: { headersTimeoutMs: e.HEADERS_TIMEOUT_MS, requestTimeoutMs: e.REQUEST_TIMEOUT_MS, keepAliveTimeoutMs: e.KEEP_ALIVE_TIMEOUT_MS },
+    webSockets: { pingEveryMs: e.WS_PING_INTERVAL_MS, idleTimeoutMs: e.WS_IDLE_TIMEOUT_MS },
     secureCookies: e.SECURE_COOKIES === 'true', trustProxy: e.TRUST_PROXY === 'true',
     auth: {
       loginFailures: { limit: e.LOGIN_MAX_FAILURES, windowMs: e.LOGIN_WINDOW_SECONDS * 1000 },

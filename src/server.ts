@@ -81,7 +81,7 @@ export async function buildServer(runtime: Runtime, options: { logger?: boolean 
   const nextId = requestIds();
   // Chain calls are served on node:http before fastify (src/gateway/front.ts).
   const front = runtime.gateway
-    ? new ChainFront({ trustProxy: runtime.config.trustProxy, nextId, webSockets: { feed: runtime.feed, plans: runtime.config.plans } })
+    ? new ChainFront({ trustProxy: runtime.config.trustProxy, nextId, webSockets: { feed: runtime.feed, plans: runtime.config.plans, ...runtime.config.webSockets } })
     : null;
   const timeouts = httpServerTimeouts(runtime.config.http);
   const app = Fastify({

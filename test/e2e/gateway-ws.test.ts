@@ -7,6 +7,7 @@ import { WS_CLOSE } from '../../src/gateway/ws/gateway.js';
 import { INVALIDATION_TOPIC } from '../../src/projections/runner.js';
 import { type GanacheNode, startGanache } from '../support/ganache.js';
 import { ADMIN_TOKEN, owner, startTestApp, type TestApp } from '../support/testApp.js';
+import { until, WsClient } from '../support/wsClient.js';
 
 /** WebSocket on the chain port: real tokens from the management API, the real gatekeeper and metering, ganache behind (HTTP and WebSocket). */
 let node: GanacheNode;
@@ -45,60 +46,8 @@ async function newToken(plan = 'unlimited') {
   return { ...o, token: res.json().token as string, tokenId };
 }
 
-async function until(probe: () => Promise<boolean> | boolean, timeoutMs = 5000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await probe())) {
-    if (Date.now() > deadline) throw new Error('condition not met in time');
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
-
-/** A client that keeps every frame it receives and how it closed. */
-class Client {
-  readonly frames: Array<Record<string, unknown>> = [];
-  closed: { code: number; reason: string } | null = null;
-  private nextId = 1;
-  private constructor(readonly ws: WebSocket) {
-    ws.on('message', (data) => this.frames.push(JSON.parse(data.toString()) as Record<string, unknown>));
-    ws.on('close', (code, reason) => {
-      this.closed = { code, reason: reason.toString() };
-    });
-  }
-
-  static open(path: string, headers: Record<string, string> = {}): Promise<Client> {
-    return new Promise((resolve, reject) => {
-      const ws = new WebSocket(`${wsBase}${path}`, { headers });
-      ws.once('open', () => resolve(new Client(ws)));
-      ws.once('error', reject);
-    });
-  }
-
-  async call(method: string, params: unknown[] = []): Promise<Record<string, unknown>> {
-    const id = this.nextId++;
-    this.ws.send(JSON.stringify({ jsonrpc: '2.0', id, method, params }));
-    return this.answer(id);
-  }
-
-  async answer(id: unknown): Promise<Record<string, unknown>> {
-    await until(() => this.frames.some((f) => f.id === id) || this.closed !== null);
-    const found = this.frames.find((f) => f.id === id);
-    if (!found) throw new Error(`closed before answering: ${JSON.stringify(this.closed)}`);
-    return found;
-  }
-
-  notifications(subscription: unknown): Array<Record<string, unknown>> {
-    return this.frames.filter((f) => f.method === 'eth_subscription' && (f.params as { subscription?: unknown }).subscription === subscription).map((f) => f.params as Record<string, unknown>);
-  }
-
-  async whenClosed(): Promise<{ code: number; reason: string }> {
-    await until(() => this.closed !== null);
-    return this.closed as { code: number; reason: string };
-  }
-
-  close(): void {
-    this.ws.close();
-  }
-}
+/** A client on this file's gateway: the path after the host (chain and token). */
+const Client = { open: (path: string, headers: Record<string, string> = {}) => WsClient.open(`${wsBase}${path}`, { headers }) };
 
 /** An upgrade refused: its HTTP status and body. */
 function refusedUpgrade(path: string, headers: Record<string, string> = {}): Promise<{ status: number; body: string }> {

@@ -68,6 +68,8 @@ export class Session {
   /** Notifications admitted and metered, waiting for the ones before them. */
   private readonly outbox: Pending[] = [];
   private readonly headers: IncomingHttpHeaders;
+  /** eth_subscribe calls past the cap check and not yet answered: they count against the cap, or calls sent together would all pass it. */
+  private opening = 0;
   private closing = false;
   /** performance.now() of the client's last frame (a call or a pong). */
   lastHeardAt = performance.now();
@@ -88,7 +90,7 @@ export class Session {
       this.alive = true;
     });
     socket.on('close', () => this.ended());
-    socket.on('error', () => undefined);
+    socket.on('error', () => this.failed());
   }
 
   /** Ends the connection with a documented code; a client that does not read is cut off a second later. */
@@ -97,6 +99,17 @@ export class Session {
     this.closing = true;
     this.stopSubscriptions();
     this.socket.close(code, reason.slice(0, 120));
+    setTimeout(() => this.socket.terminate(), 1000).unref();
+  }
+
+  /**
+   * ws closes a socket after a protocol error (a frame over maxPayload: 1009, invalid UTF-8…)
+   * itself, then waits 30 s for a close frame it no longer reads: cut off a second later instead.
+   */
+  private failed(): void {
+    if (this.closing) return;
+    this.closing = true;
+    this.stopSubscriptions();
     setTimeout(() => this.socket.terminate(), 1000).unref();
   }
 
@@ -123,6 +136,7 @@ export class Session {
 
   private subscribe(data: Buffer, call: LocalCall): void {
     let opening: Opening | null = null;
+    let reserved = false;
     const handler = (scope: CallScope): MaybePromise<Answer> => {
       const idText = call.idText;
       const ids = { kind: 'single' as const, idText };
@@ -131,7 +145,9 @@ export class Session {
       const found = this.host.feedFor(scope, call.params);
       if ('error' in found) return issue(found.code === RpcCode.invalidParams ? 400 : 405, found.code, found.error);
       const cap = Math.min(this.host.subscriptionCap(this.caller) ?? HARD_SUBSCRIPTION_CAP, HARD_SUBSCRIPTION_CAP);
-      if (this.subscriptions.size >= cap) return issue(429, RpcCode.limitExceeded, `Too many subscriptions on this connection: at most ${cap} at once`);
+      if (this.subscriptions.size + this.opening >= cap) return issue(429, RpcCode.limitExceeded, `Too many subscriptions on this connection: at most ${cap} at once`);
+      this.opening++;
+      reserved = true;
       const admitted = (a: Admission): Answer => {
         if (!a.ok) return refusedRpc(a, ids, 'eth_subscribe');
         if (a.granted < 1) {
@@ -147,6 +163,7 @@ export class Session {
       return admission instanceof Promise ? admission.then(admitted) : admitted(admission);
     };
     this.host.calls.serveWith(this.request(data), handler, (response) => {
+      if (reserved) this.opening--;
       this.send(response.body);
       const o = opening as Opening | null;
       if (o === null || response.status !== 200 || this.closing) return;

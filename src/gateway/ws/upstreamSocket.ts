@@ -15,8 +15,8 @@ interface Wanted {
 }
 
 interface Pending {
-  resolve: (result: unknown) => void;
-  reject: (err: Error) => void;
+  /** Called synchronously with the answer: an eth_subscribe's id must be known before the next frame, which may be its first notification. */
+  answered: (err: Error | null, result: unknown) => void;
   timer: NodeJS.Timeout;
 }
 
@@ -63,17 +63,22 @@ export class UpstreamSocket {
 
   /** A call over the socket (what a feed fetches after a reconnect); rejects if the socket drops first. */
   request(method: string, params: unknown[]): Promise<unknown> {
+    return new Promise((resolve, reject) => this.call(method, params, (err, result) => (err ? reject(err) : resolve(result))));
+  }
+
+  private call(method: string, params: unknown[], answered: Pending['answered']): void {
     const socket = this.socket;
-    if (!socket || !this.open) return Promise.reject(new Error('upstream socket not connected'));
+    if (!socket || !this.open) {
+      answered(new Error('upstream socket not connected'), undefined);
+      return;
+    }
     const id = this.nextRequestId++;
-    return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => {
-        this.pending.delete(id);
-        reject(new Error(`upstream ${method} timed out after ${this.timeoutMs} ms`));
-      }, this.timeoutMs);
-      this.pending.set(id, { resolve, reject, timer });
-      socket.send(JSON.stringify({ jsonrpc: '2.0', id, method, params }));
-    });
+    const timer = setTimeout(() => {
+      this.pending.delete(id);
+      answered(new Error(`upstream ${method} timed out after ${this.timeoutMs} ms`), undefined);
+    }, this.timeoutMs);
+    this.pending.set(id, { answered, timer });
+    socket.send(JSON.stringify({ jsonrpc: '2.0', id, method, params }));
   }
 
   /** Subscriptions the node is asked for now (one per distinct kind and filter). */
@@ -127,7 +132,7 @@ export class UpstreamSocket {
     for (const w of this.wanted) w.upstreamId = null;
     for (const [id, p] of this.pending) {
       clearTimeout(p.timer);
-      p.reject(new Error('upstream socket closed'));
+      p.answered(new Error('upstream socket closed'), undefined);
       this.pending.delete(id);
     }
     if (this.closed || this.wanted.size === 0) return;
@@ -149,25 +154,25 @@ export class UpstreamSocket {
     this.byUpstreamId.clear();
     for (const p of this.pending.values()) {
       clearTimeout(p.timer);
-      p.reject(new Error('upstream socket closed'));
+      p.answered(new Error('upstream socket closed'), undefined);
     }
     this.pending.clear();
     socket?.terminate();
   }
 
   private sendSubscribe(wanted: Wanted): void {
-    this.request('eth_subscribe', wanted.params).then(
-      (id) => {
-        if (typeof id !== 'string') throw new Error(`upstream answered eth_subscribe with ${JSON.stringify(id)}`);
-        if (!this.wanted.has(wanted)) {
-          this.request('eth_unsubscribe', [id]).catch(() => undefined);
-          return;
-        }
-        wanted.upstreamId = id;
-        this.byUpstreamId.set(id, wanted);
-      },
-      (err: unknown) => this.log.warn({ err: err instanceof Error ? err.message : String(err), params: wanted.params }, 'upstream eth_subscribe failed'),
-    ).catch((err: unknown) => this.log.warn({ err: err instanceof Error ? err.message : String(err) }, 'upstream eth_subscribe failed'));
+    this.call('eth_subscribe', wanted.params, (err, id) => {
+      if (err !== null || typeof id !== 'string') {
+        this.log.warn({ err: err?.message ?? `answered ${JSON.stringify(id)}`, params: wanted.params }, 'upstream eth_subscribe failed');
+        return;
+      }
+      if (!this.wanted.has(wanted)) {
+        this.request('eth_unsubscribe', [id]).catch(() => undefined);
+        return;
+      }
+      wanted.upstreamId = id;
+      this.byUpstreamId.set(id, wanted);
+    });
   }
 
   private received(text: string): void {
@@ -184,8 +189,8 @@ export class UpstreamSocket {
       if (!p) return;
       this.pending.delete(m.id);
       clearTimeout(p.timer);
-      if (m.error) p.reject(new Error(String(m.error.message ?? 'upstream error')));
-      else p.resolve(m.result);
+      if (m.error) p.answered(new Error(String(m.error.message ?? 'upstream error')), undefined);
+      else p.answered(null, m.result);
       return;
     }
     if (m.method === 'eth_subscription' && m.params && typeof m.params.subscription === 'string') {

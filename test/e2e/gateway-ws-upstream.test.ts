@@ -1,0 +1,215 @@
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import WebSocket from 'ws';
+import { WS_CLOSE } from '../../src/gateway/ws/gateway.js';
+import { INVALIDATION_TOPIC } from '../../src/projections/runner.js';
+import { type FakeWsUpstream, startFakeWsUpstream } from '../support/fakeWsUpstream.js';
+import { ADMIN_TOKEN, owner, startTestApp, type TestApp } from '../support/testApp.js';
+import { until, WsClient } from '../support/wsClient.js';
+
+/**
+ * WebSocket behaviour that needs a node the test controls (a fake one over HTTP and WebSocket):
+ * the upstream socket dropping, keepalive and idle timeouts, the quota running out during a
+ * subscription, the per-connection ceiling, and a huge frame. Real gateway, tokens and metering.
+ */
+let node: FakeWsUpstream;
+let plansFile: string;
+
+beforeAll(async () => {
+  node = await startFakeWsUpstream();
+  plansFile = join(mkdtempSync(join(tmpdir(), 'ws-upstream-plans-')), 'plans.json');
+  // Unlimited's rate high enough for 10,000 subscribe calls at once.
+  writeFileSync(plansFile, JSON.stringify({ unlimited: { rps: 1_000_000 } }));
+});
+afterAll(async () => {
+  await node?.close();
+});
+
+interface Gateway {
+  t: TestApp;
+  wsBase: string;
+}
+
+async function startGateway(env: Record<string, string> = {}): Promise<Gateway> {
+  const t = await startTestApp({ env: { UPSTREAM_LOCAL: node.httpUrl, UPSTREAM_LOCAL_WS: node.wsUrl, PLANS_CONFIG: plansFile, ...env } });
+  await t.app.listen({ port: 0, host: '127.0.0.1' });
+  const address = t.app.server.address();
+  const port = typeof address === 'object' && address ? address.port : 0;
+  return { t, wsBase: `ws://127.0.0.1:${port}` };
+}
+
+async function newToken({ t }: Gateway, plan: string, payload: Record<string, unknown> = {}) {
+  const o = await owner(t.app);
+  const heard: string[] = [];
+  const unsubscribe = await t.runtime.feed.subscribe(INVALIDATION_TOPIC, (m) => heard.push(m));
+  await t.app.inject({ method: 'PUT', url: `/api/v1/admin/accounts/${o.accountId}/plan`, headers: { authorization: `Bearer ${ADMIN_TOKEN}` }, payload: { plan } });
+  const res = await t.app.inject({ method: 'POST', url: '/api/v1/tokens', headers: o.auth, payload: { name: 'ws', ...payload } });
+  if (res.statusCode !== 201) throw new Error(`token not created: ${res.body}`);
+  const tokenId = res.json().id as string;
+  // The creation reaches the gateway as an invalidation: wait for it, so the token is not cached as unknown.
+  await until(async () => heard.includes(`token:${tokenId}`));
+  await unsubscribe();
+  return { ...o, token: res.json().token as string, tokenId };
+}
+
+const headNumbers = (client: WsClient, id: unknown) => client.notifications(id).map((n) => Number.parseInt((n.result as { number: string }).number, 16));
+
+describe('with the default timeouts', () => {
+  let g: Gateway;
+  beforeAll(async () => {
+    g = await startGateway();
+  });
+  afterAll(async () => {
+    await g?.t.close();
+  });
+  const sockets = () => g.t.runtime.telemetry.webSockets();
+
+  it('reconnects when the node drops the socket and resubscribes: newHeads has no gap and no duplicate', async () => {
+    const { token } = await newToken(g, 'unlimited');
+    const clients = [await WsClient.open(`${g.wsBase}/local/${token}`), await WsClient.open(`${g.wsBase}/local/${token}`)];
+    const ids = await Promise.all(clients.map(async (c) => (await c.call('eth_subscribe', ['newHeads'])).result));
+    await until(() => node.subscribeCalls >= 1);
+    const first = Number.parseInt(node.mine().number, 16);
+    await until(() => clients.every((c, i) => headNumbers(c, ids[i]).length === 1));
+
+    // A drop with nothing mined meanwhile; the node sends its latest head again on the new subscription (some do): not delivered twice.
+    node.replayLatestOnSubscribe = true;
+    const subscribedBefore = node.subscribeCalls;
+    node.drop();
+    await until(() => node.subscribeCalls > subscribedBefore);
+    // A drop with three blocks mined while the gateway is away: fetched and delivered before the next head.
+    node.drop();
+    for (let i = 0; i < 3; i++) node.mine({ quiet: true });
+    await until(() => node.subscribeCalls > subscribedBefore + 1);
+    node.replayLatestOnSubscribe = false;
+    node.mine();
+    const last = first + 4;
+    await until(() => clients.every((c, i) => headNumbers(c, ids[i]).at(-1) === last));
+    for (const [i, c] of clients.entries()) {
+      expect(headNumbers(c, ids[i])).toEqual([first, first + 1, first + 2, first + 3, last]);
+      const hashes = c.notifications(ids[i]).map((n) => (n.result as { hash: string }).hash);
+      expect(new Set(hashes).size).toBe(hashes.length);
+      // A fetched block is delivered as a header, as the node's newHeads sends it.
+      expect(Object.keys(c.notifications(ids[i])[1]?.result as object).sort()).toEqual(Object.keys(c.notifications(ids[i])[0]?.result as object).sort());
+    }
+    expect(sockets()?.upstreamSubscriptions).toBe(1);
+    for (const c of clients) c.close();
+    await until(() => sockets()?.connections === 0);
+  });
+
+  it('delivers a notification the node sends right behind its answer to eth_subscribe', async () => {
+    const { token } = await newToken(g, 'unlimited');
+    node.replayLatestOnSubscribe = true;
+    const client = await WsClient.open(`${g.wsBase}/local/${token}`);
+    const id = (await client.call('eth_subscribe', ['newHeads'])).result;
+    node.replayLatestOnSubscribe = false;
+    await until(() => client.notifications(id).length === 1);
+    client.close();
+    await until(() => sockets()?.connections === 0);
+  });
+
+  it('closes with 4029 when the monthly quota runs out during a subscription, after an error notification on each subscription', async () => {
+    // Developer allows a token's own limit: 4 calls, two of them the subscribes, one head to each subscription.
+    const { token } = await newToken(g, 'developer', { monthly_limit: 4 });
+    const client = await WsClient.open(`${g.wsBase}/local/${token}`);
+    const bystander = await WsClient.open(`${g.wsBase}/local/${(await newToken(g, 'developer')).token}`);
+    const ids = [(await client.call('eth_subscribe', ['newHeads'])).result, (await client.call('eth_subscribe', ['newHeads'])).result];
+    const other = (await bystander.call('eth_subscribe', ['newHeads'])).result;
+    node.mine();
+    await until(() => ids.every((id) => client.notifications(id).length === 1));
+    node.mine();
+    expect(await client.whenClosed()).toMatchObject({ code: WS_CLOSE.quotaExhausted });
+    for (const id of ids) {
+      const last = client.notifications(id).at(-1);
+      expect(last?.error).toMatchObject({ code: -32005 });
+      expect(client.notifications(id).filter((n) => n.result !== undefined)).toHaveLength(1);
+    }
+    await until(() => bystander.notifications(other).length === 2);
+    expect(bystander.closed).toBeNull();
+    bystander.close();
+    await until(() => sockets()?.connections === 0);
+  });
+
+  it('refuses subscriptions beyond 10,000 on one connection (an unlimited plan), leaving the socket and other clients working', async () => {
+    const { token } = await newToken(g, 'unlimited');
+    const client = await WsClient.open(`${g.wsBase}/local/${token}`);
+    const other = await WsClient.open(`${g.wsBase}/local/${token}`);
+    const otherId = (await other.call('eth_subscribe', ['newHeads'])).result;
+    // All sent at once: the ceiling holds even with every call in flight together.
+    const sent = Array.from({ length: 10_050 }, () => client.send('eth_subscribe', ['newHeads']));
+    await until(() => client.frames.length >= sent.length, 60_000);
+    const answers = sent.map((id) => client.frames.find((f) => f.id === id) as Record<string, unknown>);
+    expect(answers.filter((a) => typeof a.result === 'string')).toHaveLength(10_000);
+    const refused = answers.filter((a) => a.error !== undefined);
+    expect(refused).toHaveLength(50);
+    expect(refused[0]?.error).toMatchObject({ code: -32005, message: expect.stringContaining('10000') });
+    expect(sockets()?.subscriptions).toBe(10_001);
+    expect(await client.call('eth_chainId')).toMatchObject({ result: '0x539' });
+    node.mine();
+    await until(() => other.notifications(otherId).length === 1);
+    expect(client.closed).toBeNull();
+    client.close();
+    other.close();
+    await until(() => sockets()?.connections === 0, 20_000);
+    expect(sockets()).toMatchObject({ subscriptions: 0, upstreamSubscriptions: 0 });
+  }, 90_000);
+
+  it('closes a socket announcing a 100 MB frame with 1009 as soon as the frame header arrives, and cuts off one that does not answer the close', async () => {
+    const { token } = await newToken(g, 'unlimited');
+    const client = await WsClient.open(`${g.wsBase}/local/${token}`);
+    // A masked text frame's header claiming 100 MB, then only 64 KB of it: the server must not wait for (or buffer) the rest.
+    const length = 100 * 1024 * 1024;
+    const header = Buffer.alloc(14);
+    header[0] = 0x81;
+    header[1] = 0x80 | 127;
+    header.writeBigUInt64BE(BigInt(length), 2);
+    header.writeUInt32BE(0x01020304, 10);
+    const raw = (client.ws as unknown as { _socket: { write(b: Buffer): void; pause(): void; resume(): void } })._socket;
+    raw.write(header);
+    raw.write(Buffer.alloc(64 * 1024, 0x20));
+    // The client does not read the close frame, so never answers it: the gateway cuts it off (ws alone would wait 30 s).
+    raw.pause();
+    await until(() => sockets()?.connections === 0);
+    raw.resume();
+    expect(await client.whenClosed()).toMatchObject({ code: WS_CLOSE.messageTooBig });
+  });
+});
+
+describe('keepalive and idle timeout', () => {
+  let g: Gateway;
+  beforeAll(async () => {
+    g = await startGateway({ WS_PING_INTERVAL_MS: '200', WS_IDLE_TIMEOUT_MS: '600' });
+  });
+  afterAll(async () => {
+    await g?.t.close();
+  });
+
+  it('cuts off a client that does not answer pings, and keeps one that does', async () => {
+    const { token } = await newToken(g, 'unlimited');
+    const silent = await WsClient.open(`${g.wsBase}/local/${token}`, { autoPong: false });
+    const answering = await WsClient.open(`${g.wsBase}/local/${token}`);
+    // Both hold a subscription, so only the pings decide.
+    await silent.call('eth_subscribe', ['newHeads']);
+    await answering.call('eth_subscribe', ['newHeads']);
+    let pings = 0;
+    answering.ws.on('ping', () => pings++);
+    // Terminated, not closed: no close frame (1006).
+    expect(await silent.whenClosed()).toMatchObject({ code: 1006 });
+    await until(() => pings >= 3);
+    expect(answering.closed).toBeNull();
+    answering.close();
+  });
+
+  it('closes an idle socket without subscriptions with 4000; one with a subscription stays', async () => {
+    const { token } = await newToken(g, 'unlimited');
+    const idle = await WsClient.open(`${g.wsBase}/local/${token}`);
+    const subscribed = await WsClient.open(`${g.wsBase}/local/${token}`);
+    await subscribed.call('eth_subscribe', ['newHeads']);
+    expect(await idle.whenClosed()).toMatchObject({ code: WS_CLOSE.idle });
+    expect(subscribed.closed).toBeNull();
+    expect(subscribed.ws.readyState).toBe(WebSocket.OPEN);
+    subscribed.close();
+  });
+});

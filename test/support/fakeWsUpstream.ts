@@ -1,0 +1,136 @@
+import { createHash } from 'node:crypto';
+import { createServer, type IncomingMessage, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import WebSocket, { WebSocketServer } from 'ws';
+
+/**
+ * An EVM node on a loopback port, over HTTP and WebSocket, that the test drives: `mine()` makes a
+ * block and sends its header to every `newHeads` subscriber (shapes as geth's), `drop()` cuts
+ * every WebSocket connection, and `quiet` mines without notifying (the blocks a client misses
+ * while the gateway reconnects). Answers eth_chainId, eth_blockNumber, eth_getBlockByNumber,
+ * eth_subscribe("newHeads") and eth_unsubscribe; anything else gets -32601.
+ */
+export interface FakeWsUpstream {
+  httpUrl: string;
+  wsUrl: string;
+  /** WebSocket connections accepted so far (a reconnect is one more). */
+  connectionsAccepted: number;
+  /** eth_subscribe calls received so far. */
+  subscribeCalls: number;
+  /** Mines one block; its header goes to each newHeads subscription unless `quiet`. */
+  mine(options?: { quiet?: boolean }): Block;
+  /** Terminates every WebSocket connection (the node restarting, or the network cut). */
+  drop(): void;
+  /** Sends the latest head again to a new subscription at once, as some providers do. */
+  replayLatestOnSubscribe: boolean;
+  close(): Promise<void>;
+}
+
+export interface Block {
+  number: string;
+  hash: string;
+  parentHash: string;
+  [field: string]: unknown;
+}
+
+const ZERO_HASH = `0x${'0'.repeat(64)}`;
+
+function blockAt(n: number, parentHash: string): Block {
+  const hash = `0x${createHash('sha256').update(`block ${n}`).digest('hex')}`;
+  return {
+    number: `0x${n.toString(16)}`, hash, parentHash, sha3Uncles: '0x1dcc4de8dec75d7aab85b567b6ccd41ad312451b948a7413f0a142fd40d49347', miner: `0x${'00'.repeat(20)}`,
+    stateRoot: ZERO_HASH, transactionsRoot: ZERO_HASH, receiptsRoot: ZERO_HASH, logsBloom: `0x${'00'.repeat(256)}`, difficulty: '0x0',
+    gasLimit: '0x1c9c380', gasUsed: '0x0', timestamp: `0x${(1_700_000_000 + n * 12).toString(16)}`, extraData: '0x', mixHash: ZERO_HASH,
+    nonce: '0x0000000000000000', baseFeePerGas: '0x7', totalDifficulty: '0x0', size: '0x220', transactions: [], uncles: [],
+  };
+}
+
+/** A header as geth's newHeads sends it: the block without its body and totals. */
+function headerOf(block: Block): Record<string, unknown> {
+  const { transactions: _t, uncles: _u, totalDifficulty: _d, size: _s, ...header } = block;
+  return header;
+}
+
+export async function startFakeWsUpstream(): Promise<FakeWsUpstream> {
+  const chain: Block[] = [blockAt(0, ZERO_HASH)];
+  const subscriptions = new Map<string, WebSocket>();
+  let nextSubscription = 1;
+
+  /** What a call sends after its answer, in the same turn (so in the same TCP chunk, as a node may). */
+  const followUps: Array<() => void> = [];
+  const answer = (method: string, params: unknown[], socket: WebSocket | null): { result?: unknown; error?: { code: number; message: string } } => {
+    if (method === 'eth_chainId') return { result: '0x539' };
+    if (method === 'eth_blockNumber') return { result: (chain.at(-1) as Block).number };
+    if (method === 'eth_getBlockByNumber') {
+      const tag = params[0];
+      const block = tag === 'latest' ? chain.at(-1) : typeof tag === 'string' ? chain[Number.parseInt(tag, 16)] : undefined;
+      return { result: block ?? null };
+    }
+    if (socket && method === 'eth_subscribe' && params[0] === 'newHeads') {
+      fake.subscribeCalls++;
+      const id = `0x${(nextSubscription++).toString(16)}`;
+      subscriptions.set(id, socket);
+      if (fake.replayLatestOnSubscribe) followUps.push(() => notify(id, socket, chain.at(-1) as Block));
+      return { result: id };
+    }
+    if (socket && method === 'eth_unsubscribe') return { result: subscriptions.delete(String(params[0])) };
+    return { error: { code: -32601, message: `the method ${method} does not exist/is not available` } };
+  };
+
+  const notify = (id: string, socket: WebSocket, block: Block) => {
+    if (socket.readyState === WebSocket.OPEN) socket.send(JSON.stringify({ jsonrpc: '2.0', method: 'eth_subscription', params: { subscription: id, result: headerOf(block) } }));
+  };
+
+  const reply = (text: string, socket: WebSocket | null): string => {
+    const call = JSON.parse(text) as { id: unknown; method: string; params?: unknown[] };
+    return JSON.stringify({ jsonrpc: '2.0', id: call.id, ...answer(call.method, call.params ?? [], socket) });
+  };
+
+  const server: Server = createServer((req: IncomingMessage, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => {
+      res.setHeader('content-type', 'application/json');
+      res.end(reply(Buffer.concat(chunks).toString('utf8'), null));
+    });
+  });
+  const wss = new WebSocketServer({ server });
+  wss.on('connection', (socket) => {
+    fake.connectionsAccepted++;
+    socket.on('message', (data) => {
+      socket.send(reply(data.toString(), socket));
+      for (const send of followUps.splice(0)) send();
+    });
+    socket.on('close', () => {
+      for (const [id, s] of subscriptions) if (s === socket) subscriptions.delete(id);
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+
+  const fake: FakeWsUpstream = {
+    httpUrl: `http://127.0.0.1:${port}`,
+    wsUrl: `ws://127.0.0.1:${port}`,
+    connectionsAccepted: 0,
+    subscribeCalls: 0,
+    replayLatestOnSubscribe: false,
+    mine(options = {}) {
+      const parent = chain.at(-1) as Block;
+      const block = blockAt(chain.length, parent.hash);
+      chain.push(block);
+      if (!options.quiet) for (const [id, socket] of subscriptions) notify(id, socket, block);
+      return block;
+    },
+    drop() {
+      for (const socket of wss.clients) socket.terminate();
+      subscriptions.clear();
+    },
+    async close() {
+      for (const socket of wss.clients) socket.terminate();
+      wss.close();
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+  return fake;
+}
