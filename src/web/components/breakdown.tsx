@@ -1,51 +1,48 @@
 import type { ChainFigures } from '../../api/types.js';
 import { fmtCompact, fmtPct, rate } from '../format.js';
-import { Empty, TableWrap } from './ui.js';
+import { type Column, DataTable } from './dataTable.js';
+
+type Row = ChainFigures & { method?: string };
 
 /** Requests by network, or by method (a method is named with its network). */
-export function Breakdown(props: { rows: Array<ChainFigures & { method?: string }>; by: 'chain' | 'method'; loaded: boolean }) {
+export function Breakdown(props: { rows: Row[]; by: 'chain' | 'method'; loaded: boolean }) {
   const heading = props.by === 'chain' ? 'Network' : 'Method';
-  if (!props.loaded) return <Empty>Loading…</Empty>;
-  if (props.rows.length === 0) return <Empty>No requests in this period.</Empty>;
   const total = props.rows.reduce((s, r) => s + r.requests, 0) || 1;
   const max = Math.max(...props.rows.map((r) => r.requests), 1);
+  const columns: Column<Row>[] = [
+    {
+      header: heading,
+      rowHeader: true,
+      cell: (r) =>
+        props.by === 'chain' ? (
+          r.chain
+        ) : (
+          <>
+            <span class="mono">{r.method}</span> <span class="sub-inline">{r.chain}</span>
+          </>
+        ),
+    },
+    {
+      header: 'Requests',
+      num: true,
+      cell: (r) => (
+        <>
+          <span class="inline-bar" aria-hidden="true" style={{ width: `${(r.requests / max) * 60}px` }} />
+          {fmtCompact(r.requests)}
+        </>
+      ),
+    },
+    { header: 'Share', num: true, cell: (r) => fmtPct((r.requests / total) * 100) },
+    { header: 'Errors', num: true, cell: (r) => `${fmtCompact(r.errors)} (${fmtPct(rate(r.errors, r.requests))})` },
+  ];
   return (
-    <TableWrap label={`Requests by ${heading.toLowerCase()}`}>
-      <table>
-        <thead>
-          <tr>
-            <th scope="col">{heading}</th>
-            <th scope="col" class="num">
-              Requests
-            </th>
-            <th scope="col" class="num">
-              Share
-            </th>
-            <th scope="col" class="num">
-              Errors
-            </th>
-          </tr>
-        </thead>
-        <tbody>
-          {props.rows.map((r) => (
-            <tr key={`${r.chain}/${r.method}`}>
-              {props.by === 'chain' ? (
-                <th scope="row">{r.chain}</th>
-              ) : (
-                <th scope="row">
-                  <span class="mono">{r.method}</span> <span class="sub-inline">{r.chain}</span>
-                </th>
-              )}
-              <td class="num">
-                <span class="inline-bar" aria-hidden="true" style={{ width: `${(r.requests / max) * 60}px` }} />
-                {fmtCompact(r.requests)}
-              </td>
-              <td class="num">{fmtPct((r.requests / total) * 100)}</td>
-              <td class="num">{`${fmtCompact(r.errors)} (${fmtPct(rate(r.errors, r.requests))})`}</td>
-            </tr>
-          ))}
-        </tbody>
-      </table>
-    </TableWrap>
+    <DataTable
+      label={`Requests by ${heading.toLowerCase()}`}
+      columns={columns}
+      rows={props.rows}
+      rowKey={(r) => `${r.chain}/${r.method}`}
+      loading={!props.loaded}
+      empty="No requests in this period."
+    />
   );
 }

@@ -1,7 +1,8 @@
 import { useState } from 'preact/hooks';
 import type { AccessTokenList, AccessTokenRecord, CreatedAccessToken } from '../../api/types.js';
 import { ApiError } from '../api.js';
-import { ConfirmDialog, Empty, Field, Panel, ProblemMessage, SecretOnce, StatusBadge } from '../components/ui.js';
+import { type Column, DataTable } from '../components/dataTable.js';
+import { ConfirmDialog, Field, Panel, ProblemMessage, SecretOnce, StatusBadge } from '../components/ui.js';
 import { fmtDateTime } from '../format.js';
 import { usePolled, useSession } from '../hooks.js';
 
@@ -12,6 +13,23 @@ export function AccessTokensPage() {
   const [created, setCreated] = useState<CreatedAccessToken | null>(null);
   const [revoking, setRevoking] = useState<AccessTokenRecord | null>(null);
   const tokens = list.data?.access_tokens ?? [];
+  const columns: Column<AccessTokenRecord>[] = [
+    { header: 'Name', rowHeader: true, cell: (t) => t.name },
+    { header: 'Token', class: 'mono', cell: (t) => t.masked },
+    { header: 'Created', class: 'nowrap', cell: (t) => fmtDateTime(t.created_at) },
+    { header: 'Status', cell: (t) => <StatusBadge status={t.status} /> },
+    {
+      header: 'Actions',
+      cell: (t) =>
+        t.status === 'active' ? (
+          <button type="button" class="button small danger-outline" onClick={() => setRevoking(t)} aria-label={`Revoke ${t.name}`}>
+            Revoke
+          </button>
+        ) : (
+          <span class="muted">—</span>
+        ),
+    },
+  ];
 
   return (
     <>
@@ -35,48 +53,15 @@ export function AccessTokensPage() {
         )}
       </Panel>
       <Panel title="Your access tokens" polled={list}>
-        {list.data && tokens.length === 0 ? (
-          <Empty>No access tokens.</Empty>
-        ) : (
-          <table class="stack" data-testid="access-token-table">
-            <thead>
-              <tr>
-                <th scope="col">Name</th>
-                <th scope="col">Token</th>
-                <th scope="col">Created</th>
-                <th scope="col">Status</th>
-                <th scope="col">Actions</th>
-              </tr>
-            </thead>
-            <tbody>
-              {tokens.map((t) => (
-                <tr key={t.id} class={t.status === 'revoked' ? 'gone' : ''}>
-                  <th scope="row" data-label="Name">
-                    {t.name}
-                  </th>
-                  <td data-label="Token" class="mono">
-                    {t.masked}
-                  </td>
-                  <td data-label="Created" class="nowrap">
-                    {fmtDateTime(t.created_at)}
-                  </td>
-                  <td data-label="Status">
-                    <StatusBadge status={t.status} />
-                  </td>
-                  <td data-label="Actions">
-                    {t.status === 'active' ? (
-                      <button type="button" class="button small danger-outline" onClick={() => setRevoking(t)} aria-label={`Revoke ${t.name}`}>
-                        Revoke
-                      </button>
-                    ) : (
-                      <span class="muted">—</span>
-                    )}
-                  </td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
-        )}
+        <DataTable
+          stack
+          testId="access-token-table"
+          columns={columns}
+          rows={tokens}
+          rowKey={(t) => t.id}
+          rowProps={(t) => ({ class: t.status === 'revoked' ? 'gone' : '' })}
+          empty={list.data ? 'No access tokens.' : undefined}
+        />
       </Panel>
       {revoking && (
         <ConfirmDialog

@@ -2,11 +2,12 @@ import { useEffect, useState } from 'preact/hooks';
 import type { ClientIp, TokenHistory, TokenRecord } from '../../api/types.js';
 import { ApiError } from '../api.js';
 import { Breakdown } from '../components/breakdown.js';
+import { type Column, DataTable } from '../components/dataTable.js';
 import { RecentErrors } from '../components/errorTable.js';
 import { FiltersBar } from '../components/filters.js';
 import { MetricCards } from '../components/metricCards.js';
 import { TokenActions } from '../components/tokenActions.js';
-import { Empty, Field, Panel, ProblemMessage, StatusBadge, TableWrap } from '../components/ui.js';
+import { Empty, Field, Panel, ProblemMessage, StatusBadge } from '../components/ui.js';
 import { UsageCharts } from '../components/usageCharts.js';
 import { fmtDateTime, fmtInt } from '../format.js';
 import { usePolled, useSession } from '../hooks.js';
@@ -172,34 +173,23 @@ function EditTokenForm({ token, onSaved }: { token: TokenRecord; onSaved(t: Toke
   );
 }
 
+const CLIENT_IP_COLUMNS: Column<ClientIp>[] = [
+  { header: 'IP address', class: 'mono', cell: (r) => r.ip },
+  { header: 'Requests', num: true, cell: (r) => fmtInt(r.count) },
+  { header: 'Last seen', num: true, class: 'nowrap', cell: (r) => (r.lastSeen ? fmtDateTime(r.lastSeen) : '—') },
+];
+
 function ClientIps({ rows, loaded }: { rows: ClientIp[]; loaded: boolean }) {
-  if (!loaded) return <Empty>Loading…</Empty>;
-  if (rows.length === 0) return <Empty>No requests in this period.</Empty>;
   return (
-    <TableWrap label="Client IP addresses">
-      <table data-testid="client-ips">
-        <thead>
-          <tr>
-            <th scope="col">IP address</th>
-            <th scope="col" class="num">
-              Requests
-            </th>
-            <th scope="col" class="num">
-              Last seen
-            </th>
-          </tr>
-        </thead>
-        <tbody>
-          {rows.map((r) => (
-            <tr key={r.ip}>
-              <td class="mono">{r.ip}</td>
-              <td class="num">{fmtInt(r.count)}</td>
-              <td class="num nowrap">{r.lastSeen ? fmtDateTime(r.lastSeen) : '—'}</td>
-            </tr>
-          ))}
-        </tbody>
-      </table>
-    </TableWrap>
+    <DataTable
+      label="Client IP addresses"
+      testId="client-ips"
+      columns={CLIENT_IP_COLUMNS}
+      rows={rows}
+      rowKey={(r) => r.ip}
+      loading={!loaded}
+      empty="No requests in this period."
+    />
   );
 }
 

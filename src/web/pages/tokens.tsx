@@ -1,8 +1,9 @@
 import { useEffect, useState } from 'preact/hooks';
 import type { Account, CreatedToken, TokenList, TokenRecord } from '../../api/types.js';
 import { ApiError } from '../api.js';
+import { type Column, DataTable } from '../components/dataTable.js';
 import { TokenActions } from '../components/tokenActions.js';
-import { Empty, Field, Panel, ProblemMessage, SecretOnce, StatusBadge } from '../components/ui.js';
+import { Field, Panel, ProblemMessage, SecretOnce, StatusBadge } from '../components/ui.js';
 import { fmtDate, fmtDateTime, fmtInt } from '../format.js';
 import { usePolled, useSession } from '../hooks.js';
 import { hrefOf } from '../router.js';
@@ -86,70 +87,52 @@ export function TokensPage() {
       )}
       <Panel title="Your tokens" polled={list}>
         <ProblemMessage error={actionError} />
-        {list.data && tokens.length === 0 ? (
-          <Empty>No tokens yet. Create one to call a chain.</Empty>
-        ) : (
-          <TokenTable tokens={tokens} onChanged={onChanged} onError={setActionError} />
-        )}
+        <TokenTable tokens={tokens} loaded={list.data !== null} onChanged={onChanged} onError={setActionError} />
       </Panel>
     </>
   );
 }
 
-function TokenTable(props: { tokens: TokenRecord[]; onChanged(t: TokenRecord): void; onError(e: Error | null): void }) {
+function TokenTable(props: { tokens: TokenRecord[]; loaded: boolean; onChanged(t: TokenRecord): void; onError(e: Error | null): void }) {
+  const columns: Column<TokenRecord>[] = [
+    {
+      header: 'Name',
+      rowHeader: true,
+      cell: (t) => (
+        <span>
+          <a href={hrefOf(`/tokens/${t.id}`)}>{t.name}</a>
+          {t.description && <span class="sub">{t.description}</span>}
+        </span>
+      ),
+    },
+    { header: 'Token', class: 'mono nowrap', cell: (t) => t.masked },
+    { header: 'Created', class: 'nowrap', cell: (t) => fmtDate(t.created_at) },
+    { header: 'Last used', class: 'nowrap', cell: (t) => (t.last_used_at ? fmtDateTime(t.last_used_at) : 'Never') },
+    {
+      header: 'This month',
+      num: true,
+      testId: 'token-usage',
+      cell: (t) => (
+        <span>
+          {fmtInt(t.current_month_usage)}
+          {t.monthly_limit !== null && <span class="sub">of {fmtInt(t.monthly_limit)}</span>}
+        </span>
+      ),
+    },
+    { header: 'Expires', class: 'nowrap', cell: (t) => (t.expires_at ? fmtDate(t.expires_at) : '—') },
+    { header: 'Status', cell: (t) => <StatusBadge status={t.status} /> },
+    { header: 'Actions', cell: (t) => <TokenActions token={t} onChanged={props.onChanged} onError={props.onError} /> },
+  ];
   return (
-    <table class="stack" data-testid="token-table">
-      <thead>
-        <tr>
-          <th scope="col">Name</th>
-          <th scope="col">Token</th>
-          <th scope="col">Created</th>
-          <th scope="col">Last used</th>
-          <th scope="col" class="num">
-            This month
-          </th>
-          <th scope="col">Expires</th>
-          <th scope="col">Status</th>
-          <th scope="col">Actions</th>
-        </tr>
-      </thead>
-      <tbody>
-        {props.tokens.map((t) => (
-          <tr key={t.id} data-token-id={t.id} class={t.status === 'revoked' || t.status === 'expired' ? 'gone' : ''}>
-            <th scope="row" data-label="Name">
-              <span>
-                <a href={hrefOf(`/tokens/${t.id}`)}>{t.name}</a>
-                {t.description && <span class="sub">{t.description}</span>}
-              </span>
-            </th>
-            <td data-label="Token" class="mono nowrap">
-              {t.masked}
-            </td>
-            <td data-label="Created" class="nowrap">
-              {fmtDate(t.created_at)}
-            </td>
-            <td data-label="Last used" class="nowrap">
-              {t.last_used_at ? fmtDateTime(t.last_used_at) : 'Never'}
-            </td>
-            <td data-label="This month" class="num" data-testid="token-usage">
-              <span>
-                {fmtInt(t.current_month_usage)}
-                {t.monthly_limit !== null && <span class="sub">of {fmtInt(t.monthly_limit)}</span>}
-              </span>
-            </td>
-            <td data-label="Expires" class="nowrap">
-              {t.expires_at ? fmtDate(t.expires_at) : '—'}
-            </td>
-            <td data-label="Status">
-              <StatusBadge status={t.status} />
-            </td>
-            <td data-label="Actions">
-              <TokenActions token={t} onChanged={props.onChanged} onError={props.onError} />
-            </td>
-          </tr>
-        ))}
-      </tbody>
-    </table>
+    <DataTable
+      stack
+      testId="token-table"
+      columns={columns}
+      rows={props.tokens}
+      rowKey={(t) => t.id}
+      rowProps={(t) => ({ 'data-token-id': t.id, class: t.status === 'revoked' || t.status === 'expired' ? 'gone' : '' })}
+      empty={props.loaded ? 'No tokens yet. Create one to call a chain.' : undefined}
+    />
   );
 }
 

@@ -1,7 +1,8 @@
 import { useRef, useState } from 'preact/hooks';
-import type { PeriodMetrics } from '../../api/types.js';
+import type { MethodFigures, PeriodMetrics } from '../../api/types.js';
+import { type Column, DataTable } from '../components/dataTable.js';
 import { FiltersBar } from '../components/filters.js';
-import { Empty, Field, Panel, Segmented, TableWrap } from '../components/ui.js';
+import { Empty, Field, Panel, Segmented } from '../components/ui.js';
 import { KINDS, type Kind, UsageCharts } from '../components/usageCharts.js';
 import { fmtInt } from '../format.js';
 import { RetentionNote, useUserMetrics } from '../metrics.js';
@@ -46,6 +47,15 @@ export function UsagePage() {
   );
 }
 
+const GATEWAY_SERVED_COLUMNS: Column<MethodFigures>[] = [
+  { header: 'Network', cell: (r) => r.chain },
+  { header: 'Method', cell: (r) => r.method },
+  { header: 'Requests', num: true, cell: (r) => fmtInt(r.requests) },
+  { header: 'Cache hits', num: true, cell: (r) => fmtInt(r.cacheHits) },
+  { header: 'Coalesced', num: true, cell: (r) => fmtInt(r.coalesced) },
+  { header: 'Hedged', num: true, cell: (r) => fmtInt(r.hedged) },
+];
+
 /**
  * Calls the gateway answered from its response cache, by sharing an identical call in flight,
  * or hedged on a second node: in all and per method.
@@ -62,32 +72,13 @@ function GatewayServed({ metrics }: { metrics: PeriodMetrics | null }) {
         <strong data-testid="hedged">{fmtInt(totals.hedged)}</strong> were hedged on a second node.
       </p>
       {rows.length > 0 && (
-        <TableWrap label="Served without a node call, by method">
-          <table data-testid="gateway-served-methods">
-          <thead>
-            <tr>
-              <th scope="col">Network</th>
-              <th scope="col">Method</th>
-              <th scope="col" class="num">Requests</th>
-              <th scope="col" class="num">Cache hits</th>
-              <th scope="col" class="num">Coalesced</th>
-              <th scope="col" class="num">Hedged</th>
-            </tr>
-          </thead>
-          <tbody>
-            {rows.map((r) => (
-              <tr key={`${r.chain}/${r.method}`}>
-                <td>{r.chain}</td>
-                <td>{r.method}</td>
-                <td class="num">{fmtInt(r.requests)}</td>
-                <td class="num">{fmtInt(r.cacheHits)}</td>
-                <td class="num">{fmtInt(r.coalesced)}</td>
-                <td class="num">{fmtInt(r.hedged)}</td>
-              </tr>
-            ))}
-          </tbody>
-          </table>
-        </TableWrap>
+        <DataTable
+          label="Served without a node call, by method"
+          testId="gateway-served-methods"
+          columns={GATEWAY_SERVED_COLUMNS}
+          rows={rows}
+          rowKey={(r) => `${r.chain}/${r.method}`}
+        />
       )}
     </div>
   );

@@ -1,7 +1,7 @@
 import { useState } from 'preact/hooks';
 import type { Alert, AlertList, TokenList } from '../../../api/types.js';
 import { ApiError } from '../../api.js';
-import { ConfirmDialog, Empty, Panel, SecretOnce } from '../../components/ui.js';
+import { ConfirmDialog, Panel, SecretOnce } from '../../components/ui.js';
 import { CHANNEL_NAMES } from '../../format.js';
 import { usePolled, useSession } from '../../hooks.js';
 import { AlertForm } from './alertForm.js';
@@ -62,11 +62,7 @@ export function AlertsPage() {
         </Panel>
       )}
       <Panel title="Your alerts" polled={alerts}>
-        {alerts.data && list.length === 0 ? (
-          <Empty>No alerts yet.</Empty>
-        ) : (
-          <AlertTable alerts={list} tokens={liveTokens} onEdit={setEditing} onDelete={setDeleting} />
-        )}
+        <AlertTable alerts={list} loaded={alerts.data !== null} tokens={liveTokens} onEdit={setEditing} onDelete={setDeleting} />
       </Panel>
       {deleting && (
         <ConfirmDialog
