@@ -26,6 +26,10 @@
  * against the same build with it. With BARE_HEADERS=1 a second bare proxy also sends the seven
  * headers the gateway adds: what writing them costs Node alone. With VIA=bearer the gateways
  * are called with the token in an Authorization header (POST /eth) instead of in the path.
+ * With BODY=varied every call is an eth_getBalance of another address (bench/wrk/post.lua and
+ * paced.lua, WRK_BODY=varied) instead of one identical eth_blockNumber body from every connection:
+ * no two calls in flight are identical, so the gateway's coalescing merges none and each run
+ * measures the proxied (non-cached, non-shared) path a call takes.
  * With THREADS=1 each throughput run also prints the CPU per request of the process's threads
  * (the event loop first, then the busiest: the storage thread, LevelDB's compaction thread,
  * libuv's pool and V8's helpers have no names to tell them apart), and the end of the run what
@@ -61,6 +65,8 @@ const PROBE = Boolean(process.env.GATEWAY_ALLOC_PROBE);
  * WRK_AUTHORIZATION), not in the path; the bare proxy gets the same header and ignores it.
  */
 const BEARER = process.env.VIA === 'bearer';
+/** BODY=varied: a distinct call each request (WRK_BODY, read by bench/wrk/post.lua and paced.lua); BODY=same (default): one eth_blockNumber body. */
+const BODY = process.env.BODY ?? 'same';
 const NAME_WIDTH = process.env.WITHOUT ? 44 : process.env.BASELINE_REV ? 30 : 20;
 /** WITHOUT="usage;limits,headers": the role and the embedded gateway once more per group, with those features taken out (checked here, before anything starts). */
 const WITHOUT = (process.env.WITHOUT ?? '').split(';').map((group) => parseFeatures(group).join(',')).filter((group) => group !== '');
@@ -102,6 +108,8 @@ async function main(): Promise<void> {
   if (unknown.length > 0) throw new Error(`unknown mode(s) ${unknown.join(', ')}: choose from ${MODES.join(', ')}`);
   const modes = (asked.length > 0 ? asked : ['role']) as Mode[];
   if (modes.some((m) => m !== 'embedded')) requireTool('redis-server', 'apt-get install -y redis-server');
+  if (BODY !== 'same' && BODY !== 'varied') throw new Error(`unknown BODY=${BODY}: choose from same, varied`);
+  if (BODY === 'varied') process.env.WRK_BODY = 'varied';
 
   if (PROBE) mkdirSync(process.env.GATEWAY_ALLOC_PROBE as string, { recursive: true });
   const processes = new Processes();

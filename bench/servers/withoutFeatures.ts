@@ -5,6 +5,7 @@
  */
 import type { Admission, Gatekeeper } from '../../src/gateway/admission.js';
 import { TokenGatekeeper } from '../../src/gateway/gatekeeper.js';
+import { UpstreamPools } from '../../src/gateway/upstream.js';
 import type { LimitDecision, Limiter } from '../../src/infra/limits/port.js';
 import type { Runtime } from '../../src/runtime.js';
 
@@ -13,9 +14,11 @@ import type { Runtime } from '../../src/runtime.js';
  * - `metrics`: the call not counted in the chain-call metrics;
  * - `limits`: no limiter, every call granted from one fixed decision (the limit headers still built from it);
  * - `headers`: no limit headers on the answers;
- * - `auth`: no admission at all, every single call gets the first call's admission (its headers too, unless `headers` is out).
+ * - `auth`: no admission at all, every single call gets the first call's admission (its headers too, unless `headers` is out);
+ * - `coalescing`: identical reads in flight each make their own upstream call (pools with `coalesce: false`);
+ * - `cache`: no response cache (pools with `cacheBytes: 0`).
  */
-export const FEATURES = ['usage', 'metrics', 'limits', 'headers', 'auth'] as const;
+export const FEATURES = ['usage', 'metrics', 'limits', 'headers', 'auth', 'coalescing', 'cache'] as const;
 export type Feature = (typeof FEATURES)[number];
 
 /** `usage,limits` → the features; an unknown name is an error that lists the known ones. */
@@ -34,6 +37,14 @@ export function withoutFeatures(runtime: Runtime, features: Feature[]): void {
   if (!gateway) throw new Error('this runtime serves no chain calls');
   if (features.includes('usage')) runtime.usageQueue.enqueue = () => undefined;
   if (features.includes('metrics')) runtime.telemetry.observeCall = () => undefined;
+  if (features.includes('coalescing') || features.includes('cache')) {
+    // Replaced before the server is built on them: nothing has used the first pools yet.
+    void gateway.pools.close();
+    gateway.pools = new UpstreamPools(gateway.chains, {
+      ...(features.includes('coalescing') ? { coalesce: false } : {}),
+      ...(features.includes('cache') ? { cacheBytes: 0 } : {}),
+    });
+  }
   let gatekeeper = gateway.gatekeeper;
   if (features.includes('limits')) gatekeeper = new TokenGatekeeper(gateway.tokens, grantingEverything(), runtime.config.plans);
   if (features.includes('auth')) gatekeeper = firstAdmissionForAll(gatekeeper);
