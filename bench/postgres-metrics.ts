@@ -3,21 +3,25 @@
  * bench/metrics-latency.ts (43,200 usage events, real projections), in a database of its own on
  * the machine's PostgreSQL, then `GET /api/v1/metrics/user` over 30 d, 7 d, 24 h and 6 h. Shows
  * that the queries are primary-key index range scans: rm_docs' sequential and index scans
- * counted around the queries (pg_stat_user_tables), and the plan of a roll-up range.
+ * counted around the queries (pg_stat_user_tables), and the plan of a roll-up range. Then the
+ * 7-day call's queries on the read models' sessions against sessions at PostgreSQL's default
+ * planner costs, interleaved: wall time, and CPU per call in Node and in PostgreSQL.
  *
  *   npx tsx bench/postgres-metrics.ts    (PG_BENCH_ADMIN_URL, default postgres://postgres@127.0.0.1:5432/test)
  */
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
 import { loadConfig } from '../src/config.js';
+import { PostgresReadModelStore, READ_SESSION_SETTINGS } from '../src/infra/readmodels/postgres.js';
+import { UsageQueries } from '../src/projections/metricsQueries.js';
 import { openRuntime } from '../src/runtime.js';
 import { buildServer } from '../src/server.js';
 import { seedAccounts, seedUsage, type SeededToken } from './lib/eventMix.js';
 import { runMain, timeLimit } from './lib/processes.js';
-import { emit, log, round } from './lib/report.js';
+import { emit, log, median, round } from './lib/report.js';
 import { embeddedEnv } from './lib/services.js';
 
 const COMMAND = 'npx tsx bench/postgres-metrics.ts';
@@ -89,10 +93,11 @@ async function main(): Promise<void> {
     const seqScans = Number(after?.seq_scan) - Number(before?.seq_scan);
     const indexScans = Number(after?.idx_scan) - Number(before?.idx_scan);
     log(`rm_docs during the queries: ${indexScans} index scans, ${seqScans} sequential scans`);
+    const planner = await compareCosts(url, (tokens[0] as SeededToken).accountId, now);
     const [{ key: sample } = { key: '' }] = await sql<{ key: string }>(url, `SELECT key FROM rm_docs WHERE collection = 'usage_rollups' LIMIT 1`);
     const prefix = sample.split('/').slice(0, 2).join('/');
     const plan = await sql<{ 'QUERY PLAN': string }>(
-      url,
+      withSettings(url, READ_SESSION_SETTINGS),
       `EXPLAIN SELECT key, doc FROM rm_docs WHERE collection = $1 AND key >= $2 AND ($3::text IS NULL OR key < $3) ORDER BY key ASC LIMIT $4`,
       ['usage_rollups', `${prefix}/`, `${prefix}0`, null],
     );
@@ -102,6 +107,10 @@ async function main(): Promise<void> {
       name: 'postgres_metrics_api_p95_ms', target: '<= 50', result: round(all[Math.floor(all.length * 0.95)] as number), unit: 'ms', command: COMMAND,
       method: `${ROUNDS} calls each of 30 d, 30 d with chain, 7 d, 24 h and 6 h over ${MINUTES} minute-spaced usage events on PostgreSQL read models; p50 ${round(all[Math.floor(all.length / 2)] as number)} ms; rm_docs scans during the calls: ${indexScans} by index, ${seqScans} sequential`,
     });
+    emit({
+      name: 'postgres_metrics_7d_queries_ms', target: null, result: planner.store.wall, unit: 'ms', command: COMMAND,
+      method: `the 7-day call's read-model queries (usage, error groups, recent errors: ${planner.store.rows} rows), ${COMPARE_ROUNDS} rounds interleaved with the same on sessions at PostgreSQL's default costs; p50 wall / Node CPU / PostgreSQL CPU per call: read-model sessions ${planner.store.wall} / ${planner.store.nodeCpu} / ${planner.store.pgCpu} ms, default costs ${planner.defaults.wall} / ${planner.defaults.nodeCpu} / ${planner.defaults.pgCpu} ms`,
+    });
     emit({ name: 'postgres_append_and_project_events_per_s', target: null, result: round(projectedPerSecond), unit: 'events/s', command: COMMAND, method: `${MINUTES} usage events appended in batches of 1000 and projected by the real projections, one process` });
     await app.close();
   } finally {
@@ -109,6 +118,84 @@ async function main(): Promise<void> {
     rmSync(dataDir, { recursive: true, force: true });
     await sql(ADMIN_URL, `DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
   }
+}
+
+const COMPARE_ROUNDS = 40;
+
+function withSettings(url: string, options: string): string {
+  const u = new URL(url);
+  u.searchParams.set('options', options);
+  return u.toString();
+}
+
+/** CPU seconds (user + system) of the server processes serving `database`, where PostgreSQL runs on this machine (null elsewhere). */
+async function serverCpuMs(url: string, database: string): Promise<number | null> {
+  const rows = await sql<{ pid: number }>(url, 'SELECT pid FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()', [database]);
+  let ticks = 0;
+  try {
+    for (const { pid } of rows) {
+      const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]?.split(' ') ?? [];
+      ticks += Number(fields[11]) + Number(fields[12]);
+    }
+  } catch {
+    return null;
+  }
+  return ticks * 10; // USER_HZ is 100 on Linux
+}
+
+interface QueryCost {
+  wall: number;
+  nodeCpu: number;
+  pgCpu: number | null;
+  rows: number;
+}
+
+/**
+ * The 7-day call's read-model queries on the store's sessions and on sessions at PostgreSQL's
+ * default planner costs (an `options` in the URL takes the place of the store's), interleaved in
+ * blocks so that both see the same machine. On a machine shared with other work, CPU per call
+ * is the steadier figure: wall time carries everyone else's load.
+ */
+async function compareCosts(url: string, accountId: string, now: number): Promise<{ store: QueryCost; defaults: QueryCost }> {
+  const database = new URL(url).pathname.slice(1);
+  const stores = {
+    store: await PostgresReadModelStore.open(url),
+    defaults: await PostgresReadModelStore.open(withSettings(url, '-c random_page_cost=4')),
+  };
+  const end = Math.floor(now / 60_000) * 60_000;
+  const scope = { accountId, start: end - 7 * DAY, end, granularity: 'hour', chain: null } as const;
+  const samples = { store: { wall: [] as number[], nodeCpu: [] as number[], pgCpu: 0, pgKnown: true, rows: 0 }, defaults: { wall: [] as number[], nodeCpu: [] as number[], pgCpu: 0, pgKnown: true, rows: 0 } };
+  try {
+    for (let block = 0; block < 4; block++) {
+      for (const name of ['store', 'defaults'] as const) {
+        const queries = new UsageQueries(stores[name]);
+        const into = samples[name];
+        const call = () => Promise.all([queries.usage(scope), queries.errorGroups(scope), queries.recentErrors(scope)]);
+        await call();
+        const serverBefore = await serverCpuMs(url, database);
+        for (let i = 0; i < COMPARE_ROUNDS / 4; i++) {
+          const cpu = process.cpuUsage();
+          const started = performance.now();
+          const [report, groups, recent] = await call();
+          into.wall.push(performance.now() - started);
+          const used = process.cpuUsage(cpu);
+          into.nodeCpu.push((used.user + used.system) / 1000);
+          into.rows = report.series.length + groups.length + recent.length;
+        }
+        const serverAfter = await serverCpuMs(url, database);
+        if (serverBefore === null || serverAfter === null) into.pgKnown = false;
+        else into.pgCpu += serverAfter - serverBefore;
+      }
+    }
+  } finally {
+    await Promise.all([stores.store.close(), stores.defaults.close()]);
+  }
+  const cost = (s: typeof samples.store): QueryCost => ({
+    wall: round(median(s.wall)), nodeCpu: round(median(s.nodeCpu)), pgCpu: s.pgKnown ? round(s.pgCpu / COMPARE_ROUNDS) : null, rows: s.rows,
+  });
+  const result = { store: cost(samples.store), defaults: cost(samples.defaults) };
+  log(`7 d queries, p50 wall / Node CPU / PostgreSQL CPU per call: read-model sessions ${result.store.wall} / ${result.store.nodeCpu} / ${result.store.pgCpu} ms; PostgreSQL's default costs ${result.defaults.wall} / ${result.defaults.nodeCpu} / ${result.defaults.pgCpu} ms`);
+  return result;
 }
 
 runMain(main);

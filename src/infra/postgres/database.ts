@@ -28,8 +28,9 @@ export interface Migration {
  */
 const MIGRATION_LOCK = 4_244_000_001;
 
-export function openPool(url: string, max: number): pg.Pool {
-  const pool = new pg.Pool({ connectionString: url, max });
+/** `options` are the sessions' settings (`-c name=value …`); an `options` in `url` takes their place. */
+export function openPool(url: string, max: number, options?: string): pg.Pool {
+  const pool = new pg.Pool({ connectionString: url, max, ...(options === undefined ? {} : { options }) });
   // An idle client whose server went away: the pool drops it, and the next query reconnects.
   pool.on('error', () => undefined);
   return pool;
