@@ -105,7 +105,7 @@ function admittedSingle(scope: CallScope, m: RpcMember, allowed: boolean, admiss
   if (!allowed) return singleError(admission, m, 403, idText, RpcCode.methodNotFound, deniedMessage(m.method, chain.id));
   if (admission.granted < 1) return singleError(admission, m, 429, idText, RpcCode.limitExceeded, limitMessage(admission), retryData(admission));
   if (chain.isWriteMethod(m.method)) {
-    return pool.sendThen({ method: 'POST', path: '', body: singleUpstreamBody(m), retriable: false, judge: judgeOf(m) }, (outcome) => {
+    return pool.sendThen({ method: 'POST', path: '', body: singleUpstreamBody(m), retriable: false, judge: judgeSingle, answerId: answerIdOf(m) }, (outcome) => {
       pool.heads?.invalidate();
       return forwardedSingle(m, admission, outcome, 'miss');
     });
@@ -113,10 +113,8 @@ function admittedSingle(scope: CallScope, m: RpcMember, allowed: boolean, admiss
   return read(scope, m, admission);
 }
 
-const judgeOf = (m: RpcCall) => {
-  const sent = m.idIsFragile ? STAND_IN_ID : m.idText;
-  return (body: Buffer) => judgeSingle(body, sent);
-};
+/** The id the node's answer carries: the one sent upstream. */
+const answerIdOf = (m: RpcCall): string | undefined => (m.idIsFragile ? STAND_IN_ID : m.idText);
 
 /**
  * A read: from the cache when its answer was kept, else sharing the call of an identical read in
@@ -140,7 +138,7 @@ function read(scope: CallScope, m: RpcCall, admission: Admission): MaybePromise<
     if (waiting !== undefined) return new Promise((resolve) => waiting.push((outcome) => resolve(forwardedSingle(m, admission, outcome, 'coalesced'))));
     pool.waiting.set(key, []);
   }
-  const request = { method: 'POST' as const, path: '', body: singleUpstreamBody(m), retriable: true, shape, judge: judgeOf(m) };
+  const request = { method: 'POST' as const, path: '', body: singleUpstreamBody(m), retriable: true, shape, judge: judgeSingle, answerId: answerIdOf(m) };
   return pool.sendThen(request, (outcome) => {
     if (key !== null) {
       const waiting = pool.coalesces ? pool.waiting.get(key) : undefined;

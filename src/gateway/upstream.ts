@@ -32,7 +32,9 @@ export interface UpstreamRequest {
    * valid answer to this call (counted against the node, another one tried), 'archive' when a
    * full node lacks the state asked (an archive node tried, when the chain has one).
    */
-  judge?: (body: Buffer) => Verdict;
+  judge?: (body: Buffer, answerId: string | undefined) => Verdict;
+  /** The id text a single JSON-RPC answer must carry, passed to `judge` (a module-level function: no closure per call). */
+  answerId?: string;
 }
 
 export type Verdict = 'ok' | 'bad' | 'archive';
@@ -251,15 +253,9 @@ export class UpstreamPool {
   sendThen<T>(request: UpstreamRequest, then: (outcome: UpstreamOutcome) => T): Promise<T> {
     const attempts = request.retriable ? Math.min(this.maxAttempts, this.members.length) : 1;
     this.heads?.touch();
-    return new Promise((resolve, reject) =>
-      new PoolCall(this, request, attempts, (outcome) => {
-        try {
-          resolve(then(outcome));
-        } catch (err) {
-          reject(err);
-        }
-      }).start(),
-    );
+    // The call itself applies `then` and settles the promise: no wrapper closure per call.
+    // `resolve` gets what `then` returned, a T.
+    return new Promise<T>((resolve, reject) => new PoolCall(this, request, attempts, then, resolve as (value: unknown) => void, reject).start());
   }
 
   health(): UpstreamHealth[] {
@@ -391,7 +387,7 @@ export class UpstreamPool {
     this.counters.hedgeWins++;
   }
 
-  attempt(m: Member, request: UpstreamRequest, done: (outcome: UpstreamOutcome, call: UpstreamCall) => void): UpstreamCall {
+  attempt(m: Member, request: UpstreamRequest, done: Settles): UpstreamCall {
     const hasBody = request.body !== undefined;
     const json = request.contentType === undefined || request.contentType === 'application/json';
     const call = new UpstreamCall(m, this.chain.timeoutMs, this.maxResponseBytes, done);
@@ -416,9 +412,9 @@ export class UpstreamPool {
   private probe(index: number, body: string): Promise<Buffer | null> {
     const m = this.members[index] as Member;
     return new Promise((resolve) => {
-      const call = new UpstreamCall(m, Math.min(this.chain.timeoutMs, 5_000), 1024 * 1024, (outcome) =>
-        resolve(outcome.ok && outcome.status === 200 ? outcome.body : null),
-      );
+      const call = new UpstreamCall(m, Math.min(this.chain.timeoutMs, 5_000), 1024 * 1024, {
+        settled: (outcome) => resolve(outcome.ok && outcome.status === 200 ? outcome.body : null),
+      });
       this.probes.add(call);
       try {
         m.dispatcher.dispatch({ method: 'POST', path: m.rootPath, headers: { ...m.jsonHeaders, [HEAD_POLL_HEADER]: '1' }, body }, call);
@@ -441,7 +437,7 @@ export const HEAD_POLL_HEADER = 'x-chain-gateway-head-poll';
  * attempt while the first is still out) when the first is slow. The first good answer wins and
  * the other attempt is cancelled.
  */
-class PoolCall {
+class PoolCall implements Settles {
   private first: Member | null = null;
   private tried: Member[] | null = null;
   private live: UpstreamCall | null = null;
@@ -458,7 +454,9 @@ class PoolCall {
     private readonly pool: UpstreamPool,
     readonly request: UpstreamRequest,
     private attemptsLeft: number,
-    private readonly resolve: (outcome: UpstreamOutcome) => void,
+    private readonly then: (outcome: UpstreamOutcome) => unknown,
+    private readonly resolve: (value: unknown) => void,
+    private readonly reject: (reason: unknown) => void,
   ) {}
 
   hasTried(m: Member): boolean {
@@ -470,7 +468,7 @@ class PoolCall {
     if (!this.request.retriable) return;
     this.pool.countRead();
     const delay = this.attemptsLeft > 0 ? this.pool.hedgeDelayMs() : null;
-    if (delay !== null) this.timer = setTimeout(this.onHedgeDue, delay);
+    if (delay !== null) this.timer = setTimeout(hedgeDue, delay, this);
   }
 
   /** Sends the next attempt; false when no upstream may take it (the call is then finished, unless another attempt is out). */
@@ -484,7 +482,7 @@ class PoolCall {
     if (this.first === null) this.first = member;
     else if (this.tried === null) this.tried = [member];
     else this.tried.push(member);
-    const call = this.pool.attempt(member, this.request, this.settled);
+    const call = this.pool.attempt(member, this.request, this);
     // Settled at once (the dispatch threw): `settled` already ran.
     if (!call.isSettled()) {
       if (this.live === null) this.live = call;
@@ -493,22 +491,23 @@ class PoolCall {
     return true;
   }
 
-  private readonly onHedgeDue = (): void => {
+  /** The hedge timer fired (hedgeDue): a second attempt, when the first is still out and the budget allows. */
+  onHedgeDue(): void {
     this.timer = null;
     if (this.finished || this.hedgeCall !== null || this.live === null || this.attemptsLeft <= 0) return;
     if (!this.pool.takeHedge()) return;
     if (!this.launch()) return;
     this.hedged = true;
     this.hedgeLaunched = this.hedgeCall;
-  };
+  }
 
-  private readonly settled = (outcome: UpstreamOutcome, call: UpstreamCall): void => {
+  settled(outcome: UpstreamOutcome, call: UpstreamCall): void {
     if (this.finished) return;
     if (this.live === call) this.live = null;
     else if (this.hedgeCall === call) this.hedgeCall = null;
     const member = call.member;
     const failure = outcome.ok ? (isNodeFailure(outcome.status, outcome.body) ? 'status' : null) : 'failed';
-    const verdict: Verdict = failure !== null ? 'bad' : this.request.judge && outcome.ok ? this.request.judge(outcome.body) : 'ok';
+    const verdict: Verdict = failure !== null ? 'bad' : this.request.judge && outcome.ok ? this.request.judge(outcome.body, this.request.answerId) : 'ok';
     if (outcome.ok && (verdict === 'ok' || (verdict === 'archive' && (this.archiveOnly || !this.pool.hasArchive)))) {
       this.pool.recordSuccess(member, outcome.upstreamMs);
       if (call === this.hedgeLaunched) this.pool.hedgeWon();
@@ -536,20 +535,36 @@ class PoolCall {
     queueMicrotask(() => {
       if (!this.finished) this.launch();
     });
-  };
+  }
 
   private finish(outcome: UpstreamOutcome): void {
     this.finished = true;
     if (this.timer !== null) clearTimeout(this.timer);
-    for (const other of [this.live, this.hedgeCall]) {
-      if (other === null) continue;
-      other.cancel();
-      this.pool.recordAbandoned(other.member, other.elapsed());
-    }
+    if (this.live !== null) this.abandon(this.live);
+    if (this.hedgeCall !== null) this.abandon(this.hedgeCall);
     this.live = null;
     this.hedgeCall = null;
-    this.resolve(this.hedged ? { ...outcome, hedged: true } : outcome);
+    try {
+      this.resolve(this.then(this.hedged ? { ...outcome, hedged: true } : outcome));
+    } catch (err) {
+      this.reject(err);
+    }
   }
+
+  private abandon(other: UpstreamCall): void {
+    other.cancel();
+    this.pool.recordAbandoned(other.member, other.elapsed());
+  }
+}
+
+/** setTimeout's callback for a hedge, with the call as its argument: no closure per call. */
+function hedgeDue(call: PoolCall): void {
+  call.onHedgeDue();
+}
+
+/** Who hears how one upstream call ended. */
+interface Settles {
+  settled(outcome: UpstreamOutcome, call: UpstreamCall): void;
 }
 
 /**
@@ -578,7 +593,7 @@ class UpstreamCall implements Dispatcher.DispatchHandler {
     readonly member: Member,
     private readonly timeoutMs: number,
     private readonly maxBytes: number,
-    private readonly done: (outcome: UpstreamOutcome, call: UpstreamCall) => void,
+    private readonly done: Settles,
   ) {
     this.label = member.upstream.label;
     this.deadline = this.started + timeoutMs;
@@ -647,7 +662,7 @@ class UpstreamCall implements Dispatcher.DispatchHandler {
     this.settled = true;
     this.chunks.length = 0;
     this.onSettle?.(this);
-    this.done(outcome, this);
+    this.done.settled(outcome, this);
   }
 
   elapsed(): number {

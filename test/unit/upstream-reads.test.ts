@@ -52,6 +52,11 @@ describe('judging an answer', () => {
     expect(judgeSingle(answer('{"jsonrpc":"2.0","id":1,"error":{"code":-32000,"message":"missing trie node abc (path )"}}'), '1')).toBe('archive');
     expect(judgeSingle(answer('{"jsonrpc":"2.0","id":1,"error":{"code":3,"message":"execution reverted"}}'), '1')).toBe('ok');
   });
+
+  it('takes a result for a result, whatever error members its content holds (a trace)', () => {
+    const trace = '{"jsonrpc":"2.0","id":1,"result":{"calls":[{"error":"call failed: historical state is not available"}]}}';
+    expect(judgeSingle(answer(trace), '1')).toBe('ok');
+  });
 });
 
 describe('what may be kept', () => {

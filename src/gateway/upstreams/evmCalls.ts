@@ -75,7 +75,18 @@ const METHODS = new Map<string, MethodSpec>([
 /** Calls whose answers depend on state kept by one node (filters, subscriptions): never shared between callers. */
 const STATEFUL = /filter|subscribe/i;
 
-export const isShareable = (method: string): boolean => !STATEFUL.test(method);
+const shareable = new Map<string, boolean>();
+/** Methods remembered: bounded, since a chain that allows `*` lets callers send any name. */
+const SHAREABLE_REMEMBERED = 1_000;
+
+/** One Map lookup per call (the pattern is tested once per method name). */
+export function isShareable(method: string): boolean {
+  const known = shareable.get(method);
+  if (known !== undefined) return known;
+  const answer = !STATEFUL.test(method);
+  if (shareable.size < SHAREABLE_REMEMBERED) shareable.set(method, answer);
+  return answer;
+}
 
 const HEX_QUANTITY = /^0x(0|[1-9a-f][0-9a-f]{0,12})$/i;
 
