@@ -256,6 +256,12 @@ export async function openRuntime(config: Config, clock?: () => Date, options: R
       authThrottle: new AuthThrottle(attempts, config.auth, now),
       usage: new UsageQueries(readModels),
       chainIds: (gateway?.chains ?? loadChains({ env: config.env })).list().map((c) => c.id),
+      // Only this process's gateway: its sockets are counted nowhere else (see the TokenMetrics schema).
+      liveWebSockets: (tokenId: string) => {
+        const sockets = telemetry.webSockets();
+        const mine = sockets?.byToken.find((t) => t.tokenId === tokenId);
+        return sockets === null ? null : { connections: mine?.connections ?? 0, subscriptions: mine?.subscriptions ?? 0 };
+      },
     },
     async close() {
       // Deliveries under way finish (bounded) while the stores are still open; the rest resume after a restart.

@@ -196,6 +196,10 @@ export const TokenMetrics = z
     token: TokenRecord.pick({ id: true, name: true, masked: true, status: true }),
     ...periodMetricsShape,
     clientIps: z.array(ClientIp),
+    webSockets: z
+      .object({ connections: count, subscriptions: count })
+      .nullable()
+      .describe('The token\'s open WebSocket connections and their subscriptions now, on the gateway in this API\'s process (ROLE=all); null where the API runs apart from the gateways (ROLE=api): the gateways count their sockets each for itself, and nothing adds them up across instances.'),
     limits: z
       .discriminatedUnion('appliesTo', [
         MonthlyLimits.extend({ appliesTo: z.literal('token') }),

@@ -174,6 +174,24 @@ describe('subscriptions', () => {
     await until(() => sockets()?.connections === 0);
   });
 
+  it('shows the token\'s live connections and subscriptions in its analytics (this process serves both)', async () => {
+    const o = await newToken();
+    const live = async () => {
+      const res = await t.app.inject({ method: 'GET', url: `/api/v1/metrics/tokens/${o.tokenId}`, headers: o.auth });
+      expect(res.statusCode).toBe(200);
+      return res.json().webSockets;
+    };
+    expect(await live()).toEqual({ connections: 0, subscriptions: 0 });
+    const clients = [await Client.open(`/local/${o.token}`), await Client.open(`/local/${o.token}`)];
+    await clients[0]?.call('eth_subscribe', ['newHeads']);
+    await clients[0]?.call('eth_subscribe', ['newHeads']);
+    await clients[1]?.call('eth_subscribe', ['newHeads']);
+    expect(await live()).toEqual({ connections: 2, subscriptions: 3 });
+    for (const c of clients) c.close();
+    await until(async () => (await live()).connections === 0);
+    expect(await live()).toEqual({ connections: 0, subscriptions: 0 });
+  });
+
   it('caps subscriptions per connection and connections per token by plan', async () => {
     const { token } = await newToken('free');
     const first = await Client.open(`/local/${token}`);

@@ -28,4 +28,6 @@ export interface ApiDeps {
   chainIds: readonly string[];
   alerts: AlertCommands;
   alertQueries: AlertQueries;
+  /** A token's open WebSocket connections and subscriptions on this process's gateway; null where this process serves no chains. */
+  liveWebSockets(tokenId: string): { connections: number; subscriptions: number } | null;
 }

@@ -151,6 +151,7 @@ export const metricsRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, deps) =
       token: { id: token.id, name: token.name, masked: token.masked, status: token.status },
       ...periodMetrics(resolved, report, recentErrors),
       clientIps,
+      webSockets: deps.liveWebSockets(id),
       // A token without its own limit draws on the account's (spec: Authentication 6).
       limits: ownLimit
         ? { ...monthlyLimits(token.monthly_limit, token.current_month_usage, deps.now()), appliesTo: 'token' as const }
