@@ -5,7 +5,8 @@
  * that the queries are primary-key index range scans: rm_docs' sequential and index scans
  * counted around the queries (pg_stat_user_tables), and the plan of a roll-up range. Then the
  * 7-day call's queries on the read models' sessions against sessions at PostgreSQL's default
- * planner costs, interleaved: wall time, and CPU per call in Node and in PostgreSQL.
+ * planner costs, interleaved: wall time, and CPU per call in Node and in PostgreSQL; and the
+ * 7-day call after a quiet spell.
  *
  *   npx tsx bench/postgres-metrics.ts    (PG_BENCH_ADMIN_URL, default postgres://postgres@127.0.0.1:5432/test)
  */
@@ -93,6 +94,7 @@ async function main(): Promise<void> {
     const seqScans = Number(after?.seq_scan) - Number(before?.seq_scan);
     const indexScans = Number(after?.idx_scan) - Number(before?.idx_scan);
     log(`rm_docs during the queries: ${indexScans} index scans, ${seqScans} sequential scans`);
+    const quiet = await afterQuiet(() => app.inject({ method: 'GET', url: `/api/v1/metrics/user${queries[2]?.[1]}`, headers: auth }));
     const planner = await compareCosts(url, (tokens[0] as SeededToken).accountId, now);
     const [{ key: sample } = { key: '' }] = await sql<{ key: string }>(url, `SELECT key FROM rm_docs WHERE collection = 'usage_rollups' LIMIT 1`);
     const prefix = sample.split('/').slice(0, 2).join('/');
@@ -111,6 +113,10 @@ async function main(): Promise<void> {
       name: 'postgres_metrics_7d_queries_ms', target: null, result: planner.store.wall, unit: 'ms', command: COMMAND,
       method: `the 7-day call's read-model queries (usage, error groups, recent errors: ${planner.store.rows} rows), ${COMPARE_ROUNDS} rounds interleaved with the same on sessions at PostgreSQL's default costs; p50 wall / Node CPU / PostgreSQL CPU per call: read-model sessions ${planner.store.wall} / ${planner.store.nodeCpu} / ${planner.store.pgCpu} ms, default costs ${planner.defaults.wall} / ${planner.defaults.nodeCpu} / ${planner.defaults.pgCpu} ms`,
     });
+    emit({
+      name: 'postgres_metrics_7d_after_quiet_ms', target: null, result: quiet.quiet, unit: 'ms', command: COMMAND,
+      method: `the 7-day call, the first after ${QUIET_MS / 1000} s without calls (the slower of ${QUIET_SPELLS}); the same call back to back: ${quiet.warm} ms`,
+    });
     emit({ name: 'postgres_append_and_project_events_per_s', target: null, result: round(projectedPerSecond), unit: 'events/s', command: COMMAND, method: `${MINUTES} usage events appended in batches of 1000 and projected by the real projections, one process` });
     await app.close();
   } finally {
@@ -121,6 +127,27 @@ async function main(): Promise<void> {
 }
 
 const COMPARE_ROUNDS = 40;
+const QUIET_MS = 11_000;
+const QUIET_SPELLS = 2;
+
+/** A call after a quiet spell longer than pg's default idle timeout (10 s), against the same call back to back. */
+async function afterQuiet(call: () => Promise<unknown>): Promise<{ quiet: number; warm: number }> {
+  const timed = async () => {
+    const started = performance.now();
+    await call();
+    return performance.now() - started;
+  };
+  const quiet: number[] = [];
+  const warm: number[] = [];
+  for (let spell = 0; spell < QUIET_SPELLS; spell++) {
+    await new Promise((r) => setTimeout(r, QUIET_MS));
+    quiet.push(await timed());
+    for (let i = 0; i < 3; i++) warm.push(await timed());
+  }
+  const result = { quiet: round(Math.max(...quiet)), warm: round(median(warm)) };
+  log(`7d after ${QUIET_MS / 1000} s quiet: ${quiet.map(round).join(', ')} ms; back to back ${result.warm} ms`);
+  return result;
+}
 
 function withSettings(url: string, options: string): string {
   const u = new URL(url);

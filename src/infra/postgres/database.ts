@@ -28,9 +28,15 @@ export interface Migration {
  */
 const MIGRATION_LOCK = 4_244_000_001;
 
-/** `options` are the sessions' settings (`-c name=value …`); an `options` in `url` takes their place. */
+/**
+ * `options` are the sessions' settings (`-c name=value …`); an `options` in `url` takes their
+ * place. Connections are kept however long they sit idle (pg closes them after 10 s by
+ * default): a new one costs a server process and its first queries warm that process's caches,
+ * and a metrics call fans out eight queries at once, so after every quiet spell it paid for
+ * eight (bench/postgres-metrics.ts: the first call after 11 s quiet).
+ */
 export function openPool(url: string, max: number, options?: string): pg.Pool {
-  const pool = new pg.Pool({ connectionString: url, max, ...(options === undefined ? {} : { options }) });
+  const pool = new pg.Pool({ connectionString: url, max, idleTimeoutMillis: 0, ...(options === undefined ? {} : { options }) });
   // An idle client whose server went away: the pool drops it, and the next query reconnects.
   pool.on('error', () => undefined);
   return pool;
