@@ -2,7 +2,7 @@ import type { Admission } from './admission.js';
 import type { Chain } from './chains.js';
 import { admissionRpcCode, JSON_CONTENT_TYPE, type RequestIds, restError, rpcErrorFor } from './errors.js';
 import type { UpstreamPool } from './upstream.js';
-import type { MaybePromise } from '../infra/limits/port.js';
+import type { MaybePromise } from '../domain/maybePromise.js';
 
 /**
  * What a protocol handler hands back to the routes: the HTTP answer, the admission it got (for

@@ -1,7 +1,7 @@
 import type { IncomingHttpHeaders } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import type { UsageRecord } from '../domain/usage.js';
-import type { MaybePromise } from '../infra/limits/port.js';
+import type { MaybePromise } from '../domain/maybePromise.js';
 import type { Admission, Gatekeeper } from './admission.js';
 import { type Answer, type CallScope, INVALID_METHOD, localError, type LocalError } from './answer.js';
 import { BodyTooLarge, isJsonRpcMediaType, type RawBody } from './body.js';

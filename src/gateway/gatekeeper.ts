@@ -1,7 +1,8 @@
 import { effectiveStatus } from '../domain/apiToken.js';
 import { effectiveTokenLimits, type PlanCatalog, planAllowsChain } from '../domain/plans.js';
 import { hashToken, isWellFormedToken, TOKEN_LENGTH } from '../domain/tokenFormat.js';
-import { type LimitDecision, type Limiter, type MaybePromise, quotaBucket } from '../infra/limits/port.js';
+import type { MaybePromise } from '../domain/maybePromise.js';
+import { type LimitDecision, type Limiter, quotaBucket } from '../infra/limits/port.js';
 import type { Admission, AdmissionRequest, Caller, Gatekeeper, LimitHeaders } from './admission.js';
 import { IsoClock } from './isoClock.js';
 import type { TokenCache } from './tokenCache.js';

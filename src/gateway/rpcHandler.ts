@@ -31,7 +31,7 @@ import { type CallShape, isShareable, shapeOf } from './upstreams/evmCalls.js';
 import type { ChainHeads } from './upstreams/heads.js';
 import { startsLikeJson } from './jsonScan.js';
 import type { UpstreamFailure, UpstreamOutcome } from './upstream.js';
-import type { MaybePromise } from '../infra/limits/port.js';
+import type { MaybePromise } from '../domain/maybePromise.js';
 
 /**
  * A JSON-RPC request end to end: validate, ask the gatekeeper for the calls that would reach the

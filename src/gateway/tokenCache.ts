@@ -1,5 +1,5 @@
 import type { ChangeFeed } from '../infra/changefeed/port.js';
-import type { MaybePromise } from '../infra/limits/port.js';
+import type { MaybePromise } from '../domain/maybePromise.js';
 import type { Queries } from '../projections/queries.js';
 import { INVALIDATION_TOPIC } from '../projections/runner.js';
 import { type CachedToken, TokenTable } from './tokenTable.js';

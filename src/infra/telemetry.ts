@@ -1,7 +1,8 @@
 import { type IntervalHistogram, monitorEventLoopDelay } from 'node:perf_hooks';
 import { Counter, collectDefaultMetrics, Gauge, Registry } from 'prom-client';
 import type { UsageRecord } from '../domain/usage.js';
-import type { LimitDecision, Limiter, LimitRequest, MaybePromise } from './limits/port.js';
+import type { MaybePromise } from '../domain/maybePromise.js';
+import type { LimitDecision, Limiter, LimitRequest } from './limits/port.js';
 import type { RedisHealthSnapshot, RedisState } from './redisHealth.js';
 
 /** Live WebSocket connections and subscriptions (src/gateway/ws), per token. */

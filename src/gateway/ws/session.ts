@@ -3,7 +3,7 @@ import type { IncomingHttpHeaders } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import type { Observable, Subscription } from 'rxjs';
 import WebSocket from 'ws';
-import type { MaybePromise } from '../../infra/limits/port.js';
+import type { MaybePromise } from '../../domain/maybePromise.js';
 import type { Admission, Caller } from '../admission.js';
 import { type Answer, type CallScope, draft, localError, refusedRpc, retryData } from '../answer.js';
 import type { ChainCalls, ChainRequest, ChainResponse } from '../chainCalls.js';

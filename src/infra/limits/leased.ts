@@ -1,4 +1,5 @@
-import type { LimitDecision, LimitRequest, Limiter, MaybePromise } from './port.js';
+import type { MaybePromise } from '../../domain/maybePromise.js';
+import type { LimitDecision, LimitRequest, Limiter } from './port.js';
 import { decide, monthId, rateWindow } from './window.js';
 
 /** What the leasing limiter needs of the shared limiter under it (the Redis one). */

@@ -1,4 +1,5 @@
-import type { LimitDecision, LimitRequest, Limiter, MaybePromise } from './port.js';
+import type { MaybePromise } from '../../domain/maybePromise.js';
+import type { LimitDecision, LimitRequest, Limiter } from './port.js';
 import { MONTHLY_RETENTION_SECONDS, decide, monthId, nextMonthStart, rateWindow } from './window.js';
 
 interface RateWindow {

@@ -1,3 +1,5 @@
+import type { MaybePromise } from '../../domain/maybePromise.js';
+
 /**
  * The limiter port: per-second rate limit and monthly quota decided together, atomically, so
  * concurrent gateways never admit more than the limits (Redis: one Lua call; in process: one
@@ -35,11 +37,6 @@ export interface LimitDecision {
   retryAfterSeconds: number | null;
 }
 
-/**
- * A value now, or later: an adapter answers at once when it needs no I/O (a call on the hot
- * path then builds no promise for it), and with a promise when it does.
- */
-export type MaybePromise<T> = T | Promise<T>;
 
 export interface Limiter {
   /** At once when the decision needs no I/O (in process, or a lease that covers the call). */

@@ -1,5 +1,6 @@
 import { MemoryLimiter } from './memory.js';
-import type { LimitDecision, LimitRequest, Limiter, MaybePromise } from './port.js';
+import type { MaybePromise } from '../../domain/maybePromise.js';
+import type { LimitDecision, LimitRequest, Limiter } from './port.js';
 import { nextMonthStart, rateWindow } from './window.js';
 
 const REDIS_COOLDOWN_MS = 500;
