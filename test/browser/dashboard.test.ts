@@ -2,6 +2,7 @@ import { tmpdir } from 'node:os';
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Page } from 'playwright-core';
+import { WebSocket } from 'ws';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type Browser, buildDashboard, DESKTOP, launchBrowser, PHONE } from '../support/browser.js';
 import { type GanacheNode, startGanache } from '../support/ganache.js';
@@ -265,6 +266,16 @@ describe('dashboard', () => {
     await go(`/tokens/${tokenId}`);
     await until('the token analytics', () => page.getByTestId('token-chart-sum').textContent(), (v) => v === '7');
     expect(await page.getByTestId('client-ips').getByText('127.0.0.1').isVisible()).toBe(true);
+
+    // A WebSocket the token holds open shows among its facts.
+    const socket = new WebSocket(`${base.replace(/^http/, 'ws')}/local/${token}`);
+    await new Promise<void>((resolve, reject) => socket.once('open', () => resolve()).once('error', reject));
+    try {
+      await go(`/tokens/${tokenId}`);
+      await until('the token\'s live sockets', () => page.getByTestId('detail-websockets').textContent(), (v) => v?.startsWith('1 connection,') === true);
+    } finally {
+      socket.close();
+    }
   });
 
   it("edits a token's name and description", async () => {

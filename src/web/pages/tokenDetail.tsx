@@ -1,5 +1,5 @@
 import { useEffect, useState } from 'preact/hooks';
-import type { ClientIp, TokenHistory, TokenRecord } from '../../api/types.js';
+import type { ClientIp, TokenHistory, TokenMetrics, TokenRecord } from '../../api/types.js';
 import { ApiError } from '../api.js';
 import { Breakdown } from '../components/breakdown.js';
 import { type Column, DataTable } from '../components/dataTable.js';
@@ -48,7 +48,7 @@ export function TokenDetailPage({ id }: { id: string }) {
       <ProblemMessage error={actionError} />
       <div class="two-col">
         <Panel title="Details" polled={record}>
-          <TokenFacts token={token} />
+          <TokenFacts token={token} webSockets={m?.webSockets ?? null} />
         </Panel>
         <Panel title="Edit">
           {token.status === 'active' || token.status === 'disabled' ? (
@@ -85,7 +85,7 @@ export function TokenDetailPage({ id }: { id: string }) {
   );
 }
 
-function TokenFacts({ token }: { token: TokenRecord }) {
+function TokenFacts({ token, webSockets }: { token: TokenRecord; webSockets: TokenMetrics['webSockets'] | null }) {
   return (
     <dl class="plan-list">
       <div>
@@ -120,6 +120,16 @@ function TokenFacts({ token }: { token: TokenRecord }) {
         <dt>Rate limit</dt>
         <dd>{token.rate_limit === null ? "The plan's" : `${fmtInt(token.rate_limit)} requests per second`}</dd>
       </div>
+      {webSockets && (
+        // Live sockets as this gateway counts them: shown where the API runs with the gateway (ROLE=all).
+        <div>
+          <dt>WebSockets now</dt>
+          <dd data-testid="detail-websockets">
+            {fmtInt(webSockets.connections)} {webSockets.connections === 1 ? 'connection' : 'connections'}, {fmtInt(webSockets.subscriptions)}{' '}
+            {webSockets.subscriptions === 1 ? 'subscription' : 'subscriptions'}
+          </dd>
+        </div>
+      )}
     </dl>
   );
 }
