@@ -43,7 +43,18 @@ import { compactionOutput } from './lib/leveldb.js';
 import { measuredThroughput, pacedLatency, pacedWarmUp, type Throughput, wrk } from './lib/load.js';
 import { measureAlone, Processes, requireTool, runMain, timeLimit, waitForIdle } from './lib/processes.js';
 import { log, median } from './lib/report.js';
-import { allocationWindow, buildRevision, checkCall, type Service, seedOneToken, startBareProxy, startGateway, startRedis, startUpstream, writeBenchPlans } from './lib/services.js';
+import {
+  allocationWindow,
+  buildRevision,
+  checkCall,
+  type Service,
+  seedOneToken,
+  startBareProxy,
+  startGateway,
+  startRedis,
+  startUpstream,
+  writeBenchPlans,
+} from './lib/services.js';
 import type { AllocationWindow } from './servers/allocationProbe.js';
 import { parseFeatures } from './servers/withoutFeatures.js';
 
@@ -69,7 +80,10 @@ const BEARER = process.env.VIA === 'bearer';
 const BODY = process.env.BODY ?? 'same';
 const NAME_WIDTH = process.env.WITHOUT ? 44 : process.env.BASELINE_REV ? 30 : 20;
 /** WITHOUT="usage;limits,headers": the role and the embedded gateway once more per group, with those features taken out (checked here, before anything starts). */
-const WITHOUT = (process.env.WITHOUT ?? '').split(';').map((group) => parseFeatures(group).join(',')).filter((group) => group !== '');
+const WITHOUT = (process.env.WITHOUT ?? '')
+  .split(';')
+  .map((group) => parseFeatures(group).join(','))
+  .filter((group) => group !== '');
 
 interface Target {
   name: string;
@@ -143,13 +157,26 @@ async function main(): Promise<void> {
         if (redis) pids.push(redis.process.child.pid as number);
         const name = `gateway ${mode}${suffix}`;
         const service = await startGateway(processes, {
-          dataDir, upstreamUrl: upstream.url, plansFile, redisUrl: redis?.url, label: name, buildDir, nodeFlags: buildDir ? [] : FLAGS_UNDER_TEST,
+          dataDir,
+          upstreamUrl: upstream.url,
+          plansFile,
+          redisUrl: redis?.url,
+          label: name,
+          buildDir,
+          nodeFlags: buildDir ? [] : FLAGS_UNDER_TEST,
           // The role, and a gateway with features out, run from the bench's entry; the embedded gateway as is from src/main.ts.
           entry: mode === 'role' || without ? 'bench/servers/benchGateway.ts' : undefined,
           env: { ...(mode === 'role' ? { BENCH_ROLE: 'gateway' } : {}), ...(without ? { BENCH_WITHOUT: without } : {}) },
         });
         pids.push(service.process.child.pid as number);
-        targets.push({ name, url: `${service.url}${gatewayPath}`, service, ingests: mode !== 'role', needs: redis ? [redis.process.child.pid as number] : [], dataDir });
+        targets.push({
+          name,
+          url: `${service.url}${gatewayPath}`,
+          service,
+          ingests: mode !== 'role',
+          needs: redis ? [redis.process.child.pid as number] : [],
+          dataDir,
+        });
       }
     }
     for (const t of targets) {
@@ -175,12 +202,16 @@ async function main(): Promise<void> {
         const { run, backlog } = runs.get(t) as { run: Throughput; backlog: string };
         ratios.set(t.name, [...(ratios.get(t.name) ?? []), { rps: run.rps / baseline.rps, cpu: run.cpuUsPerRequest / baseline.cpuUsPerRequest }]);
         const threads = THREADS ? describeThreads(run) : '';
-        log(`round ${round}: ${t.name.padEnd(NAME_WIDTH)} ${String(Math.round(run.rps)).padStart(6)} req/s ${String(Math.round(run.cpuUsPerRequest)).padStart(4)} µs CPU/req, ${(run.rps / baseline.rps).toFixed(3)}× the bare proxy${backlog}${threads}`);
+        log(
+          `round ${round}: ${t.name.padEnd(NAME_WIDTH)} ${String(Math.round(run.rps)).padStart(6)} req/s ${String(Math.round(run.cpuUsPerRequest)).padStart(4)} µs CPU/req, ${(run.rps / baseline.rps).toFixed(3)}× the bare proxy${backlog}${threads}`,
+        );
       }
     }
     for (const t of targets.slice(1)) {
       const r = ratios.get(t.name) ?? [];
-      log(`median of ${r.length} rounds: ${t.name.padEnd(NAME_WIDTH)} ${median(r.map((x) => x.rps)).toFixed(3)}× the bare proxy's throughput, ${median(r.map((x) => x.cpu)).toFixed(3)}× its CPU per request`);
+      log(
+        `median of ${r.length} rounds: ${t.name.padEnd(NAME_WIDTH)} ${median(r.map((x) => x.rps)).toFixed(3)}× the bare proxy's throughput, ${median(r.map((x) => x.cpu)).toFixed(3)}× its CPU per request`,
+      );
     }
     if (THREADS) for (const t of targets) if (t.ingests && t.dataDir) log(`${t.name}: LevelDB compaction output so far: ${compactionOutput(t.dataDir)}`);
   } finally {
@@ -209,20 +240,28 @@ async function compareLatency(direct: Target, targets: Target[], pids: number[])
       baseline ??= run;
       let extra = t === direct ? '' : `, added p50 ${(run.p50Ms - baseline.p50Ms).toFixed(3)} ms, p99 ${(run.p99Ms - baseline.p99Ms).toFixed(2)} ms`;
       if (run.allocation) extra += `; ${describeAllocation(run.allocation)}`;
-      if (t !== direct) added.set(t.name, [...(added.get(t.name) ?? []), { p50: run.p50Ms - baseline.p50Ms, p99: run.p99Ms - baseline.p99Ms, allocation: run.allocation }]);
-      log(`round ${round}: ${t.name.padEnd(NAME_WIDTH)} at ${Math.round(run.rate)} req/s: p50 ${run.p50Ms.toFixed(3)} ms, p99 ${run.p99Ms.toFixed(3)} ms${extra}`);
+      if (t !== direct)
+        added.set(t.name, [...(added.get(t.name) ?? []), { p50: run.p50Ms - baseline.p50Ms, p99: run.p99Ms - baseline.p99Ms, allocation: run.allocation }]);
+      log(
+        `round ${round}: ${t.name.padEnd(NAME_WIDTH)} at ${Math.round(run.rate)} req/s: p50 ${run.p50Ms.toFixed(3)} ms, p99 ${run.p99Ms.toFixed(3)} ms${extra}`,
+      );
     }
   }
   for (const t of targets) {
     const r = added.get(t.name) ?? [];
     const allocations = r.flatMap((x) => (x.allocation ? [x.allocation] : []));
-    const allocation = allocations.length === 0 ? '' : `; ${describeAllocation({
-      kbPerRequest: median(allocations.map((a) => a.kbPerRequest)),
-      scavenges: median(allocations.map((a) => a.scavenges)),
-      otherCollections: median(allocations.map((a) => a.otherCollections)),
-      gcMs: median(allocations.map((a) => a.gcMs)),
-    })}`;
-    log(`median of ${r.length} rounds${OWN_CORE ? ' (event loop on its own core)' : ''}: ${t.name.padEnd(NAME_WIDTH)} added p50 ${median(r.map((x) => x.p50)).toFixed(3)} ms, p99 ${median(r.map((x) => x.p99)).toFixed(2)} ms (by round: ${r.map((x) => x.p99.toFixed(2)).join(', ')})${allocation}`);
+    const allocation =
+      allocations.length === 0
+        ? ''
+        : `; ${describeAllocation({
+            kbPerRequest: median(allocations.map((a) => a.kbPerRequest)),
+            scavenges: median(allocations.map((a) => a.scavenges)),
+            otherCollections: median(allocations.map((a) => a.otherCollections)),
+            gcMs: median(allocations.map((a) => a.gcMs)),
+          })}`;
+    log(
+      `median of ${r.length} rounds${OWN_CORE ? ' (event loop on its own core)' : ''}: ${t.name.padEnd(NAME_WIDTH)} added p50 ${median(r.map((x) => x.p50)).toFixed(3)} ms, p99 ${median(r.map((x) => x.p99)).toFixed(2)} ms (by round: ${r.map((x) => x.p99.toFixed(2)).join(', ')})${allocation}`,
+    );
   }
 }
 
@@ -236,7 +275,12 @@ interface AllocationRate {
 
 function perThousand(w: AllocationWindow): AllocationRate {
   const per = (x: number): number => (1000 * x) / Math.max(1, w.requests);
-  return { kbPerRequest: w.allocatedBytes / 1024 / Math.max(1, w.requests), scavenges: per(w.scavenges), otherCollections: per(w.otherCollections), gcMs: per(w.gcPauseMs) };
+  return {
+    kbPerRequest: w.allocatedBytes / 1024 / Math.max(1, w.requests),
+    scavenges: per(w.scavenges),
+    otherCollections: per(w.otherCollections),
+    gcMs: per(w.gcPauseMs),
+  };
 }
 
 const describeAllocation = (a: AllocationRate): string =>

@@ -83,7 +83,12 @@ async function run(accounts: number): Promise<void> {
   const readEvents = server.eventsRead;
   const started = process.hrtime.bigint();
   for (let round = 0; round < ROUNDS; round++) {
-    for (const id of ids) await appendBatch(appender(), id, Array.from({ length: BATCH }, () => record(id)));
+    for (const id of ids)
+      await appendBatch(
+        appender(),
+        id,
+        Array.from({ length: BATCH }, () => record(id)),
+      );
   }
   const seconds = Number(process.hrtime.bigint() - started) / 1e9;
 
@@ -102,7 +107,9 @@ async function run(accounts: number): Promise<void> {
   await appendBatch(appender(), 'acc0', retried);
   const stream = usageStream('acc0');
   const held = server.eventsOf(stream).filter((id) => retried.some((r) => usageEventId(r) === id)).length;
-  log(`  a redelivered batch on account #1 (${firstBatch.length} appended before + 1 new): ${server.roundTrips - before} round trips, ${held} of ${retried.length} in the stream once each: ${held === retried.length ? 'yes' : 'NO'}`);
+  log(
+    `  a redelivered batch on account #1 (${firstBatch.length} appended before + 1 new): ${server.roundTrips - before} round trips, ${held} of ${retried.length} in the stream once each: ${held === retried.length ? 'yes' : 'NO'}`,
+  );
   if (gc) {
     // The appender's share: the heap with it, less the heap once it is gone (the server's events stay).
     gc();

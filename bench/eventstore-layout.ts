@@ -39,8 +39,20 @@ function usageEvent(seq: number, streamId: string, revision: number): { id: stri
   const id = usageEventId({ requestId, at });
   const account = seq % ACCOUNTS;
   const data = {
-    requestId, at, accountId: `account-${account}`, tokenId: `token-${account}`, chain: 'eth', method: 'eth_blockNumber',
-    status: 200, rpcErrorCode: null, errorMessage: null, totalMs: 0.42, upstreamMs: 0.21, clientIp: '127.0.0.1', upstream: 'eth-1', retentionDays: 30,
+    requestId,
+    at,
+    accountId: `account-${account}`,
+    tokenId: `token-${account}`,
+    chain: 'eth',
+    method: 'eth_blockNumber',
+    status: 200,
+    rpcErrorCode: null,
+    errorMessage: null,
+    totalMs: 0.42,
+    upstreamMs: 0.21,
+    clientIp: '127.0.0.1',
+    upstream: 'eth-1',
+    retentionDays: 30,
   };
   return { id, json: JSON.stringify({ streamId, revision, id, type: 'UsageRecorded', created: at, data, metadata: {} }) };
 }
@@ -48,7 +60,8 @@ function usageEvent(seq: number, streamId: string, revision: number): { id: stri
 async function measure(split: boolean): Promise<void> {
   const root = mkdtempSync(join(tmpdir(), 'bench-layout-'));
   try {
-    const open = (name: string): ClassicLevel<string, string> => new ClassicLevel<string, string>(join(root, name), { keyEncoding: 'utf8', valueEncoding: 'utf8' });
+    const open = (name: string): ClassicLevel<string, string> =>
+      new ClassicLevel<string, string>(join(root, name), { keyEncoding: 'utf8', valueEncoding: 'utf8' });
     const logStore = open(split ? 'log' : 'store');
     const indexStore = split ? open('index') : logStore;
     await logStore.open();
@@ -79,7 +92,9 @@ async function measure(split: boolean): Promise<void> {
       const dir = join(root, name);
       return `${name}: compaction output ${(compactionBytes(dir) / 1e6).toFixed(1)} MB, ${(sizeBytes(dir) / 1e6).toFixed(1)} MB on disk`;
     });
-    log(`${split ? 'two stores' : 'one store '}: ${EVENTS} events, ${((cpu * 1e6) / EVENTS).toFixed(1)} µs of CPU per event (all threads, ${SETTLE_MS / 1000} s of settling included); ${stores.join('; ')}`);
+    log(
+      `${split ? 'two stores' : 'one store '}: ${EVENTS} events, ${((cpu * 1e6) / EVENTS).toFixed(1)} µs of CPU per event (all threads, ${SETTLE_MS / 1000} s of settling included); ${stores.join('; ')}`,
+    );
     await logStore.close();
     if (split) await indexStore.close();
   } finally {

@@ -33,7 +33,14 @@ async function start(dataDir: string) {
   await runtime.projector?.start();
   await runtime.projector?.caughtUp;
   const app = await buildServer(runtime);
-  return { runtime, app, close: async () => { await app.close(); await runtime.close(); } };
+  return {
+    runtime,
+    app,
+    close: async () => {
+      await app.close();
+      await runtime.close();
+    },
+  };
 }
 
 /** Child: an account, a token and ROWS calls over the last 6 days (inside Free's 7); prints the session cookie. */
@@ -52,9 +59,19 @@ async function writeRows(dataDir: string): Promise<void> {
     for (let i = first; i < Math.min(ROWS, first + 1000); i++) {
       const at = new Date(from + i * step).toISOString();
       const r: UsageRecord = {
-        requestId: `00000000-0000-4000-8000-${String(i).padStart(12, '0')}`, at, accountId, tokenId, chain: 'eth',
-        method: i % 10 === 0 ? 'eth_call' : 'eth_getBalance', status: 200, rpcErrorCode: i % 100 === 0 ? 3 : null,
-        errorMessage: i % 100 === 0 ? 'execution reverted' : null, totalMs: 12.34, upstreamMs: 10.5, clientIp: '203.0.113.45', upstream: 'eth-1',
+        requestId: `00000000-0000-4000-8000-${String(i).padStart(12, '0')}`,
+        at,
+        accountId,
+        tokenId,
+        chain: 'eth',
+        method: i % 10 === 0 ? 'eth_call' : 'eth_getBalance',
+        status: 200,
+        rpcErrorCode: i % 100 === 0 ? 3 : null,
+        errorMessage: i % 100 === 0 ? 'execution reverted' : null,
+        totalMs: 12.34,
+        upstreamMs: 10.5,
+        clientIp: '203.0.113.45',
+        upstream: 'eth-1',
       };
       batch.push({ id: usageEventId(r), type: USAGE_EVENT_TYPE, data: { ...r } });
     }
@@ -104,13 +121,19 @@ async function measureExport(dataDir: string, cookie: string): Promise<void> {
     const seconds = (performance.now() - started) / 1000;
     const rssGrowth = (peakRss - base.rss) / MB;
     console.log(`CSV received          ${(lines - 1).toLocaleString('en-US')} rows + header, ${(bytes / MB).toFixed(1)} MB`);
-    console.log(`first byte after      ${firstByteMs.toFixed(0)} ms; whole export ${seconds.toFixed(1)} s (${Math.round(ROWS / seconds).toLocaleString('en-US')} rows/s)`);
+    console.log(
+      `first byte after      ${firstByteMs.toFixed(0)} ms; whole export ${seconds.toFixed(1)} s (${Math.round(ROWS / seconds).toLocaleString('en-US')} rows/s)`,
+    );
     console.log(`baseline              RSS ${(base.rss / MB).toFixed(1)} MB, heap ${(base.heapUsed / MB).toFixed(1)} MB`);
     console.log(`peak RSS growth       ${rssGrowth.toFixed(1)} MB (limit ${LIMIT_MB} MB)${gc ? '' : '  [run with --expose-gc for a clean baseline]'}`);
     console.log(`peak heap growth      ${((peakHeap - base.heapUsed) / MB).toFixed(1)} MB`);
     emit({
-      name: 'export_csv_rss_growth_mb', target: `<= ${LIMIT_MB}`, result: round(rssGrowth), unit: 'MB',
-      command: 'node --expose-gc --import tsx bench/export-memory.ts', method: `${ROWS} rows of CSV over HTTP, first byte after ${firstByteMs.toFixed(0)} ms; peak RSS above the baseline, server and client in one process`,
+      name: 'export_csv_rss_growth_mb',
+      target: `<= ${LIMIT_MB}`,
+      result: round(rssGrowth),
+      unit: 'MB',
+      command: 'node --expose-gc --import tsx bench/export-memory.ts',
+      method: `${ROWS} rows of CSV over HTTP, first byte after ${firstByteMs.toFixed(0)} ms; peak RSS above the baseline, server and client in one process`,
     });
     if (lines - 1 !== ROWS) throw new Error(`expected ${ROWS} rows, got ${lines - 1}`);
     if (rssGrowth > LIMIT_MB) process.exitCode = 1;
@@ -125,7 +148,9 @@ if (process.env.BENCH_EXPORT_DIR) {
   const dataDir = mkdtempSync(join(tmpdir(), 'gw-bench-export-'));
   try {
     const child = spawnSync(process.execPath, [...process.execArgv, fileURLToPath(import.meta.url), String(ROWS)], {
-      env: { ...process.env, BENCH_EXPORT_DIR: dataDir }, encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'],
+      env: { ...process.env, BENCH_EXPORT_DIR: dataDir },
+      encoding: 'utf8',
+      stdio: ['ignore', 'pipe', 'inherit'],
     });
     if (child.status !== 0) throw new Error(`writing rows failed (exit ${child.status})`);
     const { cookie, writeSeconds } = JSON.parse(child.stdout.trim().split('\n').pop() ?? '{}') as { cookie: string; writeSeconds: number };

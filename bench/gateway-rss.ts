@@ -98,7 +98,13 @@ async function compactReadModels(dataDir: string): Promise<void> {
 }
 
 /** Starts the service, fills its token cache with every token, calls through it, and reads its memory. */
-async function warmAndMeasure(processes: Processes, gatewayOptions: GatewayOptions, tokens: Array<{ token: string }>, label: string, sustainedCalls = 0): Promise<WarmMeasure> {
+async function warmAndMeasure(
+  processes: Processes,
+  gatewayOptions: GatewayOptions,
+  tokens: Array<{ token: string }>,
+  label: string,
+  sustainedCalls = 0,
+): Promise<WarmMeasure> {
   await compactReadModels(gatewayOptions.dataDir);
   const t = performance.now();
   const gateway = await startGateway(processes, gatewayOptions);
@@ -122,7 +128,9 @@ async function warmAndMeasure(processes: Processes, gatewayOptions: GatewayOptio
   const warmAnon = rssMb(pid, 'RssAnon');
   const warmFile = rssMb(pid, 'RssFile');
   const warmLevelDbTables = mappedRssMb(pid, (path) => path.endsWith('.ldb'));
-  log(`${label}: RSS ${round(warmRss)} MB (anonymous ${round(warmAnon)}, file-backed ${round(warmFile)} of which LevelDB tables ${round(warmLevelDbTables)}) with ${cached} tokens cached, after ${SAMPLE_CALLS} calls`);
+  log(
+    `${label}: RSS ${round(warmRss)} MB (anonymous ${round(warmAnon)}, file-backed ${round(warmFile)} of which LevelDB tables ${round(warmLevelDbTables)}) with ${cached} tokens cached, after ${SAMPLE_CALLS} calls`,
+  );
   let sustained: WarmMeasure['sustained'] = null;
   if (sustainedCalls > SAMPLE_CALLS) {
     await serve(gateway.url, tokens, SAMPLE_CALLS, sustainedCalls);
@@ -132,12 +140,28 @@ async function warmAndMeasure(processes: Processes, gatewayOptions: GatewayOptio
   }
   // A full collection (the process runs with --expose-gc): what of the memory is live.
   process.kill(pid, 'SIGUSR2');
-  const afterGc = await waitForOutput(gateway.process.output, /live memory ([\d.]+) MB, after gc: rss (\d+) MB, heap total (\d+) MB, external (\d+) MB/, 10_000);
+  const afterGc = await waitForOutput(
+    gateway.process.output,
+    /live memory ([\d.]+) MB, after gc: rss (\d+) MB, heap total (\d+) MB, external (\d+) MB/,
+    10_000,
+  );
   const liveAfter = Number(afterGc[1]);
   log(`${label}: live memory ${liveBefore} MB before the cache was filled; at the end ${afterGc[0]}`);
   await processes.stop(gateway.process, 15_000);
   return {
-    readySeconds, idleRss, warmRss, warmAnon, warmFile, warmLevelDbTables, rssAfterGc: Number(afterGc[2]), liveBefore, liveAfter, heapTotalMb: Number(afterGc[3]), externalMb: Number(afterGc[4]), cached, sustained,
+    readySeconds,
+    idleRss,
+    warmRss,
+    warmAnon,
+    warmFile,
+    warmLevelDbTables,
+    rssAfterGc: Number(afterGc[2]),
+    liveBefore,
+    liveAfter,
+    heapTotalMb: Number(afterGc[3]),
+    externalMb: Number(afterGc[4]),
+    cached,
+    sustained,
   };
 }
 
@@ -158,7 +182,13 @@ async function main(): Promise<void> {
 
     const upstream = await startUpstream(processes);
     const gatewayOptions: GatewayOptions = {
-      dataDir, upstreamUrl: upstream.url, plansFile, entry: 'bench/servers/warmGateway.ts', nodeFlags: ['--expose-gc'], env: { TOKENS_FILE: tokensFile }, label: 'gateway (warmable)',
+      dataDir,
+      upstreamUrl: upstream.url,
+      plansFile,
+      entry: 'bench/servers/warmGateway.ts',
+      nodeFlags: ['--expose-gc'],
+      env: { TOKENS_FILE: tokensFile },
+      label: 'gateway (warmable)',
     };
     // First start: the projector builds the read models from scratch; then a restart, as a
     // gateway in service starts: with its checkpoint and read models on disk.
@@ -171,7 +201,13 @@ async function main(): Promise<void> {
 
     const all = await warmAndMeasure(processes, gatewayOptions, tokens, 'ROLE=all');
     const redis = await startRedis(processes);
-    const role = await warmAndMeasure(processes, { ...gatewayOptions, redisUrl: redis.url, env: { ...gatewayOptions.env, BENCH_ROLE: 'gateway' }, label: 'gateway role (warmable)' }, tokens, 'gateway role', SUSTAINED_CALLS);
+    const role = await warmAndMeasure(
+      processes,
+      { ...gatewayOptions, redisUrl: redis.url, env: { ...gatewayOptions.env, BENCH_ROLE: 'gateway' }, label: 'gateway role (warmable)' },
+      tokens,
+      'gateway role',
+      SUSTAINED_CALLS,
+    );
     const { readySeconds, idleRss, warmRss, rssAfterGc, liveBefore, liveAfter, cached } = all;
 
     emit({
@@ -223,7 +259,8 @@ async function main(): Promise<void> {
       unit: 'bytes',
       baseline: `live memory ${liveBefore} MB before filling the cache, ${liveAfter} MB after`,
       command: COMMAND,
-      method: 'V8 heap used plus array buffers after a full collection (the process runs with --expose-gc for this), after − before filling the cache (the tokens read a line at a time, so the bench\'s own list is in neither), ÷ tokens cached',
+      method:
+        "V8 heap used plus array buffers after a full collection (the process runs with --expose-gc for this), after − before filling the cache (the tokens read a line at a time, so the bench's own list is in neither), ÷ tokens cached",
     });
     emit({
       name: 'gateway_rss_after_projecting_100k_tokens',

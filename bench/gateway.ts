@@ -27,7 +27,16 @@
  */
 import { cpSync } from 'node:fs';
 import { join } from 'node:path';
-import { LATENCY_WARMUP_SECONDS, measuredThroughput, THROUGHPUT_WARMUP_SECONDS, type PacedResult, pacedLatency, pacedWarmUp, type Throughput, wrk } from './lib/load.js';
+import {
+  LATENCY_WARMUP_SECONDS,
+  measuredThroughput,
+  THROUGHPUT_WARMUP_SECONDS,
+  type PacedResult,
+  pacedLatency,
+  pacedWarmUp,
+  type Throughput,
+  wrk,
+} from './lib/load.js';
 import { cpus } from 'node:os';
 import { measureAlone, Processes, requireTool, rssMb, runMain, timeLimit, waitForIdle } from './lib/processes.js';
 import { emit, type Figure, log, round } from './lib/report.js';
@@ -92,7 +101,8 @@ interface LatencyRun extends PacedResult {
 /** The event loop delay a gateway reports since its previous scrape. */
 async function loopDelay(metricsUrl: string): Promise<{ p99Ms: number; maxMs: number }> {
   const text = await (await fetch(metricsUrl)).text();
-  const at = (quantile: string): number => 1000 * Number(new RegExp(`^gateway_event_loop_delay_seconds\\{quantile="${quantile}"\\} (\\S+)$`, 'm').exec(text)?.[1] ?? Number.NaN);
+  const at = (quantile: string): number =>
+    1000 * Number(new RegExp(`^gateway_event_loop_delay_seconds\\{quantile="${quantile}"\\} (\\S+)$`, 'm').exec(text)?.[1] ?? Number.NaN);
   return { p99Ms: at('0.99'), maxMs: at('1') };
 }
 
@@ -123,7 +133,9 @@ async function latency(t: Target, ownCore = false): Promise<LatencyRun> {
       const answers = t.metricsUrl ? `; its answers so far by status: ${await answersByStatus(t.metricsUrl)}` : '';
       throw new Error(`${t.name}${where}: ${result.failures} failed requests at ${LATENCY_RATE} req/s (${result.failureDetail})${answers}`);
     }
-    log(`${t.name.padEnd(16)}${where} at ${Math.round(result.rate)} req/s: p50 ${result.p50Ms.toFixed(3)} ms, p99 ${result.p99Ms.toFixed(3)} ms${result.loopDelay ? `; its event loop ${describeLoopDelay(result)}` : ''}`);
+    log(
+      `${t.name.padEnd(16)}${where} at ${Math.round(result.rate)} req/s: p50 ${result.p50Ms.toFixed(3)} ms, p99 ${result.p99Ms.toFixed(3)} ms${result.loopDelay ? `; its event loop ${describeLoopDelay(result)}` : ''}`,
+    );
     return result;
   });
 }
@@ -155,17 +167,31 @@ async function main(): Promise<void> {
     const bare = await startBareProxy(processes, upstream.url);
     const embedded = await startGateway(processes, { dataDir, upstreamUrl: upstream.url, plansFile, label: 'gateway (embedded)' });
     const redis = await startRedis(processes);
-    const withRedis = await startGateway(processes, { dataDir: redisDataDir, upstreamUrl: upstream.url, plansFile, redisUrl: redis.url, label: 'gateway (redis)' });
+    const withRedis = await startGateway(processes, {
+      dataDir: redisDataDir,
+      upstreamUrl: upstream.url,
+      plansFile,
+      redisUrl: redis.url,
+      label: 'gateway (redis)',
+    });
     // The production gateway process (ROLE=gateway): limits and metering in Redis, nothing else.
     const roleDataDir = join(workDir, 'data-role');
     cpSync(dataDir, roleDataDir, { recursive: true });
     const roleRedis = await startRedis(processes);
     const role = await startGateway(processes, {
-      dataDir: roleDataDir, upstreamUrl: upstream.url, plansFile, redisUrl: roleRedis.url, label: 'gateway role (redis)',
-      entry: 'bench/servers/benchGateway.ts', env: { BENCH_ROLE: 'gateway' },
+      dataDir: roleDataDir,
+      upstreamUrl: upstream.url,
+      plansFile,
+      redisUrl: roleRedis.url,
+      label: 'gateway role (redis)',
+      entry: 'bench/servers/benchGateway.ts',
+      env: { BENCH_ROLE: 'gateway' },
     });
     const target = (name: string, service: Service, needs: Service[] = []): Target => ({
-      name, url: service.url + path, service, needs: needs.map((s) => s.process.child.pid as number),
+      name,
+      url: service.url + path,
+      service,
+      needs: needs.map((s) => s.process.child.pid as number),
       metricsUrl: name.startsWith('gateway') ? `${service.url}/metrics` : undefined,
     });
     const direct = target('direct', upstream);
@@ -176,7 +202,9 @@ async function main(): Promise<void> {
     const viaRole = target('gateway role', role, [roleRedis]);
     upstreamPid = upstream.process.child.pid as number;
     const all = [direct, viaNginx, viaBare, viaEmbedded, viaRedis, viaRole];
-    everyPid = [...new Set([...all.map((t) => t.service.process.child.pid as number), redis.process.child.pid as number, roleRedis.process.child.pid as number])];
+    everyPid = [
+      ...new Set([...all.map((t) => t.service.process.child.pid as number), redis.process.child.pid as number, roleRedis.process.child.pid as number]),
+    ];
     for (const t of all) {
       await checkCall(t.url);
       await wrk(t.url, { seconds: WARMUP_SECONDS, connections: CONNECTIONS });
@@ -216,7 +244,10 @@ async function main(): Promise<void> {
     const cpuOf = (t: Target): number => median(of(t).map((x) => x.cpuUsPerRequest));
     /** Median over the rounds of the ratio within each round. */
     const ratioOf = (t: Target, to: Target, pick: (x: Throughput) => number): number => median(of(t).map((x, i) => pick(x) / pick(of(to)[i] as Throughput)));
-    const perRound = (t: Target, pick: (x: Throughput) => number): string => of(t).map((x) => Math.round(pick(x))).join(', ');
+    const perRound = (t: Target, pick: (x: Throughput) => number): string =>
+      of(t)
+        .map((x) => Math.round(pick(x)))
+        .join(', ');
 
     const method = `wrk -t1 -c${CONNECTIONS}, ${SECONDS} s per run, each right after ${THROUGHPUT_WARMUP_SECONDS} s of the same load that is not counted (and every target warmed up for ${WARMUP_SECONDS} s at the start), POST eth_blockNumber (bench/wrk/post.lua) to /eth/<token>; every process running on the same 2 cores throughout; the bare proxy and the three gateways measured in turn, ${ROUNDS} rounds, each ratio the median of the rounds' ratios (nginx and direct: one run); each run starts once every process of the benchmark is idle (< 5 % of a core over 0.5 s, 20 s at most)`;
     const figures: Figure[] = [];
@@ -283,7 +314,9 @@ async function main(): Promise<void> {
           const added = runsOf(m).map((x, i) => pick(x) - pick(runsOf(direct)[i] as LatencyRun));
           const value = median(runsOf(m).map(pick));
           const directValue = median(runsOf(direct).map(pick));
-          const loops = runsOf(m).map(describeLoopDelay).filter((d) => d !== '');
+          const loops = runsOf(m)
+            .map(describeLoopDelay)
+            .filter((d) => d !== '');
           figures.push({
             name: `added_latency_${p}_${key}${set.suffix}`,
             target: held ? target : null,

@@ -120,13 +120,18 @@ async function main(): Promise<void> {
     for (const cap of CAPS) {
       const dataDir = processes.workDir('bench-login-flood-');
       const service = await startGateway(processes, {
-        dataDir, upstreamUrl: 'http://127.0.0.1:9', plansFile: writeBenchPlans(dataDir), label: `service (${cap} hashes at once)`,
+        dataDir,
+        upstreamUrl: 'http://127.0.0.1:9',
+        plansFile: writeBenchPlans(dataDir),
+        label: `service (${cap} hashes at once)`,
         env: { TRUST_PROXY: 'true', PASSWORD_HASH_CONCURRENCY: String(cap) },
       });
       const { emails, cookie } = await prepare(service.url);
       const result = await measure(service.url, cookie, emails);
       results.set(cap, result);
-      log(`PASSWORD_HASH_CONCURRENCY=${cap}: GET /api/v1/tokens alone p50 ${result.alone.p50} ms p99 ${result.alone.p99} ms; during the flood p50 ${result.flood.list.p50} ms p99 ${result.flood.list.p99} ms (${result.flood.list.count} calls); log-ins ${result.flood.logins.perSecond}/s p50 ${result.flood.logins.p50} ms p99 ${result.flood.logins.p99} ms ${JSON.stringify(result.flood.logins.statuses)}`);
+      log(
+        `PASSWORD_HASH_CONCURRENCY=${cap}: GET /api/v1/tokens alone p50 ${result.alone.p50} ms p99 ${result.alone.p99} ms; during the flood p50 ${result.flood.list.p50} ms p99 ${result.flood.list.p99} ms (${result.flood.list.count} calls); log-ins ${result.flood.logins.perSecond}/s p50 ${result.flood.logins.p50} ms p99 ${result.flood.logins.p99} ms ${JSON.stringify(result.flood.logins.statuses)}`,
+      );
       await processes.stop(service.process);
     }
     const uncapped = results.get(64);
@@ -135,8 +140,13 @@ async function main(): Promise<void> {
       emit({
         name: cap === DEFAULT_HASH_CONCURRENCY ? 'login_flood_tokens_p99_ms' : `login_flood_tokens_p99_ms_cap${cap}`,
         target: cap === DEFAULT_HASH_CONCURRENCY ? '<= 50' : null,
-        result: r.flood.list.p99, unit: 'ms', command: COMMAND, method,
-        ...(uncapped && cap !== 64 ? { ratio: round(r.flood.list.p99 / uncapped.flood.list.p99), baseline: `no cap (64): p99 ${uncapped.flood.list.p99} ms` } : {}),
+        result: r.flood.list.p99,
+        unit: 'ms',
+        command: COMMAND,
+        method,
+        ...(uncapped && cap !== 64
+          ? { ratio: round(r.flood.list.p99 / uncapped.flood.list.p99), baseline: `no cap (64): p99 ${uncapped.flood.list.p99} ms` }
+          : {}),
       });
     }
   } finally {

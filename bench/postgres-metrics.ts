@@ -106,18 +106,37 @@ async function main(): Promise<void> {
     log(`plan of a roll-up range (${prefix}/…):\n  ${plan.map((row) => row['QUERY PLAN']).join('\n  ')}`);
     all.sort((a, b) => a - b);
     emit({
-      name: 'postgres_metrics_api_p95_ms', target: '<= 50', result: round(all[Math.floor(all.length * 0.95)] as number), unit: 'ms', command: COMMAND,
+      name: 'postgres_metrics_api_p95_ms',
+      target: '<= 50',
+      result: round(all[Math.floor(all.length * 0.95)] as number),
+      unit: 'ms',
+      command: COMMAND,
       method: `${ROUNDS} calls each of 30 d, 30 d with chain, 7 d, 24 h and 6 h over ${MINUTES} minute-spaced usage events on PostgreSQL read models; p50 ${round(all[Math.floor(all.length / 2)] as number)} ms; rm_docs scans during the calls: ${indexScans} by index, ${seqScans} sequential`,
     });
     emit({
-      name: 'postgres_metrics_7d_queries_ms', target: null, result: planner.store.wall, unit: 'ms', command: COMMAND,
+      name: 'postgres_metrics_7d_queries_ms',
+      target: null,
+      result: planner.store.wall,
+      unit: 'ms',
+      command: COMMAND,
       method: `the 7-day call's read-model queries (usage, error groups, recent errors: ${planner.store.rows} rows), ${COMPARE_ROUNDS} rounds interleaved with the same on sessions at PostgreSQL's default costs; p50 wall / Node CPU / PostgreSQL CPU per call: read-model sessions ${planner.store.wall} / ${planner.store.nodeCpu} / ${planner.store.pgCpu} ms, default costs ${planner.defaults.wall} / ${planner.defaults.nodeCpu} / ${planner.defaults.pgCpu} ms`,
     });
     emit({
-      name: 'postgres_metrics_7d_after_quiet_ms', target: null, result: quiet.quiet, unit: 'ms', command: COMMAND,
+      name: 'postgres_metrics_7d_after_quiet_ms',
+      target: null,
+      result: quiet.quiet,
+      unit: 'ms',
+      command: COMMAND,
       method: `the 7-day call, the first after ${QUIET_MS / 1000} s without calls (the slower of ${QUIET_SPELLS}); the same call back to back: ${quiet.warm} ms`,
     });
-    emit({ name: 'postgres_append_and_project_events_per_s', target: null, result: round(projectedPerSecond), unit: 'events/s', command: COMMAND, method: `${MINUTES} usage events appended in batches of 1000 and projected by the real projections, one process` });
+    emit({
+      name: 'postgres_append_and_project_events_per_s',
+      target: null,
+      result: round(projectedPerSecond),
+      unit: 'events/s',
+      command: COMMAND,
+      method: `${MINUTES} usage events appended in batches of 1000 and projected by the real projections, one process`,
+    });
     await app.close();
   } finally {
     await runtime.close();
@@ -191,7 +210,10 @@ async function compareCosts(url: string, accountId: string, now: number): Promis
   };
   const end = Math.floor(now / 60_000) * 60_000;
   const scope = { accountId, start: end - 7 * DAY, end, granularity: 'hour', chain: null } as const;
-  const samples = { store: { wall: [] as number[], nodeCpu: [] as number[], pgCpu: 0, pgKnown: true, rows: 0 }, defaults: { wall: [] as number[], nodeCpu: [] as number[], pgCpu: 0, pgKnown: true, rows: 0 } };
+  const samples = {
+    store: { wall: [] as number[], nodeCpu: [] as number[], pgCpu: 0, pgKnown: true, rows: 0 },
+    defaults: { wall: [] as number[], nodeCpu: [] as number[], pgCpu: 0, pgKnown: true, rows: 0 },
+  };
   try {
     for (let block = 0; block < 4; block++) {
       for (const name of ['store', 'defaults'] as const) {
@@ -218,10 +240,15 @@ async function compareCosts(url: string, accountId: string, now: number): Promis
     await Promise.all([stores.store.close(), stores.defaults.close()]);
   }
   const cost = (s: typeof samples.store): QueryCost => ({
-    wall: round(median(s.wall)), nodeCpu: round(median(s.nodeCpu)), pgCpu: s.pgKnown ? round(s.pgCpu / COMPARE_ROUNDS) : null, rows: s.rows,
+    wall: round(median(s.wall)),
+    nodeCpu: round(median(s.nodeCpu)),
+    pgCpu: s.pgKnown ? round(s.pgCpu / COMPARE_ROUNDS) : null,
+    rows: s.rows,
   });
   const result = { store: cost(samples.store), defaults: cost(samples.defaults) };
-  log(`7 d queries, p50 wall / Node CPU / PostgreSQL CPU per call: read-model sessions ${result.store.wall} / ${result.store.nodeCpu} / ${result.store.pgCpu} ms; PostgreSQL's default costs ${result.defaults.wall} / ${result.defaults.nodeCpu} / ${result.defaults.pgCpu} ms`);
+  log(
+    `7 d queries, p50 wall / Node CPU / PostgreSQL CPU per call: read-model sessions ${result.store.wall} / ${result.store.nodeCpu} / ${result.store.pgCpu} ms; PostgreSQL's default costs ${result.defaults.wall} / ${result.defaults.nodeCpu} / ${result.defaults.pgCpu} ms`,
+  );
   return result;
 }
 

@@ -86,10 +86,19 @@ async function forSeconds(seconds: number, step: () => Promise<void>): Promise<n
 }
 
 const record = (t: SeededToken, i: number): UsageRecord => ({
-  requestId: randomUUID(), at: new Date().toISOString(), accountId: t.accountId, tokenId: t.tokenId,
-  chain: ['eth', 'bsc', 'matic'][i % 3] as string, method: ['eth_blockNumber', 'eth_call', 'eth_getBalance', 'eth_getLogs'][i % 4] as string,
-  status: i % 50 === 0 ? 502 : 200, rpcErrorCode: i % 50 === 0 ? -32010 : null, errorMessage: i % 50 === 0 ? 'upstream unavailable' : null,
-  totalMs: 3 + (i % 17), upstreamMs: 2 + (i % 13), clientIp: `198.51.100.${i % 200}`, upstream: 'eth-1',
+  requestId: randomUUID(),
+  at: new Date().toISOString(),
+  accountId: t.accountId,
+  tokenId: t.tokenId,
+  chain: ['eth', 'bsc', 'matic'][i % 3] as string,
+  method: ['eth_blockNumber', 'eth_call', 'eth_getBalance', 'eth_getLogs'][i % 4] as string,
+  status: i % 50 === 0 ? 502 : 200,
+  rpcErrorCode: i % 50 === 0 ? -32010 : null,
+  errorMessage: i % 50 === 0 ? 'upstream unavailable' : null,
+  totalMs: 3 + (i % 17),
+  upstreamMs: 2 + (i % 13),
+  clientIp: `198.51.100.${i % 200}`,
+  upstream: 'eth-1',
 });
 
 async function commands(runtime: Runtime): Promise<{ appendsPerSecond: number; commandsPerSecond: number }> {
@@ -98,7 +107,8 @@ async function commands(runtime: Runtime): Promise<{ appendsPerSecond: number; c
   const stream = `benchbaseline-${randomUUID().replaceAll('-', '')}`;
   let revision: number | 'no_stream' = 'no_stream';
   const appendsPerSecond = await forSeconds(BASELINE_SECONDS, async () => {
-    revision = (await runtime.store.append(stream, [{ id: randomUUID(), type: 'BenchBaseline', data: { at: new Date().toISOString() } }], revision)).nextExpectedRevision;
+    revision = (await runtime.store.append(stream, [{ id: randomUUID(), type: 'BenchBaseline', data: { at: new Date().toISOString() } }], revision))
+      .nextExpectedRevision;
   });
   let n = 0;
   const pairsPerSecond = await forSeconds(COMMAND_SECONDS, async () => {
@@ -236,27 +246,48 @@ async function main(): Promise<void> {
   timeLimit(280);
   const results = { embedded: await measure('embedded'), postgres: await measure('postgres') };
   for (const [backend, f] of Object.entries(results)) {
-    log(`${backend}: ${round(f.commandsPerSecond)} commands/s (bare appends ${round(f.appendsPerSecond)}/s); ${round(f.recordsPerSecond)} usage records/s, lag p50 ${round(f.lagP50)} / p99 ${round(f.lagP99)} ms (last second ÷ first ${round(f.lagTrend)}); replay ${round(f.replayPerSecond)} events/s (${f.replayed})`);
+    log(
+      `${backend}: ${round(f.commandsPerSecond)} commands/s (bare appends ${round(f.appendsPerSecond)}/s); ${round(f.recordsPerSecond)} usage records/s, lag p50 ${round(f.lagP50)} / p99 ${round(f.lagP99)} ms (last second ÷ first ${round(f.lagTrend)}); replay ${round(f.replayPerSecond)} events/s (${f.replayed})`,
+    );
   }
   const { embedded: e, postgres: p } = results;
   emit({
-    name: 'postgres_token_commands_per_s', target: null, result: round(p.commandsPerSecond), unit: 'commands/s', ratio: round(p.commandsPerSecond / e.commandsPerSecond),
-    baseline: `embedded LevelDB ${round(e.commandsPerSecond)} commands/s; bare appends PostgreSQL ${round(p.appendsPerSecond)}/s, LevelDB ${round(e.appendsPerSecond)}/s`, command: COMMAND,
+    name: 'postgres_token_commands_per_s',
+    target: null,
+    result: round(p.commandsPerSecond),
+    unit: 'commands/s',
+    ratio: round(p.commandsPerSecond / e.commandsPerSecond),
+    baseline: `embedded LevelDB ${round(e.commandsPerSecond)} commands/s; bare appends PostgreSQL ${round(p.appendsPerSecond)}/s, LevelDB ${round(e.appendsPerSecond)}/s`,
+    command: COMMAND,
     method: `sequential createApiToken then revokeApiToken for ${COMMAND_SECONDS} s on one Unlimited account, every role but HTTP in the process; bare appends: sequential single-event appends with expected revision, ${BASELINE_SECONDS} s`,
   });
   emit({
-    name: 'postgres_usage_records_per_s', target: null, result: round(p.recordsPerSecond), unit: 'records/s', ratio: round(p.recordsPerSecond / e.recordsPerSecond),
-    baseline: `embedded LevelDB ${round(e.recordsPerSecond)} records/s`, command: COMMAND,
+    name: 'postgres_usage_records_per_s',
+    target: null,
+    result: round(p.recordsPerSecond),
+    unit: 'records/s',
+    ratio: round(p.recordsPerSecond / e.recordsPerSecond),
+    baseline: `embedded LevelDB ${round(e.recordsPerSecond)} records/s`,
+    command: COMMAND,
     method: `${BURST} records enqueued at once, until the read models count them all (ingest + every projection)`,
   });
   emit({
-    name: 'postgres_usage_projection_lag_p99_ms', target: '<= 1000', result: round(p.lagP99), unit: 'ms',
-    baseline: `embedded LevelDB p99 ${round(e.lagP99)} ms`, command: COMMAND,
+    name: 'postgres_usage_projection_lag_p99_ms',
+    target: '<= 1000',
+    result: round(p.lagP99),
+    unit: 'ms',
+    baseline: `embedded LevelDB p99 ${round(e.lagP99)} ms`,
+    command: COMMAND,
     method: `${STEADY_RATE} records/s for ${STEADY_SECONDS} s in batches every 100 ms, enqueue to counted; p50 ${round(p.lagP50)} ms; p50 of the last second ÷ the first ${round(p.lagTrend)} (LevelDB ${round(e.lagTrend)}): about 1 when the lag stays flat`,
   });
   emit({
-    name: 'postgres_replay_events_per_s', target: null, result: round(p.replayPerSecond), unit: 'events/s', ratio: round(p.replayPerSecond / e.replayPerSecond),
-    baseline: `embedded LevelDB ${round(e.replayPerSecond)} events/s by the same method (bench/replay.ts, with rebuild flags and bulk load, is the embedded figure of record)`, command: COMMAND,
+    name: 'postgres_replay_events_per_s',
+    target: null,
+    result: round(p.replayPerSecond),
+    unit: 'events/s',
+    ratio: round(p.replayPerSecond / e.replayPerSecond),
+    baseline: `embedded LevelDB ${round(e.replayPerSecond)} events/s by the same method (bench/replay.ts, with rebuild flags and bulk load, is the embedded figure of record)`,
+    command: COMMAND,
     method: `200 accounts × 5 tokens and ${REPLAY_EVENTS} UsageRecorded over 30 days replayed through the ${PROJECTIONS.length} projections into empty read models, capped at ${REPLAY_CAP_SECONDS} s (PostgreSQL ${p.replayed} events, LevelDB ${e.replayed})`,
   });
 }

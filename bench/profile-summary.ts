@@ -105,9 +105,16 @@ function main(): void {
     const busyMs = Math.max(1e-9, totalMs - idleMs);
     const pct = (ms: number): string => `${((100 * ms) / busyMs).toFixed(1)}%`.padStart(6);
     console.log(`${file}: ${(totalMs / 1000).toFixed(1)} s sampled, ${(busyMs / 1000).toFixed(1)} s busy (shares below are of the busy time)\n\nby self time:`);
-    for (const h of [...hotspots].filter((x) => !x.where.startsWith('(idle)')).sort((a, b) => b.selfMs - a.selfMs).slice(0, top)) console.log(`${pct(h.selfMs)}  ${h.where}`);
+    for (const h of [...hotspots]
+      .filter((x) => !x.where.startsWith('(idle)'))
+      .sort((a, b) => b.selfMs - a.selfMs)
+      .slice(0, top))
+      console.log(`${pct(h.selfMs)}  ${h.where}`);
     console.log(`\nby total time, functions under ${filter}:`);
-    for (const h of hotspots.filter((x) => x.where.includes(` ${filter}`)).sort((a, b) => b.totalMs - a.totalMs).slice(0, top)) {
+    for (const h of hotspots
+      .filter((x) => x.where.includes(` ${filter}`))
+      .sort((a, b) => b.totalMs - a.totalMs)
+      .slice(0, top)) {
       console.log(`${pct(h.totalMs)}  ${h.where}`);
     }
     console.log('');

@@ -64,7 +64,12 @@ async function generate(dir: string): Promise<number> {
  * Timed from the end of the reset: emptying read models that a previous run filled (the runs of
  * each projection alone after the full replay) takes seconds that are not replaying.
  */
-async function replay(store: LevelEventStore, readModels: ReadModelStore, projections: Projection[], capSeconds: number): Promise<{ seconds: number; replayed: number; capped: boolean }> {
+async function replay(
+  store: LevelEventStore,
+  readModels: ReadModelStore,
+  projections: Projection[],
+  capSeconds: number,
+): Promise<{ seconds: number; replayed: number; capped: boolean }> {
   const resetStarted = performance.now();
   for (const p of projections) await readModels.reset(p.name, p.collections);
   const resetSeconds = (performance.now() - resetStarted) / 1000;

@@ -56,7 +56,11 @@ async function main(): Promise<void> {
     const max = times[times.length - 1] as number;
     log(`revocation reached the second instance in p50 ${round(times[Math.floor(ROUNDS / 2)] as number)} ms, max ${round(max)} ms`);
     emit({
-      name: 'revocation_propagation_max_ms', target: '<= 1000', result: round(max), unit: 'ms', command: COMMAND,
+      name: 'revocation_propagation_max_ms',
+      target: '<= 1000',
+      result: round(max),
+      unit: 'ms',
+      command: COMMAND,
       method: `${ROUNDS} revokes; from the API's answer to a second gateway instance refusing, through Redis pub/sub; p50 ${round(times[Math.floor(ROUNDS / 2)] as number)} ms`,
     });
   } finally {

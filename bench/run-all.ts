@@ -148,7 +148,8 @@ async function main(): Promise<void> {
     load[1] = loadavg()[0] ?? 0;
     if (error) failures++;
     results[file] = { title, date: `${new Date().toISOString().slice(0, 16).replace('T', ' ')} UTC`, machine: machine(), seconds, load, figures, error };
-    for (const f of figures) console.error(`  ${f.name}: ${f.result} ${f.unit}${f.ratio === undefined ? '' : ` (ratio ${f.ratio})`}${f.target ? ` target ${f.target}` : ''}`);
+    for (const f of figures)
+      console.error(`  ${f.name}: ${f.result} ${f.unit}${f.ratio === undefined ? '' : ` (ratio ${f.ratio})`}${f.target ? ` target ${f.target}` : ''}`);
     writeFileSync(RESULTS_FILE, `${JSON.stringify(results, null, 2)}\n`);
   }
   const plans = existsSync(PLANS_FILE) ? (JSON.parse(readFileSync(PLANS_FILE, 'utf8')) as Record<string, string>) : {};

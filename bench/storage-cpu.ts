@@ -33,10 +33,20 @@ let sequence = 0;
 function record(): UsageRecord {
   const i = sequence++;
   return {
-    requestId: `Ab3dEf7hIj9kLm1n${i.toString(36).padStart(8, '0')}`, at: new Date().toISOString(), accountId: `acc-bench-${i % ACCOUNTS}`, tokenId: `tok-bench-${i % 3}`,
-    chain: 'eth', method: ['eth_blockNumber', 'eth_call', 'eth_getBalance'][i % 3] as string, status: i % 100 === 0 ? 429 : 200,
-    rpcErrorCode: i % 100 === 0 ? -32005 : null, errorMessage: i % 100 === 0 ? 'rate limit exceeded' : null,
-    totalMs: 0.41 + (i % 7) / 10, upstreamMs: i % 100 === 0 ? null : 0.2, clientIp: '127.0.0.1', upstream: i % 100 === 0 ? null : 'eth-1', retentionDays: 30,
+    requestId: `Ab3dEf7hIj9kLm1n${i.toString(36).padStart(8, '0')}`,
+    at: new Date().toISOString(),
+    accountId: `acc-bench-${i % ACCOUNTS}`,
+    tokenId: `tok-bench-${i % 3}`,
+    chain: 'eth',
+    method: ['eth_blockNumber', 'eth_call', 'eth_getBalance'][i % 3] as string,
+    status: i % 100 === 0 ? 429 : 200,
+    rpcErrorCode: i % 100 === 0 ? -32005 : null,
+    errorMessage: i % 100 === 0 ? 'rate limit exceeded' : null,
+    totalMs: 0.41 + (i % 7) / 10,
+    upstreamMs: i % 100 === 0 ? null : 0.2,
+    clientIp: '127.0.0.1',
+    upstream: i % 100 === 0 ? null : 'eth-1',
+    retentionDays: 30,
   };
 }
 
@@ -79,7 +89,12 @@ async function oneRound(storage: StorageThread, dataDir: string): Promise<{ stor
   }
   spent.sort((a, b) => b - a);
   const perRecord = (s: number): number => (s * 1e6) / total;
-  log(`  main thread ${perRecord(main).toFixed(2)} µs a record (not counted), threads by CPU: ${spent.filter((s) => s > 0).map((s) => perRecord(s).toFixed(2)).join(', ')}; LevelDB compaction output so far: ${compactionOutput(dataDir)}; process RSS ${Math.round(process.memoryUsage.rss() / 1e6)} MB`);
+  log(
+    `  main thread ${perRecord(main).toFixed(2)} µs a record (not counted), threads by CPU: ${spent
+      .filter((s) => s > 0)
+      .map((s) => perRecord(s).toFixed(2))
+      .join(', ')}; LevelDB compaction output so far: ${compactionOutput(dataDir)}; process RSS ${Math.round(process.memoryUsage.rss() / 1e6)} MB`,
+  );
   return { storage: perRecord(spent[0] ?? 0), others: perRecord(spent.slice(1).reduce((a, b) => a + b, 0)), wallMs };
 }
 
@@ -89,7 +104,12 @@ async function main(): Promise<void> {
   let stopStorage = async (): Promise<void> => undefined;
   try {
     const dataDir = processes.workDir('bench-storage-cpu-');
-    const storage = await openStorageThread({ dataDir, consumer: 'bench', plans: loadConfig(embeddedEnv(dataDir)).plans, usageSendEveryMs: Number(process.env.SEND_MS ?? 20) });
+    const storage = await openStorageThread({
+      dataDir,
+      consumer: 'bench',
+      plans: loadConfig(embeddedEnv(dataDir)).plans,
+      usageSendEveryMs: Number(process.env.SEND_MS ?? 20),
+    });
     stopStorage = () => storage.close();
     await storage.projector.start();
     await storage.projector.caughtUp;
@@ -100,9 +120,13 @@ async function main(): Promise<void> {
     for (let round = 1; round <= ROUNDS; round++) {
       const r = await oneRound(storage, dataDir);
       rounds.push(r);
-      log(`round ${round}: ${RATE * SECONDS} records at ${RATE}/s, done in ${(r.wallMs / 1000).toFixed(1)} s: storage thread ${r.storage.toFixed(2)} µs a record, other threads ${r.others.toFixed(2)}, together ${(r.storage + r.others).toFixed(2)}`);
+      log(
+        `round ${round}: ${RATE * SECONDS} records at ${RATE}/s, done in ${(r.wallMs / 1000).toFixed(1)} s: storage thread ${r.storage.toFixed(2)} µs a record, other threads ${r.others.toFixed(2)}, together ${(r.storage + r.others).toFixed(2)}`,
+      );
     }
-    log(`median of ${ROUNDS} rounds: storage thread ${median(rounds.map((r) => r.storage)).toFixed(2)} µs a record, other threads ${median(rounds.map((r) => r.others)).toFixed(2)}, together ${median(rounds.map((r) => r.storage + r.others)).toFixed(2)}`);
+    log(
+      `median of ${ROUNDS} rounds: storage thread ${median(rounds.map((r) => r.storage)).toFixed(2)} µs a record, other threads ${median(rounds.map((r) => r.others)).toFixed(2)}, together ${median(rounds.map((r) => r.storage + r.others)).toFixed(2)}`,
+    );
   } finally {
     await stopStorage();
     await processes.stopAll();

@@ -72,7 +72,9 @@ async function main(): Promise<void> {
     const first = 2 * (perSecond[0] ?? 0);
     const last = 2 * (perSecond[perSecond.length - 1] ?? 0);
     const accountEvents = (await runtime.store.readStream(`account-${accountId}`)).length;
-    log(`${round(commandsPerSecond)} commands/s (first second ${first}, last ${last}; account stream ${accountEvents} events); bare appends ${round(appendsPerSecond)}/s`);
+    log(
+      `${round(commandsPerSecond)} commands/s (first second ${first}, last ${last}; account stream ${accountEvents} events); bare appends ${round(appendsPerSecond)}/s`,
+    );
 
     const method = `sequential createApiToken then revokeApiToken for ${COMMAND_SECONDS} s, every role but HTTP in the process, fsync'd LevelDB store; baseline: sequential single-event appends with expected revision, ${BASELINE_SECONDS} s`;
     emit({

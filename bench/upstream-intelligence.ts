@@ -91,7 +91,12 @@ async function load(url: string, seconds: number): Promise<RunResult> {
       const call = nextCall();
       const sentAt = Date.now();
       const started = performance.now();
-      const res = await pool.request({ method: 'POST', path: target.pathname, headers: { 'content-type': 'application/json' }, body: JSON.stringify({ jsonrpc: '2.0', id: ++id, ...call }) });
+      const res = await pool.request({
+        method: 'POST',
+        path: target.pathname,
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ jsonrpc: '2.0', id: ++id, ...call }),
+      });
       const body = (await res.body.json()) as { result?: unknown; error?: unknown };
       result.latencies.push(performance.now() - started);
       result.calls++;
@@ -150,8 +155,16 @@ async function main(): Promise<void> {
 
   const chains = [
     {
-      id: 'eth', name: 'eth', protocol: 'jsonrpc', timeoutMs: 5_000, headPollMs: HEAD_POLL_MS, maxLagBlocks: 5,
-      upstreams: [{ url: healthy.url, label: 'healthy' }, { url: stalling.url, label: 'stalling' }],
+      id: 'eth',
+      name: 'eth',
+      protocol: 'jsonrpc',
+      timeoutMs: 5_000,
+      headPollMs: HEAD_POLL_MS,
+      maxLagBlocks: 5,
+      upstreams: [
+        { url: healthy.url, label: 'healthy' },
+        { url: stalling.url, label: 'stalling' },
+      ],
     },
   ];
 
@@ -160,13 +173,19 @@ async function main(): Promise<void> {
   const directP99 = quantile(direct.latencies, 0.99);
 
   const results: Record<string, { run: RunResult; upstreamCalls: number; cpu: number; tally: string }> = {};
-  for (const [mode, pool] of [['off', { cacheBytes: 0, hedge: false, coalesce: false }], ['on', {}]] as const) {
+  for (const [mode, pool] of [
+    ['off', { cacheBytes: 0, hedge: false, coalesce: false }],
+    ['on', {}],
+  ] as const) {
     const started = processes.start(`gateway-${mode}`, process.execPath, tsNodeArgs('bench/servers/intelligenceGateway.ts'), {
       env: { BENCH_CHAINS: JSON.stringify(chains), BENCH_POOL: JSON.stringify(pool) },
     });
     const ready = await new Promise<{ url: string; token: string }>((resolve, reject) => {
       started.child.stdout?.on('data', () => {
-        const line = started.output().split('\n').find((l) => l.startsWith('{"url"'));
+        const line = started
+          .output()
+          .split('\n')
+          .find((l) => l.startsWith('{"url"'));
         if (line) resolve(JSON.parse(line) as { url: string; token: string });
       });
       void started.exited.then(() => reject(new Error(`gateway exited: ${started.output()}`)));
@@ -183,9 +202,15 @@ async function main(): Promise<void> {
     // A cache hit with everything on; a proxied call (every call to a node) with everything off.
     const cpu = await cpuPerCall(url, started.child.pid as number, '{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}');
     await processes.stop(started);
-    const tally = started.output().split('\n').find((l) => l.startsWith('{"tally"')) ?? '';
+    const tally =
+      started
+        .output()
+        .split('\n')
+        .find((l) => l.startsWith('{"tally"')) ?? '';
     results[mode] = { run, upstreamCalls, cpu, tally };
-    log(`${mode}: ${run.calls} calls, ${run.failures} failed, ${upstreamCalls} upstream calls, p50 ${quantile(run.latencies, 0.5).toFixed(1)} ms, p99 ${quantile(run.latencies, 0.99).toFixed(1)} ms, stale ${run.stale}, CPU ${(cpu * 1e6).toFixed(0)} µs/call ${tally}`);
+    log(
+      `${mode}: ${run.calls} calls, ${run.failures} failed, ${upstreamCalls} upstream calls, p50 ${quantile(run.latencies, 0.5).toFixed(1)} ms, p99 ${quantile(run.latencies, 0.99).toFixed(1)} ms, stale ${run.stale}, CPU ${(cpu * 1e6).toFixed(0)} µs/call ${tally}`,
+    );
   }
   clearInterval(headTimer);
   await Promise.all([healthy.close(), stalling.close()]);
@@ -193,11 +218,44 @@ async function main(): Promise<void> {
   const on = results.on as (typeof results)['on'];
   const off = results.off as (typeof results)['off'];
   const method = `${CLIENTS} clients, ${SECONDS} s per mode; nodes 20–60 ms, one stalling 2 s on 5 %; head every 2 s, 2-block reorg every 10 s; head poll ${HEAD_POLL_MS} ms`;
-  emit({ name: 'upstream_calls_per_call_on', target: '<= 0.4', result: round(on.upstreamCalls / on.run.calls), unit: 'upstream calls per client call', ratio: round(on.upstreamCalls / on.run.calls / (off.upstreamCalls / off.run.calls)), baseline: `off: ${round(off.upstreamCalls / off.run.calls)}`, command: COMMAND, method });
+  emit({
+    name: 'upstream_calls_per_call_on',
+    target: '<= 0.4',
+    result: round(on.upstreamCalls / on.run.calls),
+    unit: 'upstream calls per client call',
+    ratio: round(on.upstreamCalls / on.run.calls / (off.upstreamCalls / off.run.calls)),
+    baseline: `off: ${round(off.upstreamCalls / off.run.calls)}`,
+    command: COMMAND,
+    method,
+  });
   const onP99 = quantile(on.run.latencies, 0.99);
-  emit({ name: 'upstream_p99_over_healthy_p99_on', target: '<= 1.5', result: round(onP99 / directP99), unit: 'ratio', baseline: `healthy node direct p99 ${directP99.toFixed(1)} ms; gateway on ${onP99.toFixed(1)} ms, off ${quantile(off.run.latencies, 0.99).toFixed(1)} ms`, command: COMMAND, method });
-  emit({ name: 'upstream_stale_answers_on', target: '<= 0', result: on.run.stale, unit: 'answers', baseline: `off: ${off.run.stale}`, command: COMMAND, method });
-  emit({ name: 'gateway_cpu_cache_hit_over_proxied', target: '<= 1', result: round(on.cpu / off.cpu), unit: 'ratio', baseline: `hit ${(on.cpu * 1e6).toFixed(0)} µs, proxied ${(off.cpu * 1e6).toFixed(0)} µs of gateway CPU per call`, command: COMMAND, method: `${CPU_CALLS} eth_chainId calls at 16 in flight, the gateway process's CPU from /proc` });
+  emit({
+    name: 'upstream_p99_over_healthy_p99_on',
+    target: '<= 1.5',
+    result: round(onP99 / directP99),
+    unit: 'ratio',
+    baseline: `healthy node direct p99 ${directP99.toFixed(1)} ms; gateway on ${onP99.toFixed(1)} ms, off ${quantile(off.run.latencies, 0.99).toFixed(1)} ms`,
+    command: COMMAND,
+    method,
+  });
+  emit({
+    name: 'upstream_stale_answers_on',
+    target: '<= 0',
+    result: on.run.stale,
+    unit: 'answers',
+    baseline: `off: ${off.run.stale}`,
+    command: COMMAND,
+    method,
+  });
+  emit({
+    name: 'gateway_cpu_cache_hit_over_proxied',
+    target: '<= 1',
+    result: round(on.cpu / off.cpu),
+    unit: 'ratio',
+    baseline: `hit ${(on.cpu * 1e6).toFixed(0)} µs, proxied ${(off.cpu * 1e6).toFixed(0)} µs of gateway CPU per call`,
+    command: COMMAND,
+    method: `${CPU_CALLS} eth_chainId calls at 16 in flight, the gateway process's CPU from /proc`,
+  });
 }
 
 const round = (v: number): number => Math.round(v * 1000) / 1000;

@@ -56,9 +56,20 @@ function fixedWork(): void {
 }
 
 const record = (i: number): UsageRecord => ({
-  requestId: `Ab3dEf7hIj9kLm1n-${i.toString(36)}`, at: '2026-11-24T23:40:00.000Z', accountId: 'acc-bench', tokenId: 'tok-bench',
-  chain: 'eth', method: 'eth_blockNumber', status: 200, rpcErrorCode: null, errorMessage: null, totalMs: 0.41, upstreamMs: 0.2,
-  clientIp: '127.0.0.1', upstream: 'eth-1', retentionDays: 30,
+  requestId: `Ab3dEf7hIj9kLm1n-${i.toString(36)}`,
+  at: '2026-11-24T23:40:00.000Z',
+  accountId: 'acc-bench',
+  tokenId: 'tok-bench',
+  chain: 'eth',
+  method: 'eth_blockNumber',
+  status: 200,
+  rpcErrorCode: null,
+  errorMessage: null,
+  totalMs: 0.41,
+  upstreamMs: 0.2,
+  clientIp: '127.0.0.1',
+  upstream: 'eth-1',
+  retentionDays: 30,
 });
 
 /** A queue under test, and what to do between runs, outside the measured time. */
@@ -135,7 +146,9 @@ async function main(): Promise<void> {
     }
     for (const [i, ms] of INTERVALS.entries()) {
       const xs = added[i] ?? [];
-      log(`median of ${xs.length} rounds (${mode}): flush every ${ms} ms costs the event loop ${median(xs).toFixed(2)} µs a record (rounds ${xs.map((x) => x.toFixed(2)).join(', ')})`);
+      log(
+        `median of ${xs.length} rounds (${mode}): flush every ${ms} ms costs the event loop ${median(xs).toFixed(2)} µs a record (rounds ${xs.map((x) => x.toFixed(2)).join(', ')})`,
+      );
     }
     log(`(the fixed computation's checksum: ${workChecksum})`);
   } finally {

@@ -26,10 +26,19 @@ const STEADY_RATE = 1000;
 const STEADY_SECONDS = 10;
 
 const record = (t: SeededToken, i: number): UsageRecord => ({
-  requestId: randomUUID(), at: new Date().toISOString(), accountId: t.accountId, tokenId: t.tokenId,
-  chain: ['eth', 'bsc', 'matic'][i % 3] as string, method: ['eth_blockNumber', 'eth_call', 'eth_getBalance', 'eth_getLogs'][i % 4] as string,
-  status: i % 50 === 0 ? 502 : 200, rpcErrorCode: i % 50 === 0 ? -32010 : null, errorMessage: i % 50 === 0 ? 'upstream unavailable' : null,
-  totalMs: 3 + (i % 17), upstreamMs: 2 + (i % 13), clientIp: `198.51.100.${i % 200}`, upstream: 'eth-1',
+  requestId: randomUUID(),
+  at: new Date().toISOString(),
+  accountId: t.accountId,
+  tokenId: t.tokenId,
+  chain: ['eth', 'bsc', 'matic'][i % 3] as string,
+  method: ['eth_blockNumber', 'eth_call', 'eth_getBalance', 'eth_getLogs'][i % 4] as string,
+  status: i % 50 === 0 ? 502 : 200,
+  rpcErrorCode: i % 50 === 0 ? -32010 : null,
+  errorMessage: i % 50 === 0 ? 'upstream unavailable' : null,
+  totalMs: 3 + (i % 17),
+  upstreamMs: 2 + (i % 13),
+  clientIp: `198.51.100.${i % 200}`,
+  upstream: 'eth-1',
 });
 
 /** Records of the account the read models have counted so far. */
@@ -76,9 +85,13 @@ async function main(): Promise<void> {
     const rate = BURST / ((performance.now() - started) / 1000);
     const gateway = gatewayMaxRate();
     emit({
-      name: 'usage_pipeline_records_per_s', target: gateway ? `>= ${gateway}` : null, result: round(rate), unit: 'records/s',
+      name: 'usage_pipeline_records_per_s',
+      target: gateway ? `>= ${gateway}` : null,
+      result: round(rate),
+      unit: 'records/s',
       ...(gateway ? { ratio: round(rate / gateway), baseline: `gateway's maximum ${gateway} req/s (bench/gateway.ts)` } : {}),
-      command: COMMAND, method: `${BURST} records enqueued at once; until the read models count them all (ingest + every projection)`,
+      command: COMMAND,
+      method: `${BURST} records enqueued at once; until the read models count them all (ingest + every projection)`,
     });
 
     // 2. Lag at a steady offered rate: every 100 ms a batch, and when it shows in the read models.
@@ -104,7 +117,11 @@ async function main(): Promise<void> {
     lags.sort((a, b) => a - b);
     const p = (q: number) => lags[Math.min(lags.length - 1, Math.floor(q * lags.length))] ?? Number.NaN;
     emit({
-      name: 'usage_projection_lag_p99_ms', target: '<= 1000', result: round(p(0.99)), unit: 'ms', command: COMMAND,
+      name: 'usage_projection_lag_p99_ms',
+      target: '<= 1000',
+      result: round(p(0.99)),
+      unit: 'ms',
+      command: COMMAND,
       method: `${STEADY_RATE} records/s for ${STEADY_SECONDS} s in batches every 100 ms; time from enqueue to the read models counting the batch (p50 ${round(p(0.5))} ms, ${lags.length} batches)`,
     });
   } finally {

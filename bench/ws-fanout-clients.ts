@@ -68,15 +68,21 @@ process.on('message', async (m: ToClients) => {
     for (const ws of sockets) ws.send('{"jsonrpc":"2.0","id":1,"method":"eth_subscribe","params":["newHeads"]}');
   } else if (m.type === 'close') {
     await Promise.all(
-      sockets.map((ws) => new Promise((resolve) => {
-        ws.once('close', resolve);
-        ws.close();
-      })),
+      sockets.map(
+        (ws) =>
+          new Promise((resolve) => {
+            ws.once('close', resolve);
+            ws.close();
+          }),
+      ),
     );
     sockets.length = 0;
     send({ type: 'closed' });
   } else {
-    send({ type: 'load', ...(m.transport === 'ws' ? await loadWs(m.url, m.connections, m.seconds, m.body) : await loadHttp(m.url, m.connections, m.seconds, m.body)) });
+    send({
+      type: 'load',
+      ...(m.transport === 'ws' ? await loadWs(m.url, m.connections, m.seconds, m.body) : await loadHttp(m.url, m.connections, m.seconds, m.body)),
+    });
   }
 });
 
@@ -115,15 +121,19 @@ async function loadHttp(target: string, connections: number, seconds: number, bo
   const until = performance.now() + seconds * 1000;
   const post = () =>
     new Promise<void>((resolve, reject) => {
-      const req = request(target, { method: 'POST', agent, headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) } }, (res) => {
-        const chunks: Buffer[] = [];
-        res.on('data', (c: Buffer) => chunks.push(c));
-        res.on('end', () => {
-          calls++;
-          if (res.statusCode !== 200 || Buffer.concat(chunks).indexOf('"error"') >= 0) errors++;
-          resolve();
-        });
-      });
+      const req = request(
+        target,
+        { method: 'POST', agent, headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) } },
+        (res) => {
+          const chunks: Buffer[] = [];
+          res.on('data', (c: Buffer) => chunks.push(c));
+          res.on('end', () => {
+            calls++;
+            if (res.statusCode !== 200 || Buffer.concat(chunks).indexOf('"error"') >= 0) errors++;
+            resolve();
+          });
+        },
+      );
       req.on('error', reject);
       req.end(body);
     });

@@ -29,7 +29,12 @@ const address = t.app.server.address();
 const port = typeof address === 'object' && address ? address.port : 0;
 
 const o = await owner(t.app);
-await t.app.inject({ method: 'PUT', url: `/api/v1/admin/accounts/${o.accountId}/plan`, headers: { authorization: `Bearer ${ADMIN_TOKEN}` }, payload: { plan: 'unlimited' } });
+await t.app.inject({
+  method: 'PUT',
+  url: `/api/v1/admin/accounts/${o.accountId}/plan`,
+  headers: { authorization: `Bearer ${ADMIN_TOKEN}` },
+  payload: { plan: 'unlimited' },
+});
 const heard: string[] = [];
 const unsubscribe = await t.runtime.feed.subscribe(INVALIDATION_TOPIC, (m) => heard.push(m));
 const created = await t.app.inject({ method: 'POST', url: '/api/v1/tokens', headers: o.auth, payload: { name: 'bench' } });

@@ -140,17 +140,57 @@ const wsCpu = median(cpuPerCall.ws);
 const httpCpu = median(cpuPerCall.http);
 
 const method = `${clients} clients in ${groups.length} process(es), ${subscribed.upstreamSubscriptions} upstream subscription, ${blocks} heads`;
-emit({ name: 'ws_fanout_last_client_p50_ms', target: null, result: round(pct(50)), unit: 'ms', command, method: `${method}: the node's send of a head to the last client's receipt` });
-emit({ name: 'ws_fanout_last_client_p99_ms', target: null, result: round(pct(99)), unit: 'ms', command, method });
-emit({ name: 'ws_rss_per_idle_connection_kb', target: null, result: round(rssPerIdleConnectionKb), unit: 'KB', command, method: `gateway process only, after a full collection: ${round(before.rssMb)} → ${round(after.rssMb)} MB` });
-emit({ name: 'ws_live_heap_per_idle_connection_kb', target: null, result: round(livePerIdleConnectionKb), unit: 'KB', command, method: `gateway process, V8 heap used + external after a full collection: ${round(before.liveMb)} → ${round(after.liveMb)} MB` });
-emit({ name: 'ws_cpu_per_notification_us', target: null, result: round(cpuPerNotificationUs), unit: 'µs', command, method: 'gateway process only, all threads (/proc/<pid>/stat)' });
 emit({
-  name: 'ws_vs_http_keepalive_calls_per_second', target: null, result: round(wsRate), unit: 'calls/s', ratio: round(wsRate / httpRate), baseline: `HTTP keep-alive ${round(httpRate)} calls/s`, command,
+  name: 'ws_fanout_last_client_p50_ms',
+  target: null,
+  result: round(pct(50)),
+  unit: 'ms',
+  command,
+  method: `${method}: the node's send of a head to the last client's receipt`,
+});
+emit({ name: 'ws_fanout_last_client_p99_ms', target: null, result: round(pct(99)), unit: 'ms', command, method });
+emit({
+  name: 'ws_rss_per_idle_connection_kb',
+  target: null,
+  result: round(rssPerIdleConnectionKb),
+  unit: 'KB',
+  command,
+  method: `gateway process only, after a full collection: ${round(before.rssMb)} → ${round(after.rssMb)} MB`,
+});
+emit({
+  name: 'ws_live_heap_per_idle_connection_kb',
+  target: null,
+  result: round(livePerIdleConnectionKb),
+  unit: 'KB',
+  command,
+  method: `gateway process, V8 heap used + external after a full collection: ${round(before.liveMb)} → ${round(after.liveMb)} MB`,
+});
+emit({
+  name: 'ws_cpu_per_notification_us',
+  target: null,
+  result: round(cpuPerNotificationUs),
+  unit: 'µs',
+  command,
+  method: 'gateway process only, all threads (/proc/<pid>/stat)',
+});
+emit({
+  name: 'ws_vs_http_keepalive_calls_per_second',
+  target: null,
+  result: round(wsRate),
+  unit: 'calls/s',
+  ratio: round(wsRate / httpRate),
+  baseline: `HTTP keep-alive ${round(httpRate)} calls/s`,
+  command,
   method: `eth_blockNumber, ${LOAD_CONNECTIONS} connections each way, one call in flight per connection, ${LOAD_ROUNDS} alternated rounds of ${LOAD_SECONDS} s, medians; the load generator shares the 2 cores`,
 });
 emit({
-  name: 'ws_vs_http_keepalive_gateway_cpu_per_call_us', target: null, result: round(wsCpu), unit: 'µs', ratio: round(wsCpu / httpCpu), baseline: `HTTP keep-alive ${round(httpCpu)} µs`, command,
+  name: 'ws_vs_http_keepalive_gateway_cpu_per_call_us',
+  target: null,
+  result: round(wsCpu),
+  unit: 'µs',
+  ratio: round(wsCpu / httpCpu),
+  baseline: `HTTP keep-alive ${round(httpCpu)} µs`,
+  command,
   method: 'gateway process, all threads, per call of the rounds above, the metering of each round included',
 });
 

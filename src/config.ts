@@ -12,13 +12,16 @@ export const ROLES = ['all', 'gateway', 'api', 'projector'] as const;
 export type Role = (typeof ROLES)[number];
 
 const url = (protocols: string[]) =>
-  z.string().refine((v) => {
-    try {
-      return protocols.includes(new URL(v).protocol);
-    } catch {
-      return false;
-    }
-  }, `must be a URL (${protocols.join(' or ')})`);
+  z.string().refine(
+    (v) => {
+      try {
+        return protocols.includes(new URL(v).protocol);
+      } catch {
+        return false;
+      }
+    },
+    `must be a URL (${protocols.join(' or ')})`,
+  );
 
 const Env = z.object({
   ROLE: z.enum(ROLES).default('all'),
@@ -30,13 +33,16 @@ const Env = z.object({
   /** PostgreSQL: the event store where EVENTSTORE_URL is unset, the read models where MONGODB_URL is. */
   DATABASE_URL: url(['postgres:', 'postgresql:']).optional(),
   /** One Redis (redis://, rediss://) or a Redis Cluster by some of its nodes (redis+cluster://host:port[,host:port…]). */
-  REDIS_URL: z.string().superRefine((v, ctx) => {
-    try {
-      parseRedisUrl(v);
-    } catch (error) {
-      ctx.addIssue({ code: 'custom', message: error instanceof Error ? error.message : String(error) });
-    }
-  }).optional(),
+  REDIS_URL: z
+    .string()
+    .superRefine((v, ctx) => {
+      try {
+        parseRedisUrl(v);
+      } catch (error) {
+        ctx.addIssue({ code: 'custom', message: error instanceof Error ? error.message : String(error) });
+      }
+    })
+    .optional(),
   /** Usage records are spread over this many Redis streams by account (default 1 on one Redis, 16 on a cluster); never lower it while records wait. */
   USAGE_STREAMS: z.coerce.number().int().min(1).max(1024).optional(),
   PLANS_CONFIG: z.string().optional(),
@@ -84,10 +90,20 @@ const Env = z.object({
   TRUST_PROXY: z.enum(['true', 'false']).default('false'),
   /** Failed log-ins allowed per email and, apart, per client address within LOGIN_WINDOW_SECONDS; then 429 until the window ends. */
   LOGIN_MAX_FAILURES: z.coerce.number().int().min(1).max(1_000_000).default(DEFAULT_AUTH_LIMITS.loginFailures.limit),
-  LOGIN_WINDOW_SECONDS: z.coerce.number().int().min(1).max(86_400).default(DEFAULT_AUTH_LIMITS.loginFailures.windowMs / 1000),
+  LOGIN_WINDOW_SECONDS: z.coerce
+    .number()
+    .int()
+    .min(1)
+    .max(86_400)
+    .default(DEFAULT_AUTH_LIMITS.loginFailures.windowMs / 1000),
   /** Sign-ups allowed per client address within SIGNUP_WINDOW_SECONDS. */
   SIGNUP_MAX_PER_ADDRESS: z.coerce.number().int().min(1).max(1_000_000).default(DEFAULT_AUTH_LIMITS.signUps.limit),
-  SIGNUP_WINDOW_SECONDS: z.coerce.number().int().min(1).max(86_400).default(DEFAULT_AUTH_LIMITS.signUps.windowMs / 1000),
+  SIGNUP_WINDOW_SECONDS: z.coerce
+    .number()
+    .int()
+    .min(1)
+    .max(86_400)
+    .default(DEFAULT_AUTH_LIMITS.signUps.windowMs / 1000),
   /** Password hashes (scrypt) computed at once by the process; the others queue, leaving libuv's other pool threads to the stores. */
   PASSWORD_HASH_CONCURRENCY: z.coerce.number().int().min(1).max(64).default(DEFAULT_HASH_CONCURRENCY),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
@@ -172,36 +188,56 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     throw new ConfigError(`PLANS_CONFIG (${e.PLANS_CONFIG}): ${err instanceof Error ? err.message : String(err)}`);
   }
   if (e.HEADERS_TIMEOUT_MS > e.REQUEST_TIMEOUT_MS) {
-    throw new ConfigError(`HEADERS_TIMEOUT_MS (${e.HEADERS_TIMEOUT_MS}) must not exceed REQUEST_TIMEOUT_MS (${e.REQUEST_TIMEOUT_MS}): a request's time includes its headers'.`);
+    throw new ConfigError(
+      `HEADERS_TIMEOUT_MS (${e.HEADERS_TIMEOUT_MS}) must not exceed REQUEST_TIMEOUT_MS (${e.REQUEST_TIMEOUT_MS}): a request's time includes its headers'.`,
+    );
   }
   // The embedded stores are LevelDB directories that one process at a time can open.
   if (e.ROLE !== 'all' && (!(e.EVENTSTORE_URL || e.DATABASE_URL) || !(e.MONGODB_URL || e.DATABASE_URL) || !e.REDIS_URL)) {
-    throw new ConfigError(`ROLE=${e.ROLE} runs beside other roles and needs EVENTSTORE_URL, MONGODB_URL and REDIS_URL (DATABASE_URL may stand for either of the first two); the embedded default runs only as ROLE=all.`);
+    throw new ConfigError(
+      `ROLE=${e.ROLE} runs beside other roles and needs EVENTSTORE_URL, MONGODB_URL and REDIS_URL (DATABASE_URL may stand for either of the first two); the embedded default runs only as ROLE=all.`,
+    );
   }
   // The chain registry is checked now too, so a broken one stops the process before anything starts.
   if (e.ROLE === 'all' || e.ROLE === 'gateway') loadChains({ env });
   return {
-    role: e.ROLE, port: e.PORT, host: e.HOST, dataDir: resolve(e.DATA_DIR),
-    eventstoreUrl: e.EVENTSTORE_URL, mongodbUrl: e.MONGODB_URL, databaseUrl: e.DATABASE_URL, redisUrl: e.REDIS_URL,
+    role: e.ROLE,
+    port: e.PORT,
+    host: e.HOST,
+    dataDir: resolve(e.DATA_DIR),
+    eventstoreUrl: e.EVENTSTORE_URL,
+    mongodbUrl: e.MONGODB_URL,
+    databaseUrl: e.DATABASE_URL,
+    redisUrl: e.REDIS_URL,
     ...(e.USAGE_STREAMS === undefined ? {} : { usageStreams: e.USAGE_STREAMS }),
-    plans, adminToken: e.ADMIN_TOKEN ?? null, localDevnet: e.LOCAL_DEVNET === 'on',
-    limitsFailClosed: e.LIMITS_FAIL_CLOSED === 'true', storageThread: e.STORAGE_THREAD === 'on', usageSendEveryMs: e.USAGE_SEND_MS, usageJournalFsync: e.USAGE_JOURNAL_FSYNC === 'always', startupTimeoutMs: e.STARTUP_TIMEOUT_SECONDS * 1000,
+    plans,
+    adminToken: e.ADMIN_TOKEN ?? null,
+    localDevnet: e.LOCAL_DEVNET === 'on',
+    limitsFailClosed: e.LIMITS_FAIL_CLOSED === 'true',
+    storageThread: e.STORAGE_THREAD === 'on',
+    usageSendEveryMs: e.USAGE_SEND_MS,
+    usageJournalFsync: e.USAGE_JOURNAL_FSYNC === 'always',
+    startupTimeoutMs: e.STARTUP_TIMEOUT_SECONDS * 1000,
     http: { headersTimeoutMs: e.HEADERS_TIMEOUT_MS, requestTimeoutMs: e.REQUEST_TIMEOUT_MS, keepAliveTimeoutMs: e.KEEP_ALIVE_TIMEOUT_MS },
     webSockets: { pingEveryMs: e.WS_PING_INTERVAL_MS, idleTimeoutMs: e.WS_IDLE_TIMEOUT_MS },
-    secureCookies: e.SECURE_COOKIES === 'true', trustProxy: e.TRUST_PROXY === 'true',
+    secureCookies: e.SECURE_COOKIES === 'true',
+    trustProxy: e.TRUST_PROXY === 'true',
     auth: {
       loginFailures: { limit: e.LOGIN_MAX_FAILURES, windowMs: e.LOGIN_WINDOW_SECONDS * 1000 },
       signUps: { limit: e.SIGNUP_MAX_PER_ADDRESS, windowMs: e.SIGNUP_WINDOW_SECONDS * 1000 },
       hashConcurrency: e.PASSWORD_HASH_CONCURRENCY,
     },
-    logLevel: e.LOG_LEVEL, env,
+    logLevel: e.LOG_LEVEL,
+    env,
     alerts: { evaluateEveryMs: e.ALERT_EVALUATION_INTERVAL_SECONDS * 1000 },
     notify: {
-      allowPrivate: e.NOTIFY_ALLOW_PRIVATE === 'true', timeoutMs: e.NOTIFY_TIMEOUT_MS,
+      allowPrivate: e.NOTIFY_ALLOW_PRIVATE === 'true',
+      timeoutMs: e.NOTIFY_TIMEOUT_MS,
       email: { smtpUrl: e.SMTP_URL ?? null, from: e.NOTIFY_EMAIL_FROM, outboxPath: resolve(e.NOTIFY_OUTBOX ?? join(e.DATA_DIR, 'outbox.ndjson')) },
       incident: { eventsUrl: e.INCIDENT_EVENTS_URL },
       sms: { apiUrl: e.SMS_API_URL, accountSid: e.SMS_ACCOUNT_SID ?? null, authToken: e.SMS_AUTH_TOKEN ?? null, from: e.SMS_FROM ?? null },
-      maxAttempts: e.NOTIFY_MAX_ATTEMPTS, retryBaseMs: e.NOTIFY_RETRY_BASE_MS,
+      maxAttempts: e.NOTIFY_MAX_ATTEMPTS,
+      retryBaseMs: e.NOTIFY_RETRY_BASE_MS,
     },
   };
 }

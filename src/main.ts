@@ -32,9 +32,10 @@ async function main(): Promise<void> {
   const app = await buildServer(runtime, { logger: true });
   await runtime.projector?.start();
   runtime.ingester?.start();
-  const expiry = config.role === 'all' || config.role === 'projector'
-    ? startExpiryScheduler(runtime.queries, runtime.commands, { onError: (e) => app.log.error({ err: e }, 'expiry scheduler') })
-    : null;
+  const expiry =
+    config.role === 'all' || config.role === 'projector'
+      ? startExpiryScheduler(runtime.queries, runtime.commands, { onError: (e) => app.log.error({ err: e }, 'expiry scheduler') })
+      : null;
   // Before listening: a SIGTERM right after "ready" must drain, not kill (no handler means the default: exit at once).
   let stopping = false;
   const stop = async (signal: string) => {
@@ -60,7 +61,13 @@ async function main(): Promise<void> {
   const port = typeof address === 'object' && address ? address.port : config.port;
   const base = `http://${config.host === '0.0.0.0' ? 'localhost' : config.host}:${port}`;
   console.log(`\nGateway (${config.role}) ready at ${base}`);
-  if (runtime.gateway) console.log(`  chains: ${runtime.gateway.chains.list().map((c) => c.id).join(', ')}${devnet ? ` (local devnet at ${devnet.url})` : ''}`);
+  if (runtime.gateway)
+    console.log(
+      `  chains: ${runtime.gateway.chains
+        .list()
+        .map((c) => c.id)
+        .join(', ')}${devnet ? ` (local devnet at ${devnet.url})` : ''}`,
+    );
   if (config.role === 'all' || config.role === 'api') console.log(`  dashboard and API: ${base}/   data: ${config.dataDir}\n`);
 }
 

@@ -102,16 +102,20 @@ export async function openRuntime(config: Config, clock?: () => Date, options: R
   const projects = config.role === 'all' || config.role === 'projector';
   // The storage thread runs on the real clock: a runtime given its own (tests) keeps its stores here.
   const embedded = config.role === 'all' && !config.eventstoreUrl && !config.mongodbUrl && !config.databaseUrl && !config.redisUrl;
-  const storage = embedded && config.storageThread && clock === undefined
-    ? await openStorageThread({
-        dataDir: config.dataDir, consumer, plans: config.plans, usageSendEveryMs: config.usageSendEveryMs,
-        // Without its stores the process can serve nothing well: it stops, for its supervisor to start it again.
-        onFailure: (error) => {
-          console.error(`storage thread failed: ${error.message}`);
-          process.exit(1);
-        },
-      })
-    : null;
+  const storage =
+    embedded && config.storageThread && clock === undefined
+      ? await openStorageThread({
+          dataDir: config.dataDir,
+          consumer,
+          plans: config.plans,
+          usageSendEveryMs: config.usageSendEveryMs,
+          // Without its stores the process can serve nothing well: it stops, for its supervisor to start it again.
+          onFailure: (error) => {
+            console.error(`storage thread failed: ${error.message}`);
+            process.exit(1);
+          },
+        })
+      : null;
   let store: EventStore;
   let readModels: ReadModelStore;
   let feed: ChangeFeed;
@@ -132,7 +136,10 @@ export async function openRuntime(config: Config, clock?: () => Date, options: R
     if (config.eventstoreUrl) await untilReachable('EventStoreDB', config.eventstoreUrl, () => store.headPosition(), waiting);
     readModels = config.mongodbUrl
       ? // Each attempt ends with the driver's own server selection timeout (30 s).
-        await untilReachable('MongoDB', config.mongodbUrl, () => openReadModels({ mongodbUrl: config.mongodbUrl, dataDir: config.dataDir }), { ...waiting, attemptTimeoutMs: 35_000 })
+        await untilReachable('MongoDB', config.mongodbUrl, () => openReadModels({ mongodbUrl: config.mongodbUrl, dataDir: config.dataDir }), {
+          ...waiting,
+          attemptTimeoutMs: 35_000,
+        })
       : await openReadModels({ databaseUrl: postgresUrl, dataDir: config.dataDir });
     const openedFeed = openChangeFeed({ redisUrl: config.redisUrl });
     const openedQueue = openUsageQueue({ redisUrl: config.redisUrl, consumer, streams: config.usageStreams });
@@ -150,16 +157,27 @@ export async function openRuntime(config: Config, clock?: () => Date, options: R
       });
     }
     if (projects) {
-      ({ projector, ingester, retention } = startProjecting({ store, readModels, feed, usageQueue: openedQueue, plans: config.plans, now, storeKnowsEveryId: !config.eventstoreUrl }));
+      ({ projector, ingester, retention } = startProjecting({
+        store,
+        readModels,
+        feed,
+        usageQueue: openedQueue,
+        plans: config.plans,
+        now,
+        storeKnowsEveryId: !config.eventstoreUrl,
+      }));
     }
   }
   // The embedded default journals each record before its call is answered (a kill loses none).
   let journaled: JournaledUsageSink | null = null;
   if (config.role === 'all' && !config.redisUrl) {
     const inner = usageQueue;
-    const appendedThrough = inner instanceof ThreadUsageQueue ? () => inner.appendedThrough()
-      : inner instanceof MemoryUsageQueue ? async () => inner.backend.appendedThrough()
-      : null;
+    const appendedThrough =
+      inner instanceof ThreadUsageQueue
+        ? () => inner.appendedThrough()
+        : inner instanceof MemoryUsageQueue
+          ? async () => inner.backend.appendedThrough()
+          : null;
     if (appendedThrough) {
       journaled = openJournaledSink({ dir: join(config.dataDir, 'usage-journal'), fsync: config.usageJournalFsync }, inner, appendedThrough);
       usageQueue = journaled;
@@ -182,9 +200,14 @@ export async function openRuntime(config: Config, clock?: () => Date, options: R
   const redis = config.redisUrl ? new RedisHealth(config.redisUrl, { log: options.log ?? consoleLog }) : null;
   if (redis) redisClients.push(redis);
   if (config.redisUrl) {
-    await untilReachable('Redis', config.redisUrl, async (timeoutMs) => {
-      await Promise.all(redisClients.map((client) => client.whenReady(timeoutMs)));
-    }, waiting);
+    await untilReachable(
+      'Redis',
+      config.redisUrl,
+      async (timeoutMs) => {
+        await Promise.all(redisClients.map((client) => client.whenReady(timeoutMs)));
+      },
+      waiting,
+    );
   }
   const queries = new Queries(readModels, now);
   const commands = new AccountCommands(store, config.plans, now, new PasswordHasher({ concurrency: config.auth.hashConcurrency }));
@@ -218,40 +241,77 @@ export async function openRuntime(config: Config, clock?: () => Date, options: R
   };
 
   const alertQueries = new AlertQueries(readModels);
-  const alertCommands = new AlertCommands(store, config.plans, {
-    planOf: async (accountId) => (await commands.account(accountId)).plan,
-    tokenOf: async (accountId, tokenId) => {
-      const token = await commands.apiToken(accountId, tokenId).catch((e: unknown) => {
-        if (e instanceof DomainError && e.code === 'not_found') return null;
-        throw e;
-      });
-      return token && token.status !== 'revoked' && token.status !== 'expired' ? token : null;
+  const alertCommands = new AlertCommands(
+    store,
+    config.plans,
+    {
+      planOf: async (accountId) => (await commands.account(accountId)).plan,
+      tokenOf: async (accountId, tokenId) => {
+        const token = await commands.apiToken(accountId, tokenId).catch((e: unknown) => {
+          if (e instanceof DomainError && e.code === 'not_found') return null;
+          throw e;
+        });
+        return token && token.status !== 'revoked' && token.status !== 'expired' ? token : null;
+      },
     },
-  }, now);
+    now,
+  );
   const reportAlertError = (e: unknown) => console.error(`alerts: ${e instanceof Error ? e.message : String(e)}`);
   const notify = projects ? createSenders(config.notify) : null;
   const notifier = notify
     ? new Notifier({
-        alerts: alertQueries, queries, plans: config.plans, commands: alertCommands, senders: notify.senders, waitFor, now, onError: reportAlertError,
+        alerts: alertQueries,
+        queries,
+        plans: config.plans,
+        commands: alertCommands,
+        senders: notify.senders,
+        waitFor,
+        now,
+        onError: reportAlertError,
         retry: { ...DEFAULT_RETRY, maxAttempts: config.notify.maxAttempts, baseMs: config.notify.retryBaseMs },
       })
     : null;
   const evaluator = projects
     ? new AlertEvaluator({
-        alerts: alertQueries, queries, plans: config.plans, commands: alertCommands, now, waitFor, onError: reportAlertError,
+        alerts: alertQueries,
+        queries,
+        plans: config.plans,
+        commands: alertCommands,
+        now,
+        waitFor,
+        onError: reportAlertError,
         metrics: new RollupAlertMetrics(new UsageQueries(readModels), readModels),
       })
     : null;
-  const alertScheduler = evaluator && notifier
-    ? startAlertScheduler(evaluator, notifier, { evaluateEveryMs: config.alerts.evaluateEveryMs, onError: reportAlertError })
-    : null;
+  const alertScheduler =
+    evaluator && notifier ? startAlertScheduler(evaluator, notifier, { evaluateEveryMs: config.alerts.evaluateEveryMs, onError: reportAlertError }) : null;
 
   return {
-    config, store, readModels, feed, limiter, usageQueue, queries, commands, projector, ingester, gateway, telemetry, redis, now,
+    config,
+    store,
+    readModels,
+    feed,
+    limiter,
+    usageQueue,
+    queries,
+    commands,
+    projector,
+    ingester,
+    gateway,
+    telemetry,
+    redis,
+    now,
     alerts: { commands: alertCommands, queries: alertQueries, evaluator, notifier },
     api: {
-      alerts: alertCommands, alertQueries,
-      commands, queries, plans: config.plans, waitFor, adminToken: config.adminToken, secureCookies: config.secureCookies, now,
+      alerts: alertCommands,
+      alertQueries,
+      commands,
+      queries,
+      plans: config.plans,
+      waitFor,
+      adminToken: config.adminToken,
+      secureCookies: config.secureCookies,
+      now,
       sessions: new Sessions(readModels, now),
       authThrottle: new AuthThrottle(attempts, config.auth, now),
       usage: new UsageQueries(readModels),

@@ -81,7 +81,11 @@ export async function buildServer(runtime: Runtime, options: { logger?: boolean 
   const nextId = requestIds();
   // Chain calls are served on node:http before fastify (src/gateway/front.ts).
   const front = runtime.gateway
-    ? new ChainFront({ trustProxy: runtime.config.trustProxy, nextId, webSockets: { feed: runtime.feed, plans: runtime.config.plans, ...runtime.config.webSockets } })
+    ? new ChainFront({
+        trustProxy: runtime.config.trustProxy,
+        nextId,
+        webSockets: { feed: runtime.feed, plans: runtime.config.plans, ...runtime.config.webSockets },
+      })
     : null;
   const timeouts = httpServerTimeouts(runtime.config.http);
   const app = Fastify({
@@ -115,8 +119,7 @@ export async function buildServer(runtime: Runtime, options: { logger?: boolean 
     return reply.code(ready ? 200 : 503).send(body);
   });
   // Operators only: the compose file's proxy does not route it from outside.
-  app.get('/metrics', async (_request, reply) =>
-    reply.type(runtime.telemetry.registry.contentType).send(await runtime.telemetry.metrics()));
+  app.get('/metrics', async (_request, reply) => reply.type(runtime.telemetry.registry.contentType).send(await runtime.telemetry.metrics()));
 
   if (role === 'all' || role === 'api') await app.register(managementApi, runtime.api);
   if (role === 'all' || role === 'api') await app.register(webRoutes);

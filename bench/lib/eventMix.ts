@@ -33,18 +33,37 @@ export async function seedAccounts(store: EventStore, accounts: number, tokensPe
     const accountId = newId.account();
     const at = startIso;
     const accountEvents: DomainEvent[] = [
-      { type: 'AccountSignedUp', version: 1, data: { accountId, email: `bench-${a}@example.com`, passwordHash: 'scrypt$bench$not-a-real-hash', plan: 'free', at } },
+      {
+        type: 'AccountSignedUp',
+        version: 1,
+        data: { accountId, email: `bench-${a}@example.com`, passwordHash: 'scrypt$bench$not-a-real-hash', plan: 'free', at },
+      },
       { type: 'AccountPlanChanged', version: 1, data: { accountId, from: 'free', to: 'unlimited', at } },
     ];
     for (let t = 0; t < tokensPerAccount; t++) {
       const token = generateToken('api');
       const tokenId = newId.apiToken();
-      const slot = { tokenId, tokenHash: hashToken(token), masked: maskToken(token), name: `token ${t}`, description: '', expiresAt: null, monthlyLimit: null, rateLimit: null };
+      const slot = {
+        tokenId,
+        tokenHash: hashToken(token),
+        masked: maskToken(token),
+        name: `token ${t}`,
+        description: '',
+        expiresAt: null,
+        monthlyLimit: null,
+        rateLimit: null,
+      };
       accountEvents.push({ type: 'ApiTokenIssued', version: 1, data: { accountId, ...slot, at } });
       pending.push(store.append(STREAM.token(tokenId), [encodeEvent({ type: 'ApiTokenCreated', version: 1, data: { accountId, ...slot, at } })], 'no_stream'));
       tokens.push({ token, tokenId, accountId });
     }
-    pending.push(store.append(STREAM.account(accountId), accountEvents.map((e) => encodeEvent(e)), 'no_stream'));
+    pending.push(
+      store.append(
+        STREAM.account(accountId),
+        accountEvents.map((e) => encodeEvent(e)),
+        'no_stream',
+      ),
+    );
     await flushSome();
   }
   await Promise.all(pending);
@@ -61,11 +80,21 @@ export async function seedTokenChanges(store: EventStore, tokens: SeededToken[],
     if (i % 5 === 4) {
       events.push({ type: 'ApiTokenRevoked', version: 1, data: { tokenId: t.tokenId, at } });
       pending.push(
-        store.append(STREAM.account(t.accountId), [encodeEvent({ type: 'ApiTokenReleased', version: 1, data: { accountId: t.accountId, tokenId: t.tokenId, reason: 'revoked', at } })], 'any'),
+        store.append(
+          STREAM.account(t.accountId),
+          [encodeEvent({ type: 'ApiTokenReleased', version: 1, data: { accountId: t.accountId, tokenId: t.tokenId, reason: 'revoked', at } })],
+          'any',
+        ),
       );
       written += 1;
     }
-    pending.push(store.append(STREAM.token(t.tokenId), events.map((e) => encodeEvent(e)), 'any'));
+    pending.push(
+      store.append(
+        STREAM.token(t.tokenId),
+        events.map((e) => encodeEvent(e)),
+        'any',
+      ),
+    );
     written += events.length;
   });
   await Promise.all(pending);

@@ -18,8 +18,20 @@ export interface WrkResult {
 const WRK_SCRIPTS = join(ROOT, 'bench', 'wrk');
 
 /** Closed-loop load at full speed: `connections` keep-alive connections on one wrk thread. */
-export async function wrk(url: string, options: { seconds: number; connections: number; script?: string; env?: Record<string, string>; timeoutSeconds?: number }): Promise<WrkResult> {
-  const args = ['-t1', `-c${options.connections}`, `-d${options.seconds}s`, '--timeout', `${options.timeoutSeconds ?? 5}s`, '-s', join(WRK_SCRIPTS, options.script ?? 'post.lua'), url];
+export async function wrk(
+  url: string,
+  options: { seconds: number; connections: number; script?: string; env?: Record<string, string>; timeoutSeconds?: number },
+): Promise<WrkResult> {
+  const args = [
+    '-t1',
+    `-c${options.connections}`,
+    `-d${options.seconds}s`,
+    '--timeout',
+    `${options.timeoutSeconds ?? 5}s`,
+    '-s',
+    join(WRK_SCRIPTS, options.script ?? 'post.lua'),
+    url,
+  ];
   const { stdout } = await run('wrk', args, { env: { ...process.env, ...options.env }, timeout: (options.seconds + 30) * 1000, maxBuffer: 1 << 20 });
   const rps = /Requests\/sec:\s+([\d.]+)/.exec(stdout);
   const total = /(\d+) requests in/.exec(stdout);
@@ -103,13 +115,17 @@ export async function pacedWarmUp(url: string, options: { rate: number; cpus?: s
  */
 export async function pacedLatency(
   url: string,
-  options: { rate: number; seconds: number; /** wrk kept on these CPUs (taskset's list) */ cpus?: string },
+  options: { rate: number; seconds: number /** wrk kept on these CPUs (taskset's list) */; cpus?: string },
 ): Promise<PacedResult> {
   const meanDelayMs = 50;
   const connections = Math.max(1, Math.round((options.rate * meanDelayMs) / 1000));
   const wrkArgs = ['-t1', `-c${connections}`, `-d${options.seconds}s`, '--timeout', '5s', '--latency', '-s', join(WRK_SCRIPTS, 'paced.lua'), url];
   const [command, args] = options.cpus === undefined ? ['wrk', wrkArgs] : ['taskset', ['-c', options.cpus, 'wrk', ...wrkArgs]];
-  const { stdout } = await run(command, args, { env: { ...process.env, MEAN_DELAY_MS: String(meanDelayMs) }, timeout: (options.seconds + 30) * 1000, maxBuffer: 1 << 20 });
+  const { stdout } = await run(command, args, {
+    env: { ...process.env, MEAN_DELAY_MS: String(meanDelayMs) },
+    timeout: (options.seconds + 30) * 1000,
+    maxBuffer: 1 << 20,
+  });
   const at = (p: number): number => {
     const m = new RegExp(`^\\s+${p}%\\s+([\\d.]+)(us|ms|s)\\s*$`, 'm').exec(stdout);
     if (!m) throw new Error(`no ${p}th percentile in wrk's output:\n${stdout}`);

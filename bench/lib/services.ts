@@ -47,10 +47,15 @@ let building: Promise<void> | null = null;
  */
 function buildServers(): Promise<void> {
   building ??= new Promise((resolve, reject) => {
-    execFile(process.execPath, [join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', join(ROOT, 'tsconfig.json'), '--outDir', BUILD_DIR, '--sourceMap'], { cwd: ROOT }, (error, stdout) => {
-      if (error) reject(new Error(`tsc failed:\n${stdout}`));
-      else resolve();
-    });
+    execFile(
+      process.execPath,
+      [join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', join(ROOT, 'tsconfig.json'), '--outDir', BUILD_DIR, '--sourceMap'],
+      { cwd: ROOT },
+      (error, stdout) => {
+        if (error) reject(new Error(`tsc failed:\n${stdout}`));
+        else resolve();
+      },
+    );
   });
   return building;
 }
@@ -98,7 +103,14 @@ function run(command: string, args: string[], cwd: string): Promise<string> {
 }
 
 /** GATEWAY_CPU_PROF=<dir>: the gateways and the bare proxy write a V8 CPU profile there as they exit. */
-const cpuProfileFlags = (): string[] => (process.env.GATEWAY_CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.GATEWAY_CPU_PROF}`, ...(process.env.GATEWAY_CPU_PROF_INTERVAL ? [`--cpu-prof-interval=${process.env.GATEWAY_CPU_PROF_INTERVAL}`] : [])] : []);
+const cpuProfileFlags = (): string[] =>
+  process.env.GATEWAY_CPU_PROF
+    ? [
+        '--cpu-prof',
+        `--cpu-prof-dir=${process.env.GATEWAY_CPU_PROF}`,
+        ...(process.env.GATEWAY_CPU_PROF_INTERVAL ? [`--cpu-prof-interval=${process.env.GATEWAY_CPU_PROF_INTERVAL}`] : []),
+      ]
+    : [];
 
 /**
  * GATEWAY_ALLOC_PROBE=<dir>: the gateways and the bare proxy load bench/servers/allocationProbe.ts
@@ -132,7 +144,9 @@ export async function allocationWindow(service: Service): Promise<AllocationWind
 
 export async function startUpstream(processes: Processes): Promise<Service> {
   const port = await freePort();
-  const p = processes.start('upstream', process.execPath, [...(await builtEntryArgs('bench/servers/upstream.ts')), String(port)], { env: { NODE_ENV: 'production' } });
+  const p = processes.start('upstream', process.execPath, [...(await builtEntryArgs('bench/servers/upstream.ts')), String(port)], {
+    env: { NODE_ENV: 'production' },
+  });
   await waitForPort(port, p);
   return { url: `http://127.0.0.1:${port}`, process: p };
 }
@@ -142,9 +156,14 @@ export async function startBareProxy(processes: Processes, upstreamUrl: string, 
   const port = await freePort();
   const args = [String(port), upstreamUrl, ...(options.withGatewayHeaders ? ['with-gateway-headers'] : [])];
   const label = options.withGatewayHeaders ? 'bare Node proxy with headers' : 'bare Node proxy';
-  const p = processes.start(label, process.execPath, [...(await builtEntryArgs('bench/servers/bareProxy.ts', [...cpuProfileFlags(), ...(await allocationProbeFlags())])), ...args], {
-    env: { NODE_ENV: 'production' },
-  });
+  const p = processes.start(
+    label,
+    process.execPath,
+    [...(await builtEntryArgs('bench/servers/bareProxy.ts', [...cpuProfileFlags(), ...(await allocationProbeFlags())])), ...args],
+    {
+      env: { NODE_ENV: 'production' },
+    },
+  );
   await waitForPort(port, p);
   return { url: `http://127.0.0.1:${port}`, process: p };
 }
@@ -258,7 +277,11 @@ export async function startGateway(processes: Processes, options: GatewayOptions
 
 /** One call through a service; fails unless it answers 200 with the upstream's result. */
 export async function checkCall(url: string, authorization?: string): Promise<void> {
-  const res = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', ...(authorization ? { authorization } : {}) }, body: '{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber","params":[]}' });
+  const res = await fetch(url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...(authorization ? { authorization } : {}) },
+    body: '{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber","params":[]}',
+  });
   const text = await res.text();
   if (res.status !== 200 || !text.includes('"result"')) throw new Error(`${url} answered ${res.status}: ${text.slice(0, 300)}`);
 }

@@ -28,7 +28,12 @@ export interface AllocationWindow {
 
 /** What GCProfiler.stop() gives, as Node writes it (camelCase; @types/node types it with HeapStatistics' snake_case names). */
 interface GcStatistics {
-  statistics: Array<{ gcType: string; cost: number; beforeGC: { heapStatistics: { usedHeapSize: number } }; afterGC: { heapStatistics: { usedHeapSize: number } } }>;
+  statistics: Array<{
+    gcType: string;
+    cost: number;
+    beforeGC: { heapStatistics: { usedHeapSize: number } };
+    afterGC: { heapStatistics: { usedHeapSize: number } };
+  }>;
 }
 
 const dir = process.env.GATEWAY_ALLOC_PROBE;

@@ -27,7 +27,10 @@ async function main(): Promise<void> {
     // Closing flushes buffered records (to Redis, or into the store); bounded, the benchmark waits 5 s at most.
     const done = (): never => process.exit(0);
     setTimeout(done, 2000).unref();
-    void app.close().then(() => runtime.close()).then(done, done);
+    void app
+      .close()
+      .then(() => runtime.close())
+      .then(done, done);
   });
 }
 

@@ -59,7 +59,9 @@ async function main(): Promise<void> {
         }
       };
       await Promise.all(Array.from({ length: LOOKUPS_IN_FLIGHT }, worker));
-      process.stdout.write(`warmed ${found} tokens in ${Math.round(performance.now() - started)} ms, cache size ${tokens.size}, live memory before ${liveBefore} MB\n`);
+      process.stdout.write(
+        `warmed ${found} tokens in ${Math.round(performance.now() - started)} ms, cache size ${tokens.size}, live memory before ${liveBefore} MB\n`,
+      );
     })();
   });
   process.on('SIGTERM', () => {

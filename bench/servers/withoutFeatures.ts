@@ -23,7 +23,10 @@ export type Feature = (typeof FEATURES)[number];
 
 /** `usage,limits` → the features; an unknown name is an error that lists the known ones. */
 export function parseFeatures(list: string | undefined): Feature[] {
-  const names = (list ?? '').split(',').map((f) => f.trim()).filter((f) => f !== '');
+  const names = (list ?? '')
+    .split(',')
+    .map((f) => f.trim())
+    .filter((f) => f !== '');
   for (const name of names) {
     if (!(FEATURES as readonly string[]).includes(name)) throw new Error(`unknown feature "${name}" to take out: choose from ${FEATURES.join(', ')}`);
   }

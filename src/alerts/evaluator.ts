@@ -126,7 +126,11 @@ export class AlertEvaluator {
         return { window: await window() };
       case 'rate_limiting': {
         if (rule.condition !== 'approaching') return { window: await window() };
-        const watched = token ? [token] : (await queries.tokens(accountId)).filter((t) => t.status === 'active').map((t) => ({ id: t.id, monthlyLimit: t.monthly_limit, rateLimit: t.rate_limit }));
+        const watched = token
+          ? [token]
+          : (await queries.tokens(accountId))
+              .filter((t) => t.status === 'active')
+              .map((t) => ({ id: t.id, monthlyLimit: t.monthly_limit, rateLimit: t.rate_limit }));
         let peakRpsPercent: number | null = null;
         for (const t of watched) {
           const stats = await metrics.windowStats(accountId, t.id, from, to);

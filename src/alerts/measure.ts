@@ -16,7 +16,6 @@ export interface Figures {
   unavailable?: string | undefined;
 }
 
-
 const finite = (n: unknown): n is number => typeof n === 'number' && Number.isFinite(n);
 const round = (n: number, digits = 1) => Math.round(n * 10 ** digits) / 10 ** digits;
 const pct = (n: number) => `${round(n)}%`;
@@ -36,7 +35,8 @@ export function measure(rule: AlertRule, f: Figures): Measurement {
   const t = rule.threshold;
   const w = f.window;
   const enough = (min: number | null) => w !== undefined && finite(w.requests) && w.requests > 0 && w.requests >= (min ?? 1);
-  const tooFew = () => nothing(`Only ${finite(w?.requests) ? w.requests : 0} requests from ${who(rule)} in ${span(rule)}; at least ${rule.minRequests ?? 1} are needed to judge.`);
+  const tooFew = () =>
+    nothing(`Only ${finite(w?.requests) ? w.requests : 0} requests from ${who(rule)} in ${span(rule)}; at least ${rule.minRequests ?? 1} are needed to judge.`);
 
   const errorRate = (): Measurement => {
     if (!w || !enough(rule.minRequests) || !finite(w.errors) || w.errors < 0) return tooFew();
@@ -81,8 +81,11 @@ export function measure(rule: AlertRule, f: Figures): Measurement {
       if (!w || !enough(rule.minRequests)) return tooFew();
       if (!finite(base) || base < 0) return nothing(`No baseline for token ${rule.tokenId}.`);
       const ratio = w.requests / Math.max(base, 1);
-      return judged(ratio, t,
-        `Token ${rule.tokenId} made ${w.requests} requests in ${span(rule)}, ${round(ratio)}× its average of ${round(base)} per ${rule.windowMinutes} min over the previous ${rule.baselineHours} h (threshold ${t}×).`);
+      return judged(
+        ratio,
+        t,
+        `Token ${rule.tokenId} made ${w.requests} requests in ${span(rule)}, ${round(ratio)}× its average of ${round(base)} per ${rule.windowMinutes} min over the previous ${rule.baselineHours} h (threshold ${t}×).`,
+      );
     }
   }
 }

@@ -35,7 +35,7 @@ export const Account = z
       remaining: z.number().nullable(),
       resets_at: time,
     }),
-    tokens: z.object({ count, max: z.number().nullable() }).describe('Tokens neither revoked nor expired, against the plan\'s maximum.'),
+    tokens: z.object({ count, max: z.number().nullable() }).describe("Tokens neither revoked nor expired, against the plan's maximum."),
   })
   .meta({ id: 'Account', description: 'The account, its plan and its usage this month.' });
 
@@ -50,9 +50,17 @@ export const LoggedIn = z.object({ id: z.string() }).meta({ id: 'LoggedIn', exam
 export const TokenStatus = z.enum(['active', 'disabled', 'revoked', 'expired']);
 
 const tokenRecordExample = {
-  id: 'tok_8FhK2mQw9ZtR1cVb', name: 'backend', description: '', status: 'active', masked: 'gk_…f3a9',
-  created_at: '2024-05-01T12:00:00.000Z', last_used_at: null, current_month_usage: 0, expires_at: null,
-  monthly_limit: null, rate_limit: null,
+  id: 'tok_8FhK2mQw9ZtR1cVb',
+  name: 'backend',
+  description: '',
+  status: 'active',
+  masked: 'gk_…f3a9',
+  created_at: '2024-05-01T12:00:00.000Z',
+  last_used_at: null,
+  current_month_usage: 0,
+  expires_at: null,
+  monthly_limit: null,
+  rate_limit: null,
 };
 
 export const TokenRecord = z
@@ -84,7 +92,7 @@ export const TokenHistory = z
     events: z.array(
       z.object({
         revision: count,
-        type: z.string().describe('The event\'s type, e.g. `ApiTokenRenamed`.'),
+        type: z.string().describe("The event's type, e.g. `ApiTokenRenamed`."),
         at: time,
         recorded_at: time,
         state: z.object({
@@ -99,7 +107,7 @@ export const TokenHistory = z
       }),
     ),
   })
-  .meta({ id: 'TokenHistory', description: 'The token\'s events in order, with its state after each.' });
+  .meta({ id: 'TokenHistory', description: "The token's events in order, with its state after each." });
 
 const accessTokenExample = { id: 'key_5RtY7uI9oP1aS3dF', name: 'ci', masked: 'gka_…7c21', status: 'active', created_at: '2024-05-01T12:00:00.000Z' };
 
@@ -129,7 +137,7 @@ export const UsageFigures = z
     p95ResponseMs: rate,
     p99ResponseMs: rate,
     avgNodeLatencyMs: rate,
-    cacheHits: count.describe('Calls answered from the gateway\'s response cache: no node was asked.'),
+    cacheHits: count.describe("Calls answered from the gateway's response cache: no node was asked."),
     coalesced: count.describe('Calls that shared an identical call in flight: one node call served several.'),
     hedged: count.describe('Calls sent to a second node because the first was slow.'),
   })
@@ -171,7 +179,9 @@ export const MonthlyLimits = z
   .meta({ id: 'MonthlyLimits', description: 'The monthly quota (UTC calendar month).' });
 
 const periodMetricsShape = {
-  period: z.object({ start: time, end: time }).describe('What the figures cover: whole minutes (hours for a daily series), start clamped to the plan\'s retention.'),
+  period: z
+    .object({ start: time, end: time })
+    .describe("What the figures cover: whole minutes (hours for a daily series), start clamped to the plan's retention."),
   chain: z.string().nullable(),
   granularity: SeriesGranularity,
   totals: UsageFigures,
@@ -189,7 +199,7 @@ export const PeriodMetrics = z.object(periodMetricsShape);
 
 export const UserMetrics = z
   .object({ ...periodMetricsShape, byToken: z.array(TokenFigures), errors: z.array(ErrorGroup), limits: MonthlyLimits })
-  .meta({ id: 'UserMetrics', description: 'An account\'s usage, performance and errors over a period.' });
+  .meta({ id: 'UserMetrics', description: "An account's usage, performance and errors over a period." });
 
 export const TokenMetrics = z
   .object({
@@ -199,15 +209,17 @@ export const TokenMetrics = z
     webSockets: z
       .object({ connections: count, subscriptions: count })
       .nullable()
-      .describe('The token\'s open WebSocket connections and their subscriptions now, on the gateway in this API\'s process (ROLE=all); null where the API runs apart from the gateways (ROLE=api): the gateways count their sockets each for itself, and nothing adds them up across instances.'),
+      .describe(
+        "The token's open WebSocket connections and their subscriptions now, on the gateway in this API's process (ROLE=all); null where the API runs apart from the gateways (ROLE=api): the gateways count their sockets each for itself, and nothing adds them up across instances.",
+      ),
     limits: z
       .discriminatedUnion('appliesTo', [
         MonthlyLimits.extend({ appliesTo: z.literal('token') }),
         MonthlyLimits.extend({ appliesTo: z.literal('account'), tokenUsed: count }),
       ])
-      .describe('A token without its own monthly limit draws on the account\'s.'),
+      .describe("A token without its own monthly limit draws on the account's."),
   })
-  .meta({ id: 'TokenMetrics', description: 'One token\'s analytics over a period.' });
+  .meta({ id: 'TokenMetrics', description: "One token's analytics over a period." });
 
 // ── Alerts ───────────────────────────────────────────────────────────────────────────────
 
@@ -225,7 +237,7 @@ export const AlertChannel = z
       type: z.enum(['webhook', 'chat']),
       url: z.string(),
       status: ChannelStatus,
-      secret: z.string().optional().describe('A webhook\'s `whsec_` signing secret, only in the answer that created the channel.'),
+      secret: z.string().optional().describe("A webhook's `whsec_` signing secret, only in the answer that created the channel."),
     }),
     z.object({ id: z.string(), type: z.literal('incident'), routing_key: z.string(), status: ChannelStatus }),
   ])
@@ -251,7 +263,7 @@ export const Alert = z
     last_evaluation: z
       .object({ at: time, value: z.number().nullable(), breached: z.boolean() })
       .nullable()
-      .describe('The evaluator\'s last look, fired or not.'),
+      .describe("The evaluator's last look, fired or not."),
     created_at: time,
     updated_at: time,
   })
@@ -293,10 +305,14 @@ export const Problem = z
   })
   .meta({
     id: 'Problem',
-    description: 'RFC 9457 problem details, as every error of the management API answers. Some codes carry more fields, e.g. the plan\'s maximum.',
+    description: "RFC 9457 problem details, as every error of the management API answers. Some codes carry more fields, e.g. the plan's maximum.",
     examples: [
       {
-        type: '/problems/validation_failed', title: 'Bad Request', status: 400, detail: 'body.name: at most 100 characters', code: 'validation_failed',
+        type: '/problems/validation_failed',
+        title: 'Bad Request',
+        status: 400,
+        detail: 'body.name: at most 100 characters',
+        code: 'validation_failed',
         errors: [{ in: 'body', path: 'name', message: 'at most 100 characters' }],
       },
     ],

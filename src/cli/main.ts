@@ -32,10 +32,20 @@ service's projector has applied it and published it to the gateways (the command
 
 const optionUse = (name: string, o: OptionSpec) => `--${name}${o.value ? ` ${o.value}` : ''}`;
 /** The command, its arguments and required options: what the list of commands shows. */
-const invocation = (c: CommandSpec): string[] =>
-  [c.name, ...c.args, ...Object.entries(c.options ?? {}).filter(([, o]) => o.required).map(([name, o]) => optionUse(name, o))];
+const invocation = (c: CommandSpec): string[] => [
+  c.name,
+  ...c.args,
+  ...Object.entries(c.options ?? {})
+    .filter(([, o]) => o.required)
+    .map(([name, o]) => optionUse(name, o)),
+];
 const synopsis = (c: CommandSpec): string =>
-  [...invocation(c), ...Object.entries(c.options ?? {}).filter(([, o]) => !o.required).map(([name, o]) => `[${optionUse(name, o)}]`)].join(' ');
+  [
+    ...invocation(c),
+    ...Object.entries(c.options ?? {})
+      .filter(([, o]) => !o.required)
+      .map(([name, o]) => `[${optionUse(name, o)}]`),
+  ].join(' ');
 
 const optionLines = (options: Record<string, OptionSpec & { short?: string }>): string[][] =>
   Object.entries(options).map(([name, o]) => [`  ${o.short ? `-${o.short}, ` : ''}${optionUse(name, o)}`, o.description]);
@@ -110,9 +120,11 @@ export async function main(argv: readonly string[], io: CliIo): Promise<ExitCode
       }
       const named = argv.find((a) => !isGlobalFlag(a));
       throw usageError(
-        named === undefined ? 'No command given.'
-          : group ? `Unknown ${group} command${argv[argv.indexOf(group) + 1] ? ` "${argv[argv.indexOf(group) + 1]}"` : ''}; one of: ${subcommands(group).join(', ')}.`
-          : `Unknown command "${named}".`,
+        named === undefined
+          ? 'No command given.'
+          : group
+            ? `Unknown ${group} command${argv[argv.indexOf(group) + 1] ? ` "${argv[argv.indexOf(group) + 1]}"` : ''}; one of: ${subcommands(group).join(', ')}.`
+            : `Unknown command "${named}".`,
       );
     }
     if (help) {
@@ -124,9 +136,10 @@ export async function main(argv: readonly string[], io: CliIo): Promise<ExitCode
     return await command.run({ args: parsed.args, options: parsed.options, out, open: io.open ?? storesFromEnv(io.env) });
   } catch (error) {
     const failure = asCliError(error);
-    await say(io.stderr, json
-      ? `${JSON.stringify({ error: failure.code, message: failure.message, exit_code: failure.exitCode })}\n`
-      : `error: ${failure.message}\n`);
+    await say(
+      io.stderr,
+      json ? `${JSON.stringify({ error: failure.code, message: failure.message, exit_code: failure.exitCode })}\n` : `error: ${failure.message}\n`,
+    );
     if (failure.exitCode === EXIT.usage && !json && !(error instanceof ConfigError)) {
       await say(io.stderr, `\n${command ? commandHelp(command) : group ? groupHelp(group) : generalHelp()}`);
     }
@@ -138,18 +151,25 @@ const subcommands = (group: string): string[] => COMMANDS.filter((c) => c.name.s
 
 function groupHelp(group: string): string {
   const members = COMMANDS.filter((c) => c.name.startsWith(`${group} `));
-  return [`Usage: ${PROGRAM} ${group} <${subcommands(group).join('|')}> ...`, '', alignRows(members.map((c) => [`  ${synopsis(c)}`, c.summary])).trimEnd(), '',
-    `${PROGRAM} ${group} <command> --help for one of them.`, ''].join('\n');
+  return [
+    `Usage: ${PROGRAM} ${group} <${subcommands(group).join('|')}> ...`,
+    '',
+    alignRows(members.map((c) => [`  ${synopsis(c)}`, c.summary])).trimEnd(),
+    '',
+    `${PROGRAM} ${group} <command> --help for one of them.`,
+    '',
+  ].join('\n');
 }
 
 function parseCommandArgs(command: CommandSpec, rest: string[]): { args: string[]; options: Record<string, string | boolean | undefined> } {
   const options: Record<string, { type: 'string' | 'boolean'; short?: string }> = {};
-  for (const [name, o] of Object.entries({ ...command.options, ...GLOBAL_OPTIONS })) options[name] = { type: o.type, ...('short' in o && o.short ? { short: o.short } : {}) };
+  for (const [name, o] of Object.entries({ ...command.options, ...GLOBAL_OPTIONS }))
+    options[name] = { type: o.type, ...('short' in o && o.short ? { short: o.short } : {}) };
   let parsed: { values: Record<string, string | boolean | undefined>; positionals: string[] };
   try {
     parsed = parseArgs({ args: rest, options, allowPositionals: true, strict: true });
   } catch (error) {
-    throw usageError(error instanceof Error ? error.message.split('\n')[0] ?? error.message : String(error));
+    throw usageError(error instanceof Error ? (error.message.split('\n')[0] ?? error.message) : String(error));
   }
   const { positionals } = parsed;
   if (positionals.length < command.args.length) throw usageError(`Missing ${command.args.slice(positionals.length).join(' ')}.`);

@@ -50,21 +50,34 @@ export function storesFromEnv(env: Record<string, string | undefined>): OpenStor
     if (!shared && !existsSync(join(config.dataDir, 'eventstore'))) {
       throw new CliError(EXIT.failed, 'no_data', `No event store in DATA_DIR=${config.dataDir}: set DATA_DIR to the service's data directory.`);
     }
-    const store = await openEventStore({ eventstoreUrl: config.eventstoreUrl, databaseUrl: config.databaseUrl, dataDir: config.dataDir }).catch((error: unknown) => {
-      if (error instanceof EventStoreError && error.code === 'store_locked') {
-        throw new CliError(EXIT.failed, 'store_locked', `${config.dataDir} is open in another process: stop the service first (on the embedded default one process at a time opens DATA_DIR).`);
-      }
-      throw error;
-    });
+    const store = await openEventStore({ eventstoreUrl: config.eventstoreUrl, databaseUrl: config.databaseUrl, dataDir: config.dataDir }).catch(
+      (error: unknown) => {
+        if (error instanceof EventStoreError && error.code === 'store_locked') {
+          throw new CliError(
+            EXIT.failed,
+            'store_locked',
+            `${config.dataDir} is open in another process: stop the service first (on the embedded default one process at a time opens DATA_DIR).`,
+          );
+        }
+        throw error;
+      },
+    );
     let readModels: ReadModelStore;
     try {
-      readModels = await openReadModels({ mongodbUrl: config.mongodbUrl, databaseUrl: config.databaseUrl, dataDir: config.dataDir, bulkLoad: options.bulkLoad ?? false });
+      readModels = await openReadModels({
+        mongodbUrl: config.mongodbUrl,
+        databaseUrl: config.databaseUrl,
+        dataDir: config.dataDir,
+        bulkLoad: options.bulkLoad ?? false,
+      });
     } catch (error) {
       await store.close();
       throw error;
     }
     return {
-      store, readModels, plans: config.plans,
+      store,
+      readModels,
+      plans: config.plans,
       chains: () => loadChains({ env: config.env }),
       applied: shared ? (position) => projectedElsewhere(readModels, position) : () => projectHere(store, readModels),
       async close() {
@@ -93,8 +106,11 @@ export async function projectedElsewhere(readModels: ReadModelStore, position: P
     const checkpoints = await Promise.all(PROJECTIONS.map((p) => readModels.checkpoint(p.name)));
     if (checkpoints.every((c) => c !== null && c >= position)) return;
     if (Date.now() >= deadline) {
-      throw new CliError(EXIT.failed, 'not_projected',
-        `The change is recorded (position ${position}) but no projector applied it within ${waitMs / 1000} s: gateways see it once a projector (ROLE=all or projector) runs.`);
+      throw new CliError(
+        EXIT.failed,
+        'not_projected',
+        `The change is recorded (position ${position}) but no projector applied it within ${waitMs / 1000} s: gateways see it once a projector (ROLE=all or projector) runs.`,
+      );
     }
     await new Promise((r) => setTimeout(r, 50));
   }

@@ -201,7 +201,10 @@ export class AccountCommands {
   }
 
   /** Each event of a token's stream with its time and the token's state after it, for audit. */
-  async apiTokenHistory(accountId: string, tokenId: string): Promise<Array<{ revision: number; position: Position; type: string; at: string; recordedAt: string; state: LiveToken }>> {
+  async apiTokenHistory(
+    accountId: string,
+    tokenId: string,
+  ): Promise<Array<{ revision: number; position: Position; type: string; at: string; recordedAt: string; state: LiveToken }>> {
     await this.apiToken(accountId, tokenId);
     return (await this.aggregates.history(STREAM.token(tokenId), apiTokenDecider)).filter(
       (h): h is typeof h & { state: LiveToken } => h.state.status !== 'none',
@@ -215,7 +218,13 @@ export class AccountCommands {
     const token = generateToken('access');
     const accessTokenId = newId.accessToken();
     const r = await this.aggregates.run(STREAM.accessToken(accessTokenId), accessTokenDecider, {
-      type: 'CreateAccessToken', accessTokenId, accountId, tokenHash: hashToken(token), masked: maskToken(token), name, at: this.at(),
+      type: 'CreateAccessToken',
+      accessTokenId,
+      accountId,
+      tokenHash: hashToken(token),
+      masked: maskToken(token),
+      name,
+      at: this.at(),
     });
     return { token, accessTokenId, position: r.position as Position };
   }

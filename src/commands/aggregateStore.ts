@@ -65,17 +65,17 @@ export class AggregateStore {
   }
 
   /** `decideFn` sees the current state and returns the events (it may throw a DomainError). */
-  async execute<S, C, E extends VersionedEvent>(
-    streamId: string,
-    decider: Decider<S, C, E>,
-    decideFn: (state: S) => E[],
-  ): Promise<Executed<S, E>> {
+  async execute<S, C, E extends VersionedEvent>(streamId: string, decider: Decider<S, C, E>, decideFn: (state: S) => E[]): Promise<Executed<S, E>> {
     for (let attempt = 1; ; attempt++) {
       const { state, revision } = await this.load(streamId, decider);
       const events = decideFn(state);
       if (events.length === 0) return { state, events, position: null };
       try {
-        const result = await this.store.append(streamId, events.map((e) => encodeEvent(e)), revision === -1 ? 'no_stream' : revision);
+        const result = await this.store.append(
+          streamId,
+          events.map((e) => encodeEvent(e)),
+          revision === -1 ? 'no_stream' : revision,
+        );
         const next = events.reduce(decider.evolve, state);
         this.remember(streamId, decider, next, result.nextExpectedRevision);
         return { state: next, events, position: result.position };
@@ -98,7 +98,14 @@ export class AggregateStore {
       const event = this.decode(stored);
       if (!event) continue;
       state = decider.evolve(state, event as E);
-      out.push({ revision: stored.revision, position: stored.position, type: event.type, at: String(event.data['at'] ?? stored.created), recordedAt: stored.created, state });
+      out.push({
+        revision: stored.revision,
+        position: stored.position,
+        type: event.type,
+        at: String(event.data['at'] ?? stored.created),
+        recordedAt: stored.created,
+        state,
+      });
     }
     return out;
   }

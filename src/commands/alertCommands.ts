@@ -101,9 +101,7 @@ export class AlertCommands {
     const channels = resolveChannels([], input.channels, fresh);
     const alertId = newAlertId();
     const definition: AlertDefinition = { name: input.name, rule, channels, enabled: input.enabled ?? true };
-    const r = await this.execute(alertId, (alert) =>
-      alertDecider.decide({ type: 'CreateAlert', alertId, accountId, definition, at: this.at() }, alert),
-    );
+    const r = await this.execute(alertId, (alert) => alertDecider.decide({ type: 'CreateAlert', alertId, accountId, definition, at: this.at() }, alert));
     return { alertId, position: r.position, secrets: secretsOf(channels, fresh) };
   }
 
@@ -169,9 +167,13 @@ export class AlertCommands {
     if (isMonthly(rule) && plan.monthly_requests === null) {
       const tokenLimit = plan.custom_limits ? (token?.monthlyLimit ?? null) : null;
       if (rule.type === 'usage_threshold' || tokenLimit === null) {
-        fail('alert_not_applicable', `A percentage of the monthly limit needs a limit; ${rule.type === 'usage_threshold' ? 'the account' : 'this token'} on ${plan.name} has none.`, {
-          plan: plan.id,
-        });
+        fail(
+          'alert_not_applicable',
+          `A percentage of the monthly limit needs a limit; ${rule.type === 'usage_threshold' ? 'the account' : 'this token'} on ${plan.name} has none.`,
+          {
+            plan: plan.id,
+          },
+        );
       }
     }
     return rule;

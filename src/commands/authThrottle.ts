@@ -27,7 +27,10 @@ export function clientKey(ip: string): string {
   const first = head === '' ? [] : head.split(':');
   const last = tail === undefined || tail === '' ? [] : tail.split(':');
   const groups = tail === undefined ? first : [...first, ...Array<string>(Math.max(8 - first.length - last.length, 0)).fill('0'), ...last];
-  return `${groups.slice(0, 4).map((group) => Number.parseInt(group, 16).toString(16)).join(':')}::/64`;
+  return `${groups
+    .slice(0, 4)
+    .map((group) => Number.parseInt(group, 16).toString(16))
+    .join(':')}::/64`;
 }
 
 const emailKey = (email: string): string => createHash('sha256').update(email.trim().toLowerCase()).digest('hex');

@@ -42,12 +42,14 @@ export function checkTokenOptions(
   const plan = plans[planId];
   if ((options.monthlyLimit !== null || options.rateLimit !== null) && !plan.custom_limits) {
     fail('plan_feature_unavailable', `Custom limits are available on Developer plans and above; this account is on ${plan.name}.`, {
-      feature: 'custom_limits', plan: plan.id,
+      feature: 'custom_limits',
+      plan: plan.id,
     });
   }
   if (options.expiresAt && !plan.expiration) {
     fail('plan_feature_unavailable', `Token expiration is available on Developer plans and above; this account is on ${plan.name}.`, {
-      feature: 'expiration', plan: plan.id,
+      feature: 'expiration',
+      plan: plan.id,
     });
   }
   if (options.expiresAt && options.expiresAt <= at) fail('validation_failed', 'The expiration must be in the future.');
@@ -79,7 +81,8 @@ export const accountDecider = (plans: PlanCatalog): Decider<AccountState, Accoun
         const plan = plans[state.plan];
         if (plan.max_tokens !== null && state.liveTokens.size >= plan.max_tokens) {
           fail('token_limit_reached', `The ${plan.name} plan allows ${plan.max_tokens} tokens; revoke one or upgrade the plan.`, {
-            maxTokens: plan.max_tokens, plan: plan.id,
+            maxTokens: plan.max_tokens,
+            plan: plan.id,
           });
         }
         checkTokenOptions(plans, state.plan, command, command.at);
@@ -88,7 +91,9 @@ export const accountDecider = (plans: PlanCatalog): Decider<AccountState, Accoun
       }
       case 'ReleaseApiToken':
         if (!state.liveTokens.has(command.tokenId)) return [];
-        return [{ type: 'ApiTokenReleased', version: 1, data: { accountId: state.accountId, tokenId: command.tokenId, reason: command.reason, at: command.at } }];
+        return [
+          { type: 'ApiTokenReleased', version: 1, data: { accountId: state.accountId, tokenId: command.tokenId, reason: command.reason, at: command.at } },
+        ];
     }
   },
 

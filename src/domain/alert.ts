@@ -40,8 +40,7 @@ export function thresholdUnit(r: RuleShape): ThresholdUnit {
 }
 
 /** Measured over the calendar month (UTC), not over a window. */
-export const isMonthly = (r: RuleShape): boolean =>
-  r.type === 'usage_threshold' || (r.type === 'token_usage' && r.condition === 'percent_of_limit');
+export const isMonthly = (r: RuleShape): boolean => r.type === 'usage_threshold' || (r.type === 'token_usage' && r.condition === 'percent_of_limit');
 /** Ratios and averages need a minimum of requests to mean anything. */
 export const usesMinRequests = (r: RuleShape): boolean =>
   r.type === 'error_rate' || r.type === 'response_time' || (r.type === 'token_usage' && r.condition !== 'percent_of_limit');
@@ -82,12 +81,16 @@ export function ruleFromInput(input: RuleInput): { rule: AlertRule; issues: Rule
   const t = input.threshold;
   const above = b.minExclusive ? t > b.min : t >= b.min;
   if (!Number.isFinite(t) || !above || t > b.max || (b.integer && !Number.isInteger(t))) {
-    issues.push({ field: 'threshold', message: `${unit === 'percent' ? 'a percentage' : `a ${unit}`} ${b.minExclusive ? 'above' : 'from'} ${b.min} to ${b.max}${b.integer ? ', whole' : ''}` });
+    issues.push({
+      field: 'threshold',
+      message: `${unit === 'percent' ? 'a percentage' : `a ${unit}`} ${b.minExclusive ? 'above' : 'from'} ${b.min} to ${b.max}${b.integer ? ', whole' : ''}`,
+    });
   }
 
   const windowed = !isMonthly(shape);
   let windowMinutes: number | null = null;
-  if (!windowed && input.windowMinutes != null) issues.push({ field: 'windowMinutes', message: `does not apply: ${type}${condition ? `/${condition}` : ''} measures the calendar month` });
+  if (!windowed && input.windowMinutes != null)
+    issues.push({ field: 'windowMinutes', message: `does not apply: ${type}${condition ? `/${condition}` : ''} measures the calendar month` });
   if (windowed) {
     windowMinutes = input.windowMinutes ?? WINDOW_MINUTES.default;
     if (!Number.isInteger(windowMinutes) || windowMinutes < WINDOW_MINUTES.min || windowMinutes > WINDOW_MINUTES.max) {
@@ -137,9 +140,11 @@ export function checkChannelsOnPlan(plans: PlanCatalog, planId: PlanId, channels
     if (plan.channels.includes(c.type)) continue;
     const needed = cheapestPlanWith(plans, c.type);
     const neededName = needed ? plans[needed].name : null;
-    fail('plan_feature_unavailable',
+    fail(
+      'plan_feature_unavailable',
       `The ${c.type} channel is ${neededName ? `available on the ${neededName} plan${needed === 'unlimited' ? '' : ' and above'}` : 'not offered on any plan'}; this account is on ${plan.name}.`,
-      { feature: `channel:${c.type}`, plan: plan.id, ...(needed ? { required_plan: needed } : {}) });
+      { feature: `channel:${c.type}`, plan: plan.id, ...(needed ? { required_plan: needed } : {}) },
+    );
   }
 }
 
@@ -279,7 +284,11 @@ export const alertDecider: Decider<Alert, AlertCommand, AlertEvent> = {
       const { type: _type, ...attempt } = command;
       const events: AlertEvent[] = [{ type: 'NotificationAttempted', version: 1, data: { ...attempt, alertId, accountId } }];
       if (command.outcome === 'gone' && channel?.active) {
-        events.push({ type: 'AlertChannelDisabled', version: 1, data: { alertId, channelId: channel.id, channel: channel.type, reason: `${command.status ?? 410} Gone`, at } });
+        events.push({
+          type: 'AlertChannelDisabled',
+          version: 1,
+          data: { alertId, channelId: channel.id, channel: channel.type, reason: `${command.status ?? 410} Gone`, at },
+        });
       }
       return events;
     }
@@ -288,11 +297,18 @@ export const alertDecider: Decider<Alert, AlertCommand, AlertEvent> = {
       return fail('not_found', 'No such alert.');
     }
     const resolveNow = (reason: 'disabled' | 'deleted', ctx: NoticeContext): AlertEvent => ({
-      type: 'AlertResolved', version: 1,
+      type: 'AlertResolved',
+      version: 1,
       data: {
-        alertId, accountId, notificationId: ctx.notificationId, value: null, threshold: alert.rule.threshold, reason,
+        alertId,
+        accountId,
+        notificationId: ctx.notificationId,
+        value: null,
+        threshold: alert.rule.threshold,
+        reason,
         summary: `The alert "${alert.name}" was ${reason}; it no longer watches this condition.`,
-        deliverTo: deliverableChannels(alert, ctx.allowedChannels), at,
+        deliverTo: deliverableChannels(alert, ctx.allowedChannels),
+        at,
       },
     });
 
@@ -307,18 +323,21 @@ export const alertDecider: Decider<Alert, AlertCommand, AlertEvent> = {
         return events;
       }
       case 'DeleteAlert':
-        return [
-          ...(alert.state === 'firing' ? [resolveNow('deleted', command)] : []),
-          { type: 'AlertDeleted', version: 1, data: { alertId, accountId, at } },
-        ];
+        return [...(alert.state === 'firing' ? [resolveNow('deleted', command)] : []), { type: 'AlertDeleted', version: 1, data: { alertId, accountId, at } }];
       case 'EvaluateAlert': {
         const { measurement: m } = command;
         const step = evaluationStep(alert, m.breached, at);
         if (step === null) return [];
         if (step === 'return_to_ok') return [{ type: 'AlertReturnedToOk', version: 1, data: { alertId, at } }];
         const notice = {
-          alertId, accountId, notificationId: command.notificationId, value: m.value, threshold: alert.rule.threshold,
-          summary: m.summary, deliverTo: deliverableChannels(alert, command.allowedChannels), at,
+          alertId,
+          accountId,
+          notificationId: command.notificationId,
+          value: m.value,
+          threshold: alert.rule.threshold,
+          summary: m.summary,
+          deliverTo: deliverableChannels(alert, command.allowedChannels),
+          at,
         };
         if (step === 'fire') return [{ type: 'AlertFired', version: 1, data: notice }];
         if (step === 'renotify') return [{ type: 'AlertRenotified', version: 1, data: notice }];
@@ -331,8 +350,19 @@ export const alertDecider: Decider<Alert, AlertCommand, AlertEvent> = {
     if (event.type === 'AlertCreated') {
       const { at, alertId, accountId, name, rule, channels, enabled } = event.data;
       return {
-        status: 'live', alertId, accountId, name, rule, channels, enabled, state: 'ok',
-        firedAt: null, resolvedAt: null, lastNotifiedAt: null, createdAt: at, updatedAt: at,
+        status: 'live',
+        alertId,
+        accountId,
+        name,
+        rule,
+        channels,
+        enabled,
+        state: 'ok',
+        firedAt: null,
+        resolvedAt: null,
+        lastNotifiedAt: null,
+        createdAt: at,
+        updatedAt: at,
       };
     }
     if (alert.status === 'none') return alert;

@@ -48,7 +48,12 @@ export type DeliveryOutcome = (typeof DELIVERY_OUTCOMES)[number];
 const Definition = { name: z.string(), rule: AlertRule, channels: z.array(AlertChannel), enabled: z.boolean() };
 /** What a notification says and where it goes: the channels that were active and on the plan. */
 const Notice = {
-  alertId: Id, accountId: Id, notificationId: Id, value: z.number().nullable(), threshold: z.number(), summary: z.string(),
+  alertId: Id,
+  accountId: Id,
+  notificationId: Id,
+  value: z.number().nullable(),
+  threshold: z.number(),
+  summary: z.string(),
   deliverTo: z.array(z.object({ id: Id, type: z.enum(CHANNEL_TYPES) })),
 };
 
@@ -64,16 +69,31 @@ export const AlertResolved = event('AlertResolved', { ...Notice, reason: z.enum(
 export const AlertReturnedToOk = event('AlertReturnedToOk', { alertId: Id });
 /** One delivery attempt of one notification to one channel. `nextAttemptAt` is set when it will be retried. */
 export const NotificationAttempted = event('NotificationAttempted', {
-  alertId: Id, accountId: Id, notificationId: Id, kind: z.enum(NOTIFICATION_KINDS), channelId: Id, channel: z.enum(CHANNEL_TYPES),
-  attempt: z.number().int().positive(), outcome: z.enum(DELIVERY_OUTCOMES), status: z.number().int().nullable(),
-  error: z.string().nullable(), nextAttemptAt: Iso.nullable(),
+  alertId: Id,
+  accountId: Id,
+  notificationId: Id,
+  kind: z.enum(NOTIFICATION_KINDS),
+  channelId: Id,
+  channel: z.enum(CHANNEL_TYPES),
+  attempt: z.number().int().positive(),
+  outcome: z.enum(DELIVERY_OUTCOMES),
+  status: z.number().int().nullable(),
+  error: z.string().nullable(),
+  nextAttemptAt: Iso.nullable(),
 });
 /** The endpoint answered 410 Gone: no more deliveries until the owner gives it again. */
 export const AlertChannelDisabled = event('AlertChannelDisabled', { alertId: Id, channelId: Id, channel: z.enum(CHANNEL_TYPES), reason: z.string() });
 
 export const AlertEvent = z.discriminatedUnion('type', [
-  AlertCreated, AlertUpdated, AlertDeleted, AlertFired, AlertRenotified, AlertResolved, AlertReturnedToOk,
-  NotificationAttempted, AlertChannelDisabled,
+  AlertCreated,
+  AlertUpdated,
+  AlertDeleted,
+  AlertFired,
+  AlertRenotified,
+  AlertResolved,
+  AlertReturnedToOk,
+  NotificationAttempted,
+  AlertChannelDisabled,
 ]);
 export type AlertEvent = z.infer<typeof AlertEvent>;
 export type AlertNoticeEvent = Extract<AlertEvent, { type: 'AlertFired' | 'AlertRenotified' | 'AlertResolved' }>;

@@ -5,9 +5,7 @@ import type { ApiTokenEvent } from './events.js';
 
 export type TokenStatus = 'active' | 'disabled' | 'revoked' | 'expired';
 
-export type ApiTokenState =
-  | { status: 'none' }
-  | ({ status: TokenStatus; accountId: string; createdAt: string } & TokenSlot);
+export type ApiTokenState = { status: 'none' } | ({ status: TokenStatus; accountId: string; createdAt: string } & TokenSlot);
 
 export type ApiTokenCommand =
   | ({ type: 'CreateApiToken'; accountId: string; at: string } & TokenSlot)
@@ -21,8 +19,7 @@ export type ApiTokenCommand =
   | { type: 'ExpireApiToken'; at: string };
 
 /** Past its date counts as expired even before the scheduler has appended ApiTokenExpired. */
-export const isPastExpiry = (state: { expiresAt: string | null }, at: string): boolean =>
-  state.expiresAt !== null && state.expiresAt <= at;
+export const isPastExpiry = (state: { expiresAt: string | null }, at: string): boolean => state.expiresAt !== null && state.expiresAt <= at;
 
 /** Status as seen at a moment: an active or disabled token past its date is expired. */
 export function effectiveStatus(state: { status: TokenStatus; expiresAt: string | null }, at: string): TokenStatus {
@@ -101,4 +98,3 @@ export const apiTokenDecider: Decider<ApiTokenState, ApiTokenCommand, ApiTokenEv
     }
   },
 };
-

@@ -17,16 +17,28 @@ export const AccountSignedUp = event('AccountSignedUp', { accountId: Id, email: 
 export const AccountPlanChanged = event('AccountPlanChanged', { accountId: Id, from: PlanId, to: PlanId });
 /** The account takes one of its plan's token slots: appended on the account stream with its revision, so concurrent creations cannot exceed the plan's maximum. */
 export const ApiTokenIssued = event('ApiTokenIssued', {
-  accountId: Id, tokenId: Id, tokenHash: z.string(), masked: z.string(), name: z.string(), description: z.string(),
-  expiresAt: Iso.nullable(), ...Limits,
+  accountId: Id,
+  tokenId: Id,
+  tokenHash: z.string(),
+  masked: z.string(),
+  name: z.string(),
+  description: z.string(),
+  expiresAt: Iso.nullable(),
+  ...Limits,
 });
 /** The slot is free again (the token was revoked or expired). */
 export const ApiTokenReleased = event('ApiTokenReleased', { accountId: Id, tokenId: Id, reason: z.enum(['revoked', 'expired']) });
 
 // API token stream `token-<id>`.
 export const ApiTokenCreated = event('ApiTokenCreated', {
-  tokenId: Id, accountId: Id, tokenHash: z.string(), masked: z.string(), name: z.string(), description: z.string(),
-  expiresAt: Iso.nullable(), ...Limits,
+  tokenId: Id,
+  accountId: Id,
+  tokenHash: z.string(),
+  masked: z.string(),
+  name: z.string(),
+  description: z.string(),
+  expiresAt: Iso.nullable(),
+  ...Limits,
 });
 export const ApiTokenRenamed = event('ApiTokenRenamed', { tokenId: Id, name: z.string() });
 export const ApiTokenDescriptionChanged = event('ApiTokenDescriptionChanged', { tokenId: Id, description: z.string() });
@@ -37,7 +49,13 @@ export const ApiTokenRevoked = event('ApiTokenRevoked', { tokenId: Id });
 export const ApiTokenExpired = event('ApiTokenExpired', { tokenId: Id });
 
 // Access token stream `accesstoken-<id>`.
-export const AccessTokenCreated = event('AccessTokenCreated', { accessTokenId: Id, accountId: Id, tokenHash: z.string(), masked: z.string(), name: z.string() });
+export const AccessTokenCreated = event('AccessTokenCreated', {
+  accessTokenId: Id,
+  accountId: Id,
+  tokenHash: z.string(),
+  masked: z.string(),
+  name: z.string(),
+});
 export const AccessTokenRevoked = event('AccessTokenRevoked', { accessTokenId: Id });
 
 // Email claim stream `accountemail-<sha256(email)>`: makes an email unique and finds its account without a projection.
@@ -46,8 +64,14 @@ export const EmailClaimed = event('EmailClaimed', { accountId: Id, email: z.stri
 export const AccountEvent = z.discriminatedUnion('type', [AccountSignedUp, AccountPlanChanged, ApiTokenIssued, ApiTokenReleased]);
 export type AccountEvent = z.infer<typeof AccountEvent>;
 export const ApiTokenEvent = z.discriminatedUnion('type', [
-  ApiTokenCreated, ApiTokenRenamed, ApiTokenDescriptionChanged, ApiTokenDisabled, ApiTokenEnabled,
-  ApiTokenLimitsChanged, ApiTokenRevoked, ApiTokenExpired,
+  ApiTokenCreated,
+  ApiTokenRenamed,
+  ApiTokenDescriptionChanged,
+  ApiTokenDisabled,
+  ApiTokenEnabled,
+  ApiTokenLimitsChanged,
+  ApiTokenRevoked,
+  ApiTokenExpired,
 ]);
 export type ApiTokenEvent = z.infer<typeof ApiTokenEvent>;
 export const AccessTokenEvent = z.discriminatedUnion('type', [AccessTokenCreated, AccessTokenRevoked]);
@@ -56,7 +80,10 @@ export const EmailEvent = z.discriminatedUnion('type', [EmailClaimed]);
 export type EmailEvent = z.infer<typeof EmailEvent>;
 
 export const DomainEvent = z.discriminatedUnion('type', [
-  ...AccountEvent.options, ...ApiTokenEvent.options, ...AccessTokenEvent.options, ...EmailEvent.options,
+  ...AccountEvent.options,
+  ...ApiTokenEvent.options,
+  ...AccessTokenEvent.options,
+  ...EmailEvent.options,
 ]);
 export type DomainEvent = z.infer<typeof DomainEvent>;
 

@@ -42,7 +42,10 @@ export function generateToken(kind: TokenKind): string {
 }
 
 /** Every token of a kind has this many characters. */
-export const TOKEN_LENGTH: Record<TokenKind, number> = { api: PREFIX.api.length + BODY_LENGTH + CHECK_LENGTH, access: PREFIX.access.length + BODY_LENGTH + CHECK_LENGTH };
+export const TOKEN_LENGTH: Record<TokenKind, number> = {
+  api: PREFIX.api.length + BODY_LENGTH + CHECK_LENGTH,
+  access: PREFIX.access.length + BODY_LENGTH + CHECK_LENGTH,
+};
 
 const PATTERN: Record<TokenKind, RegExp> = {
   api: /^gk_([0-9A-Za-z]{32})([0-9A-Za-z]{6})$/,

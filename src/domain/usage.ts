@@ -65,8 +65,20 @@ export type UsageCallFields = [
   upstream: string | null,
 ];
 
-export const encodeUsageCall = (r: UsageCall, at: string = r.at): UsageCallFields =>
-  [r.requestId, at, r.tokenId, r.chain, r.method, r.status, r.rpcErrorCode, r.errorMessage, r.totalMs, r.upstreamMs, r.clientIp, r.upstream];
+export const encodeUsageCall = (r: UsageCall, at: string = r.at): UsageCallFields => [
+  r.requestId,
+  at,
+  r.tokenId,
+  r.chain,
+  r.method,
+  r.status,
+  r.rpcErrorCode,
+  r.errorMessage,
+  r.totalMs,
+  r.upstreamMs,
+  r.clientIp,
+  r.upstream,
+];
 
 export function decodeUsageCall(fields: UsageCallFields): UsageCall {
   const [requestId, at, tokenId, chain, method, status, rpcErrorCode, errorMessage, totalMs, upstreamMs, clientIp, upstream] = fields;
@@ -77,15 +89,13 @@ export const USAGE_EVENT_TYPE = 'UsageRecorded';
 export const usageStream = (accountId: string): string => `usage-${accountId}`;
 
 /** A call is an error when its HTTP status is an error or it carried a JSON-RPC error. */
-export const isErrorUsage = (r: Pick<UsageRecord, 'status' | 'rpcErrorCode'>): boolean =>
-  r.status >= 400 || r.rpcErrorCode !== null;
+export const isErrorUsage = (r: Pick<UsageRecord, 'status' | 'rpcErrorCode'>): boolean => r.status >= 400 || r.rpcErrorCode !== null;
 
 /**
  * Whether a call counts against the monthly quota: what the limiter charged. Records from before
  * the gateway said so count unless they were refused (401, 403, 429), the nearest the record tells.
  */
-export const usedQuota = (r: Pick<UsageRecord, 'status' | 'charged'>): boolean =>
-  r.charged ?? (r.status !== 401 && r.status !== 403 && r.status !== 429);
+export const usedQuota = (r: Pick<UsageRecord, 'status' | 'charged'>): boolean => r.charged ?? (r.status !== 401 && r.status !== 403 && r.status !== 429);
 
 /** The largest time a UUIDv7 holds: 48 bits of milliseconds. */
 const MAX_UUID7_MS = 2 ** 48 - 1;

@@ -64,8 +64,7 @@ export const draft = (method: string, rpcErrorCode: number | null, errorMessage:
   cache: null,
 });
 
-export const retryData = (a: Admission): { retryAfter: number } | undefined =>
-  a.retryAfterSeconds === null ? undefined : { retryAfter: a.retryAfterSeconds };
+export const retryData = (a: Admission): { retryAfter: number } | undefined => (a.retryAfterSeconds === null ? undefined : { retryAfter: a.retryAfterSeconds });
 
 export function refusedRest(refusal: Refusal, method: string): Answer {
   const extra = retryData(refusal);

@@ -164,14 +164,25 @@ interface Incoming {
 }
 
 const rpcIssue = (status: number, message: string, ids: RequestIds): LocalError => ({
-  shape: 'rpc', status, rpcCode: RpcCode.invalidRequest, restCode: 'invalid_request', message, method: INVALID_METHOD, ids,
+  shape: 'rpc',
+  status,
+  rpcCode: RpcCode.invalidRequest,
+  restCode: 'invalid_request',
+  message,
+  method: INVALID_METHOD,
+  ids,
 });
 
 /** The ids in a body that may be JSON-RPC, for an error about the whole request (none when too large to read). */
 const idsOfBody = (body: unknown, maxBatch: number): RequestIds => (Buffer.isBuffer(body) ? requestIdsOf(body, maxBatch) : null);
 
 const restIssue = (segments: string[], status: number, restCode: string, message: string): LocalError => ({
-  shape: 'rest', status, rpcCode: RpcCode.invalidRequest, restCode, message, method: segments.join('/').slice(0, 200) || INVALID_METHOD,
+  shape: 'rest',
+  status,
+  rpcCode: RpcCode.invalidRequest,
+  restCode,
+  message,
+  method: segments.join('/').slice(0, 200) || INVALID_METHOD,
 });
 
 const EMPTY_BODY = Buffer.alloc(0);
@@ -185,10 +196,14 @@ function dispatch(scope: CallScope, req: Incoming): MaybePromise<Answer> {
 
   if (segments.length === 0 && isPost) {
     if (!chain.acceptsJsonRpc) {
-      return localError(scope, rpcIssue(400, `${chain.id} speaks REST, not JSON-RPC: call /${chain.id}/<token>/<method_or_path>`, idsOfBody(req.body, limits.maxBatch)));
+      return localError(
+        scope,
+        rpcIssue(400, `${chain.id} speaks REST, not JSON-RPC: call /${chain.id}/<token>/<method_or_path>`, idsOfBody(req.body, limits.maxBatch)),
+      );
     }
     if (tooLarge) return localError(scope, rpcIssue(413, `Request body larger than ${limits.maxBodyBytes} bytes`, null));
-    if (!isJsonRpcMediaType(req.contentType)) return localError(scope, rpcIssue(415, 'Unsupported media type: send application/json', idsOfBody(req.body, limits.maxBatch)));
+    if (!isJsonRpcMediaType(req.contentType))
+      return localError(scope, rpcIssue(415, 'Unsupported media type: send application/json', idsOfBody(req.body, limits.maxBatch)));
     return handleJsonRpc(scope, raw, limits.maxBatch);
   }
   if (segments.length === 0) {
@@ -200,7 +215,10 @@ function dispatch(scope: CallScope, req: Incoming): MaybePromise<Answer> {
     );
   }
   if (chain.protocol === 'jsonrpc') {
-    return localError(scope, restIssue(segments, 400, 'protocol_mismatch', `${chain.id} speaks JSON-RPC, not REST: POST a JSON-RPC 2.0 body to /${chain.id}/<token>`));
+    return localError(
+      scope,
+      restIssue(segments, 400, 'protocol_mismatch', `${chain.id} speaks JSON-RPC, not REST: POST a JSON-RPC 2.0 body to /${chain.id}/<token>`),
+    );
   }
   if (tooLarge) return localError(scope, restIssue(segments, 413, 'payload_too_large', `Request body larger than ${limits.maxBodyBytes} bytes`));
   return handleRest(scope, { httpMethod: isPost ? 'POST' : 'GET', segments, query: req.query, body: isPost ? raw : null, contentType: req.contentType });
@@ -239,7 +257,11 @@ export class ChainCalls {
    * metered and handed over exactly as a call over HTTP. `req.url` carries the chain and token
    * (or `req.headers.authorization` the token).
    */
-  serveWith(req: ChainRequest, handler: (scope: CallScope, credentials: Credentials, query: string) => MaybePromise<Answer>, reply: (response: ChainResponse) => void): void {
+  serveWith(
+    req: ChainRequest,
+    handler: (scope: CallScope, credentials: Credentials, query: string) => MaybePromise<Answer>,
+    reply: (response: ChainResponse) => void,
+  ): void {
     const chainId = chainIdOf(req.url);
     const chain = this.options.chains.get(chainId);
     if (!chain) {

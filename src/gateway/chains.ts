@@ -285,23 +285,28 @@ function applyUpstreamOverrides(raw: unknown, env: Record<string, string | undef
   const wsOverrides = Object.entries(env).filter(([k, v]) => set(k, v) && k.endsWith(WS_SUFFIX));
   if (overrides.length === 0) return raw;
   if (!raw || typeof raw !== 'object' || !Array.isArray((raw as { chains?: unknown }).chains)) return raw;
-  const chains = (raw as { chains: unknown[] }).chains.map((c) => (c && typeof c === 'object' ? { ...(c as object) } : c)) as Array<
-    Record<string, unknown>
-  >;
+  const chains = (raw as { chains: unknown[] }).chains.map((c) => (c && typeof c === 'object' ? { ...(c as object) } : c)) as Array<Record<string, unknown>>;
   for (const [key, value] of overrides) {
     const target = chains.find((c) => c && typeof c.id === 'string' && envKeyFor(c.id) === key);
     if (!target) {
       const known = chains.flatMap((c) => (c && typeof c.id === 'string' ? [envKeyFor(c.id)] : []));
       throw new ChainConfigError(`${key} names no chain in the registry (known: ${known.join(', ')})`);
     }
-    const urls = (value as string).split(',').map((s) => s.trim()).filter((s) => s !== '');
+    const urls = (value as string)
+      .split(',')
+      .map((s) => s.trim())
+      .filter((s) => s !== '');
     const bad = urls.find((u) => !isHttpUrl(u));
     if (bad !== undefined) throw new ChainConfigError(`${key}: ${JSON.stringify(bad)} is not an absolute http:// or https:// URL`);
-    const wsUrls = (env[`${key}${WS_SUFFIX}`] ?? '').split(',').map((s) => s.trim()).filter((s) => s !== '');
+    const wsUrls = (env[`${key}${WS_SUFFIX}`] ?? '')
+      .split(',')
+      .map((s) => s.trim())
+      .filter((s) => s !== '');
     target.upstreams = urls.map((url, i) => ({ url, weight: 1, label: `${target.id}-env-${i + 1}`, ...(wsUrls[i] ? { ws: wsUrls[i] } : {}) }));
   }
   const orphan = wsOverrides.find(([key]) => !overrides.some(([k]) => `${k}${WS_SUFFIX}` === key));
-  if (orphan) throw new ChainConfigError(`${orphan[0]} needs ${orphan[0].slice(0, -WS_SUFFIX.length)} beside it (the nodes whose WebSocket endpoints it lists)`);
+  if (orphan)
+    throw new ChainConfigError(`${orphan[0]} needs ${orphan[0].slice(0, -WS_SUFFIX.length)} beside it (the nodes whose WebSocket endpoints it lists)`);
   return { ...(raw as object), chains };
 }
 

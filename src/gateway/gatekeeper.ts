@@ -32,7 +32,13 @@ class LastToken {
 }
 
 const refuse = (status: 401 | 403, code: string, message: string, caller: Caller | null = null): Admission => ({
-  ok: false, status, code, message, caller, headers: {}, retryAfterSeconds: null,
+  ok: false,
+  status,
+  code,
+  message,
+  caller,
+  headers: {},
+  retryAfterSeconds: null,
 });
 
 /**
@@ -118,7 +124,11 @@ function limitedAdmission(request: AdmissionRequest, caller: Caller, decision: L
   if (decision.granted === 0 && request.cost > 0) {
     const monthly = decision.refusedBy === 'monthly';
     return {
-      ok: false, status: 429, caller, headers, retryAfterSeconds: decision.retryAfterSeconds,
+      ok: false,
+      status: 429,
+      caller,
+      headers,
+      retryAfterSeconds: decision.retryAfterSeconds,
       code: monthly ? 'monthly_limit_reached' : 'rate_limited',
       message: monthly ? 'The monthly request limit is reached.' : 'Too many requests per second.',
     };

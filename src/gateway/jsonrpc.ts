@@ -114,8 +114,10 @@ function callFrom(text: string, found: CallMembers, index: number): RpcMember {
   const echoId = idText ?? 'null';
   // JSON.parse, not a slice: V8 makes a slice of 13 or more characters a view that keeps the
   // whole body alive, and the method outlives the call (metrics keys, buffered usage records).
-  const method = found.methodStart >= 0 && text.charCodeAt(found.methodStart) === 0x22 ? (JSON.parse(text.slice(found.methodStart, found.methodEnd)) as string) : null;
-  const jsonrpc = found.jsonrpcStart >= 0 && text.charCodeAt(found.jsonrpcStart) === 0x22 ? stringTokenValue(text.slice(found.jsonrpcStart, found.jsonrpcEnd)) : null;
+  const method =
+    found.methodStart >= 0 && text.charCodeAt(found.methodStart) === 0x22 ? (JSON.parse(text.slice(found.methodStart, found.methodEnd)) as string) : null;
+  const jsonrpc =
+    found.jsonrpcStart >= 0 && text.charCodeAt(found.jsonrpcStart) === 0x22 ? stringTokenValue(text.slice(found.jsonrpcStart, found.jsonrpcEnd)) : null;
   if (jsonrpc !== '2.0') return invalidMember(index, echoId, RpcCode.invalidRequest, 'Invalid Request: jsonrpc must be "2.0"', method);
   if (method === null || method === '') return invalidMember(index, echoId, RpcCode.invalidRequest, 'Invalid Request: method must be a non-empty string');
   if (method.length > MAX_METHOD_LENGTH) return invalidMember(index, echoId, RpcCode.invalidRequest, 'Invalid Request: method name too long');
@@ -173,7 +175,12 @@ function readBatch(text: string, from: number, maxBatch: number): ParsedRpc {
   expectDocumentEnd(text, scanElements(text, from, batch, readBatchElement));
   if (batch.count === 0) return { kind: 'error', status: 400, code: RpcCode.invalidRequest, message: 'Invalid Request: empty batch' };
   if (batch.count > maxBatch) {
-    return { kind: 'error', status: 413, code: RpcCode.invalidRequest, message: `Invalid Request: a batch of ${batch.count} calls exceeds the limit of ${maxBatch}` };
+    return {
+      kind: 'error',
+      status: 413,
+      code: RpcCode.invalidRequest,
+      message: `Invalid Request: a batch of ${batch.count} calls exceeds the limit of ${maxBatch}`,
+    };
   }
   return { kind: 'batch', members: batch.members };
 }
@@ -209,8 +216,7 @@ export function requestIdsOf(body: Buffer, maxBatch: number): RequestIds {
 }
 
 /** The ids of a batch's members that have one (a notification gets no answer). */
-export const idTextsOf = (members: readonly RpcMember[]): string[] =>
-  members.flatMap((m) => (m.idText === undefined ? [] : [m.idText]));
+export const idTextsOf = (members: readonly RpcMember[]): string[] => members.flatMap((m) => (m.idText === undefined ? [] : [m.idText]));
 
 /** One call as sent upstream, rebuilt from its parts so no smuggled duplicate key survives. */
 export function upstreamCallText(call: RpcCall, idText: string | undefined): string {

@@ -94,7 +94,12 @@ export async function handleRest(scope: CallScope, req: RestRequest): Promise<An
 }
 
 /** The usage draft of a call the limiter granted and sent upstream: it used quota, whatever the node did. */
-function forwardedDraft(method: string, rpcErrorCode: number | null, errorMessage: string | null, outcome: { upstreamMs: number | null; upstream: string | null; hedged?: boolean }): UsageDraft {
+function forwardedDraft(
+  method: string,
+  rpcErrorCode: number | null,
+  errorMessage: string | null,
+  outcome: { upstreamMs: number | null; upstream: string | null; hedged?: boolean },
+): UsageDraft {
   const d = draft(method, rpcErrorCode, errorMessage);
   d.upstreamMs = outcome.upstreamMs;
   d.upstream = outcome.upstream;
@@ -130,7 +135,14 @@ async function passthrough(scope: CallScope, req: RestRequest, decoded: string[]
   const { chain, pool } = scope;
   const path = decoded.join('/');
   if (!chain.isPathAllowed(path)) {
-    return localError(scope, { shape: 'rest', status: 404, rpcCode: RpcCode.methodNotFound, restCode: 'not_found', message: `/${path} is not an endpoint of ${chain.id}`, method: path });
+    return localError(scope, {
+      shape: 'rest',
+      status: 404,
+      rpcCode: RpcCode.methodNotFound,
+      restCode: 'not_found',
+      message: `/${path} is not an endpoint of ${chain.id}`,
+      method: path,
+    });
   }
   const admission = await scope.admit(1);
   if (!admission.ok) return refusedRest(admission, path);

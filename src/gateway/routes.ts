@@ -40,7 +40,10 @@ declare module 'fastify' {
 const CHAIN_ROUTE_CONFIG = { requestLogLevel: 'debug' } as const;
 
 const send = (reply: FastifyReply, response: ChainResponse): FastifyReply =>
-  reply.code(response.status).headers(response.headers).send(response.body ?? undefined);
+  reply
+    .code(response.status)
+    .headers(response.headers)
+    .send(response.body ?? undefined);
 
 export async function gatewayRoutes(fastify: FastifyInstance, options: GatewayRoutesOptions): Promise<void> {
   const calls = new ChainCalls(options, fastify.log);

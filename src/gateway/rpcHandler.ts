@@ -48,7 +48,14 @@ const methodOf = (m: RpcMember): string => (m.kind === 'call' ? m.method : (m.me
 export function handleJsonRpc(scope: CallScope, body: Buffer, maxBatch: number): MaybePromise<Answer> {
   const parsed = parseJsonRpc(body, maxBatch);
   if (parsed.kind === 'error') {
-    return localError(scope, { shape: 'rpc', status: parsed.status, rpcCode: parsed.code, restCode: 'invalid_request', message: parsed.message, method: INVALID_METHOD });
+    return localError(scope, {
+      shape: 'rpc',
+      status: parsed.status,
+      rpcCode: parsed.code,
+      restCode: 'invalid_request',
+      message: parsed.message,
+      method: INVALID_METHOD,
+    });
   }
   if (parsed.kind === 'single') return single(scope, parsed.member);
   return batchCall(scope, parsed.members);
@@ -105,10 +112,13 @@ function admittedSingle(scope: CallScope, m: RpcMember, allowed: boolean, admiss
   if (!allowed) return singleError(admission, m, 403, idText, RpcCode.methodNotFound, deniedMessage(m.method, chain.id));
   if (admission.granted < 1) return singleError(admission, m, 429, idText, RpcCode.limitExceeded, limitMessage(admission), retryData(admission));
   if (chain.isWriteMethod(m.method)) {
-    return pool.sendThen({ method: 'POST', path: '', body: singleUpstreamBody(m), retriable: false, judge: judgeSingle, answerId: answerIdOf(m) }, (outcome) => {
-      pool.heads?.invalidate();
-      return forwardedSingle(m, admission, outcome, 'miss');
-    });
+    return pool.sendThen(
+      { method: 'POST', path: '', body: singleUpstreamBody(m), retriable: false, judge: judgeSingle, answerId: answerIdOf(m) },
+      (outcome) => {
+        pool.heads?.invalidate();
+        return forwardedSingle(m, admission, outcome, 'miss');
+      },
+    );
   }
   return read(scope, m, admission);
 }
@@ -144,9 +154,10 @@ function read(scope: CallScope, m: RpcCall, admission: Admission): MaybePromise<
       const waiting = pool.coalesces ? pool.waiting.get(key) : undefined;
       if (waiting !== undefined) pool.waiting.delete(key);
       // After the caller whose call it is: its answer goes out first (pipelined calls on one connection are answered in order).
-      if (waiting !== undefined && waiting.length > 0) setImmediate(() => {
-        for (const w of waiting) w(outcome);
-      });
+      if (waiting !== undefined && waiting.length > 0)
+        setImmediate(() => {
+          for (const w of waiting) w(outcome);
+        });
       if (cache !== null && heads !== null && outcome.ok && outcome.status === 200) {
         const result = keepableResult(outcome.body, m.method, shape, heads, epoch);
         if (result !== null) cache.set(key, result, shape.kind === 'head' ? heads.tracking.pollMs * 2 : undefined);
@@ -233,7 +244,13 @@ async function forwardBatch(scope: CallScope, calls: RpcCall[]): Promise<Forward
   const answers = splitBatchAnswer(outcome.body, calls);
   const failure: UpstreamFailure | null =
     answers === null
-      ? { ok: false, kind: 'unavailable', message: `upstream ${outcome.upstream} sent an invalid answer (HTTP ${outcome.status})`, upstreamMs: outcome.upstreamMs, upstream: outcome.upstream }
+      ? {
+          ok: false,
+          kind: 'unavailable',
+          message: `upstream ${outcome.upstream} sent an invalid answer (HTTP ${outcome.status})`,
+          upstreamMs: outcome.upstreamMs,
+          upstream: outcome.upstream,
+        }
       : null;
   return { answers, failure, upstreamMs: outcome.upstreamMs, upstream: outcome.upstream };
 }

@@ -103,7 +103,13 @@ export class TokenCache {
     }
     const until = this.secondsAt(t + POSITIVE_TTL_MS);
     const token: CachedToken = {
-      tokenId: doc.id, accountId: this.shared(doc.accountId), plan: account.plan, status: doc.status, expiresAt: doc.expiresAt, monthlyLimit: doc.monthlyLimit, rateLimit: doc.rateLimit,
+      tokenId: doc.id,
+      accountId: this.shared(doc.accountId),
+      plan: account.plan,
+      status: doc.status,
+      expiresAt: doc.expiresAt,
+      monthlyLimit: doc.monthlyLimit,
+      rateLimit: doc.rateLimit,
     };
     if (current) this.table.set(tokenHash, token, until);
     this.unknown.delete(tokenHash);

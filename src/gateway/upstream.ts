@@ -175,7 +175,13 @@ const MIN_SCORE = 0.05;
 const LATENCY_ALPHA = 0.1;
 const ERROR_ALPHA = 0.05;
 
-const noUpstream = (chainId: string): UpstreamFailure => ({ ok: false, kind: 'unavailable', message: `no healthy upstream for ${chainId}`, upstreamMs: null, upstream: null });
+const noUpstream = (chainId: string): UpstreamFailure => ({
+  ok: false,
+  kind: 'unavailable',
+  message: `no healthy upstream for ${chainId}`,
+  upstreamMs: null,
+  upstream: null,
+});
 
 export class UpstreamPool {
   private readonly members: Member[];
@@ -236,7 +242,12 @@ export class UpstreamPool {
     this.latency = this.hedge ? new LatencyWindow(this.hedge.quantile) : null;
     this.heads =
       chain.heads && options.heads !== false
-        ? new ChainHeads(chain.heads, chain.upstreams.map((u) => u.label), (index, body) => this.probe(index, body), this.now)
+        ? new ChainHeads(
+            chain.heads,
+            chain.upstreams.map((u) => u.label),
+            (index, body) => this.probe(index, body),
+            this.now,
+          )
         : null;
   }
 
@@ -642,7 +653,13 @@ class UpstreamCall implements Dispatcher.DispatchHandler {
 
   onResponseError(_controller: Dispatcher.DispatchController | null, error: Error): void {
     if (this.settled) return;
-    this.settle({ ok: false, kind: 'unavailable', message: `upstream ${this.label}: ${describeError(error)}`, upstreamMs: this.elapsed(), upstream: this.label });
+    this.settle({
+      ok: false,
+      kind: 'unavailable',
+      message: `upstream ${this.label}: ${describeError(error)}`,
+      upstreamMs: this.elapsed(),
+      upstream: this.label,
+    });
   }
 
   /** Called by the pool's timer once the deadline has passed. */

@@ -10,13 +10,16 @@
 export function withinDeadline<T>(promise: Promise<T>, ms: number, timedOut: () => Error): Promise<T> {
   return new Promise((resolve, reject) => {
     let settled = false;
-    const timer = setTimeout(() => {
-      setImmediate(() => {
-        if (settled) return;
-        settled = true;
-        reject(timedOut());
-      });
-    }, Math.max(ms, 0));
+    const timer = setTimeout(
+      () => {
+        setImmediate(() => {
+          if (settled) return;
+          settled = true;
+          reject(timedOut());
+        });
+      },
+      Math.max(ms, 0),
+    );
     promise.then(
       (value) => {
         settled = true;

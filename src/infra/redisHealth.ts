@@ -149,7 +149,10 @@ export class RedisHealth {
     if (probe.pinging || probe.client.status !== 'ready') return;
     probe.pinging = true;
     // False when the connection dropped meanwhile: its 'close' has said so already.
-    const answered = probe.client.ping().then(() => true, () => false);
+    const answered = probe.client.ping().then(
+      () => true,
+      () => false,
+    );
     let settled = false;
     void answered.then((ok) => {
       settled = true;

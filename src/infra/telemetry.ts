@@ -47,8 +47,7 @@ const LATENCY_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0
 type MethodClass = 'write' | 'read' | 'rest';
 
 /** Calls that submit or change something, as opposed to reads: a coarse class keeps label sets small. */
-const classOf = (method: string): MethodClass =>
-  method.includes('/') ? 'rest' : /send|submit|broadcast|execute/i.test(method) ? 'write' : 'read';
+const classOf = (method: string): MethodClass => (method.includes('/') ? 'rest' : /send|submit|broadcast|execute/i.test(method) ? 'write' : 'read');
 
 /** Method classes remembered per process, up to a bound (REST paths are open-ended). */
 const METHOD_CLASSES_MAX = 10_000;
@@ -115,7 +114,11 @@ class CallHistogram {
           cumulative += s.counts[i] as number;
           lines.push(`${this.name}_bucket{le="${bound}",${s.labels}} ${cumulative}`);
         });
-        lines.push(`${this.name}_bucket{le="+Inf",${s.labels}} ${s.count}`, `${this.name}_sum{${s.labels}} ${s.sum}`, `${this.name}_count{${s.labels}} ${s.count}`);
+        lines.push(
+          `${this.name}_bucket{le="+Inf",${s.labels}} ${s.count}`,
+          `${this.name}_sum{${s.labels}} ${s.sum}`,
+          `${this.name}_count{${s.labels}} ${s.count}`,
+        );
         if (this.failures) failures.push(`${this.failures.name}{${s.labels}} ${s.failures}`);
       }
     }
@@ -155,10 +158,15 @@ type PendingCalls = { labels: CallLabels; count: number };
 export class Telemetry {
   readonly registry = new Registry();
   private readonly latency = new CallHistogram('gateway_call_duration_seconds', 'Time from arrival to answer of a chain call', LATENCY_BUCKETS);
-  private readonly upstreamLatency = new CallHistogram('gateway_upstream_duration_seconds', 'Time the upstream node took, by the upstream that answered', LATENCY_BUCKETS, {
-    name: 'gateway_upstream_failures_total',
-    help: 'Calls sent to the upstream that the gateway answered with a 5xx: the upstream failed, timed out or sent an invalid answer',
-  });
+  private readonly upstreamLatency = new CallHistogram(
+    'gateway_upstream_duration_seconds',
+    'Time the upstream node took, by the upstream that answered',
+    LATENCY_BUCKETS,
+    {
+      name: 'gateway_upstream_failures_total',
+      help: 'Calls sent to the upstream that the gateway answered with a 5xx: the upstream failed, timed out or sent an invalid answer',
+    },
+  );
   /** Calls counted since the last scrape, one entry per label set. */
   private readonly pendingCalls: PendingCalls[] = [];
   /** The entries by chain, class and status: a call finds its own without building a key. */
@@ -180,7 +188,10 @@ export class Telemetry {
     this.loopDelay.enable();
     const pendingCalls = this.pendingCalls;
     new Counter({
-      name: 'gateway_chain_calls_total', help: 'Chain calls (batch members count one each) by chain, method class and HTTP status', labelNames: ['chain', 'method_class', 'status'], registers,
+      name: 'gateway_chain_calls_total',
+      help: 'Chain calls (batch members count one each) by chain, method class and HTTP status',
+      labelNames: ['chain', 'method_class', 'status'],
+      registers,
       collect() {
         for (const { labels, count } of pendingCalls) if (count > 0) this.inc(labels, count);
         for (const entry of pendingCalls) entry.count = 0;
@@ -188,24 +199,38 @@ export class Telemetry {
     });
     const pendingDecisions = this.pendingDecisions;
     new Counter({
-      name: 'gateway_limiter_decisions_total', help: 'Calls admitted or refused by the rate limit or the monthly quota', labelNames: ['outcome'], registers,
+      name: 'gateway_limiter_decisions_total',
+      help: 'Calls admitted or refused by the rate limit or the monthly quota',
+      labelNames: ['outcome'],
+      registers,
       collect() {
         for (const [outcome, count] of pendingDecisions) if (count > 0) this.inc({ outcome }, count);
         for (const outcome of pendingDecisions.keys()) pendingDecisions.set(outcome, 0);
       },
     });
     new Gauge({
-      name: 'gateway_usage_queue_depth', help: 'Usage records not yet appended to the event store', registers,
-      async collect() { if (sources.usageQueueDepth) this.set(await sources.usageQueueDepth()); },
+      name: 'gateway_usage_queue_depth',
+      help: 'Usage records not yet appended to the event store',
+      registers,
+      async collect() {
+        if (sources.usageQueueDepth) this.set(await sources.usageQueueDepth());
+      },
     });
     new Gauge({
-      name: 'gateway_projection_lag_seconds', help: 'Age of the newest event the projector has applied, when it applied it', registers,
-      collect() { const lag = sources.projectionLagMs?.(); if (lag !== null && lag !== undefined) this.set(lag / 1000); },
+      name: 'gateway_projection_lag_seconds',
+      help: 'Age of the newest event the projector has applied, when it applied it',
+      registers,
+      collect() {
+        const lag = sources.projectionLagMs?.();
+        if (lag !== null && lag !== undefined) this.set(lag / 1000);
+      },
     });
     if (sources.unjournaledRecords) {
       const unjournaled = sources.unjournaledRecords;
       new Counter({
-        name: 'gateway_usage_unjournaled_total', help: 'Usage records the journal could not write (disk errors): their calls were answered anyway', registers,
+        name: 'gateway_usage_unjournaled_total',
+        help: 'Usage records the journal could not write (disk errors): their calls were answered anyway',
+        registers,
         collect() {
           this.reset();
           this.inc(unjournaled());
@@ -214,32 +239,47 @@ export class Telemetry {
     }
     const sockets = () => this.webSockets();
     new Gauge({
-      name: 'gateway_ws_connections', help: 'Open WebSocket connections, by token', labelNames: ['token_id'], registers,
+      name: 'gateway_ws_connections',
+      help: 'Open WebSocket connections, by token',
+      labelNames: ['token_id'],
+      registers,
       collect() {
         this.reset();
         for (const t of sockets()?.byToken ?? []) this.set({ token_id: t.tokenId }, t.connections);
       },
     });
     new Gauge({
-      name: 'gateway_ws_subscriptions', help: 'Open eth_subscribe subscriptions of WebSocket clients, by token', labelNames: ['token_id'], registers,
+      name: 'gateway_ws_subscriptions',
+      help: 'Open eth_subscribe subscriptions of WebSocket clients, by token',
+      labelNames: ['token_id'],
+      registers,
       collect() {
         this.reset();
         for (const t of sockets()?.byToken ?? []) this.set({ token_id: t.tokenId }, t.subscriptions);
       },
     });
     new Gauge({
-      name: 'gateway_ws_upstream_subscriptions', help: 'Subscriptions this gateway holds on the nodes: one per distinct chain, kind and filter, shared by its clients', registers,
-      collect() { this.set(sockets()?.upstreamSubscriptions ?? 0); },
+      name: 'gateway_ws_upstream_subscriptions',
+      help: 'Subscriptions this gateway holds on the nodes: one per distinct chain, kind and filter, shared by its clients',
+      registers,
+      collect() {
+        this.set(sockets()?.upstreamSubscriptions ?? 0);
+      },
     });
     new Gauge({
-      name: 'gateway_cached_tokens', help: 'Tokens in this gateway\'s cache', registers,
-      collect() { if (sources.cachedTokens) this.set(sources.cachedTokens()); },
+      name: 'gateway_cached_tokens',
+      help: "Tokens in this gateway's cache",
+      registers,
+      collect() {
+        if (sources.cachedTokens) this.set(sources.cachedTokens());
+      },
     });
     const pendingCache = this.pendingCache;
     new Counter({
       name: 'gateway_cache_calls_total',
       help: 'Served reads by how they were answered: hit (response cache), miss (own upstream call), coalesced (shared an identical call in flight), hedged (a second upstream was asked)',
-      labelNames: ['chain', 'result'], registers,
+      labelNames: ['chain', 'result'],
+      registers,
       collect() {
         for (const [chain, counts] of pendingCache) {
           CACHE_RESULTS.forEach((result, i) => {
@@ -251,7 +291,10 @@ export class Telemetry {
     });
     const headGauge = (name: string, help: string, value: (u: UpstreamSnapshot) => number | null | undefined): void => {
       new Gauge({
-        name, help, labelNames: ['chain', 'upstream'], registers,
+        name,
+        help,
+        labelNames: ['chain', 'upstream'],
+        registers,
         collect() {
           this.reset();
           for (const [chain, list] of Object.entries(sources.upstreams?.() ?? {})) {
@@ -266,8 +309,10 @@ export class Telemetry {
     headGauge('gateway_upstream_head_block', 'Latest block the upstream reported (EVM chains)', (u) => u.head);
     headGauge('gateway_upstream_lag_blocks', 'Blocks the upstream is behind the best head of its chain (EVM chains)', (u) => u.lag);
     new Gauge({
-      name: 'gateway_upstream_head_state', help: '1 for the head state the upstream is in: ok, lagging (no head calls), liar (no calls), unknown (not answering polls)',
-      labelNames: ['chain', 'upstream', 'state'], registers,
+      name: 'gateway_upstream_head_state',
+      help: '1 for the head state the upstream is in: ok, lagging (no head calls), liar (no calls), unknown (not answering polls)',
+      labelNames: ['chain', 'upstream', 'state'],
+      registers,
       collect() {
         this.reset();
         for (const [chain, list] of Object.entries(sources.upstreams?.() ?? {})) {
@@ -279,7 +324,10 @@ export class Telemetry {
       },
     });
     new Gauge({
-      name: 'gateway_upstream_healthy', help: '1 when the upstream is in rotation, 0 when ejected', labelNames: ['chain', 'upstream'], registers,
+      name: 'gateway_upstream_healthy',
+      help: '1 when the upstream is in rotation, 0 when ejected',
+      labelNames: ['chain', 'upstream'],
+      registers,
       collect() {
         this.reset();
         for (const [chain, list] of Object.entries(sources.upstreams?.() ?? {})) {
@@ -290,18 +338,27 @@ export class Telemetry {
     const redis = sources.redis;
     if (redis) {
       new Gauge({
-        name: 'gateway_redis_up', help: '1 while Redis is connected and answers PING in time, 0 while it is unreachable or stalled', registers,
-        collect() { this.set(redis().state === 'up' ? 1 : 0); },
+        name: 'gateway_redis_up',
+        help: '1 while Redis is connected and answers PING in time, 0 while it is unreachable or stalled',
+        registers,
+        collect() {
+          this.set(redis().state === 'up' ? 1 : 0);
+        },
       });
       new Gauge({
-        name: 'gateway_redis_state', help: '1 for the state Redis is in (up, down: unreachable, stalled: connected but not answering)', labelNames: ['state'], registers,
+        name: 'gateway_redis_state',
+        help: '1 for the state Redis is in (up, down: unreachable, stalled: connected but not answering)',
+        labelNames: ['state'],
+        registers,
         collect() {
           const { state } = redis();
           for (const s of REDIS_STATES) this.set({ state: s }, s === state ? 1 : 0);
         },
       });
       new Counter({
-        name: 'gateway_redis_outages_total', help: 'Times Redis went from up to unreachable or stalled', registers,
+        name: 'gateway_redis_outages_total',
+        help: 'Times Redis went from up to unreachable or stalled',
+        registers,
         collect() {
           this.reset();
           this.inc(redis().outages);

@@ -89,10 +89,11 @@ export function publicChannel(c: AlertChannel): PublicChannel {
 }
 
 const channelStates = (alertId: string, channels: AlertChannel[], at: string): ReadModelWrite[] =>
-  channels.map((c): ReadModelWrite =>
-    c.active
-      ? { op: 'delete', collection: C.disabledChannels, key: `${alertId}/${c.id}` }
-      : { op: 'put', collection: C.disabledChannels, key: `${alertId}/${c.id}`, doc: { channelId: c.id, at } },
+  channels.map(
+    (c): ReadModelWrite =>
+      c.active
+        ? { op: 'delete', collection: C.disabledChannels, key: `${alertId}/${c.id}` }
+        : { op: 'put', collection: C.disabledChannels, key: `${alertId}/${c.id}`, doc: { channelId: c.id, at } },
   );
 const mergeAlert = (alertId: string, fields: Partial<AlertDoc>): ReadModelWrite => ({ op: 'merge', collection: C.alerts, key: alertId, fields });
 
@@ -110,8 +111,19 @@ export const alertsProjection: Projection = {
       case 'AlertCreated': {
         const { alertId, accountId, name, rule, channels, enabled, at } = event.data;
         const doc: AlertDoc = {
-          id: alertId, accountId, name, rule, channels: channels.map(publicChannel), enabled, state: 'ok',
-          firedAt: null, resolvedAt: null, lastNotifiedAt: null, lastValue: null, createdAt: at, updatedAt: at,
+          id: alertId,
+          accountId,
+          name,
+          rule,
+          channels: channels.map(publicChannel),
+          enabled,
+          state: 'ok',
+          firedAt: null,
+          resolvedAt: null,
+          lastNotifiedAt: null,
+          lastValue: null,
+          createdAt: at,
+          updatedAt: at,
         };
         return [
           { op: 'put', collection: C.alerts, key: alertId, doc },
@@ -137,15 +149,27 @@ export const alertsProjection: Projection = {
         const { alertId, accountId, notificationId, value, threshold, summary, deliverTo, at } = event.data;
         const kind: NotificationKind = event.type === 'AlertFired' ? 'fired' : event.type === 'AlertRenotified' ? 'renotified' : 'resolved';
         const state =
-          event.type === 'AlertFired' ? { state: 'firing' as const, firedAt: at, lastNotifiedAt: at }
-          : event.type === 'AlertRenotified' ? { lastNotifiedAt: at }
-          : { state: 'resolved' as const, resolvedAt: at };
+          event.type === 'AlertFired'
+            ? { state: 'firing' as const, firedAt: at, lastNotifiedAt: at }
+            : event.type === 'AlertRenotified'
+              ? { lastNotifiedAt: at }
+              : { state: 'resolved' as const, resolvedAt: at };
         return [
           mergeAlert(alertId, { ...state, lastValue: value }),
           ...deliverTo.map((channel): ReadModelWrite => {
             const doc: DeliveryDoc = {
-              notificationId, alertId, accountId, channelId: channel.id, channel: channel.type, kind, value, threshold, summary,
-              triggeredAt: at, attempts: 0, nextAttemptAt: at,
+              notificationId,
+              alertId,
+              accountId,
+              channelId: channel.id,
+              channel: channel.type,
+              kind,
+              value,
+              threshold,
+              summary,
+              triggeredAt: at,
+              attempts: 0,
+              nextAttemptAt: at,
             };
             return { op: 'put', collection: C.deliveries, key: `${notificationId}/${channel.id}`, doc };
           }),

@@ -48,7 +48,10 @@ export function startProjecting(options: {
 }): ProjectingParts {
   const { store, readModels, now } = options;
   return {
-    projector: new ProjectionRunner(store, readModels, PROJECTIONS, options.feed, () => now().getTime(), { types: new Set([USAGE_EVENT_TYPE]), ms: USAGE_LINGER_MS }),
+    projector: new ProjectionRunner(store, readModels, PROJECTIONS, options.feed, () => now().getTime(), {
+      types: new Set([USAGE_EVENT_TYPE]),
+      ms: USAGE_LINGER_MS,
+    }),
     ingester: new UsageIngester({ queue: options.usageQueue, store, exactlyOnce: { storeKnowsEveryId: options.storeKnowsEveryId } }),
     retention: startRetentionJob({ readModels, plans: options.plans, now, onError: (e) => console.error('usage retention pass failed:', e) }),
   };

@@ -76,7 +76,19 @@ export const coreProjection: Projection = {
         return [merge(C.accounts, event.data.accountId, { plan: event.data.to })];
       case 'ApiTokenCreated': {
         const { tokenId, accountId, tokenHash, masked, name, description, expiresAt, monthlyLimit, rateLimit, at } = event.data;
-        const doc: TokenDoc = { id: tokenId, accountId, tokenHash, masked, name, description, status: 'active', createdAt: at, expiresAt, monthlyLimit, rateLimit };
+        const doc: TokenDoc = {
+          id: tokenId,
+          accountId,
+          tokenHash,
+          masked,
+          name,
+          description,
+          status: 'active',
+          createdAt: at,
+          expiresAt,
+          monthlyLimit,
+          rateLimit,
+        };
         return [
           { op: 'put', collection: C.tokens, key: tokenId, doc },
           { op: 'put', collection: C.tokensByHash, key: tokenHash, doc: { tokenId } },

@@ -1,23 +1,9 @@
-import type {
-  ChainFigures,
-  ClientIp,
-  ErrorGroup,
-  MethodFigures,
-  RecentError,
-  SeriesPoint,
-  TokenFigures,
-  UsageFigures,
-} from '../api/types.js';
+import type { ChainFigures, ClientIp, ErrorGroup, MethodFigures, RecentError, SeriesPoint, TokenFigures, UsageFigures } from '../api/types.js';
 import { decodeUsageCall, type UsageCall, type UsageCallFields } from '../domain/usage.js';
 import type { Doc, ReadModelStore } from '../infra/readmodels/port.js';
 import { bucketName, bucketStart, ceilTo, coverRange, floorTo, type SeriesGranularity, seriesBuckets } from './usageBuckets.js';
 import { HISTOGRAM_FIELDS, quantile } from './usageHistogram.js';
-import {
-  granularityPrefix,
-  parseRollupKey,
-  type RollupKey,
-  USAGE_METRICS,
-} from './usageMetrics.js';
+import { granularityPrefix, parseRollupKey, type RollupKey, USAGE_METRICS } from './usageMetrics.js';
 
 // The PDF export reads these shapes from here.
 export type { ErrorGroup, SeriesPoint, UsageFigures };
@@ -48,7 +34,15 @@ interface Tally {
 }
 
 const emptyTally = (): Tally => ({
-  requests: 0, errors: 0, totalUs: 0, upstreamUs: 0, upstreamCalls: 0, cacheHits: 0, coalesced: 0, hedged: 0, histogram: HISTOGRAM_FIELDS.map(() => 0),
+  requests: 0,
+  errors: 0,
+  totalUs: 0,
+  upstreamUs: 0,
+  upstreamCalls: 0,
+  cacheHits: 0,
+  coalesced: 0,
+  hedged: 0,
+  histogram: HISTOGRAM_FIELDS.map(() => 0),
 });
 const num = (v: unknown): number => (typeof v === 'number' ? v : 0);
 const HISTOGRAM_INDEX = new Map(HISTOGRAM_FIELDS.map((field, i) => [field, i]));
@@ -59,14 +53,30 @@ function addDoc(t: Tally, doc: Doc): void {
     const v = doc[field];
     if (typeof v !== 'number') continue;
     switch (field) {
-      case 'requests': t.requests += v; break;
-      case 'errors': t.errors += v; break;
-      case 'totalUs': t.totalUs += v; break;
-      case 'upstreamUs': t.upstreamUs += v; break;
-      case 'upstreamCalls': t.upstreamCalls += v; break;
-      case 'cacheHits': t.cacheHits += v; break;
-      case 'coalesced': t.coalesced += v; break;
-      case 'hedged': t.hedged += v; break;
+      case 'requests':
+        t.requests += v;
+        break;
+      case 'errors':
+        t.errors += v;
+        break;
+      case 'totalUs':
+        t.totalUs += v;
+        break;
+      case 'upstreamUs':
+        t.upstreamUs += v;
+        break;
+      case 'upstreamCalls':
+        t.upstreamCalls += v;
+        break;
+      case 'cacheHits':
+        t.cacheHits += v;
+        break;
+      case 'coalesced':
+        t.coalesced += v;
+        break;
+      case 'hedged':
+        t.hedged += v;
+        break;
       default: {
         const i = HISTOGRAM_INDEX.get(field);
         if (i !== undefined) t.histogram[i] = (t.histogram[i] as number) + v;
@@ -173,8 +183,10 @@ export class UsageQueries {
       let combo = combos.get(comboId);
       if (combo === undefined) {
         const parsed = parseRollupKey(key);
-        const included = (!scope.chain || parsed.chain === scope.chain) && (!scope.tokenId || parsed.tokenId === scope.tokenId)
-          && (!scope.method || parsed.method === scope.method);
+        const included =
+          (!scope.chain || parsed.chain === scope.chain) &&
+          (!scope.tokenId || parsed.tokenId === scope.tokenId) &&
+          (!scope.method || parsed.method === scope.method);
         combo = included ? { key: parsed, tally: emptyTally() } : null;
         combos.set(comboId, combo);
       }
@@ -259,8 +271,14 @@ export class UsageQueries {
         if (scope.tokenId && doc['tokenId'] !== scope.tokenId) continue;
         if (scope.method && doc['method'] !== scope.method) continue;
         out.push({
-          at, requestId: requestId.join('/'), tokenId: String(doc['tokenId']), chain: String(doc['chain']), method: String(doc['method']),
-          status: num(doc['status']), code: num(doc['code']), message: String(doc['message'] ?? ''),
+          at,
+          requestId: requestId.join('/'),
+          tokenId: String(doc['tokenId']),
+          chain: String(doc['chain']),
+          method: String(doc['method']),
+          status: num(doc['status']),
+          code: num(doc['code']),
+          message: String(doc['message'] ?? ''),
         });
         if (out.length >= limit) return out;
       }
@@ -273,7 +291,10 @@ export class UsageQueries {
   /** A token's client IPs over the days the scope touches, busiest first. */
   async clientIps(scope: UsageScope & { tokenId: string }): Promise<ClientIp[]> {
     const prefix = `${scope.accountId}/${scope.tokenId}/`;
-    const docs = await this.rm.range(USAGE_METRICS.clientIps, { gte: prefix + bucketName(scope.start, 'day'), lt: `${prefix}${bucketName(scope.end - 1, 'day')}\uffff` });
+    const docs = await this.rm.range(USAGE_METRICS.clientIps, {
+      gte: prefix + bucketName(scope.start, 'day'),
+      lt: `${prefix}${bucketName(scope.end - 1, 'day')}\uffff`,
+    });
     const ips = new Map<string, ClientIp>();
     for (const { key, doc } of docs) {
       const ip = key.slice(prefix.length + 11);

@@ -53,7 +53,13 @@ async function usageRanges(rm: ReadModelStore, accountId: string, cutoffOf: (g: 
   for (const g of ERROR_GROUP_GRANULARITIES) ranges.push(bucketed(USAGE_METRICS.errorGroups, granularityPrefix(accountId, g), g, firstSegment));
   ranges.push(bucketed(USAGE_METRICS.requestBlocks, own, 'hour', firstSegment));
   for (const collection of [USAGE_METRICS.requests, USAGE_METRICS.recentErrors]) {
-    ranges.push({ collection, granularity: null, prefix: own, from: new Date(cutoffOf(null)).toISOString(), covers: (key) => Date.parse(firstSegment(key.slice(own.length))) });
+    ranges.push({
+      collection,
+      granularity: null,
+      prefix: own,
+      from: new Date(cutoffOf(null)).toISOString(),
+      covers: (key) => Date.parse(firstSegment(key.slice(own.length))),
+    });
   }
   const tokens = await rm.range(COLLECTIONS.tokensByAccount, { prefix: own });
   for (const { key } of tokens) {
@@ -189,9 +195,7 @@ export function startRetentionJob(options: RetentionOptions): RetentionJob {
         if (stopped) return deleted;
         const retentionDays = plans[doc.plan]?.retention_days;
         if (retentionDays === undefined) continue;
-        deleted += rm.expires
-          ? await applyExpiring(key, retentionDays)
-          : await purgeAccountUsage(rm, key, now(), retentionDays);
+        deleted += rm.expires ? await applyExpiring(key, retentionDays) : await purgeAccountUsage(rm, key, now(), retentionDays);
       }
       const last = accounts[accounts.length - 1];
       if (accounts.length < 500 || !last) return deleted;

@@ -154,9 +154,10 @@ export class ProjectionRunner implements Projector {
     const writesByProjection = this.projections.map((p) => {
       const checkpoint = this.checkpoints.get(p.name) ?? null;
       const types = p.eventTypes;
-      const mine = types === undefined && checkpoint === null
-        ? events
-        : events.filter((e) => (types === undefined || types.has(e.type)) && (checkpoint === null || e.position > checkpoint));
+      const mine =
+        types === undefined && checkpoint === null
+          ? events
+          : events.filter((e) => (types === undefined || types.has(e.type)) && (checkpoint === null || e.position > checkpoint));
       if (p.notifications) for (const e of mine) for (const m of p.notifications(e)) messages.push(m);
       if (p.projectBatch) return unexpired(p.projectBatch(mine, nowMs), nowMs);
       const writes: ReadModelWrite[] = [];
@@ -196,7 +197,13 @@ export class ProjectionRunner implements Projector {
     if (this.processed !== null && this.processed >= position) return Promise.resolve();
     return new Promise((resolve, reject) => {
       const timer = setTimeout(() => reject(new Error(`projections did not reach ${position} within ${timeoutMs} ms`)), timeoutMs);
-      this.waiters.push({ position, resolve: () => { clearTimeout(timer); resolve(); } });
+      this.waiters.push({
+        position,
+        resolve: () => {
+          clearTimeout(timer);
+          resolve();
+        },
+      });
     });
   }
 

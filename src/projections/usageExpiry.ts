@@ -43,7 +43,8 @@ export const validRetention = (retentionDays: number | undefined): number | unde
   retentionDays !== undefined && Number.isSafeInteger(retentionDays) && retentionDays > 0 ? retentionDays : undefined;
 
 /** The longer of two retentions (undefined: none). */
-export const longerRetention = (a: number | undefined, b: number | undefined): number | undefined => (a === undefined ? b : b === undefined ? a : Math.max(a, b));
+export const longerRetention = (a: number | undefined, b: number | undefined): number | undefined =>
+  a === undefined ? b : b === undefined ? a : Math.max(a, b);
 
 /**
  * The expiry of the document of bucket `bucket` (its name) of granularity `g` whose calls' longest

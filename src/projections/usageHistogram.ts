@@ -5,8 +5,7 @@
  * the bounds changes the meaning of stored counts: add new fields, never move old ones.
  */
 export const LATENCY_BOUNDS_MS = [
-  1, 2, 3, 5, 7, 10, 15, 20, 30, 50, 70, 100, 150, 200, 300, 500, 700, 1000, 1500, 2000, 3000, 5000, 7000, 10_000, 15_000, 20_000,
-  30_000, 60_000,
+  1, 2, 3, 5, 7, 10, 15, 20, 30, 50, 70, 100, 150, 200, 300, 500, 700, 1000, 1500, 2000, 3000, 5000, 7000, 10_000, 15_000, 20_000, 30_000, 60_000,
 ] as const;
 
 /** Field names, one per bucket: `h<upper bound>` and `hInf` for the overflow. */

@@ -165,7 +165,11 @@ class RollupFold implements RollupCounts {
   /** The `inc` of the roll-up's write: the counts, then the histogram fields (as a call's own write has them). */
   inc(): Record<string, number> {
     const inc: Record<string, number> = {
-      requests: this.requests, errors: this.errors, totalUs: this.totalUs, upstreamUs: this.upstreamUs, upstreamCalls: this.upstreamCalls,
+      requests: this.requests,
+      errors: this.errors,
+      totalUs: this.totalUs,
+      upstreamUs: this.upstreamUs,
+      upstreamCalls: this.upstreamCalls,
     };
     if (this.cacheHits > 0) inc.cacheHits = this.cacheHits;
     if (this.coalesced > 0) inc.coalesced = this.coalesced;
@@ -369,7 +373,11 @@ export class UsageFold {
               for (const [bucket, rollup] of buckets[g] as Map<string, RollupFold>) {
                 if (rollup.expired) continue;
                 writes.push({
-                  op: 'inc', collection: USAGE_METRICS.rollups, key: rollupKey(accountId, granularity, bucket, tokenId, chain, method), inc: rollup.inc(), expiresAt: bucketExpiry(bucket, granularity, rollup.retention),
+                  op: 'inc',
+                  collection: USAGE_METRICS.rollups,
+                  key: rollupKey(accountId, granularity, bucket, tokenId, chain, method),
+                  inc: rollup.inc(),
+                  expiresAt: bucketExpiry(bucket, granularity, rollup.retention),
                 });
               }
             }
@@ -384,14 +392,25 @@ export class UsageFold {
               expiryOf = retention;
               expiresAt = bucketExpiry(day, 'day', retention);
             }
-            writes.push({ op: 'inc', collection: USAGE_METRICS.clientIps, key: clientIpKey(accountId, tokenId, day, ip), inc: { count: value.count }, set: { lastSeen: value.lastSeen }, expiresAt });
+            writes.push({
+              op: 'inc',
+              collection: USAGE_METRICS.clientIps,
+              key: clientIpKey(accountId, tokenId, day, ip),
+              inc: { count: value.count },
+              set: { lastSeen: value.lastSeen },
+              expiresAt,
+            });
           }
         }
       }
       for (const [hour, blocks] of requestBlocks) {
         for (const [blockNumber, { value, retention }] of blocks) {
           writes.push({
-            op: 'merge', collection: USAGE_METRICS.requestBlocks, key: requestBlockKey(accountId, hour, blockNumber * REQUEST_BLOCK), fields: value, expiresAt: bucketExpiry(hour, 'hour', retention),
+            op: 'merge',
+            collection: USAGE_METRICS.requestBlocks,
+            key: requestBlockKey(accountId, hour, blockNumber * REQUEST_BLOCK),
+            fields: value,
+            expiresAt: bucketExpiry(hour, 'hour', retention),
             // Revisions come in order: with its last slot in, nothing more is written to the block.
             final: Object.hasOwn(value, REQUEST_BLOCK - 1),
           });

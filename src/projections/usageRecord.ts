@@ -15,7 +15,24 @@ const isStringOrNull = (v: unknown): v is string | null => v === null || typeof 
 
 /** The data of a usage event as a record, or null when it does not have the record's shape. */
 export function asUsageRecord(data: Record<string, unknown>): UsageRecord | null {
-  const { requestId, at, accountId, tokenId, chain, method, status, rpcErrorCode, errorMessage, totalMs, upstreamMs, clientIp, upstream, retentionDays, charged, cache } = data;
+  const {
+    requestId,
+    at,
+    accountId,
+    tokenId,
+    chain,
+    method,
+    status,
+    rpcErrorCode,
+    errorMessage,
+    totalMs,
+    upstreamMs,
+    clientIp,
+    upstream,
+    retentionDays,
+    charged,
+    cache,
+  } = data;
   if (typeof requestId !== 'string' || requestId.length === 0) return null;
   if (typeof at !== 'string' || typeof accountId !== 'string' || typeof tokenId !== 'string' || typeof chain !== 'string') return null;
   if (typeof method !== 'string' || typeof clientIp !== 'string') return null;
@@ -29,5 +46,4 @@ export function asUsageRecord(data: Record<string, unknown>): UsageRecord | null
 }
 
 /** The record a stored event carries, or null when it is not a (well-formed) usage event. */
-export const usageRecordOf = (stored: StoredEvent): UsageRecord | null =>
-  stored.type === USAGE_EVENT_TYPE ? asUsageRecord(stored.data) : null;
+export const usageRecordOf = (stored: StoredEvent): UsageRecord | null => (stored.type === USAGE_EVENT_TYPE ? asUsageRecord(stored.data) : null);

@@ -43,17 +43,34 @@ async function problemOf(res: Response): Promise<Problem> {
       const body = (await res.json()) as Partial<Problem>;
       if (typeof body.detail === 'string') {
         return {
-          type: body.type ?? BLANK, title: body.title ?? res.statusText, status: res.status, detail: body.detail, code: body.code ?? `http_${res.status}`, errors: body.errors,
+          type: body.type ?? BLANK,
+          title: body.title ?? res.statusText,
+          status: res.status,
+          detail: body.detail,
+          code: body.code ?? `http_${res.status}`,
+          errors: body.errors,
         };
       }
     } catch {
       // Not the JSON it claimed to be: fall through to a generic problem.
     }
   }
-  return { type: BLANK, title: res.statusText || 'Error', status: res.status, detail: `The server answered ${res.status}${res.statusText ? ` ${res.statusText}` : ''}.`, code: `http_${res.status}` };
+  return {
+    type: BLANK,
+    title: res.statusText || 'Error',
+    status: res.status,
+    detail: `The server answered ${res.status}${res.statusText ? ` ${res.statusText}` : ''}.`,
+    code: `http_${res.status}`,
+  };
 }
 
-const networkProblem = (): Problem => ({ type: BLANK, title: 'Network error', status: 0, detail: 'Cannot reach the server. Check the connection and try again.', code: 'network' });
+const networkProblem = (): Problem => ({
+  type: BLANK,
+  title: 'Network error',
+  status: 0,
+  detail: 'Cannot reach the server. Check the connection and try again.',
+  code: 'network',
+});
 
 /** Auth calls answer 401 for wrong credentials: those must reach the form, not re-open the login. */
 const isAuthCall = (path: string): boolean => path.startsWith('/api/v1/auth/');

@@ -125,11 +125,18 @@ export function App() {
         </button>
         <header class="top">
           <a class="brand" href={hrefOf('/')}>
-            <span class="brand-mark" aria-hidden="true">◆</span> Chain Gateway
+            <span class="brand-mark" aria-hidden="true">
+              ◆
+            </span>{' '}
+            Chain Gateway
           </a>
           <div class="who">
-            <span class="email" title={account.email}>{account.email}</span>
-            <span class={`badge plan-${account.plan.id}`} data-testid="plan-badge">{account.plan.name}</span>
+            <span class="email" title={account.email}>
+              {account.email}
+            </span>
+            <span class={`badge plan-${account.plan.id}`} data-testid="plan-badge">
+              {account.plan.name}
+            </span>
             <button type="button" class="button small" onClick={logout}>
               Log out
             </button>

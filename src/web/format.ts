@@ -56,10 +56,22 @@ export interface Target {
 }
 
 export const TARGETS = {
-  responseTime: { label: 'Response Time', goal: '< 100 ms', meets: (v) => v < 100, format: fmtMs, help: 'Average time to process a request and return a response.' },
+  responseTime: {
+    label: 'Response Time',
+    goal: '< 100 ms',
+    meets: (v) => v < 100,
+    format: fmtMs,
+    help: 'Average time to process a request and return a response.',
+  },
   successRate: { label: 'Success Rate', goal: '> 99.9 %', meets: (v) => v > 99.9, format: fmtPct, help: 'Share of requests completed successfully.' },
   errorRate: { label: 'Error Rate', goal: '< 0.1 %', meets: (v) => v < 0.1, format: fmtPct, help: 'Share of requests that ended in an error.' },
-  nodeLatency: { label: 'Node Latency', goal: '< 50 ms', meets: (v) => v < 50, format: fmtMs, help: "Time the chain nodes took to process the gateway's requests." },
+  nodeLatency: {
+    label: 'Node Latency',
+    goal: '< 50 ms',
+    meets: (v) => v < 50,
+    format: fmtMs,
+    help: "Time the chain nodes took to process the gateway's requests.",
+  },
 } satisfies Record<string, Target>;
 
 export const CHANNEL_NAMES: Record<string, string> = { email: 'Email', webhook: 'Webhook', chat: 'Team chat', incident: 'Incident management', sms: 'SMS' };

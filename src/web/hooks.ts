@@ -31,20 +31,23 @@ export function usePolled<T>(load: (signal: AbortSignal) => Promise<T>, deps: un
     const controller = new AbortController();
     let timer: ReturnType<typeof setTimeout> | undefined;
     setState((s) => ({ ...s, loading: true }));
-    loadRef.current(controller.signal).then(
-      (data) => {
-        if (controller.signal.aborted) return;
-        updatedAtRef.current = Date.now();
-        setState({ data, error: null, loading: false, updatedAt: updatedAtRef.current });
-      },
-      (error: unknown) => {
-        if (controller.signal.aborted) return;
-        const apiError = asApiError(error);
-        setState((s) => ({ ...s, error: apiError, loading: false }));
-      },
-    ).finally(() => {
-      if (!controller.signal.aborted) timer = setTimeout(() => setTick((t) => t + 1), intervalMs);
-    });
+    loadRef
+      .current(controller.signal)
+      .then(
+        (data) => {
+          if (controller.signal.aborted) return;
+          updatedAtRef.current = Date.now();
+          setState({ data, error: null, loading: false, updatedAt: updatedAtRef.current });
+        },
+        (error: unknown) => {
+          if (controller.signal.aborted) return;
+          const apiError = asApiError(error);
+          setState((s) => ({ ...s, error: apiError, loading: false }));
+        },
+      )
+      .finally(() => {
+        if (!controller.signal.aborted) timer = setTimeout(() => setTick((t) => t + 1), intervalMs);
+      });
     return () => {
       controller.abort();
       clearTimeout(timer);

@@ -27,15 +27,19 @@ describe('/api/docs', () => {
     await page.exposeFunction('reportViolation', (v: string) => violations.push(v));
     await page.addInitScript(() => {
       document.addEventListener('securitypolicyviolation', (e) => {
-        (window as unknown as { reportViolation(v: string): void }).reportViolation(`${e.violatedDirective} ${e.blockedURI} ${e.sample} ${e.sourceFile}:${e.lineNumber}`);
+        (window as unknown as { reportViolation(v: string): void }).reportViolation(
+          `${e.violatedDirective} ${e.blockedURI} ${e.sample} ${e.sourceFile}:${e.lineNumber}`,
+        );
       });
     });
     const answer = await page.goto(`${base}/api/docs`);
     expect(answer?.headers()['content-security-policy']).toMatch(/script-src 'self'; style-src 'self';/);
     await page.locator('.opblock').first().waitFor({ timeout: 15_000 });
 
-    const operations = Object.values((await (await fetch(`${base}/api/v1/openapi.json`)).json()).paths as Record<string, object>)
-      .reduce((n: number, ops) => n + Object.keys(ops).length, 0);
+    const operations = Object.values((await (await fetch(`${base}/api/v1/openapi.json`)).json()).paths as Record<string, object>).reduce(
+      (n: number, ops) => n + Object.keys(ops).length,
+      0,
+    );
     expect(await page.locator('.opblock').count()).toBe(operations);
     // An operation opens with its parameters and answers, problem+json among them.
     await page.locator('.opblock-summary-path', { hasText: '/api/v1/tokens/{id}/history' }).first().click();

@@ -19,9 +19,7 @@ const PASSWORD = 'correct horse battery';
 const EMAIL = `owner-${Date.now().toString(36)}@example.com`;
 const TAKEN_EMAIL = `taken-${Date.now().toString(36)}@example.com`;
 /** The committed screenshots are rewritten only on request (UPDATE_SCREENSHOTS=1); otherwise they go to a temp dir. */
-const SHOTS = process.env.UPDATE_SCREENSHOTS === '1'
-  ? new URL('../../docs/screenshots/', import.meta.url).pathname
-  : join(tmpdir(), 'gw-screenshots');
+const SHOTS = process.env.UPDATE_SCREENSHOTS === '1' ? new URL('../../docs/screenshots/', import.meta.url).pathname : join(tmpdir(), 'gw-screenshots');
 
 let node: GanacheNode;
 let t: TestApp;
@@ -41,8 +39,16 @@ const expectedFailedLoads: { status: number; path: string }[] = [];
 const expectFailedLoad = (status: number, path: string) => expectedFailedLoads.push({ status, path });
 
 const rpc = (method: string, params: unknown[] = []) => ({ jsonrpc: '2.0', id: 1, method, params });
-async function chainCall(tok: string, method = 'eth_blockNumber', params: unknown[] = []): Promise<{ status: number; body: { result?: unknown; error?: { code: number } } }> {
-  const res = await fetch(`${base}/local/${tok}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(rpc(method, params)) });
+async function chainCall(
+  tok: string,
+  method = 'eth_blockNumber',
+  params: unknown[] = [],
+): Promise<{ status: number; body: { result?: unknown; error?: { code: number } } }> {
+  const res = await fetch(`${base}/local/${tok}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(rpc(method, params)),
+  });
   return { status: res.status, body: await res.json() };
 }
 
@@ -65,7 +71,10 @@ const go = async (hash: string) => {
  * the way that the page never scrolls sideways.
  */
 async function shoot(name: string, options: { fullPage?: boolean } = {}): Promise<void> {
-  for (const [label, size] of [['desktop', DESKTOP], ['phone', PHONE]] as const) {
+  for (const [label, size] of [
+    ['desktop', DESKTOP],
+    ['phone', PHONE],
+  ] as const) {
     await page.setViewportSize(size);
     await page.waitForTimeout(50); // charts resize on the next frame
     const overflow = await page.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth);
@@ -119,7 +128,11 @@ describe('dashboard', () => {
     expect(asset.headers.get('cache-control')).toContain('immutable');
     expect((await fetch(`${base}/assets/missing.js`)).status).toBe(404);
     // The chain routes are untouched: a JSON-RPC POST without a token is the gateway's 401.
-    const call = await fetch(`${base}/local`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(rpc('eth_blockNumber')) });
+    const call = await fetch(`${base}/local`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(rpc('eth_blockNumber')),
+    });
     expect(call.status).toBe(401);
     expect((await call.json()).error.code).toBe(-32001);
   });
@@ -214,32 +227,63 @@ describe('dashboard', () => {
     const failed = await chainCall(token, 'eth_noSuchMethod');
     const failedCode = String(failed.body.error?.code);
     expect(failedCode).toMatch(/^-32/);
-    await until('usage in the read models', () => api<{ tokens: { id: string; current_month_usage: number }[] }>('/api/v1/tokens'), (r) =>
-      r.body.tokens.some((x) => x.id === tokenId && x.current_month_usage === 7),
+    await until(
+      'usage in the read models',
+      () => api<{ tokens: { id: string; current_month_usage: number }[] }>('/api/v1/tokens'),
+      (r) => r.body.tokens.some((x) => x.id === tokenId && x.current_month_usage === 7),
     );
 
     await go('/tokens');
     const row = page.locator(`tr[data-token-id="${tokenId}"]`);
-    await until('the list to show 7 calls', () => row.getByTestId('token-usage').textContent(), (v) => v?.startsWith('7') === true);
+    await until(
+      'the list to show 7 calls',
+      () => row.getByTestId('token-usage').textContent(),
+      (v) => v?.startsWith('7') === true,
+    );
     expect(await row.locator('td[data-label="Last used"]').textContent()).not.toBe('Never');
 
     if (!has.metrics) return;
-    await until('metrics to count the calls', () => api<{ totals: { requests: number } }>('/api/v1/metrics/user'), (r) => r.body.totals.requests === 7);
+    await until(
+      'metrics to count the calls',
+      () => api<{ totals: { requests: number } }>('/api/v1/metrics/user'),
+      (r) => r.body.totals.requests === 7,
+    );
     await go('/');
-    await until('the overview totals', () => page.getByTestId('period-requests').textContent(), (v) => v === '7');
-    expect(await page.locator('#performance').getByText(/Meets target|Misses target/).count()).toBe(4);
+    await until(
+      'the overview totals',
+      () => page.getByTestId('period-requests').textContent(),
+      (v) => v === '7',
+    );
+    expect(
+      await page
+        .locator('#performance')
+        .getByText(/Meets target|Misses target/)
+        .count(),
+    ).toBe(4);
     expect(await page.getByRole('region', { name: 'Requests by network' }).getByText('local').isVisible()).toBe(true);
     expect(await page.getByRole('region', { name: 'Requests by method' }).getByText('eth_blockNumber').isVisible()).toBe(true);
 
     await go('/usage');
-    await until('the usage chart', () => page.getByTestId('usage-chart-sum').textContent(), (v) => v === '7');
+    await until(
+      'the usage chart',
+      () => page.getByTestId('usage-chart-sum').textContent(),
+      (v) => v === '7',
+    );
     await page.locator('.chart-box canvas').first().waitFor();
     await page.getByRole('radio', { name: 'Errors' }).check();
-    await until('the error series', () => page.getByTestId('usage-chart-sum').textContent(), (v) => v === '1');
+    await until(
+      'the error series',
+      () => page.getByTestId('usage-chart-sum').textContent(),
+      (v) => v === '1',
+    );
     if ((await api('/api/v1/metrics/user?method=eth_getBalance')).status === 200) {
       await page.getByRole('radio', { name: 'Total' }).check();
       await page.getByLabel('Method', { exact: true }).selectOption('eth_getBalance');
-      await until('the method filter', () => page.getByTestId('usage-chart-sum').textContent(), (v) => v === '1');
+      await until(
+        'the method filter',
+        () => page.getByTestId('usage-chart-sum').textContent(),
+        (v) => v === '1',
+      );
     } else console.log('the metrics API does not filter by method yet');
 
     await go('/errors');
@@ -260,11 +304,19 @@ describe('dashboard', () => {
     await page.getByLabel('From (UTC)').fill(hourAgo);
     await page.getByLabel('To (UTC)').fill(soon);
     await page.getByRole('button', { name: 'Apply' }).click();
-    await until('the custom range', () => page.getByTestId('usage-chart-sum').textContent(), (v) => v === '7');
+    await until(
+      'the custom range',
+      () => page.getByTestId('usage-chart-sum').textContent(),
+      (v) => v === '7',
+    );
     await page.getByRole('radio', { name: '24 h' }).check();
 
     await go(`/tokens/${tokenId}`);
-    await until('the token analytics', () => page.getByTestId('token-chart-sum').textContent(), (v) => v === '7');
+    await until(
+      'the token analytics',
+      () => page.getByTestId('token-chart-sum').textContent(),
+      (v) => v === '7',
+    );
     expect(await page.getByTestId('client-ips').getByText('127.0.0.1').isVisible()).toBe(true);
 
     // A WebSocket the token holds open shows among its facts.
@@ -272,7 +324,11 @@ describe('dashboard', () => {
     await new Promise<void>((resolve, reject) => socket.once('open', () => resolve()).once('error', reject));
     try {
       await go(`/tokens/${tokenId}`);
-      await until('the token\'s live sockets', () => page.getByTestId('detail-websockets').textContent(), (v) => v?.startsWith('1 connection,') === true);
+      await until(
+        "the token's live sockets",
+        () => page.getByTestId('detail-websockets').textContent(),
+        (v) => v?.startsWith('1 connection,') === true,
+      );
     } finally {
       socket.close();
     }
@@ -296,13 +352,25 @@ describe('dashboard', () => {
     await go('/');
     const freshness = page.getByTestId('freshness').first();
     // The installed clock still flows: a loaded machine may show a second more than fast-forwarded.
-    await until('the first load', () => freshness.textContent(), (v) => /^Updated [0-2] s ago$/.test(v ?? ''));
+    await until(
+      'the first load',
+      () => freshness.textContent(),
+      (v) => /^Updated [0-2] s ago$/.test(v ?? ''),
+    );
     await page.clock.fastForward(30_000);
-    await until('the age to show', () => freshness.textContent(), (v) => /^Updated 3[0-2] s ago$/.test(v ?? ''));
+    await until(
+      'the age to show',
+      () => freshness.textContent(),
+      (v) => /^Updated 3[0-2] s ago$/.test(v ?? ''),
+    );
     const refetch = page.waitForRequest((r) => r.url().includes('/api/v1/account'), { timeout: 10_000 });
     await page.clock.fastForward(31_000);
     await refetch;
-    await until('the refreshed age', () => freshness.textContent(), (v) => /^Updated [0-2] s ago$/.test(v ?? ''));
+    await until(
+      'the refreshed age',
+      () => freshness.textContent(),
+      (v) => /^Updated [0-2] s ago$/.test(v ?? ''),
+    );
   });
 
   it('disables, enables and revokes a token behind a confirmation, and the gateway follows', async () => {
@@ -313,12 +381,28 @@ describe('dashboard', () => {
     // Keyboard: focus the switch and press Space.
     await toggle.focus();
     await page.keyboard.press('Space');
-    await until('disabled in the list', () => row.locator('.badge').textContent(), (v) => v === 'disabled');
-    await until('the gateway to refuse (403)', () => chainCall(token), (r) => r.status === 403);
+    await until(
+      'disabled in the list',
+      () => row.locator('.badge').textContent(),
+      (v) => v === 'disabled',
+    );
+    await until(
+      'the gateway to refuse (403)',
+      () => chainCall(token),
+      (r) => r.status === 403,
+    );
 
     await toggle.click();
-    await until('enabled in the list', () => row.locator('.badge').textContent(), (v) => v === 'active');
-    await until('the gateway to serve again', () => chainCall(token), (r) => r.status === 200);
+    await until(
+      'enabled in the list',
+      () => row.locator('.badge').textContent(),
+      (v) => v === 'active',
+    );
+    await until(
+      'the gateway to serve again',
+      () => chainCall(token),
+      (r) => r.status === 200,
+    );
 
     // Revoke opens a confirmation; Escape cancels it and nothing changes.
     await row.getByRole('button', { name: 'Revoke backend' }).click();
@@ -333,8 +417,16 @@ describe('dashboard', () => {
     await shoot('token-revoke-confirm', { fullPage: false });
     await dialog.getByRole('button', { name: 'Revoke token' }).click();
     await dialog.waitFor({ state: 'detached' });
-    await until('revoked in the list', () => row.locator('.badge').textContent(), (v) => v === 'revoked');
-    await until('the gateway to refuse (401)', () => chainCall(token), (r) => r.status === 401);
+    await until(
+      'revoked in the list',
+      () => row.locator('.badge').textContent(),
+      (v) => v === 'revoked',
+    );
+    await until(
+      'the gateway to refuse (401)',
+      () => chainCall(token),
+      (r) => r.status === 401,
+    );
     expect(await page.getByRole('button', { name: 'Create token' }).isEnabled()).toBe(true);
   });
 
@@ -382,7 +474,11 @@ describe('dashboard', () => {
     const edit = page.getByRole('form', { name: 'Edit alert' });
     await edit.getByLabel('Threshold (%)').fill('90');
     await edit.getByRole('button', { name: 'Save alert' }).click();
-    await until('the edited rule', () => row.locator('td[data-label="Rule"]').textContent(), (v) => v?.includes('90') === true);
+    await until(
+      'the edited rule',
+      () => row.locator('td[data-label="Rule"]').textContent(),
+      (v) => v?.includes('90') === true,
+    );
 
     await row.getByRole('button', { name: 'Notifications' }).click();
     await page.getByText('No notifications yet.').waitFor();
@@ -466,7 +562,11 @@ describe('dashboard', () => {
     await page.getByRole('button', { name: 'I have stored it' }).click();
     await page.getByRole('button', { name: 'Revoke CI deploy script' }).click();
     await page.getByRole('dialog').getByRole('button', { name: 'Revoke access token' }).click();
-    await until('the access token to be refused', () => fetch(`${base}/api/v1/tokens`, { headers: { authorization: `Bearer ${accessToken}` } }).then((r) => r.status), (s) => s === 401);
+    await until(
+      'the access token to be refused',
+      () => fetch(`${base}/api/v1/tokens`, { headers: { authorization: `Bearer ${accessToken}` } }).then((r) => r.status),
+      (s) => s === 401,
+    );
   });
 
   it('renders every page at 1280 px and 390 px without horizontal overflow', async () => {
@@ -496,7 +596,9 @@ describe('dashboard', () => {
   it('logged no console errors or uncaught exceptions', () => {
     if (!has.alerts) expectFailedLoad(404, '/api/v1/alerts');
     const provoked = (e: string) =>
-      expectedFailedLoads.some((f) => e.startsWith(`console: Failed to load resource: the server responded with a status of ${f.status} `) && e.includes(`${f.path})`));
+      expectedFailedLoads.some(
+        (f) => e.startsWith(`console: Failed to load resource: the server responded with a status of ${f.status} `) && e.includes(`${f.path})`),
+      );
     expect(browser.errors.filter((e) => !provoked(e))).toEqual([]);
   });
 });

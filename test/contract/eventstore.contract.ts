@@ -36,9 +36,7 @@ export function describeEventStoreContract(name: string, open: () => Promise<Eve
         const result = await store.append(stream, events, 'no_stream');
         const read = await store.readStream(stream);
 
-        expect(read.map((e) => [e.streamId, e.revision, e.id, e.type, e.data])).toEqual(
-          events.map((e, i) => [stream, i, e.id, e.type, e.data]),
-        );
+        expect(read.map((e) => [e.streamId, e.revision, e.id, e.type, e.data])).toEqual(events.map((e, i) => [stream, i, e.id, e.type, e.data]));
         expect(read[0]!.metadata).toEqual({ correlationId: 'abc' });
         expect(read[1]!.metadata).toEqual({});
         for (const event of read) {
@@ -73,7 +71,11 @@ export function describeEventStoreContract(name: string, open: () => Promise<Eve
 
       it('reads a slice with fromRevision and maxCount', async () => {
         const stream = `${category()}-1`;
-        await store.append(stream, ['A', 'B', 'C', 'D', 'E'].map((t) => newEvent(t)), 'no_stream');
+        await store.append(
+          stream,
+          ['A', 'B', 'C', 'D', 'E'].map((t) => newEvent(t)),
+          'no_stream',
+        );
         expect((await store.readStream(stream, { fromRevision: 2 })).map((e) => e.type)).toEqual(['C', 'D', 'E']);
         expect((await store.readStream(stream, { maxCount: 2 })).map((e) => e.type)).toEqual(['A', 'B']);
         expect((await store.readStream(stream, { fromRevision: 1, maxCount: 3 })).map((e) => e.revision)).toEqual([1, 2, 3]);
@@ -83,11 +85,19 @@ export function describeEventStoreContract(name: string, open: () => Promise<Eve
       it('reads a slice across appends that other streams came between', async () => {
         const stream = `${category()}-1`;
         const other = `${category()}-1`;
-        await store.append(stream, ['A', 'B', 'C'].map((t) => newEvent(t)), 'no_stream');
+        await store.append(
+          stream,
+          ['A', 'B', 'C'].map((t) => newEvent(t)),
+          'no_stream',
+        );
         await store.append(other, [newEvent('Z')], 'no_stream');
         await store.append(stream, [newEvent('D')], 2);
         await store.append(other, [newEvent('Y')], 0);
-        await store.append(stream, ['E', 'F', 'G'].map((t) => newEvent(t)), 3);
+        await store.append(
+          stream,
+          ['E', 'F', 'G'].map((t) => newEvent(t)),
+          3,
+        );
         const types = async (options: { fromRevision?: number; maxCount?: number }) => (await store.readStream(stream, options)).map((e) => e.type);
         expect(await types({})).toEqual(['A', 'B', 'C', 'D', 'E', 'F', 'G']);
         expect(await types({ fromRevision: 1, maxCount: 5 })).toEqual(['B', 'C', 'D', 'E', 'F']);
@@ -142,9 +152,7 @@ export function describeEventStoreContract(name: string, open: () => Promise<Eve
       it('20 concurrent appends at the same expected revision: exactly one wins', async () => {
         const stream = `${category()}-1`;
         await store.append(stream, [newEvent('Start')], 'no_stream');
-        const outcomes = await Promise.allSettled(
-          Array.from({ length: 20 }, (_, i) => store.append(stream, [newEvent('Racer', { i })], 0)),
-        );
+        const outcomes = await Promise.allSettled(Array.from({ length: 20 }, (_, i) => store.append(stream, [newEvent('Racer', { i })], 0)));
         const won = outcomes.filter((o) => o.status === 'fulfilled');
         const lost = outcomes.filter((o): o is PromiseRejectedResult => o.status === 'rejected');
         expect(won).toHaveLength(1);
@@ -188,7 +196,7 @@ export function describeEventStoreContract(name: string, open: () => Promise<Eve
       });
 
       // What exactly-once usage appends (src/infra/usage/exactlyOnce.ts) rely on.
-      it('a refused append names the stream\'s last revision, for no_stream and for a stale revision', async () => {
+      it("a refused append names the stream's last revision, for no_stream and for a stale revision", async () => {
         const stream = `${category()}-1`;
         await store.append(stream, [newEvent('A'), newEvent('B'), newEvent('C')], 'no_stream');
         await expect(store.append(stream, [newEvent('D')], 'no_stream')).rejects.toMatchObject({ actual: 2 });
@@ -333,7 +341,11 @@ export function describeEventStoreContract(name: string, open: () => Promise<Eve
         const old = 300;
         // History first (more than one read batch), so a catch-up is still reading while appends go on.
         for (let w = 0; w < writers; w++) {
-          await store.append(`${cat}-${w}`, Array.from({ length: old }, (_, i) => newEvent('Old', { w, i })), 'no_stream');
+          await store.append(
+            `${cat}-${w}`,
+            Array.from({ length: old }, (_, i) => newEvent('Old', { w, i })),
+            'no_stream',
+          );
         }
         // Subscriptions start at different moments of the appending, each one a chance to hit the race.
         const expected = writers * (old + perWriter);

@@ -86,30 +86,26 @@ function expectWholeBatches(stream: string, events: StoredEvent[]): void {
 }
 
 describe('LevelEventStore under kill -9', () => {
-  it(
-    `keeps every acknowledged append whole, and nothing torn, over ${ROUNDS} crashes`,
-    async () => {
-      let previousTotal = 0;
-      for (let round = 0; round < ROUNDS; round++) {
-        const acknowledged = await writeThenKill(300 + round * 200);
-        expect(acknowledged.size, `round ${round}: the writer acknowledged nothing`).toBeGreaterThan(0);
+  it(`keeps every acknowledged append whole, and nothing torn, over ${ROUNDS} crashes`, async () => {
+    let previousTotal = 0;
+    for (let round = 0; round < ROUNDS; round++) {
+      const acknowledged = await writeThenKill(300 + round * 200);
+      expect(acknowledged.size, `round ${round}: the writer acknowledged nothing`).toBeGreaterThan(0);
 
-        const store = await LevelEventStore.open(dir);
-        try {
-          const total = await verify(store, acknowledged);
-          expect(total).toBeGreaterThan(previousTotal);
-          previousTotal = total;
-          // The store goes on where it stopped.
-          const stream = 'crash-0';
-          const head = (await store.readStream(stream)).length - 1;
-          const next = await store.append(stream, [{ ...newEvent('Resumed'), data: { stream, batch: `resume-${round}`, index: 0, size: 1 } }], head);
-          expect(next.nextExpectedRevision).toBe(head + 1);
-          previousTotal += 1;
-        } finally {
-          await store.close();
-        }
+      const store = await LevelEventStore.open(dir);
+      try {
+        const total = await verify(store, acknowledged);
+        expect(total).toBeGreaterThan(previousTotal);
+        previousTotal = total;
+        // The store goes on where it stopped.
+        const stream = 'crash-0';
+        const head = (await store.readStream(stream)).length - 1;
+        const next = await store.append(stream, [{ ...newEvent('Resumed'), data: { stream, batch: `resume-${round}`, index: 0, size: 1 } }], head);
+        expect(next.nextExpectedRevision).toBe(head + 1);
+        previousTotal += 1;
+      } finally {
+        await store.close();
       }
-    },
-    60_000,
-  );
+    }
+  }, 60_000);
 });

@@ -19,7 +19,7 @@ if (url) {
 describe('EsdbEventStore round trips', () => {
   const event = (type: string) => ({ id: randomUUID(), type, data: { type } });
 
-  it('an append of several events is one call, answered with the last event\'s position and revision', async () => {
+  it("an append of several events is one call, answered with the last event's position and revision", async () => {
     const server = new FakeEsdbServer();
     const store = new EsdbEventStore(server.client);
     await store.append('t-1', [event('A')], 'no_stream');

@@ -59,7 +59,7 @@ describe('LevelEventStore append planning', () => {
     expect(plan.appended.map((e) => e.data['i'])).toEqual(events.map((_, i) => i));
   });
 
-  it('looks up only the ids at or below the stream\'s id ceiling: one above it cannot be in the stream', async () => {
+  it("looks up only the ids at or below the stream's id ceiling: one above it cannot be in the stream", async () => {
     const looked: string[] = [];
     const plan = new AppendPlan(
       {
@@ -223,7 +223,14 @@ describe('LevelEventStore specifics', () => {
     const dir = tempDir();
     let store = await LevelEventStore.open(dir);
     try {
-      await store.append('s-1', [{ ...newEvent('A'), id: '\u{1F600}' }, { ...newEvent('A'), id: '\uFF01' }], 'no_stream');
+      await store.append(
+        's-1',
+        [
+          { ...newEvent('A'), id: '\u{1F600}' },
+          { ...newEvent('A'), id: '\uFF01' },
+        ],
+        'no_stream',
+      );
       await store.close();
       store = await LevelEventStore.open(dir);
       expect(await store.append('s-1', [{ ...newEvent('A'), id: '\uFF01' }], 'any')).toMatchObject({ nextExpectedRevision: 1 });
@@ -304,7 +311,11 @@ describe('LevelEventStore specifics', () => {
         await reader.quietFor(20); // now live
         // 100 events in groups while nobody reads: far over the buffer of 5.
         for (let i = 0; i < 20; i++) {
-          await store.append(`${cat}-1`, Array.from({ length: 5 }, (_, j) => newEvent('E', { n: i * 5 + j })), 'any');
+          await store.append(
+            `${cat}-1`,
+            Array.from({ length: 5 }, (_, j) => newEvent('E', { n: i * 5 + j })),
+            'any',
+          );
         }
         const events = await reader.events(100);
         expect(events.map((e) => e.data['n'])).toEqual(Array.from({ length: 100 }, (_, n) => n));
@@ -332,9 +343,7 @@ describe('LevelEventStore specifics', () => {
 
   it('refuses a position that is not one of its own', async () => {
     await withStore(async (store) => {
-      expect(() => store.subscribeToAll({ after: '00000000000000000001:00000000000000000001' })).toThrow(
-        expect.objectContaining({ code: 'invalid_position' }),
-      );
+      expect(() => store.subscribeToAll({ after: '00000000000000000001:00000000000000000001' })).toThrow(expect.objectContaining({ code: 'invalid_position' }));
     });
   });
 
@@ -370,7 +379,11 @@ describe('LevelEventStore specifics', () => {
       async (store) => {
         const total = 20_000;
         for (let b = 0; b < total / 500; b++) {
-          await store.append(`usage-${b % 7}`, Array.from({ length: 500 }, (_, i) => newEvent('Used', { b, i, chain: 'eth' })), 'any');
+          await store.append(
+            `usage-${b % 7}`,
+            Array.from({ length: 500 }, (_, i) => newEvent('Used', { b, i, chain: 'eth' })),
+            'any',
+          );
         }
         const started = performance.now();
         const subscription = store.subscribeToAll();
@@ -428,13 +441,25 @@ describe('LevelEventStore log and index stores', () => {
   it('indexes a stream by runs: one entry an append, however many events it holds', async () => {
     const dir = tempDir();
     const store = await LevelEventStore.open(dir);
-    await store.append('a-1', Array.from({ length: 300 }, (_, n) => newEvent('A', { n })), 'no_stream');
+    await store.append(
+      'a-1',
+      Array.from({ length: 300 }, (_, n) => newEvent('A', { n })),
+      'no_stream',
+    );
     await store.append('a-1', [newEvent('A', { n: 300 })], 299);
-    await store.append('a-1', Array.from({ length: 5 }, (_, n) => newEvent('A', { n: 301 + n })), 300);
+    await store.append(
+      'a-1',
+      Array.from({ length: 5 }, (_, n) => newEvent('A', { n: 301 + n })),
+      300,
+    );
     await store.close();
     const index = await openDb(join(dir, 'index'));
     try {
-      expect(await index.keys({ gte: 's\u0000a-1\u0000', lt: 's\u0000a-1\u0001' }).all()).toEqual([streamKey('a-1', 0), streamKey('a-1', 300), streamKey('a-1', 301)]);
+      expect(await index.keys({ gte: 's\u0000a-1\u0000', lt: 's\u0000a-1\u0001' }).all()).toEqual([
+        streamKey('a-1', 0),
+        streamKey('a-1', 300),
+        streamKey('a-1', 301),
+      ]);
     } finally {
       await index.close();
     }

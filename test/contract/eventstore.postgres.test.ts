@@ -39,10 +39,10 @@ describe.skipIf(unavailable !== null)(unavailable ? `PostgresEventStore (skipped
       await reader.untilCaughtUp();
       // An append in flight: it holds an earlier sequence number (and transaction) than the next one, and commits last.
       await slow.query('BEGIN');
-      await slow.query(
-        `INSERT INTO es_events (stream_id, revision, event_id, type, data, metadata, created) VALUES ($1, 0, $2, 'Slow', '{}', '{}', now())`,
-        [`${cat}-slow`, newEvent('Slow').id],
-      );
+      await slow.query(`INSERT INTO es_events (stream_id, revision, event_id, type, data, metadata, created) VALUES ($1, 0, $2, 'Slow', '{}', '{}', now())`, [
+        `${cat}-slow`,
+        newEvent('Slow').id,
+      ]);
       const fast = await store.append(`${cat}-fast`, [newEvent('Fast')], 'no_stream');
       expect((await store.readStream(`${cat}-fast`)).map((e) => e.position)).toEqual([fast.position]);
       // Committed, but behind a transaction still open: not delivered yet, or the slow one would be skipped.
@@ -108,7 +108,9 @@ describe.skipIf(unavailable !== null)(unavailable ? `PostgresEventStore (skipped
       await reader.untilCaughtUp();
       expect(await reader.quietFor(100)).toEqual([]); // waiting for a wake-up now
       const cut = await withClient((client) =>
-        client.query(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND query ILIKE 'LISTEN%' AND pid <> pg_backend_pid()`),
+        client.query(
+          `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND query ILIKE 'LISTEN%' AND pid <> pg_backend_pid()`,
+        ),
       );
       expect(cut.rowCount).toBeGreaterThan(0);
       await store.append(`${cat}-1`, [newEvent('AfterCut')], 'no_stream');

@@ -111,7 +111,7 @@ describe('LeasedLimiter over Redis', () => {
     await limiter.close();
   });
 
-  it('asks Redis once for a token\'s lone call in a second, and has nothing to give back', async () => {
+  it("asks Redis once for a token's lone call in a second, and has nothing to give back", async () => {
     const clock = { now: Date.UTC(2025, 4, 10, 11, 0, 0) };
     const { source, limiter } = await open(() => clock.now);
     const id = randomUUID();

@@ -27,14 +27,22 @@ const notification: AlertNotification = {
   summary: 'Error rate of the account is 12.5% over the last 5 min (5 of 40 requests; threshold 5%).',
 };
 const config = (over: Partial<NotifyConfig> = {}): NotifyConfig => ({
-  allowPrivate: true, timeoutMs: 2000,
+  allowPrivate: true,
+  timeoutMs: 2000,
   email: { smtpUrl: null, from: 'Gateway <alerts@example.com>', outboxPath },
   incident: { eventsUrl: receiver.url },
   sms: { apiUrl: receiver.url, accountSid: 'AC0123456789', authToken: 'sms-secret', from: '+15005550006' },
-  maxAttempts: 3, retryBaseMs: 10,
+  maxAttempts: 3,
+  retryBaseMs: 10,
   ...over,
 });
-const webhook = (secret: string): Extract<AlertChannel, { type: 'webhook' }> => ({ type: 'webhook', id: 'chn_w', active: true, url: `${receiver.url}/hooks/alerts`, secret });
+const webhook = (secret: string): Extract<AlertChannel, { type: 'webhook' }> => ({
+  type: 'webhook',
+  id: 'chn_w',
+  active: true,
+  url: `${receiver.url}/hooks/alerts`,
+  secret,
+});
 
 beforeAll(async () => {
   receiver = await startFake(() => ({ status: answer.status, body: answer.body }));
@@ -68,7 +76,10 @@ describe('webhook (Standard Webhooks)', () => {
       type: 'alert.fired',
       timestamp: notification.at,
       data: {
-        notification_id: notification.id, state: 'firing', summary: notification.summary, value: 12.5,
+        notification_id: notification.id,
+        state: 'firing',
+        summary: notification.summary,
+        value: 12.5,
         alert: { id: notification.alert.id, name: 'Errors on eth', type: 'error_rate', condition: null, threshold: 5, window_minutes: 5, token_id: null },
       },
     });
@@ -82,13 +93,23 @@ describe('webhook (Standard Webhooks)', () => {
     reset(429);
     expect(await parts.senders.webhook.send(webhook(secret), notification)).toMatchObject({ outcome: 'failed', retryable: true, status: 429 });
     reset(400, { error: 'bad' });
-    expect(await parts.senders.webhook.send(webhook(secret), notification)).toMatchObject({ outcome: 'failed', retryable: false, status: 400, error: expect.stringContaining('HTTP 400') });
+    expect(await parts.senders.webhook.send(webhook(secret), notification)).toMatchObject({
+      outcome: 'failed',
+      retryable: false,
+      status: 400,
+      error: expect.stringContaining('HTTP 400'),
+    });
   });
   it('a closed port is a retryable failure', async () => {
     const closed = await startFake(() => ({ body: {} }));
     const url = closed.url;
     await closed.close();
-    expect(await parts.senders.webhook.send({ ...webhook(generateWebhookSecret()), url }, notification)).toMatchObject({ outcome: 'failed', retryable: true, status: null, error: expect.stringContaining('ECONNREFUSED') });
+    expect(await parts.senders.webhook.send({ ...webhook(generateWebhookSecret()), url }, notification)).toMatchObject({
+      outcome: 'failed',
+      retryable: true,
+      status: null,
+      error: expect.stringContaining('ECONNREFUSED'),
+    });
   });
 });
 
@@ -119,9 +140,16 @@ describe('incident management (PagerDuty Events API v2)', () => {
     const [call] = receiver.calls;
     expect(call?.url).toBe('/v2/enqueue');
     expect(JSON.parse(call?.body ?? '')).toEqual({
-      routing_key: channel.routingKey, event_action: 'trigger', dedup_key: notification.alert.id, client: 'Chain Gateway',
+      routing_key: channel.routingKey,
+      event_action: 'trigger',
+      dedup_key: notification.alert.id,
+      client: 'Chain Gateway',
       payload: {
-        summary: `Errors on eth: ${notification.summary}`, source: 'chain-gateway', severity: 'error', timestamp: notification.at, component: 'error_rate',
+        summary: `Errors on eth: ${notification.summary}`,
+        source: 'chain-gateway',
+        severity: 'error',
+        timestamp: notification.at,
+        component: 'error_rate',
         custom_details: { alert_id: notification.alert.id, condition: null, threshold: 5, value: 12.5, window_minutes: 5, token_id: null },
       },
     });
@@ -145,7 +173,10 @@ describe('incident management (PagerDuty Events API v2)', () => {
 describe('SMS (Twilio-compatible Messages API)', () => {
   it('POSTs form-encoded To, From, Body with basic auth to the account path', async () => {
     reset(201, { sid: 'SM1', status: 'queued' });
-    expect(await parts.senders.sms.send({ type: 'sms', id: 'chn_s', active: true, to: '+14155550100' }, notification)).toEqual({ outcome: 'delivered', status: 201 });
+    expect(await parts.senders.sms.send({ type: 'sms', id: 'chn_s', active: true, to: '+14155550100' }, notification)).toEqual({
+      outcome: 'delivered',
+      status: 201,
+    });
     const [call] = receiver.calls;
     expect(call?.url).toBe('/2010-04-01/Accounts/AC0123456789/Messages.json');
     expect(call?.headers['content-type']).toBe('application/x-www-form-urlencoded');
@@ -167,10 +198,16 @@ describe('email', () => {
   it('without SMTP_URL, appends one JSON line per email to the outbox', async () => {
     await parts.senders.email.send({ type: 'email', id: 'chn_e', active: true, to: 'ops@example.com' }, notification);
     await parts.senders.email.send({ type: 'email', id: 'chn_e', active: true, to: 'ops@example.com' }, { ...notification, kind: 'resolved' });
-    const lines = readFileSync(outboxPath, 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+    const lines = readFileSync(outboxPath, 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l));
     expect(lines).toHaveLength(2);
     expect(lines[0]).toMatchObject({
-      messageId: `<${notification.id}@chain-gateway>`, from: 'Gateway <alerts@example.com>', to: 'ops@example.com', subject: '[FIRING] Errors on eth',
+      messageId: `<${notification.id}@chain-gateway>`,
+      from: 'Gateway <alerts@example.com>',
+      to: 'ops@example.com',
+      subject: '[FIRING] Errors on eth',
       text: expect.stringContaining(notification.summary),
     });
     expect(lines[1]).toMatchObject({ subject: '[RESOLVED] Errors on eth', text: expect.stringMatching(/^Resolved: /) });
@@ -188,8 +225,9 @@ describe('email', () => {
       expect(smtp.envelopes[0]?.to).toEqual(['<ops@example.com>']);
       expect(smtp.envelopes[0]?.data).toMatch(/Subject: \[FIRING\] Errors on eth/);
       smtp.refuseRecipients = true;
-      expect(await emailSender(transport, 'alerts@example.com').send({ type: 'email', id: 'chn_e', active: true, to: 'nobody@example.com' }, notification))
-        .toMatchObject({ outcome: 'failed', retryable: false, status: 550 });
+      expect(
+        await emailSender(transport, 'alerts@example.com').send({ type: 'email', id: 'chn_e', active: true, to: 'nobody@example.com' }, notification),
+      ).toMatchObject({ outcome: 'failed', retryable: false, status: 550 });
     } finally {
       await transport.close();
       await smtp.close();
@@ -230,13 +268,22 @@ async function startSmtpServer() {
         buffer = buffer.slice(nl + 2);
         const verb = line.slice(0, 4).toUpperCase();
         if (verb === 'EHLO' || verb === 'HELO') reply('250 test');
-        else if (verb === 'MAIL') { current.from = line.slice(10).trim(); reply('250 ok'); }
-        else if (verb === 'RCPT') {
+        else if (verb === 'MAIL') {
+          current.from = line.slice(10).trim();
+          reply('250 ok');
+        } else if (verb === 'RCPT') {
           if (state.refuseRecipients) reply('550 no such user');
-          else { current.to.push(line.slice(8).trim()); reply('250 ok'); }
-        } else if (verb === 'DATA') { inData = true; reply('354 go on'); }
-        else if (verb === 'QUIT') { reply('221 bye'); socket.end(); }
-        else if (verb === 'RSET' || verb === 'NOOP') reply('250 ok');
+          else {
+            current.to.push(line.slice(8).trim());
+            reply('250 ok');
+          }
+        } else if (verb === 'DATA') {
+          inData = true;
+          reply('354 go on');
+        } else if (verb === 'QUIT') {
+          reply('221 bye');
+          socket.end();
+        } else if (verb === 'RSET' || verb === 'NOOP') reply('250 ok');
         else reply('502 not implemented');
       }
     });
@@ -246,7 +293,13 @@ async function startSmtpServer() {
   return {
     port: typeof address === 'object' && address ? address.port : 0,
     envelopes,
-    set refuseRecipients(v: boolean) { state.refuseRecipients = v; },
-    close: () => new Promise<void>((resolve) => { for (const s of sockets) s.destroy(); server.close(() => resolve()); }),
+    set refuseRecipients(v: boolean) {
+      state.refuseRecipients = v;
+    },
+    close: () =>
+      new Promise<void>((resolve) => {
+        for (const s of sockets) s.destroy();
+        server.close(() => resolve());
+      }),
   };
 }

@@ -14,7 +14,12 @@ let receiver: FakeUpstream;
 const strict = createHttpPoster({ guard: true, allowPrivate: false, timeoutMs: 2000 });
 const allowing = createHttpPoster({ guard: true, allowPrivate: true, timeoutMs: 2000 });
 const notification: AlertNotification = {
-  id: 'ntf_ssrf', kind: 'fired', at: new Date().toISOString(), accountId: 'acc_1', value: 1, summary: 'x',
+  id: 'ntf_ssrf',
+  kind: 'fired',
+  at: new Date().toISOString(),
+  accountId: 'acc_1',
+  value: 1,
+  summary: 'x',
   alert: { id: 'alr_1', name: 'n', type: 'error_rate', condition: null, threshold: 1, windowMinutes: 5, tokenId: null },
 };
 const hook = (url: string) => ({ type: 'webhook' as const, id: 'chn_1', active: true, url, secret: 'whsec_c2VjcmV0c2VjcmV0c2VjcmV0' });
@@ -49,7 +54,9 @@ describe('without NOTIFY_ALLOW_PRIVATE', () => {
     expect(receiver.calls).toHaveLength(0);
   });
   it('applies to team-chat URLs too', async () => {
-    expect(await chatSender(strict).send({ type: 'chat', id: 'chn_2', active: true, url: `http://localhost:${port()}/c` }, notification)).toMatchObject({ outcome: 'refused' });
+    expect(await chatSender(strict).send({ type: 'chat', id: 'chn_2', active: true, url: `http://localhost:${port()}/c` }, notification)).toMatchObject({
+      outcome: 'refused',
+    });
   });
 });
 

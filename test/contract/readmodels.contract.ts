@@ -134,12 +134,8 @@ export function readModelStoreContract(openStore: () => Promise<ReadModelStore>)
     const c = unique('range');
     const neighbour = `${c}x`;
     const keys = ['a', 'a:1', 'a:2', 'a:10', 'ab', 'b', 'b:1', 'c'];
-    await store.commit(unique('p'), pos(1), [
-      ...keys.map((key) => put(c, key, { key })),
-      put(neighbour, 'a', { key: 'neighbour' }),
-    ]);
-    const keysOf = async (options?: Parameters<ReadModelStore['range']>[1]): Promise<string[]> =>
-      (await store.range(c, options)).map((entry) => entry.key);
+    await store.commit(unique('p'), pos(1), [...keys.map((key) => put(c, key, { key })), put(neighbour, 'a', { key: 'neighbour' })]);
+    const keysOf = async (options?: Parameters<ReadModelStore['range']>[1]): Promise<string[]> => (await store.range(c, options)).map((entry) => entry.key);
 
     expect(await keysOf()).toEqual(['a', 'a:1', 'a:10', 'a:2', 'ab', 'b', 'b:1', 'c']);
     expect((await store.range(c, { prefix: 'b:' }))[0]).toEqual({ key: 'b:1', doc: { key: 'b:1' } });
@@ -297,19 +293,11 @@ export function readModelStoreContract(openStore: () => Promise<ReadModelStore>)
   it('loses no increment to concurrent commits and writes', async () => {
     const c = unique('concurrent');
     const p = unique('p');
-    const commits = Array.from({ length: 40 }, (_, i) =>
-      store.commit(p, pos(i + 1), [inc(c, 'k', { n: 1 }), inc(c, `k${i % 4}`, { n: 1 })]),
-    );
+    const commits = Array.from({ length: 40 }, (_, i) => store.commit(p, pos(i + 1), [inc(c, 'k', { n: 1 }), inc(c, `k${i % 4}`, { n: 1 })]));
     const writes = Array.from({ length: 20 }, () => store.write([inc(c, 'w', { n: 1 })]));
     await Promise.all([...commits, ...writes]);
     expect(await store.get(c, 'k')).toEqual({ n: 40 });
-    expect((await store.range(c, { prefix: 'k' })).map((entry) => entry.doc)).toEqual([
-      { n: 40 },
-      { n: 10 },
-      { n: 10 },
-      { n: 10 },
-      { n: 10 },
-    ]);
+    expect((await store.range(c, { prefix: 'k' })).map((entry) => entry.doc)).toEqual([{ n: 40 }, { n: 10 }, { n: 10 }, { n: 10 }, { n: 10 }]);
     expect(await store.get(c, 'w')).toEqual({ n: 20 });
     expect(await store.checkpoint(p)).toBe(pos(40));
   });

@@ -3,7 +3,15 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ClassicLevel } from 'classic-level';
-import { EMBEDDED_OWN_STORE, embeddedReadModelsDir, embeddedRowsDir, LevelReadModelStore, openEmbeddedReader, openReadModels, ReadModelError } from '../../src/infra/readmodels/index.js';
+import {
+  EMBEDDED_OWN_STORE,
+  embeddedReadModelsDir,
+  embeddedRowsDir,
+  LevelReadModelStore,
+  openEmbeddedReader,
+  openReadModels,
+  ReadModelError,
+} from '../../src/infra/readmodels/index.js';
 import { SplitReadModelStore } from '../../src/infra/readmodels/split.js';
 import { USAGE_METRICS } from '../../src/projections/usageMetrics.js';
 import { readModelStoreContract } from './readmodels.contract.js';
@@ -47,9 +55,7 @@ describe('LevelReadModelStore', () => {
     const store = await LevelReadModelStore.open(join(dir, 'names'));
     try {
       await expect(store.get('bad\x00name', 'k')).rejects.toMatchObject({ code: 'invalid_collection_name' });
-      await expect(store.write([{ op: 'put', collection: '', key: 'k', doc: {} }])).rejects.toBeInstanceOf(
-        ReadModelError,
-      );
+      await expect(store.write([{ op: 'put', collection: '', key: 'k', doc: {} }])).rejects.toBeInstanceOf(ReadModelError);
     } finally {
       await store.close();
     }
@@ -63,7 +69,13 @@ describe('LevelReadModelStore opened for a bulk load (a rebuild process)', () =>
     const location = join(dir, 'bulk-then-ordinary');
     const bulk = await LevelReadModelStore.open(location, { bulkLoad: true });
     // More than the ordinary 4 MB memtable, all of it still in the bulk store's log when it closes.
-    const writes = Array.from({ length: 20_000 }, (_, i) => ({ op: 'inc' as const, collection: 'c', key: `k${String(i).padStart(6, '0')}`, inc: { n: i }, set: { pad: 'x'.repeat(300) } }));
+    const writes = Array.from({ length: 20_000 }, (_, i) => ({
+      op: 'inc' as const,
+      collection: 'c',
+      key: `k${String(i).padStart(6, '0')}`,
+      inc: { n: i },
+      set: { pad: 'x'.repeat(300) },
+    }));
     try {
       await bulk.reset('p', ['c']);
       await bulk.commit('p', '00000000000000000001', writes);
@@ -127,7 +139,7 @@ describe('openReadModels', () => {
     expect((await keysIn(embeddedRowsDir(dataDir))).filter((k) => k.includes(rows))).toHaveLength(1);
   });
 
-  it('keeps apart the usage projection\'s raw rows, by the name it writes them under', () => {
+  it("keeps apart the usage projection's raw rows, by the name it writes them under", () => {
     expect(EMBEDDED_OWN_STORE).toEqual([USAGE_METRICS.requestBlocks]);
   });
 
@@ -218,7 +230,7 @@ describe('openReadModels', () => {
     }
   });
 
-  it('lets another thread\'s reader see the raw rows and the rest', async () => {
+  it("lets another thread's reader see the raw rows and the rest", async () => {
     const dataDir = join(dir, 'data-shared');
     const store = await openReadModels({ dataDir, sharedWithThreads: true });
     const reader = await openEmbeddedReader(dataDir);

@@ -33,8 +33,14 @@ describe.skipIf(unavailable !== null)('PostgresReadModelStore beside other proce
         stores.flatMap((store, s) =>
           Array.from({ length: 30 }, (_, i) =>
             i % 2 === 0
-              ? store.commit(`p${s}`, String(i + 1).padStart(20, '0'), [{ op: 'inc', collection: 'shared', key: 'total', inc: { n: 1 } }, { op: 'inc', collection: 'shared', key: `by/${i % 3}`, inc: { n: 1 } }])
-              : store.write([{ op: 'inc', collection: 'shared', key: 'total', inc: { n: 1 } }, { op: 'inc', collection: 'shared', key: `by/${i % 3}`, inc: { n: 1 } }]),
+              ? store.commit(`p${s}`, String(i + 1).padStart(20, '0'), [
+                  { op: 'inc', collection: 'shared', key: 'total', inc: { n: 1 } },
+                  { op: 'inc', collection: 'shared', key: `by/${i % 3}`, inc: { n: 1 } },
+                ])
+              : store.write([
+                  { op: 'inc', collection: 'shared', key: 'total', inc: { n: 1 } },
+                  { op: 'inc', collection: 'shared', key: `by/${i % 3}`, inc: { n: 1 } },
+                ]),
           ),
         ),
       );
@@ -45,7 +51,7 @@ describe.skipIf(unavailable !== null)('PostgresReadModelStore beside other proce
     }
   });
 
-  it('adds numbers as JavaScript does (doubles), so its sums match the embedded store\'s', async () => {
+  it("adds numbers as JavaScript does (doubles), so its sums match the embedded store's", async () => {
     const store = await PostgresReadModelStore.open(db.url);
     try {
       await store.write([{ op: 'inc', collection: 'sums', key: 'k', inc: { ms: 0.1 } }]);

@@ -12,7 +12,11 @@ describe('REDIS_URL', () => {
     expect(parseRedisUrl('redis://127.0.0.1:6379/2')).toEqual({ kind: 'single', url: 'redis://127.0.0.1:6379/2' });
     expect(parseRedisUrl('rediss+cluster://app:p%40ss@10.0.0.1:7000,10.0.0.2,[::1]:7002')).toEqual({
       kind: 'cluster',
-      nodes: [{ host: '10.0.0.1', port: 7000 }, { host: '10.0.0.2', port: 6379 }, { host: '::1', port: 7002 }],
+      nodes: [
+        { host: '10.0.0.1', port: 7000 },
+        { host: '10.0.0.2', port: 6379 },
+        { host: '::1', port: 7002 },
+      ],
       username: 'app',
       password: 'p@ss',
       tls: true,
@@ -47,7 +51,12 @@ describe('on a Redis Cluster', () => {
     const queue = new RedisUsageQueue(cluster.url, { consumer: 'startup' });
     const ready = (timeoutMs: number) => Promise.all([limiter.whenReady(timeoutMs), queue.whenReady(timeoutMs)]);
     try {
-      const failed = await untilReachable('Redis', cluster.url, ready, { deadlineMs: 2500, attemptTimeoutMs: 800, retryMs: 200, log: (m) => logged.push(m) }).catch((e: unknown) => e);
+      const failed = await untilReachable('Redis', cluster.url, ready, {
+        deadlineMs: 2500,
+        attemptTimeoutMs: 800,
+        retryMs: 200,
+        log: (m) => logged.push(m),
+      }).catch((e: unknown) => e);
       expect(failed).toBeInstanceOf(DependencyUnreachableError);
       expect((failed as Error).message).toContain(`${missing.name} (connect ECONNREFUSED`);
       expect((failed as Error).message).toMatch(/^Redis at redis\+cluster:\/\/.* was not reachable within \d+ s \(STARTUP_TIMEOUT_SECONDS\)/);
@@ -83,7 +92,10 @@ describe('on a Redis Cluster', () => {
       await missing.start();
       await until('up');
       expect(health.snapshot().outages).toBe(1);
-      expect(lines).toEqual([expect.stringMatching(new RegExp(`^warn Redis at .* unreachable: master ${missing.name}`)), expect.stringMatching(/^info .* answering again/)]);
+      expect(lines).toEqual([
+        expect.stringMatching(new RegExp(`^warn Redis at .* unreachable: master ${missing.name}`)),
+        expect.stringMatching(/^info .* answering again/),
+      ]);
     } finally {
       await health.stop();
       await missing.start();

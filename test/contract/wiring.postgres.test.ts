@@ -92,7 +92,7 @@ describe.skipIf(unavailable !== null)(unavailable ? `PostgreSQL wiring (skipped:
     }
   });
 
-  it('a second projector waits for the first one\'s lock, says so, and takes over when it stops', { timeout: 60_000 }, async () => {
+  it("a second projector waits for the first one's lock, says so, and takes over when it stops", { timeout: 60_000 }, async () => {
     const env = { LOCAL_DEVNET: 'off', ROLE: 'projector', DATABASE_URL: db.url, REDIS_URL: redis.url };
     const first = startService({ ...env, DATA_DIR: tempDir() });
     await first.ready;

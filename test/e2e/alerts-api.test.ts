@@ -27,14 +27,31 @@ describe('alert CRUD', () => {
     expect(created.statusCode).toBe(201);
     const alert = created.json();
     expect(alert).toMatchObject({
-      id: expect.stringMatching(/^alr_[0-9A-Za-z]{16}$/), name: 'Errors', type: 'error_rate', condition: null, threshold: 5, window_minutes: 10,
-      token_id: null, min_requests: 10, baseline_hours: null, enabled: true, state: 'ok', last_value: null, fired_at: null, resolved_at: null,
+      id: expect.stringMatching(/^alr_[0-9A-Za-z]{16}$/),
+      name: 'Errors',
+      type: 'error_rate',
+      condition: null,
+      threshold: 5,
+      window_minutes: 10,
+      token_id: null,
+      min_requests: 10,
+      baseline_hours: null,
+      enabled: true,
+      state: 'ok',
+      last_value: null,
+      fired_at: null,
+      resolved_at: null,
       channels: [{ id: expect.stringMatching(/^chn_/), type: 'email', to: 'ops@example.com', status: 'active' }],
     });
     expect((await inject({ method: 'GET', url: '/api/v1/alerts', headers: o.auth })).json()).toEqual({ alerts: [alert] });
     expect((await inject({ method: 'GET', url: `/api/v1/alerts/${alert.id}`, headers: { cookie: o.cookie } })).json()).toEqual(alert);
 
-    const patched = await inject({ method: 'PATCH', url: `/api/v1/alerts/${alert.id}`, headers: o.auth, payload: { threshold: 7.5, name: 'Errors!', enabled: false } });
+    const patched = await inject({
+      method: 'PATCH',
+      url: `/api/v1/alerts/${alert.id}`,
+      headers: o.auth,
+      payload: { threshold: 7.5, name: 'Errors!', enabled: false },
+    });
     expect(patched.statusCode).toBe(200);
     expect(patched.json()).toMatchObject({ threshold: 7.5, name: 'Errors!', enabled: false, window_minutes: 10, channels: alert.channels });
 
@@ -47,7 +64,7 @@ describe('alert CRUD', () => {
     expect((await inject({ method: 'GET', url: '/api/v1/alerts', headers: o.auth })).json()).toEqual({ alerts: [] });
   });
 
-  it('changing the type starts the rule from that type\'s defaults', async () => {
+  it("changing the type starts the rule from that type's defaults", async () => {
     const o = await ownerOn('free');
     const { id } = (await inject({ method: 'POST', url: '/api/v1/alerts', headers: o.auth, payload: errorRate })).json();
     const toUsage = await inject({ method: 'PATCH', url: `/api/v1/alerts/${id}`, headers: o.auth, payload: { type: 'usage_threshold' } });
@@ -58,14 +75,16 @@ describe('alert CRUD', () => {
     expect(toLatency.json()).toMatchObject({ code: 'validation_failed', errors: [{ path: 'threshold' }] });
   });
 
-  it('needs credentials, and hides other owners\' alerts behind 404', async () => {
+  it("needs credentials, and hides other owners' alerts behind 404", async () => {
     const a = await ownerOn('free');
     const b = await ownerOn('free');
     const { id } = (await inject({ method: 'POST', url: '/api/v1/alerts', headers: a.auth, payload: errorRate })).json();
     expect((await inject({ method: 'GET', url: '/api/v1/alerts' })).statusCode).toBe(401);
     for (const [method, url, payload] of [
-      ['GET', `/api/v1/alerts/${id}`, undefined], ['PATCH', `/api/v1/alerts/${id}`, { threshold: 9 }],
-      ['DELETE', `/api/v1/alerts/${id}`, undefined], ['GET', `/api/v1/alerts/${id}/notifications`, undefined],
+      ['GET', `/api/v1/alerts/${id}`, undefined],
+      ['PATCH', `/api/v1/alerts/${id}`, { threshold: 9 }],
+      ['DELETE', `/api/v1/alerts/${id}`, undefined],
+      ['GET', `/api/v1/alerts/${id}/notifications`, undefined],
     ] as const) {
       const res = await inject({ method, url, headers: b.auth, ...(payload ? { payload } : {}) });
       expect(res.statusCode, `${method} ${url}`).toBe(404);
@@ -92,7 +111,17 @@ describe('validation (400)', () => {
     ['a bad email', { ...errorRate, channels: [{ type: 'email', to: 'nope' }] }, 'channels.0.to'],
     ['a non-http webhook URL', { ...errorRate, channels: [{ type: 'webhook', url: 'ftp://example.com/x' }] }, 'channels.0.url'],
     ['a phone number not in E.164', { ...errorRate, channels: [{ type: 'sms', to: '555-0100' }] }, 'channels.0.to'],
-    ['the same channel twice', { ...errorRate, channels: [{ type: 'email', to: 'a@example.com' }, { type: 'email', to: 'a@example.com' }] }, 'channels.1'],
+    [
+      'the same channel twice',
+      {
+        ...errorRate,
+        channels: [
+          { type: 'email', to: 'a@example.com' },
+          { type: 'email', to: 'a@example.com' },
+        ],
+      },
+      'channels.1',
+    ],
     ['an unknown field', { ...errorRate, severity: 'high' }, ''],
     ['a missing name', { ...errorRate, name: '' }, 'name'],
   ];
@@ -116,7 +145,7 @@ describe('validation (400)', () => {
 });
 
 describe('rules tied to the account', () => {
-  it('a token_id must be one of the caller\'s tokens (404 otherwise)', async () => {
+  it("a token_id must be one of the caller's tokens (404 otherwise)", async () => {
     const a = await ownerOn('developer');
     const b = await ownerOn('developer');
     const token = (await inject({ method: 'POST', url: '/api/v1/tokens', headers: a.auth, payload: { name: 'backend', monthly_limit: 1000 } })).json();
@@ -130,7 +159,12 @@ describe('rules tied to the account', () => {
   });
   it('a percentage of a monthly limit the account does not have is 422', async () => {
     const o = await ownerOn('unlimited');
-    const res = await inject({ method: 'POST', url: '/api/v1/alerts', headers: o.auth, payload: { name: 'Usage', type: 'usage_threshold', threshold: 80, channels: [{ type: 'email', to: 'a@example.com' }] } });
+    const res = await inject({
+      method: 'POST',
+      url: '/api/v1/alerts',
+      headers: o.auth,
+      payload: { name: 'Usage', type: 'usage_threshold', threshold: 80, channels: [{ type: 'email', to: 'a@example.com' }] },
+    });
     expect(res.statusCode).toBe(422);
     expect(res.json().code).toBe('alert_not_applicable');
   });
@@ -155,8 +189,11 @@ describe('channels per plan (403 naming the plan that has it)', () => {
   it('every channel of the plan is accepted on Unlimited', async () => {
     const o = await ownerOn('unlimited');
     const channels = [
-      { type: 'email', to: 'a@example.com' }, { type: 'webhook', url: 'https://hooks.example.com/a' }, { type: 'chat', url: 'https://chat.example.com/x' },
-      { type: 'incident', routing_key: 'R0UT1NGKEY0123456789abcdef012345' }, { type: 'sms', to: '+14155550100' },
+      { type: 'email', to: 'a@example.com' },
+      { type: 'webhook', url: 'https://hooks.example.com/a' },
+      { type: 'chat', url: 'https://chat.example.com/x' },
+      { type: 'incident', routing_key: 'R0UT1NGKEY0123456789abcdef012345' },
+      { type: 'sms', to: '+14155550100' },
     ];
     const res = await inject({ method: 'POST', url: '/api/v1/alerts', headers: o.auth, payload: { ...errorRate, channels } });
     expect(res.statusCode).toBe(201);
@@ -166,7 +203,12 @@ describe('channels per plan (403 naming the plan that has it)', () => {
   it('the PATCH of channels is checked too', async () => {
     const o = await ownerOn('free');
     const { id } = (await inject({ method: 'POST', url: '/api/v1/alerts', headers: o.auth, payload: errorRate })).json();
-    const res = await inject({ method: 'PATCH', url: `/api/v1/alerts/${id}`, headers: o.auth, payload: { channels: [{ type: 'webhook', url: 'https://hooks.example.com/a' }] } });
+    const res = await inject({
+      method: 'PATCH',
+      url: `/api/v1/alerts/${id}`,
+      headers: o.auth,
+      payload: { channels: [{ type: 'webhook', url: 'https://hooks.example.com/a' }] },
+    });
     expect(res.statusCode).toBe(403);
   });
 });
@@ -174,17 +216,34 @@ describe('channels per plan (403 naming the plan that has it)', () => {
 describe('webhook secrets', () => {
   it('are shown once, at creation (and for endpoints an edit adds), never again', async () => {
     const o = await ownerOn('developer');
-    const res = await inject({ method: 'POST', url: '/api/v1/alerts', headers: o.auth, payload: { ...errorRate, channels: [{ type: 'webhook', url: 'https://hooks.example.com/a' }] } });
+    const res = await inject({
+      method: 'POST',
+      url: '/api/v1/alerts',
+      headers: o.auth,
+      payload: { ...errorRate, channels: [{ type: 'webhook', url: 'https://hooks.example.com/a' }] },
+    });
     expect(res.statusCode).toBe(201);
     const [hook] = res.json().channels;
-    expect(hook).toMatchObject({ type: 'webhook', url: 'https://hooks.example.com/a', status: 'active', secret: expect.stringMatching(/^whsec_[A-Za-z0-9+/]{43}=$/) });
+    expect(hook).toMatchObject({
+      type: 'webhook',
+      url: 'https://hooks.example.com/a',
+      status: 'active',
+      secret: expect.stringMatching(/^whsec_[A-Za-z0-9+/]{43}=$/),
+    });
     const id = res.json().id;
     for (const url of [`/api/v1/alerts/${id}`, '/api/v1/alerts']) {
       expect((await inject({ method: 'GET', url, headers: o.auth })).body).not.toContain('whsec_');
     }
     const patched = await inject({
-      method: 'PATCH', url: `/api/v1/alerts/${id}`, headers: o.auth,
-      payload: { channels: [{ type: 'webhook', url: 'https://hooks.example.com/a' }, { type: 'webhook', url: 'https://hooks.example.com/b' }] },
+      method: 'PATCH',
+      url: `/api/v1/alerts/${id}`,
+      headers: o.auth,
+      payload: {
+        channels: [
+          { type: 'webhook', url: 'https://hooks.example.com/a' },
+          { type: 'webhook', url: 'https://hooks.example.com/b' },
+        ],
+      },
     });
     const [kept, added] = patched.json().channels;
     expect(kept).toEqual({ id: hook.id, type: 'webhook', url: 'https://hooks.example.com/a', status: 'active' });

@@ -43,7 +43,13 @@ beforeAll(async () => {
   receiver = await startFake((call) => ({ status: scripts.get(alertIdOf(call.body))?.shift() ?? 200, body: { received: true } }));
   t = await startTestApp({
     now,
-    env: { ALERT_EVALUATION_INTERVAL_SECONDS: '0', NOTIFY_ALLOW_PRIVATE: 'true', NOTIFY_OUTBOX: outbox, NOTIFY_RETRY_BASE_MS: '1000', NOTIFY_MAX_ATTEMPTS: '4' },
+    env: {
+      ALERT_EVALUATION_INTERVAL_SECONDS: '0',
+      NOTIFY_ALLOW_PRIVATE: 'true',
+      NOTIFY_OUTBOX: outbox,
+      NOTIFY_RETRY_BASE_MS: '1000',
+      NOTIFY_MAX_ATTEMPTS: '4',
+    },
   });
   evaluator = t.runtime.alerts.evaluator as AlertEvaluator;
   notifier = t.runtime.alerts.notifier as Notifier;
@@ -58,11 +64,25 @@ const inject = (options: InjectOptions) => t.app.inject(options);
 let seq = 0;
 async function recordUsage(accountId: string, tokenId: string, calls: Array<{ status: number; totalMs?: number }>): Promise<void> {
   const records: UsageRecord[] = calls.map((c) => ({
-    requestId: `req-${++seq}`, at: now().toISOString(), accountId, tokenId, chain: 'eth', method: 'eth_blockNumber', status: c.status,
-    rpcErrorCode: c.status >= 500 ? -32010 : null, errorMessage: c.status >= 500 ? 'upstream unavailable' : null, totalMs: c.totalMs ?? 20,
-    upstreamMs: 10, clientIp: '127.0.0.1', upstream: 'u1',
+    requestId: `req-${++seq}`,
+    at: now().toISOString(),
+    accountId,
+    tokenId,
+    chain: 'eth',
+    method: 'eth_blockNumber',
+    status: c.status,
+    rpcErrorCode: c.status >= 500 ? -32010 : null,
+    errorMessage: c.status >= 500 ? 'upstream unavailable' : null,
+    totalMs: c.totalMs ?? 20,
+    upstreamMs: 10,
+    clientIp: '127.0.0.1',
+    upstream: 'u1',
   }));
-  await t.runtime.store.append(usageStream(accountId), records.map((r) => ({ id: usageEventId(r), type: USAGE_EVENT_TYPE, data: r })), 'any');
+  await t.runtime.store.append(
+    usageStream(accountId),
+    records.map((r) => ({ id: usageEventId(r), type: USAGE_EVENT_TYPE, data: r })),
+    'any',
+  );
   await settleProjections();
 }
 async function settleProjections(): Promise<void> {
@@ -79,17 +99,30 @@ async function deliverAll(): Promise<void> {
   throw new Error('deliveries still pending');
 }
 /** Webhooks the receiver got for one alert (earlier tests' alerts keep being evaluated as the clock moves). */
-const hooks = (alertId: string): ReceivedCall[] =>
-  receiver.calls.filter((c) => c.url === '/hooks/alerts' && alertIdOf(c.body) === alertId);
+const hooks = (alertId: string): ReceivedCall[] => receiver.calls.filter((c) => c.url === '/hooks/alerts' && alertIdOf(c.body) === alertId);
 const alertEvents = async (alertId: string) => (await t.runtime.store.readStream(`alert-${alertId}`)).map((e) => ({ type: e.type, data: e.data }));
 
 async function developerWithAlert(payload: Record<string, unknown>) {
   const o = await owner(t.app);
-  await inject({ method: 'PUT', url: `/api/v1/admin/accounts/${o.accountId}/plan`, headers: { authorization: `Bearer ${ADMIN_TOKEN}` }, payload: { plan: 'developer' } });
+  await inject({
+    method: 'PUT',
+    url: `/api/v1/admin/accounts/${o.accountId}/plan`,
+    headers: { authorization: `Bearer ${ADMIN_TOKEN}` },
+    payload: { plan: 'developer' },
+  });
   const token = (await inject({ method: 'POST', url: '/api/v1/tokens', headers: o.auth, payload: { name: 'backend' } })).json();
   const created = await inject({
-    method: 'POST', url: '/api/v1/alerts', headers: o.auth,
-    payload: { name: 'eth errors', channels: [{ type: 'webhook', url: `${receiver.url}/hooks/alerts` }, { type: 'email', to: 'ops@example.com' }], ...payload },
+    method: 'POST',
+    url: '/api/v1/alerts',
+    headers: o.auth,
+    payload: {
+      name: 'eth errors',
+      channels: [
+        { type: 'webhook', url: `${receiver.url}/hooks/alerts` },
+        { type: 'email', to: 'ops@example.com' },
+      ],
+      ...payload,
+    },
   });
   expect(created.statusCode, created.body).toBe(201);
   const alert = created.json();
@@ -112,14 +145,19 @@ describe('an error-rate alert, end to end', () => {
     const body = JSON.parse(fired?.body ?? '{}');
     expect(body).toMatchObject({ type: 'alert.fired', data: { state: 'firing', value: 66.67, alert: { id: alert.id, type: 'error_rate', threshold: 50 } } });
     expect(body.data.summary).toMatch(/66\.7% over the last 5 min \(4 of 6 requests; threshold 50%\)/);
-    const email = readFileSync(outbox, 'utf8').trim().split('\n').map((l) => JSON.parse(l)).find((m) => m.messageId === `<${body.data.notification_id}@chain-gateway>`);
+    const email = readFileSync(outbox, 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l))
+      .find((m) => m.messageId === `<${body.data.notification_id}@chain-gateway>`);
     expect(email).toMatchObject({ to: 'ops@example.com', subject: '[FIRING] eth errors' });
 
     const view = (await inject({ method: 'GET', url: `/api/v1/alerts/${alert.id}`, headers: o.auth })).json();
     expect(view).toMatchObject({ state: 'firing', last_value: 66.67, fired_at: now().toISOString(), last_evaluation: { value: 66.67, breached: true } });
     const attempts = (await inject({ method: 'GET', url: `/api/v1/alerts/${alert.id}/notifications`, headers: o.auth })).json().notifications;
     expect(attempts.map((a: { channel: { type: string }; outcome: string; kind: string }) => [a.channel.type, a.kind, a.outcome]).sort()).toEqual([
-      ['email', 'fired', 'delivered'], ['webhook', 'fired', 'delivered'],
+      ['email', 'fired', 'delivered'],
+      ['webhook', 'fired', 'delivered'],
     ]);
 
     // Still breached a minute later: no second notification within the hour.
@@ -141,7 +179,14 @@ describe('an error-rate alert, end to end', () => {
 
     const types = (await alertEvents(alert.id)).map((e) => e.type);
     expect(types).toEqual([
-      'AlertCreated', 'AlertFired', 'NotificationAttempted', 'NotificationAttempted', 'AlertResolved', 'NotificationAttempted', 'NotificationAttempted', 'AlertReturnedToOk',
+      'AlertCreated',
+      'AlertFired',
+      'NotificationAttempted',
+      'NotificationAttempted',
+      'AlertResolved',
+      'NotificationAttempted',
+      'NotificationAttempted',
+      'AlertReturnedToOk',
     ]);
   });
 });
@@ -161,7 +206,11 @@ describe('delivery: retries, 410, plan gating', () => {
     for (const c of calls) expect(verifyWebhook(secret, c.headers, c.body, { nowSeconds: Math.floor(Date.now() / 1000) })).toBe(true);
 
     const attempts = (await alertEvents(alert.id)).filter((e) => e.type === 'NotificationAttempted' && e.data['channel'] === 'webhook').map((e) => e.data);
-    expect(attempts.map((a) => [a['attempt'], a['outcome'], a['status']])).toEqual([[1, 'retrying', 500], [2, 'retrying', 503], [3, 'delivered', 200]]);
+    expect(attempts.map((a) => [a['attempt'], a['outcome'], a['status']])).toEqual([
+      [1, 'retrying', 500],
+      [2, 'retrying', 503],
+      [3, 'delivered', 200],
+    ]);
     expect(Date.parse(String(attempts[0]?.['nextAttemptAt'])) - Date.parse(String(attempts[0]?.['at']))).toBeGreaterThanOrEqual(500);
     const listed = (await inject({ method: 'GET', url: `/api/v1/alerts/${alert.id}/notifications`, headers: o.auth })).json().notifications;
     expect(listed.filter((n: { channel: { type: string } }) => n.channel.type === 'webhook').map((n: { attempt: number }) => n.attempt)).toEqual([3, 2, 1]);
@@ -174,7 +223,9 @@ describe('delivery: retries, 410, plan gating', () => {
     await recordUsage(o.accountId, tokenId, [{ status: 429 }]);
     await evaluator.runOnce();
     await deliverAll();
-    const outcomes = (await alertEvents(alert.id)).filter((e) => e.type === 'NotificationAttempted' && e.data['channel'] === 'webhook').map((e) => e.data['outcome']);
+    const outcomes = (await alertEvents(alert.id))
+      .filter((e) => e.type === 'NotificationAttempted' && e.data['channel'] === 'webhook')
+      .map((e) => e.data['outcome']);
     expect(outcomes).toEqual(['retrying', 'retrying', 'retrying', 'failed']);
   });
 
@@ -205,9 +256,17 @@ describe('delivery: retries, 410, plan gating', () => {
     await deliverAll();
     const events = await alertEvents(alert.id);
     expect(events.map((e) => e.type)).toContain('AlertChannelDisabled');
-    expect(events.find((e) => e.type === 'NotificationAttempted' && e.data['channel'] === 'webhook')?.data).toMatchObject({ outcome: 'gone', status: 410, attempt: 1, nextAttemptAt: null });
+    expect(events.find((e) => e.type === 'NotificationAttempted' && e.data['channel'] === 'webhook')?.data).toMatchObject({
+      outcome: 'gone',
+      status: 410,
+      attempt: 1,
+      nextAttemptAt: null,
+    });
     const view = (await inject({ method: 'GET', url: `/api/v1/alerts/${alert.id}`, headers: o.auth })).json();
-    expect(view.channels.map((c: { type: string; status: string }) => [c.type, c.status])).toEqual([['webhook', 'disabled'], ['email', 'active']]);
+    expect(view.channels.map((c: { type: string; status: string }) => [c.type, c.status])).toEqual([
+      ['webhook', 'disabled'],
+      ['email', 'active'],
+    ]);
 
     // The resolution goes by email only.
     advance(6);
@@ -217,14 +276,29 @@ describe('delivery: retries, 410, plan gating', () => {
     await deliverAll();
     expect(hooks(alert.id)).toHaveLength(1);
 
-    const again = await inject({ method: 'PATCH', url: `/api/v1/alerts/${alert.id}`, headers: o.auth, payload: { channels: [{ type: 'webhook', url: `${receiver.url}/hooks/alerts` }, { type: 'email', to: 'ops@example.com' }] } });
+    const again = await inject({
+      method: 'PATCH',
+      url: `/api/v1/alerts/${alert.id}`,
+      headers: o.auth,
+      payload: {
+        channels: [
+          { type: 'webhook', url: `${receiver.url}/hooks/alerts` },
+          { type: 'email', to: 'ops@example.com' },
+        ],
+      },
+    });
     expect(again.json().channels[0]).toEqual({ id: view.channels[0].id, type: 'webhook', url: `${receiver.url}/hooks/alerts`, status: 'active' });
   });
 
   it('after a downgrade, channels outside the plan are not notified', async () => {
     receiver.reset();
     const { o, tokenId, alert } = await developerWithAlert({ type: 'rate_limiting', condition: 'hitting', threshold: 1, window_minutes: 5 });
-    await inject({ method: 'PUT', url: `/api/v1/admin/accounts/${o.accountId}/plan`, headers: { authorization: `Bearer ${ADMIN_TOKEN}` }, payload: { plan: 'free' } });
+    await inject({
+      method: 'PUT',
+      url: `/api/v1/admin/accounts/${o.accountId}/plan`,
+      headers: { authorization: `Bearer ${ADMIN_TOKEN}` },
+      payload: { plan: 'free' },
+    });
     await recordUsage(o.accountId, tokenId, [{ status: 429 }]);
     await evaluator.runOnce();
     await deliverAll();
@@ -236,13 +310,44 @@ describe('delivery: retries, 410, plan gating', () => {
 
 describe('other rule types on the read models', () => {
   it('response_time p95 and token_usage (share of the token limit, unusual traffic) fire on their figures', async () => {
-    const { o, tokenId, alert: latency } = await developerWithAlert({ type: 'response_time', condition: 'p95', threshold: 400, window_minutes: 5, min_requests: 5 });
+    const {
+      o,
+      tokenId,
+      alert: latency,
+    } = await developerWithAlert({ type: 'response_time', condition: 'p95', threshold: 400, window_minutes: 5, min_requests: 5 });
     const auth = o.auth;
     const limited = (await inject({ method: 'PATCH', url: `/api/v1/tokens/${tokenId}`, headers: auth, payload: { monthly_limit: 20 } })).json();
     expect(limited.monthly_limit).toBe(20);
-    const tokenAlert = (await inject({ method: 'POST', url: '/api/v1/alerts', headers: auth, payload: { name: 'token', type: 'token_usage', threshold: 50, token_id: tokenId, channels: [{ type: 'email', to: 'a@example.com' }] } })).json();
-    const unusual = (await inject({ method: 'POST', url: '/api/v1/alerts', headers: auth, payload: { name: 'spike', type: 'token_usage', condition: 'unusual_traffic', threshold: 3, token_id: tokenId, window_minutes: 5, min_requests: 5, channels: [{ type: 'email', to: 'a@example.com' }] } })).json();
-    await recordUsage(o.accountId, tokenId, Array.from({ length: 12 }, (_, i) => ({ status: 200, totalMs: i < 10 ? 50 : 2000 })));
+    const tokenAlert = (
+      await inject({
+        method: 'POST',
+        url: '/api/v1/alerts',
+        headers: auth,
+        payload: { name: 'token', type: 'token_usage', threshold: 50, token_id: tokenId, channels: [{ type: 'email', to: 'a@example.com' }] },
+      })
+    ).json();
+    const unusual = (
+      await inject({
+        method: 'POST',
+        url: '/api/v1/alerts',
+        headers: auth,
+        payload: {
+          name: 'spike',
+          type: 'token_usage',
+          condition: 'unusual_traffic',
+          threshold: 3,
+          token_id: tokenId,
+          window_minutes: 5,
+          min_requests: 5,
+          channels: [{ type: 'email', to: 'a@example.com' }],
+        },
+      })
+    ).json();
+    await recordUsage(
+      o.accountId,
+      tokenId,
+      Array.from({ length: 12 }, (_, i) => ({ status: 200, totalMs: i < 10 ? 50 : 2000 })),
+    );
     const fired = (await evaluator.runOnce()).transitions.filter((x) => x.event === 'AlertFired').map((x) => x.alertId);
     expect(fired).toEqual(expect.arrayContaining([latency.id, tokenAlert.id, unusual.id]));
     await settleProjections();
@@ -260,9 +365,26 @@ describe('the evaluator never crashes on bad data', () => {
     const { o, tokenId, alert } = await developerWithAlert({ type: 'rate_limiting', condition: 'hitting', threshold: 1, window_minutes: 5 });
     await t.runtime.readModels.write([
       { op: 'put', collection: 'alerts', key: 'alr_garbage0000000', doc: { id: 'alr_garbage0000000', rule: 'not a rule', enabled: 'yes' } },
-      { op: 'put', collection: 'alerts', key: 'alr_garbage0000001', doc: { id: 'alr_garbage0000001', accountId: 'acc_none', enabled: true, state: 'ok', resolvedAt: null, lastNotifiedAt: null, rule: { type: 'error_rate', condition: null, threshold: 5, windowMinutes: 5, tokenId: 'tok_gone', minRequests: 1, baselineHours: null } } },
+      {
+        op: 'put',
+        collection: 'alerts',
+        key: 'alr_garbage0000001',
+        doc: {
+          id: 'alr_garbage0000001',
+          accountId: 'acc_none',
+          enabled: true,
+          state: 'ok',
+          resolvedAt: null,
+          lastNotifiedAt: null,
+          rule: { type: 'error_rate', condition: null, threshold: 5, windowMinutes: 5, tokenId: 'tok_gone', minRequests: 1, baselineHours: null },
+        },
+      },
     ]);
-    await t.runtime.store.append(usageStream(o.accountId), [{ id: usageEventId({ requestId: 'bad-1', at: 'yesterday' }), type: USAGE_EVENT_TYPE, data: { at: 'yesterday', status: 'teapot' } }], 'any');
+    await t.runtime.store.append(
+      usageStream(o.accountId),
+      [{ id: usageEventId({ requestId: 'bad-1', at: 'yesterday' }), type: USAGE_EVENT_TYPE, data: { at: 'yesterday', status: 'teapot' } }],
+      'any',
+    );
     await recordUsage(o.accountId, tokenId, [{ status: 429 }]);
     const report = await evaluator.runOnce();
     expect(report.skipped).toBeGreaterThanOrEqual(1);

@@ -40,15 +40,34 @@ beforeAll(async () => {
   dataDir = t.dataDir;
   const ownerA = await owner(t.app);
   const ownerB = await owner(t.app);
-  await t.app.inject({ method: 'PUT', url: `/api/v1/admin/accounts/${ownerB.accountId}/plan`, headers: { authorization: `Bearer ${ADMIN_TOKEN}` }, payload: { plan: 'developer' } });
+  await t.app.inject({
+    method: 'PUT',
+    url: `/api/v1/admin/accounts/${ownerB.accountId}/plan`,
+    headers: { authorization: `Bearer ${ADMIN_TOKEN}` },
+    payload: { plan: 'developer' },
+  });
   tokens = [];
-  for (const [o, name] of [[ownerA, 'one'], [ownerA, 'two'], [ownerB, 'three']] as const) {
+  for (const [o, name] of [
+    [ownerA, 'one'],
+    [ownerA, 'two'],
+    [ownerB, 'three'],
+  ] as const) {
     tokens.push((await t.app.inject({ method: 'POST', url: '/api/v1/tokens', headers: o.auth, payload: { name } })).json().id);
   }
   const calls: UsageRecord[] = Array.from({ length: CALLS }, (_, i) => ({
-    requestId: `req-${i}`, at: new Date(Date.now() - i * 1000).toISOString(), accountId: ownerA.accountId, tokenId: tokens[0] as string,
-    chain: 'eth', method: i % 2 ? 'eth_blockNumber' : 'eth_call', status: 200, rpcErrorCode: null, errorMessage: null,
-    totalMs: 3, upstreamMs: 2, clientIp: '127.0.0.1', upstream: 'u1',
+    requestId: `req-${i}`,
+    at: new Date(Date.now() - i * 1000).toISOString(),
+    accountId: ownerA.accountId,
+    tokenId: tokens[0] as string,
+    chain: 'eth',
+    method: i % 2 ? 'eth_blockNumber' : 'eth_call',
+    status: 200,
+    rpcErrorCode: null,
+    errorMessage: null,
+    totalMs: 3,
+    upstreamMs: 2,
+    clientIp: '127.0.0.1',
+    upstream: 'u1',
   }));
   for (const r of calls) await t.runtime.store.append(usageStream(r.accountId), [{ id: usageEventId(r), type: USAGE_EVENT_TYPE, data: r }], 'any');
   const head = await t.runtime.store.headPosition();
@@ -78,18 +97,37 @@ async function cli(args: string[], options: { open?: OpenStores; env?: Record<st
   const stdout = collector();
   const stderr = collector();
   const code = await main(args, {
-    stdout: stdout.stream, stderr: stderr.stream, env: { DATA_DIR: dataDir, LOCAL_DEVNET: 'off', ...options.env }, ...(options.open ? { open: options.open } : {}),
+    stdout: stdout.stream,
+    stderr: stderr.stream,
+    env: { DATA_DIR: dataDir, LOCAL_DEVNET: 'off', ...options.env },
+    ...(options.open ? { open: options.open } : {}),
   });
   return { code, stdout: stdout.text(), stderr: stderr.text() };
 }
-const jsonLines = (text: string) => text.trim().split('\n').map((line) => JSON.parse(line));
+const jsonLines = (text: string) =>
+  text
+    .trim()
+    .split('\n')
+    .map((line) => JSON.parse(line));
 
 describe('operator CLI: help and bad input', () => {
   it('--help lists every command with its arguments, and the exit codes; <command> --help shows its options', async () => {
     const help = await cli(['--help']);
     expect(help.code).toBe(0);
-    for (const usage of ['accounts list', 'accounts show <account>', 'plan set <account> <plan>', 'tokens list', 'tokens disable <token>', 'tokens enable <token>',
-      'tokens revoke <token>', 'history <token>', 'usage export --account <account>', 'rebuild', 'verify', '--json']) {
+    for (const usage of [
+      'accounts list',
+      'accounts show <account>',
+      'plan set <account> <plan>',
+      'tokens list',
+      'tokens disable <token>',
+      'tokens enable <token>',
+      'tokens revoke <token>',
+      'history <token>',
+      'usage export --account <account>',
+      'rebuild',
+      'verify',
+      '--json',
+    ]) {
       expect(help.stdout).toMatch(new RegExp(`^ {2}${usage.replace(/[<>]/g, '.')}\\s`, 'm'));
     }
     expect(help.stdout).toMatch(/^ {2}2 {2}usage: unknown command or option/m);
@@ -130,8 +168,15 @@ describe('operator CLI: help and bad input', () => {
   });
 
   it('an unknown account or token exits 3; a data directory without a log, or one the service holds, exits 1', async () => {
-    for (const args of [['accounts', 'show', 'acc_nope'], ['plan', 'set', 'acc_nope', 'developer'], ['tokens', 'list', '--account', 'acc_nope'],
-      ['tokens', 'disable', 'tok_nope'], ['tokens', 'revoke', 'tok_nope'], ['history', 'tok_nope'], ['usage', 'export', '--account', 'acc_nope']]) {
+    for (const args of [
+      ['accounts', 'show', 'acc_nope'],
+      ['plan', 'set', 'acc_nope', 'developer'],
+      ['tokens', 'list', '--account', 'acc_nope'],
+      ['tokens', 'disable', 'tok_nope'],
+      ['tokens', 'revoke', 'tok_nope'],
+      ['history', 'tok_nope'],
+      ['usage', 'export', '--account', 'acc_nope'],
+    ]) {
       const r = await cli(args);
       expect(r.code, args.join(' ')).toBe(3);
       expect(r.stderr, args.join(' ')).toMatch(/^error: No (account|token) \S+nope\.\n$/);
@@ -141,7 +186,10 @@ describe('operator CLI: help and bad input', () => {
 
     const empty = mkdtempSync(join(tmpdir(), 'gw-cli-empty-'));
     scratch.push(empty);
-    expect(await cli(['accounts', 'list'], { env: { DATA_DIR: join(empty, 'nothing') } })).toMatchObject({ code: 1, stderr: expect.stringMatching(/^error: No event store in DATA_DIR=/) });
+    expect(await cli(['accounts', 'list'], { env: { DATA_DIR: join(empty, 'nothing') } })).toMatchObject({
+      code: 1,
+      stderr: expect.stringMatching(/^error: No event store in DATA_DIR=/),
+    });
     const held = await LevelEventStore.open(join(dataDir, 'eventstore'));
     try {
       expect(await cli(['accounts', 'list'])).toMatchObject({ code: 1, stderr: expect.stringMatching(/is open in another process: stop the service first/) });
@@ -180,7 +228,12 @@ describe('operator CLI: commands', () => {
     const set = await cli(['plan', 'set', b.accountId, 'professional']);
     expect(set).toMatchObject({ code: 0, stdout: `account ${b.accountId}: plan developer -> professional\n` });
     expect(JSON.parse((await cli(['accounts', 'show', b.accountId, '--json'])).stdout).plan).toBe('professional');
-    expect(JSON.parse((await cli(['plan', 'set', b.accountId, 'professional', '--json'])).stdout)).toEqual({ account: b.accountId, from: 'professional', to: 'professional', changed: false });
+    expect(JSON.parse((await cli(['plan', 'set', b.accountId, 'professional', '--json'])).stdout)).toEqual({
+      account: b.accountId,
+      from: 'professional',
+      to: 'professional',
+      changed: false,
+    });
     const store = await LevelEventStore.open(join(dataDir, 'eventstore'));
     try {
       const events = await store.readStream(`account-${b.accountId}`);
@@ -193,17 +246,23 @@ describe('operator CLI: commands', () => {
     }
   });
 
-  it('tokens list: every token or one account\'s, masked, with the month\'s usage', async () => {
+  it("tokens list: every token or one account's, masked, with the month's usage", async () => {
     const all = jsonLines((await cli(['tokens', 'list', '--json'])).stdout);
     expect(all.map((t) => t.id).sort()).toEqual([...tokens].sort());
-    expect(all.find((t) => t.id === tokens[0])).toMatchObject({ account_id: a.accountId, name: 'one', status: 'active', current_month_usage: CALLS, masked: expect.stringMatching(/^gk_/) });
+    expect(all.find((t) => t.id === tokens[0])).toMatchObject({
+      account_id: a.accountId,
+      name: 'one',
+      status: 'active',
+      current_month_usage: CALLS,
+      masked: expect.stringMatching(/^gk_/),
+    });
     const text = await cli(['tokens', 'list', '--account', a.accountId]);
     const lines = text.stdout.trimEnd().split('\n');
     expect(lines[0]).toMatch(/^ID\s+ACCOUNT\s+NAME\s+STATUS\s+TOKEN\s+CREATED\s+EXPIRES\s+MONTH_USAGE\s+MONTHLY_LIMIT\s+RATE_LIMIT$/);
     expect(lines.slice(1).map((l) => l.split(/\s+/)[0])).toEqual(tokens.slice(0, 2));
   });
 
-  it('tokens disable, enable, revoke: events on the token\'s stream, seen in its history; a revoked token cannot change (exit 1)', async () => {
+  it("tokens disable, enable, revoke: events on the token's stream, seen in its history; a revoked token cannot change (exit 1)", async () => {
     const [first = '', second = ''] = tokens;
     expect((await cli(['tokens', 'disable', first])).stdout).toBe(`token ${first} (account ${a.accountId}): active -> disabled\n`);
     expect((await cli(['tokens', 'disable', first])).stdout).toBe(`token ${first} (account ${a.accountId}): already disabled\n`);
@@ -219,11 +278,14 @@ describe('operator CLI: commands', () => {
     expect(lines.map((l) => l.split(/\s+/)[2])).toEqual(['ApiTokenCreated', 'ApiTokenDisabled', 'ApiTokenEnabled']);
     expect(lines[1]).toMatch(/^\S+Z {2}#1 ApiTokenDisabled\s+status=disabled name="one" expires=- monthly_limit=- rate_limit=-$/);
     const json = jsonLines((await cli(['history', second, '--json'])).stdout);
-    expect(json.map((h) => [h.revision, h.type, h.state.status])).toEqual([[0, 'ApiTokenCreated', 'active'], [1, 'ApiTokenRevoked', 'revoked']]);
+    expect(json.map((h) => [h.revision, h.type, h.state.status])).toEqual([
+      [0, 'ApiTokenCreated', 'active'],
+      [1, 'ApiTokenRevoked', 'revoked'],
+    ]);
     expect(JSON.parse((await cli(['accounts', 'show', a.accountId, '--json'])).stdout).live_tokens).toBe(1);
   });
 
-  it('usage export: the API\'s CSV and JSON rows for an account, whatever its plan includes; bad periods are usage errors', async () => {
+  it("usage export: the API's CSV and JSON rows for an account, whatever its plan includes; bad periods are usage errors", async () => {
     const csv = await cli(['usage', 'export', '--account', a.accountId]);
     expect(csv.code).toBe(0);
     const lines = csv.stdout.split('\r\n').filter(Boolean);
@@ -287,7 +349,14 @@ describe('verify and the retention job', () => {
     const live = await openReadModels({ dataDir: copy });
     const verify = async () => {
       const found: Difference[] = [];
-      const result = await verifyReadModels({ store, live, projections: PROJECTIONS, plans: DEFAULT_PLANS, now: later, report: async (d) => void found.push(d) });
+      const result = await verifyReadModels({
+        store,
+        live,
+        projections: PROJECTIONS,
+        plans: DEFAULT_PLANS,
+        now: later,
+        report: async (d) => void found.push(d),
+      });
       return { found, result };
     };
     try {
@@ -311,8 +380,19 @@ describe('verify and events not projected yet', () => {
     cpSync(dataDir, copy, { recursive: true });
     const store = await LevelEventStore.open(join(copy, 'eventstore'));
     const call: UsageRecord = {
-      requestId: 'req-late', at: new Date().toISOString(), accountId: a.accountId, tokenId: tokens[0] as string, chain: 'eth', method: 'eth_call',
-      status: 200, rpcErrorCode: null, errorMessage: null, totalMs: 1, upstreamMs: 1, clientIp: '127.0.0.1', upstream: 'u1',
+      requestId: 'req-late',
+      at: new Date().toISOString(),
+      accountId: a.accountId,
+      tokenId: tokens[0] as string,
+      chain: 'eth',
+      method: 'eth_call',
+      status: 200,
+      rpcErrorCode: null,
+      errorMessage: null,
+      totalMs: 1,
+      upstreamMs: 1,
+      clientIp: '127.0.0.1',
+      upstream: 'u1',
     };
     try {
       await store.append(usageStream(a.accountId), [{ id: usageEventId(call), type: USAGE_EVENT_TYPE, data: call }], 'any');
@@ -334,7 +414,9 @@ describe('operator CLI beside a running service (EVENTSTORE_URL, MONGODB_URL, RE
     await redis?.stop();
   });
 
-  it("a change reaches a gateway's token cache through the projector's change feed; without a projector the CLI says so and exits 1", { timeout: 30_000 }, async () => {
+  it("a change reaches a gateway's token cache through the projector's change feed; without a projector the CLI says so and exits 1", {
+    timeout: 30_000,
+  }, async () => {
     const dir = mkdtempSync(join(tmpdir(), 'gw-cli-beside-'));
     scratch.push(dir);
     // The stores the service and the CLI share (EventStoreDB and MongoDB in production).
@@ -357,7 +439,12 @@ describe('operator CLI beside a running service (EVENTSTORE_URL, MONGODB_URL, RE
       expect(await cache.get(hash)).toMatchObject({ status: 'active' });
 
       const open: OpenStores = async () => ({
-        store, readModels, plans: DEFAULT_PLANS, chains: () => { throw new Error('not used'); },
+        store,
+        readModels,
+        plans: DEFAULT_PLANS,
+        chains: () => {
+          throw new Error('not used');
+        },
         applied: (position) => projectedElsewhere(readModels, position, 1000),
         close: async () => undefined,
       });
@@ -384,7 +471,8 @@ describe('operator CLI beside a running service (EVENTSTORE_URL, MONGODB_URL, RE
 });
 
 describe('the CLI as a process', () => {
-  const run = (args: string[]) => spawnSync(process.execPath, ['--import', 'tsx', CLI, ...args], { env: { ...process.env, DATA_DIR: dataDir, LOCAL_DEVNET: 'off' }, encoding: 'utf8' });
+  const run = (args: string[]) =>
+    spawnSync(process.execPath, ['--import', 'tsx', CLI, ...args], { env: { ...process.env, DATA_DIR: dataDir, LOCAL_DEVNET: 'off' }, encoding: 'utf8' });
 
   it('prints its help (0), refuses an unknown command with the usage (2), and verifies in a process with the rebuild flags (0)', { timeout: 60_000 }, () => {
     const help = run(['--help']);

@@ -24,14 +24,19 @@ const iso = (ms: number) => new Date(ms).toISOString();
 
 async function ownerOn(plan: string) {
   const o = await owner(t.app);
-  if (plan !== 'free') await inject({ method: 'PUT', url: `/api/v1/admin/accounts/${o.accountId}/plan`, headers: { authorization: `Bearer ${ADMIN_TOKEN}` }, payload: { plan } });
+  if (plan !== 'free')
+    await inject({ method: 'PUT', url: `/api/v1/admin/accounts/${o.accountId}/plan`, headers: { authorization: `Bearer ${ADMIN_TOKEN}` }, payload: { plan } });
   const tokenId = (await inject({ method: 'POST', url: '/api/v1/tokens', headers: o.auth, payload: { name: 'exported' } })).json().id as string;
   return { ...o, tokenId };
 }
 
 async function appendUsage(records: UsageRecord[]): Promise<void> {
   const accountId = records[0]?.accountId as string;
-  await t.runtime.store.append(usageStream(accountId), records.map((r) => ({ id: usageEventId(r), type: USAGE_EVENT_TYPE, data: { ...r } })), 'any');
+  await t.runtime.store.append(
+    usageStream(accountId),
+    records.map((r) => ({ id: usageEventId(r), type: USAGE_EVENT_TYPE, data: { ...r } })),
+    'any',
+  );
   const head = await t.runtime.store.headPosition();
   if (head) await t.runtime.projector?.waitFor(head);
 }
@@ -46,15 +51,39 @@ function parseCsv(text: string): string[][] {
   while (i < text.length) {
     const c = text[i] as string;
     if (quoted) {
-      if (c === '"' && text[i + 1] === '"') { field += '"'; i += 2; continue; }
-      if (c === '"') { quoted = false; i++; continue; }
+      if (c === '"' && text[i + 1] === '"') {
+        field += '"';
+        i += 2;
+        continue;
+      }
+      if (c === '"') {
+        quoted = false;
+        i++;
+        continue;
+      }
       field += c;
       i++;
       continue;
     }
-    if (c === '"') { quoted = true; i++; continue; }
-    if (c === ',') { row.push(field); field = ''; i++; continue; }
-    if (c === '\r' && text[i + 1] === '\n') { row.push(field); rows.push(row); row = []; field = ''; i += 2; continue; }
+    if (c === '"') {
+      quoted = true;
+      i++;
+      continue;
+    }
+    if (c === ',') {
+      row.push(field);
+      field = '';
+      i++;
+      continue;
+    }
+    if (c === '\r' && text[i + 1] === '\n') {
+      row.push(field);
+      rows.push(row);
+      row = [];
+      field = '';
+      i += 2;
+      continue;
+    }
     field += c;
     i++;
   }
@@ -122,8 +151,20 @@ describe('export contents', () => {
   beforeAll(async () => {
     o = await ownerOn('professional');
     const rec = (i: number, r: Partial<UsageRecord>): UsageRecord => ({
-      requestId: `exp-${o.accountId}-${i}`, at: iso(base + i * MIN), accountId: o.accountId, tokenId: o.tokenId, chain: 'eth', method: 'eth_blockNumber',
-      status: 200, rpcErrorCode: null, errorMessage: null, totalMs: 12.5, upstreamMs: 10.25, clientIp: '192.0.2.10', upstream: 'eth-1', ...r,
+      requestId: `exp-${o.accountId}-${i}`,
+      at: iso(base + i * MIN),
+      accountId: o.accountId,
+      tokenId: o.tokenId,
+      chain: 'eth',
+      method: 'eth_blockNumber',
+      status: 200,
+      rpcErrorCode: null,
+      errorMessage: null,
+      totalMs: 12.5,
+      upstreamMs: 10.25,
+      clientIp: '192.0.2.10',
+      upstream: 'eth-1',
+      ...r,
     });
     records = [
       rec(0, {}),
@@ -143,9 +184,37 @@ describe('export contents', () => {
     expect(res.headers['content-type']).toBe('text/csv; charset=utf-8; header=present');
     expect(res.headers['content-disposition']).toMatch(/^attachment; filename="usage-.+\.csv"$/);
     const rows = parseCsv(res.body);
-    expect(rows[0]).toEqual(['time', 'request_id', 'token_id', 'chain', 'method', 'status', 'outcome', 'rpc_error_code', 'error_message', 'total_ms', 'upstream_ms', 'client_ip', 'upstream']);
+    expect(rows[0]).toEqual([
+      'time',
+      'request_id',
+      'token_id',
+      'chain',
+      'method',
+      'status',
+      'outcome',
+      'rpc_error_code',
+      'error_message',
+      'total_ms',
+      'upstream_ms',
+      'client_ip',
+      'upstream',
+    ]);
     expect(rows).toHaveLength(6);
-    expect(rows[1]).toEqual([iso(base), `exp-${o.accountId}-0`, o.tokenId, 'eth', 'eth_blockNumber', '200', 'success', '', '', '12.5', '10.25', '192.0.2.10', 'eth-1']);
+    expect(rows[1]).toEqual([
+      iso(base),
+      `exp-${o.accountId}-0`,
+      o.tokenId,
+      'eth',
+      'eth_blockNumber',
+      '200',
+      'success',
+      '',
+      '',
+      '12.5',
+      '10.25',
+      '192.0.2.10',
+      'eth-1',
+    ]);
     expect(rows[2]?.slice(4, 9)).toEqual(['eth_call', '200', 'error', '3', 'execution reverted: "Ownable, caller",\r\nnot owner']);
     expect(rows[3]?.[4]).toBe('cosmos/bank/v1beta1/balances/cosmos1qypqxpq9qcrsszg2pvxq6rs0zqg3yyc5lzv7xu');
     expect(rows[4]?.slice(4, 8)).toEqual(["'=cmd|calc", '400', 'error', '-32601']);
@@ -155,7 +224,9 @@ describe('export contents', () => {
   it('CSV and JSON filter by chain and period', async () => {
     const atom = parseCsv((await inject({ method: 'GET', url: '/api/v1/exports/usage.csv?chain=atom', headers: o.auth })).body);
     expect(atom.slice(1).map((r) => r[3])).toEqual(['atom']);
-    const window = parseCsv((await inject({ method: 'GET', url: `/api/v1/exports/usage.csv?start=${iso(base + MIN)}&end=${iso(base + 3 * MIN)}`, headers: o.auth })).body);
+    const window = parseCsv(
+      (await inject({ method: 'GET', url: `/api/v1/exports/usage.csv?start=${iso(base + MIN)}&end=${iso(base + 3 * MIN)}`, headers: o.auth })).body,
+    );
     expect(window.slice(1).map((r) => r[1])).toEqual([`exp-${o.accountId}-1`, `exp-${o.accountId}-2`]);
     const bad = await inject({ method: 'GET', url: '/api/v1/exports/usage.json?chain=doge', headers: o.auth });
     expect(bad.statusCode).toBe(400);
@@ -171,8 +242,19 @@ describe('export contents', () => {
     expect(body.chain).toBeNull();
     expect(body.rows).toHaveLength(5);
     expect(body.rows[1]).toEqual({
-      time: iso(base + MIN), request_id: `exp-${o.accountId}-1`, token_id: o.tokenId, chain: 'eth', method: 'eth_call', status: 200, outcome: 'error',
-      rpc_error_code: 3, error_message: 'execution reverted: "Ownable, caller",\r\nnot owner', total_ms: 30, upstream_ms: 28, client_ip: '192.0.2.10', upstream: 'eth-1',
+      time: iso(base + MIN),
+      request_id: `exp-${o.accountId}-1`,
+      token_id: o.tokenId,
+      chain: 'eth',
+      method: 'eth_call',
+      status: 200,
+      outcome: 'error',
+      rpc_error_code: 3,
+      error_message: 'execution reverted: "Ownable, caller",\r\nnot owner',
+      total_ms: 30,
+      upstream_ms: 28,
+      client_ip: '192.0.2.10',
+      upstream: 'eth-1',
     });
     const empty = (await inject({ method: 'GET', url: '/api/v1/exports/usage.json?chain=sol', headers: o.auth })).json();
     expect(empty.rows).toEqual([]);
@@ -186,7 +268,8 @@ describe('export contents', () => {
     expect(pdf.subarray(0, 5).toString()).toBe('%PDF-');
     expect(pdf.subarray(-6).toString()).toMatch(/%%EOF/);
     const text = pdfText(pdf);
-    for (const s of ['Usage report', 'Requests', 'Error rate', 'Requests over time', 'By chain', 'Most used methods', 'execution reverted']) expect(text).toContain(s);
+    for (const s of ['Usage report', 'Requests', 'Error rate', 'Requests over time', 'By chain', 'Most used methods', 'execution reverted'])
+      expect(text).toContain(s);
     // 5 calls, 2 errors → 40.00 % error rate.
     expect(text).toContain('40.00 %');
     expect(text).toMatch(/Period .*to/);
@@ -201,13 +284,27 @@ describe('calls recorded late', () => {
     const o = await ownerOn('developer');
     const hour = Math.floor(Date.now() / 3_600_000) * 3_600_000 - 3 * 3_600_000;
     const rec = (id: string, ms: number): UsageRecord => ({
-      requestId: `${id}-${o.accountId}`, at: iso(ms), accountId: o.accountId, tokenId: o.tokenId, chain: 'eth', method: 'eth_chainId',
-      status: 200, rpcErrorCode: null, errorMessage: null, totalMs: 1, upstreamMs: 1, clientIp: '192.0.2.1', upstream: 'eth-1',
+      requestId: `${id}-${o.accountId}`,
+      at: iso(ms),
+      accountId: o.accountId,
+      tokenId: o.tokenId,
+      chain: 'eth',
+      method: 'eth_chainId',
+      status: 200,
+      rpcErrorCode: null,
+      errorMessage: null,
+      totalMs: 1,
+      upstreamMs: 1,
+      clientIp: '192.0.2.1',
+      upstream: 'eth-1',
     });
     // Recorded in this order: the second hour's calls first, then a call of the first hour that arrived late.
     await appendUsage([rec('b1', hour + 3_600_000 + 5 * MIN), rec('a1', hour + 10 * MIN), rec('b2', hour + 3_600_000 + MIN)]);
     await appendUsage([rec('a0-late', hour + 5 * MIN)]);
-    const ids = async (query: string) => parseCsv((await inject({ method: 'GET', url: `/api/v1/exports/usage.csv${query}`, headers: o.auth })).body).slice(1).map((r) => r[1]?.split('-')[0]);
+    const ids = async (query: string) =>
+      parseCsv((await inject({ method: 'GET', url: `/api/v1/exports/usage.csv${query}`, headers: o.auth })).body)
+        .slice(1)
+        .map((r) => r[1]?.split('-')[0]);
     expect(await ids('')).toEqual(['a1', 'a0', 'b1', 'b2']);
     expect(await ids(`?start=${iso(hour + 6 * MIN)}&end=${iso(hour + 3_600_000 + 2 * MIN)}`)).toEqual(['a1', 'b2']);
   });
@@ -224,8 +321,19 @@ describe('a large CSV export streams', () => {
       const records = Array.from({ length: 1000 }, (_, j): UsageRecord => {
         const i = from + j;
         return {
-          requestId: `bulk-${i}`, at: iso(start + i * 1000), accountId: o.accountId, tokenId: o.tokenId, chain: 'eth', method: 'eth_getBalance', status: 200,
-          rpcErrorCode: null, errorMessage: null, totalMs: 3.5, upstreamMs: 2.5, clientIp: '192.0.2.77', upstream: 'eth-1',
+          requestId: `bulk-${i}`,
+          at: iso(start + i * 1000),
+          accountId: o.accountId,
+          tokenId: o.tokenId,
+          chain: 'eth',
+          method: 'eth_getBalance',
+          status: 200,
+          rpcErrorCode: null,
+          errorMessage: null,
+          totalMs: 3.5,
+          upstreamMs: 2.5,
+          clientIp: '192.0.2.77',
+          upstream: 'eth-1',
         };
       });
       await appendUsage(records);

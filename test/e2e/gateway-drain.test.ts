@@ -26,7 +26,12 @@ afterAll(async () => {
 describe('closing under calls', () => {
   it('serves and meters a call that arrives on an open connection while the server closes', async () => {
     const o = await owner(t.app);
-    await t.app.inject({ method: 'PUT', url: `/api/v1/admin/accounts/${o.accountId}/plan`, headers: { authorization: `Bearer ${ADMIN_TOKEN}` }, payload: { plan: 'unlimited' } });
+    await t.app.inject({
+      method: 'PUT',
+      url: `/api/v1/admin/accounts/${o.accountId}/plan`,
+      headers: { authorization: `Bearer ${ADMIN_TOKEN}` },
+      payload: { plan: 'unlimited' },
+    });
     const created = (await t.app.inject({ method: 'POST', url: '/api/v1/tokens', headers: o.auth, payload: { name: 'drain' } })).json();
     await t.app.listen({ port: 0, host: '127.0.0.1' });
     const address = t.app.server.address();
@@ -45,7 +50,11 @@ describe('closing under calls', () => {
     });
     const ended = new Promise<void>((resolve) => socket.once('close', () => resolve()));
     socket.write(request(1));
-    await eventually(async () => evm.calls.length, (n) => n >= 1, 10_000);
+    await eventually(
+      async () => evm.calls.length,
+      (n) => n >= 1,
+      10_000,
+    );
     const closing = t.app.close();
     socket.write(request(2));
     await ended;

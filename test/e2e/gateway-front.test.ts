@@ -115,7 +115,10 @@ describe('the node:http front and the fastify routes', () => {
     const unknown = await fetch(`${gateway.url}/nochain/${gatekeeper.token}`, { method: 'POST', body: call(1) });
     expect(unknown.status).toBe(404);
     expect(unknown.headers.get('x-request-id')).toMatch(/^fastify-/);
-    const preflight = await fetch(`${gateway.url}/eth/${gatekeeper.token}`, { method: 'OPTIONS', headers: { origin: 'https://dapp.example', 'access-control-request-method': 'POST' } });
+    const preflight = await fetch(`${gateway.url}/eth/${gatekeeper.token}`, {
+      method: 'OPTIONS',
+      headers: { origin: 'https://dapp.example', 'access-control-request-method': 'POST' },
+    });
     expect(preflight.status).toBe(204);
     expect(preflight.headers.get('x-request-id')).toMatch(/^fastify-/);
     expect(preflight.headers.get('access-control-allow-methods')).toBe('GET, POST, OPTIONS');

@@ -37,7 +37,15 @@ beforeAll(async () => {
     chains: [
       chainEntry('evm', [evm.url]),
       { id: 'sol', name: 'Solana', protocol: 'rest', rest: 'solana', jsonRpcPost: true, upstreams: [{ url: sol.url }] },
-      { id: 'trx', name: 'TRON', protocol: 'rest', rest: 'passthrough', allowedPaths: ['wallet/*'], deniedPaths: ['wallet/easytransfer*'], upstreams: [{ url: trx.url }] },
+      {
+        id: 'trx',
+        name: 'TRON',
+        protocol: 'rest',
+        rest: 'passthrough',
+        allowedPaths: ['wallet/*'],
+        deniedPaths: ['wallet/easytransfer*'],
+        upstreams: [{ url: trx.url }],
+      },
     ],
   });
 });
@@ -58,7 +66,9 @@ function send(method: string, path: string, headers: Record<string, string>, bod
     const req = request({ hostname, port, path, method, headers: body ? { ...headers, 'content-length': String(body.length) } : headers }, (res) => {
       const chunks: Buffer[] = [];
       res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, contentType: String(res.headers['content-type'] ?? ''), body: Buffer.concat(chunks).toString('utf8') }));
+      res.on('end', () =>
+        resolve({ status: res.statusCode ?? 0, contentType: String(res.headers['content-type'] ?? ''), body: Buffer.concat(chunks).toString('utf8') }),
+      );
     });
     req.on('error', reject);
     if (body) req.write(body);
@@ -120,8 +130,17 @@ function generator(random: () => number) {
     }
   };
   const contentType = (): Record<string, string> =>
-    pick<Record<string, string>>([{}, { 'content-type': 'application/json' }, { 'content-type': 'text/plain' }, { 'content-type': 'multipart/form-data; boundary=z' }, { 'content-type': 'a/b' }, { 'content-type': 'application/octet-stream' }, { 'content-type': ';;;' }]);
-  const oddSegment = (): string => pick(['%', '%zz', '%ff%fe', '..', '.', '%2e%2e', '%2F', '', '%00', 'a%0Ab', '%C3%A9', '%E2%82', 'x'.repeat(3000), '*', '~', ':', '@', '!']);
+    pick<Record<string, string>>([
+      {},
+      { 'content-type': 'application/json' },
+      { 'content-type': 'text/plain' },
+      { 'content-type': 'multipart/form-data; boundary=z' },
+      { 'content-type': 'a/b' },
+      { 'content-type': 'application/octet-stream' },
+      { 'content-type': ';;;' },
+    ]);
+  const oddSegment = (): string =>
+    pick(['%', '%zz', '%ff%fe', '..', '.', '%2e%2e', '%2F', '', '%00', 'a%0Ab', '%C3%A9', '%E2%82', 'x'.repeat(3000), '*', '~', ':', '@', '!']);
 
   return (): Case => {
     switch (int(6)) {
@@ -137,7 +156,12 @@ function generator(random: () => number) {
         };
       }
       case 2: // REST calls a JSON-RPC chain does not take
-        return { method: pick(['GET', 'POST']), path: `/evm/${token}/${oddSegment()}/${oddSegment()}`, headers: contentType(), body: random() < 0.5 ? jsonRpcBody() : null };
+        return {
+          method: pick(['GET', 'POST']),
+          path: `/evm/${token}/${oddSegment()}/${oddSegment()}`,
+          headers: contentType(),
+          body: random() < 0.5 ? jsonRpcBody() : null,
+        };
       case 3: {
         // REST paths and methods that are malformed, denied or not served
         const path = pick([
@@ -155,7 +179,15 @@ function generator(random: () => number) {
       case 4: // unknown chains, other verbs, odd roots
         return {
           method: pick(['GET', 'POST', 'PUT', 'DELETE', 'PATCH']),
-          path: pick([`/${oddSegment()}`, `/nochain/${token}`, `/nochain/${token}/${oddSegment()}`, `/${'c'.repeat(500)}/x`, '/', '//evm', `/evm/${token}?${oddSegment()}=${oddSegment()}`]),
+          path: pick([
+            `/${oddSegment()}`,
+            `/nochain/${token}`,
+            `/nochain/${token}/${oddSegment()}`,
+            `/${'c'.repeat(500)}/x`,
+            '/',
+            '//evm',
+            `/evm/${token}?${oddSegment()}=${oddSegment()}`,
+          ]),
           headers: contentType(),
           body: random() < 0.3 ? jsonRpcBody() : null,
         };
@@ -165,7 +197,13 @@ function generator(random: () => number) {
           path: pick([`/evm/gk_${'x'.repeat(int(60))}`, `/evm?api_key=${token}`, '/evm', `/evm/${oddSegment()}`]),
           headers: {
             'content-type': 'application/json',
-            ...pick<Record<string, string>>([{}, { authorization: 'Bearer' }, { authorization: `Basic ${Buffer.from(`:${token}`).toString('base64')}` }, { authorization: 'Bearer gk_nope' }, { authorization: `Token ${token}` }]),
+            ...pick<Record<string, string>>([
+              {},
+              { authorization: 'Bearer' },
+              { authorization: `Basic ${Buffer.from(`:${token}`).toString('base64')}` },
+              { authorization: 'Bearer gk_nope' },
+              { authorization: `Token ${token}` },
+            ]),
           },
           body: Buffer.from('{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber"}'),
         };
@@ -196,7 +234,12 @@ describe('fuzz', () => {
     expect([...statuses.keys()].filter((s) => s >= 400).length).toBeGreaterThanOrEqual(5);
 
     // Still serving.
-    const ok = await send('POST', `/evm/${gatekeeper.token}`, { 'content-type': 'application/json' }, Buffer.from('{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber"}'));
+    const ok = await send(
+      'POST',
+      `/evm/${gatekeeper.token}`,
+      { 'content-type': 'application/json' },
+      Buffer.from('{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber"}'),
+    );
     expect(ok.status).toBe(200);
     expect(JSON.parse(ok.body)).toEqual({ jsonrpc: '2.0', id: 1, result: '0x10' });
   });

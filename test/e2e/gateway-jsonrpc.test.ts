@@ -84,7 +84,10 @@ describe('ids and notifications', () => {
     expect(r.status).toBe(204);
     expect(r.text).toBe('');
     expect(evm.calls).toHaveLength(1);
-    const batch = await rpc('fake', [{ jsonrpc: '2.0', method: 'eth_blockNumber' }, { jsonrpc: '2.0', method: 'eth_chainId' }]);
+    const batch = await rpc('fake', [
+      { jsonrpc: '2.0', method: 'eth_blockNumber' },
+      { jsonrpc: '2.0', method: 'eth_chainId' },
+    ]);
     expect(batch.status).toBe(204);
     expect(batch.text).toBe('');
     expect(gateway.usage).toHaveLength(3);
@@ -164,7 +167,10 @@ describe('batches', () => {
   });
 
   it('refuses a batch over the limit with 413 and a body over 1 MiB with 413', async () => {
-    const big = await rpc('fake', Array.from({ length: 101 }, (_, i) => call('eth_blockNumber', i)));
+    const big = await rpc(
+      'fake',
+      Array.from({ length: 101 }, (_, i) => call('eth_blockNumber', i)),
+    );
     expect(big.status).toBe(413);
     expect(big.json).toMatchObject({ id: null, error: { code: -32600 } });
     const huge = await rpc('fake', call('eth_call', 1, [{ data: `0x${'00'.repeat(600_000)}` }, 'latest']));
@@ -302,7 +308,10 @@ describe('errors', () => {
     expect(toRest.status).toBe(400);
     expect(toRest.json).toMatchObject({ id: 'mine', error: { code: -32600, message: expect.stringContaining('REST') } });
     const batchToRest = await rpc('trx', [call('eth_blockNumber', 3), call('eth_chainId', 4)]);
-    expect(batchToRest.json).toMatchObject([{ id: 3, error: { code: -32600 } }, { id: 4, error: { code: -32600 } }]);
+    expect(batchToRest.json).toMatchObject([
+      { id: 3, error: { code: -32600 } },
+      { id: 4, error: { code: -32600 } },
+    ]);
     const restOnRpc = await fetch(`${gateway.url}/fake/${gatekeeper.token}/eth_blockNumber`);
     expect(restOnRpc.status).toBe(400);
     expect(await restOnRpc.json()).toMatchObject({ error: { code: 'protocol_mismatch', message: expect.stringContaining('JSON-RPC') } });
@@ -320,13 +329,16 @@ describe('errors', () => {
     expect(await restShaped.json()).toMatchObject({ error: { code: 'unknown_chain' } });
   });
 
-  it('answers errors about the whole request to the caller\'s ids, and null only when the body cannot be read', async () => {
+  it("answers errors about the whole request to the caller's ids, and null only when the body cannot be read", async () => {
     const bigId = '123456789012345678901234567890';
     const single = await rpc('nochain', `{"jsonrpc":"2.0","id":${bigId},"method":"eth_blockNumber"}`);
     expect(single.text).toContain(`"id":${bigId}`);
     const batch = await rpc('nochain', [call('eth_blockNumber', 'a'), { jsonrpc: '2.0', method: 'eth_chainId' }, call('eth_chainId', 'b')]);
     expect(batch.status).toBe(404);
-    expect(batch.json).toMatchObject([{ id: 'a', error: { code: -32601 } }, { id: 'b', error: { code: -32601 } }]);
+    expect(batch.json).toMatchObject([
+      { id: 'a', error: { code: -32601 } },
+      { id: 'b', error: { code: -32601 } },
+    ]);
     expect(batch.json).toHaveLength(2);
     const unreadable = await rpc('nochain', '{"jsonrpc":"2.0","id":5,');
     expect(unreadable.json).toMatchObject({ id: null, error: { code: -32601 } });

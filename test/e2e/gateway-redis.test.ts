@@ -48,7 +48,12 @@ async function listen(app: FastifyInstance): Promise<string> {
 
 async function unlimitedToken(t: TestApp) {
   const o = await owner(t.app);
-  await t.app.inject({ method: 'PUT', url: `/api/v1/admin/accounts/${o.accountId}/plan`, headers: { authorization: `Bearer ${ADMIN_TOKEN}` }, payload: { plan: 'unlimited' } });
+  await t.app.inject({
+    method: 'PUT',
+    url: `/api/v1/admin/accounts/${o.accountId}/plan`,
+    headers: { authorization: `Bearer ${ADMIN_TOKEN}` },
+    payload: { plan: 'unlimited' },
+  });
   const res = await t.app.inject({ method: 'POST', url: '/api/v1/tokens', headers: o.auth, payload: { name: 'redis' } });
   return { ...o, token: res.json().token as string, tokenId: res.json().id as string };
 }

@@ -82,7 +82,11 @@ interface Reply {
 }
 
 async function call(method: 'GET' | 'POST', path: string, body?: string, headers: Record<string, string> = {}): Promise<Reply> {
-  const res = await fetch(`${gateway.url}${path}`, { method, body, headers: body === undefined ? headers : { 'content-type': 'application/json', ...headers } });
+  const res = await fetch(`${gateway.url}${path}`, {
+    method,
+    body,
+    headers: body === undefined ? headers : { 'content-type': 'application/json', ...headers },
+  });
   const text = await res.text();
   let json: unknown = null;
   try {
@@ -172,7 +176,14 @@ describe('Solana', () => {
   it('also takes JSON-RPC on POST /sol/<token>', async () => {
     const r = await call('POST', `/sol/${gatekeeper.token}`, JSON.stringify({ jsonrpc: '2.0', id: 4, method: 'getBlockHeight' }));
     expect(r.json).toEqual({ jsonrpc: '2.0', result: SOLANA.blockHeight, id: 4 });
-    const batch = await call('POST', `/sol/${gatekeeper.token}`, JSON.stringify([{ jsonrpc: '2.0', id: 1, method: 'getSlot' }, { jsonrpc: '2.0', id: 2, method: 'getHealth' }]));
+    const batch = await call(
+      'POST',
+      `/sol/${gatekeeper.token}`,
+      JSON.stringify([
+        { jsonrpc: '2.0', id: 1, method: 'getSlot' },
+        { jsonrpc: '2.0', id: 2, method: 'getHealth' },
+      ]),
+    );
     expect(batch.json).toEqual([
       { jsonrpc: '2.0', result: SOLANA.slot, id: 1 },
       { jsonrpc: '2.0', result: 'ok', id: 2 },

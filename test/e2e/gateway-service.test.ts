@@ -26,7 +26,12 @@ const blockNumber = { jsonrpc: '2.0', id: 1, method: 'eth_blockNumber', params: 
 async function newToken(plan?: string, fields: Record<string, unknown> = {}) {
   const o = await owner(t.app);
   if (plan) {
-    await t.app.inject({ method: 'PUT', url: `/api/v1/admin/accounts/${o.accountId}/plan`, headers: { authorization: `Bearer ${ADMIN_TOKEN}` }, payload: { plan } });
+    await t.app.inject({
+      method: 'PUT',
+      url: `/api/v1/admin/accounts/${o.accountId}/plan`,
+      headers: { authorization: `Bearer ${ADMIN_TOKEN}` },
+      payload: { plan },
+    });
   }
   const res = await t.app.inject({ method: 'POST', url: '/api/v1/tokens', headers: o.auth, payload: { name: 'svc', ...fields } });
   if (res.statusCode !== 201) throw new Error(`token not created: ${res.body}`);
@@ -88,13 +93,24 @@ describe.each(['on', 'off'])('STORAGE_THREAD=%s', (storageThread) => {
       if (!gatekeeper) throw new Error('no gateway in this runtime');
       const connection = {};
       const on = async (token: string) => gatekeeper.admit({ chain: 'eth', token, via: 'path', cost: 1, nowMs: Date.now(), connection });
-      for (const [token, tokenId] of [[a.token, a.tokenId], [a.token, a.tokenId], [b.token, b.tokenId], [a.token, a.tokenId]]) {
+      for (const [token, tokenId] of [
+        [a.token, a.tokenId],
+        [a.token, a.tokenId],
+        [b.token, b.tokenId],
+        [a.token, a.tokenId],
+      ]) {
         expect(await on(token as string)).toMatchObject({ ok: true, caller: { tokenId } });
       }
       const flipped = a.token.charAt(5) === 'a' ? 'b' : 'a';
       expect(await on(`${a.token.slice(0, 5)}${flipped}${a.token.slice(6)}`)).toMatchObject({ ok: false, status: 401 });
       await t.app.inject({ method: 'DELETE', url: `/api/v1/tokens/${a.tokenId}`, headers: a.auth });
-      expect(await eventually(() => on(a.token), (admission) => !admission.ok, 1000)).toMatchObject({ ok: false, status: 401 });
+      expect(
+        await eventually(
+          () => on(a.token),
+          (admission) => !admission.ok,
+          1000,
+        ),
+      ).toMatchObject({ ok: false, status: 401 });
       expect(await on(b.token)).toMatchObject({ ok: true, caller: { tokenId: b.tokenId } });
     });
 
@@ -132,7 +148,14 @@ describe.each(['on', 'off'])('STORAGE_THREAD=%s', (storageThread) => {
       byPath.destroy();
       byBearer.destroy();
       const res = await rpc(`/local/${token}`, blockNumber);
-      for (const h of ['x-ratelimit-limit', 'x-ratelimit-remaining', 'x-ratelimit-reset', 'x-monthlylimit-limit', 'x-monthlylimit-remaining', 'x-monthlylimit-reset']) {
+      for (const h of [
+        'x-ratelimit-limit',
+        'x-ratelimit-remaining',
+        'x-ratelimit-reset',
+        'x-monthlylimit-limit',
+        'x-monthlylimit-remaining',
+        'x-monthlylimit-reset',
+      ]) {
         expect(res.headers.get(h), h).toMatch(/^\d+$/);
       }
       expect(res.headers.get('x-ratelimit-limit')).toBe('5');
@@ -156,14 +179,30 @@ describe.each(['on', 'off'])('STORAGE_THREAD=%s', (storageThread) => {
       const patch = (status: string) => t.app.inject({ method: 'PATCH', url: `/api/v1/tokens/${o.tokenId}`, headers: o.auth, payload: { status } });
       await patch('disabled');
       let started = Date.now();
-      const disabled = await eventually(() => rpc(`/local/${o.token}`, blockNumber), (r) => r.status === 403, 1000);
+      const disabled = await eventually(
+        () => rpc(`/local/${o.token}`, blockNumber),
+        (r) => r.status === 403,
+        1000,
+      );
       expect(disabled.status).toBe(403);
       expect(Date.now() - started).toBeLessThan(1000);
       await patch('active');
-      expect((await eventually(() => rpc(`/local/${o.token}`, blockNumber), (r) => r.status === 200, 1000)).status).toBe(200);
+      expect(
+        (
+          await eventually(
+            () => rpc(`/local/${o.token}`, blockNumber),
+            (r) => r.status === 200,
+            1000,
+          )
+        ).status,
+      ).toBe(200);
       await t.app.inject({ method: 'DELETE', url: `/api/v1/tokens/${o.tokenId}`, headers: o.auth });
       started = Date.now();
-      const revoked = await eventually(() => rpc(`/local/${o.token}`, blockNumber), (r) => r.status === 401, 1000);
+      const revoked = await eventually(
+        () => rpc(`/local/${o.token}`, blockNumber),
+        (r) => r.status === 401,
+        1000,
+      );
       expect(revoked.status).toBe(401);
       expect(Date.now() - started).toBeLessThan(1000);
     });
@@ -221,7 +260,10 @@ describe.each(['on', 'off'])('STORAGE_THREAD=%s', (storageThread) => {
       await t.app.inject({ method: 'PATCH', url: `/api/v1/tokens/${o.tokenId}`, headers: o.auth, payload: { status: 'disabled' } });
       expect((await rpc(`/local/${o.token}`, blockNumber)).status).toBe(403);
       const expected = 1 + 3 + 1 + 1 + 1;
-      const usage = await eventually(() => usageOf(o.accountId), (u) => u.length >= expected);
+      const usage = await eventually(
+        () => usageOf(o.accountId),
+        (u) => u.length >= expected,
+      );
       expect(usage).toHaveLength(expected);
       expect(new Set(usage.map((u) => u.requestId)).size).toBe(expected);
       expect(usage.every((u) => u.tokenId === o.tokenId && u.chain === 'local' && u.clientIp === '127.0.0.1')).toBe(true);
@@ -238,13 +280,20 @@ describe.each(['on', 'off'])('STORAGE_THREAD=%s', (storageThread) => {
       const answers: Response[] = [];
       for (let i = 0; i < 12; i++) answers.push(await rpc(`/local/${o.token}`, blockNumber));
       await t.app.inject({ method: 'PATCH', url: `/api/v1/tokens/${o.tokenId}`, headers: o.auth, payload: { status: 'disabled' } });
-      await eventually(async () => (await rpc(`/local/${o.token}`, blockNumber)).status, (s) => s === 403);
+      await eventually(
+        async () => (await rpc(`/local/${o.token}`, blockNumber)).status,
+        (s) => s === 403,
+      );
       answers.push(await rpc(`/local/${o.token}`, blockNumber));
       expect(answers.map((a) => a.status)).toEqual([...Array(6).fill(200), ...Array(6).fill(429), 403]);
       expect(answers[11]?.headers.get('x-monthlylimit-remaining')).toBe('0');
       const refusedCount = answers.filter((a) => a.status !== 200).length + 1; // and the 403 the wait saw
       // Generous waits: a loaded machine ingests and projects late, and nothing here is timed.
-      const usage = await eventually(() => usageOf(o.accountId), (u) => u.length >= 6 + refusedCount, 15_000);
+      const usage = await eventually(
+        () => usageOf(o.accountId),
+        (u) => u.length >= 6 + refusedCount,
+        15_000,
+      );
       expect(usage.filter((u) => u.charged === true)).toHaveLength(6);
       expect(usage.filter((u) => u.charged === false)).toHaveLength(refusedCount);
 

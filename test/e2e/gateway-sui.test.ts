@@ -27,7 +27,12 @@ beforeAll(async () => {
   base = `http://127.0.0.1:${typeof address === 'object' && address ? address.port : 0}`;
   const o = await owner(t.app);
   // The free plan does not reach sui; a paid one with room for every call of this file in one second.
-  await t.app.inject({ method: 'PUT', url: `/api/v1/admin/accounts/${o.accountId}/plan`, headers: { authorization: `Bearer ${ADMIN_TOKEN}` }, payload: { plan: 'professional' } });
+  await t.app.inject({
+    method: 'PUT',
+    url: `/api/v1/admin/accounts/${o.accountId}/plan`,
+    headers: { authorization: `Bearer ${ADMIN_TOKEN}` },
+    payload: { plan: 'professional' },
+  });
   const res = await t.app.inject({ method: 'POST', url: '/api/v1/tokens', headers: o.auth, payload: { name: 'sui sdk' } });
   if (res.statusCode !== 201) throw new Error(`token not created: ${res.body}`);
   caller = { token: res.json().token as string, tokenId: res.json().id as string, accountId: o.accountId, auth: o.auth };
@@ -58,7 +63,14 @@ describe('Sui SDK through the gateway', () => {
     const options = { showType: true, showOwner: true, showContent: true };
     const object = await client.getObject({ id: suiCoin.objectId, options });
     expect(object).toEqual({
-      data: { objectId: suiCoin.objectId, version: suiCoin.version, digest: suiCoin.digest, type: suiCoin.type, owner: suiCoin.owner, content: suiCoin.content },
+      data: {
+        objectId: suiCoin.objectId,
+        version: suiCoin.version,
+        digest: suiCoin.digest,
+        type: suiCoin.type,
+        owner: suiCoin.owner,
+        content: suiCoin.content,
+      },
     });
     expect(object.data?.content).toMatchObject({ dataType: 'moveObject', hasPublicTransfer: true, fields: { balance: '12000000000' } });
 
@@ -86,7 +98,8 @@ describe('Sui SDK through the gateway', () => {
       ['sui', 'sui_getObject', 200, true],
       ['sui', 'sui_multiGetObjects', 200, true],
     ]);
-    const tokenUsage = async () => (await t.app.inject({ method: 'GET', url: `/api/v1/tokens/${caller.tokenId}`, headers: caller.auth })).json().current_month_usage as number;
+    const tokenUsage = async () =>
+      (await t.app.inject({ method: 'GET', url: `/api/v1/tokens/${caller.tokenId}`, headers: caller.auth })).json().current_month_usage as number;
     expect(await eventually(tokenUsage, (n) => n >= usedBefore + 5)).toBe(usedBefore + 5);
   });
 
@@ -122,7 +135,9 @@ describe('Sui SDK through the gateway', () => {
     expect(checkpoint.status).toBe(200);
     expect(await checkpoint.json()).toEqual({ result: SUI_NODE.checkpoint });
     const object = await fetch(`${base}/sui/${caller.token}/sui_getObject/${suiCoin.objectId}?showType=true`);
-    expect(await object.json()).toEqual({ result: { data: { objectId: suiCoin.objectId, version: suiCoin.version, digest: suiCoin.digest, type: suiCoin.type } } });
+    expect(await object.json()).toEqual({
+      result: { data: { objectId: suiCoin.objectId, version: suiCoin.version, digest: suiCoin.digest, type: suiCoin.type } },
+    });
   });
 
   it('answers a method outside the Sui namespaces with a JSON-RPC error, without calling the node', async () => {
@@ -156,7 +171,12 @@ describe('Sui writes over JSON-RPC, with two failing nodes', () => {
     await app.app.listen({ port: 0, host: '127.0.0.1' });
     const address = app.app.server.address();
     const o = await owner(app.app);
-    await app.app.inject({ method: 'PUT', url: `/api/v1/admin/accounts/${o.accountId}/plan`, headers: { authorization: `Bearer ${ADMIN_TOKEN}` }, payload: { plan: 'professional' } });
+    await app.app.inject({
+      method: 'PUT',
+      url: `/api/v1/admin/accounts/${o.accountId}/plan`,
+      headers: { authorization: `Bearer ${ADMIN_TOKEN}` },
+      payload: { plan: 'professional' },
+    });
     const res = await app.app.inject({ method: 'POST', url: '/api/v1/tokens', headers: o.auth, payload: { name: 'sui writes' } });
     url = `http://127.0.0.1:${typeof address === 'object' && address ? address.port : 0}/sui/${res.json().token as string}`;
     for (const n of nodes) n.mode = 'fail';

@@ -25,7 +25,11 @@ async function setUp(
   const chain = options.chain ?? new FakeEvmChain(200, 8);
   const fakes = await Promise.all(Array.from({ length: nodes }, () => startEvmNodeFake(chain)));
   opened.push(...fakes);
-  const entry = chainEntry('evm', fakes.map((f) => f.url), { headPollMs: 600_000, maxLagBlocks: 5, ...options.extra });
+  const entry = chainEntry(
+    'evm',
+    fakes.map((f) => f.url),
+    { headPollMs: 600_000, maxLagBlocks: 5, ...options.extra },
+  );
   for (const i of options.archive ?? []) (entry.upstreams as Array<Record<string, unknown>>)[i]!.archive = true;
   const gateway = await startGateway({ gatekeeper, chains: [entry], pool: { random: () => 0, ...options.pool } });
   opened.push(gateway);
@@ -39,7 +43,12 @@ async function setUp(
 }
 
 let nextId = 1;
-async function rpc(gateway: TestGateway, method: string, params?: unknown[], id: unknown = nextId++): Promise<{ status: number; body: Record<string, unknown> }> {
+async function rpc(
+  gateway: TestGateway,
+  method: string,
+  params?: unknown[],
+  id: unknown = nextId++,
+): Promise<{ status: number; body: Record<string, unknown> }> {
   const r = await fetch(`${gateway.url}/evm/${gatekeeper.token}`, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },

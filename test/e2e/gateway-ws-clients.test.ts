@@ -17,7 +17,11 @@ const RUNTIME = `7f${PING.slice(2)}60006000a100`;
 const INIT = `0x6027600c60003960276000f3${RUNTIME}`;
 
 async function nodeCall(method: string, params: unknown[]): Promise<unknown> {
-  const res = await fetch(node.url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ jsonrpc: '2.0', id: 1, method, params }) });
+  const res = await fetch(node.url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ jsonrpc: '2.0', id: 1, method, params }),
+  });
   const body = (await res.json()) as { result?: unknown; error?: unknown };
   if (body.error) throw new Error(JSON.stringify(body.error));
   return body.result;
@@ -89,7 +93,12 @@ describe('viem webSocket transport', () => {
     const numbers: bigint[] = [];
     const events: string[] = [];
     const stopBlocks = client.watchBlockNumber({ onBlockNumber: (n) => numbers.push(n) });
-    const stopEvents = client.watchContractEvent({ address: contract as `0x${string}`, abi: [parseAbiItem('event Ping()')], eventName: 'Ping', onLogs: (logs) => events.push(...logs.map((l) => l.transactionHash ?? '')) });
+    const stopEvents = client.watchContractEvent({
+      address: contract as `0x${string}`,
+      abi: [parseAbiItem('event Ping()')],
+      eventName: 'Ping',
+      onLogs: (logs) => events.push(...logs.map((l) => l.transactionHash ?? '')),
+    });
     try {
       await until(() => (t.runtime.telemetry.webSockets()?.subscriptions ?? 0) >= 2);
       const tx = await ping();
@@ -106,7 +115,7 @@ describe('viem webSocket transport', () => {
 });
 
 describe('revocation', () => {
-  it('ends a revoked token\'s subscription within a second', async () => {
+  it("ends a revoked token's subscription within a second", async () => {
     const o = await newToken();
     const provider = new WebSocketProvider(`${wsBase}/local/${o.token}`);
     const socket = provider.websocket as unknown as { addEventListener(type: 'close', listener: (e: { code: number }) => void): void };

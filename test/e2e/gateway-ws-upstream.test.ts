@@ -44,7 +44,12 @@ async function newToken({ t }: Gateway, plan: string, payload: Record<string, un
   const o = await owner(t.app);
   const heard: string[] = [];
   const unsubscribe = await t.runtime.feed.subscribe(INVALIDATION_TOPIC, (m) => heard.push(m));
-  await t.app.inject({ method: 'PUT', url: `/api/v1/admin/accounts/${o.accountId}/plan`, headers: { authorization: `Bearer ${ADMIN_TOKEN}` }, payload: { plan } });
+  await t.app.inject({
+    method: 'PUT',
+    url: `/api/v1/admin/accounts/${o.accountId}/plan`,
+    headers: { authorization: `Bearer ${ADMIN_TOKEN}` },
+    payload: { plan },
+  });
   const res = await t.app.inject({ method: 'POST', url: '/api/v1/tokens', headers: o.auth, payload: { name: 'ws', ...payload } });
   if (res.statusCode !== 201) throw new Error(`token not created: ${res.body}`);
   const tokenId = res.json().id as string;

@@ -36,7 +36,12 @@ async function newToken(plan = 'unlimited') {
   const o = await owner(t.app);
   const heard: string[] = [];
   const unsubscribe = await t.runtime.feed.subscribe(INVALIDATION_TOPIC, (m) => heard.push(m));
-  await t.app.inject({ method: 'PUT', url: `/api/v1/admin/accounts/${o.accountId}/plan`, headers: { authorization: `Bearer ${ADMIN_TOKEN}` }, payload: { plan } });
+  await t.app.inject({
+    method: 'PUT',
+    url: `/api/v1/admin/accounts/${o.accountId}/plan`,
+    headers: { authorization: `Bearer ${ADMIN_TOKEN}` },
+    payload: { plan },
+  });
   const res = await t.app.inject({ method: 'POST', url: '/api/v1/tokens', headers: o.auth, payload: { name: 'ws' } });
   if (res.statusCode !== 201) throw new Error(`token not created: ${res.body}`);
   const tokenId = res.json().id as string;
@@ -65,7 +70,13 @@ function refusedUpgrade(path: string, headers: Record<string, string> = {}): Pro
   });
 }
 
-const mine = () => node.url && fetch(node.url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'evm_mine', params: [] }) });
+const mine = () =>
+  node.url &&
+  fetch(node.url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'evm_mine', params: [] }),
+  });
 
 const sockets = () => t.runtime.telemetry.webSockets();
 
@@ -75,11 +86,19 @@ describe('the upgrade', () => {
     const disabled = await newToken('developer');
     await t.app.inject({ method: 'PATCH', url: `/api/v1/tokens/${disabled.tokenId}`, headers: disabled.auth, payload: { status: 'disabled' } });
     await until(async () => {
-      const r = await fetch(`${base}/local/${disabled.token}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"jsonrpc":"2.0","id":null,"method":"eth_chainId"}' });
+      const r = await fetch(`${base}/local/${disabled.token}`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: '{"jsonrpc":"2.0","id":null,"method":"eth_chainId"}',
+      });
       return r.status === 403;
     });
     const httpOf = async (path: string) => {
-      const r = await fetch(`${base}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"jsonrpc":"2.0","id":null,"method":"eth_chainId"}' });
+      const r = await fetch(`${base}${path}`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: '{"jsonrpc":"2.0","id":null,"method":"eth_chainId"}',
+      });
       return { status: r.status, body: await r.text() };
     };
     for (const path of ['/nochain/x', '/local/gk_not_a_token', `/local/${disabled.token}`, `/avax/${free.token}`]) {
@@ -103,7 +122,12 @@ describe('JSON-RPC over the socket', () => {
     const o = await newToken();
     const client = await Client.open(`/local/${o.token}`);
     expect(await client.call('eth_blockNumber')).toMatchObject({ jsonrpc: '2.0', id: 1, result: expect.stringMatching(/^0x/) });
-    client.ws.send(JSON.stringify([{ jsonrpc: '2.0', id: 'a', method: 'eth_chainId' }, { jsonrpc: '2.0', id: 'b', method: 'debug_traceCall' }]));
+    client.ws.send(
+      JSON.stringify([
+        { jsonrpc: '2.0', id: 'a', method: 'eth_chainId' },
+        { jsonrpc: '2.0', id: 'b', method: 'debug_traceCall' },
+      ]),
+    );
     await until(() => client.frames.some((f) => Array.isArray(f)));
     const batch = client.frames.find((f) => Array.isArray(f)) as unknown as Array<Record<string, unknown>>;
     expect(batch).toEqual([
@@ -174,7 +198,7 @@ describe('subscriptions', () => {
     await until(() => sockets()?.connections === 0);
   });
 
-  it('shows the token\'s live connections and subscriptions in its analytics (this process serves both)', async () => {
+  it("shows the token's live connections and subscriptions in its analytics (this process serves both)", async () => {
     const o = await newToken();
     const live = async () => {
       const res = await t.app.inject({ method: 'GET', url: `/api/v1/metrics/tokens/${o.tokenId}`, headers: o.auth });
@@ -219,7 +243,7 @@ describe('subscriptions', () => {
 });
 
 describe('revocation and bad input', () => {
-  it('closes a revoked token\'s sockets (4001) and a disabled one\'s (4003), leaving others open', async () => {
+  it("closes a revoked token's sockets (4001) and a disabled one's (4003), leaving others open", async () => {
     const revoked = await newToken();
     const disabled = await newToken();
     const other = await newToken();

@@ -98,54 +98,55 @@ function trickle(port: number, lead: string, text: string): Promise<Trickled> {
   });
 }
 
-for (const shape of SHAPES) describe(`${shape.name} with short timeouts`, () => {
-  let server: Awaited<ReturnType<Shape['start']>>;
-  let port: number;
-  beforeAll(async () => {
-    server = await shape.start();
-    await server.app.listen({ port: 0, host: '127.0.0.1' });
-    port = (server.app.server.address() as AddressInfo).port;
-  });
-  afterAll(async () => {
-    await server?.close();
-  });
-
-  it('answers 408 and closes a connection whose headers come a byte at a time', { timeout: 20_000 }, async () => {
-    const slow = await trickle(port, '', 'GET /healthz HTTP/1.1\r\nHost: x\r\nUser-Agent: slow-client\r\n');
-    expect(slow.cutOff).toBe(true);
-    expect(slow.answer).toMatch(/^HTTP\/1\.1 408 /);
-  });
-
-  it('answers 408 and closes a connection whose body comes a byte at a time', { timeout: 20_000 }, async () => {
-    const { path, body } = shape.post;
-    const head = `POST ${path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n`;
-    const slow = await trickle(port, head, body);
-    expect(slow.cutOff).toBe(true);
-    expect(slow.answer).toMatch(/^HTTP\/1\.1 408 /);
-  });
-
-  it('closes a keep-alive connection left idle after its answer', { timeout: 20_000 }, async () => {
-    const socket = connect(port, '127.0.0.1');
-    let answer = '';
-    socket.setEncoding('utf8');
-    socket.on('data', (chunk: string) => {
-      answer += chunk;
+for (const shape of SHAPES)
+  describe(`${shape.name} with short timeouts`, () => {
+    let server: Awaited<ReturnType<Shape['start']>>;
+    let port: number;
+    beforeAll(async () => {
+      server = await shape.start();
+      await server.app.listen({ port: 0, host: '127.0.0.1' });
+      port = (server.app.server.address() as AddressInfo).port;
     });
-    socket.on('error', () => undefined);
-    const closed = new Promise<boolean>((resolve) => {
-      socket.once('close', () => resolve(true));
-      // Node closes it a second after the keep-alive timeout (a margin for clients that honour its
-      // Keep-Alive header): 5 s is far beyond.
-      setTimeout(() => resolve(false), 5_000).unref();
+    afterAll(async () => {
+      await server?.close();
     });
-    socket.write('GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n');
-    const closedByServer = await closed;
-    socket.destroy();
-    expect(answer).toMatch(/^HTTP\/1\.1 200 [\s\S]*\r\n\r\n\{"status":"ok"\}$/);
-    expect(answer).toMatch(/\r\nConnection: keep-alive\r\n/i);
-    expect(closedByServer).toBe(true);
+
+    it('answers 408 and closes a connection whose headers come a byte at a time', { timeout: 20_000 }, async () => {
+      const slow = await trickle(port, '', 'GET /healthz HTTP/1.1\r\nHost: x\r\nUser-Agent: slow-client\r\n');
+      expect(slow.cutOff).toBe(true);
+      expect(slow.answer).toMatch(/^HTTP\/1\.1 408 /);
+    });
+
+    it('answers 408 and closes a connection whose body comes a byte at a time', { timeout: 20_000 }, async () => {
+      const { path, body } = shape.post;
+      const head = `POST ${path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n`;
+      const slow = await trickle(port, head, body);
+      expect(slow.cutOff).toBe(true);
+      expect(slow.answer).toMatch(/^HTTP\/1\.1 408 /);
+    });
+
+    it('closes a keep-alive connection left idle after its answer', { timeout: 20_000 }, async () => {
+      const socket = connect(port, '127.0.0.1');
+      let answer = '';
+      socket.setEncoding('utf8');
+      socket.on('data', (chunk: string) => {
+        answer += chunk;
+      });
+      socket.on('error', () => undefined);
+      const closed = new Promise<boolean>((resolve) => {
+        socket.once('close', () => resolve(true));
+        // Node closes it a second after the keep-alive timeout (a margin for clients that honour its
+        // Keep-Alive header): 5 s is far beyond.
+        setTimeout(() => resolve(false), 5_000).unref();
+      });
+      socket.write('GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n');
+      const closedByServer = await closed;
+      socket.destroy();
+      expect(answer).toMatch(/^HTTP\/1\.1 200 [\s\S]*\r\n\r\n\{"status":"ok"\}$/);
+      expect(answer).toMatch(/\r\nConnection: keep-alive\r\n/i);
+      expect(closedByServer).toBe(true);
+    });
   });
-});
 
 describe('the timeouts settings', () => {
   const dataDir = mkdtempSync(join(tmpdir(), 'gw-timeouts-config-'));

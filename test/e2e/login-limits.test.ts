@@ -137,10 +137,20 @@ describe('with Redis, API instances count together', () => {
     try {
       const email = unique('shared');
       for (let i = 0; i < 10; i++) {
-        const res = await a.app.inject({ method: 'POST', url: '/api/v1/auth/login', payload: { email, password: 'not the password' }, remoteAddress: address() });
+        const res = await a.app.inject({
+          method: 'POST',
+          url: '/api/v1/auth/login',
+          payload: { email, password: 'not the password' },
+          remoteAddress: address(),
+        });
         expect(res.statusCode).toBe(401);
       }
-      const refused = await b.app.inject({ method: 'POST', url: '/api/v1/auth/login', payload: { email, password: 'not the password' }, remoteAddress: address() });
+      const refused = await b.app.inject({
+        method: 'POST',
+        url: '/api/v1/auth/login',
+        payload: { email, password: 'not the password' },
+        remoteAddress: address(),
+      });
       expect(refused.statusCode).toBe(429);
       expect(Number(refused.headers['retry-after'])).toBeGreaterThan(800);
     } finally {

@@ -45,8 +45,10 @@ describe('sign-up, log-in, log-out', () => {
     const res = await inject({ method: 'GET', url: '/api/v1/account', headers: o.auth });
     expect(res.statusCode).toBe(200);
     expect(res.json()).toMatchObject({
-      id: o.accountId, plan: { id: 'free', max_tokens: 2, monthly_requests: 100_000 },
-      usage: { requests: 0, monthly_limit: 100_000, remaining: 100_000 }, tokens: { count: 0, max: 2 },
+      id: o.accountId,
+      plan: { id: 'free', max_tokens: 2, monthly_requests: 100_000 },
+      usage: { requests: 0, monthly_limit: 100_000, remaining: 100_000 },
+      tokens: { count: 0, max: 2 },
     });
   });
 });
@@ -76,8 +78,15 @@ describe('API tokens', () => {
     const body = res.json();
     expect(isWellFormedToken('api', body.token)).toBe(true);
     expect(body).toMatchObject({
-      name: 'backend', description: 'prod', status: 'active', expires_at: null, monthly_limit: null, rate_limit: null,
-      masked: `gk_${body.token.slice(3, 7)}…${body.token.slice(-4)}`, current_month_usage: 0, last_used_at: null,
+      name: 'backend',
+      description: 'prod',
+      status: 'active',
+      expires_at: null,
+      monthly_limit: null,
+      rate_limit: null,
+      masked: `gk_${body.token.slice(3, 7)}…${body.token.slice(-4)}`,
+      current_month_usage: 0,
+      last_used_at: null,
     });
     const list = await inject({ method: 'GET', url: '/api/v1/tokens', headers: o.auth });
     expect(list.body).not.toContain(body.token);
@@ -118,7 +127,12 @@ describe('API tokens', () => {
   it('allows custom limits and expiration from Developer up, below the account total', async () => {
     const o = await owner(t.app);
     expect((await setPlan(o.accountId, 'developer')).json().plan.id).toBe('developer');
-    const ok = await inject({ method: 'POST', url: '/api/v1/tokens', headers: o.auth, payload: { name: 'c', monthly_limit: 1000, rate_limit: 10, expires_in_days: 30 } });
+    const ok = await inject({
+      method: 'POST',
+      url: '/api/v1/tokens',
+      headers: o.auth,
+      payload: { name: 'c', monthly_limit: 1000, rate_limit: 10, expires_in_days: 30 },
+    });
     expect(ok.statusCode).toBe(201);
     expect(ok.json()).toMatchObject({ monthly_limit: 1000, rate_limit: 10 });
     expect(Date.parse(ok.json().expires_at) - Date.now()).toBeGreaterThan(29 * 86_400_000);
@@ -131,7 +145,12 @@ describe('API tokens', () => {
     const o = await owner(t.app);
     const { id } = (await inject({ method: 'POST', url: '/api/v1/tokens', headers: o.auth, payload: { name: 'a' } })).json();
     await inject({ method: 'POST', url: '/api/v1/tokens', headers: o.auth, payload: { name: 'b' } });
-    const patched = await inject({ method: 'PATCH', url: `/api/v1/tokens/${id}`, headers: o.auth, payload: { name: 'renamed', description: 'd', status: 'disabled' } });
+    const patched = await inject({
+      method: 'PATCH',
+      url: `/api/v1/tokens/${id}`,
+      headers: o.auth,
+      payload: { name: 'renamed', description: 'd', status: 'disabled' },
+    });
     expect(patched.statusCode).toBe(200);
     expect(patched.json()).toMatchObject({ name: 'renamed', description: 'd', status: 'disabled' });
     expect((await inject({ method: 'PATCH', url: `/api/v1/tokens/${id}`, headers: o.auth, payload: { status: 'active' } })).json().status).toBe('active');
@@ -155,7 +174,10 @@ describe('API tokens', () => {
     const events = res.json().events;
     expect(events.map((e: { type: string }) => e.type)).toEqual(['ApiTokenCreated', 'ApiTokenRenamed', 'ApiTokenDisabled', 'ApiTokenRevoked']);
     expect(events.map((e: { state: { name: string; status: string } }) => [e.state.name, e.state.status])).toEqual([
-      ['a', 'active'], ['b', 'active'], ['b', 'disabled'], ['b', 'revoked'],
+      ['a', 'active'],
+      ['b', 'active'],
+      ['b', 'disabled'],
+      ['b', 'revoked'],
     ]);
     expect(events.every((e: { at: string; revision: number }, i: number) => !Number.isNaN(Date.parse(e.at)) && e.revision === i)).toBe(true);
   });
@@ -173,7 +195,7 @@ describe('API tokens', () => {
   });
 });
 
-describe('one account never touches another\'s tokens', () => {
+describe("one account never touches another's tokens", () => {
   it('refuses every token route with 404 for a foreign token', async () => {
     const a = await owner(t.app);
     const b = await owner(t.app);
@@ -202,8 +224,13 @@ describe('authentication of the management API', () => {
   it('refuses no credentials, an API token, a malformed or unknown access token', async () => {
     const o = await owner(t.app);
     const { token } = (await inject({ method: 'POST', url: '/api/v1/tokens', headers: o.auth, payload: { name: 'x' } })).json();
-    const cases = [{}, { authorization: `Bearer ${token}` }, { authorization: 'Bearer gka_nope' }, { authorization: `Basic ${Buffer.from('a:b').toString('base64')}` },
-      { authorization: `Bearer ${o.accessToken.slice(0, -1)}${o.accessToken.endsWith('A') ? 'B' : 'A'}` }];
+    const cases = [
+      {},
+      { authorization: `Bearer ${token}` },
+      { authorization: 'Bearer gka_nope' },
+      { authorization: `Basic ${Buffer.from('a:b').toString('base64')}` },
+      { authorization: `Bearer ${o.accessToken.slice(0, -1)}${o.accessToken.endsWith('A') ? 'B' : 'A'}` },
+    ];
     for (const headers of cases) {
       const res = await inject({ method: 'GET', url: '/api/v1/tokens', headers });
       expect(res.statusCode, JSON.stringify(headers)).toBe(401);
@@ -217,7 +244,9 @@ describe('authentication of the management API', () => {
   it('operator calls need the admin token', async () => {
     const o = await owner(t.app);
     expect((await inject({ method: 'PUT', url: `/api/v1/admin/accounts/${o.accountId}/plan`, payload: { plan: 'developer' } })).statusCode).toBe(401);
-    expect((await inject({ method: 'PUT', url: `/api/v1/admin/accounts/${o.accountId}/plan`, headers: o.auth, payload: { plan: 'developer' } })).statusCode).toBe(401);
+    expect(
+      (await inject({ method: 'PUT', url: `/api/v1/admin/accounts/${o.accountId}/plan`, headers: o.auth, payload: { plan: 'developer' } })).statusCode,
+    ).toBe(401);
     expect((await setPlan(o.accountId, 'gold')).statusCode).toBe(400);
     expect((await setPlan('acc_0000000000000000', 'developer')).statusCode).toBe(404);
   });
@@ -307,7 +336,7 @@ describe('the management API answers as itself', () => {
     expect(revoked.statusCode).toBe(401);
   });
 
-  it('marks every answer, a raw token\'s above all, not to be cached or sniffed', async () => {
+  it("marks every answer, a raw token's above all, not to be cached or sniffed", async () => {
     const o = await owner(t.app);
     const answers = [
       await inject({ method: 'POST', url: '/api/v1/tokens', headers: o.auth, payload: { name: 'shown once' } }),

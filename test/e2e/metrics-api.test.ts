@@ -41,7 +41,11 @@ async function createToken(auth: Record<string, string>, name: string): Promise<
 async function appendUsage(records: UsageRecord[]): Promise<void> {
   for (const accountId of new Set(records.map((r) => r.accountId))) {
     const mine = records.filter((r) => r.accountId === accountId);
-    await t.runtime.store.append(usageStream(accountId), mine.map((r) => ({ id: usageEventId(r), type: USAGE_EVENT_TYPE, data: { ...r } })), 'any');
+    await t.runtime.store.append(
+      usageStream(accountId),
+      mine.map((r) => ({ id: usageEventId(r), type: USAGE_EVENT_TYPE, data: { ...r } })),
+      'any',
+    );
   }
   const head = await t.runtime.store.headPosition();
   if (head) await t.runtime.projector?.waitFor(head);
@@ -58,14 +62,31 @@ describe('metrics from a known mix of usage', () => {
 
   beforeAll(async () => {
     o = await owner(t.app);
-    await inject({ method: 'PUT', url: `/api/v1/admin/accounts/${o.accountId}/plan`, headers: { authorization: `Bearer ${ADMIN_TOKEN}` }, payload: { plan: 'developer' } });
+    await inject({
+      method: 'PUT',
+      url: `/api/v1/admin/accounts/${o.accountId}/plan`,
+      headers: { authorization: `Bearer ${ADMIN_TOKEN}` },
+      payload: { plan: 'developer' },
+    });
     tokA = await createToken(o.auth, 'backend');
     tokB = await createToken(o.auth, 'frontend');
     base = Math.floor(Date.now() / HOUR) * HOUR - 3 * HOUR;
     let n = 0;
     const rec = (at: number, r: Partial<UsageRecord>): UsageRecord => ({
-      requestId: `mix-${o.accountId}-${n++}`, at: iso(at), accountId: o.accountId, tokenId: tokA.id, chain: 'eth', method: 'eth_blockNumber',
-      status: 200, rpcErrorCode: null, errorMessage: null, totalMs: 8, upstreamMs: 5, clientIp: '192.0.2.1', upstream: 'eth-1', ...r,
+      requestId: `mix-${o.accountId}-${n++}`,
+      at: iso(at),
+      accountId: o.accountId,
+      tokenId: tokA.id,
+      chain: 'eth',
+      method: 'eth_blockNumber',
+      status: 200,
+      rpcErrorCode: null,
+      errorMessage: null,
+      totalMs: 8,
+      upstreamMs: 5,
+      clientIp: '192.0.2.1',
+      upstream: 'eth-1',
+      ...r,
     });
     records = [
       // 6 successes in (7, 10] ms, two client IPs; two answered from the cache, one sharing another's call.
@@ -74,11 +95,36 @@ describe('metrics from a known mix of usage', () => {
       ),
       // 2 JSON-RPC errors from the node (HTTP 200), in (30, 50] ms, one hedged.
       ...Array.from({ length: 2 }, (_, i) =>
-        rec(base + 65 * MIN + i * 1000, { method: 'eth_call', rpcErrorCode: 3, errorMessage: 'execution reverted', totalMs: 40, upstreamMs: 35, cache: i === 0 ? 'hedged' : 'miss' }),
+        rec(base + 65 * MIN + i * 1000, {
+          method: 'eth_call',
+          rpcErrorCode: 3,
+          errorMessage: 'execution reverted',
+          totalMs: 40,
+          upstreamMs: 35,
+          cache: i === 0 ? 'hedged' : 'miss',
+        }),
       ),
       // A REST success in (200, 300] ms and a REST 429 that never reached a node.
-      rec(base + 125 * MIN, { tokenId: tokB.id, chain: 'sol', method: 'getBlockHeight', totalMs: 250, upstreamMs: 240, clientIp: '198.51.100.7', upstream: 'sol-1' }),
-      rec(base + 126 * MIN + 500, { tokenId: tokB.id, chain: 'sol', method: 'getBlockHeight', status: 429, errorMessage: 'Rate limit exceeded', totalMs: 1, upstreamMs: null, clientIp: '198.51.100.7', upstream: null }),
+      rec(base + 125 * MIN, {
+        tokenId: tokB.id,
+        chain: 'sol',
+        method: 'getBlockHeight',
+        totalMs: 250,
+        upstreamMs: 240,
+        clientIp: '198.51.100.7',
+        upstream: 'sol-1',
+      }),
+      rec(base + 126 * MIN + 500, {
+        tokenId: tokB.id,
+        chain: 'sol',
+        method: 'getBlockHeight',
+        status: 429,
+        errorMessage: 'Rate limit exceeded',
+        totalMs: 1,
+        upstreamMs: null,
+        clientIp: '198.51.100.7',
+        upstream: null,
+      }),
       // 16 days back: inside Developer's 30 days, outside a 3-hour window.
       rec(base - 16 * DAY + 30 * MIN, {}),
     ];
@@ -95,9 +141,20 @@ describe('metrics from a known mix of usage', () => {
     expect(m.retention).toMatchObject({ retentionDays: 30, clamped: false });
     // 10 calls: 7 successes, 3 errors; total ms 6·8 + 2·40 + 250 + 1 = 379; node ms 6·5 + 2·35 + 240 = 340 over 9 calls.
     expect(m.totals).toEqual({
-      requests: 10, success: 7, errors: 3, successRate: 70, errorRate: 30, avgResponseMs: 37.9, avgNodeLatencyMs: 37.78, cacheHits: 2, coalesced: 1, hedged: 1,
+      requests: 10,
+      success: 7,
+      errors: 3,
+      successRate: 70,
+      errorRate: 30,
+      avgResponseMs: 37.9,
+      avgNodeLatencyMs: 37.78,
+      cacheHits: 2,
+      coalesced: 1,
+      hedged: 1,
       // Histogram: 1 in (0,1], 6 in (7,10], 2 in (30,50], 1 in (200,300]: p50 at rank 5 → 7 + 3·4/6; p95 at rank 9.5 → 250; p99 at 9.9 → 290.
-      p50ResponseMs: 9, p95ResponseMs: 250, p99ResponseMs: 290,
+      p50ResponseMs: 9,
+      p95ResponseMs: 250,
+      p99ResponseMs: 290,
     });
     expect(m.byChain).toEqual([
       expect.objectContaining({ chain: 'eth', requests: 8, success: 6, errors: 2, errorRate: 25, avgResponseMs: 16, avgNodeLatencyMs: 12.5 }),
@@ -105,7 +162,17 @@ describe('metrics from a known mix of usage', () => {
     ]);
     const methods = Object.fromEntries(m.byMethod.map((x: { chain: string; method: string }) => [`${x.chain}:${x.method}`, x]));
     expect(Object.keys(methods).sort()).toEqual(['eth:eth_blockNumber', 'eth:eth_call', 'sol:getBlockHeight']);
-    expect(m.byMethod[0]).toMatchObject({ chain: 'eth', method: 'eth_blockNumber', requests: 6, errors: 0, successRate: 100, avgResponseMs: 8, cacheHits: 2, coalesced: 1, hedged: 0 });
+    expect(m.byMethod[0]).toMatchObject({
+      chain: 'eth',
+      method: 'eth_blockNumber',
+      requests: 6,
+      errors: 0,
+      successRate: 100,
+      avgResponseMs: 8,
+      cacheHits: 2,
+      coalesced: 1,
+      hedged: 0,
+    });
     expect(methods['eth:eth_call']).toMatchObject({ requests: 2, errors: 2, errorRate: 100, avgResponseMs: 40 });
     expect(methods['sol:getBlockHeight']).toMatchObject({ requests: 2, errors: 1, avgResponseMs: 125.5 });
     expect(m.byToken).toEqual([expect.objectContaining({ tokenId: tokA.id, requests: 8 }), expect.objectContaining({ tokenId: tokB.id, requests: 2 })]);
@@ -125,13 +192,17 @@ describe('metrics from a known mix of usage', () => {
       { code: 429, message: 'Rate limit exceeded', chain: 'sol', method: 'getBlockHeight', count: 1, lastSeen: iso(base + 126 * MIN + 500) },
     ]);
     expect(m.recentErrors.map((e: { at: string; code: number }) => [e.at, e.code])).toEqual([
-      [iso(base + 126 * MIN + 500), 429], [iso(base + 65 * MIN + 1000), 3], [iso(base + 65 * MIN), 3],
+      [iso(base + 126 * MIN + 500), 429],
+      [iso(base + 65 * MIN + 1000), 3],
+      [iso(base + 65 * MIN), 3],
     ]);
     const month = new Date().toISOString().slice(0, 7);
     // Quota used: the REST 429 the limiter refused is a request and an error above, not quota.
     const used = records.filter((r) => r.at.startsWith(month) && usedQuota(r)).length;
     expect(m.limits).toEqual({
-      monthlyLimit: 5_000_000, used, remaining: 5_000_000 - used,
+      monthlyLimit: 5_000_000,
+      used,
+      remaining: 5_000_000 - used,
       resetsAt: new Date(Date.UTC(new Date().getUTCFullYear(), new Date().getUTCMonth() + 1, 1)).toISOString(),
     });
   });
@@ -147,7 +218,7 @@ describe('metrics from a known mix of usage', () => {
     expect((await metrics(o.auth, '?chain=bsc')).json().totals).toMatchObject({ requests: 0, successRate: null, avgResponseMs: null, p95ResponseMs: null });
   });
 
-  it('filters by method, alone or with a chain (the dashboard\'s method filter)', async () => {
+  it("filters by method, alone or with a chain (the dashboard's method filter)", async () => {
     const window = `start=${iso(base)}&end=${iso(base + 3 * HOUR)}`;
     const calls = (await metrics(o.auth, `?method=eth_call&${window}`)).json();
     expect(calls.totals).toMatchObject({ requests: 2, errors: 2 });
@@ -181,7 +252,8 @@ describe('metrics from a known mix of usage', () => {
     expect(hourly.period.start).toBe(iso(base + 6 * MIN));
     expect(hourly.totals.requests).toBe(4);
     expect(hourly.series.filter((p: { requests: number }) => p.requests > 0).map((p: { t: string; requests: number }) => [p.t, p.requests])).toEqual([
-      [iso(base + HOUR), 2], [iso(base + 2 * HOUR), 2],
+      [iso(base + HOUR), 2],
+      [iso(base + 2 * HOUR), 2],
     ]);
     // 127 minutes reach the 429 at 126:00.5 (end rounds up to the minute); 126 do not.
     expect((await from(base + 6 * MIN, base + 126 * MIN)).totals.requests).toBe(3);
@@ -216,7 +288,9 @@ describe('metrics from a known mix of usage', () => {
     expect((await inject({ method: 'GET', url: `/api/v1/metrics/tokens/${tokA.id}`, headers: stranger.auth })).statusCode).toBe(404);
     expect((await inject({ method: 'GET', url: '/api/v1/metrics/tokens/not-an-id', headers: o.auth })).statusCode).toBe(400);
     // Token analytics are for the owner's dashboard, not for an API token.
-    expect((await inject({ method: 'GET', url: `/api/v1/metrics/tokens/${tokA.id}`, headers: { authorization: `Bearer ${tokA.token}` } })).statusCode).toBe(401);
+    expect((await inject({ method: 'GET', url: `/api/v1/metrics/tokens/${tokA.id}`, headers: { authorization: `Bearer ${tokA.token}` } })).statusCode).toBe(
+      401,
+    );
   });
 
   it('a rebuild from the log equals the live read models, and replaying twice changes nothing', async () => {
@@ -249,9 +323,15 @@ describe('metrics of calls served by the gateway', () => {
   it('shows a served call within 5 s, and counts a real mix of successes and errors exactly', async () => {
     const o = await owner(t.app);
     // Developer's 25 requests per second: none of these calls is refused by the rate limit.
-    await inject({ method: 'PUT', url: `/api/v1/admin/accounts/${o.accountId}/plan`, headers: { authorization: `Bearer ${ADMIN_TOKEN}` }, payload: { plan: 'developer' } });
+    await inject({
+      method: 'PUT',
+      url: `/api/v1/admin/accounts/${o.accountId}/plan`,
+      headers: { authorization: `Bearer ${ADMIN_TOKEN}` },
+      payload: { plan: 'developer' },
+    });
     const { token } = await createToken(o.auth, 'live');
-    const rpc = (payload: unknown) => inject({ method: 'POST', url: `/local/${token}`, headers: { 'content-type': 'application/json' }, payload: JSON.stringify(payload) });
+    const rpc = (payload: unknown) =>
+      inject({ method: 'POST', url: `/local/${token}`, headers: { 'content-type': 'application/json' }, payload: JSON.stringify(payload) });
     const started = Date.now();
     expect((await rpc({ jsonrpc: '2.0', id: 1, method: 'eth_blockNumber' })).statusCode).toBe(200);
     let seen = 0;
@@ -269,9 +349,13 @@ describe('metrics of calls served by the gateway', () => {
     const nodeError = (await rpc({ jsonrpc: '2.0', id: 4, method: 'eth_getBalance', params: ['not-an-address', 'latest'] })).json();
     expect(nodeError.error).toBeDefined();
     expect((await rpc({ jsonrpc: '2.0', id: 5, method: 'debug_traceTransaction', params: ['0x00'] })).json().error.code).toBe(-32601);
-    const batch = (await rpc([
-      { jsonrpc: '2.0', id: 6, method: 'eth_blockNumber' }, { jsonrpc: '2.0', id: 7, method: 'net_version' }, { jsonrpc: '2.0', id: 8, method: 'eth_noSuchMethod' },
-    ])).json();
+    const batch = (
+      await rpc([
+        { jsonrpc: '2.0', id: 6, method: 'eth_blockNumber' },
+        { jsonrpc: '2.0', id: 7, method: 'net_version' },
+        { jsonrpc: '2.0', id: 8, method: 'eth_noSuchMethod' },
+      ])
+    ).json();
     expect(batch).toHaveLength(3);
 
     const expected = { requests: 8, errors: 3, success: 5 };
@@ -285,17 +369,31 @@ describe('metrics of calls served by the gateway', () => {
     expect(m.byChain).toEqual([expect.objectContaining({ chain: 'local', requests: 8 })]);
     const methods = Object.fromEntries(m.byMethod.map((x: { method: string; requests: number; errors: number }) => [x.method, [x.requests, x.errors]]));
     expect(methods).toEqual({
-      eth_blockNumber: [3, 0], eth_chainId: [1, 0], net_version: [1, 0], eth_getBalance: [1, 1], debug_traceTransaction: [1, 1], eth_noSuchMethod: [1, 1],
+      eth_blockNumber: [3, 0],
+      eth_chainId: [1, 0],
+      net_version: [1, 0],
+      eth_getBalance: [1, 1],
+      debug_traceTransaction: [1, 1],
+      eth_noSuchMethod: [1, 1],
     });
-    expect(m.errors.map((e: { method: string; code: number }) => `${e.method}:${e.code}`).sort()).toEqual([
-      `debug_traceTransaction:-32601`, `eth_getBalance:${nodeError.error.code}`,
-      `eth_noSuchMethod:${batch.find((r: { id: number }) => r.id === 8).error.code}`,
-    ].sort());
+    expect(m.errors.map((e: { method: string; code: number }) => `${e.method}:${e.code}`).sort()).toEqual(
+      [
+        `debug_traceTransaction:-32601`,
+        `eth_getBalance:${nodeError.error.code}`,
+        `eth_noSuchMethod:${batch.find((r: { id: number }) => r.id === 8).error.code}`,
+      ].sort(),
+    );
     expect(m.totals.avgResponseMs).toBeGreaterThan(0);
     expect(m.totals.avgNodeLatencyMs).toBeGreaterThan(0);
     // The account's usage counts quota used: every call but the denied debug_traceTransaction, which reached no node.
     expect((await inject({ method: 'GET', url: '/api/v1/account', headers: o.auth })).json().usage.requests).toBe(7);
-    const ips = (await inject({ method: 'GET', url: `/api/v1/metrics/tokens/${(await inject({ method: 'GET', url: '/api/v1/tokens', headers: o.auth })).json().tokens[0].id}`, headers: o.auth })).json().clientIps;
+    const ips = (
+      await inject({
+        method: 'GET',
+        url: `/api/v1/metrics/tokens/${(await inject({ method: 'GET', url: '/api/v1/tokens', headers: o.auth })).json().tokens[0].id}`,
+        headers: o.auth,
+      })
+    ).json().clientIps;
     expect(ips).toEqual([expect.objectContaining({ ip: '127.0.0.1', count: 8 })]);
   });
 });

@@ -41,15 +41,34 @@ describe('retention per plan', () => {
   beforeAll(async () => {
     for (const [plan, days] of PLANS) {
       const o = await owner(t.app);
-      await t.app.inject({ method: 'PUT', url: `/api/v1/admin/accounts/${o.accountId}/plan`, headers: { authorization: `Bearer ${ADMIN_TOKEN}` }, payload: { plan } });
+      await t.app.inject({
+        method: 'PUT',
+        url: `/api/v1/admin/accounts/${o.accountId}/plan`,
+        headers: { authorization: `Bearer ${ADMIN_TOKEN}` },
+        payload: { plan },
+      });
       const tokenId = (await t.app.inject({ method: 'POST', url: '/api/v1/tokens', headers: o.auth, payload: { name: 'x' } })).json().id as string;
       // One failed call per age, each in its own minute, hour and day, from its own IP.
       const records: UsageRecord[] = AGES_DAYS.map((age, i) => ({
-        requestId: `${o.accountId}-${age}`, at: new Date(nowMs - age * DAY).toISOString(), accountId: o.accountId, tokenId, chain: 'eth',
-        method: 'eth_call', status: 502, rpcErrorCode: -32010, errorMessage: 'upstream unavailable', totalMs: 5, upstreamMs: null,
-        clientIp: `192.0.2.${i + 1}`, upstream: null,
+        requestId: `${o.accountId}-${age}`,
+        at: new Date(nowMs - age * DAY).toISOString(),
+        accountId: o.accountId,
+        tokenId,
+        chain: 'eth',
+        method: 'eth_call',
+        status: 502,
+        rpcErrorCode: -32010,
+        errorMessage: 'upstream unavailable',
+        totalMs: 5,
+        upstreamMs: null,
+        clientIp: `192.0.2.${i + 1}`,
+        upstream: null,
       }));
-      await t.runtime.store.append(usageStream(o.accountId), records.map((r) => ({ id: usageEventId(r), type: USAGE_EVENT_TYPE, data: { ...r } })), 'any');
+      await t.runtime.store.append(
+        usageStream(o.accountId),
+        records.map((r) => ({ id: usageEventId(r), type: USAGE_EVENT_TYPE, data: { ...r } })),
+        'any',
+      );
       accounts.push({ plan, days, accountId: o.accountId, auth: o.auth });
     }
     const head = await t.runtime.store.headPosition();

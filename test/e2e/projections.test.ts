@@ -24,7 +24,12 @@ async function dump(rm: ReadModelStore): Promise<Record<string, unknown>> {
 async function makeHistory(app: TestApp['app']) {
   const a = await owner(app);
   const b = await owner(app);
-  await app.inject({ method: 'PUT', url: `/api/v1/admin/accounts/${b.accountId}/plan`, headers: { authorization: `Bearer ${ADMIN_TOKEN}` }, payload: { plan: 'developer' } });
+  await app.inject({
+    method: 'PUT',
+    url: `/api/v1/admin/accounts/${b.accountId}/plan`,
+    headers: { authorization: `Bearer ${ADMIN_TOKEN}` },
+    payload: { plan: 'developer' },
+  });
   const tokens: string[] = [];
   for (const o of [a, b]) {
     for (const name of ['one', 'two']) {
@@ -36,9 +41,19 @@ async function makeHistory(app: TestApp['app']) {
   await app.inject({ method: 'DELETE', url: `/api/v1/tokens/${tokens[1]}`, headers: a.auth });
   await app.inject({ method: 'PATCH', url: `/api/v1/tokens/${tokens[2]}`, headers: b.auth, payload: { monthly_limit: 500 } });
   const usage: UsageRecord[] = Array.from({ length: 30 }, (_, i) => ({
-    requestId: `req-${i}`, at: new Date().toISOString(), accountId: i % 2 ? a.accountId : b.accountId,
-    tokenId: (i % 2 ? tokens[0] : tokens[2]) as string, chain: 'eth', method: 'eth_blockNumber', status: i % 5 ? 200 : 502,
-    rpcErrorCode: i % 5 ? null : -32010, errorMessage: null, totalMs: 3, upstreamMs: 2, clientIp: '127.0.0.1', upstream: 'u1',
+    requestId: `req-${i}`,
+    at: new Date().toISOString(),
+    accountId: i % 2 ? a.accountId : b.accountId,
+    tokenId: (i % 2 ? tokens[0] : tokens[2]) as string,
+    chain: 'eth',
+    method: 'eth_blockNumber',
+    status: i % 5 ? 200 : 502,
+    rpcErrorCode: i % 5 ? null : -32010,
+    errorMessage: null,
+    totalMs: 3,
+    upstreamMs: 2,
+    clientIp: '127.0.0.1',
+    upstream: 'u1',
   }));
   for (const r of usage) {
     await t.runtime.store.append(usageStream(r.accountId), [{ id: usageEventId(r), type: USAGE_EVENT_TYPE, data: r }], 'any');
@@ -97,7 +112,6 @@ describe('projections', () => {
     expect(once).toEqual(await dump(t.runtime.readModels));
     await rm.close();
   });
-
 });
 
 describe('restart', () => {

@@ -42,9 +42,19 @@ function metricNamesOf(expr: string): string[] {
   return [...new Set(names)];
 }
 
-interface Target { expr: string }
-interface Panel { type: string; title: string; targets?: Target[]; panels?: Panel[] }
-interface Dashboard { panels: Panel[]; templating: { list: Array<{ name: string; definition?: string }> } }
+interface Target {
+  expr: string;
+}
+interface Panel {
+  type: string;
+  title: string;
+  targets?: Target[];
+  panels?: Panel[];
+}
+interface Dashboard {
+  panels: Panel[];
+  templating: { list: Array<{ name: string; definition?: string }> };
+}
 
 const dashboard = JSON.parse(readFileSync(DASHBOARD, 'utf8')) as Dashboard;
 const panelsOf = (panels: Panel[]): Panel[] => panels.flatMap((p) => [p, ...panelsOf(p.panels ?? [])]);
@@ -82,9 +92,13 @@ beforeAll(async () => {
   const created = await t.app.inject({ method: 'POST', url: '/api/v1/tokens', headers: o.auth, payload: { name: 'metrics' } });
   const token = created.json().token as string;
   call = async (chain: string) =>
-    (await fetch(`${base}/${chain}/${token}`, {
-      method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'eth_blockNumber', params: [] }),
-    })).status;
+    (
+      await fetch(`${base}/${chain}/${token}`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'eth_blockNumber', params: [] }),
+      })
+    ).status;
   for (let i = 0; i < 3; i++) expect(await call('local')).toBe(200);
   expect(await call('eth')).toBeGreaterThanOrEqual(500);
   const res = await fetch(`${base}/metrics`);
@@ -108,7 +122,12 @@ describe('/metrics', () => {
 
 describe('the Grafana dashboard', () => {
   const sampleNames = (): Set<string> =>
-    new Set(scrape.split('\n').filter((line) => line !== '' && !line.startsWith('#')).map((line) => /^[a-zA-Z_:][\w:]*/.exec(line)?.[0] ?? line));
+    new Set(
+      scrape
+        .split('\n')
+        .filter((line) => line !== '' && !line.startsWith('#'))
+        .map((line) => /^[a-zA-Z_:][\w:]*/.exec(line)?.[0] ?? line),
+    );
 
   it('reads the metric names out of PromQL', () => {
     expect(metricNamesOf('histogram_quantile(0.99, sum by (chain, le) (rate(a_bucket{chain=~"$chain",x="b c"}[$__rate_interval])))')).toEqual(['a_bucket']);
@@ -119,16 +138,21 @@ describe('the Grafana dashboard', () => {
     expect(queryPanels.length).toBeGreaterThan(10);
     for (const { where, expr } of expressions) expect(metricNamesOf(expr), `${where}: ${expr}`).not.toEqual([]);
     const present = sampleNames();
-    const missing = expressions.flatMap(({ where, expr }) => metricNamesOf(expr).filter((name) => !present.has(name)).map((name) => `${where}: ${name}`));
+    const missing = expressions.flatMap(({ where, expr }) =>
+      metricNamesOf(expr)
+        .filter((name) => !present.has(name))
+        .map((name) => `${where}: ${name}`),
+    );
     expect(missing).toEqual([]);
   });
 
   it('writes valid PromQL (promtool check rules, with Grafana variables filled in)', (ctx) => {
     ctx.skip(!promtool, NO_PROMTOOL);
-    const grafanaVariables = (expr: string): string =>
-      expr.replace(/\$__rate_interval|\$__range|\$__interval/g, '1m').replace(/\$\{?\w+\}?/g, '.*');
+    const grafanaVariables = (expr: string): string => expr.replace(/\$__rate_interval|\$__range|\$__interval/g, '1m').replace(/\$\{?\w+\}?/g, '.*');
     // JSON is YAML: promtool reads the rules file as is.
-    const rules = { groups: [{ name: 'dashboard', rules: expressions.map(({ expr }, i) => ({ record: `dashboard:expr_${i}`, expr: grafanaVariables(expr) })) }] };
+    const rules = {
+      groups: [{ name: 'dashboard', rules: expressions.map(({ expr }, i) => ({ record: `dashboard:expr_${i}`, expr: grafanaVariables(expr) })) }],
+    };
     const dir = mkdtempSync(join(tmpdir(), 'gw-dashboard-rules-'));
     try {
       writeFileSync(join(dir, 'rules.yml'), JSON.stringify(rules));
@@ -146,7 +170,11 @@ describe('the Grafana dashboard', () => {
     // Scraped every second, so rates over 5 s have the two samples they need within seconds.
     const config = { global: { scrape_interval: '1s' }, scrape_configs: [{ job_name: 'gateway', static_configs: [{ targets: [new URL(base).host] }] }] };
     writeFileSync(join(dir, 'prometheus.yml'), JSON.stringify(config));
-    const prometheus = spawn('prometheus', [`--config.file=${join(dir, 'prometheus.yml')}`, `--storage.tsdb.path=${join(dir, 'data')}`, `--web.listen-address=127.0.0.1:${port}`], { stdio: 'ignore' });
+    const prometheus = spawn(
+      'prometheus',
+      [`--config.file=${join(dir, 'prometheus.yml')}`, `--storage.tsdb.path=${join(dir, 'data')}`, `--web.listen-address=127.0.0.1:${port}`],
+      { stdio: 'ignore' },
+    );
     const exited = new Promise((resolve) => prometheus.once('exit', resolve));
     let calling = true;
     const traffic = (async () => {
@@ -156,7 +184,11 @@ describe('the Grafana dashboard', () => {
         await new Promise((r) => setTimeout(r, 100));
       }
     })();
-    const filled = (expr: string): string => expr.replace(/\$__rate_interval/g, '5s').replace(/\$__range/g, '1m').replace(/\$\{?chain\}?/g, '.*');
+    const filled = (expr: string): string =>
+      expr
+        .replace(/\$__rate_interval/g, '5s')
+        .replace(/\$__range/g, '1m')
+        .replace(/\$\{?chain\}?/g, '.*');
     const hasData = async (expr: string): Promise<boolean> => {
       const res = await fetch(`http://127.0.0.1:${port}/api/v1/query?query=${encodeURIComponent(filled(expr))}`).catch(() => null);
       if (!res?.ok) return false;
@@ -192,9 +224,14 @@ describe('deploy/: Prometheus and Grafana wiring', () => {
   it('mounts into the monitoring services only files that exist', () => {
     const compose = readFileSync('docker-compose.yml', 'utf8');
     const mounted = [...compose.matchAll(/\.\/(deploy\/[^:\s\]]+):/g)].map((m) => m[1] as string);
-    expect(mounted).toEqual(expect.arrayContaining([
-      'deploy/prometheus/prometheus.yml', 'deploy/grafana/provisioning/datasources', 'deploy/grafana/provisioning/dashboards', 'deploy/grafana/dashboards',
-    ]));
+    expect(mounted).toEqual(
+      expect.arrayContaining([
+        'deploy/prometheus/prometheus.yml',
+        'deploy/grafana/provisioning/datasources',
+        'deploy/grafana/provisioning/dashboards',
+        'deploy/grafana/dashboards',
+      ]),
+    );
     for (const path of mounted) expect(existsSync(path), path).toBe(true);
   });
 });

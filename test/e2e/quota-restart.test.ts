@@ -28,16 +28,29 @@ afterAll(async () => {
 });
 
 const call = (t: TestApp, token: string) =>
-  t.app.inject({ method: 'POST', url: `/local/${token}`, headers: { 'content-type': 'application/json' }, payload: { jsonrpc: '2.0', id: 1, method: 'eth_blockNumber', params: [] } });
+  t.app.inject({
+    method: 'POST',
+    url: `/local/${token}`,
+    headers: { 'content-type': 'application/json' },
+    payload: { jsonrpc: '2.0', id: 1, method: 'eth_blockNumber', params: [] },
+  });
 
 describe.each(['on', 'off'])('STORAGE_THREAD=%s', (storageThread) => {
   it('refuses an exhausted quota after a restart, and counts an account apart from its tokens with their own limit', async () => {
     const dataDir = mkdtempSync(join(dir, 'data-'));
     let t = await startTestApp({ dataDir, env: { ...env, STORAGE_THREAD: storageThread } });
     const o = await owner(t.app);
-    await t.app.inject({ method: 'PUT', url: `/api/v1/admin/accounts/${o.accountId}/plan`, headers: { authorization: `Bearer ${ADMIN_TOKEN}` }, payload: { plan: 'developer' } });
+    await t.app.inject({
+      method: 'PUT',
+      url: `/api/v1/admin/accounts/${o.accountId}/plan`,
+      headers: { authorization: `Bearer ${ADMIN_TOKEN}` },
+      payload: { plan: 'developer' },
+    });
     const create = async (fields: Record<string, unknown>) =>
-      (await t.app.inject({ method: 'POST', url: '/api/v1/tokens', headers: o.auth, payload: { name: 'q', ...fields } })).json() as { id: string; token: string };
+      (await t.app.inject({ method: 'POST', url: '/api/v1/tokens', headers: o.auth, payload: { name: 'q', ...fields } })).json() as {
+        id: string;
+        token: string;
+      };
     const own = await create({ monthly_limit: 3 });
     const shared = await create({});
     const statuses = async (token: string, n: number) => {

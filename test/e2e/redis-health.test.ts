@@ -73,7 +73,11 @@ describe('Redis trouble is visible', () => {
   it('says so once when Redis is unreachable, in /readyz and /metrics, and once when it is back', async () => {
     expect(await failOpen.readyz()).toMatchObject({ status: 200, body: { status: 'ready', redis: { state: 'up' } } });
     expect(await failOpen.redisMetrics()).toEqual({
-      gateway_redis_up: 1, 'gateway_redis_state{state="up"}': 1, 'gateway_redis_state{state="down"}': 0, 'gateway_redis_state{state="stalled"}': 0, gateway_redis_outages_total: 0,
+      gateway_redis_up: 1,
+      'gateway_redis_state{state="up"}': 1,
+      'gateway_redis_state{state="down"}': 0,
+      'gateway_redis_state{state="stalled"}': 0,
+      gateway_redis_outages_total: 0,
     });
 
     await redis.stop();
@@ -108,9 +112,16 @@ describe('Redis trouble is visible', () => {
     redis.pause();
     try {
       await until('Redis seen stalled', async () => (await redisState(failOpen)) === 'stalled');
-      expect(await failOpen.readyz()).toMatchObject({ status: 200, body: { status: 'degraded', redis: { state: 'stalled', reason: expect.stringMatching(/PING/) } } });
+      expect(await failOpen.readyz()).toMatchObject({
+        status: 200,
+        body: { status: 'degraded', redis: { state: 'stalled', reason: expect.stringMatching(/PING/) } },
+      });
       // The scrape answers although the usage queue's depth cannot be read meanwhile.
-      expect(await failOpen.redisMetrics()).toMatchObject({ gateway_redis_up: 0, 'gateway_redis_state{state="stalled"}': 1, gateway_redis_outages_total: outages + 1 });
+      expect(await failOpen.redisMetrics()).toMatchObject({
+        gateway_redis_up: 0,
+        'gateway_redis_state{state="stalled"}': 1,
+        gateway_redis_outages_total: outages + 1,
+      });
       expect(failOpen.warnings().slice(warned)).toEqual([expect.stringMatching(/ stalled: no answer to PING within \d+ ms;/)]);
     } finally {
       redis.resume();

@@ -96,12 +96,16 @@ describe('a running service', () => {
     const accountId = (await signup.json()).id as string;
     const key = (await (await post('/api/v1/access-tokens', { name: 'k' }, { cookie })).json()).token as string;
     await fetch(`${base}/api/v1/admin/accounts/${accountId}/plan`, {
-      method: 'PUT', headers: { 'content-type': 'application/json', authorization: 'Bearer admin-token-for-the-process-test' }, body: '{"plan":"unlimited"}',
+      method: 'PUT',
+      headers: { 'content-type': 'application/json', authorization: 'Bearer admin-token-for-the-process-test' },
+      body: '{"plan":"unlimited"}',
     });
     const created = await (await post('/api/v1/tokens', { name: 't' }, { authorization: `Bearer ${key}` })).json();
     const token = created.token as string;
     await fetch(`${base}/api/v1/tokens/${created.id}`, {
-      method: 'PATCH', headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` }, body: '{"name":"renamed"}',
+      method: 'PATCH',
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` },
+      body: '{"name":"renamed"}',
     });
     expect(token).toMatch(/^gk_/);
 
@@ -143,7 +147,10 @@ describe('a running service', () => {
     expect(logs).toContain(`${token.slice(0, 7)}…${token.slice(-4)}`);
 
     // The audit CLI reads the same data directory once the service has stopped.
-    const history = execFileSync(process.execPath, ['--import', 'tsx', CLI, 'history', created.id], { env: { ...process.env, DATA_DIR: dataDir }, encoding: 'utf8' });
+    const history = execFileSync(process.execPath, ['--import', 'tsx', CLI, 'history', created.id], {
+      env: { ...process.env, DATA_DIR: dataDir },
+      encoding: 'utf8',
+    });
     const lines = history.trim().split('\n');
     expect(lines).toHaveLength(2);
     expect(lines[0]).toMatch(/^\S+Z {2}#0 ApiTokenCreated\s+status=active name="t"/);
@@ -163,7 +170,9 @@ describe('a running service', () => {
     const cookie = String(signup.headers.get('set-cookie')).split(';')[0] as string;
     const accountId = (await signup.json()).id as string;
     await fetch(`${base}/api/v1/admin/accounts/${accountId}/plan`, {
-      method: 'PUT', headers: { 'content-type': 'application/json', authorization: `Bearer ${env.ADMIN_TOKEN}` }, body: '{"plan":"developer"}',
+      method: 'PUT',
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${env.ADMIN_TOKEN}` },
+      body: '{"plan":"developer"}',
     });
     const { token } = await (await post(`${base}/api/v1/tokens`, { name: 'q', monthly_limit: 2 }, { cookie })).json();
     const call = async (at: string) => (await post(`${at}/local/${token}`, { jsonrpc: '2.0', id: 1, method: 'eth_chainId', params: [] })).status;

@@ -42,8 +42,14 @@ describe.skipIf(unavailable !== null)(unavailable ? `topology on PostgreSQL (ski
     const dir = mkdtempSync(join(tmpdir(), `gw-topology-${role}-`));
     dirs.push(dir);
     const service = startService({
-      ROLE: role, DATA_DIR: dir, DATABASE_URL: db.url, REDIS_URL: redis.url, ADMIN_TOKEN: ADMIN,
-      LOCAL_DEVNET: 'off', UPSTREAM_LOCAL: ganache.url, LOG_LEVEL: 'warn',
+      ROLE: role,
+      DATA_DIR: dir,
+      DATABASE_URL: db.url,
+      REDIS_URL: redis.url,
+      ADMIN_TOKEN: ADMIN,
+      LOCAL_DEVNET: 'off',
+      UPSTREAM_LOCAL: ganache.url,
+      LOG_LEVEL: 'warn',
     });
     services.push(service);
     return service;
@@ -59,7 +65,11 @@ describe.skipIf(unavailable !== null)(unavailable ? `topology on PostgreSQL (ski
 
     // Sign up and create tokens through the API.
     const json = (path: string, method: string, body: unknown, headers: Record<string, string> = {}) =>
-      fetch(`${apiBase}${path}`, { method, headers: { 'content-type': 'application/json', ...headers }, body: body === undefined ? undefined : JSON.stringify(body) });
+      fetch(`${apiBase}${path}`, {
+        method,
+        headers: { 'content-type': 'application/json', ...headers },
+        body: body === undefined ? undefined : JSON.stringify(body),
+      });
     const signup = await json('/api/v1/auth/signup', 'POST', { email: 'topology@example.com', password: 'a long password' });
     expect(signup.status).toBe(201);
     const cookie = String(signup.headers.get('set-cookie')).split(';')[0]!;
@@ -74,7 +84,9 @@ describe.skipIf(unavailable !== null)(unavailable ? `topology on PostgreSQL (ski
 
     const call = async (base: string, token: string): Promise<{ status: number; requestId: string }> => {
       const res = await fetch(`${base}/local/${token}`, {
-        method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber","params":[]}',
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: '{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber","params":[]}',
       });
       await res.arrayBuffer();
       return { status: res.status, requestId: String(res.headers.get('x-request-id')) };
@@ -172,9 +184,13 @@ describe.skipIf(unavailable !== null)(unavailable ? `topology on PostgreSQL (ski
     for (const base of live) expect((await call(base, other.token)).status).toBe(200);
     const disabled = await json(`/api/v1/tokens/${other.id}`, 'PATCH', { status: 'disabled' }, { cookie });
     expect(disabled.status).toBe(200);
-    await within(1000, 'both gateways refuse the disabled token', async () => (await Promise.all(live.map((base) => call(base, other.token)))).every((r) => r.status === 403));
+    await within(1000, 'both gateways refuse the disabled token', async () =>
+      (await Promise.all(live.map((base) => call(base, other.token)))).every((r) => r.status === 403),
+    );
     const revoked = await fetch(`${apiBase}/api/v1/tokens/${main.id}`, { method: 'DELETE', headers: { cookie } });
     expect(revoked.status).toBe(200);
-    await within(1000, 'both gateways refuse the revoked token', async () => (await Promise.all(live.map((base) => call(base, main.token)))).every((r) => r.status === 401));
+    await within(1000, 'both gateways refuse the revoked token', async () =>
+      (await Promise.all(live.map((base) => call(base, main.token)))).every((r) => r.status === 401),
+    );
   });
 });

@@ -29,7 +29,9 @@ async function unlimitedToken(base: string): Promise<{ accountId: string; token:
   const cookie = String(signup.headers.get('set-cookie')).split(';')[0] as string;
   const accountId = (await signup.json()).id as string;
   await fetch(`${base}/api/v1/admin/accounts/${accountId}/plan`, {
-    method: 'PUT', headers: { 'content-type': 'application/json', authorization: `Bearer ${ADMIN}` }, body: '{"plan":"unlimited"}',
+    method: 'PUT',
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${ADMIN}` },
+    body: '{"plan":"unlimited"}',
   });
   const { token } = await (await post('/api/v1/tokens', { name: 'k' }, { cookie })).json();
   return { accountId, token: token as string };
@@ -42,7 +44,9 @@ function load(base: string, token: string, clients: number): { answered: string[
     for (;;) {
       try {
         const res = await fetch(`${base}/local/${token}`, {
-          method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}',
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: '{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}',
         });
         await res.arrayBuffer();
         answered.push(res.headers.get('x-request-id') as string);

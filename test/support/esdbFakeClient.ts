@@ -1,11 +1,5 @@
 import { Readable } from 'node:stream';
-import {
-  type AppendExpectedRevision,
-  type EventStoreDBClient,
-  type Position,
-  StreamNotFoundError,
-  WrongExpectedVersionError,
-} from '@eventstore/db-client';
+import { type AppendExpectedRevision, type EventStoreDBClient, type Position, StreamNotFoundError, WrongExpectedVersionError } from '@eventstore/db-client';
 
 /** What the adapter sends as an event (what `jsonEvent` makes). */
 interface ProposedEvent {
@@ -76,7 +70,10 @@ export class FakeEsdbServer {
       await Promise.resolve();
       return this.append(streamName, events, options.expectedRevision ?? 'any');
     },
-    readStream: (streamName: string, options: { fromRevision?: bigint | 'start' | 'end'; maxCount?: number | bigint; direction?: 'forwards' | 'backwards' } = {}) => {
+    readStream: (
+      streamName: string,
+      options: { fromRevision?: bigint | 'start' | 'end'; maxCount?: number | bigint; direction?: 'forwards' | 'backwards' } = {},
+    ) => {
       this.calls.readStream += 1;
       return this.readStream(streamName, options);
     },
@@ -178,7 +175,8 @@ export class FakeEsdbServer {
   private subscribe(from: Position | 'start' | 'end', prefixes: string[]): Readable {
     const wanted = (event: Recorded): boolean => prefixes.length === 0 || prefixes.some((p) => event.streamId.startsWith(p));
     const after = (event: Recorded): boolean =>
-      from === 'start' || (from !== 'end' && (event.position.commit > from.commit || (event.position.commit === from.commit && event.position.prepare > from.prepare)));
+      from === 'start' ||
+      (from !== 'end' && (event.position.commit > from.commit || (event.position.commit === from.commit && event.position.prepare > from.prepare)));
     const stream = new Readable({ objectMode: true, read() {} });
     const live: Live = { push: (event) => wanted(event) && stream.push({ event: structuredClone(event) }) };
     const history = from === 'end' ? [] : this.log.filter((event) => after(event) && wanted(event));

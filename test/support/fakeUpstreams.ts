@@ -252,12 +252,24 @@ export const SUI_NODE = {
   } as Record<string, unknown>,
   usdc: USDC,
   objects: {
-    suiCoin: moveObject(suiAddress('0x5b0f1b8e4de95d1a8a1c3bc8d2d3f3fa0b4a8e3b7c2d19e6f04a71c5e8d3b2a1'), '412990811', '9Fo3W3HbhgkZ8Ea3r7r2iHq9Bd1ZgWxgAHxVwJqZq1Xk', SUI_COIN, {
-      balance: '12000000000',
-    }),
-    usdcCoin: moveObject(suiAddress('0x1c3e85bb0c2f4a6d98e7a4cf1e2b3d4a5f60718293a4b5c6d7e8f90a1b2c3d4e'), '398114027', 'Gq7WbQ4V1Xy3kGZ6mRrP2sEJd8nHtYcL5uVfN9aKx2Bw', `0x2::coin::Coin<${USDC}>`, {
-      balance: '250000000',
-    }),
+    suiCoin: moveObject(
+      suiAddress('0x5b0f1b8e4de95d1a8a1c3bc8d2d3f3fa0b4a8e3b7c2d19e6f04a71c5e8d3b2a1'),
+      '412990811',
+      '9Fo3W3HbhgkZ8Ea3r7r2iHq9Bd1ZgWxgAHxVwJqZq1Xk',
+      SUI_COIN,
+      {
+        balance: '12000000000',
+      },
+    ),
+    usdcCoin: moveObject(
+      suiAddress('0x1c3e85bb0c2f4a6d98e7a4cf1e2b3d4a5f60718293a4b5c6d7e8f90a1b2c3d4e'),
+      '398114027',
+      'Gq7WbQ4V1Xy3kGZ6mRrP2sEJd8nHtYcL5uVfN9aKx2Bw',
+      `0x2::coin::Coin<${USDC}>`,
+      {
+        balance: '250000000',
+      },
+    ),
   },
 };
 
@@ -356,7 +368,10 @@ export function startCosmosFake(): Promise<FakeUpstream> {
   return startFake((call) => {
     const path = call.url.split('?')[0];
     if (path === '/cosmos/base/tendermint/v1beta1/blocks/latest') {
-      const blockId = { hash: 'q83YWXqkrSc3Y5ZWSkq8Qg2sT1ZJbG3cb3lDWZN6Ixo=', part_set_header: { total: 1, hash: 'f1zvTtHyDQfT8Sh5rZmI5q7NvOCpSzR1Kb/hbkvF9ho=' } };
+      const blockId = {
+        hash: 'q83YWXqkrSc3Y5ZWSkq8Qg2sT1ZJbG3cb3lDWZN6Ixo=',
+        part_set_header: { total: 1, hash: 'f1zvTtHyDQfT8Sh5rZmI5q7NvOCpSzR1Kb/hbkvF9ho=' },
+      };
       const header = {
         version: { block: '11', app: '0' },
         chain_id: COSMOS.chainId,
@@ -368,8 +383,17 @@ export function startCosmosFake(): Promise<FakeUpstream> {
       return {
         body: {
           block_id: blockId,
-          block: { header, data: { txs: [] }, evidence: { evidence: [] }, last_commit: { height: String(Number(COSMOS.height) - 1), round: 0, block_id: blockId, signatures: [] } },
-          sdk_block: { header: { ...header, proposer_address: 'cosmosvalcons1s483vp7pyt4fnvqkhlns5ty5x9h8xn9gxxr8pg' }, data: { txs: [] }, evidence: { evidence: [] } },
+          block: {
+            header,
+            data: { txs: [] },
+            evidence: { evidence: [] },
+            last_commit: { height: String(Number(COSMOS.height) - 1), round: 0, block_id: blockId, signatures: [] },
+          },
+          sdk_block: {
+            header: { ...header, proposer_address: 'cosmosvalcons1s483vp7pyt4fnvqkhlns5ty5x9h8xn9gxxr8pg' },
+            data: { txs: [] },
+            evidence: { evidence: [] },
+          },
         },
       };
     }
@@ -495,27 +519,38 @@ export async function startEvmNodeFake(chain: FakeEvmChain): Promise<EvmNodeFake
       return { number: n, hash: hash32(`lie ${n}`), parentHash: hash32('lie'), transactions: [] };
     }
     const n =
-      tag === 'latest' || tag === 'pending' || tag === undefined ? head
-      : tag === 'finalized' || tag === 'safe' ? Math.max(0, head - chain.finalityDepth)
-      : tag === 'earliest' ? 0
-      : typeof tag === 'string' ? Number.parseInt(tag, 16) : Number.NaN;
+      tag === 'latest' || tag === 'pending' || tag === undefined
+        ? head
+        : tag === 'finalized' || tag === 'safe'
+          ? Math.max(0, head - chain.finalityDepth)
+          : tag === 'earliest'
+            ? 0
+            : typeof tag === 'string'
+              ? Number.parseInt(tag, 16)
+              : Number.NaN;
     return Number.isInteger(n) && n <= head ? (chain.block(n) ?? null) : null;
   };
   const blockJson = (b: FakeBlock | null | undefined, full: unknown) =>
     b
       ? {
-          number: hex(b.number), hash: b.hash, parentHash: b.parentHash, timestamp: hex(1_700_000_000 + b.number * 12),
+          number: hex(b.number),
+          hash: b.hash,
+          parentHash: b.parentHash,
+          timestamp: hex(1_700_000_000 + b.number * 12),
           transactions: full === true ? b.transactions.map((h) => ({ hash: h, blockNumber: hex(b.number), blockHash: b.hash })) : b.transactions,
         }
       : null;
   const params = (p: unknown): unknown[] => (Array.isArray(p) ? p : []);
-  const state = (method: string) => (p: unknown): RpcResult => {
-    const args = params(p);
-    const block = blockAt(args[STATE_BLOCK_PARAM[method] as number] ?? 'latest');
-    if (block === null) return { error: { code: -32000, message: 'header not found' } };
-    if (node.historyBlocks !== null && block.number < headOf() - node.historyBlocks) return { error: { code: -32000, message: `missing trie node ${block.hash.slice(2, 10)} (path )` } };
-    return { result: hash32(`${method} ${JSON.stringify(args[0])} at ${block.hash}`) };
-  };
+  const state =
+    (method: string) =>
+    (p: unknown): RpcResult => {
+      const args = params(p);
+      const block = blockAt(args[STATE_BLOCK_PARAM[method] as number] ?? 'latest');
+      if (block === null) return { error: { code: -32000, message: 'header not found' } };
+      if (node.historyBlocks !== null && block.number < headOf() - node.historyBlocks)
+        return { error: { code: -32000, message: `missing trie node ${block.hash.slice(2, 10)} (path )` } };
+      return { result: hash32(`${method} ${JSON.stringify(args[0])} at ${block.hash}`) };
+    };
   const methods: MethodTable = {
     eth_chainId: () => ({ result: '0x2a' }),
     net_version: () => ({ result: '42' }),
@@ -538,7 +573,11 @@ export async function startEvmNodeFake(chain: FakeEvmChain): Promise<EvmNodeFake
       const from = blockAt(filter.fromBlock ?? 'latest');
       const to = blockAt(filter.toBlock ?? 'latest');
       if (!from || !to) return { result: [] };
-      return { result: chain.blocks.slice(from.number, to.number + 1).map((b) => ({ blockNumber: hex(b.number), blockHash: b.hash, transactionHash: b.transactions[0], logIndex: '0x0' })) };
+      return {
+        result: chain.blocks
+          .slice(from.number, to.number + 1)
+          .map((b) => ({ blockNumber: hex(b.number), blockHash: b.hash, transactionHash: b.transactions[0], logIndex: '0x0' })),
+      };
     },
     ...Object.fromEntries([...STATE_METHODS].map((m) => [m, state(m)])),
   };

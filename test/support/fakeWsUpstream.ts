@@ -38,10 +38,27 @@ const ZERO_HASH = `0x${'0'.repeat(64)}`;
 function blockAt(n: number, parentHash: string): Block {
   const hash = `0x${createHash('sha256').update(`block ${n}`).digest('hex')}`;
   return {
-    number: `0x${n.toString(16)}`, hash, parentHash, sha3Uncles: '0x1dcc4de8dec75d7aab85b567b6ccd41ad312451b948a7413f0a142fd40d49347', miner: `0x${'00'.repeat(20)}`,
-    stateRoot: ZERO_HASH, transactionsRoot: ZERO_HASH, receiptsRoot: ZERO_HASH, logsBloom: `0x${'00'.repeat(256)}`, difficulty: '0x0',
-    gasLimit: '0x1c9c380', gasUsed: '0x0', timestamp: `0x${(1_700_000_000 + n * 12).toString(16)}`, extraData: '0x', mixHash: ZERO_HASH,
-    nonce: '0x0000000000000000', baseFeePerGas: '0x7', totalDifficulty: '0x0', size: '0x220', transactions: [], uncles: [],
+    number: `0x${n.toString(16)}`,
+    hash,
+    parentHash,
+    sha3Uncles: '0x1dcc4de8dec75d7aab85b567b6ccd41ad312451b948a7413f0a142fd40d49347',
+    miner: `0x${'00'.repeat(20)}`,
+    stateRoot: ZERO_HASH,
+    transactionsRoot: ZERO_HASH,
+    receiptsRoot: ZERO_HASH,
+    logsBloom: `0x${'00'.repeat(256)}`,
+    difficulty: '0x0',
+    gasLimit: '0x1c9c380',
+    gasUsed: '0x0',
+    timestamp: `0x${(1_700_000_000 + n * 12).toString(16)}`,
+    extraData: '0x',
+    mixHash: ZERO_HASH,
+    nonce: '0x0000000000000000',
+    baseFeePerGas: '0x7',
+    totalDifficulty: '0x0',
+    size: '0x220',
+    transactions: [],
+    uncles: [],
   };
 }
 
@@ -78,7 +95,8 @@ export async function startFakeWsUpstream(): Promise<FakeWsUpstream> {
   };
 
   const notify = (id: string, socket: WebSocket, block: Block) => {
-    if (socket.readyState === WebSocket.OPEN) socket.send(JSON.stringify({ jsonrpc: '2.0', method: 'eth_subscription', params: { subscription: id, result: headerOf(block) } }));
+    if (socket.readyState === WebSocket.OPEN)
+      socket.send(JSON.stringify({ jsonrpc: '2.0', method: 'eth_subscription', params: { subscription: id, result: headerOf(block) } }));
   };
 
   const reply = (text: string, socket: WebSocket | null): string => {

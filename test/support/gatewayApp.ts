@@ -40,7 +40,14 @@ export async function startGateway(options: {
   const front = new ChainFront({ trustProxy, nextId: () => `front-${randomUUID()}` });
   const logger = options.log ? { level: 'info', stream: options.log } : false;
   const app = Fastify({ logger, trustProxy, genReqId: () => `fastify-${randomUUID()}`, serverFactory: front.serverFactory });
-  await app.register(gatewayRoutes, { chains: registry, gatekeeper: options.gatekeeper, recordUsage: (r) => usage.push(r), pools, limits: options.limits, front });
+  await app.register(gatewayRoutes, {
+    chains: registry,
+    gatekeeper: options.gatekeeper,
+    recordUsage: (r) => usage.push(r),
+    pools,
+    limits: options.limits,
+    front,
+  });
   await app.listen({ port: 0, host: '127.0.0.1' });
   const { port } = app.server.address() as AddressInfo;
   return {

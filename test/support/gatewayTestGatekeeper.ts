@@ -42,11 +42,22 @@ export class TestGatekeeper implements Gatekeeper {
   private async decide(request: AdmissionRequest): Promise<Admission> {
     if (this.failure) throw this.failure;
     if ((request.via !== 'path' && request.via !== 'bearer') || request.token !== this.token) {
-      const message = request.via === 'path' || request.via === 'bearer' || request.via === null ? 'Invalid, revoked or expired API token' : 'Pass the API token in the path or as a Bearer header';
+      const message =
+        request.via === 'path' || request.via === 'bearer' || request.via === null
+          ? 'Invalid, revoked or expired API token'
+          : 'Pass the API token in the path or as a Bearer header';
       return { ok: false, status: 401, code: 'unauthorized', message, caller: null, headers: this.headers(), retryAfterSeconds: null };
     }
     if (this.forbiddenChains.has(request.chain)) {
-      return { ok: false, status: 403, code: 'chain_not_in_plan', message: `${request.chain} is not in your plan`, caller: this.caller, headers: this.headers(), retryAfterSeconds: null };
+      return {
+        ok: false,
+        status: 403,
+        code: 'chain_not_in_plan',
+        message: `${request.chain} is not in your plan`,
+        caller: this.caller,
+        headers: this.headers(),
+        retryAfterSeconds: null,
+      };
     }
     if (this.remaining === null) return { ok: true, caller: this.caller, granted: request.cost, headers: this.headers(), retryAfterSeconds: null };
     const granted = Math.min(request.cost, this.remaining);

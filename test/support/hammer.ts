@@ -75,8 +75,6 @@ export async function expectRateHeldAcrossTwoProcesses(redisUrl: string): Promis
   for (const granted of perSecond.values()) expect(granted).toBeLessThanOrEqual(rps);
   // The limit was really contended: in some second both processes called and, together,
   // were granted the rate to the brim. Which of them got the grants is a race (leases).
-  const contended = [...perSecond].filter(
-    ([second, granted]) => granted === rps && results.every((r) => (r.callsPerSecond[second] ?? 0) > 0),
-  );
+  const contended = [...perSecond].filter(([second, granted]) => granted === rps && results.every((r) => (r.callsPerSecond[second] ?? 0) > 0));
   expect(contended.length).toBeGreaterThan(0);
 }

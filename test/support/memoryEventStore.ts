@@ -1,12 +1,4 @@
-import type {
-  AppendResult,
-  EventStore,
-  ExpectedRevision,
-  NewEvent,
-  Position,
-  StoredEvent,
-  Subscription,
-} from '../../src/infra/eventstore/port.js';
+import type { AppendResult, EventStore, ExpectedRevision, NewEvent, Position, StoredEvent, Subscription } from '../../src/infra/eventstore/port.js';
 import { WrongExpectedRevisionError } from '../../src/infra/eventstore/port.js';
 
 /**

@@ -48,10 +48,30 @@ export async function startTestRedisCluster(options: { masters?: number } = {}):
         node.child = spawn(
           'redis-server',
           [
-            '--port', String(port), '--bind', '127.0.0.1', '--cluster-enabled', 'yes', '--cluster-port', String(busPort),
-            '--cluster-config-file', join(root, `nodes-${port}.conf`), '--cluster-node-timeout', '2000',
-            '--appendonly', 'yes', '--appendfsync', 'always', '--save', '', '--dir', root, '--appendfilename', `appendonly-${port}.aof`,
-            '--appenddirname', `aof-${port}`,
+            '--port',
+            String(port),
+            '--bind',
+            '127.0.0.1',
+            '--cluster-enabled',
+            'yes',
+            '--cluster-port',
+            String(busPort),
+            '--cluster-config-file',
+            join(root, `nodes-${port}.conf`),
+            '--cluster-node-timeout',
+            '2000',
+            '--appendonly',
+            'yes',
+            '--appendfsync',
+            'always',
+            '--save',
+            '',
+            '--dir',
+            root,
+            '--appendfilename',
+            `appendonly-${port}.aof`,
+            '--appenddirname',
+            `aof-${port}`,
           ],
           { stdio: 'ignore' },
         );
@@ -75,7 +95,14 @@ export async function startTestRedisCluster(options: { masters?: number } = {}):
     async whenOk() {
       const deadline = Date.now() + 20_000;
       for (;;) {
-        const states = await Promise.all(nodes.map((n) => cli(n.port, 'cluster', 'info').then((info) => /cluster_state:ok/.test(info), () => false)));
+        const states = await Promise.all(
+          nodes.map((n) =>
+            cli(n.port, 'cluster', 'info').then(
+              (info) => /cluster_state:ok/.test(info),
+              () => false,
+            ),
+          ),
+        );
         if (states.every(Boolean)) return;
         if (Date.now() > deadline) throw new Error('test cluster: cluster_state not ok after 20 s');
         await new Promise((resolve) => setTimeout(resolve, 100));

@@ -28,7 +28,9 @@ export async function startTestApp(options: { dataDir?: string; env?: Record<str
   const app = await buildServer(runtime);
   await app.ready();
   return {
-    app, runtime, dataDir,
+    app,
+    runtime,
+    dataDir,
     async close(closeOptions = {}) {
       await app.close();
       await runtime.close();

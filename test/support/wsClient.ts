@@ -49,7 +49,9 @@ export class WsClient {
 
   /** The params of each notification for a subscription: `result`, or `error` for the last one. */
   notifications(subscription: unknown): Array<Record<string, unknown>> {
-    return this.frames.filter((f) => f.method === 'eth_subscription' && (f.params as { subscription?: unknown }).subscription === subscription).map((f) => f.params as Record<string, unknown>);
+    return this.frames
+      .filter((f) => f.method === 'eth_subscription' && (f.params as { subscription?: unknown }).subscription === subscription)
+      .map((f) => f.params as Record<string, unknown>);
   }
 
   async whenClosed(timeoutMs = 5000): Promise<{ code: number; reason: string }> {

@@ -8,8 +8,17 @@ import { LevelEventStore } from '../../src/infra/eventstore/level.js';
 
 const at = '2026-11-21T12:00:00.000Z';
 const create = {
-  type: 'CreateApiToken' as const, tokenId: 'tok_1', accountId: 'acc_1', tokenHash: 'h', masked: 'gk_x…y', name: 'a', description: '',
-  expiresAt: null, monthlyLimit: null, rateLimit: null, at,
+  type: 'CreateApiToken' as const,
+  tokenId: 'tok_1',
+  accountId: 'acc_1',
+  tokenHash: 'h',
+  masked: 'gk_x…y',
+  name: 'a',
+  description: '',
+  expiresAt: null,
+  monthlyLimit: null,
+  rateLimit: null,
+  at,
 };
 
 let dir: string;

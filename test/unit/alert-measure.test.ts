@@ -30,9 +30,15 @@ describe('measure: each type and condition', () => {
     expect(measure(rule({ type: 'response_time', condition: 'p95', threshold: 500 }), w)).toMatchObject({ breached: true, value: 900 });
   });
   it('rate_limiting: hitting counts refusals, approaching compares the peak rate', () => {
-    expect(measure(rule({ type: 'rate_limiting', condition: 'hitting', threshold: 3 }), { window: win({ rateLimited: 3 }) })).toMatchObject({ breached: true, value: 3 });
+    expect(measure(rule({ type: 'rate_limiting', condition: 'hitting', threshold: 3 }), { window: win({ rateLimited: 3 }) })).toMatchObject({
+      breached: true,
+      value: 3,
+    });
     expect(measure(rule({ type: 'rate_limiting', condition: 'approaching', threshold: 80 }), { peakRpsPercent: 79 })).toMatchObject({ breached: false });
-    expect(measure(rule({ type: 'rate_limiting', condition: 'approaching', threshold: 80 }), { peakRpsPercent: null })).toMatchObject({ breached: false, value: null });
+    expect(measure(rule({ type: 'rate_limiting', condition: 'approaching', threshold: 80 }), { peakRpsPercent: null })).toMatchObject({
+      breached: false,
+      value: null,
+    });
   });
   it('token_usage: share of the token limit, unusual traffic against the baseline, error rate', () => {
     const tokenId = 'tok_aaaaaaaaaaaaaaaa';
@@ -43,7 +49,9 @@ describe('measure: each type and condition', () => {
     // A quiet baseline still compares (against one request per window), above min_requests only.
     expect(measure(unusual, { window: win({ requests: 12 }), baselinePerWindow: 0 })).toMatchObject({ breached: true, value: 12 });
     expect(measure(unusual, { window: win({ requests: 9 }), baselinePerWindow: 0 })).toMatchObject({ breached: false });
-    expect(measure(rule({ type: 'token_usage', condition: 'error_rate', threshold: 50, tokenId, minRequests: 1 }), { window: win({ requests: 2, errors: 1 }) })).toMatchObject({ breached: true });
+    expect(
+      measure(rule({ type: 'token_usage', condition: 'error_rate', threshold: 50, tokenId, minRequests: 1 }), { window: win({ requests: 2, errors: 1 }) }),
+    ).toMatchObject({ breached: true });
   });
 });
 

@@ -30,9 +30,11 @@ async function app(routes: FastifyPluginAsyncZod, check = true): Promise<Fastify
 
 describe('routes declare their contract', () => {
   it('refuses to start with a route that does not say who may call it', async () => {
-    await expect(app(async (a) => {
-      a.get('/api/v1/open', async () => 'open');
-    })).rejects.toThrow(/GET \/api\/v1\/open: declare who may call it/);
+    await expect(
+      app(async (a) => {
+        a.get('/api/v1/open', async () => 'open');
+      }),
+    ).rejects.toThrow(/GET \/api\/v1\/open: declare who may call it/);
   });
 
   it('authenticates by the declared scope before it validates: no credential is a 401 even for a bad body', async () => {
@@ -55,7 +57,11 @@ describe('routes declare their contract', () => {
 
   it('names the query part of a refused query string as `query`', async () => {
     const server = await app(async (a) => {
-      a.get('/api/v1/things', { config: { auth: 'public' }, schema: { querystring: z.strictObject({ limit: z.coerce.number().int().optional() }) } }, async () => null);
+      a.get(
+        '/api/v1/things',
+        { config: { auth: 'public' }, schema: { querystring: z.strictObject({ limit: z.coerce.number().int().optional() }) } },
+        async () => null,
+      );
     });
     const res = await server.inject({ method: 'GET', url: '/api/v1/things?limit=x' });
     expect(res.json()).toMatchObject({ detail: expect.stringMatching(/^query\.limit: /), errors: [{ in: 'query', path: 'limit' }] });
@@ -64,9 +70,13 @@ describe('routes declare their contract', () => {
 });
 
 describe('under test, every answer must be the documented one', () => {
-  const answering = (body: unknown, status = 200): FastifyPluginAsyncZod => async (a) => {
-    a.get('/api/v1/thing', { config: { auth: 'public' }, schema: { response: { 200: Thing } } }, async (_r, reply) => reply.code(status as 200).send(body as z.infer<typeof Thing>));
-  };
+  const answering =
+    (body: unknown, status = 200): FastifyPluginAsyncZod =>
+    async (a) => {
+      a.get('/api/v1/thing', { config: { auth: 'public' }, schema: { response: { 200: Thing } } }, async (_r, reply) =>
+        reply.code(status as 200).send(body as z.infer<typeof Thing>),
+      );
+    };
 
   it('turns an answer with a field its schema does not name into a 500 that says so', async () => {
     const server = await app(answering({ id: 't1', size: 1, secret: 'leak' }));

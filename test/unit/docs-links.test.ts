@@ -9,7 +9,14 @@ import { describe, expect, it } from 'vitest';
  * index lists the decisions as they stand, so it cannot drift from them.
  */
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
-const DOCS = ['README.md', 'bench/README.md', 'bench/HISTORY.md', ...readdirSync(join(ROOT, 'docs')).filter((f) => f.endsWith('.md')).map((f) => `docs/${f}`)];
+const DOCS = [
+  'README.md',
+  'bench/README.md',
+  'bench/HISTORY.md',
+  ...readdirSync(join(ROOT, 'docs'))
+    .filter((f) => f.endsWith('.md'))
+    .map((f) => `docs/${f}`),
+];
 
 const read = (file: string): string => readFileSync(join(ROOT, file), 'utf8');
 
@@ -39,9 +46,7 @@ function linkTargets(markdown: string): Array<{ line: number; target: string }> 
   }
   for (const definition of text.matchAll(/^ {0,3}\[[^\]\n]+\]:[ \t]*<?([^\s>]+)>?/gm)) found.push({ target: definition[1] ?? '', at: definition.index });
   for (const html of text.matchAll(/\s(?:href|src)="([^"]*)"/g)) found.push({ target: html[1] ?? '', at: html.index });
-  return found
-    .sort((a, b) => a.at - b.at)
-    .map(({ target, at }) => ({ target, line: markdown.slice(0, at).split('\n').length }));
+  return found.sort((a, b) => a.at - b.at).map(({ target, at }) => ({ target, line: markdown.slice(0, at).split('\n').length }));
 }
 
 /** GitHub's anchor for a heading: its text lower-cased, punctuation dropped, spaces as hyphens; repeats get -1, -2, … */
@@ -53,7 +58,10 @@ function headingSlugs(markdown: string): Set<string> {
     const heading = fenced ? null : /^ {0,3}#{1,6}\s+(.*?)\s*#*\s*$/.exec(line);
     if (!heading) continue;
     const text = (heading[1] ?? '').replace(/!?\[([^\]]*)\]\([^)]*\)/g, '$1').replace(/[`*]/g, '');
-    const base = text.toLowerCase().replace(/[^\p{L}\p{M}\p{N}\p{Pc} -]/gu, '').replace(/ /g, '-');
+    const base = text
+      .toLowerCase()
+      .replace(/[^\p{L}\p{M}\p{N}\p{Pc} -]/gu, '')
+      .replace(/ /g, '-');
     let slug = base;
     for (let n = 1; slugs.has(slug); n++) slug = `${base}-${n}`;
     slugs.add(slug);
@@ -141,8 +149,7 @@ function entry(bullet: string): Entry {
 }
 
 /** Titles compared without code marks, a final period, or what follows a "…" in the index's shortened form. */
-const plain = (text: string): string =>
-  text.split('…')[0]!.replace(/`/g, '').replace(/\s+/g, ' ').trim().replace(/\.$/, '');
+const plain = (text: string): string => text.split('…')[0]!.replace(/`/g, '').replace(/\s+/g, ' ').trim().replace(/\.$/, '');
 /** An index line names an entry when one starts with the other (the index may shorten a title, or add a few words to a terse one). */
 const names = (line: string, title: string): boolean => plain(line).startsWith(plain(title)) || plain(title).startsWith(plain(line));
 
@@ -159,10 +166,13 @@ describe('the index of docs/decisions.md', () => {
   const [inForce = '', wholly = '', inPart = ''] = indexPart.split(/^### Superseded(?: in part)?$/m);
 
   it('lists the decisions in force of each section, in their order, under a link to the section', () => {
-    const listed = inForce.split(/^- /m).slice(1).map((block) => {
-      const [head = '', ...lines] = block.split('\n');
-      return { head, items: lines.filter((line) => line.startsWith('  - ')).map((line) => line.slice(4)) };
-    });
+    const listed = inForce
+      .split(/^- /m)
+      .slice(1)
+      .map((block) => {
+        const [head = '', ...lines] = block.split('\n');
+        return { head, items: lines.filter((line) => line.startsWith('  - ')).map((line) => line.slice(4)) };
+      });
     expect(listed.map((l) => l.head)).toEqual(sections.map((s) => `[${s.heading}](#${[...headingSlugs(`## ${s.heading}`)][0]})`));
     for (const [i, section] of sections.entries()) {
       const titles = section.entries.filter((e) => e.superseded !== 'whole').map((e) => e.title);
@@ -176,7 +186,10 @@ describe('the index of docs/decisions.md', () => {
   it('lists the superseded decisions, and those superseded in part, at its end', () => {
     const titles = (kind: Entry['superseded']) => sections.flatMap((s) => s.entries.filter((e) => e.superseded === kind).map((e) => e.title));
     const items = (part: string) => bullets(part.split('\n')).map((b) => b.slice(2).split(' ([')[0] ?? '');
-    for (const [part, kind] of [[wholly, 'whole'], [inPart, 'in part']] as const) {
+    for (const [part, kind] of [
+      [wholly, 'whole'],
+      [inPart, 'in part'],
+    ] as const) {
       const expected = titles(kind);
       const listed = items(part);
       expect(listed.length, `${listed.length} listed as superseded ${kind} for ${expected.length} marked`).toBe(expected.length);

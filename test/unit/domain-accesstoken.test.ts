@@ -10,8 +10,16 @@ const created: AccessTokenEvent = { type: 'AccessTokenCreated', version: 1, data
 const revoked: AccessTokenEvent = { type: 'AccessTokenRevoked', version: 1, data: { accessTokenId: 'k1', at } };
 
 describe('access token decider', () => {
-  it('creates', () => spec.given([]).when({ type: 'CreateAccessToken', ...data, at }).then([created]));
-  it('refuses creating twice', () => spec.given([created]).when({ type: 'CreateAccessToken', ...data, at }).thenError('conflict'));
+  it('creates', () =>
+    spec
+      .given([])
+      .when({ type: 'CreateAccessToken', ...data, at })
+      .then([created]));
+  it('refuses creating twice', () =>
+    spec
+      .given([created])
+      .when({ type: 'CreateAccessToken', ...data, at })
+      .thenError('conflict'));
   it('revokes', () => spec.given([created]).when({ type: 'RevokeAccessToken', at }).then([revoked]));
   it('revoking twice changes nothing', () => spec.given([created, revoked]).when({ type: 'RevokeAccessToken', at }).thenNothing());
   it('refuses revoking a token that does not exist', () => spec.given([]).when({ type: 'RevokeAccessToken', at }).thenError('not_found'));

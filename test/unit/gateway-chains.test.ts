@@ -83,7 +83,9 @@ describe('overrides', () => {
   });
 
   it('reads another file from CHAINS_CONFIG and fills in labels, weights and timeouts', () => {
-    const path = writeConfig({ chains: [jsonrpcChain({ upstreams: [{ url: 'https://user:secret@node.example:8443/rpc' }, { url: 'https://node.example:8443/other' }] })] });
+    const path = writeConfig({
+      chains: [jsonrpcChain({ upstreams: [{ url: 'https://user:secret@node.example:8443/rpc' }, { url: 'https://node.example:8443/other' }] })],
+    });
     const eth = loadChains({ env: { CHAINS_CONFIG: path } }).get('eth')!;
     expect(eth.timeoutMs).toBe(10_000);
     expect(eth.upstreams.map((u) => [u.label, u.weight])).toEqual([
@@ -104,7 +106,10 @@ describe('overrides', () => {
 
 describe('errors name the bad field', () => {
   it.each([
-    [{ chains: [jsonrpcChain({ upstreams: [{ url: 'ftp://node.example' }] })] }, 'chains[0] (eth).upstreams[0].url: must be an absolute http:// or https:// URL (got "ftp://node.example")'],
+    [
+      { chains: [jsonrpcChain({ upstreams: [{ url: 'ftp://node.example' }] })] },
+      'chains[0] (eth).upstreams[0].url: must be an absolute http:// or https:// URL (got "ftp://node.example")',
+    ],
     [{ chains: [jsonrpcChain({ upstreams: [{ url: 'not a url' }] })] }, 'chains[0] (eth).upstreams[0].url'],
     [{ chains: [jsonrpcChain({ protocol: 'grpc' })] }, 'chains[0] (eth).protocol: Invalid option'],
     [{ chains: [jsonrpcChain({ protocol: 'rest' })] }, 'chains[0] (eth).rest: a rest chain needs'],
@@ -120,7 +125,9 @@ describe('errors name the bad field', () => {
   it('names an unreadable file, bad JSON, a bad override URL and an override for no chain', () => {
     expect(errorOf(() => loadChains({ configPath: '/nonexistent/chains.json', env: {} }))).toContain('cannot read chain config /nonexistent/chains.json');
     expect(errorOf(() => loadChains({ configPath: writeConfig('{ nope'), env: {} }))).toContain('is not valid JSON');
-    expect(errorOf(() => loadChains({ env: { UPSTREAM_ETH: 'localhost:8545' } }))).toContain('UPSTREAM_ETH: "localhost:8545" is not an absolute http:// or https:// URL');
+    expect(errorOf(() => loadChains({ env: { UPSTREAM_ETH: 'localhost:8545' } }))).toContain(
+      'UPSTREAM_ETH: "localhost:8545" is not an absolute http:// or https:// URL',
+    );
     expect(errorOf(() => loadChains({ env: { UPSTREAM_ETHH: 'http://127.0.0.1:8545' } }))).toContain('UPSTREAM_ETHH names no chain');
   });
 });

@@ -53,7 +53,10 @@ describe('V8 fast paths', () => {
       await import('./src/server.ts');
       for (const lazy of ['mongodb', '@eventstore/db-client', 'pdfkit', 'nodemailer']) await import(lazy);
       console.log(JSON.stringify({ before, after: %HasFastProperties(String.prototype) }));`;
-    const run = spawnSync(process.execPath, ['--allow-natives-syntax', '--import', 'tsx', '--input-type=module', '-e', script], { cwd: ROOT, encoding: 'utf8' });
+    const run = spawnSync(process.execPath, ['--allow-natives-syntax', '--import', 'tsx', '--input-type=module', '-e', script], {
+      cwd: ROOT,
+      encoding: 'utf8',
+    });
     expect(run.status, run.stderr).toBe(0);
     expect(JSON.parse(run.stdout.trim().split('\n').at(-1) ?? '')).toEqual({ before: true, after: true });
   });

@@ -1,15 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { isJsonRpcMediaType } from '../../src/gateway/body.js';
 import { extractCredentials } from '../../src/gateway/credentials.js';
-import {
-  batchUpstreamBody,
-  parseJsonRpc,
-  type RpcCall,
-  restoreId,
-  rpcErrorOf,
-  singleUpstreamBody,
-  splitBatchAnswer,
-} from '../../src/gateway/jsonrpc.js';
+import { batchUpstreamBody, parseJsonRpc, type RpcCall, restoreId, rpcErrorOf, singleUpstreamBody, splitBatchAnswer } from '../../src/gateway/jsonrpc.js';
 import { arrayElements, checkedValueEnd, JsonScanError, objectMembers, skipValue, skipWhitespace } from '../../src/gateway/jsonScan.js';
 import { buildParams, restAnswerFromRpc } from '../../src/gateway/rest.js';
 
@@ -93,7 +85,10 @@ describe('upstream answers', () => {
     const answer = Buffer.from('[{"jsonrpc":"2.0","id":1,"error":{"code":-32000,"message":"nope"}}, {"id":0,"jsonrpc":"2.0","result":18446744073709551615}]');
     const split = splitBatchAnswer(answer, members);
     expect(split?.get(0)).toEqual({ text: '{"id":"a","jsonrpc":"2.0","result":18446744073709551615}', error: null });
-    expect(split?.get(1)).toEqual({ text: '{"jsonrpc":"2.0","id":99999999999999999999,"error":{"code":-32000,"message":"nope"}}', error: { code: -32000, message: 'nope' } });
+    expect(split?.get(1)).toEqual({
+      text: '{"jsonrpc":"2.0","id":99999999999999999999,"error":{"code":-32000,"message":"nope"}}',
+      error: { code: -32000, message: 'nope' },
+    });
   });
 
   it('applies an error object answering a whole batch to each call, and refuses garbage', () => {
@@ -107,12 +102,17 @@ describe('upstream answers', () => {
   it('finds the error of a single answer for metering', () => {
     expect(rpcErrorOf(Buffer.from('{"jsonrpc":"2.0","id":1,"result":"0x1"}'))).toBeNull();
     expect(rpcErrorOf(Buffer.from('{"jsonrpc":"2.0","id":1,"result":{"note":"\\"error\\": inside a string"}}'))).toBeNull();
-    expect(rpcErrorOf(Buffer.from('{"jsonrpc":"2.0","id":1,"error":{"code":3,"message":"execution reverted","data":"0x"}}'))).toEqual({ code: 3, message: 'execution reverted' });
+    expect(rpcErrorOf(Buffer.from('{"jsonrpc":"2.0","id":1,"error":{"code":3,"message":"execution reverted","data":"0x"}}'))).toEqual({
+      code: 3,
+      message: 'execution reverted',
+    });
     expect(rpcErrorOf(Buffer.from('{"jsonrpc":"2.0","id":1,"error":{"message":"no code"}}'))).toEqual({ code: -32603, message: 'no code' });
   });
 
   it('puts a fragile id back into a single answer', () => {
-    expect(restoreId(Buffer.from('{"id":1,"jsonrpc":"2.0","result":"0x0"}'), '12345678901234567890').toString()).toBe('{"id":12345678901234567890,"jsonrpc":"2.0","result":"0x0"}');
+    expect(restoreId(Buffer.from('{"id":1,"jsonrpc":"2.0","result":"0x0"}'), '12345678901234567890').toString()).toBe(
+      '{"id":12345678901234567890,"jsonrpc":"2.0","result":"0x0"}',
+    );
   });
 });
 
@@ -130,7 +130,11 @@ describe('jsonScan', () => {
     const text = '{"idx":5,"params":[1],"\\u0069d":"first","method":"m","id" : 7 ,"params\\"":0,"jsonrpc":"2.0"}';
     expect(JSON.parse(text)).toMatchObject({ id: 7, params: [1] });
     expect(single(text)).toMatchObject({ kind: 'call', idText: '7', paramsText: '[1]', method: 'm' });
-    expect(single('{"id":1,"\\u0069d":"two","jsonrpc":"2\\u002e0","\\u006dethod":"eth\\u005fcall"}')).toMatchObject({ kind: 'call', idText: '"two"', method: 'eth_call' });
+    expect(single('{"id":1,"\\u0069d":"two","jsonrpc":"2\\u002e0","\\u006dethod":"eth\\u005fcall"}')).toMatchObject({
+      kind: 'call',
+      idText: '"two"',
+      method: 'eth_call',
+    });
     expect(single('{"jsonrpc":"2.0","method":"m"}')).toMatchObject({ idText: undefined, paramsText: undefined });
   });
 
@@ -270,7 +274,12 @@ describe('checked JSON', () => {
     const read = (m: ReturnType<typeof single>) =>
       m.kind === 'invalid'
         ? { kind: 'invalid', code: m.code, ...(m.code === -32602 ? { method: m.method } : {}) }
-        : { kind: 'call', method: m.method, id: m.idText === undefined ? undefined : JSON.parse(m.idText), params: m.paramsText === undefined ? undefined : JSON.parse(m.paramsText) };
+        : {
+            kind: 'call',
+            method: m.method,
+            id: m.idText === undefined ? undefined : JSON.parse(m.idText),
+            params: m.paramsText === undefined ? undefined : JSON.parse(m.paramsText),
+          };
     for (const text of jsonLikeTexts(5_000, 7)) {
       const p = parse(text);
       if (!parses(text)) {
@@ -298,7 +307,9 @@ describe('REST parameters and answers', () => {
 
   it('builds params from path, ?params=, other query keys and the body, numbers kept exact', () => {
     expect(params([], '')).toBe('[]');
-    expect(params(['pk'], 'commitment=finalized&minContextSlot=18446744073709551615&token=gk_x')).toBe('["pk",{"commitment":"finalized","minContextSlot":18446744073709551615}]');
+    expect(params(['pk'], 'commitment=finalized&minContextSlot=18446744073709551615&token=gk_x')).toBe(
+      '["pk",{"commitment":"finalized","minContextSlot":18446744073709551615}]',
+    );
     expect(params([], `params=${encodeURIComponent('["pk", {"encoding":"base64"}]')}`)).toBe('["pk",{"encoding":"base64"}]');
     expect(params([], '', '{"params":["a",1]}')).toBe('["a",1]');
     expect(params([], '', '["a"]')).toBe('["a"]');
@@ -309,14 +320,28 @@ describe('REST parameters and answers', () => {
     expect(params([], '', '{"params":"x"}')).toMatch(/^error: /);
   });
 
-  const outcome = (body: string) => ({ ok: true as const, status: 200, contentType: 'application/json', body: Buffer.from(body), upstreamMs: 1, upstream: 'n' });
+  const outcome = (body: string) => ({
+    ok: true as const,
+    status: 200,
+    contentType: 'application/json',
+    body: Buffer.from(body),
+    upstreamMs: 1,
+    upstream: 'n',
+  });
 
   it('names Solana scalar results and keeps everything else as the node wrote it', () => {
     expect(restAnswerFromRpc(outcome('{"jsonrpc":"2.0","result":289012345,"id":1}'), 'blockHeight').body).toBe('{"result":{"blockHeight":289012345}}');
-    expect(restAnswerFromRpc(outcome('{"jsonrpc":"2.0","result":{"context":{"slot":1},"value":5},"id":1}'), undefined).body).toBe('{"result":{"context":{"slot":1},"value":5}}');
+    expect(restAnswerFromRpc(outcome('{"jsonrpc":"2.0","result":{"context":{"slot":1},"value":5},"id":1}'), undefined).body).toBe(
+      '{"result":{"context":{"slot":1},"value":5}}',
+    );
     expect(restAnswerFromRpc(outcome('{"jsonrpc":"2.0","result":"143498509","id":1}'), undefined).body).toBe('{"result":"143498509"}');
-    expect(restAnswerFromRpc(outcome('{"jsonrpc":"2.0","error":{"code":-32601,"message":"Method not found"},"id":1}'), undefined)).toMatchObject({ status: 404, rpcErrorCode: -32601 });
-    expect(restAnswerFromRpc(outcome('{"jsonrpc":"2.0","error":{"code":-32002,"message":"Transaction simulation failed","data":{"logs":[]}},"id":1}'), undefined)).toMatchObject({
+    expect(restAnswerFromRpc(outcome('{"jsonrpc":"2.0","error":{"code":-32601,"message":"Method not found"},"id":1}'), undefined)).toMatchObject({
+      status: 404,
+      rpcErrorCode: -32601,
+    });
+    expect(
+      restAnswerFromRpc(outcome('{"jsonrpc":"2.0","error":{"code":-32002,"message":"Transaction simulation failed","data":{"logs":[]}},"id":1}'), undefined),
+    ).toMatchObject({
       status: 400,
       body: '{"error":{"code":"rpc_error","message":"Transaction simulation failed","rpcCode":-32002,"data":{"logs":[]}}}',
     });
@@ -344,9 +369,19 @@ describe('credentials', () => {
   });
 
   it('accepts JSON-ish media types for JSON-RPC and refuses the rest', () => {
-    for (const t of [undefined, '', 'application/json', 'Application/JSON; charset=utf-8', 'application/json-rpc', 'text/plain', 'application/vnd.api+json', 'application/x-www-form-urlencoded']) {
+    for (const t of [
+      undefined,
+      '',
+      'application/json',
+      'Application/JSON; charset=utf-8',
+      'application/json-rpc',
+      'text/plain',
+      'application/vnd.api+json',
+      'application/x-www-form-urlencoded',
+    ]) {
       expect(isJsonRpcMediaType(t), String(t)).toBe(true);
     }
-    for (const t of ['multipart/form-data; boundary=x', 'application/octet-stream', 'text/xml', 'application/jsonx']) expect(isJsonRpcMediaType(t), t).toBe(false);
+    for (const t of ['multipart/form-data; boundary=x', 'application/octet-stream', 'text/xml', 'application/jsonx'])
+      expect(isJsonRpcMediaType(t), t).toBe(false);
   });
 });

@@ -157,7 +157,11 @@ describe('retries', () => {
     b.mode = 'slow';
     b.delayMs = 60_000;
     expect(await poolFor([{ url: b.url, label: 'b' }], {}, 80).send(READ)).toMatchObject({ ok: false, kind: 'timeout', upstream: 'b' });
-    expect(await poolFor([{ url: deadUrl, label: 'dead' }]).send(READ)).toMatchObject({ ok: false, kind: 'unavailable', message: expect.stringContaining('ECONNREFUSED') });
+    expect(await poolFor([{ url: deadUrl, label: 'dead' }]).send(READ)).toMatchObject({
+      ok: false,
+      kind: 'unavailable',
+      message: expect.stringContaining('ECONNREFUSED'),
+    });
   });
 
   it('times out a node that stalls after its headers, by the chain timeout alone', async () => {

@@ -81,7 +81,7 @@ describe('EsdbLikeEventStore (the double)', () => {
 });
 
 describe.each(stores)('exactly-once usage appends on %s', (_name, open, exactlyOnce) => {
-  it('a crashed ingester\'s records handed out again, regrouped with new ones: N records, N events', async () => {
+  it("a crashed ingester's records handed out again, regrouped with new ones: N records, N events", async () => {
     const store = await open();
     const backend = new MemoryUsageBackend({ visibilityTimeoutMs: 50 });
     const first = ingesterOn(new LossyAckQueue(backend, 'gw-1', 1), store, 7, exactlyOnce);

@@ -152,7 +152,7 @@ describe('UsageIngester', () => {
     expect(store.appendSizes).toHaveLength(1);
   });
 
-  it('appends the accounts\' records of a batch together, each account\'s in order', async () => {
+  it("appends the accounts' records of a batch together, each account's in order", async () => {
     /** Holds every append until one of each account has arrived: appends made one after the other never get there. */
     class BarrierStore extends MemoryEventStore {
       private readonly waiting: Array<() => void> = [];
@@ -186,7 +186,7 @@ describe('UsageIngester', () => {
     }
   });
 
-  it('estimates a record\'s serialized size from above, exactly for plain text', () => {
+  it("estimates a record's serialized size from above, exactly for plain text", () => {
     const plain = usageRecord();
     const odd = usageRecord({ errorMessage: 'quote " backslash \\ newline \n tab \t control \u0001 é 漢 😀', method: 'eth_call' });
     const long = usageRecord({ errorMessage: 'x'.repeat(500), upstreamMs: 1.2345678901234567e300, totalMs: 0.1 + 0.2, retentionDays: 365 });

@@ -65,13 +65,17 @@ const Deployment = z.object({
     }),
   }),
 });
-const Service = z.object({ spec: z.object({ selector: Labels, ports: z.array(z.object({ port: z.number(), targetPort: z.union([z.string(), z.number()]) })) }) });
+const Service = z.object({
+  spec: z.object({ selector: Labels, ports: z.array(z.object({ port: z.number(), targetPort: z.union([z.string(), z.number()]) })) }),
+});
 const Hpa = z.object({
   spec: z.object({
     scaleTargetRef: z.object({ apiVersion: z.string(), kind: z.string(), name: z.string() }),
     minReplicas: z.number(),
     maxReplicas: z.number(),
-    metrics: z.array(z.object({ type: z.string(), resource: z.object({ name: z.string(), target: z.object({ type: z.string(), averageUtilization: z.number() }) }) })),
+    metrics: z.array(
+      z.object({ type: z.string(), resource: z.object({ name: z.string(), target: z.object({ type: z.string(), averageUtilization: z.number() }) }) }),
+    ),
   }),
 });
 const Pdb = z.object({ spec: z.object({ minAvailable: z.number(), selector: z.object({ matchLabels: Labels }) }) });
@@ -79,14 +83,20 @@ const ConfigMap = z.object({ data: z.record(z.string(), z.string()) });
 const Secret = z.object({ stringData: z.record(z.string(), z.string()) });
 const Ingress = z.object({
   spec: z.object({
-    rules: z.array(z.object({
-      http: z.object({ paths: z.array(z.object({ path: z.string(), pathType: z.enum(['Exact', 'Prefix']), backend: z.object({ service: z.object({ name: z.string() }) }) })) }),
-    })),
+    rules: z.array(
+      z.object({
+        http: z.object({
+          paths: z.array(z.object({ path: z.string(), pathType: z.enum(['Exact', 'Prefix']), backend: z.object({ service: z.object({ name: z.string() }) }) })),
+        }),
+      }),
+    ),
   }),
 });
 const Kustomization = z.object({ namespace: z.string(), resources: z.array(z.string()) });
 
-const files = readdirSync(DIR).filter((f) => f.endsWith('.yaml')).sort();
+const files = readdirSync(DIR)
+  .filter((f) => f.endsWith('.yaml'))
+  .sort();
 /** What did not parse as YAML or as a Kubernetes object, by file: the first test reports it. */
 const unparsable: string[] = [];
 const manifests: Manifest[] = files.flatMap((file) =>
@@ -116,8 +126,7 @@ const ofKind = (kind: string): Manifest[] => manifests.filter((m) => m.kind === 
 const ROLES = ['gateway', 'api', 'projector'] as const satisfies readonly Role[];
 const deployment = (role: string) => one(Deployment, 'Deployment', role);
 const containerOf = (role: string) => deployment(role).spec.template.spec.containers[0] as z.infer<typeof Container>;
-const selects = (selector: Record<string, string>, labels: Record<string, string>): boolean =>
-  Object.entries(selector).every(([k, v]) => labels[k] === v);
+const selects = (selector: Record<string, string>, labels: Record<string, string>): boolean => Object.entries(selector).every(([k, v]) => labels[k] === v);
 
 /** The environment variables the configuration's zod schema (`const Env = z.object({…})` in src/config.ts) reads. */
 function configEnvNames(): Set<string> {
@@ -134,7 +143,10 @@ const readByChainRegistry = (name: string): boolean =>
 
 /** The image's own ENV lines (Dockerfile), which the pods start with. */
 function imageEnv(): Record<string, string> {
-  const pairs = read('Dockerfile').split('\n').filter((l) => l.startsWith('ENV ')).flatMap((l) => l.slice(4).trim().split(/\s+/));
+  const pairs = read('Dockerfile')
+    .split('\n')
+    .filter((l) => l.startsWith('ENV '))
+    .flatMap((l) => l.slice(4).trim().split(/\s+/));
   return Object.fromEntries(pairs.map((p) => p.split('=', 2) as [string, string]));
 }
 
@@ -172,9 +184,30 @@ const bytes = (quantity: string): number => {
 describe('deploy/kubernetes', () => {
   it('parses, every document a Kubernetes object of a kind we mean to ship', () => {
     expect(unparsable).toEqual([]);
-    expect(files).toEqual(expect.arrayContaining(['kustomization.yaml', 'namespace.yaml', 'config.yaml', 'secret.example.yaml', 'gateway.yaml', 'api.yaml', 'projector.yaml', 'ingress.example.yaml']));
+    expect(files).toEqual(
+      expect.arrayContaining([
+        'kustomization.yaml',
+        'namespace.yaml',
+        'config.yaml',
+        'secret.example.yaml',
+        'gateway.yaml',
+        'api.yaml',
+        'projector.yaml',
+        'ingress.example.yaml',
+      ]),
+    );
     const kinds = new Set(manifests.map((m) => m.kind));
-    expect([...kinds].sort()).toEqual(['ConfigMap', 'Deployment', 'HorizontalPodAutoscaler', 'Ingress', 'Kustomization', 'Namespace', 'PodDisruptionBudget', 'Secret', 'Service']);
+    expect([...kinds].sort()).toEqual([
+      'ConfigMap',
+      'Deployment',
+      'HorizontalPodAutoscaler',
+      'Ingress',
+      'Kustomization',
+      'Namespace',
+      'PodDisruptionBudget',
+      'Secret',
+      'Service',
+    ]);
     expect(ofKind('Namespace').map((m) => m.metadata.name)).toEqual(['chain-gateway']);
   });
 
@@ -200,7 +233,11 @@ describe('deploy/kubernetes', () => {
       for (const probe of [c.startupProbe, c.livenessProbe]) expect(probe.httpGet, role).toEqual({ path: '/healthz', port: 'http' });
       expect(c.readinessProbe.httpGet, role).toEqual({ path: '/readyz', port: 'http' });
       // Scraped where Prometheus discovers pods.
-      expect(d.spec.template.metadata.annotations, role).toMatchObject({ 'prometheus.io/scrape': 'true', 'prometheus.io/port': String(port), 'prometheus.io/path': '/metrics' });
+      expect(d.spec.template.metadata.annotations, role).toMatchObject({
+        'prometheus.io/scrape': 'true',
+        'prometheus.io/port': String(port),
+        'prometheus.io/path': '/metrics',
+      });
       expect(bytes(c.resources.limits.memory), role).toBeGreaterThanOrEqual(bytes(c.resources.requests.memory));
     }
   });
@@ -236,7 +273,9 @@ describe('deploy/kubernetes', () => {
     expect(hpa.spec.scaleTargetRef).toEqual({ apiVersion: 'apps/v1', kind: 'Deployment', name: 'gateway' });
     expect(hpa.spec.minReplicas).toBeGreaterThanOrEqual(2);
     expect(hpa.spec.maxReplicas).toBeGreaterThan(hpa.spec.minReplicas);
-    expect(hpa.spec.metrics).toEqual([{ type: 'Resource', resource: { name: 'cpu', target: { type: 'Utilization', averageUtilization: expect.any(Number) } } }]);
+    expect(hpa.spec.metrics).toEqual([
+      { type: 'Resource', resource: { name: 'cpu', target: { type: 'Utilization', averageUtilization: expect.any(Number) } } },
+    ]);
     expect(ofKind('HorizontalPodAutoscaler')).toHaveLength(1);
     const pdb = one(Pdb, 'PodDisruptionBudget', 'gateway');
     expect(pdb.spec.minAvailable).toBe(1);
@@ -274,11 +313,14 @@ describe('deploy/kubernetes', () => {
   it('sets only environment variables the code reads', () => {
     const known = configEnvNames();
     // The extraction found the schema, not an empty or partial block.
-    for (const name of ['ROLE', 'EVENTSTORE_URL', 'MONGODB_URL', 'DATABASE_URL', 'REDIS_URL', 'ADMIN_TOKEN', 'TRUST_PROXY', 'SMS_FROM']) expect(known).toContain(name);
+    for (const name of ['ROLE', 'EVENTSTORE_URL', 'MONGODB_URL', 'DATABASE_URL', 'REDIS_URL', 'ADMIN_TOKEN', 'TRUST_PROXY', 'SMS_FROM'])
+      expect(known).toContain(name);
     const used = [
       ...Object.keys(configMap()).map((name) => ['config.yaml', name]),
       ...Object.keys(secretExample()).map((name) => ['secret.example.yaml', name]),
-      ...ROLES.flatMap((role) => containerOf(role).env.flatMap((v) => [[role, v.name], ...(v.valueFrom?.secretKeyRef ? [[role, v.valueFrom.secretKeyRef.key]] : [])])),
+      ...ROLES.flatMap((role) =>
+        containerOf(role).env.flatMap((v) => [[role, v.name], ...(v.valueFrom?.secretKeyRef ? [[role, v.valueFrom.secretKeyRef.key]] : [])]),
+      ),
     ];
     const unknown = used.filter(([, name]) => !known.has(name as string) && !readByChainRegistry(name as string));
     expect(unknown, 'names src/config.ts does not read').toEqual([]);
@@ -312,10 +354,18 @@ describe('deploy/kubernetes', () => {
 
   it('routes the dashboard and API to `api` and each chain to `gateway` in the Ingress example, and not /metrics', () => {
     const paths = one(Ingress, 'Ingress', 'chain-gateway').spec.rules.flatMap((r) => r.http.paths);
-    const to = (service: string) => paths.filter((p) => p.backend.service.name === service).map((p) => `${p.pathType} ${p.path}`).sort();
+    const to = (service: string) =>
+      paths
+        .filter((p) => p.backend.service.name === service)
+        .map((p) => `${p.pathType} ${p.path}`)
+        .sort();
     expect(to('api')).toEqual(['Exact /', 'Exact /healthz', 'Prefix /api', 'Prefix /assets']);
     // `local` is the embedded devnet of ROLE=all.
-    expect(to('gateway')).toEqual(CHAIN_IDS.filter((id) => id !== 'local').map((id) => `Prefix /${id}`).sort());
+    expect(to('gateway')).toEqual(
+      CHAIN_IDS.filter((id) => id !== 'local')
+        .map((id) => `Prefix /${id}`)
+        .sort(),
+    );
     expect(paths.filter((p) => p.path === '/metrics' || (p.path === '/' && p.pathType === 'Prefix'))).toEqual([]);
     for (const p of paths) expect(['api', 'gateway']).toContain(p.backend.service.name);
   });
@@ -332,7 +382,10 @@ describe('deploy/kubernetes', () => {
     expect(run.status).toBe(0);
     const rendered = parseAllDocuments(run.stdout).map((doc) => Manifest.parse(doc.toJS()));
     expect(rendered.map((m) => `${m.kind}/${m.metadata.name}`).sort()).toEqual(
-      manifests.filter((m) => m.kind !== 'Kustomization' && !m.file.endsWith('.example.yaml')).map((m) => `${m.kind}/${m.metadata.name}`).sort(),
+      manifests
+        .filter((m) => m.kind !== 'Kustomization' && !m.file.endsWith('.example.yaml'))
+        .map((m) => `${m.kind}/${m.metadata.name}`)
+        .sort(),
     );
     for (const m of rendered.filter((r) => r.kind !== 'Namespace')) expect(m.metadata.namespace, `${m.kind}/${m.metadata.name}`).toBe('chain-gateway');
     expect(run.stdout).not.toMatch(/image: chain-gateway$/m);

@@ -68,13 +68,28 @@ describe('password hashes', () => {
     const salt = Buffer.alloc(16, 1).toString('base64');
     const hash = Buffer.alloc(32, 2).toString('base64');
     const malformed = [
-      '', 'scrypt', 'bcrypt$x$y', `argon2$${salt}$${hash}`, `scrypt$${salt}`, `scrypt$$${hash}`, `scrypt$${salt}$`,
-      `scrypt$${salt}$not base64!`, `scrypt$c2FsdA==$${hash}`, `scrypt$${salt}$AAAA`,
-      `scrypt$16384$8$${salt}$${hash}`, `scrypt$16384$8$1$${salt}$${hash}$extra`,
-      `scrypt$16383$8$1$${salt}$${hash}`, `scrypt$0$8$1$${salt}$${hash}`, `scrypt$16384$0$1$${salt}$${hash}`,
-      `scrypt$16384$8$-1$${salt}$${hash}`, `scrypt$1e4$8$1$${salt}$${hash}`, `scrypt$16384$8$1.5$${salt}$${hash}`,
+      '',
+      'scrypt',
+      'bcrypt$x$y',
+      `argon2$${salt}$${hash}`,
+      `scrypt$${salt}`,
+      `scrypt$$${hash}`,
+      `scrypt$${salt}$`,
+      `scrypt$${salt}$not base64!`,
+      `scrypt$c2FsdA==$${hash}`,
+      `scrypt$${salt}$AAAA`,
+      `scrypt$16384$8$${salt}$${hash}`,
+      `scrypt$16384$8$1$${salt}$${hash}$extra`,
+      `scrypt$16383$8$1$${salt}$${hash}`,
+      `scrypt$0$8$1$${salt}$${hash}`,
+      `scrypt$16384$0$1$${salt}$${hash}`,
+      `scrypt$16384$8$-1$${salt}$${hash}`,
+      `scrypt$1e4$8$1$${salt}$${hash}`,
+      `scrypt$16384$8$1.5$${salt}$${hash}`,
       // Work above 2^20 (N·r·p) or a gigabyte of memory: refused before scrypt runs.
-      `scrypt$1048576$8$1$${salt}$${hash}`, `scrypt$16384$8$64$${salt}$${hash}`, `scrypt$2147483648$1$1$${salt}$${hash}`,
+      `scrypt$1048576$8$1$${salt}$${hash}`,
+      `scrypt$16384$8$64$${salt}$${hash}`,
+      `scrypt$2147483648$1$1$${salt}$${hash}`,
     ];
     for (const stored of malformed) expect(await guarded.verify('correct horse battery', stored), stored).toBe(false);
     expect(stats.calls).toBe(0);
@@ -98,7 +113,10 @@ describe('password work', () => {
 
     expect(wrongPassword).toBe(1);
     expect(unknownEmail).toBe(1);
-    expect(stats.params).toEqual([{ N: 16384, r: 8, p: 1 }, { N: 16384, r: 8, p: 1 }]);
+    expect(stats.params).toEqual([
+      { N: 16384, r: 8, p: 1 },
+      { N: 16384, r: 8, p: 1 },
+    ]);
     expect(await commands.authenticate('ADA@example.com ', 'correct horse battery')).not.toBeNull();
   });
 
@@ -125,7 +143,12 @@ describe('password work', () => {
     // Each computation waits until the test lets it finish.
     const held: ScryptFunction = () => new Promise((resolve) => releases.push(() => resolve(Buffer.alloc(32))));
     const hasher = new PasswordHasher({ concurrency: 1, maxWaiting: 2, scrypt: held });
-    const results = Array.from({ length: 5 }, () => hasher.verify('whatever pw', null).then(() => 'done', (e: unknown) => e));
+    const results = Array.from({ length: 5 }, () =>
+      hasher.verify('whatever pw', null).then(
+        () => 'done',
+        (e: unknown) => e,
+      ),
+    );
     const refused = await Promise.all(results.slice(3));
     expect(refused).toMatchObject([
       { code: 'overloaded', details: { retryAfterSeconds: 1 } },

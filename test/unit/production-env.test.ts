@@ -15,9 +15,15 @@ describe('the environment the service runs with', () => {
   });
 
   it('is set by the Docker image', () => {
-    const env = read('Dockerfile').split('\n').filter((line) => line.startsWith('ENV ')).join(' ');
+    const env = read('Dockerfile')
+      .split('\n')
+      .filter((line) => line.startsWith('ENV '))
+      .join(' ');
     for (const [name, value] of settings) expect(env).toMatch(new RegExp(`\\s${name}=${value}(\\s|$)`));
-    const cmd = read('Dockerfile').split('\n').find((line) => line.startsWith('CMD ')) ?? '';
+    const cmd =
+      read('Dockerfile')
+        .split('\n')
+        .find((line) => line.startsWith('CMD ')) ?? '';
     expect(JSON.parse(cmd.slice(4))).toEqual(['node', ...PRODUCTION_NODE_FLAGS, 'dist/src/main.js']);
   });
 });

@@ -21,12 +21,34 @@ const channels = [
 const on = (type: string, data: Record<string, unknown>): SpecEvent => ({ streamId: `alert-${alert}`, type, version: 1, data: { alertId: alert, ...data } });
 const created = on('AlertCreated', { accountId: account, name: 'errors', rule, channels, enabled: true, at: T0 });
 const fired = on('AlertFired', {
-  accountId: account, notificationId: notice, value: 7.5, threshold: 5, summary: 'error rate 7.5 % ≥ 5 %', deliverTo: [{ id: email, type: 'email' }, { id: hook, type: 'webhook' }], at: T1,
+  accountId: account,
+  notificationId: notice,
+  value: 7.5,
+  threshold: 5,
+  summary: 'error rate 7.5 % ≥ 5 %',
+  deliverTo: [
+    { id: email, type: 'email' },
+    { id: hook, type: 'webhook' },
+  ],
+  at: T1,
 });
-const publicChannels = [{ id: email, type: 'email', to: 'ops@example.com' }, { id: hook, type: 'webhook', url: 'https://hooks.example.com/x' }];
+const publicChannels = [
+  { id: email, type: 'email', to: 'ops@example.com' },
+  { id: hook, type: 'webhook', url: 'https://hooks.example.com/x' },
+];
 const delivery = (channelId: string, channel: string) => ({
-  notificationId: notice, alertId: alert, accountId: account, channelId, channel, kind: 'fired', value: 7.5, threshold: 5, summary: 'error rate 7.5 % ≥ 5 %',
-  triggeredAt: T1, attempts: 0, nextAttemptAt: T1,
+  notificationId: notice,
+  alertId: alert,
+  accountId: account,
+  channelId,
+  channel,
+  kind: 'fired',
+  value: 7.5,
+  threshold: 5,
+  summary: 'error rate 7.5 % ≥ 5 %',
+  triggeredAt: T1,
+  attempts: 0,
+  nextAttemptAt: T1,
 });
 
 describe('alerts projection', () => {
@@ -34,8 +56,19 @@ describe('alerts projection', () => {
     spec.given([created]).thenDocuments({
       alerts: {
         [alert]: {
-          id: alert, accountId: account, name: 'errors', rule, channels: publicChannels, enabled: true, state: 'ok',
-          firedAt: null, resolvedAt: null, lastNotifiedAt: null, lastValue: null, createdAt: T0, updatedAt: T0,
+          id: alert,
+          accountId: account,
+          name: 'errors',
+          rule,
+          channels: publicChannels,
+          enabled: true,
+          state: 'ok',
+          firedAt: null,
+          resolvedAt: null,
+          lastNotifiedAt: null,
+          lastValue: null,
+          createdAt: T0,
+          updatedAt: T0,
         },
       },
       alerts_by_account: { [`${account}/${alert}`]: { alertId: alert } },
@@ -44,30 +77,85 @@ describe('alerts projection', () => {
   });
 
   it('queues one delivery per channel when it fires, and follows each attempt to the end of its delivery', () => {
-    spec.given([
-      created,
-      fired,
-      on('NotificationAttempted', {
-        accountId: account, notificationId: notice, kind: 'fired', channelId: email, channel: 'email', attempt: 1, outcome: 'delivered', status: null, error: null, nextAttemptAt: null, at: T2,
-      }),
-      on('NotificationAttempted', {
-        accountId: account, notificationId: notice, kind: 'fired', channelId: hook, channel: 'webhook', attempt: 1, outcome: 'retrying', status: 503, error: 'HTTP 503', nextAttemptAt: '2026-11-03T10:06:00.000Z', at: T2,
-      }),
-    ]).thenDocuments({
-      alerts: {
-        [alert]: {
-          id: alert, accountId: account, name: 'errors', rule, channels: publicChannels, enabled: true, state: 'firing',
-          firedAt: T1, resolvedAt: null, lastNotifiedAt: T1, lastValue: 7.5, createdAt: T0, updatedAt: T0,
+    spec
+      .given([
+        created,
+        fired,
+        on('NotificationAttempted', {
+          accountId: account,
+          notificationId: notice,
+          kind: 'fired',
+          channelId: email,
+          channel: 'email',
+          attempt: 1,
+          outcome: 'delivered',
+          status: null,
+          error: null,
+          nextAttemptAt: null,
+          at: T2,
+        }),
+        on('NotificationAttempted', {
+          accountId: account,
+          notificationId: notice,
+          kind: 'fired',
+          channelId: hook,
+          channel: 'webhook',
+          attempt: 1,
+          outcome: 'retrying',
+          status: 503,
+          error: 'HTTP 503',
+          nextAttemptAt: '2026-11-03T10:06:00.000Z',
+          at: T2,
+        }),
+      ])
+      .thenDocuments({
+        alerts: {
+          [alert]: {
+            id: alert,
+            accountId: account,
+            name: 'errors',
+            rule,
+            channels: publicChannels,
+            enabled: true,
+            state: 'firing',
+            firedAt: T1,
+            resolvedAt: null,
+            lastNotifiedAt: T1,
+            lastValue: 7.5,
+            createdAt: T0,
+            updatedAt: T0,
+          },
         },
-      },
-      alerts_by_account: { [`${account}/${alert}`]: { alertId: alert } },
-      alert_channels_disabled: {},
-      alert_deliveries: { [`${notice}/${hook}`]: { ...delivery(hook, 'webhook'), attempts: 1, nextAttemptAt: '2026-11-03T10:06:00.000Z' } },
-      alert_notifications: {
-        [`${alert}/${T2}/${notice}/${email}/001`]: { notificationId: notice, kind: 'fired', channelId: email, channel: 'email', attempt: 1, outcome: 'delivered', status: null, error: null, nextAttemptAt: null, at: T2 },
-        [`${alert}/${T2}/${notice}/${hook}/001`]: { notificationId: notice, kind: 'fired', channelId: hook, channel: 'webhook', attempt: 1, outcome: 'retrying', status: 503, error: 'HTTP 503', nextAttemptAt: '2026-11-03T10:06:00.000Z', at: T2 },
-      },
-    });
+        alerts_by_account: { [`${account}/${alert}`]: { alertId: alert } },
+        alert_channels_disabled: {},
+        alert_deliveries: { [`${notice}/${hook}`]: { ...delivery(hook, 'webhook'), attempts: 1, nextAttemptAt: '2026-11-03T10:06:00.000Z' } },
+        alert_notifications: {
+          [`${alert}/${T2}/${notice}/${email}/001`]: {
+            notificationId: notice,
+            kind: 'fired',
+            channelId: email,
+            channel: 'email',
+            attempt: 1,
+            outcome: 'delivered',
+            status: null,
+            error: null,
+            nextAttemptAt: null,
+            at: T2,
+          },
+          [`${alert}/${T2}/${notice}/${hook}/001`]: {
+            notificationId: notice,
+            kind: 'fired',
+            channelId: hook,
+            channel: 'webhook',
+            attempt: 1,
+            outcome: 'retrying',
+            status: 503,
+            error: 'HTTP 503',
+            nextAttemptAt: '2026-11-03T10:06:00.000Z',
+            at: T2,
+          },
+        },
+      });
   });
 
   it('drops a deleted rule and its listing, and keeps its pending deliveries', () => {

@@ -12,22 +12,59 @@ const token = 'tok_0000000000000001';
 const key = 'key_0000000000000001';
 
 const signedUp: SpecEvent = {
-  streamId: `account-${account}`, type: 'AccountSignedUp', version: 1,
+  streamId: `account-${account}`,
+  type: 'AccountSignedUp',
+  version: 1,
   data: { accountId: account, email: 'me@example.com', passwordHash: 'scrypt$16384$8$1$c2FsdA==$aGFzaA==', plan: 'free', at: AT },
 };
 const created = (expiresAt: string | null): SpecEvent => ({
-  streamId: `token-${token}`, type: 'ApiTokenCreated', version: 1,
-  data: { tokenId: token, accountId: account, tokenHash: 'h1', masked: 'gk_ab…yz', name: 'backend', description: '', expiresAt, monthlyLimit: null, rateLimit: null, at: AT },
+  streamId: `token-${token}`,
+  type: 'ApiTokenCreated',
+  version: 1,
+  data: {
+    tokenId: token,
+    accountId: account,
+    tokenHash: 'h1',
+    masked: 'gk_ab…yz',
+    name: 'backend',
+    description: '',
+    expiresAt,
+    monthlyLimit: null,
+    rateLimit: null,
+    at: AT,
+  },
 });
-const onToken = (type: string, data: Record<string, unknown> = {}): SpecEvent => ({ streamId: `token-${token}`, type, version: 1, data: { tokenId: token, ...data, at: LATER } });
+const onToken = (type: string, data: Record<string, unknown> = {}): SpecEvent => ({
+  streamId: `token-${token}`,
+  type,
+  version: 1,
+  data: { tokenId: token, ...data, at: LATER },
+});
 
-const tokenDoc = { id: token, accountId: account, tokenHash: 'h1', masked: 'gk_ab…yz', name: 'backend', description: '', status: 'active', createdAt: AT, expiresAt: null, monthlyLimit: null, rateLimit: null };
+const tokenDoc = {
+  id: token,
+  accountId: account,
+  tokenHash: 'h1',
+  masked: 'gk_ab…yz',
+  name: 'backend',
+  description: '',
+  status: 'active',
+  createdAt: AT,
+  expiresAt: null,
+  monthlyLimit: null,
+  rateLimit: null,
+};
 
 describe('core projection', () => {
   it('keeps an account with its plan, and a plan change', () => {
-    spec.given([signedUp, { streamId: `account-${account}`, type: 'AccountPlanChanged', version: 1, data: { accountId: account, from: 'free', to: 'developer', at: LATER } }]).thenDocuments({
-      accounts: { [account]: { id: account, email: 'me@example.com', plan: 'developer', createdAt: AT } },
-    });
+    spec
+      .given([
+        signedUp,
+        { streamId: `account-${account}`, type: 'AccountPlanChanged', version: 1, data: { accountId: account, from: 'free', to: 'developer', at: LATER } },
+      ])
+      .thenDocuments({
+        accounts: { [account]: { id: account, email: 'me@example.com', plan: 'developer', createdAt: AT } },
+      });
   });
 
   it('keeps a token by id, by hash (the gateway) and by account (the API), and by expiry when it has one', () => {
@@ -40,19 +77,21 @@ describe('core projection', () => {
   });
 
   it('follows a token through its edits, disable, enable and revoke', () => {
-    spec.given([
-      created(null),
-      onToken('ApiTokenRenamed', { name: 'api' }),
-      onToken('ApiTokenDescriptionChanged', { description: 'server side' }),
-      onToken('ApiTokenLimitsChanged', { monthlyLimit: 1000, rateLimit: 5 }),
-      onToken('ApiTokenDisabled'),
-      onToken('ApiTokenEnabled'),
-      onToken('ApiTokenRevoked'),
-    ]).thenDocuments({
-      tokens: { [token]: { ...tokenDoc, name: 'api', description: 'server side', monthlyLimit: 1000, rateLimit: 5, status: 'revoked', revokedAt: LATER } },
-      tokens_by_hash: { h1: { tokenId: token } },
-      tokens_by_account: { [`${account}/${token}`]: { tokenId: token } },
-    });
+    spec
+      .given([
+        created(null),
+        onToken('ApiTokenRenamed', { name: 'api' }),
+        onToken('ApiTokenDescriptionChanged', { description: 'server side' }),
+        onToken('ApiTokenLimitsChanged', { monthlyLimit: 1000, rateLimit: 5 }),
+        onToken('ApiTokenDisabled'),
+        onToken('ApiTokenEnabled'),
+        onToken('ApiTokenRevoked'),
+      ])
+      .thenDocuments({
+        tokens: { [token]: { ...tokenDoc, name: 'api', description: 'server side', monthlyLimit: 1000, rateLimit: 5, status: 'revoked', revokedAt: LATER } },
+        tokens_by_hash: { h1: { tokenId: token } },
+        tokens_by_account: { [`${account}/${token}`]: { tokenId: token } },
+      });
   });
 
   it('marks an expired token', () => {
@@ -65,31 +104,58 @@ describe('core projection', () => {
   });
 
   it('keeps access tokens by id, hash and account, and their revocation', () => {
-    spec.given([
-      { streamId: `accesstoken-${key}`, type: 'AccessTokenCreated', version: 1, data: { accessTokenId: key, accountId: account, tokenHash: 'k1', masked: 'gka_ab…yz', name: 'cli', at: AT } },
-      { streamId: `accesstoken-${key}`, type: 'AccessTokenRevoked', version: 1, data: { accessTokenId: key, at: LATER } },
-    ]).thenDocuments({
-      access_tokens: { [key]: { id: key, accountId: account, masked: 'gka_ab…yz', name: 'cli', status: 'revoked', createdAt: AT } },
-      access_tokens_by_hash: { k1: { accessTokenId: key } },
-      access_tokens_by_account: { [`${account}/${key}`]: { accessTokenId: key } },
-    });
+    spec
+      .given([
+        {
+          streamId: `accesstoken-${key}`,
+          type: 'AccessTokenCreated',
+          version: 1,
+          data: { accessTokenId: key, accountId: account, tokenHash: 'k1', masked: 'gka_ab…yz', name: 'cli', at: AT },
+        },
+        { streamId: `accesstoken-${key}`, type: 'AccessTokenRevoked', version: 1, data: { accessTokenId: key, at: LATER } },
+      ])
+      .thenDocuments({
+        access_tokens: { [key]: { id: key, accountId: account, masked: 'gka_ab…yz', name: 'cli', status: 'revoked', createdAt: AT } },
+        access_tokens_by_hash: { k1: { accessTokenId: key } },
+        access_tokens_by_account: { [`${account}/${key}`]: { accessTokenId: key } },
+      });
   });
 
-  it('writes nothing for the account stream\'s slot events and the email claim', () => {
-    spec.given([
-      { streamId: `account-${account}`, type: 'ApiTokenIssued', version: 1, data: { accountId: account, tokenId: token, tokenHash: 'h1', masked: 'gk_ab…yz', name: 'backend', description: '', expiresAt: null, monthlyLimit: null, rateLimit: null, at: AT } },
-      { streamId: `account-${account}`, type: 'ApiTokenReleased', version: 1, data: { accountId: account, tokenId: token, reason: 'revoked', at: AT } },
-      { streamId: 'accountemail-abc', type: 'EmailClaimed', version: 1, data: { accountId: account, email: 'me@example.com', at: AT } },
-      { streamId: 'usage-acc', type: 'UsageRecorded', version: 1, data: { requestId: 'r' } },
-    ]).then([]);
+  it("writes nothing for the account stream's slot events and the email claim", () => {
+    spec
+      .given([
+        {
+          streamId: `account-${account}`,
+          type: 'ApiTokenIssued',
+          version: 1,
+          data: {
+            accountId: account,
+            tokenId: token,
+            tokenHash: 'h1',
+            masked: 'gk_ab…yz',
+            name: 'backend',
+            description: '',
+            expiresAt: null,
+            monthlyLimit: null,
+            rateLimit: null,
+            at: AT,
+          },
+        },
+        { streamId: `account-${account}`, type: 'ApiTokenReleased', version: 1, data: { accountId: account, tokenId: token, reason: 'revoked', at: AT } },
+        { streamId: 'accountemail-abc', type: 'EmailClaimed', version: 1, data: { accountId: account, email: 'me@example.com', at: AT } },
+        { streamId: 'usage-acc', type: 'UsageRecorded', version: 1, data: { requestId: 'r' } },
+      ])
+      .then([]);
   });
 
   it('tells the gateways of every token change and of a plan change', () => {
-    spec.given([
-      signedUp,
-      created(null),
-      onToken('ApiTokenDisabled'),
-      { streamId: `account-${account}`, type: 'AccountPlanChanged', version: 1, data: { accountId: account, from: 'free', to: 'developer', at: LATER } },
-    ]).thenNotifications([`token:${token}`, `token:${token}`, `account:${account}`]);
+    spec
+      .given([
+        signedUp,
+        created(null),
+        onToken('ApiTokenDisabled'),
+        { streamId: `account-${account}`, type: 'AccountPlanChanged', version: 1, data: { accountId: account, from: 'free', to: 'developer', at: LATER } },
+      ])
+      .thenNotifications([`token:${token}`, `token:${token}`, `account:${account}`]);
   });
 });

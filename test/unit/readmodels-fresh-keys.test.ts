@@ -45,7 +45,12 @@ describe('LevelReadModelStore after a reset', () => {
       await store.reset('p', ['c']);
       const readsBefore = store.stats.documentsRead;
       // 30,000 new documents: more than the store keeps in memory (two generations of 10,000).
-      for (let b = 0; b < 30; b++) await store.commit('p', pos(2 + b), Array.from({ length: 1000 }, (_, i) => inc('c', `k${b * 1000 + i}`)));
+      for (let b = 0; b < 30; b++)
+        await store.commit(
+          'p',
+          pos(2 + b),
+          Array.from({ length: 1000 }, (_, i) => inc('c', `k${b * 1000 + i}`)),
+        );
       expect(store.stats.documentsRead).toBe(readsBefore);
       expect(store.stats.readsSkipped).toBeGreaterThanOrEqual(30_000);
       // The first ones have left the memory: they are read back, not taken as new.

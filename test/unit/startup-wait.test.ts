@@ -35,22 +35,34 @@ describe('untilReachable: waiting at start for a production service', () => {
 
   it('gives up after the deadline with the service, its address and the last reason', async () => {
     const time = fakeTime();
-    const failing = untilReachable('MongoDB', 'mongodb://user:pw@db:27017/gw', async () => {
-      throw new Error('Server selection timed out');
-    }, { deadlineMs: 5000, retryMs: 1000, log: () => {}, ...time });
+    const failing = untilReachable(
+      'MongoDB',
+      'mongodb://user:pw@db:27017/gw',
+      async () => {
+        throw new Error('Server selection timed out');
+      },
+      { deadlineMs: 5000, retryMs: 1000, log: () => {}, ...time },
+    );
     await expect(failing).rejects.toBeInstanceOf(DependencyUnreachableError);
-    await expect(failing).rejects.toThrow(/^MongoDB at mongodb:\/\/user:\*\*\*@db:27017\/gw was not reachable within \d+ s \(STARTUP_TIMEOUT_SECONDS\): Server selection timed out$/);
+    await expect(failing).rejects.toThrow(
+      /^MongoDB at mongodb:\/\/user:\*\*\*@db:27017\/gw was not reachable within \d+ s \(STARTUP_TIMEOUT_SECONDS\): Server selection timed out$/,
+    );
     expect(time.now()).toBeLessThanOrEqual(5000);
   });
 
   it('ends an attempt that hangs at its timeout, and counts it as a failure', async () => {
     const logs: string[] = [];
     let attempts = 0;
-    const value = await untilReachable('EventStoreDB', 'esdb://127.0.0.1:2113', (timeoutMs) => {
-      attempts += 1;
-      expect(timeoutMs).toBeLessThanOrEqual(20);
-      return attempts === 1 ? new Promise<string>(() => {}) : Promise.resolve('up');
-    }, { deadlineMs: 2000, attemptTimeoutMs: 20, retryMs: 1, log: (m) => logs.push(m) });
+    const value = await untilReachable(
+      'EventStoreDB',
+      'esdb://127.0.0.1:2113',
+      (timeoutMs) => {
+        attempts += 1;
+        expect(timeoutMs).toBeLessThanOrEqual(20);
+        return attempts === 1 ? new Promise<string>(() => {}) : Promise.resolve('up');
+      },
+      { deadlineMs: 2000, attemptTimeoutMs: 20, retryMs: 1, log: (m) => logs.push(m) },
+    );
     expect(value).toBe('up');
     expect(logs[0]).toMatch(/no answer within 20 ms/);
   });

@@ -64,7 +64,11 @@ describe('telemetry: chain calls by chain, method class and status', () => {
 
 describe('telemetry: limiter decisions', () => {
   const decision = (granted: number, refusedBy: LimitDecision['refusedBy']): LimitDecision => ({
-    granted, refusedBy, rate: { limit: 10, remaining: 0, resetAt: 1 }, monthly: { limit: null, remaining: null, resetAt: 2 }, retryAfterSeconds: refusedBy ? 1 : null,
+    granted,
+    refusedBy,
+    rate: { limit: 10, remaining: 0, resetAt: 1 },
+    monthly: { limit: null, remaining: null, resetAt: 2 },
+    retryAfterSeconds: refusedBy ? 1 : null,
   });
   const request = (cost: number): LimitRequest => ({ tokenId: 't', rps: 10, monthly: { key: 'account:a', limit: null }, cost, nowMs: 0 });
   const decisionsOf = (text: string, outcome: string): number | null => {
@@ -131,7 +135,12 @@ describe('telemetry: the usage journal', () => {
 describe('telemetry: the process', () => {
   it("adds prom-client's process and Node.js metrics, without the gauges named like counters", async () => {
     const text = await telemetry().metrics();
-    for (const family of ['process_cpu_seconds_total counter', 'process_resident_memory_bytes gauge', 'nodejs_heap_size_used_bytes gauge', 'nodejs_active_handles gauge']) {
+    for (const family of [
+      'process_cpu_seconds_total counter',
+      'process_resident_memory_bytes gauge',
+      'nodejs_heap_size_used_bytes gauge',
+      'nodejs_active_handles gauge',
+    ]) {
       expect(text).toContain(`# TYPE ${family}\n`);
     }
     // Gauges ending in _total, which promtool rejects (prom-client#283).

@@ -6,8 +6,17 @@ import type { AccountDoc, TokenDoc } from '../../src/projections/core.js';
 const HASH = sha256Hex('the token');
 const account: AccountDoc = { id: 'acc_1', email: 'a@example.com', plan: 'developer', createdAt: '2026-11-01T00:00:00.000Z' };
 const tokenDoc = (status: TokenDoc['status']): TokenDoc => ({
-  id: 'tok_1', accountId: 'acc_1', tokenHash: HASH, masked: 'x…', name: 'main', description: '', status,
-  createdAt: '2026-11-01T00:00:00.000Z', expiresAt: null, monthlyLimit: null, rateLimit: 7,
+  id: 'tok_1',
+  accountId: 'acc_1',
+  tokenHash: HASH,
+  masked: 'x…',
+  name: 'main',
+  description: '',
+  status,
+  createdAt: '2026-11-01T00:00:00.000Z',
+  expiresAt: null,
+  monthlyLimit: null,
+  rateLimit: 7,
 });
 
 const hashOf = (n: number): string => sha256Hex(`token ${n}`);
@@ -51,7 +60,15 @@ describe('the token cache', () => {
     const cache = new TokenCache(db.lookups);
     const first = cache.get(HASH);
     db.answer(tokenDoc('active'));
-    expect(await first).toEqual({ tokenId: 'tok_1', accountId: 'acc_1', plan: 'developer', status: 'active', expiresAt: null, monthlyLimit: null, rateLimit: 7 });
+    expect(await first).toEqual({
+      tokenId: 'tok_1',
+      accountId: 'acc_1',
+      plan: 'developer',
+      status: 'active',
+      expiresAt: null,
+      monthlyLimit: null,
+      rateLimit: 7,
+    });
     expect(cache.cached(HASH)).toMatchObject({ tokenId: 'tok_1', status: 'active' });
     expect(cache.get(HASH)).toMatchObject({ tokenId: 'tok_1' });
     expect(db.reads()).toBe(1);
@@ -94,7 +111,7 @@ describe('the token cache', () => {
     expect(db.reads()).toBe(1);
   });
 
-  it('drops a token on its own invalidation and on its account\'s', async () => {
+  it("drops a token on its own invalidation and on its account's", async () => {
     const db = heldReads();
     const cache = new TokenCache(db.lookups);
     for (const message of ['token:tok_1', 'account:acc_1']) {

@@ -28,7 +28,11 @@ describe('EntryBuffer', () => {
     expect(buffer.peek(4).map((e) => e.count)).toEqual([2, 2]);
     buffer.drop(1); // the first entry confirmed, the second not
     expect(buffer.length).toBe(4);
-    expect(parsed(buffer, 100).flat().map((r) => (r as unknown[])[0])).toEqual(['r-2', 'r-3', 'r-4', 'r-5']);
+    expect(
+      parsed(buffer, 100)
+        .flat()
+        .map((r) => (r as unknown[])[0]),
+    ).toEqual(['r-2', 'r-3', 'r-4', 'r-5']);
   });
 
   it('starts a new entry for what arrives after an entry was taken for sending', () => {

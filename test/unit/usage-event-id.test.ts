@@ -13,7 +13,7 @@ describe('usageEventId', () => {
     expect(usageEventId({ requestId: 'r-1', at })).toMatch(UUID7);
   });
 
-  it('starts with the call\'s time, so ids sort in time order whatever the request ids', () => {
+  it("starts with the call's time, so ids sort in time order whatever the request ids", () => {
     const at = Date.parse('2026-11-25T01:02:03.456Z');
     expect(timeOf(usageEventId({ requestId: 'x', at: new Date(at).toISOString() }))).toBe(at);
     for (let i = 0; i < 200; i++) {
@@ -23,7 +23,7 @@ describe('usageEventId', () => {
     }
   });
 
-  it('takes time 0 when the record\'s time is not one, and stays deterministic', () => {
+  it("takes time 0 when the record's time is not one, and stays deterministic", () => {
     const id = usageEventId({ requestId: 'bad-1', at: 'yesterday' });
     expect(id).toMatch(UUID7);
     expect(timeOf(id)).toBe(0);

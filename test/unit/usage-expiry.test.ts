@@ -79,7 +79,8 @@ describe('usage document expiry', () => {
 
   it('agrees with the retention job: what has expired at a time is what a pass then deletes (to the minute for per-call documents)', async () => {
     const start = Date.parse('2024-01-30T22:00:00.000Z');
-    for (const days of [7, 30]) {  // 30: minute documents past MINUTE_RETENTION_DAYS, the rest the plan's
+    for (const days of [7, 30]) {
+      // 30: minute documents past MINUTE_RETENTION_DAYS, the rest the plan's
       const store = await openLevel();
       await store.write([{ op: 'put', collection: COLLECTIONS.tokensByAccount, key: 'acc/tok', doc: { tokenId: 'tok' } }]);
       const writes: ReadModelWrite[] = [];
@@ -181,7 +182,10 @@ describe('retention job on a store that expires documents', () => {
       expect(minute && store.expiry.get(minute)).toBe(Date.parse(`${recent.at.slice(0, 16)}:00.000Z`) + 60_000 + MINUTE_RETENTION_DAYS * DAY_MS);
       // The per-call document is put back as it was.
       expect(await store.range(USAGE_METRICS.recentErrors, { prefix: 'acc/' })).toEqual([
-        { key: `acc/${recent.at}/${recent.requestId}`, doc: { tokenId: 'tok', chain: 'eth', method: 'eth_blockNumber', status: 500, code: -32000, message: 'boom' } },
+        {
+          key: `acc/${recent.at}/${recent.requestId}`,
+          doc: { tokenId: 'tok', chain: 'eth', method: 'eth_blockNumber', status: 500, code: -32000, message: 'boom' },
+        },
       ]);
     } finally {
       await job.stop();
@@ -200,7 +204,11 @@ describe('projecting calls older than what their documents are kept for', () => 
       ageOf.set(record.at.slice(0, 10), age);
       return record;
     });
-    await store.append(usageStream('acc'), records.map((r) => ({ id: usageEventId(r), type: USAGE_EVENT_TYPE, data: { ...r } })), 'any');
+    await store.append(
+      usageStream('acc'),
+      records.map((r) => ({ id: usageEventId(r), type: USAGE_EVENT_TYPE, data: { ...r } })),
+      'any',
+    );
     const rm = await openLevel();
     const runner = new ProjectionRunner(store, rm, [usageMetricsProjection], null, () => now);
     await runner.start();

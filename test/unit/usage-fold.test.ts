@@ -43,15 +43,31 @@ function events(count: number, seed: number): StoredEvent[] {
       requestId: `req-${i}`,
       // Across minutes, hours, days and a month boundary, sometimes out of order, sometimes with an offset.
       at: next() < 0.05 ? '2024-06-01T02:15:00.000+02:00' : new Date(start + Math.floor(next() * 3 * 3_600_000)).toISOString(),
-      accountId, tokenId: pick(['tok_1', 'tok_2', 'tok_3']), chain: pick(['eth', 'sol']), method: pick(['eth_call', 'getBalance', 'cosmos/bank/v1beta1/balances/cosmos1qypqxpq9qcrsszg2pvxq6rs0zqg3yyc5lzv7xu']),
-      status: failed && next() < 0.5 ? 502 : 200, rpcErrorCode: failed ? pick([-32000, 3]) : null, errorMessage: failed ? pick(['reverted', 'upstream unavailable']) : null,
-      totalMs: Math.round(next() * 3000 * 100) / 100, upstreamMs: next() < 0.1 ? null : Math.round(next() * 2000 * 100) / 100,
-      clientIp: pick(['192.0.2.1', '2001:db8::1']), upstream: pick(['eth-1', null]),
+      accountId,
+      tokenId: pick(['tok_1', 'tok_2', 'tok_3']),
+      chain: pick(['eth', 'sol']),
+      method: pick(['eth_call', 'getBalance', 'cosmos/bank/v1beta1/balances/cosmos1qypqxpq9qcrsszg2pvxq6rs0zqg3yyc5lzv7xu']),
+      status: failed && next() < 0.5 ? 502 : 200,
+      rpcErrorCode: failed ? pick([-32000, 3]) : null,
+      errorMessage: failed ? pick(['reverted', 'upstream unavailable']) : null,
+      totalMs: Math.round(next() * 3000 * 100) / 100,
+      upstreamMs: next() < 0.1 ? null : Math.round(next() * 2000 * 100) / 100,
+      clientIp: pick(['192.0.2.1', '2001:db8::1']),
+      upstream: pick(['eth-1', null]),
       ...(next() < 0.5 ? { retentionDays: pick([7, 30, 365]) } : {}),
     };
     const revision = revisions.get(accountId) ?? 0;
     revisions.set(accountId, revision + 1);
-    return { streamId: `usage-${accountId}`, revision, position: String(i + 1).padStart(20, '0'), id: `e${i}`, type: USAGE_EVENT_TYPE, data: { ...record }, metadata: {}, created: '' };
+    return {
+      streamId: `usage-${accountId}`,
+      revision,
+      position: String(i + 1).padStart(20, '0'),
+      id: `e${i}`,
+      type: USAGE_EVENT_TYPE,
+      data: { ...record },
+      metadata: {},
+      created: '',
+    };
   });
 }
 

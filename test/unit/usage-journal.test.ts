@@ -17,8 +17,21 @@ afterAll(() => {
 });
 
 const record = (n: number): UsageRecord => ({
-  requestId: `req-${n}`, at: '2024-05-07T13:45:12.345Z', accountId: 'acc_A', tokenId: 'tok_T', chain: 'eth', method: 'eth_call', status: 200,
-  rpcErrorCode: null, errorMessage: null, totalMs: 1.5, upstreamMs: 1, clientIp: '203.0.113.9', upstream: 'eth-1', retentionDays: 30, charged: true,
+  requestId: `req-${n}`,
+  at: '2024-05-07T13:45:12.345Z',
+  accountId: 'acc_A',
+  tokenId: 'tok_T',
+  chain: 'eth',
+  method: 'eth_call',
+  status: 200,
+  rpcErrorCode: null,
+  errorMessage: null,
+  totalMs: 1.5,
+  upstreamMs: 1,
+  clientIp: '203.0.113.9',
+  upstream: 'eth-1',
+  retentionDays: 30,
+  charged: true,
 });
 
 /** Appends the records in one turn; resolves once the journal said they are written. */

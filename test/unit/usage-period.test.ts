@@ -31,7 +31,10 @@ describe('metrics period', () => {
     expect(r.granularity).toBe('minute');
     expect(r.scope).toMatchObject({ accountId: 'acc_A', chain: 'eth', granularity: 'minute' });
     expect(resolve({ start: '2024-05-10', end: '2024-05-20' }).granularity).toBe('hour');
-    expect(resolve({ start: '2024-05-01T10:20:00Z', end: '2024-05-19T10:20:00Z' }).period).toEqual({ start: '2024-05-01T10:00:00.000Z', end: '2024-05-19T11:00:00.000Z' });
+    expect(resolve({ start: '2024-05-01T10:20:00Z', end: '2024-05-19T10:20:00Z' }).period).toEqual({
+      start: '2024-05-01T10:00:00.000Z',
+      end: '2024-05-19T11:00:00.000Z',
+    });
     expect(resolve({ start: '2024-05-20T14:00:00+02:00' }).period.start).toBe('2024-05-20T12:00:00.000Z');
   });
 

@@ -6,11 +6,30 @@ import { quotaUsed, usageTotalsProjection } from '../../src/projections/usageTot
 /** Quota used: what the limiter charged, counted by the totals projection and read the same way everywhere. */
 
 const record = (overrides: Partial<UsageRecord>): UsageRecord => ({
-  requestId: `r-${Math.random()}`, at: '2026-11-03T10:00:00.000Z', accountId: 'acc1', tokenId: 'tok1', chain: 'eth', method: 'eth_call',
-  status: 200, rpcErrorCode: null, errorMessage: null, totalMs: 1, upstreamMs: 1, clientIp: '127.0.0.1', upstream: 'a', ...overrides,
+  requestId: `r-${Math.random()}`,
+  at: '2026-11-03T10:00:00.000Z',
+  accountId: 'acc1',
+  tokenId: 'tok1',
+  chain: 'eth',
+  method: 'eth_call',
+  status: 200,
+  rpcErrorCode: null,
+  errorMessage: null,
+  totalMs: 1,
+  upstreamMs: 1,
+  clientIp: '127.0.0.1',
+  upstream: 'a',
+  ...overrides,
 });
 const stored = (r: UsageRecord, revision: number): StoredEvent => ({
-  streamId: 'usage-acc1', revision, position: String(revision), id: r.requestId, type: USAGE_EVENT_TYPE, data: { ...r }, metadata: {}, created: r.at,
+  streamId: 'usage-acc1',
+  revision,
+  position: String(revision),
+  id: r.requestId,
+  type: USAGE_EVENT_TYPE,
+  data: { ...r },
+  metadata: {},
+  created: r.at,
 });
 
 describe('quota used', () => {

@@ -4,8 +4,22 @@ import type { StoredEvent } from '../../src/infra/eventstore/port.js';
 import { asUsageRecord, usageRecordOf } from '../../src/projections/usageRecord.js';
 
 const valid: Record<string, unknown> = {
-  requestId: 'req-1', at: '2024-05-07T13:45:12.345Z', accountId: 'acc_A', tokenId: 'tok_T', chain: 'eth', method: 'eth_call', status: 200,
-  rpcErrorCode: 3, errorMessage: 'execution reverted', totalMs: 12.5, upstreamMs: 10, clientIp: '203.0.113.9', upstream: 'eth-1', retentionDays: 30, charged: true, cache: 'hit',
+  requestId: 'req-1',
+  at: '2024-05-07T13:45:12.345Z',
+  accountId: 'acc_A',
+  tokenId: 'tok_T',
+  chain: 'eth',
+  method: 'eth_call',
+  status: 200,
+  rpcErrorCode: 3,
+  errorMessage: 'execution reverted',
+  totalMs: 12.5,
+  upstreamMs: 10,
+  clientIp: '203.0.113.9',
+  upstream: 'eth-1',
+  retentionDays: 30,
+  charged: true,
+  cache: 'hit',
 };
 
 /** Values of every JSON type and the edges of the numeric checks. */
@@ -29,7 +43,16 @@ describe('the usage record guard', () => {
   });
 
   it('reads only usage events', () => {
-    const stored: StoredEvent = { streamId: 'usage-acc_A', revision: 0, position: '1', id: 'e', type: USAGE_EVENT_TYPE, data: valid, metadata: {}, created: '' };
+    const stored: StoredEvent = {
+      streamId: 'usage-acc_A',
+      revision: 0,
+      position: '1',
+      id: 'e',
+      type: USAGE_EVENT_TYPE,
+      data: valid,
+      metadata: {},
+      created: '',
+    };
     expect(usageRecordOf(stored)).toBe(valid);
     expect(usageRecordOf({ ...stored, type: 'AccountSignedUp' })).toBeNull();
   });

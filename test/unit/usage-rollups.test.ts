@@ -19,8 +19,9 @@ describe('method labels', () => {
     expect(methodLabel('cosmos/bank/v1beta1/balances/cosmos1qypqxpq9qcrsszg2pvxq6rs0zqg3yyc5lzv7xu')).toBe('cosmos/bank/v1beta1/balances/{id}');
     expect(methodLabel('cosmos/base/tendermint/v1beta1/blocks/19876543')).toBe('cosmos/base/tendermint/v1beta1/blocks/{id}');
     expect(methodLabel('cosmos/tx/v1beta1/txs/9F86D081884C7D659A2FEAA0C55AD015A3BF4F1B2B0B822CD15D6C15B0F00A08')).toBe('cosmos/tx/v1beta1/txs/{id}');
-    expect(methodLabel('cosmos/staking/v1beta1/validators/seivaloper1x2y3z4w5v6u7t8s9r0q1p2o3n4m5l6k7j8h9g0/delegations'))
-      .toBe('cosmos/staking/v1beta1/validators/{id}/delegations');
+    expect(methodLabel('cosmos/staking/v1beta1/validators/seivaloper1x2y3z4w5v6u7t8s9r0q1p2o3n4m5l6k7j8h9g0/delegations')).toBe(
+      'cosmos/staking/v1beta1/validators/{id}/delegations',
+    );
     expect(methodLabel('addresses/kaspa:qqkqkzjvr7zwxxmjxjkmxxdwju9kjs6e9u82uh59z07vgaks6gg62v8707g73/balance')).toBe('addresses/{id}/balance');
     expect(methodLabel('wallet/getaccount')).toBe('wallet/getaccount');
     expect(methodLabel('walletsolidity/gettransactionbyid')).toBe('walletsolidity/gettransactionbyid');
@@ -46,7 +47,8 @@ describe('time buckets', () => {
     expect(bucketName(at, 'hour')).toBe('2024-05-07T13');
     expect(bucketName(at, 'day')).toBe('2024-05-07');
     expect(bucketName(at, 'month')).toBe('2024-05');
-    for (const name of ['2024-05-07T13:45', '2024-05-07T13', '2024-05-07', '2024-05']) expect(bucketName(bucketStart(name), 'minute').startsWith(name)).toBe(true);
+    for (const name of ['2024-05-07T13:45', '2024-05-07T13', '2024-05-07', '2024-05'])
+      expect(bucketName(bucketStart(name), 'minute').startsWith(name)).toBe(true);
   });
 
   it('picks a minute series up to 6 hours, an hour up to 14 days, a day beyond', () => {
@@ -76,7 +78,9 @@ describe('time buckets', () => {
 
   it('gives one series point per bucket the range touches', () => {
     expect(seriesBuckets(t('2024-05-01T22:37:00Z'), t('2024-05-02T01:00:00Z'), 'hour').map((b) => new Date(b).toISOString())).toEqual([
-      '2024-05-01T22:00:00.000Z', '2024-05-01T23:00:00.000Z', '2024-05-02T00:00:00.000Z',
+      '2024-05-01T22:00:00.000Z',
+      '2024-05-01T23:00:00.000Z',
+      '2024-05-02T00:00:00.000Z',
     ]);
   });
 });
@@ -98,15 +102,30 @@ describe('latency histogram', () => {
     expect(quantile(counts, 0.5)).toBeCloseTo(7 + 3 * (50 / 90), 6);
     expect(quantile(counts, 0.95)).toBeCloseTo(200 + 100 * 0.5, 6);
     expect(quantile(counts, 0.99)).toBeCloseTo(290, 6);
-    expect(quantile(HISTOGRAM_FIELDS.map(() => 0), 0.95)).toBeNull();
+    expect(
+      quantile(
+        HISTOGRAM_FIELDS.map(() => 0),
+        0.95,
+      ),
+    ).toBeNull();
   });
 });
 
 describe('the usage projection', () => {
   const record: UsageRecord = {
-    requestId: 'req-1', at: '2024-05-07T13:45:12.345Z', accountId: 'acc_A', tokenId: 'tok_T', chain: 'atom',
-    method: 'cosmos/bank/v1beta1/balances/cosmos1qypqxpq9qcrsszg2pvxq6rs0zqg3yyc5lzv7xu', status: 200, rpcErrorCode: -32000,
-    errorMessage: 'account not found', totalMs: 12.34, upstreamMs: 10.01, clientIp: '203.0.113.9', upstream: 'atom-1',
+    requestId: 'req-1',
+    at: '2024-05-07T13:45:12.345Z',
+    accountId: 'acc_A',
+    tokenId: 'tok_T',
+    chain: 'atom',
+    method: 'cosmos/bank/v1beta1/balances/cosmos1qypqxpq9qcrsszg2pvxq6rs0zqg3yyc5lzv7xu',
+    status: 200,
+    rpcErrorCode: -32000,
+    errorMessage: 'account not found',
+    totalMs: 12.34,
+    upstreamMs: 10.01,
+    clientIp: '203.0.113.9',
+    upstream: 'atom-1',
   };
 
   it('counts one call into every granularity, with integer µs latency sums and one histogram bucket', () => {
@@ -119,7 +138,13 @@ describe('the usage projection', () => {
       'acc_A/month/2024-05/tok_T/atom/cosmos/bank/v1beta1/balances/{id}',
     ]);
     expect(rollups[0]?.inc).toEqual({ requests: 1, errors: 1, totalUs: 12_340, upstreamUs: 10_010, upstreamCalls: 1, h15: 1 });
-    expect(parseRollupKey(rollups[0]?.key ?? '')).toMatchObject({ accountId: 'acc_A', granularity: 'minute', tokenId: 'tok_T', chain: 'atom', method: 'cosmos/bank/v1beta1/balances/{id}' });
+    expect(parseRollupKey(rollups[0]?.key ?? '')).toMatchObject({
+      accountId: 'acc_A',
+      granularity: 'minute',
+      tokenId: 'tok_T',
+      chain: 'atom',
+      method: 'cosmos/bank/v1beta1/balances/{id}',
+    });
   });
 
   it('records an error in three error-group granularities and the recent list, keyed by the JSON-RPC code', () => {
@@ -156,9 +181,20 @@ describe('the usage projection', () => {
   it('takes a time in toISOString() form as it is, and makes every other form canonical as Date does', () => {
     const viaDate = (at: string): string | null => (Number.isFinite(Date.parse(at)) ? new Date(Date.parse(at)).toISOString() : null);
     for (const at of [
-      '2024-05-07T13:45:12.345Z', '2024-02-28T23:59:59.999Z', '2024-02-29T00:00:00.000Z', '2023-02-29T00:00:00.000Z', '2024-04-31T10:00:00.000Z',
-      '2024-01-31T00:00:00.000Z', '2024-01-01T24:00:00.000Z', '2024-01-01T23:60:00.000Z', '2024-05-07T13:45:12Z', '2024-05-07T13:45:12.345+02:00',
-      '+002024-01-01T00:00:00.000Z', '2024-05-07', 'yesterday', '',
+      '2024-05-07T13:45:12.345Z',
+      '2024-02-28T23:59:59.999Z',
+      '2024-02-29T00:00:00.000Z',
+      '2023-02-29T00:00:00.000Z',
+      '2024-04-31T10:00:00.000Z',
+      '2024-01-31T00:00:00.000Z',
+      '2024-01-01T24:00:00.000Z',
+      '2024-01-01T23:60:00.000Z',
+      '2024-05-07T13:45:12Z',
+      '2024-05-07T13:45:12.345+02:00',
+      '+002024-01-01T00:00:00.000Z',
+      '2024-05-07',
+      'yesterday',
+      '',
     ]) {
       expect([at, canonicalTime(at)]).toEqual([at, viaDate(at)]);
     }

@@ -43,7 +43,12 @@ export const accountCommands: CommandSpec[] = [
         for await (const a of allAccounts(stores)) {
           if (plan === undefined || a.plan === plan) rows.push({ id: a.id, email: a.email, plan: a.plan, created_at: a.createdAt });
         }
-        await out.list(rows, [['ID', (r) => r.id], ['EMAIL', (r) => r.email], ['PLAN', (r) => r.plan], ['CREATED', (r) => r.created_at]]);
+        await out.list(rows, [
+          ['ID', (r) => r.id],
+          ['EMAIL', (r) => r.email],
+          ['PLAN', (r) => r.plan],
+          ['CREATED', (r) => r.created_at],
+        ]);
         return EXIT.ok;
       } finally {
         await stores.close();
@@ -63,9 +68,15 @@ export const accountCommands: CommandSpec[] = [
         const [used, tokens] = await Promise.all([queries.accountMonthUsage(accountId), queries.tokens(accountId)]);
         const live = tokens.filter((t) => t.status !== 'revoked' && t.status !== 'expired').length;
         const view = {
-          id: account.id, email: account.email, plan: account.plan, created_at: account.createdAt,
-          month: new Date().toISOString().slice(0, 7), requests_this_month: used, monthly_limit: plan.monthly_requests,
-          live_tokens: live, max_tokens: plan.max_tokens,
+          id: account.id,
+          email: account.email,
+          plan: account.plan,
+          created_at: account.createdAt,
+          month: new Date().toISOString().slice(0, 7),
+          requests_this_month: used,
+          monthly_limit: plan.monthly_requests,
+          live_tokens: live,
+          max_tokens: plan.max_tokens,
         };
         await out.item(view, [
           ['id', view.id],
@@ -85,16 +96,18 @@ export const accountCommands: CommandSpec[] = [
     name: 'plan set',
     args: ['<account>', '<plan>'],
     summary: `move an account to a plan (${PLAN_IDS.join(', ')})`,
-    details: 'Appends AccountPlanChanged, as PUT /api/v1/admin/accounts/<id>/plan does; gateways apply the plan\'s limits once a projector has applied it.',
+    details: "Appends AccountPlanChanged, as PUT /api/v1/admin/accounts/<id>/plan does; gateways apply the plan's limits once a projector has applied it.",
     async run({ args: [accountId = '', plan = ''], out, open }) {
       if (!isPlanId(plan)) throw usageError(`Unknown plan "${plan}"; plans: ${PLAN_IDS.join(', ')}.`);
       const stores = await open();
       try {
         const commands = new AccountCommands(stores.store, stores.plans);
         // From the account's stream, not the read models: the change is decided on it.
-        const from = (await commands.account(accountId).catch((error: unknown) => {
-          throw error instanceof DomainError && error.code === 'not_found' ? notFound(`No account ${accountId}.`) : error;
-        })).plan;
+        const from = (
+          await commands.account(accountId).catch((error: unknown) => {
+            throw error instanceof DomainError && error.code === 'not_found' ? notFound(`No account ${accountId}.`) : error;
+          })
+        ).plan;
         const position = await commands.changePlan(accountId, plan);
         if (position !== null) await stores.applied(position);
         const result = { account: accountId, from, to: plan, changed: position !== null };

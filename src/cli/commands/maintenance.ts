@@ -46,7 +46,10 @@ export const maintenanceCommands: CommandSpec[] = [
       try {
         let printed = 0;
         const result = await verifyReadModels({
-          store: stores.store, live: stores.readModels, projections: PROJECTIONS, plans: stores.plans,
+          store: stores.store,
+          live: stores.readModels,
+          projections: PROJECTIONS,
+          plans: stores.plans,
           async report(d) {
             if (printed++ >= limit) return;
             if (out.json) await out.line(JSON.stringify(d));
@@ -57,7 +60,9 @@ export const maintenanceCommands: CommandSpec[] = [
         if (out.json) await out.line(JSON.stringify({ summary: result }));
         else {
           const more = result.differences > limit ? ` (${result.differences - limit} not printed)` : '';
-          await out.line(`${result.differences === 0 ? 'consistent' : 'INCONSISTENT'}: ${result.documents} documents equal, ${result.differences} differences${more}; replayed ${positions}`);
+          await out.line(
+            `${result.differences === 0 ? 'consistent' : 'INCONSISTENT'}: ${result.documents} documents equal, ${result.differences} differences${more}; replayed ${positions}`,
+          );
         }
         return result.differences === 0 ? EXIT.ok : EXIT.failed;
       } finally {

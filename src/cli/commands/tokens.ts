@@ -13,9 +13,16 @@ const PAGE = 500;
 type TokenRow = TokenRecord & { account_id: string };
 
 const TOKEN_COLUMNS: ReadonlyArray<Column<TokenRow>> = [
-  ['ID', (t) => t.id], ['ACCOUNT', (t) => t.account_id], ['NAME', (t) => JSON.stringify(t.name)], ['STATUS', (t) => t.status],
-  ['TOKEN', (t) => t.masked], ['CREATED', (t) => t.created_at], ['EXPIRES', (t) => t.expires_at], ['MONTH_USAGE', (t) => t.current_month_usage],
-  ['MONTHLY_LIMIT', (t) => t.monthly_limit], ['RATE_LIMIT', (t) => t.rate_limit],
+  ['ID', (t) => t.id],
+  ['ACCOUNT', (t) => t.account_id],
+  ['NAME', (t) => JSON.stringify(t.name)],
+  ['STATUS', (t) => t.status],
+  ['TOKEN', (t) => t.masked],
+  ['CREATED', (t) => t.created_at],
+  ['EXPIRES', (t) => t.expires_at],
+  ['MONTH_USAGE', (t) => t.current_month_usage],
+  ['MONTHLY_LIMIT', (t) => t.monthly_limit],
+  ['RATE_LIMIT', (t) => t.rate_limit],
 ];
 
 async function* allTokens(stores: Stores): AsyncGenerator<TokenDoc> {
@@ -36,11 +43,7 @@ async function tokenOrFail(queries: Queries, tokenId: string): Promise<TokenDoc>
 }
 
 /** A change of one token through the API's command handlers (an event on its stream), then the token as it is after. */
-function tokenChange(
-  name: string,
-  summary: string,
-  change: (commands: AccountCommands, token: TokenDoc) => Promise<Position | null>,
-): CommandSpec {
+function tokenChange(name: string, summary: string, change: (commands: AccountCommands, token: TokenDoc) => Promise<Position | null>): CommandSpec {
   return {
     name,
     args: ['<token>'],
@@ -90,7 +93,9 @@ export const tokenCommands: CommandSpec[] = [
       }
     },
   },
-  tokenChange('tokens disable', 'disable a token: gateways refuse it until it is enabled', (commands, t) => commands.updateApiToken(t.accountId, t.id, { status: 'disabled' })),
+  tokenChange('tokens disable', 'disable a token: gateways refuse it until it is enabled', (commands, t) =>
+    commands.updateApiToken(t.accountId, t.id, { status: 'disabled' }),
+  ),
   tokenChange('tokens enable', 'enable a disabled token again', (commands, t) => commands.updateApiToken(t.accountId, t.id, { status: 'active' })),
   tokenChange('tokens revoke', 'revoke a token for good (its slot on the plan is freed)', (commands, t) => commands.revokeApiToken(t.accountId, t.id)),
   {
@@ -104,10 +109,16 @@ export const tokenCommands: CommandSpec[] = [
         for (const h of await new AccountCommands(stores.store, stores.plans).apiTokenHistory(token.accountId, tokenId)) {
           const s = h.state;
           if (out.json) {
-            await out.line(JSON.stringify({
-              revision: h.revision, position: h.position, type: h.type, at: h.at, recorded_at: h.recordedAt,
-              state: { status: s.status, name: s.name, expires_at: s.expiresAt, monthly_limit: s.monthlyLimit, rate_limit: s.rateLimit },
-            }));
+            await out.line(
+              JSON.stringify({
+                revision: h.revision,
+                position: h.position,
+                type: h.type,
+                at: h.at,
+                recorded_at: h.recordedAt,
+                state: { status: s.status, name: s.name, expires_at: s.expiresAt, monthly_limit: s.monthlyLimit, rate_limit: s.rateLimit },
+              }),
+            );
           } else {
             await out.line(
               `${h.at}  #${h.revision} ${h.type.padEnd(28)} status=${s.status} name=${JSON.stringify(s.name)} ` +

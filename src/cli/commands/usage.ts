@@ -20,7 +20,7 @@ export const usageCommands: CommandSpec[] = [
     args: [],
     summary: "an account's calls, one row each, as the dashboard's CSV or JSON export (to stdout)",
     details: [
-      'The same rows and columns as GET /api/v1/exports/usage.<format>, whatever formats the account\'s plan includes.',
+      "The same rows and columns as GET /api/v1/exports/usage.<format>, whatever formats the account's plan includes.",
       '--from and --to are ISO 8601 (2024-05-01 or 2024-05-01T12:00:00Z); without --from, as far back as the plan keeps usage; without --to, now.',
     ].join('\n'),
     options: {
@@ -40,16 +40,23 @@ export const usageCommands: CommandSpec[] = [
         const query = { start: options['from'], end: options['to'], chain: options['chain'] };
         let resolved: ReturnType<typeof resolvePeriod>;
         try {
-          resolved = resolvePeriod(query, { accountId, plan: stores.plans[account.plan], now: new Date(), chainIds: stores.chains().list().map((c) => c.id) });
+          resolved = resolvePeriod(query, {
+            accountId,
+            plan: stores.plans[account.plan],
+            now: new Date(),
+            chainIds: stores
+              .chains()
+              .list()
+              .map((c) => c.id),
+          });
         } catch (error) {
-          if (error instanceof InvalidInput) throw usageError(error.issues.map((i) => `${OPTION_OF[String(i.path[0])] ?? i.path.join('.')}: ${i.message}`).join('; '));
+          if (error instanceof InvalidInput)
+            throw usageError(error.issues.map((i) => `${OPTION_OF[String(i.path[0])] ?? i.path.join('.')}: ${i.message}`).join('; '));
           if (error instanceof DomainError && error.code === 'validation_failed') throw usageError(asOptions(error.message));
           throw error;
         }
         const rows = new UsageQueries(stores.readModels).requestRows(resolved.scope);
-        const chunks = format === 'csv'
-          ? csvChunks(rows)
-          : jsonChunks({ period: resolved.period, chain: resolved.chain, retention: resolved.retention }, rows);
+        const chunks = format === 'csv' ? csvChunks(rows) : jsonChunks({ period: resolved.period, chain: resolved.chain, retention: resolved.retention }, rows);
         for await (const chunk of chunks) await out.write(chunk);
         return EXIT.ok;
       } finally {

@@ -17,7 +17,12 @@ export const accessTokenRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, dep
     return record;
   };
 
-  const create = { summary: 'Create an access token (the token string is in this answer only)', tags, body: CreateAccessToken, response: { 201: CreatedAccessToken, ...problems(409) } };
+  const create = {
+    summary: 'Create an access token (the token string is in this answer only)',
+    tags,
+    body: CreateAccessToken,
+    response: { 201: CreatedAccessToken, ...problems(409) },
+  };
   app.post('/api/v1/access-tokens', { config, schema: create }, async (request, reply) => {
     const { accountId } = ownerOf(request);
     const { name } = request.body;

@@ -79,13 +79,17 @@ type RuleBody = Partial<Pick<z.infer<typeof CreateAlert>, keyof typeof ruleField
 
 function ruleInput(body: RuleBody): Partial<RuleInput> {
   return {
-    type: body.type, condition: body.condition, threshold: body.threshold, windowMinutes: body.window_minutes,
-    tokenId: body.token_id, minRequests: body.min_requests, baselineHours: body.baseline_hours,
+    type: body.type,
+    condition: body.condition,
+    threshold: body.threshold,
+    windowMinutes: body.window_minutes,
+    tokenId: body.token_id,
+    minRequests: body.min_requests,
+    baselineHours: body.baseline_hours,
   };
 }
 
-const channelInput = (c: z.infer<typeof ChannelIn>): ChannelInput =>
-  c.type === 'incident' ? { type: 'incident', routingKey: c.routing_key } : c;
+const channelInput = (c: z.infer<typeof ChannelIn>): ChannelInput => (c.type === 'incident' ? { type: 'incident', routingKey: c.routing_key } : c);
 
 /** The record, with the `whsec_` secret of each webhook channel this call created: the only time it is shown. */
 const withSecrets = (record: AlertRecord, secrets: Record<string, string>): AlertRecord => ({
@@ -107,7 +111,7 @@ export const alertRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, deps) => 
   };
 
   const create = {
-    summary: 'Create an alert rule (a webhook channel\'s signing secret is in this answer only)',
+    summary: "Create an alert rule (a webhook channel's signing secret is in this answer only)",
     tags,
     body: CreateAlert,
     response: { 201: Alert, ...problems(403, 404, 422) },
@@ -164,7 +168,7 @@ export const alertRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, deps) => 
   });
 
   const notifications = {
-    summary: 'The delivery attempts of an alert\'s notifications, newest first',
+    summary: "The delivery attempts of an alert's notifications, newest first",
     tags,
     params: AlertParams,
     querystring: NotificationsQuery,

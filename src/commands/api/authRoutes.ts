@@ -23,30 +23,48 @@ async function retryAfter<T>(reply: FastifyReply, work: Promise<T>): Promise<T> 
 export const authRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, deps) => {
   const tags = ['auth'];
   const signUp = { summary: 'Sign up: creates the account and opens a session (the `gw_session` cookie)', tags, body: Credentials };
-  app.post('/api/v1/auth/signup', { config: { auth: 'public' }, schema: { ...signUp, response: { 201: SignedUp, ...problems(409, 429, 503) } } }, async (request, reply) => {
-    const { email, password } = request.body;
-    const { accountId, position } = await retryAfter(reply, deps.authThrottle.signUp(request.ip, () => deps.commands.signUp(email, password)));
-    await deps.waitFor(position);
-    const session = await deps.sessions.open(accountId);
-    reply.header('set-cookie', sessionCookie(session.id, session.expiresAt, deps.secureCookies));
-    return reply.code(201).send({ id: accountId, email: email.trim().toLowerCase(), plan: 'free' });
-  });
+  app.post(
+    '/api/v1/auth/signup',
+    { config: { auth: 'public' }, schema: { ...signUp, response: { 201: SignedUp, ...problems(409, 429, 503) } } },
+    async (request, reply) => {
+      const { email, password } = request.body;
+      const { accountId, position } = await retryAfter(
+        reply,
+        deps.authThrottle.signUp(request.ip, () => deps.commands.signUp(email, password)),
+      );
+      await deps.waitFor(position);
+      const session = await deps.sessions.open(accountId);
+      reply.header('set-cookie', sessionCookie(session.id, session.expiresAt, deps.secureCookies));
+      return reply.code(201).send({ id: accountId, email: email.trim().toLowerCase(), plan: 'free' });
+    },
+  );
 
   const logIn = { summary: 'Log in: opens a session (the `gw_session` cookie)', tags, body: Credentials };
-  app.post('/api/v1/auth/login', { config: { auth: 'public' }, schema: { ...logIn, response: { 200: LoggedIn, ...problems(401, 429, 503) } } }, async (request, reply) => {
-    const { email, password } = request.body;
-    const accountId = await retryAfter(reply, deps.authThrottle.logIn(email, request.ip, () => deps.commands.authenticate(email, password)));
-    if (!accountId) throw new DomainError('invalid_credentials', 'Wrong email or password.');
-    const session = await deps.sessions.open(accountId);
-    reply.header('set-cookie', sessionCookie(session.id, session.expiresAt, deps.secureCookies));
-    return { id: accountId };
-  });
+  app.post(
+    '/api/v1/auth/login',
+    { config: { auth: 'public' }, schema: { ...logIn, response: { 200: LoggedIn, ...problems(401, 429, 503) } } },
+    async (request, reply) => {
+      const { email, password } = request.body;
+      const accountId = await retryAfter(
+        reply,
+        deps.authThrottle.logIn(email, request.ip, () => deps.commands.authenticate(email, password)),
+      );
+      if (!accountId) throw new DomainError('invalid_credentials', 'Wrong email or password.');
+      const session = await deps.sessions.open(accountId);
+      reply.header('set-cookie', sessionCookie(session.id, session.expiresAt, deps.secureCookies));
+      return { id: accountId };
+    },
+  );
 
   const logOut = { summary: 'Log out: ends the session and clears its cookie', tags };
-  app.post('/api/v1/auth/logout', { config: { auth: 'public' }, schema: { ...logOut, response: { 204: z.undefined().describe('Logged out.') } } }, async (request, reply) => {
-    const sessionId = readCookie(request.headers.cookie, SESSION_COOKIE);
-    if (sessionId) await deps.sessions.close(sessionId);
-    reply.header('set-cookie', sessionCookie('', null, deps.secureCookies));
-    return reply.code(204).send();
-  });
+  app.post(
+    '/api/v1/auth/logout',
+    { config: { auth: 'public' }, schema: { ...logOut, response: { 204: z.undefined().describe('Logged out.') } } },
+    async (request, reply) => {
+      const sessionId = readCookie(request.headers.cookie, SESSION_COOKIE);
+      if (sessionId) await deps.sessions.close(sessionId);
+      reply.header('set-cookie', sessionCookie('', null, deps.secureCookies));
+      return reply.code(204).send();
+    },
+  );
 };

@@ -14,10 +14,10 @@ const MEANINGS: Record<number, string> = {
   401: 'No credential, or one that is not valid for this call (`unauthorized`).',
   403: 'Refused: the plan lacks the feature, or the API token is disabled.',
   404: 'No such resource for this account (`not_found`).',
-  409: 'The resource\'s state does not allow this, or a limit is reached.',
+  409: "The resource's state does not allow this, or a limit is reached.",
   413: 'The body is larger than 1 MiB (`body_too_large`).',
   415: 'The body is not `application/json` (`unsupported_media_type`).',
-  422: 'Well-formed but not applicable (e.g. a limit above the account\'s).',
+  422: "Well-formed but not applicable (e.g. a limit above the account's).",
   429: 'Too many attempts from this address or for this email; see `Retry-After`.',
   500: 'Something went wrong on our side; it has been logged (`internal_error`).',
   503: 'Too busy to check a password right now; see `Retry-After` (`overloaded`).',
@@ -100,6 +100,8 @@ export function checkAnswerStatuses(app: FastifyInstance): void {
     const status = String(reply.statusCode);
     if (documented.includes(status) || documented.includes(`${status[0]}xx`)) return payload;
     reply.code(500).type(PROBLEM_TYPE);
-    return JSON.stringify(problem(500, 'undocumented_status', `${request.method} ${request.routeOptions.url} answered ${status}, which its schema does not document.`));
+    return JSON.stringify(
+      problem(500, 'undocumented_status', `${request.method} ${request.routeOptions.url} answered ${status}, which its schema does not document.`),
+    );
   });
 }

@@ -19,7 +19,7 @@ const CONTENT_TYPES: Record<ExportFormat, string> = {
 const DESCRIPTIONS: Record<ExportFormat, string> = {
   csv: 'One row per call, with a header row; streamed. On every plan.',
   json: 'A header object (`period`, `chain`, `retention`) and `rows`, one per call; streamed. Developer plans and above.',
-  pdf: 'A snapshot of the dashboard\'s figures for the period. Professional plans and above.',
+  pdf: "A snapshot of the dashboard's figures for the period. Professional plans and above.",
 };
 
 /** What the files hold, for the document (they are streamed, not checked against it). */
@@ -34,9 +34,11 @@ function checkExportOnPlan(plans: PlanCatalog, plan: Plan, format: ExportFormat)
   if (plan.exports.includes(format)) return;
   const needed = PLAN_IDS.find((id) => plans[id].exports.includes(format));
   const neededName = needed ? plans[needed].name : null;
-  fail('plan_feature_unavailable',
+  fail(
+    'plan_feature_unavailable',
     `${format.toUpperCase()} exports are ${neededName ? `available on the ${neededName} plan${needed === 'unlimited' ? '' : ' and above'}` : 'not offered on any plan'}; this account is on ${plan.name}.`,
-    { feature: `export:${format}`, plan: plan.id, ...(needed ? { required_plan: needed } : {}) });
+    { feature: `export:${format}`, plan: plan.id, ...(needed ? { required_plan: needed } : {}) },
+  );
 }
 
 /** One page of rows buffered ahead of the socket: a slow client slows the reads instead of filling memory. */
@@ -57,7 +59,10 @@ export const exportRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, deps) =>
       tags: ['exports'],
       querystring: PeriodQuery,
       response: {
-        200: { description: `The ${format.toUpperCase()} file.`, content: { [CONTENT_TYPES[format].split(';')[0] as string]: { schema: FILE_SCHEMAS[format] } } },
+        200: {
+          description: `The ${format.toUpperCase()} file.`,
+          content: { [CONTENT_TYPES[format].split(';')[0] as string]: { schema: FILE_SCHEMAS[format] } },
+        },
         ...problems(403, 404),
       },
     };
@@ -81,17 +86,19 @@ export const exportRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, deps) =>
         deps.usage.errorGroups(scope),
         deps.queries.accountMonthUsage(accountId),
       ]);
-      return reply.send(usagePdf({
-        email: account.email,
-        planName: plan.name,
-        period,
-        chain: resolved.chain,
-        granularity: resolved.granularity,
-        generatedAt: deps.now().toISOString(),
-        report,
-        errors,
-        limits: monthlyLimits(plan.monthly_requests, used, deps.now()),
-      }));
+      return reply.send(
+        usagePdf({
+          email: account.email,
+          planName: plan.name,
+          period,
+          chain: resolved.chain,
+          granularity: resolved.granularity,
+          generatedAt: deps.now().toISOString(),
+          report,
+          errors,
+          limits: monthlyLimits(plan.monthly_requests, used, deps.now()),
+        }),
+      );
     });
   }
 };

@@ -107,8 +107,8 @@ export async function periodFor(request: FastifyRequest, deps: ApiDeps, accountI
 export const metricsRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, deps) => {
   const tags = ['metrics'];
   const user = {
-    summary: 'The account\'s usage, performance and errors over a period',
-    description: 'No `start` is the plan\'s whole retention window, no `end` is now; an older `start` is clamped (`retention.clamped`).',
+    summary: "The account's usage, performance and errors over a period",
+    description: "No `start` is the plan's whole retention window, no `end` is now; an older `start` is clamped (`retention.clamped`).",
     tags,
     querystring: PeriodQuery,
     response: { 200: UserMetrics, ...problems(404) },
@@ -132,7 +132,13 @@ export const metricsRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, deps) =
     };
   });
 
-  const token = { summary: 'One API token\'s analytics over a period', tags, params: TokenParams, querystring: PeriodQuery, response: { 200: TokenMetrics, ...problems(404) } };
+  const token = {
+    summary: "One API token's analytics over a period",
+    tags,
+    params: TokenParams,
+    querystring: PeriodQuery,
+    response: { 200: TokenMetrics, ...problems(404) },
+  };
   app.get('/api/v1/metrics/tokens/:id', { config: { auth: 'owner' }, schema: token }, async (request) => {
     const { accountId } = ownerOf(request);
     const { id } = request.params;

@@ -19,14 +19,24 @@ export const openApiOptions: SwaggerOptions = {
     },
     components: {
       securitySchemes: {
-        session: { type: 'apiKey', in: 'cookie', name: SESSION_COOKIE, description: 'The dashboard\'s session, set by sign-up and log-in (httpOnly, SameSite=Strict).' },
+        session: {
+          type: 'apiKey',
+          in: 'cookie',
+          name: SESSION_COOKIE,
+          description: "The dashboard's session, set by sign-up and log-in (httpOnly, SameSite=Strict).",
+        },
         accessToken: { type: 'http', scheme: 'bearer', bearerFormat: 'gka_…', description: 'A personal access token, created from a dashboard session.' },
-        apiToken: { type: 'http', scheme: 'bearer', bearerFormat: 'gk_…', description: 'An API token (for chain calls); of the management API, only the metrics call takes it.' },
-        adminToken: { type: 'http', scheme: 'bearer', description: 'The operator\'s ADMIN_TOKEN; admin calls refuse everything when it is unset.' },
+        apiToken: {
+          type: 'http',
+          scheme: 'bearer',
+          bearerFormat: 'gk_…',
+          description: 'An API token (for chain calls); of the management API, only the metrics call takes it.',
+        },
+        adminToken: { type: 'http', scheme: 'bearer', description: "The operator's ADMIN_TOKEN; admin calls refuse everything when it is unset." },
       },
     },
     tags: [
-      { name: 'auth', description: 'Sign-up, log-in and log-out (the dashboard\'s session cookie).' },
+      { name: 'auth', description: "Sign-up, log-in and log-out (the dashboard's session cookie)." },
       { name: 'account', description: 'The account, its plan and usage this month.' },
       { name: 'tokens', description: 'API tokens (`gk_…`) for chain calls.' },
       { name: 'access-tokens', description: 'Personal access tokens (`gka_…`) for this API.' },
@@ -70,7 +80,7 @@ const OpenApiDocument = z
  * through the DOM, so no 'unsafe-inline' is needed (test/browser/api-docs.test.ts checks it).
  */
 export const openApiRoutes: FastifyPluginAsyncZod = async (app) => {
-  const describe = { summary: 'This API\'s OpenAPI 3.1 description (the one /api/docs renders)', tags: ['meta'], response: { 200: OpenApiDocument } };
+  const describe = { summary: "This API's OpenAPI 3.1 description (the one /api/docs renders)", tags: ['meta'], response: { 200: OpenApiDocument } };
   app.get('/api/v1/openapi.json', { config: { auth: 'public' }, schema: describe }, async () => app.swagger() as z.infer<typeof OpenApiDocument>);
 
   await app.register(async (docs) => {

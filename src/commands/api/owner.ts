@@ -53,9 +53,11 @@ export const SECURITY: Record<AuthScope, Array<Record<string, string[]>>> = {
 
 /** The onRequest hook of each scope but `public`. */
 export function scopeHooks(deps: ApiDeps): Record<Exclude<AuthScope, 'public'>, onRequestAsyncHookHandler> {
-  const ownerHook = (allowed: OwnerCredential[]): onRequestAsyncHookHandler => async (request) => {
-    request.owner = await owner(request, deps, allowed);
-  };
+  const ownerHook =
+    (allowed: OwnerCredential[]): onRequestAsyncHookHandler =>
+    async (request) => {
+      request.owner = await owner(request, deps, allowed);
+    };
   return {
     dashboard: ownerHook(CREDENTIALS.dashboard),
     owner: ownerHook(CREDENTIALS.owner),

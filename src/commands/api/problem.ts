@@ -26,9 +26,18 @@ export const STATUS_OF: Record<ErrorCode, number> = {
 };
 
 export const TITLES: Record<number, string> = {
-  400: 'Bad Request', 401: 'Unauthorized', 403: 'Forbidden', 404: 'Not Found', 405: 'Method Not Allowed', 409: 'Conflict',
-  413: 'Content Too Large', 415: 'Unsupported Media Type', 422: 'Unprocessable Content', 429: 'Too Many Requests',
-  500: 'Internal Server Error', 503: 'Service Unavailable',
+  400: 'Bad Request',
+  401: 'Unauthorized',
+  403: 'Forbidden',
+  404: 'Not Found',
+  405: 'Method Not Allowed',
+  409: 'Conflict',
+  413: 'Content Too Large',
+  415: 'Unsupported Media Type',
+  422: 'Unprocessable Content',
+  429: 'Too Many Requests',
+  500: 'Internal Server Error',
+  503: 'Service Unavailable',
 };
 
 /** An answer its route's schema does not describe; raised only while the test suite checks answers. */
@@ -53,15 +62,22 @@ export function toProblem(error: unknown): Problem {
     // `in` names the part of the request (body, query, params); `path` the field in it, if any.
     const errors = error.issues.map((i) => ({ in: error.part, path: i.path.join('.'), message: i.message }));
     const first = errors[0];
-    return problem(400, 'validation_failed', first ? `${[error.part, first.path].filter(Boolean).join('.')}: ${first.message}` : 'Invalid request.', { errors });
+    return problem(400, 'validation_failed', first ? `${[error.part, first.path].filter(Boolean).join('.')}: ${first.message}` : 'Invalid request.', {
+      errors,
+    });
   }
   // Loud on purpose: it only happens under test (see answerSerializer), where the detail is the point.
   if (error instanceof UndocumentedAnswer) return problem(500, 'undocumented_answer', error.message);
   const fe = error as Partial<FastifyError>;
   if (typeof fe.statusCode === 'number' && fe.statusCode >= 400 && fe.statusCode < 500) {
-    const code = fe.code === 'FST_ERR_CTP_BODY_TOO_LARGE' ? 'body_too_large'
-      : fe.code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE' ? 'unsupported_media_type'
-      : fe.statusCode === 404 ? 'not_found' : 'invalid_request';
+    const code =
+      fe.code === 'FST_ERR_CTP_BODY_TOO_LARGE'
+        ? 'body_too_large'
+        : fe.code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE'
+          ? 'unsupported_media_type'
+          : fe.statusCode === 404
+            ? 'not_found'
+            : 'invalid_request';
     return problem(fe.statusCode, code, fe.message ?? 'Invalid request.');
   }
   return problem(500, 'internal_error', 'Something went wrong on our side; it has been logged.');

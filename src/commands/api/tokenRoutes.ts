@@ -66,7 +66,12 @@ export const tokenRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, deps) => 
     return record(accountId, id);
   });
 
-  const revoke = { summary: 'Revoke an API token (it stays listed, revoked)', tags, params: TokenParams, response: { 200: TokenRecord, ...problems(404, 409) } };
+  const revoke = {
+    summary: 'Revoke an API token (it stays listed, revoked)',
+    tags,
+    params: TokenParams,
+    response: { 200: TokenRecord, ...problems(404, 409) },
+  };
   app.delete('/api/v1/tokens/:id', { config, schema: revoke }, async (request) => {
     const { accountId } = ownerOf(request);
     const { id } = request.params;
@@ -87,8 +92,13 @@ export const tokenRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, deps) => 
         at: h.at,
         recorded_at: h.recordedAt,
         state: {
-          name: h.state.name, description: h.state.description, status: h.state.status, masked: h.state.masked,
-          expires_at: h.state.expiresAt, monthly_limit: h.state.monthlyLimit, rate_limit: h.state.rateLimit,
+          name: h.state.name,
+          description: h.state.description,
+          status: h.state.status,
+          masked: h.state.masked,
+          expires_at: h.state.expiresAt,
+          monthly_limit: h.state.monthlyLimit,
+          rate_limit: h.state.rateLimit,
         },
       })),
     };

@@ -31,11 +31,13 @@ const MAX_ADDRESSES = 1000;
 
 /** The `eth_subscribe` params as a feed request, or why they are invalid (a JSON-RPC -32602). */
 export function parseSubscribeParams(params: unknown): FeedRequest | { error: string } {
-  if (!Array.isArray(params) || params.length === 0 || typeof params[0] !== 'string') return { error: 'eth_subscribe takes ["newHeads"], ["logs", filter?] or ["newPendingTransactions"]' };
+  if (!Array.isArray(params) || params.length === 0 || typeof params[0] !== 'string')
+    return { error: 'eth_subscribe takes ["newHeads"], ["logs", filter?] or ["newPendingTransactions"]' };
   const [kind, filter] = params as [string, unknown];
   if (kind === 'newHeads' || kind === 'newPendingTransactions') {
     // geth accepts `newPendingTransactions` with a boolean (full transactions); nothing else takes a second parameter.
-    if (params.length > 1 && !(kind === 'newPendingTransactions' && typeof filter === 'boolean' && filter === false)) return { error: `${kind} takes no filter` };
+    if (params.length > 1 && !(kind === 'newPendingTransactions' && typeof filter === 'boolean' && filter === false))
+      return { error: `${kind} takes no filter` };
     return { kind, filter: null };
   }
   if (kind !== 'logs') return { error: `unsupported subscription "${kind.slice(0, 64)}": newHeads, logs or newPendingTransactions` };

@@ -89,7 +89,14 @@ export class WebSocketGateway implements SessionHost {
     const url = req.url ?? '/';
     const authorization = req.headers.authorization;
     const call = {
-      method: 'POST', url, headers: authorization === undefined ? {} : { authorization }, body: undefined, ip, id: this.nextId(), arrivedAt: performance.now(), connection: socket,
+      method: 'POST',
+      url,
+      headers: authorization === undefined ? {} : { authorization },
+      body: undefined,
+      ip,
+      id: this.nextId(),
+      arrivedAt: performance.now(),
+      connection: socket,
     };
     let admitted: Admission | null = null;
     this.calls.serveWith(
@@ -97,8 +104,10 @@ export class WebSocketGateway implements SessionHost {
       (scope, credentials) => {
         const refuse = (status: number, rpcCode: number, message: string) =>
           localError(scope, { shape: 'rpc', status, rpcCode, restCode: 'invalid_request', message, method: UPGRADE_METHOD });
-        if (!scope.chain.acceptsJsonRpc || scope.chain.protocol !== 'jsonrpc') return refuse(400, RpcCode.invalidRequest, `${scope.chain.id} has no WebSocket endpoint`);
-        if (credentials.segments.length > 0) return refuse(404, RpcCode.invalidRequest, `WebSocket is served on /${scope.chain.id}/<token>, with no path after the token`);
+        if (!scope.chain.acceptsJsonRpc || scope.chain.protocol !== 'jsonrpc')
+          return refuse(400, RpcCode.invalidRequest, `${scope.chain.id} has no WebSocket endpoint`);
+        if (credentials.segments.length > 0)
+          return refuse(404, RpcCode.invalidRequest, `WebSocket is served on /${scope.chain.id}/<token>, with no path after the token`);
         const admission = scope.admit(0);
         const answer = (a: Admission): Answer => {
           if (!a.ok) return refusedRpc(a, null, UPGRADE_METHOD);
@@ -125,8 +134,10 @@ export class WebSocketGateway implements SessionHost {
   /** The shared feed for an eth_subscribe's params on the scope's chain. */
   feedFor(scope: CallScope, params: unknown): { feed: Observable<FeedItem>; kind: SubscriptionKind } | { error: string; code: number } {
     const chain = scope.chain;
-    if (!chain.upstreams.some((u) => u.ws !== null)) return { error: `eth_subscribe is not available on ${chain.id}: its nodes have no WebSocket endpoint`, code: RpcCode.methodNotFound };
-    if (!chain.isMethodAllowed('eth_subscribe')) return { error: `Method not found: eth_subscribe is not available on ${chain.id}`, code: RpcCode.methodNotFound };
+    if (!chain.upstreams.some((u) => u.ws !== null))
+      return { error: `eth_subscribe is not available on ${chain.id}: its nodes have no WebSocket endpoint`, code: RpcCode.methodNotFound };
+    if (!chain.isMethodAllowed('eth_subscribe'))
+      return { error: `Method not found: eth_subscribe is not available on ${chain.id}`, code: RpcCode.methodNotFound };
     const request = parseSubscribeParams(params);
     if ('error' in request) return { error: `Invalid params: ${request.error}`, code: RpcCode.invalidParams };
     let feeds = this.feeds.get(chain.id);

@@ -115,7 +115,16 @@ export class Session {
 
   /** A synthetic call carrying the upgrade's credentials. */
   request(body: Buffer | undefined): ChainRequest {
-    return { method: 'POST', url: this.url, headers: this.headers, body, ip: this.ip, id: this.host.nextId(), arrivedAt: performance.now(), connection: this.socket };
+    return {
+      method: 'POST',
+      url: this.url,
+      headers: this.headers,
+      body,
+      ip: this.ip,
+      id: this.host.nextId(),
+      arrivedAt: performance.now(),
+      connection: this.socket,
+    };
   }
 
   private received(data: Buffer, isBinary: boolean): void {
@@ -145,13 +154,20 @@ export class Session {
       const found = this.host.feedFor(scope, call.params);
       if ('error' in found) return issue(found.code === RpcCode.invalidParams ? 400 : 405, found.code, found.error);
       const cap = Math.min(this.host.subscriptionCap(this.caller) ?? HARD_SUBSCRIPTION_CAP, HARD_SUBSCRIPTION_CAP);
-      if (this.subscriptions.size + this.opening >= cap) return issue(429, RpcCode.limitExceeded, `Too many subscriptions on this connection: at most ${cap} at once`);
+      if (this.subscriptions.size + this.opening >= cap)
+        return issue(429, RpcCode.limitExceeded, `Too many subscriptions on this connection: at most ${cap} at once`);
       this.opening++;
       reserved = true;
       const admitted = (a: Admission): Answer => {
         if (!a.ok) return refusedRpc(a, ids, 'eth_subscribe');
         if (a.granted < 1) {
-          return { status: 429, body: rpcError(idText, RpcCode.limitExceeded, 'Limit exceeded: this call was refused by the rate or monthly limit', retryData(a)), contentType: JSON_CONTENT_TYPE, admission: a, usage: [draft('eth_subscribe', RpcCode.limitExceeded, 'limit exceeded')] };
+          return {
+            status: 429,
+            body: rpcError(idText, RpcCode.limitExceeded, 'Limit exceeded: this call was refused by the rate or monthly limit', retryData(a)),
+            contentType: JSON_CONTENT_TYPE,
+            admission: a,
+            usage: [draft('eth_subscribe', RpcCode.limitExceeded, 'limit exceeded')],
+          };
         }
         const id = `0x${randomBytes(16).toString('hex')}`;
         opening = { id, kind: found.kind, feed: found.feed };
@@ -184,7 +200,13 @@ export class Session {
           this.subscriptions.delete(id);
           this.host.subscriptionsChanged(this, -1);
         }
-        return { status: 200, body: `{"jsonrpc":"2.0","id":${call.idText},"result":${subscription !== undefined}}`, contentType: JSON_CONTENT_TYPE, admission: a, usage: [draft('eth_unsubscribe', null, null)] };
+        return {
+          status: 200,
+          body: `{"jsonrpc":"2.0","id":${call.idText},"result":${subscription !== undefined}}`,
+          contentType: JSON_CONTENT_TYPE,
+          admission: a,
+          usage: [draft('eth_unsubscribe', null, null)],
+        };
       };
       const admission = scope.admit(0);
       return admission instanceof Promise ? admission.then(answered) : answered(admission);
@@ -211,7 +233,13 @@ export class Session {
         if (!a.ok && a.code === 'rate_limited') return { status: 200, body: frame, contentType: JSON_CONTENT_TYPE, admission: a, usage: [usage] };
         refusal = a;
         const error = `{"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":"${subscriptionId}","error":{"code":${RpcCode.limitExceeded},"message":${JSON.stringify(a.ok ? 'limit exceeded' : a.message)}}}}`;
-        return { status: a.ok ? 429 : a.status, body: error, contentType: JSON_CONTENT_TYPE, admission: a, usage: [draft(method, RpcCode.limitExceeded, a.ok ? 'limit exceeded' : a.message)] };
+        return {
+          status: a.ok ? 429 : a.status,
+          body: error,
+          contentType: JSON_CONTENT_TYPE,
+          admission: a,
+          usage: [draft(method, RpcCode.limitExceeded, a.ok ? 'limit exceeded' : a.message)],
+        };
       };
       const admission = scope.admit(1);
       return admission instanceof Promise ? admission.then(admitted) : admitted(admission);
@@ -236,7 +264,9 @@ export class Session {
   private quotaExhausted(): void {
     if (this.closing) return;
     for (const id of this.subscriptions.keys()) {
-      this.send(`{"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":"${id}","error":{"code":${RpcCode.limitExceeded},"message":"The monthly request limit is reached."}}}`);
+      this.send(
+        `{"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":"${id}","error":{"code":${RpcCode.limitExceeded},"message":"The monthly request limit is reached."}}}`,
+      );
     }
     this.close(WS_CLOSE.quotaExhausted, 'monthly request limit reached');
   }

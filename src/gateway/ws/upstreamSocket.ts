@@ -183,7 +183,13 @@ export class UpstreamSocket {
       return;
     }
     if (typeof message !== 'object' || message === null) return;
-    const m = message as { id?: unknown; result?: unknown; error?: { message?: unknown }; method?: unknown; params?: { subscription?: unknown; result?: unknown } };
+    const m = message as {
+      id?: unknown;
+      result?: unknown;
+      error?: { message?: unknown };
+      method?: unknown;
+      params?: { subscription?: unknown; result?: unknown };
+    };
     if (typeof m.id === 'number') {
       const p = this.pending.get(m.id);
       if (!p) return;

@@ -3,7 +3,6 @@ import type { ChangeFeed } from './port.js';
 
 type Handler = (message: string) => void;
 
-
 /**
  * In-process change feed. Delivery is asynchronous (next turn of the event loop), as it is over
  * Redis, so no caller comes to rely on a handler having run before `publish` returns.

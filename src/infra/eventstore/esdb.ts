@@ -59,9 +59,7 @@ export class EsdbEventStore implements EventStore {
     // transaction and answers with the log position of its last record, which is that event's
     // commit and prepare position (an idempotent retry is answered with the last event it
     // matched). Servers that answer a retry without a position cost a read, on retries only.
-    const position = result.position
-      ? formatEsdbPosition(result.position)
-      : await this.positionOf(streamId, nextExpectedRevision);
+    const position = result.position ? formatEsdbPosition(result.position) : await this.positionOf(streamId, nextExpectedRevision);
     return { nextExpectedRevision, position };
   }
 

@@ -27,16 +27,7 @@ import {
   streamRunEntry,
 } from './levelKeys.js';
 import { LevelSubscription, type LiveTap, type LogCursor, type LogSource } from './levelSubscription.js';
-import type {
-  AppendResult,
-  EventStore,
-  ExpectedRevision,
-  NewEvent,
-  Position,
-  StoredEvent,
-  SubscribeOptions,
-  Subscription,
-} from './port.js';
+import type { AppendResult, EventStore, ExpectedRevision, NewEvent, Position, StoredEvent, SubscribeOptions, Subscription } from './port.js';
 
 export interface LevelEventStoreOptions {
   /** fsync every commit (default true), so an acknowledged append survives power loss, not only a crash. */
@@ -268,7 +259,10 @@ export class LevelEventStore implements EventStore {
       try {
         // Two puts an event (log, id), and two an append (run, head): the planning's pace (see EVENTS_PER_TURN).
         let sinceTurn = 0;
-        for (const [puts, batch] of [[plan.logPuts, logBatch], [plan.indexPuts, indexBatch]] as const) {
+        for (const [puts, batch] of [
+          [plan.logPuts, logBatch],
+          [plan.indexPuts, indexBatch],
+        ] as const) {
           for (const [key, value] of puts) {
             batch.put(key, value);
             if (++sinceTurn === 2 * EVENTS_PER_TURN) {
@@ -337,9 +331,13 @@ export class LevelEventStore implements EventStore {
     try {
       await batch.write();
     } catch (error) {
-      this.failure = new EventStoreError('store_failed', 'event store index could not be written after its log: reopen the store (restart the process) to rebuild it', {
-        cause: error instanceof Error ? error.message : String(error),
-      });
+      this.failure = new EventStoreError(
+        'store_failed',
+        'event store index could not be written after its log: reopen the store (restart the process) to rebuild it',
+        {
+          cause: error instanceof Error ? error.message : String(error),
+        },
+      );
     }
   }
 
@@ -394,7 +392,6 @@ async function indexUpTo(log: Db, index: Db, lastSeq: number): Promise<void> {
     await entries.close();
   }
 }
-
 
 function isLockedError(error: unknown): boolean {
   const cause = error instanceof Error ? (error.cause as { code?: unknown } | undefined) : undefined;

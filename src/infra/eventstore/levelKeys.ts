@@ -58,7 +58,10 @@ export function parseStreamRun(prefix: string, key: string, value: string): { fi
     count: space < 0 ? 1 : Number(value.slice(space + 1)),
   };
 }
-export const eventIdEntry = (streamId: string, eventId: string, revision: number, position: Position): Entry => [eventIdKey(streamId, eventId), `${revision} ${position}`];
+export const eventIdEntry = (streamId: string, eventId: string, revision: number, position: Position): Entry => [
+  eventIdKey(streamId, eventId),
+  `${revision} ${position}`,
+];
 export const headEntry = (streamId: string, revision: number): Entry => [headKey(streamId), String(revision)];
 
 export const INDEXED_KEY = 'm\u0000indexed';

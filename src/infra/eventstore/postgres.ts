@@ -87,7 +87,9 @@ export class PostgresEventStore implements EventStore {
 
   async headPosition(): Promise<Position | null> {
     this.assertOpen();
-    const { rows } = await this.pool.query<{ tx: string; seq: string }>('SELECT e.tx::text AS tx, e.seq FROM es_events e ORDER BY e.tx DESC, e.seq DESC LIMIT 1');
+    const { rows } = await this.pool.query<{ tx: string; seq: string }>(
+      'SELECT e.tx::text AS tx, e.seq FROM es_events e ORDER BY e.tx DESC, e.seq DESC LIMIT 1',
+    );
     const head = rows[0];
     return head ? formatPgPosition(head.tx, head.seq) : null;
   }

@@ -91,13 +91,26 @@ export class LeasedLimiter implements Limiter {
   private leaseFor(request: LimitRequest): Lease {
     const second = rateWindow(request.nowMs);
     const held = this.leases.get(request.tokenId);
-    if (held && (held.leasing !== null || (held.second === second && held.rps === request.rps && held.monthlyKey === request.monthly.key && held.monthlyLimit === request.monthly.limit))) {
+    if (
+      held &&
+      (held.leasing !== null ||
+        (held.second === second && held.rps === request.rps && held.monthlyKey === request.monthly.key && held.monthlyLimit === request.monthly.limit))
+    ) {
       return held;
     }
     if (held) this.giveBack(request.tokenId, held);
     const fresh: Lease = {
-      second, rps: request.rps, monthlyKey: request.monthly.key, monthlyLimit: request.monthly.limit, left: 0,
-      rateRemaining: 0, monthRemaining: null, answered: false, asked: 0, leasing: null, exhausted: false,
+      second,
+      rps: request.rps,
+      monthlyKey: request.monthly.key,
+      monthlyLimit: request.monthly.limit,
+      left: 0,
+      rateRemaining: 0,
+      monthRemaining: null,
+      answered: false,
+      asked: 0,
+      leasing: null,
+      exhausted: false,
       previousAsked: held && held.second === second - 1 && held.rps === request.rps ? held.asked : 0,
     };
     this.leases.set(request.tokenId, fresh);

@@ -31,12 +31,11 @@ export interface LimitDecision {
   granted: number;
   /** Why the rest was refused. */
   refusedBy: 'rate' | 'monthly' | null;
-  rate: { limit: number; remaining: number; /** Unix seconds */ resetAt: number };
-  monthly: { limit: number | null; remaining: number | null; /** Unix seconds: next UTC month start */ resetAt: number };
+  rate: { limit: number; remaining: number /** Unix seconds */; resetAt: number };
+  monthly: { limit: number | null; remaining: number | null /** Unix seconds: next UTC month start */; resetAt: number };
   /** Seconds until a refused call may succeed; null when nothing was refused. */
   retryAfterSeconds: number | null;
 }
-
 
 export interface Limiter {
   /** At once when the decision needs no I/O (in process, or a lease that covers the call). */

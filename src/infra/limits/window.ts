@@ -42,8 +42,7 @@ export const MONTHLY_RETENTION_SECONDS = 35 * 24 * 3600;
  * Seconds a month's counter must still live, counted from `nowMs`: relative, so neither a
  * skewed Redis clock nor an injected test clock makes it expire early.
  */
-export const monthlyTtlSeconds = (nowMs: number): number =>
-  Math.max(Math.ceil(nextMonthStart(nowMs) + MONTHLY_RETENTION_SECONDS - nowMs / 1000), 1);
+export const monthlyTtlSeconds = (nowMs: number): number => Math.max(Math.ceil(nextMonthStart(nowMs) + MONTHLY_RETENTION_SECONDS - nowMs / 1000), 1);
 
 /** How many of `cost` calls pass, given what the window and the month already used. */
 export function grantable(request: LimitRequest, rateUsed: number, monthlyUsed: number): number {

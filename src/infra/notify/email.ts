@@ -51,7 +51,12 @@ export function emailSender(transport: EmailTransport, from: string): ChannelSen
         const responseCode = (e as { responseCode?: unknown }).responseCode;
         // SMTP 5xx is permanent (bad mailbox, refused); 4xx and connection failures are worth retrying.
         const permanent = typeof responseCode === 'number' && responseCode >= 500;
-        return { outcome: 'failed', retryable: !permanent, status: typeof responseCode === 'number' ? responseCode : null, error: String((e as Error).message ?? e).slice(0, 300) };
+        return {
+          outcome: 'failed',
+          retryable: !permanent,
+          status: typeof responseCode === 'number' ? responseCode : null,
+          error: String((e as Error).message ?? e).slice(0, 300),
+        };
       }
     },
   };

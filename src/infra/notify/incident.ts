@@ -31,6 +31,11 @@ export function incidentSender(poster: HttpPoster, eventsUrl: string): ChannelSe
   const url = new URL('/v2/enqueue', eventsUrl).toString();
   return {
     send: (channel, n) =>
-      postForDelivery(poster, url, { headers: { 'content-type': 'application/json' }, body: JSON.stringify(incidentEvent(channel.routingKey, n)) }, { goneDisables: false }),
+      postForDelivery(
+        poster,
+        url,
+        { headers: { 'content-type': 'application/json' }, body: JSON.stringify(incidentEvent(channel.routingKey, n)) },
+        { goneDisables: false },
+      ),
   };
 }

@@ -30,7 +30,8 @@ function lazyEmail(config: NotifyConfig, override: EmailTransport | undefined): 
   let loaded: Promise<{ sender: ChannelSender<EmailChannel>; transport: EmailTransport }> | null = null;
   const load = () =>
     (loaded ??= import('./email.js').then((email) => {
-      const transport = override ?? (config.email.smtpUrl ? email.smtpTransport(config.email.smtpUrl, config.timeoutMs) : email.outboxTransport(config.email.outboxPath));
+      const transport =
+        override ?? (config.email.smtpUrl ? email.smtpTransport(config.email.smtpUrl, config.timeoutMs) : email.outboxTransport(config.email.outboxPath));
       return { transport, sender: email.emailSender(transport, config.email.from) };
     }));
   return {

@@ -20,7 +20,8 @@ export function smsSender(poster: HttpPoster, config: SmsConfig): ChannelSender<
   return {
     async send(channel, n) {
       const { accountSid, authToken, from } = config;
-      if (!accountSid || !authToken || !from) return { outcome: 'skipped', error: 'SMS is not configured on this server (SMS_ACCOUNT_SID, SMS_AUTH_TOKEN, SMS_FROM).' };
+      if (!accountSid || !authToken || !from)
+        return { outcome: 'skipped', error: 'SMS is not configured on this server (SMS_ACCOUNT_SID, SMS_AUTH_TOKEN, SMS_FROM).' };
       const url = new URL(`/2010-04-01/Accounts/${encodeURIComponent(accountSid)}/Messages.json`, config.apiUrl).toString();
       const body = new URLSearchParams({ To: channel.to, From: from, Body: smsBody(n) }).toString();
       const headers = {

@@ -66,10 +66,10 @@ export async function migrate(pool: pg.Pool, component: string, migrations: read
       if (migration.version > current) await client.query(migration.sql);
     }
     if (known > current) {
-      await client.query(
-        'INSERT INTO gw_schema (component, version) VALUES ($1, $2) ON CONFLICT (component) DO UPDATE SET version = EXCLUDED.version',
-        [component, known],
-      );
+      await client.query('INSERT INTO gw_schema (component, version) VALUES ($1, $2) ON CONFLICT (component) DO UPDATE SET version = EXCLUDED.version', [
+        component,
+        known,
+      ]);
     }
     await client.query('COMMIT');
   } catch (error) {

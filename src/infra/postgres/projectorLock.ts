@@ -16,7 +16,10 @@ export interface ProjectorLock {
  * It holds the lock on a connection of its own until `release`; should that connection be lost,
  * the lock goes with it and `onLost` is told (the process must stop projecting).
  */
-export async function acquireProjectorLock(url: string, options: { log: (message: string) => void; onLost: (error: Error) => void; signal?: AbortSignal }): Promise<ProjectorLock> {
+export async function acquireProjectorLock(
+  url: string,
+  options: { log: (message: string) => void; onLost: (error: Error) => void; signal?: AbortSignal },
+): Promise<ProjectorLock> {
   const client = new pg.Client({ connectionString: url });
   let released = false;
   const lost = (error: Error): void => {

@@ -38,9 +38,7 @@ export function resolveRange(options: RangeOptions = {}): ResolvedRange {
   const { prefix, gte, lt, limit, reverse = false } = options;
   const lowers = [gte ?? '', prefix ?? ''];
   const gteBound = lowers.reduce((a, b) => (compareKeys(a, b) >= 0 ? a : b));
-  const uppers = [lt, prefix ? prefixUpperBound(prefix) : undefined].filter(
-    (bound): bound is string => bound !== undefined,
-  );
+  const uppers = [lt, prefix ? prefixUpperBound(prefix) : undefined].filter((bound): bound is string => bound !== undefined);
   const ltBound = uppers.length > 0 ? uppers.reduce((a, b) => (compareKeys(a, b) <= 0 ? a : b)) : undefined;
   const emptyInterval = ltBound !== undefined && compareKeys(gteBound, ltBound) >= 0;
   const emptyLimit = limit !== undefined && limit <= 0;

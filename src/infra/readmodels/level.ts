@@ -139,7 +139,10 @@ export class LevelReadModelStore implements ReadModelStore {
 
   static async open(location: string, options: LevelReadModelOptions = {}): Promise<LevelReadModelStore> {
     const db = new ClassicLevel<string, Doc>(location, {
-      keyEncoding: 'utf8', valueEncoding: 'json', ...LEVELDB_TUNING, ...(options.bulkLoad ? { writeBufferSize: BULK_LOAD_WRITE_BUFFER } : {}),
+      keyEncoding: 'utf8',
+      valueEncoding: 'json',
+      ...LEVELDB_TUNING,
+      ...(options.bulkLoad ? { writeBufferSize: BULK_LOAD_WRITE_BUFFER } : {}),
       multithreading: options.sharedWithThreads ?? false,
     });
     await db.open();
@@ -159,10 +162,7 @@ export class LevelReadModelStore implements ReadModelStore {
     return (doc as T | undefined) ?? null;
   }
 
-  async range<T extends Doc = Doc>(
-    collection: string,
-    options?: RangeOptions,
-  ): Promise<Array<{ key: string; doc: T }>> {
+  async range<T extends Doc = Doc>(collection: string, options?: RangeOptions): Promise<Array<{ key: string; doc: T }>> {
     const range = resolveRange(options);
     if (range.empty) return [];
     const base = this.base(collection);

@@ -101,9 +101,7 @@ type Stamp = { position: Position; guarded: boolean } | undefined;
 
 function toOperation(key: string, change: KeyChange, stamp: Stamp, expiresAt: number | undefined): AnyBulkWriteOperation<StoredDoc> {
   if (change.kind === 'replace' && change.doc === null) return { deleteOne: { filter: { _id: key } } };
-  const filter: Filter<StoredDoc> = stamp?.guarded
-    ? { _id: key, _pos: { $not: { $gte: stamp.position } } }
-    : { _id: key };
+  const filter: Filter<StoredDoc> = stamp?.guarded ? { _id: key, _pos: { $not: { $gte: stamp.position } } } : { _id: key };
   const positionField = stamp ? { _pos: stamp.position } : {};
   const expiry = expiresAt === undefined ? undefined : new Date(expiresAt);
   if (change.kind === 'replace') {
@@ -167,10 +165,7 @@ export class MongoReadModelStore implements ReadModelStore {
     return stored ? toDoc<T>(stored) : null;
   }
 
-  async range<T extends Doc = Doc>(
-    collection: string,
-    options?: RangeOptions,
-  ): Promise<Array<{ key: string; doc: T }>> {
+  async range<T extends Doc = Doc>(collection: string, options?: RangeOptions): Promise<Array<{ key: string; doc: T }>> {
     const range = resolveRange(options);
     if (range.empty) return [];
     const filter: Filter<StoredDoc> = {
@@ -246,12 +241,7 @@ export class MongoReadModelStore implements ReadModelStore {
     }
   }
 
-  private async commitInTransaction(
-    projection: string,
-    position: Position,
-    changes: ComposedChange[],
-    expiries: Expiries | null,
-  ): Promise<void> {
+  private async commitInTransaction(projection: string, position: Position, changes: ComposedChange[], expiries: Expiries | null): Promise<void> {
     const session = this.client.startSession();
     try {
       // withTransaction retries the whole callback on transient errors, so it re-checks the checkpoint.
@@ -266,34 +256,20 @@ export class MongoReadModelStore implements ReadModelStore {
     }
   }
 
-  private async commitGuarded(
-    projection: string,
-    position: Position,
-    changes: ComposedChange[],
-    expiries: Expiries | null,
-  ): Promise<void> {
+  private async commitGuarded(projection: string, position: Position, changes: ComposedChange[], expiries: Expiries | null): Promise<void> {
     const stored = await this.checkpoints.findOne({ _id: projection });
     if (stored && stored.position >= position) return;
     await this.apply(changes, expiries, { position, guarded: true }, undefined);
     try {
       // Only forward: a lost race against a newer checkpoint ends in a duplicate key, which is fine.
-      await this.checkpoints.updateOne(
-        { _id: projection, position: { $not: { $gte: position } } },
-        { $set: { position } },
-        { upsert: true },
-      );
+      await this.checkpoints.updateOne({ _id: projection, position: { $not: { $gte: position } } }, { $set: { position } }, { upsert: true });
     } catch (error) {
       if (!onlyDuplicateKeys(error)) throw error;
     }
   }
 
   /** One bulk per collection; keys are distinct after composing, so order does not matter. */
-  private async apply(
-    changes: ComposedChange[],
-    expiries: Expiries | null,
-    stamp: Stamp,
-    session: ClientSession | undefined,
-  ): Promise<void> {
+  private async apply(changes: ComposedChange[], expiries: Expiries | null, stamp: Stamp, session: ClientSession | undefined): Promise<void> {
     const byCollection = new Map<string, AnyBulkWriteOperation<StoredDoc>[]>();
     for (const { collection, key, change } of changes) {
       const operations = byCollection.get(collection) ?? [];

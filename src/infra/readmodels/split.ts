@@ -60,7 +60,12 @@ export class SplitReadModelStore extends SplitReadModelReader<ReadModelStore> im
    * main store still holds (a store made before they had one of their own, or a move a crash cut
    * short) into `rows`, then answers the split store.
    */
-  static async open(main: ReadModelStore, rows: ReadModelStore, own: (collection: string) => boolean, ownCollections: readonly string[]): Promise<SplitReadModelStore> {
+  static async open(
+    main: ReadModelStore,
+    rows: ReadModelStore,
+    own: (collection: string) => boolean,
+    ownCollections: readonly string[],
+  ): Promise<SplitReadModelStore> {
     for (const collection of ownCollections) {
       for (;;) {
         const docs = await main.range(collection, { limit: MOVE_BATCH });

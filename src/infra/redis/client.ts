@@ -7,9 +7,7 @@ import { withinDeadline } from '../deadline.js';
  * (`rediss+cluster://` with TLS). The nodes are seeds: the client learns the others, and which
  * slots each serves, from whichever answers first.
  */
-export type RedisTarget =
-  | { kind: 'single'; url: string }
-  | { kind: 'cluster'; nodes: RedisNode[]; username?: string; password?: string; tls: boolean };
+export type RedisTarget = { kind: 'single'; url: string } | { kind: 'cluster'; nodes: RedisNode[]; username?: string; password?: string; tls: boolean };
 
 export interface RedisNode {
   host: string;
@@ -83,7 +81,16 @@ export function redisClient(url: string, overrides: RedisOptions = {}): RedisCli
   if (target.kind === 'single') {
     client = new Redis(url, { retryStrategy: reconnectDelay, ...overrides });
   } else {
-    const { enableOfflineQueue, retryStrategy: _retry, host: _host, port: _port, path: _path, sentinels: _sentinels, readOnly: _readOnly, ...nodeOptions } = overrides;
+    const {
+      enableOfflineQueue,
+      retryStrategy: _retry,
+      host: _host,
+      port: _port,
+      path: _path,
+      sentinels: _sentinels,
+      readOnly: _readOnly,
+      ...nodeOptions
+    } = overrides;
     client = new Cluster(target.nodes, {
       clusterRetryStrategy: reconnectDelay,
       enableOfflineQueue: enableOfflineQueue ?? true,

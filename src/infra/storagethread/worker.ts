@@ -49,7 +49,15 @@ function serve(store: EventStore, readModels: ReadModelStore): void {
   // and hears the other through the port.
   const queue = new MemoryUsageQueue(new MemoryUsageBackend(), data.consumer);
   const feed = new MemoryChangeFeed();
-  const { projector, ingester, retention } = startProjecting({ store, readModels, feed, usageQueue: queue, plans: data.plans, now: () => new Date(), storeKnowsEveryId: true });
+  const { projector, ingester, retention } = startProjecting({
+    store,
+    readModels,
+    feed,
+    usageQueue: queue,
+    plans: data.plans,
+    now: () => new Date(),
+    storeKnowsEveryId: true,
+  });
 
   let sentState = '';
   const sendState = (): void => {

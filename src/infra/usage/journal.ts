@@ -89,7 +89,9 @@ export class UsageJournal {
    */
   static open(options: UsageJournalOptions, onError: (error: unknown) => void = () => {}): { journal: UsageJournal; replay: JournalReplay } {
     mkdirSync(options.dir, { recursive: true });
-    const names = readdirSync(options.dir).filter((name) => SEGMENT_NAME.test(name)).sort();
+    const names = readdirSync(options.dir)
+      .filter((name) => SEGMENT_NAME.test(name))
+      .sort();
     const replay: JournalReplay = { records: [], skipped: 0, segments: names.length };
     const segments: Segment[] = [];
     for (const name of names) {
@@ -298,7 +300,12 @@ export class JournaledUsageSink implements UsageSink {
  * The journal in `options.dir` in front of `inner`: what a previous run left is replayed into
  * `inner` first (said on stderr, with the lines skipped), then every new record is journaled.
  */
-export function openJournaledSink(options: UsageJournalOptions, inner: UsageSink, appendedThrough: () => Promise<number>, log: (message: string) => void = (m) => console.error(m)): JournaledUsageSink {
+export function openJournaledSink(
+  options: UsageJournalOptions,
+  inner: UsageSink,
+  appendedThrough: () => Promise<number>,
+  log: (message: string) => void = (m) => console.error(m),
+): JournaledUsageSink {
   let failures = 0;
   const onError = (error: unknown): void => {
     // A failing disk fails every turn: said once in a while, not thousands of times a second.
@@ -306,7 +313,9 @@ export function openJournaledSink(options: UsageJournalOptions, inner: UsageSink
   };
   const { journal, replay } = UsageJournal.open(options, onError);
   if (replay.segments > 0) {
-    log(`usage journal: ${replay.records.length} record(s) from ${replay.segments} segment(s) of a previous run queued again (stored ones are skipped); ${replay.skipped} line(s) skipped, not a whole record`);
+    log(
+      `usage journal: ${replay.records.length} record(s) from ${replay.segments} segment(s) of a previous run queued again (stored ones are skipped); ${replay.skipped} line(s) skipped, not a whole record`,
+    );
   }
   const sink = new JournaledUsageSink(journal, inner, appendedThrough, onError);
   sink.replay(replay.records);

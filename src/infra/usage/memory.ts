@@ -105,7 +105,6 @@ export class MemoryUsageBackend {
   }
 }
 
-
 /** The queue every role of this process shares when no Redis is configured. */
 
 /** One consumer's (or producer's) view of an in-process queue. */

@@ -196,13 +196,21 @@ export class RedisUsageQueue implements UsageQueue {
     this.closeTimeoutMs = options.closeTimeoutMs ?? 2000;
     this.bufferCapacity = options.bufferCapacity ?? DEFAULT_QUEUE_CAPACITY;
     const shard = (index: number, stream: string, countKey: string, written: boolean): Shard => ({
-      index, stream, countKey,
+      index,
+      stream,
+      countKey,
       buffer: written ? new EntryBuffer(this.bufferCapacity, ENTRY_RECORDS) : null,
-      sequence: new Sequence(), ownPendingCursor: '0', claimCursor: '0-0', lastClaimScan: 0, present: written, checkedAt: 0,
+      sequence: new Sequence(),
+      ownPendingCursor: '0',
+      claimCursor: '0-0',
+      lastClaimScan: 0,
+      present: written,
+      checkedAt: 0,
     });
-    this.shards = streams === 1
-      ? [shard(0, base, `{${base}}:records`, true)]
-      : Array.from({ length: streams }, (_, i) => shard(i, `${base}:{${i}}`, `${base}:{${i}}:records`, true));
+    this.shards =
+      streams === 1
+        ? [shard(0, base, `{${base}}:records`, true)]
+        : Array.from({ length: streams }, (_, i) => shard(i, `${base}:{${i}}`, `${base}:{${i}}:records`, true));
     this.writeShards = this.shards.length;
     if (streams > 1) this.shards.push(shard(streams, base, `{${base}}:records`, false));
     this.writer = redisClient(redisUrl, FAIL_FAST);

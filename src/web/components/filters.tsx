@@ -61,7 +61,9 @@ export function FiltersBar(props: { seenChains?: string[]; children?: ComponentC
       {filters.range === 'custom' && (
         <form class="custom-range" onSubmit={applyCustom} noValidate>
           <Field label="From (UTC)" class="inline">
-            {(c) => <input {...c} type="datetime-local" value={draft.customStart} onInput={(e) => setDraft({ ...draft, customStart: e.currentTarget.value })} />}
+            {(c) => (
+              <input {...c} type="datetime-local" value={draft.customStart} onInput={(e) => setDraft({ ...draft, customStart: e.currentTarget.value })} />
+            )}
           </Field>
           <Field label="To (UTC)" class="inline">
             {(c) => <input {...c} type="datetime-local" value={draft.customEnd} onInput={(e) => setDraft({ ...draft, customEnd: e.currentTarget.value })} />}

@@ -55,8 +55,8 @@ export function TokenActions(props: { token: TokenRecord; onChanged(t: TokenReco
       {confirming && (
         <ConfirmDialog title={`Revoke “${t.name}”?`} confirmLabel="Revoke token" danger onConfirm={revoke} onClose={() => setConfirming(false)}>
           <p>
-            Calls with <code>{t.masked}</code> will be refused with 401 from now on. <strong>This cannot be undone</strong>: to use the gateway again
-            you will need a new token.
+            Calls with <code>{t.masked}</code> will be refused with 401 from now on. <strong>This cannot be undone</strong>: to use the gateway again you will
+            need a new token.
           </p>
           {t.status === 'disabled' && <p class="muted">If you only want to pause it, it is already disabled.</p>}
         </ConfirmDialog>
@@ -64,4 +64,3 @@ export function TokenActions(props: { token: TokenRecord; onChanged(t: TokenReco
     </div>
   );
 }
-

@@ -20,7 +20,14 @@ export function Freshness({ polled }: { polled: Pick<Polled<unknown>, 'updatedAt
   );
 }
 
-export function Panel(props: { title: string; polled?: Polled<unknown>; actions?: ComponentChildren; children: ComponentChildren; class?: string; id?: string }) {
+export function Panel(props: {
+  title: string;
+  polled?: Polled<unknown>;
+  actions?: ComponentChildren;
+  children: ComponentChildren;
+  class?: string;
+  id?: string;
+}) {
   const headingId = useId();
   return (
     <section class={`panel ${props.class ?? ''}`} aria-labelledby={headingId} id={props.id}>
@@ -58,7 +65,13 @@ interface FieldControl {
 }
 
 /** A labelled control with its hint and its error, wired for screen readers. */
-export function Field(props: { label: string; hint?: ComponentChildren; error?: string | null; children: (control: FieldControl) => JSX.Element; class?: string }) {
+export function Field(props: {
+  label: string;
+  hint?: ComponentChildren;
+  error?: string | null;
+  children: (control: FieldControl) => JSX.Element;
+  class?: string;
+}) {
   const id = useId();
   const hintId = `${id}-hint`;
   const errorId = `${id}-error`;
@@ -184,7 +197,13 @@ export function StatusBadge({ status }: { status: string }) {
 }
 
 /** A radio group drawn as a segmented control; arrows move between options, as radios do. */
-export function Segmented<T extends string>(props: { legend: string; options: readonly { value: T; label: string }[]; value: T; onChange(v: T): void; name: string }) {
+export function Segmented<T extends string>(props: {
+  legend: string;
+  options: readonly { value: T; label: string }[];
+  value: T;
+  onChange(v: T): void;
+  name: string;
+}) {
   return (
     <fieldset class="segmented">
       <legend class="visually-hidden">{props.legend}</legend>

@@ -34,9 +34,15 @@ export function UsageCharts({ metrics, kind = 'total', testId = 'usage-chart' }:
   return (
     <div class="charts">
       <p class="chart-total">
-        <strong data-testid={`${testId}-sum`}>{fmtInt(data.sum)}</strong> {label === 'total' ? 'requests' : `${label} requests`} in the period, at most {fmtInt(data.peak)} per interval.
+        <strong data-testid={`${testId}-sum`}>{fmtInt(data.sum)}</strong> {label === 'total' ? 'requests' : `${label} requests`} in the period, at most{' '}
+        {fmtInt(data.peak)} per interval.
       </p>
-      <TimeChart times={data.times} series={data.counts} summary={`Chart of ${label} requests over time: ${fmtInt(data.sum)} in all, peak ${fmtInt(data.peak)}.`} testId={testId} />
+      <TimeChart
+        times={data.times}
+        series={data.counts}
+        summary={`Chart of ${label} requests over time: ${fmtInt(data.sum)} in all, peak ${fmtInt(data.peak)}.`}
+        testId={testId}
+      />
       <h3>Average response time</h3>
       <TimeChart times={data.times} series={data.latency} height={180} summary="Chart of the average response time over time." />
     </div>

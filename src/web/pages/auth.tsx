@@ -62,7 +62,13 @@ export function AuthForm(props: { api: ApiClient; mode: AuthMode; lockedEmail?: 
       </Field>
       <Field label="Password" error={errors.password} hint={signup ? 'At least 8 characters.' : undefined}>
         {(c) => (
-          <input {...c} type="password" autoComplete={signup ? 'new-password' : 'current-password'} value={password} onInput={(e) => setPassword(e.currentTarget.value)} />
+          <input
+            {...c}
+            type="password"
+            autoComplete={signup ? 'new-password' : 'current-password'}
+            value={password}
+            onInput={(e) => setPassword(e.currentTarget.value)}
+          />
         )}
       </Field>
       <ProblemMessage error={refusal} />
@@ -79,7 +85,10 @@ export function AuthPage(props: { api: ApiClient; mode: AuthMode; onDone(): Prom
     <main class="auth-page" id="main">
       <div class="auth-card">
         <p class="brand-big">
-          <span class="brand-mark" aria-hidden="true">◆</span> Chain Gateway
+          <span class="brand-mark" aria-hidden="true">
+            ◆
+          </span>{' '}
+          Chain Gateway
         </p>
         <h1>{signup ? 'Create your account' : 'Log in'}</h1>
         <p class="muted">{signup ? 'Start on the Free plan: 2 tokens, 100,000 requests a month.' : 'Manage your API tokens, usage and alerts.'}</p>

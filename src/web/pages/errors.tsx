@@ -17,8 +17,8 @@ export function ErrorsPage() {
       <Panel title="Error analysis" polled={metrics}>
         {m && (
           <p class="chart-total">
-            <strong>{fmtInt(m.totals.errors)}</strong> errors in {fmtInt(m.totals.requests)} requests ({fmtPct(rate(m.totals.errors, m.totals.requests))}). HTTP errors
-            and JSON-RPC error answers both count.
+            <strong>{fmtInt(m.totals.errors)}</strong> errors in {fmtInt(m.totals.requests)} requests ({fmtPct(rate(m.totals.errors, m.totals.requests))}). HTTP
+            errors and JSON-RPC error answers both count.
           </p>
         )}
         <ErrorTable rows={m?.errors ?? []} loaded={m !== null} />

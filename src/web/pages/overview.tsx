@@ -80,7 +80,8 @@ function BillingPeriod({ account }: { account: Account }) {
         </div>
       )}
       <p class="muted">
-        {limit === null ? 'No monthly limit on your plan.' : `${fmtPct(used)} of ${fmtInt(limit)} requests used.`} The count resets on {fmtDate(u.resets_at)} (UTC).
+        {limit === null ? 'No monthly limit on your plan.' : `${fmtPct(used)} of ${fmtInt(limit)} requests used.`} The count resets on {fmtDate(u.resets_at)}{' '}
+        (UTC).
       </p>
     </div>
   );

@@ -56,7 +56,11 @@ export function TokensPage() {
             }}
           >
             <p class="muted">
-              Call a chain with it: <code class="wrap">POST {location.origin}/eth/{'<token>'}</code> or the header <code>Authorization: Bearer {'<token>'}</code>.
+              Call a chain with it:{' '}
+              <code class="wrap">
+                POST {location.origin}/eth/{'<token>'}
+              </code>{' '}
+              or the header <code>Authorization: Bearer {'<token>'}</code>.
             </p>
           </SecretOnce>
         </Panel>
@@ -75,7 +79,13 @@ export function TokensPage() {
         </Panel>
       ) : (
         <div class="create-row">
-          <button type="button" class="button primary" onClick={() => setCreating(true)} disabled={atMax !== null} aria-describedby={atMax ? 'token-max' : undefined}>
+          <button
+            type="button"
+            class="button primary"
+            onClick={() => setCreating(true)}
+            disabled={atMax !== null}
+            aria-describedby={atMax ? 'token-max' : undefined}
+          >
             Create token
           </button>
           {atMax && (
@@ -204,8 +214,23 @@ function CreateTokenForm(props: { account: Account; atMax: string | null; onCanc
       <Field label="Description" error={errors.description}>
         {(c) => <textarea {...c} value={draft.description} onInput={set('description')} rows={2} />}
       </Field>
-      <Field label="Custom monthly limit" error={errors.monthlyLimit} hint={plan.custom_limits ? 'Requests per month for this token; empty uses the account limit.' : planReason}>
-        {(c) => <input {...c} type="number" inputMode="numeric" min={1} step={1} value={draft.monthlyLimit} onInput={set('monthlyLimit')} disabled={!plan.custom_limits} />}
+      <Field
+        label="Custom monthly limit"
+        error={errors.monthlyLimit}
+        hint={plan.custom_limits ? 'Requests per month for this token; empty uses the account limit.' : planReason}
+      >
+        {(c) => (
+          <input
+            {...c}
+            type="number"
+            inputMode="numeric"
+            min={1}
+            step={1}
+            value={draft.monthlyLimit}
+            onInput={set('monthlyLimit')}
+            disabled={!plan.custom_limits}
+          />
+        )}
       </Field>
       <Field
         label="Expiration date"

@@ -46,7 +46,10 @@ function drawChart(doc: PDFKit.PDFDocument, series: SeriesPoint[], x: number, y:
     doc.moveTo(x, gy).lineTo(x + width, gy);
     if (fraction === 0) doc.stroke();
     else doc.dash(2, { space: 2 }).stroke().undash();
-    doc.fillColor(MUTED).fontSize(7).text(count(Math.round(fraction * max)), x - 45, gy - 3, { width: 40, align: 'right' });
+    doc
+      .fillColor(MUTED)
+      .fontSize(7)
+      .text(count(Math.round(fraction * max)), x - 45, gy - 3, { width: 40, align: 'right' });
   }
   const slot = series.length === 0 ? width : width / series.length;
   const bar = Math.max(0.5, slot * 0.8);
@@ -78,7 +81,10 @@ function drawTable(doc: PDFKit.PDFDocument, title: string, header: string[], row
   const line = (cells: string[], bold: boolean) => {
     const y = doc.y;
     let x = MARGIN;
-    doc.font(bold ? 'Helvetica-Bold' : 'Helvetica').fontSize(8).fillColor(bold ? MUTED : INK);
+    doc
+      .font(bold ? 'Helvetica-Bold' : 'Helvetica')
+      .fontSize(8)
+      .fillColor(bold ? MUTED : INK);
     cells.forEach((cell, i) => {
       const w = width * (fractions[i] ?? 0);
       doc.text(cell, x, y, { width: w - 6, lineBreak: false, ellipsis: true });
@@ -96,7 +102,11 @@ function drawTable(doc: PDFKit.PDFDocument, title: string, header: string[], row
 
 /** The PDF snapshot of the dashboard: the summary figures, the usage chart and the top breakdowns. A readable stream. */
 export function usagePdf(input: PdfReportInput): PDFKit.PDFDocument {
-  const doc = new PDFDocument({ size: 'A4', margin: MARGIN, info: { Title: 'Usage report', Author: 'chain-gateway', Subject: `${input.period.start} – ${input.period.end}` } });
+  const doc = new PDFDocument({
+    size: 'A4',
+    margin: MARGIN,
+    info: { Title: 'Usage report', Author: 'chain-gateway', Subject: `${input.period.start} – ${input.period.end}` },
+  });
   const width = doc.page.width - 2 * MARGIN;
   doc.fillColor(INK).font('Helvetica-Bold').fontSize(20).text('Usage report');
   doc.font('Helvetica').fontSize(9).fillColor(MUTED);
@@ -111,12 +121,22 @@ export function usagePdf(input: PdfReportInput): PDFKit.PDFDocument {
     const x = MARGIN + col * (width / 2);
     const y = top + row * 30;
     doc.font('Helvetica').fontSize(8).fillColor(MUTED).text(label, x, y);
-    doc.font('Helvetica-Bold').fontSize(13).fillColor(INK).text(value, x, y + 10);
+    doc
+      .font('Helvetica-Bold')
+      .fontSize(13)
+      .fillColor(INK)
+      .text(value, x, y + 10);
   });
   const { monthlyLimit, used, remaining, resetsAt } = input.limits;
   doc.y = top + 4 * 30 + 6;
-  doc.font('Helvetica').fontSize(9).fillColor(MUTED)
-    .text(`This month: ${count(used)} requests${monthlyLimit === null ? ' (no monthly limit)' : ` of ${count(monthlyLimit)}, ${count(remaining ?? 0)} remaining`}; resets ${resetsAt}.`, MARGIN);
+  doc
+    .font('Helvetica')
+    .fontSize(9)
+    .fillColor(MUTED)
+    .text(
+      `This month: ${count(used)} requests${monthlyLimit === null ? ' (no monthly limit)' : ` of ${count(monthlyLimit)}, ${count(remaining ?? 0)} remaining`}; resets ${resetsAt}.`,
+      MARGIN,
+    );
 
   doc.moveDown(1).font('Helvetica-Bold').fontSize(12).fillColor(INK).text('Requests over time', MARGIN);
   const chartTop = doc.y + 20;
@@ -124,13 +144,27 @@ export function usagePdf(input: PdfReportInput): PDFKit.PDFDocument {
   doc.y = chartTop + 170;
 
   const figureCells = (f: UsageFigures) => [count(f.requests), count(f.errors), pct(f.errorRate), msText(f.avgResponseMs), msText(f.p95ResponseMs)];
-  drawTable(doc, 'By chain', ['Chain', 'Requests', 'Errors', 'Error rate', 'Avg', 'p95'],
-    input.report.byChain.slice(0, 15).map((c) => [c.chain, ...figureCells(c)]), [0.25, 0.15, 0.15, 0.15, 0.15, 0.15]);
-  drawTable(doc, 'Most used methods', ['Chain', 'Method', 'Requests', 'Errors', 'Error rate', 'Avg', 'p95'],
-    input.report.byMethod.slice(0, 15).map((m) => [m.chain, m.method, ...figureCells(m)]), [0.1, 0.35, 0.11, 0.11, 0.11, 0.11, 0.11]);
-  drawTable(doc, 'Errors', ['Code', 'Message', 'Chain', 'Method', 'Count', 'Last seen'],
+  drawTable(
+    doc,
+    'By chain',
+    ['Chain', 'Requests', 'Errors', 'Error rate', 'Avg', 'p95'],
+    input.report.byChain.slice(0, 15).map((c) => [c.chain, ...figureCells(c)]),
+    [0.25, 0.15, 0.15, 0.15, 0.15, 0.15],
+  );
+  drawTable(
+    doc,
+    'Most used methods',
+    ['Chain', 'Method', 'Requests', 'Errors', 'Error rate', 'Avg', 'p95'],
+    input.report.byMethod.slice(0, 15).map((m) => [m.chain, m.method, ...figureCells(m)]),
+    [0.1, 0.35, 0.11, 0.11, 0.11, 0.11, 0.11],
+  );
+  drawTable(
+    doc,
+    'Errors',
+    ['Code', 'Message', 'Chain', 'Method', 'Count', 'Last seen'],
     input.errors.slice(0, 15).map((e) => [String(e.code), e.message, e.chain, e.method, count(e.count), e.lastSeen.replace('T', ' ').slice(0, 19)]),
-    [0.09, 0.33, 0.08, 0.2, 0.1, 0.2]);
+    [0.09, 0.33, 0.08, 0.2, 0.1, 0.2],
+  );
   doc.end();
   return doc;
 }

@@ -18,8 +18,19 @@ export interface ExportRow {
 }
 
 export const EXPORT_COLUMNS: ReadonlyArray<keyof ExportRow> = [
-  'time', 'request_id', 'token_id', 'chain', 'method', 'status', 'outcome', 'rpc_error_code', 'error_message', 'total_ms', 'upstream_ms',
-  'client_ip', 'upstream',
+  'time',
+  'request_id',
+  'token_id',
+  'chain',
+  'method',
+  'status',
+  'outcome',
+  'rpc_error_code',
+  'error_message',
+  'total_ms',
+  'upstream_ms',
+  'client_ip',
+  'upstream',
 ];
 
 export function exportRow(r: UsageCall): ExportRow {

@@ -71,27 +71,69 @@ export function AlertForm(props: { account: Account; alert: Alert | null; tokens
         </Field>
       )}
       <Field label={UNIT_LABEL[unit]} error={errors.threshold} hint="Notify when the measured value reaches this.">
-        {(c) => <input {...c} type="number" inputMode="decimal" step="any" value={draft.threshold} onInput={(e) => setDraft({ ...draft, threshold: e.currentTarget.value })} />}
+        {(c) => (
+          <input
+            {...c}
+            type="number"
+            inputMode="decimal"
+            step="any"
+            value={draft.threshold}
+            onInput={(e) => setDraft({ ...draft, threshold: e.currentTarget.value })}
+          />
+        )}
       </Field>
       {monthly ? (
         <p class="hint field">Measured over the calendar month (UTC).</p>
       ) : (
         <Field label="Window (minutes)" error={errors.windowMinutes}>
-          {(c) => <input {...c} type="number" inputMode="numeric" min={1} max={1440} value={draft.windowMinutes} onInput={(e) => setDraft({ ...draft, windowMinutes: e.currentTarget.value })} />}
+          {(c) => (
+            <input
+              {...c}
+              type="number"
+              inputMode="numeric"
+              min={1}
+              max={1440}
+              value={draft.windowMinutes}
+              onInput={(e) => setDraft({ ...draft, windowMinutes: e.currentTarget.value })}
+            />
+          )}
         </Field>
       )}
       {usesMinRequests(draft.type, condition) && (
         <Field label="Minimum requests" error={errors.minRequests} hint="Windows with fewer calls are not judged.">
-          {(c) => <input {...c} type="number" inputMode="numeric" min={1} value={draft.minRequests} onInput={(e) => setDraft({ ...draft, minRequests: e.currentTarget.value })} />}
+          {(c) => (
+            <input
+              {...c}
+              type="number"
+              inputMode="numeric"
+              min={1}
+              value={draft.minRequests}
+              onInput={(e) => setDraft({ ...draft, minRequests: e.currentTarget.value })}
+            />
+          )}
         </Field>
       )}
       {usesBaseline(draft.type, condition) && (
         <Field label="Baseline (hours)" error={errors.baselineHours} hint="The usual traffic is measured over this many hours.">
-          {(c) => <input {...c} type="number" inputMode="numeric" min={1} max={168} value={draft.baselineHours} onInput={(e) => setDraft({ ...draft, baselineHours: e.currentTarget.value })} />}
+          {(c) => (
+            <input
+              {...c}
+              type="number"
+              inputMode="numeric"
+              min={1}
+              max={168}
+              value={draft.baselineHours}
+              onInput={(e) => setDraft({ ...draft, baselineHours: e.currentTarget.value })}
+            />
+          )}
         </Field>
       )}
       {tokens !== 'none' && (
-        <Field label={tokens === 'required' ? 'Token (required)' : 'Token'} error={errors.tokenId} hint={tokens === 'optional' ? 'Empty: the whole account.' : undefined}>
+        <Field
+          label={tokens === 'required' ? 'Token (required)' : 'Token'}
+          error={errors.tokenId}
+          hint={tokens === 'optional' ? 'Empty: the whole account.' : undefined}
+        >
           {(c) => (
             <select {...c} value={draft.tokenId} onChange={(e) => setDraft({ ...draft, tokenId: e.currentTarget.value })}>
               <option value="">{tokens === 'required' ? 'Pick a token…' : 'All tokens'}</option>

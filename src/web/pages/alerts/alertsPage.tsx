@@ -36,10 +36,15 @@ export function AlertsPage() {
       {secrets.length > 0 && (
         <Panel title="Webhook signing secret">
           {secrets.map((c) => (
-            <SecretOnce key={c.id ?? c.url} title={`Signing secret for ${c.url}`} value={c.secret ?? ''} onDone={() => setSecrets((s) => s.filter((x) => x !== c))}>
+            <SecretOnce
+              key={c.id ?? c.url}
+              title={`Signing secret for ${c.url}`}
+              value={c.secret ?? ''}
+              onDone={() => setSecrets((s) => s.filter((x) => x !== c))}
+            >
               <p class="muted">
-                Deliveries carry <code>webhook-id</code>, <code>webhook-timestamp</code> and <code>webhook-signature</code> (Standard Webhooks, HMAC-SHA256
-                with this secret).
+                Deliveries carry <code>webhook-id</code>, <code>webhook-timestamp</code> and <code>webhook-signature</code> (Standard Webhooks, HMAC-SHA256 with
+                this secret).
               </p>
             </SecretOnce>
           ))}

@@ -19,7 +19,18 @@ export function draftOf(alert: Alert | null, account: Account): Draft {
   const channels = Object.fromEntries(CHANNELS.map((c) => [c.type, { on: false, value: '' }])) as Draft['channels'];
   if (!alert) {
     channels.email = { on: true, value: account.email };
-    return { name: '', type: 'usage_threshold', condition: '', threshold: '80', windowMinutes: '5', tokenId: '', minRequests: '10', baselineHours: '24', enabled: true, channels };
+    return {
+      name: '',
+      type: 'usage_threshold',
+      condition: '',
+      threshold: '80',
+      windowMinutes: '5',
+      tokenId: '',
+      minRequests: '10',
+      baselineHours: '24',
+      enabled: true,
+      channels,
+    };
   }
   for (const c of alert.channels) channels[c.type] = { on: true, value: destination(c) };
   return {

@@ -37,13 +37,21 @@ export const TYPES: Record<AlertType, { label: string; help: string; conditions:
 export const TYPE_IDS = Object.keys(TYPES) as AlertType[];
 
 export const unitOf = (type: AlertType, condition: string): Unit =>
-  type === 'response_time' ? 'ms' : type === 'rate_limiting' && condition === 'hitting' ? 'count' : type === 'token_usage' && condition === 'unusual_traffic' ? 'multiplier' : 'percent';
-export const isMonthly = (type: AlertType, condition: string): boolean => type === 'usage_threshold' || (type === 'token_usage' && condition === 'percent_of_limit');
+  type === 'response_time'
+    ? 'ms'
+    : type === 'rate_limiting' && condition === 'hitting'
+      ? 'count'
+      : type === 'token_usage' && condition === 'unusual_traffic'
+        ? 'multiplier'
+        : 'percent';
+export const isMonthly = (type: AlertType, condition: string): boolean =>
+  type === 'usage_threshold' || (type === 'token_usage' && condition === 'percent_of_limit');
 /** Ratios and averages mean something only over enough calls. */
 export const usesMinRequests = (type: AlertType, condition: string): boolean =>
   type === 'error_rate' || type === 'response_time' || (type === 'token_usage' && condition !== 'percent_of_limit');
 export const usesBaseline = (type: AlertType, condition: string): boolean => type === 'token_usage' && condition === 'unusual_traffic';
-export const tokenRule = (type: AlertType): 'required' | 'optional' | 'none' => (type === 'token_usage' ? 'required' : type === 'usage_threshold' ? 'none' : 'optional');
+export const tokenRule = (type: AlertType): 'required' | 'optional' | 'none' =>
+  type === 'token_usage' ? 'required' : type === 'usage_threshold' ? 'none' : 'optional';
 
 export const UNIT_LABEL: Record<Unit, string> = {
   percent: 'Threshold (%)',
@@ -54,7 +62,13 @@ export const UNIT_LABEL: Record<Unit, string> = {
 const UNIT_SUFFIX: Record<Unit, string> = { percent: ' %', ms: ' ms', count: ' refused calls', multiplier: '× usual' };
 
 /** The smallest default plan with each channel, to explain the ones this plan lacks (DESIGN §5). */
-export const CHANNEL_PLAN: Record<ChannelType, string> = { email: 'Free', webhook: 'Developer', chat: 'Professional', incident: 'Professional', sms: 'Unlimited' };
+export const CHANNEL_PLAN: Record<ChannelType, string> = {
+  email: 'Free',
+  webhook: 'Developer',
+  chat: 'Professional',
+  incident: 'Professional',
+  sms: 'Unlimited',
+};
 export const CHANNELS: { type: ChannelType; field: 'to' | 'url' | 'routing_key'; label: string; placeholder: string }[] = [
   { type: 'email', field: 'to', label: 'Email address', placeholder: 'you@example.com' },
   { type: 'webhook', field: 'url', label: 'Webhook URL', placeholder: 'https://example.com/hooks/gateway' },
