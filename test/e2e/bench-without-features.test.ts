@@ -31,7 +31,7 @@ const admitted = async (request: AdmissionRequest): Promise<Admission> => {
 describe('bench feature switches', () => {
   it('refuses an unknown feature, naming the known ones', () => {
     expect(parseFeatures(' usage, headers ')).toEqual(['usage', 'headers']);
-    expect(() => parseFeatures('usage,cache')).toThrow(/unknown feature "cache".*usage, metrics, limits, headers, auth/);
+    expect(() => parseFeatures('usage,caching')).toThrow(/unknown feature "caching".*usage, metrics, limits, headers, auth, coalescing, cache/);
   });
 
   it('takes out the limiter, the headers, admission and usage records, and only those', async () => {

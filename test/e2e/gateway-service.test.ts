@@ -296,6 +296,9 @@ describe.each(['on', 'off'])('STORAGE_THREAD=%s', (storageThread) => {
       );
       expect(usage.filter((u) => u.charged === true)).toHaveLength(6);
       expect(usage.filter((u) => u.charged === false)).toHaveLength(refusedCount);
+      // Every projection (totals and metrics alike) has applied them before the figures are read.
+      const head = await t.runtime.store.headPosition();
+      if (head !== null) await t.runtime.projector?.waitFor(head, 15_000);
 
       const figures = async () => {
         const token = (await t.app.inject({ method: 'GET', url: `/api/v1/tokens/${o.tokenId}`, headers: o.auth })).json();
