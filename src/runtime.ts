@@ -20,9 +20,8 @@ import { pingPostgres } from './infra/postgres/database.js';
 import { acquireProjectorLock, type ProjectorLock } from './infra/postgres/projectorLock.js';
 import type { ReadModelStore } from './infra/readmodels/port.js';
 import { openStorageThread } from './infra/storagethread/index.js';
-import { MemoryUsageQueue, openUsageQueue } from './infra/usage/index.js';
+import { openUsageQueue } from './infra/usage/index.js';
 import { type JournaledUsageSink, openJournaledSink } from './infra/usage/journal.js';
-import { ThreadUsageQueue } from './infra/storagethread/remote.js';
 import type { Ingester } from './infra/usage/ingester.js';
 import type { UsageSink } from './infra/usage/port.js';
 import { startProjecting } from './projections/all.js';
@@ -172,12 +171,7 @@ export async function openRuntime(config: Config, clock?: () => Date, options: R
   let journaled: JournaledUsageSink | null = null;
   if (config.role === 'all' && !config.redisUrl) {
     const inner = usageQueue;
-    const appendedThrough =
-      inner instanceof ThreadUsageQueue
-        ? () => inner.appendedThrough()
-        : inner instanceof MemoryUsageQueue
-          ? async () => inner.backend.appendedThrough()
-          : null;
+    const appendedThrough = inner.appendedThrough?.bind(inner);
     if (appendedThrough) {
       journaled = openJournaledSink({ dir: join(config.dataDir, 'usage-journal'), fsync: config.usageJournalFsync }, inner, appendedThrough);
       usageQueue = journaled;

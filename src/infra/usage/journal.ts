@@ -201,7 +201,7 @@ export class UsageJournal {
 }
 
 /** The valid records of a segment's bytes, appended to `into`; returns how many lines were not one. */
-export function readSegment(bytes: Buffer, into: UsageRecord[]): number {
+function readSegment(bytes: Buffer, into: UsageRecord[]): number {
   let skipped = 0;
   let start = 0;
   while (start < bytes.length) {
@@ -229,7 +229,7 @@ const TIDY_EVERY_MS = 1000;
 
 /**
  * A usage sink whose records are journaled before they are handed to the queue behind it:
- * `whenHandedOver` calls back once they are written. `appendedThrough` is the queue's
+ * `whenHandedOver` calls back once they are written. `storedThrough` is the queue's
  * watermark, in the order records were enqueued: how many of them are in the event store.
  */
 export class JournaledUsageSink implements UsageSink {
@@ -239,7 +239,7 @@ export class JournaledUsageSink implements UsageSink {
   constructor(
     readonly journal: UsageJournal,
     private readonly inner: UsageSink,
-    private readonly appendedThrough: () => Promise<number>,
+    private readonly storedThrough: () => Promise<number>,
     private readonly onError: (error: unknown) => void = () => {},
   ) {
     this.timer = setInterval(() => void this.tidy(), TIDY_EVERY_MS);
@@ -275,7 +275,7 @@ export class JournaledUsageSink implements UsageSink {
     this.tidying = true;
     try {
       this.journal.sealIfOlder();
-      if (this.journal.hasSealed) this.journal.release(await this.appendedThrough());
+      if (this.journal.hasSealed) this.journal.release(await this.storedThrough());
     } catch (error) {
       this.onError(error);
     } finally {
@@ -289,7 +289,7 @@ export class JournaledUsageSink implements UsageSink {
     this.journal.close();
     await this.inner.close();
     try {
-      this.journal.release(await this.appendedThrough());
+      this.journal.release(await this.storedThrough());
     } catch (error) {
       this.onError(error);
     }

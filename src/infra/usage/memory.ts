@@ -120,6 +120,11 @@ export class MemoryUsageQueue implements UsageQueue {
     this.backend.add(record);
   }
 
+  /** How many of the records enqueued here, in order, the store has (for the usage journal). */
+  async appendedThrough(): Promise<number> {
+    return this.backend.appendedThrough();
+  }
+
   /** Held in memory only: a process that needs more wraps it in the journal (JournaledUsageSink). */
   whenHandedOver(done: () => void): void {
     done();

@@ -11,7 +11,10 @@ export interface QueuedUsage {
 }
 
 /** What the gateway's side of a process uses of the queue: it hands records over and reports the depth; the ingester reads elsewhere (the storage thread). */
-export type UsageSink = Pick<UsageQueue, 'enqueue' | 'whenHandedOver' | 'depth' | 'flush' | 'close'>;
+export type UsageSink = Pick<UsageQueue, 'enqueue' | 'whenHandedOver' | 'depth' | 'flush' | 'close'> & {
+  /** In-process queues: how many of the records enqueued, in order, the store has (the usage journal deletes by it). */
+  appendedThrough?(): Promise<number>;
+};
 
 export interface UsageQueue {
   /** Never blocks and never throws: buffers in memory while the backend is away. The record must not be changed afterwards (the in-process queue keeps it as it is). */
