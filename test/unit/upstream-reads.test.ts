@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { answerIdIs, judgeSingle, keepableResult, readKey } from '../../src/gateway/cache/rpcReads.js';
+import { judgeSingle, keepableResult, readKey } from '../../src/gateway/cache/rpcReads.js';
 import { shapeOf } from '../../src/gateway/upstreams/evmCalls.js';
 import { ChainHeads } from '../../src/gateway/upstreams/heads.js';
 
@@ -38,11 +38,11 @@ describe('shapeOf', () => {
 describe('judging an answer', () => {
   const answer = (text: string): Buffer => Buffer.from(text);
   it('accepts the id sent, wherever the node writes it, and nothing else', () => {
-    expect(answerIdIs(answer('{"jsonrpc":"2.0","id":1,"result":"0x1"}'), '1')).toBe(true);
-    expect(answerIdIs(answer('{"jsonrpc":"2.0","result":{"id":1},"id":1}'), '1')).toBe(true);
-    expect(answerIdIs(answer('{"jsonrpc":"2.0","result":{"id":1},"id":2}'), '1')).toBe(false);
-    expect(answerIdIs(answer('{"jsonrpc":"2.0","id":12,"result":"0x1"}'), '1')).toBe(false);
-    expect(answerIdIs(answer('{ "jsonrpc": "2.0", "id": "a", "result": 1 }'), '"a"')).toBe(true);
+    expect(judgeSingle(answer('{"jsonrpc":"2.0","id":1,"result":"0x1"}'), '1')).toBe('ok');
+    expect(judgeSingle(answer('{"jsonrpc":"2.0","result":{"id":1},"id":1}'), '1')).toBe('ok');
+    expect(judgeSingle(answer('{"jsonrpc":"2.0","result":{"id":1},"id":2}'), '1')).toBe('bad');
+    expect(judgeSingle(answer('{"jsonrpc":"2.0","id":12,"result":"0x1"}'), '1')).toBe('bad');
+    expect(judgeSingle(answer('{ "jsonrpc": "2.0", "id": "a", "result": 1 }'), '"a"')).toBe('ok');
   });
 
   it('calls garbage and another call id bad, and a pruned node an archive case', () => {

@@ -54,14 +54,7 @@ function resultFollows(body: Buffer, at: number): boolean {
 
 const RESULT_KEY = Buffer.from('"result":');
 
-/**
- * Whether a single answer's id is `idText`. The id is searched as bytes first (nodes write it
- * before the result: a short scan), and read properly only when that does not settle it.
- */
-export function answerIdIs(body: Buffer, idText: string): boolean {
-  return idEnd(body, idText) > 0 || idIsRead(body, idText);
-}
-
+/** Whether the answer's id, read properly, is `idText`: for when the byte search (`idEnd`) did not find it. */
 function idIsRead(body: Buffer, idText: string): boolean {
   try {
     const text = body.toString('utf8');
