@@ -61,13 +61,13 @@ function requestIds(): () => string {
 
 /**
  * node:http's timeouts for slow clients, one set for both shapes of the server: fastify's own
- * (ROLE=api) and the chain front's (src/gateway/front.ts), which each create theirs with these.
+ * (ROLE=api) and the chain front's (src/gateway/front.ts), both given these as fastify's `http` option.
  * Node checks the headers and request timeouts only every `connectionsCheckingInterval` (30 s
  * by default, set at creation only), so a timeout could run late by that much: a quarter of the
  * shorter timeout keeps it within 25% at the cost of a walk over the open requests each time.
  * A client cut off is answered 408 (fastify's clientError handler) and its connection closed.
  */
-export function httpServerTimeouts(http: Config['http']) {
+function httpServerTimeouts(http: Config['http']) {
   return {
     headersTimeout: http.headersTimeoutMs,
     requestTimeout: http.requestTimeoutMs,

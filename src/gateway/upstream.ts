@@ -93,7 +93,7 @@ export interface HedgeOptions {
   maxShare: number;
 }
 
-export const DEFAULT_HEDGE: HedgeOptions = { quantile: 0.9, minDelayMs: 20, maxShare: 0.1 };
+const DEFAULT_HEDGE: HedgeOptions = { quantile: 0.9, minDelayMs: 20, maxShare: 0.1 };
 
 export interface UpstreamHealth {
   label: string;
@@ -203,7 +203,7 @@ export class UpstreamPool {
   private hedgesRecent = 0;
   private readonly counters: PoolStats = { hedges: 0, hedgeWins: 0 };
   /** Answers kept for reads (shared by every pool of the process); null: none. */
-  cache: ResponseCache | null = null;
+  readonly cache: ResponseCache | null;
   /** Reads in flight by key: callers of an identical read wait here for its answer (coalescing). */
   readonly waiting = new Map<string, Array<(outcome: UpstreamOutcome) => void>>();
   readonly coalesces: boolean;
@@ -212,7 +212,9 @@ export class UpstreamPool {
     readonly chain: Chain,
     dispatcherFor: (origin: string) => Dispatcher,
     options: UpstreamPoolOptions = {},
+    cache: ResponseCache | null = null,
   ) {
+    this.cache = cache;
     this.members = chain.upstreams.map((upstream, index) => {
       const headers = { accept: 'application/json', 'user-agent': 'chain-gateway', ...upstream.headers };
       return {
@@ -772,8 +774,7 @@ export class UpstreamPools {
     const bytes = options.cacheBytes ?? DEFAULT_CACHE_BYTES;
     this.cache = bytes > 0 ? new ResponseCache(bytes) : null;
     for (const chain of registry.list()) {
-      const pool = new UpstreamPool(chain, dispatcherFor, options);
-      pool.cache = this.cache;
+      const pool = new UpstreamPool(chain, dispatcherFor, options, this.cache);
       this.pools.set(chain.id, pool);
     }
   }

@@ -33,7 +33,7 @@ export interface HeadSample {
 }
 
 /** A head this far ahead of every other node's is not believed (a node cannot be that far ahead of its peers). */
-export const MAX_PLAUSIBLE_LEAD_BLOCKS = 10_000;
+const MAX_PLAUSIBLE_LEAD_BLOCKS = 10_000;
 
 /** Sends a JSON-RPC body to upstream `index`; resolves to the answer's bytes, or null when it failed. */
 export type Probe = (index: number, body: string) => Promise<Buffer | null>;
@@ -44,7 +44,7 @@ const FINALIZED_BODY = '{"jsonrpc":"2.0","id":1,"method":"eth_getBlockByNumber",
 const IDLE_MS = 60_000;
 
 /** The number and hash of a block an `eth_getBlockByNumber` answer holds, or null. */
-export function blockOfAnswer(body: Buffer | null): { number: number; hash: string | null } | null {
+function blockOfAnswer(body: Buffer | null): { number: number; hash: string | null } | null {
   if (body === null) return null;
   try {
     const parsed: unknown = JSON.parse(body.toString('utf8'));

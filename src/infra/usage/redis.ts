@@ -56,7 +56,7 @@ const HANDOVER_TIMEOUT_MS = 250;
 type StreamEntry = [id: string, fields: string[] | null];
 
 /** Streams the records are spread over when `streams` is not given: one on one Redis, 16 on a cluster (about five per master of three). */
-export const DEFAULT_STREAMS = { single: 1, cluster: 16 } as const;
+const DEFAULT_STREAMS = { single: 1, cluster: 16 } as const;
 /** While nothing comes, a blocking read waits on each stream in turn for this long divided among them: a record in any waits about this long at most. */
 const BLOCK_ROUND_MS = 200;
 const MIN_BLOCK_SLICE_MS = 5;
@@ -67,7 +67,7 @@ const LEGACY_CHECK_MS = 1000;
  * The stream a record goes to: a hash of its account (FNV-1a), so one account's records keep
  * their order in one stream and the ingester appends them as they came.
  */
-export function streamIndexOf(accountId: string, streams: number): number {
+function streamIndexOf(accountId: string, streams: number): number {
   if (streams === 1) return 0;
   let hash = 0x811c9dc5;
   for (let i = 0; i < accountId.length; i++) hash = Math.imul(hash ^ accountId.charCodeAt(i), 0x01000193);

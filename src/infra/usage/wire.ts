@@ -8,12 +8,12 @@ import { decodeUsageCall, encodeUsageCall, type UsageCallFields, UsageRecord } f
  */
 export type WireRecord = [...UsageCallFields, accountId: string, retentionDays: number | null, charged: boolean | null, cache: UsageRecord['cache'] | null];
 /** The length of UsageCallFields: where the wire record's own fields start. */
-const CALL_FIELDS = 12;
+const CALL_FIELDS: UsageCallFields['length'] = 12;
 
 export const toWire = (r: UsageRecord): WireRecord => [...encodeUsageCall(r), r.accountId, r.retentionDays ?? null, r.charged ?? null, r.cache ?? null];
 
 /** The record object of a wire record, for the schema to check; anything else (an object of an earlier version) as it is. */
-export function fromWire(item: unknown): unknown {
+function fromWire(item: unknown): unknown {
   if (!Array.isArray(item)) return item;
   // Any value may be wrong here: the schema checks the record built from them.
   const [accountId, retentionDays, charged, cache] = item.slice(CALL_FIELDS) as unknown[];
