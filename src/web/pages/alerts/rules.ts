@@ -77,17 +77,13 @@ export const CHANNELS: { type: ChannelType; field: 'to' | 'url' | 'routing_key';
   { type: 'sms', field: 'to', label: 'Phone number', placeholder: '+14155550123' },
 ];
 
-export const formatValue = (a: Pick<Alert, 'type' | 'condition'>, v: number): string => {
-  const unit = unitOf(a.type, a.condition ?? '');
-  const rounded = Math.round(v * 100) / 100;
-  return unit === 'multiplier' ? `${rounded}× usual` : `${rounded}${UNIT_SUFFIX[unit]}`;
-};
+export const formatValue = (a: Pick<Alert, 'type' | 'condition'>, v: number): string =>
+  `${Math.round(v * 100) / 100}${UNIT_SUFFIX[unitOf(a.type, a.condition ?? '')]}`;
 
 export function describeRule(a: Pick<Alert, 'type' | 'condition' | 'threshold' | 'window_minutes'>): string {
   const t = TYPES[a.type];
   const condition = t?.conditions.find((c) => c.value === a.condition)?.label;
-  const unit = unitOf(a.type, a.condition ?? '');
-  const threshold = unit === 'multiplier' ? `${a.threshold}× usual` : `${a.threshold}${UNIT_SUFFIX[unit]}`;
+  const threshold = `${a.threshold}${UNIT_SUFFIX[unitOf(a.type, a.condition ?? '')]}`;
   const span = a.window_minutes ? `over ${a.window_minutes} min` : 'this month';
   return `${t?.label ?? a.type}${condition ? ` (${condition.toLowerCase()})` : ''} ≥ ${threshold}, ${span}`;
 }
