@@ -1,9 +1,9 @@
 import { id as eventTopic, WebSocketProvider } from 'ethers';
 import { createPublicClient, parseAbiItem, webSocket } from 'viem';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { INVALIDATION_TOPIC } from '../../src/projections/runner.js';
 import { GANACHE_ACCOUNT_0, type GanacheNode, startGanache } from '../support/ganache.js';
-import { owner, startTestApp, type TestApp } from '../support/testApp.js';
+import { newToken as newOwnerToken, startTestApp, type TestApp } from '../support/testApp.js';
+import { until } from '../support/eventually.js';
 
 /** Real WebSocket clients (ethers, viem) through the gateway to a real ganache. */
 let node: GanacheNode;
@@ -31,24 +31,7 @@ async function nodeCall(method: string, params: unknown[]): Promise<unknown> {
 const ping = () => nodeCall('eth_sendTransaction', [{ from: GANACHE_ACCOUNT_0, to: contract }]);
 const mine = () => nodeCall('evm_mine', []);
 
-async function until(probe: () => boolean, timeoutMs = 5000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!probe()) {
-    if (Date.now() > deadline) throw new Error('condition not met in time');
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
-
-async function newToken() {
-  const o = await owner(t.app);
-  const heard: string[] = [];
-  const unsubscribe = await t.runtime.feed.subscribe(INVALIDATION_TOPIC, (m) => heard.push(m));
-  const res = await t.app.inject({ method: 'POST', url: '/api/v1/tokens', headers: o.auth, payload: { name: 'ws-client' } });
-  const tokenId = res.json().id as string;
-  await until(() => heard.includes(`token:${tokenId}`));
-  await unsubscribe();
-  return { ...o, token: res.json().token as string, tokenId };
-}
+const newToken = () => newOwnerToken(t);
 
 beforeAll(async () => {
   node = await startGanache();

@@ -4,10 +4,10 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import { WS_CLOSE } from '../../src/gateway/ws/gateway.js';
-import { INVALIDATION_TOPIC } from '../../src/projections/runner.js';
 import { type FakeWsUpstream, startFakeWsUpstream } from '../support/fakeWsUpstream.js';
-import { ADMIN_TOKEN, owner, startTestApp, type TestApp } from '../support/testApp.js';
-import { until, WsClient } from '../support/wsClient.js';
+import { newToken as newOwnerToken, startTestApp, type TestApp } from '../support/testApp.js';
+import { until } from '../support/eventually.js';
+import { WsClient } from '../support/wsClient.js';
 
 /**
  * WebSocket behaviour that needs a node the test controls (a fake one over HTTP and WebSocket):
@@ -40,24 +40,7 @@ async function startGateway(env: Record<string, string> = {}): Promise<Gateway> 
   return { t, wsBase: `ws://127.0.0.1:${port}` };
 }
 
-async function newToken({ t }: Gateway, plan: string, payload: Record<string, unknown> = {}) {
-  const o = await owner(t.app);
-  const heard: string[] = [];
-  const unsubscribe = await t.runtime.feed.subscribe(INVALIDATION_TOPIC, (m) => heard.push(m));
-  await t.app.inject({
-    method: 'PUT',
-    url: `/api/v1/admin/accounts/${o.accountId}/plan`,
-    headers: { authorization: `Bearer ${ADMIN_TOKEN}` },
-    payload: { plan },
-  });
-  const res = await t.app.inject({ method: 'POST', url: '/api/v1/tokens', headers: o.auth, payload: { name: 'ws', ...payload } });
-  if (res.statusCode !== 201) throw new Error(`token not created: ${res.body}`);
-  const tokenId = res.json().id as string;
-  // The creation reaches the gateway as an invalidation: wait for it, so the token is not cached as unknown.
-  await until(async () => heard.includes(`token:${tokenId}`));
-  await unsubscribe();
-  return { ...o, token: res.json().token as string, tokenId };
-}
+const newToken = ({ t }: Gateway, plan: string, fields: Record<string, unknown> = {}) => newOwnerToken(t, { plan, fields });
 
 const headNumbers = (client: WsClient, id: unknown) => client.notifications(id).map((n) => Number.parseInt((n.result as { number: string }).number, 16));
 

@@ -4,10 +4,10 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import { WS_CLOSE } from '../../src/gateway/ws/gateway.js';
-import { INVALIDATION_TOPIC } from '../../src/projections/runner.js';
 import { type GanacheNode, startGanache } from '../support/ganache.js';
-import { ADMIN_TOKEN, owner, startTestApp, type TestApp } from '../support/testApp.js';
-import { until, WsClient } from '../support/wsClient.js';
+import { newToken as newOwnerToken, startTestApp, type TestApp } from '../support/testApp.js';
+import { until } from '../support/eventually.js';
+import { WsClient } from '../support/wsClient.js';
 
 /** WebSocket on the chain port: real tokens from the management API, the real gatekeeper and metering, ganache behind (HTTP and WebSocket). */
 let node: GanacheNode;
@@ -32,24 +32,7 @@ afterAll(async () => {
   await node?.close();
 });
 
-async function newToken(plan = 'unlimited') {
-  const o = await owner(t.app);
-  const heard: string[] = [];
-  const unsubscribe = await t.runtime.feed.subscribe(INVALIDATION_TOPIC, (m) => heard.push(m));
-  await t.app.inject({
-    method: 'PUT',
-    url: `/api/v1/admin/accounts/${o.accountId}/plan`,
-    headers: { authorization: `Bearer ${ADMIN_TOKEN}` },
-    payload: { plan },
-  });
-  const res = await t.app.inject({ method: 'POST', url: '/api/v1/tokens', headers: o.auth, payload: { name: 'ws' } });
-  if (res.statusCode !== 201) throw new Error(`token not created: ${res.body}`);
-  const tokenId = res.json().id as string;
-  // The token's creation reaches the gateway as an invalidation: wait for it, so it is not cached as unknown.
-  await until(async () => heard.includes(`token:${tokenId}`));
-  await unsubscribe();
-  return { ...o, token: res.json().token as string, tokenId };
-}
+const newToken = (plan = 'unlimited') => newOwnerToken(t, { plan });
 
 /** A client on this file's gateway: the path after the host (chain and token). */
 const Client = { open: (path: string, headers: Record<string, string> = {}) => WsClient.open(`${wsBase}${path}`, { headers }) };

@@ -10,3 +10,12 @@ export async function eventually<T>(probe: () => Promise<T>, ok: (v: T) => boole
     await new Promise((r) => setTimeout(r, 25));
   }
 }
+
+/** Polls until `probe` holds, or throws after `timeoutMs`. */
+export async function until(probe: () => Promise<boolean> | boolean, timeoutMs = 5000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await probe())) {
+    if (Date.now() > deadline) throw new Error('condition not met in time');
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}

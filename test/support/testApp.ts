@@ -4,7 +4,9 @@ import { join } from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import { loadConfig } from '../../src/config.js';
 import { openRuntime, type Runtime } from '../../src/runtime.js';
+import { INVALIDATION_TOPIC } from '../../src/projections/runner.js';
 import { buildServer } from '../../src/server.js';
+import { until } from './eventually.js';
 
 export const ADMIN_TOKEN = 'test-admin-token-0123456789';
 
@@ -37,6 +39,34 @@ export async function startTestApp(options: { dataDir?: string; env?: Record<str
       if (!closeOptions.keepData) rmSync(dataDir, { recursive: true, force: true });
     },
   };
+}
+
+/**
+ * A new owner's API token, on `plan` if given (through the admin API), with the token's other
+ * fields if given; resolves once its creation reached the gateway as an invalidation, so the
+ * first call does not find it missing from a cache read made before.
+ */
+export async function newToken(t: TestApp, options: { plan?: string; fields?: Record<string, unknown> } = {}) {
+  const o = await owner(t.app);
+  const heard: string[] = [];
+  const unsubscribe = await t.runtime.feed.subscribe(INVALIDATION_TOPIC, (m) => heard.push(m));
+  try {
+    if (options.plan) {
+      await t.app.inject({
+        method: 'PUT',
+        url: `/api/v1/admin/accounts/${o.accountId}/plan`,
+        headers: { authorization: `Bearer ${ADMIN_TOKEN}` },
+        payload: { plan: options.plan },
+      });
+    }
+    const res = await t.app.inject({ method: 'POST', url: '/api/v1/tokens', headers: o.auth, payload: { name: 'test', ...options.fields } });
+    if (res.statusCode !== 201) throw new Error(`token not created: ${res.body}`);
+    const tokenId = res.json().id as string;
+    await until(() => heard.includes(`token:${tokenId}`));
+    return { ...o, token: res.json().token as string, tokenId };
+  } finally {
+    await unsubscribe();
+  }
 }
 
 /** Signs up and returns the session cookie and account id. */

@@ -1,13 +1,5 @@
 import WebSocket, { type ClientOptions } from 'ws';
-
-/** Polls until probe holds, or throws after timeoutMs. */
-export async function until(probe: () => Promise<boolean> | boolean, timeoutMs = 5000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await probe())) {
-    if (Date.now() > deadline) throw new Error('condition not met in time');
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
+import { until } from './eventually.js';
 
 /** A WebSocket JSON-RPC client that keeps every frame it receives and how it closed. */
 export class WsClient {

@@ -51,6 +51,29 @@ const delivery = (channelId: string, channel: string) => ({
   nextAttemptAt: T1,
 });
 
+/** Two delivery attempts, as the event carries them (with the account) and as the log keeps them. */
+const emailDelivered = {
+  notificationId: notice,
+  kind: 'fired',
+  channelId: email,
+  channel: 'email',
+  attempt: 1,
+  outcome: 'delivered',
+  status: null,
+  error: null,
+  nextAttemptAt: null,
+  at: T2,
+};
+const hookRetrying = {
+  ...emailDelivered,
+  channelId: hook,
+  channel: 'webhook',
+  outcome: 'retrying',
+  status: 503,
+  error: 'HTTP 503',
+  nextAttemptAt: '2026-11-03T10:06:00.000Z',
+};
+
 describe('alerts projection', () => {
   it('keeps a rule with its channels, never a webhook secret, listed under its account', () => {
     spec.given([created]).thenDocuments({
@@ -81,32 +104,8 @@ describe('alerts projection', () => {
       .given([
         created,
         fired,
-        on('NotificationAttempted', {
-          accountId: account,
-          notificationId: notice,
-          kind: 'fired',
-          channelId: email,
-          channel: 'email',
-          attempt: 1,
-          outcome: 'delivered',
-          status: null,
-          error: null,
-          nextAttemptAt: null,
-          at: T2,
-        }),
-        on('NotificationAttempted', {
-          accountId: account,
-          notificationId: notice,
-          kind: 'fired',
-          channelId: hook,
-          channel: 'webhook',
-          attempt: 1,
-          outcome: 'retrying',
-          status: 503,
-          error: 'HTTP 503',
-          nextAttemptAt: '2026-11-03T10:06:00.000Z',
-          at: T2,
-        }),
+        on('NotificationAttempted', { accountId: account, ...emailDelivered }),
+        on('NotificationAttempted', { accountId: account, ...hookRetrying }),
       ])
       .thenDocuments({
         alerts: {
@@ -130,30 +129,8 @@ describe('alerts projection', () => {
         alert_channels_disabled: {},
         alert_deliveries: { [`${notice}/${hook}`]: { ...delivery(hook, 'webhook'), attempts: 1, nextAttemptAt: '2026-11-03T10:06:00.000Z' } },
         alert_notifications: {
-          [`${alert}/${T2}/${notice}/${email}/001`]: {
-            notificationId: notice,
-            kind: 'fired',
-            channelId: email,
-            channel: 'email',
-            attempt: 1,
-            outcome: 'delivered',
-            status: null,
-            error: null,
-            nextAttemptAt: null,
-            at: T2,
-          },
-          [`${alert}/${T2}/${notice}/${hook}/001`]: {
-            notificationId: notice,
-            kind: 'fired',
-            channelId: hook,
-            channel: 'webhook',
-            attempt: 1,
-            outcome: 'retrying',
-            status: 503,
-            error: 'HTTP 503',
-            nextAttemptAt: '2026-11-03T10:06:00.000Z',
-            at: T2,
-          },
+          [`${alert}/${T2}/${notice}/${email}/001`]: emailDelivered,
+          [`${alert}/${T2}/${notice}/${hook}/001`]: hookRetrying,
         },
       });
   });
