@@ -3,7 +3,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { freePort, waitForPort } from './redisServer.js';
+import { freePorts, waitForPort } from './redisServer.js';
 
 const run = promisify(execFile);
 
@@ -36,10 +36,11 @@ export async function startTestRedisCluster(options: { masters?: number } = {}):
   const count = options.masters ?? 3;
   const root = mkdtempSync(join(tmpdir(), 'gw-redis-cluster-'));
   const nodes: Array<TestClusterNode & { child?: ChildProcess }> = [];
+  // Every node's port and cluster-bus port, distinct (port + 10000, the bus's default, may be taken or past 65535).
+  const ports = await freePorts(2 * count);
   for (let i = 0; i < count; i++) {
-    const port = await freePort();
-    // The cluster bus gets a free port of its own: port + 10000, the default, may be taken or past 65535.
-    const busPort = await freePort();
+    const port = ports[2 * i] as number;
+    const busPort = ports[2 * i + 1] as number;
     const node: TestClusterNode & { child?: ChildProcess } = {
       port,
       name: `127.0.0.1:${port}`,
