@@ -1,11 +1,12 @@
 import { id as eventTopic, WebSocketProvider } from 'ethers';
 import { createPublicClient, parseAbiItem, webSocket } from 'viem';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Web3, WebSocketProvider as Web3WebSocketProvider } from 'web3';
 import { GANACHE_ACCOUNT_0, type GanacheNode, startGanache } from '../support/ganache.js';
 import { newToken as newOwnerToken, startTestApp, type TestApp } from '../support/testApp.js';
 import { until } from '../support/eventually.js';
 
-/** Real WebSocket clients (ethers, viem) through the gateway to a real ganache. */
+/** Real WebSocket clients (ethers, viem, web3.js) through the gateway to a real ganache. */
 let node: GanacheNode;
 let t: TestApp;
 let wsBase: string;
@@ -32,6 +33,8 @@ const ping = () => nodeCall('eth_sendTransaction', [{ from: GANACHE_ACCOUNT_0, t
 const mine = () => nodeCall('evm_mine', []);
 
 const newToken = () => newOwnerToken(t);
+/** web3.js sends a burst of calls on connecting: more than Free's 5 a second. */
+const newDeveloperToken = () => newOwnerToken(t, { plan: 'developer' });
 
 beforeAll(async () => {
   node = await startGanache();
@@ -97,6 +100,29 @@ describe('viem webSocket transport', () => {
   });
 });
 
+describe('web3.js WebSocketProvider', () => {
+  it('gets the block number and follows new block headers', async () => {
+    const { token } = await newDeveloperToken();
+    const web3 = new Web3(new Web3WebSocketProvider(`${wsBase}/local/${token}`));
+    try {
+      const start = await web3.eth.getBlockNumber();
+      const headers: bigint[] = [];
+      const subscription = await web3.eth.subscribe('newBlockHeaders');
+      subscription.on('data', (header) => headers.push(BigInt(header.number ?? -1)));
+      await until(() => (t.runtime.telemetry.webSockets()?.subscriptions ?? 0) >= 1);
+      await mine();
+      await mine();
+      await until(() => headers.length >= 2);
+      expect(headers).toEqual([BigInt(start) + 1n, BigInt(start) + 2n]);
+      expect(await web3.eth.getBlockNumber()).toBe(BigInt(start) + 2n);
+      await subscription.unsubscribe();
+      await until(() => t.runtime.telemetry.webSockets()?.subscriptions === 0);
+    } finally {
+      web3.currentProvider?.disconnect();
+    }
+  });
+});
+
 describe('revocation', () => {
   it("ends a revoked token's subscription within a second", async () => {
     const o = await newToken();
@@ -117,5 +143,32 @@ describe('revocation', () => {
     expect(c.at - at).toBeLessThan(1000);
     await provider.destroy().catch(() => undefined);
     await until(() => t.runtime.telemetry.webSockets()?.connections === 0);
+  });
+
+  it("ends a revoked token's web3.js newBlockHeaders subscription within a second", async () => {
+    const o = await newDeveloperToken();
+    // No reconnect: the point is the close the gateway sends (a reconnect would be refused with 401 anyway).
+    const provider = new Web3WebSocketProvider(`${wsBase}/local/${o.token}`, {}, { autoReconnect: false });
+    const web3 = new Web3(provider);
+    let closed: { code: number; at: number } | null = null;
+    provider.on('disconnect', (error) => {
+      closed = { code: error.code, at: Date.now() };
+    });
+    const headers: unknown[] = [];
+    const subscription = await web3.eth.subscribe('newBlockHeaders');
+    subscription.on('data', (header) => headers.push(header));
+    await mine();
+    await until(() => headers.length === 1);
+    const revoked = await t.app.inject({ method: 'DELETE', url: `/api/v1/tokens/${o.tokenId}`, headers: o.auth });
+    const at = Date.now();
+    expect(revoked.statusCode).toBeLessThan(300);
+    await until(() => closed !== null, 3000);
+    const c = closed as unknown as { code: number; at: number };
+    expect(c.code).toBe(4001);
+    expect(c.at - at).toBeLessThan(1000);
+    await until(() => t.runtime.telemetry.webSockets()?.connections === 0);
+    await mine();
+    await new Promise((r) => setTimeout(r, 200));
+    expect(headers).toHaveLength(1);
   });
 });

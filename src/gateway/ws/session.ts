@@ -286,7 +286,8 @@ export class Session {
       this.close(WS_CLOSE.policyViolation, `send buffer over ${this.host.maxSendBufferBytes} bytes: the client does not read`);
       return;
     }
-    this.socket.send(frame);
+    // Text frames always: an upstream's answer arrives as a Buffer, which ws would send as a binary frame (web3.js cannot read those).
+    this.socket.send(frame, { binary: false });
   }
 
   private stopSubscriptions(): void {
