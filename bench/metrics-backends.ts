@@ -48,6 +48,9 @@ function bothStores(a: EventStore, b: EventStore): EventStore {
   return {
     append: async (streamId, events, expected) => (await Promise.all([a.append(streamId, events, expected), b.append(streamId, events, expected)]))[0],
     readStream: (streamId, options) => a.readStream(streamId, options),
+    truncateBefore: async (streamId, revision) => {
+      await Promise.all([a.truncateBefore(streamId, revision), b.truncateBefore(streamId, revision)]);
+    },
     subscribeToAll: (options) => a.subscribeToAll(options),
     headPosition: () => a.headPosition(),
     close: async () => {},

@@ -159,6 +159,7 @@ export function upTo(store: EventStore, last: Position): EventStore {
   return {
     append: (...args) => store.append(...args),
     readStream: (...args) => store.readStream(...args),
+    truncateBefore: (...args) => store.truncateBefore(...args),
     headPosition: async () => last,
     close: () => store.close(),
     subscribeToAll(options): Subscription {

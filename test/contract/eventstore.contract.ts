@@ -1,5 +1,6 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { EventStoreError } from '../../src/infra/eventstore/errors.js';
 import {
   type EventStore,
   type NewEvent,
@@ -9,12 +10,21 @@ import {
   WrongExpectedRevisionError,
 } from '../../src/infra/eventstore/port.js';
 
+export interface EventStoreContractOptions {
+  /**
+   * What must happen before truncated events leave the global log: on EventStoreDB, a scavenge
+   * (the in-memory server's `scavenge()`). `null`: nothing the suite can do (a real server), so
+   * it does not look for their absence there. Other stores: nothing (absent).
+   */
+  scavenge?: (() => Promise<void> | void) | null;
+}
+
 /**
  * The behaviour every event store adapter must have. Streams and categories are unique per
  * test (`c<random>-…`), and every subscription is filtered to its test's categories, so the
  * suite can run against a shared EventStoreDB holding other data.
  */
-export function describeEventStoreContract(name: string, open: () => Promise<EventStore>): void {
+export function describeEventStoreContract(name: string, open: () => Promise<EventStore>, options: EventStoreContractOptions = {}): void {
   describe(`${name} (event store contract)`, () => {
     let store: EventStore;
     beforeAll(async () => {
@@ -397,6 +407,144 @@ export function describeEventStoreContract(name: string, open: () => Promise<Eve
         })();
         await withTimeout(iterating, 5000, 'iteration did not end after close()');
         expect(seen.map((i) => i.kind)).toEqual(['event', 'caughtUp']);
+      });
+    });
+
+    describe('truncateBefore', () => {
+      /** The events of the categories' streams in the global log, from the start. */
+      const globalLog = async (...categories: string[]): Promise<StoredEvent[]> => {
+        await options.scavenge?.();
+        const subscription = store.subscribeToAll({ streamPrefixes: categories.map((c) => `${c}-`) });
+        try {
+          return (await new SubscriptionReader(subscription).untilCaughtUp()).events;
+        } finally {
+          await subscription.close();
+        }
+      };
+      const seesGlobalLog = options.scavenge !== null;
+
+      it('drops the events before the revision from stream reads; the others keep their revisions and positions', async () => {
+        const stream = `${category()}-1`;
+        await store.append(
+          stream,
+          ['A', 'B', 'C'].map((t) => newEvent(t)),
+          'no_stream',
+        );
+        await store.append(`${category()}-1`, [newEvent('Other')], 'no_stream');
+        await store.append(
+          stream,
+          ['D', 'E'].map((t) => newEvent(t)),
+          2,
+        );
+        const before = await store.readStream(stream);
+        await store.truncateBefore(stream, 2); // inside the first append
+        expect(await store.readStream(stream)).toEqual(before.slice(2));
+        expect((await store.readStream(stream, { maxCount: 2 })).map((e) => [e.revision, e.type])).toEqual([
+          [2, 'C'],
+          [3, 'D'],
+        ]);
+        expect((await store.readStream(stream, { fromRevision: 1, maxCount: 1 })).map((e) => e.type)).toEqual(['C']);
+        expect((await store.readStream(stream, { fromRevision: 4 })).map((e) => e.type)).toEqual(['E']);
+      });
+
+      it('keeps the revisions: expected revisions are checked against the last one, and appends go on from it', async () => {
+        const stream = `${category()}-1`;
+        await store.append(
+          stream,
+          ['A', 'B', 'C'].map((t) => newEvent(t)),
+          'no_stream',
+        );
+        await store.truncateBefore(stream, 2);
+        await expectWrongRevision(store.append(stream, [newEvent('D')], 'no_stream'), stream, 'no_stream', 2);
+        await expectWrongRevision(store.append(stream, [newEvent('D')], 0), stream, 0, 2);
+        expect((await store.append(stream, [newEvent('D')], 2)).nextExpectedRevision).toBe(3);
+        expect((await store.readStream(stream)).map((e) => [e.revision, e.type])).toEqual([
+          [2, 'C'],
+          [3, 'D'],
+        ]);
+      });
+
+      it('drops them from the global log: a subscription from the start sees only what is left, in order', async () => {
+        const cat = category();
+        const other = category();
+        // Many appends, each its own run of events, between appends to another stream.
+        for (let i = 0; i < 30; i++) {
+          await store.append(
+            `${cat}-1`,
+            Array.from({ length: 10 }, (_, j) => newEvent('A', { n: 10 * i + j })),
+            i === 0 ? 'no_stream' : 10 * i - 1,
+          );
+          await store.append(`${other}-1`, [newEvent('B', { n: i })], i === 0 ? 'no_stream' : i - 1);
+        }
+        await store.truncateBefore(`${cat}-1`, 157);
+        const kept = await store.readStream(`${cat}-1`);
+        expect(kept.map((e) => e.data['n'])).toEqual(Array.from({ length: 300 - 157 }, (_, i) => 157 + i));
+        const log = await globalLog(cat, other);
+        expectStrictlyIncreasing(log.map((e) => e.position));
+        expect(log.filter((e) => e.streamId === `${other}-1`)).toHaveLength(30);
+        const mine = log.filter((e) => e.streamId === `${cat}-1`);
+        if (seesGlobalLog) expect(mine).toEqual(kept);
+        else expect(mine.slice(-kept.length)).toEqual(kept);
+      });
+
+      it('past the last event: drops every event, and none appended later; positions go on past the dropped ones', async () => {
+        const cat = category();
+        const stream = `${cat}-1`;
+        const dropped = await store.append(
+          stream,
+          ['A', 'B', 'C'].map((t) => newEvent(t)),
+          'no_stream',
+        );
+        await store.truncateBefore(stream, 1000);
+        expect(await store.readStream(stream)).toEqual([]);
+        if (seesGlobalLog) expect(await globalLog(cat)).toEqual([]);
+        const next = await store.append(stream, [newEvent('D')], 2);
+        expect(next.nextExpectedRevision).toBe(3);
+        expect(next.position > dropped.position).toBe(true);
+        const read = await store.readStream(stream);
+        expect(read.map((e) => [e.revision, e.type])).toEqual([[3, 'D']]);
+        if (seesGlobalLog) expect(await globalLog(cat)).toEqual(read);
+        // A truncation of the stream as it is now drops that one too.
+        await store.truncateBefore(stream, 4);
+        expect(await store.readStream(stream)).toEqual([]);
+      });
+
+      it('an earlier revision than before, or 0, changes nothing', async () => {
+        const stream = `${category()}-1`;
+        await store.append(
+          stream,
+          ['A', 'B', 'C', 'D'].map((t) => newEvent(t)),
+          'no_stream',
+        );
+        await store.truncateBefore(stream, 0);
+        expect(await store.readStream(stream)).toHaveLength(4);
+        await store.truncateBefore(stream, 3);
+        await store.truncateBefore(stream, 1);
+        expect((await store.readStream(stream)).map((e) => e.type)).toEqual(['D']);
+        await store.truncateBefore(stream, 3);
+        expect((await store.readStream(stream)).map((e) => e.type)).toEqual(['D']);
+      });
+
+      it('a stream that does not exist: nothing happens, and it can be created afterwards from revision 0', async () => {
+        const stream = `${category()}-missing`;
+        await store.truncateBefore(stream, 5);
+        expect(await store.readStream(stream)).toEqual([]);
+        expect((await store.append(stream, [newEvent('A')], 'no_stream')).nextExpectedRevision).toBe(0);
+        expect((await store.readStream(stream)).map((e) => e.type)).toEqual(['A']);
+      });
+
+      it('refuses a revision that is not a non-negative whole number, changing nothing', async () => {
+        const stream = `${category()}-1`;
+        await store.append(stream, [newEvent('A'), newEvent('B')], 'no_stream');
+        for (const revision of [-1, 1.5, Number.NaN, Number.POSITIVE_INFINITY]) {
+          const error = await store.truncateBefore(stream, revision).then(
+            () => undefined,
+            (e: unknown) => e,
+          );
+          expect(error, String(revision)).toBeInstanceOf(EventStoreError);
+          expect(error).toMatchObject({ code: 'invalid_truncation' });
+        }
+        expect(await store.readStream(stream)).toHaveLength(2);
       });
     });
 

@@ -11,9 +11,18 @@ import { describeEventStoreContract } from './eventstore.contract.js';
 const url = process.env.EVENTSTORE_URL;
 
 if (url) {
-  describeEventStoreContract('EsdbEventStore', async () => EsdbEventStore.connect(url));
+  // Truncated events leave $all at the server's scavenge, which the suite does not start.
+  describeEventStoreContract('EsdbEventStore', async () => EsdbEventStore.connect(url), { scavenge: null });
 } else {
-  describeEventStoreContract('EsdbEventStore over an in-memory EventStoreDB', async () => new EsdbEventStore(new FakeEsdbServer().client));
+  let server = new FakeEsdbServer();
+  describeEventStoreContract(
+    'EsdbEventStore over an in-memory EventStoreDB',
+    async () => {
+      server = new FakeEsdbServer();
+      return new EsdbEventStore(server.client);
+    },
+    { scavenge: () => server.scavenge() },
+  );
 }
 
 describe('EsdbEventStore round trips', () => {

@@ -1,4 +1,5 @@
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
+import { existsSync, mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ClassicLevel } from 'classic-level';
@@ -607,6 +608,172 @@ describe('LevelEventStore log and index stores', () => {
         [0, { n: 0 }],
         [1, { n: 1 }],
       ]);
+    } finally {
+      await store.close();
+    }
+  });
+});
+
+describe('LevelEventStore truncation', () => {
+  const openDb = async (location: string): Promise<ClassicLevel<string, string>> => {
+    const db = new ClassicLevel<string, string>(location, { keyEncoding: 'utf8', valueEncoding: 'utf8' });
+    await db.open();
+    return db;
+  };
+  /** Every key of the store's two LevelDBs, with the store closed. */
+  const keysOf = async (dir: string): Promise<{ log: string[]; index: string[] }> => {
+    const log = await openDb(join(dir, 'log'));
+    const index = await openDb(join(dir, 'index'));
+    try {
+      return { log: await log.keys().all(), index: await index.keys().all() };
+    } finally {
+      await log.close();
+      await index.close();
+    }
+  };
+  /** Bytes of the files under `dir`. */
+  const diskBytes = (dir: string): number =>
+    readdirSync(dir, { recursive: true, withFileTypes: true })
+      .filter((entry) => entry.isFile())
+      .reduce((sum, entry) => sum + statSync(join(entry.parentPath, entry.name)).size, 0);
+
+  it("deletes the dropped events' log entries, stream runs and ids; keeps the head and the other streams", async () => {
+    const dir = tempDir();
+    const store = await LevelEventStore.open(dir);
+    const a = Array.from({ length: 7 }, (_, n) => newEvent('A', { n }));
+    await store.append('a-1', a.slice(0, 3), 'no_stream'); // seqs 1-3
+    await store.append('b-1', [newEvent('B')], 'no_stream'); // seq 4
+    await store.append('a-1', a.slice(3), 2); // seqs 5-8, revisions 3-6
+    await store.truncateBefore('a-1', 4);
+    await store.close();
+    const { log, index } = await keysOf(dir);
+    expect(log).toEqual([logKey(4), logKey(6), logKey(7), logKey(8), 'm\u0000lastseq']);
+    expect(index.filter((k) => k.startsWith('s\u0000a-1\u0000'))).toEqual([streamKey('a-1', 4)]);
+    expect(index.filter((k) => k.startsWith('e\u0000a-1\u0000')).sort()).toEqual(
+      a
+        .slice(4)
+        .map((e) => eventIdKey('a-1', e.id))
+        .sort(),
+    );
+    expect(index).toContain(headKey('a-1'));
+    expect(index).toContain('t\u0000a-1');
+    expect(index.some((k) => k.startsWith('p\u0000'))).toBe(false);
+    const reopened = await LevelEventStore.open(dir);
+    try {
+      expect((await reopened.readStream('a-1')).map((e) => [e.revision, e.position, e.data['n']])).toEqual([
+        [4, pad(6), 4],
+        [5, pad(7), 5],
+        [6, pad(8), 6],
+      ]);
+      expect((await reopened.append('a-1', [newEvent('A', { n: 7 })], 6)).position).toBe(pad(9));
+      // The id of a dropped event is forgotten: appended again, it is a new event.
+      expect((await reopened.append('a-1', [a[0]!], 'any')).nextExpectedRevision).toBe(8);
+    } finally {
+      await reopened.close();
+    }
+  });
+
+  it("hands out no position twice after a truncation dropped the log's last entries, across a reopen", async () => {
+    const dir = tempDir();
+    let store = await LevelEventStore.open(dir);
+    await store.append('a-1', [newEvent('A')], 'no_stream');
+    const last = await store.append('b-1', [newEvent('B'), newEvent('B')], 'no_stream');
+    await store.truncateBefore('b-1', 2);
+    await store.close();
+    store = await LevelEventStore.open(dir);
+    try {
+      expect(await store.headPosition()).toBe(last.position);
+      const subscription = store.subscribeToAll({ after: last.position });
+      const reader = new SubscriptionReader(subscription);
+      expect((await reader.untilCaughtUp()).caughtUpAt).toBe(last.position);
+      const next = await store.append('c-1', [newEvent('C')], 'no_stream');
+      expect(next.position).toBe(pad(4));
+      expect((await reader.events(1)).map((e) => e.position)).toEqual([pad(4)]);
+      await subscription.close();
+    } finally {
+      await store.close();
+    }
+  });
+
+  it('finishes at open a truncation that a crash interrupted after its truncation point was written', async () => {
+    const dir = tempDir();
+    let store = await LevelEventStore.open(dir);
+    await store.append(
+      'a-1',
+      Array.from({ length: 5 }, (_, n) => newEvent('A', { n })),
+      'no_stream',
+    );
+    await store.append('b-1', [newEvent('B')], 'no_stream');
+    await store.close();
+    // What truncateBefore('a-1', 3) writes before any delete.
+    const index = await openDb(join(dir, 'index'));
+    await index.batch([
+      { type: 'put', key: 't\u0000a-1', value: '3' },
+      { type: 'put', key: 'p\u0000a-1', value: '3' },
+    ]);
+    await index.close();
+    store = await LevelEventStore.open(dir);
+    try {
+      expect((await store.readStream('a-1')).map((e) => e.revision)).toEqual([3, 4]);
+      const subscription = store.subscribeToAll();
+      const { events } = await new SubscriptionReader(subscription).untilCaughtUp();
+      await subscription.close();
+      expect(events.map((e) => `${e.streamId}@${e.revision}`)).toEqual(['a-1@3', 'a-1@4', 'b-1@0']);
+    } finally {
+      await store.close();
+    }
+    const { log, index: indexKeys } = await keysOf(dir);
+    expect(log.filter((k) => k.startsWith('l\u0000'))).toEqual([logKey(4), logKey(5), logKey(6)]);
+    expect(indexKeys.filter((k) => k.startsWith('e\u0000a-1\u0000'))).toHaveLength(2);
+    expect(indexKeys.some((k) => k.startsWith('p\u0000'))).toBe(false);
+  });
+
+  it('a stream read that began before a truncation still reads the events after its point', async () => {
+    const dir = tempDir();
+    const store = await LevelEventStore.open(dir);
+    try {
+      for (let i = 0; i < 50; i++) {
+        await store.append(
+          'a-1',
+          Array.from({ length: 20 }, (_, n) => newEvent('A', { n: 20 * i + n })),
+          i === 0 ? 'no_stream' : 20 * i - 1,
+        );
+      }
+      // Reads racing the truncation: each sees either the whole stream or what is left of it, never a hole.
+      const reads = Array.from({ length: 20 }, () => store.readStream('a-1'));
+      await store.truncateBefore('a-1', 900);
+      for (const read of await Promise.all([...reads, store.readStream('a-1')])) {
+        const n = read.map((e) => e.data['n'] as number);
+        expect(n).toEqual(Array.from({ length: n.length }, (_, i) => 1000 - n.length + i));
+      }
+      expect(await store.readStream('a-1')).toHaveLength(100);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it('gives back the disk space of what it dropped', async () => {
+    const dir = tempDir();
+    const store = await LevelEventStore.open(dir, { sync: false });
+    const noise = (): string => randomBytes(150).toString('hex'); // 300 bytes LevelDB cannot compress
+    try {
+      for (let i = 0; i < 200; i++) {
+        await store.append(
+          'usage-a',
+          Array.from({ length: 100 }, (_, n) => newEvent('A', { n: 100 * i + n, noise: noise() })),
+          i === 0 ? 'no_stream' : 100 * i - 1,
+        );
+        await store.append('token-b', [newEvent('B', { i })], i === 0 ? 'no_stream' : i - 1);
+      }
+      await store.compactDropped(); // nothing dropped yet: LevelDB's own state only
+      const before = diskBytes(dir);
+      await store.truncateBefore('usage-a', 19_900);
+      await store.compactDropped();
+      const after = diskBytes(dir);
+      expect(before).toBeGreaterThan(20_000 * 300);
+      expect(after).toBeLessThan(before / 4);
+      expect(await store.readStream('token-b')).toHaveLength(200);
+      expect(await store.readStream('usage-a')).toHaveLength(100);
     } finally {
       await store.close();
     }

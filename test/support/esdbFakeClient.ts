@@ -37,7 +37,12 @@ export interface EsdbCalls {
   readStream: number;
   readAll: number;
   subscribeToAll: number;
+  /** Reads and writes of stream metadata (each a read or an append of the `$$<stream>` stream on the server). */
+  streamMetadata: number;
 }
+
+/** The stream metadata the server acts on (`$tb`, `$maxAge` in seconds), with whatever else a client set. */
+type StreamMetadata = { truncateBefore?: number; maxAge?: number } & Record<string, unknown>;
 
 /**
  * An in-memory EventStoreDB as `@eventstore/db-client` shows it, for running the real adapter
@@ -53,13 +58,21 @@ export interface EsdbCalls {
  *   (an id it holds later in the batch a second time); a first id it holds makes the batch a
  *   retry if the stream holds every id, and refuses it if not.
  * Subscriptions to `$all` send history, then `caughtUp`, then live events, as a readable stream.
+ * Stream metadata: stream reads skip the events before `$tb` and those older than `$maxAge`
+ * at once; `$all` keeps them until `scavenge()`, as the server keeps them until its scavenge.
+ * A stream keeps its revisions (appends go on from its last event, truncated or not). The
+ * metadata lives beside the streams, not as `$metadata` events of `$$<stream>` in the log (the
+ * adapter skips system events anyway).
  */
 export class FakeEsdbServer {
-  readonly calls: EsdbCalls = { appendToStream: 0, readStream: 0, readAll: 0, subscribeToAll: 0 };
+  readonly calls: EsdbCalls = { appendToStream: 0, readStream: 0, readAll: 0, subscribeToAll: 0, streamMetadata: 0 };
   /** Events sent by stream reads. */
   eventsRead = 0;
   private readonly streams = new Map<string, Recorded[]>();
-  private readonly log: Recorded[] = [];
+  private log: Recorded[] = [];
+  private readonly metadata = new Map<string, StreamMetadata>();
+  /** The server's clock, for `$maxAge` (events are stamped with the real time when appended). */
+  now: () => number = Date.now;
   private readonly live = new Set<Live>();
   private logPosition = 0n;
 
@@ -87,12 +100,38 @@ export class FakeEsdbServer {
       this.calls.subscribeToAll += 1;
       return this.subscribe(options.fromPosition ?? 'start', options.filter?.prefixes ?? []);
     },
+    getStreamMetadata: async (streamName: string) => {
+      this.calls.streamMetadata += 1;
+      await Promise.resolve();
+      const metadata = this.metadata.get(streamName);
+      return metadata ? { streamName, metadata: structuredClone(metadata) } : { streamName };
+    },
+    setStreamMetadata: async (streamName: string, metadata: StreamMetadata) => {
+      this.calls.streamMetadata += 1;
+      await Promise.resolve();
+      this.metadata.set(streamName, structuredClone(metadata));
+      this.logPosition += 100n;
+      return { success: true, nextExpectedRevision: 0n, position: { commit: this.logPosition, prepare: this.logPosition } };
+    },
     dispose: async (): Promise<void> => {},
   } as unknown as EventStoreDBClient;
 
   /** Client calls so far, in all. */
   get roundTrips(): number {
-    return this.calls.appendToStream + this.calls.readStream + this.calls.readAll + this.calls.subscribeToAll;
+    const { appendToStream, readStream, readAll, subscribeToAll, streamMetadata } = this.calls;
+    return appendToStream + readStream + readAll + subscribeToAll + streamMetadata;
+  }
+
+  /** What the server's scavenge does: events that stream reads skip (`$tb`, `$maxAge`) leave the log, so `$all` too. */
+  scavenge(): void {
+    this.log = this.log.filter((event) => this.readable(event));
+  }
+
+  /** Whether a stream read returns the event: not before the stream's `$tb`, not older than its `$maxAge`. */
+  private readable(event: Recorded): boolean {
+    const { truncateBefore = 0, maxAge } = this.metadata.get(event.streamId) ?? {};
+    if (event.revision < BigInt(truncateBefore)) return false;
+    return maxAge === undefined || event.created.getTime() >= this.now() - maxAge * 1000;
   }
 
   private append(streamName: string, events: ProposedEvent[], expected: AppendExpectedRevision): AppendAnswer {
@@ -153,13 +192,18 @@ export class FakeEsdbServer {
     if (!stream) throw new StreamNotFoundError(undefined, streamName);
     const maxCount = Number(options.maxCount ?? stream.length);
     const from = options.fromRevision;
+    const readable = (event: Recorded): boolean => this.readable(event);
     let slice: Recorded[];
     if (options.direction === 'backwards') {
       const start = from === undefined || from === 'end' ? stream.length - 1 : Number(from);
-      slice = stream.slice(Math.max(0, start - maxCount + 1), start + 1).reverse();
+      slice = stream
+        .slice(0, start + 1)
+        .filter(readable)
+        .reverse()
+        .slice(0, maxCount);
     } else {
       const start = from === undefined || from === 'start' ? 0 : from === 'end' ? stream.length : Number(from);
-      slice = stream.slice(start, start + maxCount);
+      slice = stream.slice(start).filter(readable).slice(0, maxCount);
     }
     for (const event of slice) {
       this.eventsRead += 1;

@@ -5,10 +5,13 @@ import { WrongExpectedRevisionError } from '../../src/infra/eventstore/port.js';
  * A minimal in-memory EventStore for tests of code that only appends and reads streams (the
  * usage ingester). It keeps the port's rules that such code relies on: expected revisions,
  * and an event whose id the stream already holds is skipped (idempotent retry). It has no
- * subscriptions: use the real adapters for projector tests.
+ * subscriptions: use the real adapters for projector tests. A truncation hides the events
+ * before it from stream reads and keeps the stream's revisions, as the port says.
  */
 export class MemoryEventStore implements EventStore {
   private readonly streams = new Map<string, StoredEvent[]>();
+  /** Per stream, its first revision not dropped by a truncation. */
+  private readonly truncated = new Map<string, number>();
   private lastPosition = 0;
   readCalls = 0;
 
@@ -54,9 +57,16 @@ export class MemoryEventStore implements EventStore {
 
   async readStream(streamId: string, options: { fromRevision?: number; maxCount?: number } = {}): Promise<StoredEvent[]> {
     this.readCalls += 1;
-    const from = options.fromRevision ?? 0;
+    const from = Math.max(options.fromRevision ?? 0, this.truncated.get(streamId) ?? 0);
     const events = this.events(streamId).slice(from, from + (options.maxCount ?? Number.POSITIVE_INFINITY));
     return events.map((event) => structuredClone(event));
+  }
+
+  async truncateBefore(streamId: string, revision: number): Promise<void> {
+    const stream = this.streams.get(streamId);
+    if (!stream) return;
+    const cut = Math.min(revision, stream.length);
+    if (cut > (this.truncated.get(streamId) ?? 0)) this.truncated.set(streamId, cut);
   }
 
   /** Ids of every stream written, for assertions. */

@@ -28,6 +28,16 @@ export function validateAppend(streamId: string, events: NewEvent[], expected: E
   }
 }
 
+/** A truncation names a stream and a revision (a non-negative whole number). */
+export function validateTruncation(streamId: string, revision: number): void {
+  if (streamId.length === 0 || streamId.includes('\u0000')) {
+    throw new EventStoreError('invalid_truncation', `invalid stream id ${JSON.stringify(streamId)}`);
+  }
+  if (!(Number.isSafeInteger(revision) && revision >= 0)) {
+    throw new EventStoreError('invalid_truncation', `a truncation's revision must be a non-negative integer, got ${revision}`, { streamId });
+  }
+}
+
 /** EventStoreDB's rules: `head` is the revision of the stream's last event, undefined when the stream does not exist. */
 export function checkExpectedRevision(streamId: string, expected: ExpectedRevision, head: number | undefined): void {
   const actual = head ?? 'no_stream';

@@ -4,6 +4,7 @@ export type EventStoreErrorCode =
   | 'duplicate_event_ids'
   | 'append_too_large'
   | 'invalid_position'
+  | 'invalid_truncation'
   | 'store_locked'
   | 'store_closed'
   | 'store_failed'

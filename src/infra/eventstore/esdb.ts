@@ -11,7 +11,7 @@ import {
   StreamNotFoundError,
   WrongExpectedVersionError,
 } from '@eventstore/db-client';
-import { validateAppend } from './appendRules.js';
+import { validateAppend, validateTruncation } from './appendRules.js';
 import { EventStoreError } from './errors.js';
 import { formatEsdbPosition, toStoredEvent } from './esdbEvents.js';
 import { EsdbSubscription } from './esdbSubscription.js';
@@ -82,6 +82,33 @@ export class EsdbEventStore implements EventStore {
     return events;
   }
 
+  /**
+   * Sets the stream's `$tb` (keeping its other metadata), at most one past its last event: a
+   * `$tb` beyond it would hide the events appended later too. Stream reads skip the events at
+   * once; `$all` (subscriptions, rebuilds) still holds them until the server's next scavenge.
+   * Run by one writer (the projector's retention pass): the metadata is read, then written.
+   */
+  async truncateBefore(streamId: string, revision: number): Promise<void> {
+    validateTruncation(streamId, revision);
+    const last = await this.lastRevision(streamId);
+    if (last === undefined) return; // no stream, or nothing left in it
+    const { metadata = {} } = await this.client.getStreamMetadata(streamId);
+    const current = typeof metadata.truncateBefore === 'number' ? metadata.truncateBefore : 0;
+    const cut = Math.min(revision, last + 1);
+    if (cut <= current) return;
+    await this.client.setStreamMetadata(streamId, { ...metadata, truncateBefore: cut });
+  }
+
+  /** Sets the stream's `$maxAge` (keeping its other metadata); a stream not created yet gets it when it is. */
+  async limitStreamAge(streamId: string, maxAgeSeconds: number): Promise<void> {
+    if (!(Number.isSafeInteger(maxAgeSeconds) && maxAgeSeconds > 0)) {
+      throw new EventStoreError('invalid_truncation', `a maximum age must be a positive whole number of seconds, got ${maxAgeSeconds}`, { streamId });
+    }
+    const { metadata = {} } = await this.client.getStreamMetadata(streamId);
+    if (metadata.maxAge === maxAgeSeconds) return;
+    await this.client.setStreamMetadata(streamId, { ...metadata, maxAge: maxAgeSeconds });
+  }
+
   subscribeToAll(options: SubscribeOptions = {}): Subscription {
     const subscription = new EsdbSubscription(this.client, options, (closed) => this.subscriptions.delete(closed));
     this.subscriptions.add(subscription);
@@ -98,6 +125,19 @@ export class EsdbEventStore implements EventStore {
   async close(): Promise<void> {
     await Promise.all([...this.subscriptions].map((subscription) => subscription.close()));
     await this.client.dispose();
+  }
+
+  /** The revision of the stream's last event still readable, undefined when there is none. */
+  private async lastRevision(streamId: string): Promise<number | undefined> {
+    try {
+      for await (const resolved of this.client.readStream(streamId, { direction: BACKWARDS, fromRevision: END, maxCount: 1 })) {
+        if (resolved.event) return Number(resolved.event.revision);
+      }
+    } catch (error) {
+      if (error instanceof StreamNotFoundError) return undefined;
+      throw error;
+    }
+    return undefined;
   }
 
   private async positionOf(streamId: string, revision: number): Promise<Position> {

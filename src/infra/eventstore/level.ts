@@ -2,7 +2,7 @@ import { existsSync } from 'node:fs';
 import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { ClassicLevel } from 'classic-level';
-import { validateAppend } from './appendRules.js';
+import { validateAppend, validateTruncation } from './appendRules.js';
 import { EventStoreError } from './errors.js';
 import { AppendPlan, EVENTS_PER_TURN, type EventIndexReader, nextTurn } from './levelAppendPlan.js';
 import { IdCeilings } from './levelIdCeilings.js';
@@ -15,6 +15,7 @@ import {
   headEntry,
   headKey,
   INDEXED_KEY,
+  LAST_SEQ_KEY,
   LOG_END,
   LOG_START,
   type LogEntry,
@@ -25,7 +26,10 @@ import {
   streamKey,
   streamRange,
   streamRunEntry,
+  truncationKey,
+  pendingTruncationKey,
 } from './levelKeys.js';
+import { type DroppedSeqs, dropBefore, pendingTruncations } from './levelTruncation.js';
 import { LevelSubscription, type LiveTap, type LogCursor, type LogSource } from './levelSubscription.js';
 import type { AppendResult, EventStore, ExpectedRevision, NewEvent, Position, StoredEvent, SubscribeOptions, Subscription } from './port.js';
 
@@ -65,6 +69,9 @@ interface Stores {
 /** Streams whose id ceiling the writer remembers (levelIdCeilings.ts): ~200 bytes each, 2 MB at most. */
 const ID_CEILING_STREAMS = 10_000;
 
+/** After the last truncation, how long the store waits before it compacts what they dropped (one compaction for a pass of many). */
+const COMPACT_AFTER_MS = 2000;
+
 /** Index entries rebuilt from the log per batch when the indexes are behind it (at open). */
 const CATCH_UP_BATCH = 1000;
 
@@ -90,6 +97,12 @@ export class LevelEventStore implements EventStore {
   private readonly ceilings = new IdCeilings(ID_CEILING_STREAMS);
   /** Set when a group's index batch failed after its log entries were written: the indexes no longer cover the log until a reopen rebuilds them. */
   private failure: EventStoreError | null = null;
+  /** Truncations run one at a time, each after the one before. */
+  private truncating: Promise<void> = Promise.resolve();
+  /** What truncations dropped since the last compaction: the log's sequence numbers and the streams. */
+  private dropped: { seqs: DroppedSeqs | null; streams: Set<string> } = { seqs: null, streams: new Set() };
+  private compactTimer: NodeJS.Timeout | undefined;
+  private compacting: Promise<void> = Promise.resolve();
 
   private constructor(
     private readonly stores: Stores,
@@ -119,8 +132,11 @@ export class LevelEventStore implements EventStore {
     try {
       if (!oneStore) index = await openDb(join(directory, 'index'), directory);
       const [lastKey] = await log.keys({ gt: LOG_START, lt: LOG_END, reverse: true, limit: 1 }).all();
-      const lastSeq = lastKey === undefined ? 0 : seqOfLogKey(lastKey);
+      // A truncation may have deleted the log's last entries: its sequence number is not handed out again.
+      const kept = await log.get(LAST_SEQ_KEY);
+      const lastSeq = Math.max(lastKey === undefined ? 0 : seqOfLogKey(lastKey), kept === undefined ? 0 : Number(kept));
       if (index !== log) await indexUpTo(log, index, lastSeq);
+      for (const { streamId, cut } of await pendingTruncations(index)) await dropBefore({ log, index }, streamId, cut, lastSeq);
       return new LevelEventStore({ log, index }, lastSeq, options);
     } catch (error) {
       await log.close();
@@ -144,7 +160,8 @@ export class LevelEventStore implements EventStore {
 
   async readStream(streamId: string, options: { fromRevision?: number; maxCount?: number } = {}): Promise<StoredEvent[]> {
     this.assertOpen();
-    const fromRevision = Math.max(0, Math.trunc(options.fromRevision ?? 0));
+    // Events before a truncation point are gone, whatever their index entries say while it is under way.
+    const fromRevision = Math.max(0, Math.trunc(options.fromRevision ?? 0), this.truncatedBefore(streamId));
     if (options.maxCount !== undefined && options.maxCount < 1) return [];
     const maxCount = options.maxCount === undefined ? -1 : Math.trunc(options.maxCount); // -1: no limit
     const range = streamRange(streamId);
@@ -159,10 +176,53 @@ export class LevelEventStore implements EventStore {
     }
     if (seqs.length === 0) return [];
     const values = await this.stores.log.getMany(seqs.map((seq) => LOG_START + seq));
-    return values.map((value, i) => {
-      if (value === undefined) throw new Error(`event store is corrupt: ${streamId} points at missing log entry ${seqs[i]}`);
-      return decodeEvent(LOG_START + seqs[i]!, value);
+    const events: StoredEvent[] = [];
+    for (const [i, value] of values.entries()) {
+      if (value !== undefined) events.push(decodeEvent(LOG_START + seqs[i]!, value));
+      // Dropped by a truncation that began after the truncation point was read: the events after it are still read.
+      else if (fromRevision + i >= this.truncatedBefore(streamId))
+        throw new Error(`event store is corrupt: ${streamId} points at missing log entry ${seqs[i]}`);
+    }
+    return events;
+  }
+
+  truncateBefore(streamId: string, revision: number): Promise<void> {
+    try {
+      this.assertOpen();
+      validateTruncation(streamId, revision);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    const truncation = this.truncating.then(() => this.truncate(streamId, revision));
+    this.truncating = truncation.catch(() => undefined);
+    return truncation;
+  }
+
+  /**
+   * Gives back the disk space of what truncations dropped now, rather than COMPACT_AFTER_MS after
+   * the last one: LevelDB keeps deleted entries (and the deletes) in its tables until a
+   * compaction rewrites them, and the log's old tables are otherwise rarely compacted again.
+   */
+  async compactDropped(): Promise<void> {
+    clearTimeout(this.compactTimer);
+    this.compactTimer = undefined;
+    const { seqs, streams } = this.dropped;
+    this.dropped = { seqs: null, streams: new Set() };
+    const compaction = this.compacting.then(async () => {
+      if (seqs) await this.stores.log.compactRange(logKey(seqs.first), logKey(seqs.last));
+      // The index entries dropped: each stream's runs and ids, as two key ranges spanning them all.
+      for (const rangeOf of [streamRange, eventIdRange]) {
+        const ranges = [...streams].map(rangeOf);
+        const gte = ranges.map((r) => r.gte).sort()[0];
+        const lt = ranges
+          .map((r) => r.lt)
+          .sort()
+          .at(-1);
+        if (gte !== undefined && lt !== undefined) await this.stores.index.compactRange(gte, lt);
+      }
     });
+    this.compacting = compaction.catch(() => undefined);
+    await compaction;
   }
 
   subscribeToAll(options: SubscribeOptions = {}): Subscription {
@@ -177,14 +237,52 @@ export class LevelEventStore implements EventStore {
     return this.lastSeq > 0 ? formatPosition(this.lastSeq) : null;
   }
 
-  /** Finishes queued appends, ends every subscription, releases the lock. */
+  /** Finishes queued appends and truncations, ends every subscription, releases the lock. */
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
     await this.draining;
+    await this.truncating;
+    clearTimeout(this.compactTimer);
+    await this.compacting;
     await Promise.all([...this.subscriptions].map((subscription) => subscription.close()));
     await this.stores.log.close();
     if (this.split) await this.stores.index.close();
+  }
+
+  /** The stream's first revision not dropped by a truncation (0 when none). */
+  private truncatedBefore(streamId: string): number {
+    const value = this.stores.index.getSync(truncationKey(streamId));
+    return value === undefined ? 0 : Number(value);
+  }
+
+  /**
+   * Writes the truncation point first (stream reads go by it at once), then deletes what it
+   * drops (levelTruncation.ts); a crash in between leaves the pending mark, and the next open
+   * finishes the deletes. Appends go on meanwhile: they only add runs after the stream's head.
+   */
+  private async truncate(streamId: string, revision: number): Promise<void> {
+    this.assertOpen();
+    const head = this.index.head(streamId);
+    if (head === undefined) return;
+    const cut = Math.min(revision, head + 1);
+    if (cut <= this.truncatedBefore(streamId)) return;
+    await this.stores.index.batch(
+      [
+        { type: 'put', key: truncationKey(streamId), value: String(cut) },
+        { type: 'put', key: pendingTruncationKey(streamId), value: String(cut) },
+      ],
+      { sync: true },
+    );
+    const seqs = await dropBefore(this.stores, streamId, cut, this.lastSeq);
+    const before = this.dropped.seqs;
+    if (seqs) this.dropped.seqs = before ? { first: Math.min(before.first, seqs.first), last: Math.max(before.last, seqs.last) } : seqs;
+    this.dropped.streams.add(streamId);
+    clearTimeout(this.compactTimer);
+    this.compactTimer = setTimeout(() => {
+      this.compactDropped().catch(() => undefined); // space comes back at the next one
+    }, COMPACT_AFTER_MS);
+    this.compactTimer.unref();
   }
 
   private readonly logSource: LogSource = {

@@ -9,6 +9,10 @@ import type { Position, StoredEvent } from './port.js';
  *   h\0<stream>            → <rev>           (revision of the stream's last event)
  *   e\0<stream>\0<eventId> → <rev> <seq:20>  (ids already in the stream, for idempotent retries)
  *   m\0indexed             → <seq:20>        (the last log entry the indexes cover; two stores only)
+ *   t\0<stream>            → <rev>           (the stream's events before `rev` were dropped: truncateBefore)
+ *   p\0<stream>            → <rev>           (a truncation whose deletes may not all be written yet)
+ *   m\0lastseq             → <seq:20>        (in the log's store: the last sequence number handed out when
+ *                                             a truncation may have deleted the log's last entry)
  * Numbers are zero-padded to 20 digits so that string order is numeric order. The log (`l`) and
  * the indexes (`s`, `h`, `e`, `m`) live in two LevelDB stores, or in one in a store made before
  * 2026-11-24 (src/infra/eventstore/level.ts).
@@ -65,6 +69,11 @@ export const eventIdEntry = (streamId: string, eventId: string, revision: number
 export const headEntry = (streamId: string, revision: number): Entry => [headKey(streamId), String(revision)];
 
 export const INDEXED_KEY = 'm\u0000indexed';
+
+export const truncationKey = (streamId: string): string => `t\u0000${streamId}`;
+export const pendingTruncationKey = (streamId: string): string => `p\u0000${streamId}`;
+export const PENDING_TRUNCATIONS = { gte: 'p\u0000', lt: 'p\u0001' } as const;
+export const LAST_SEQ_KEY = 'm\u0000lastseq';
 
 export const formatPosition = (seq: number): Position => pad(seq);
 

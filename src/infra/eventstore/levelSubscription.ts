@@ -107,6 +107,9 @@ export class LevelSubscription implements Subscription {
     let caughtUpSent = false;
     try {
       while (!this.closed) {
+        // Durable before the history's read began, so in what it reads: entries up to here that
+        // it did not meet were dropped by a truncation (the log's last ones may be), not missed.
+        const durable = this.source.committedSeq();
         for await (const batch of this.history(seq)) {
           for (const [key, value] of batch) {
             if (this.closed) return;
@@ -116,6 +119,7 @@ export class LevelSubscription implements Subscription {
           }
         }
         if (this.closed) return;
+        seq = Math.max(seq, durable);
         // Something became durable while the history was read: read on.
         if (this.source.committedSeq() > seq) continue;
         if (!caughtUpSent) {

@@ -68,5 +68,21 @@ export interface EventStore {
   subscribeToAll(options?: SubscribeOptions): Subscription;
   /** Position of the newest event in the log, or null when empty. */
   headPosition(): Promise<Position | null>;
+  /**
+   * Drops the stream's events before `revision` (retention of the usage log): they leave stream
+   * reads, the global log (subscriptions and replays that start afterwards) and the store's
+   * indexes. The stream keeps its revisions: expected revisions are checked against its last
+   * one as before, and later appends go on from there. Past the stream's last event, every event
+   * it holds goes (and none appended later). A lower revision than an earlier truncation's
+   * changes nothing, nor does a stream that does not exist. Ids of dropped events are
+   * forgotten: appending one again is not taken for a retry. EventStoreDB: the stream's `$tb`;
+   * there the events leave `$all` at the server's next scavenge.
+   */
+  truncateBefore(streamId: string, revision: number): Promise<void>;
+  /**
+   * Stores that drop old events by age themselves (EventStoreDB's `$maxAge`): events of the
+   * stream older than this may go. A backstop beside `truncateBefore`; absent elsewhere.
+   */
+  limitStreamAge?(streamId: string, maxAgeSeconds: number): Promise<void>;
   close(): Promise<void>;
 }

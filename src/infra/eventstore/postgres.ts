@@ -1,6 +1,6 @@
 import pg from 'pg';
 import { isRetryable, migrate, openPool } from '../postgres/database.js';
-import { checkExpectedRevision, validateAppend } from './appendRules.js';
+import { checkExpectedRevision, validateAppend, validateTruncation } from './appendRules.js';
 import { EventStoreError } from './errors.js';
 import { MAX_APPEND_BYTES } from './levelAppendPlan.js';
 import type { AppendResult, EventStore, ExpectedRevision, NewEvent, Position, StoredEvent, SubscribeOptions, Subscription } from './port.js';
@@ -22,6 +22,13 @@ export interface PostgresEventStoreOptions {
 
 /** Appends that meet a deadlock or serialization failure are run again, this many times in all. */
 const ATTEMPTS = 5;
+
+/** Rows a truncation deletes per statement: each its own short transaction, so that nothing waits long behind one. */
+const TRUNCATE_CHUNK = 5000;
+
+/** The revision of a stream's last event: its newest row's, or the one before its truncation point when a truncation left none. */
+const HEAD_SQL = `coalesce((SELECT revision FROM es_events WHERE stream_id = $1 ORDER BY revision DESC LIMIT 1),
+                          (SELECT before_revision - 1 FROM es_truncations WHERE stream_id = $1))`;
 
 /**
  * The event store on PostgreSQL (`DATABASE_URL`): for a topology of several processes without
@@ -72,10 +79,71 @@ export class PostgresEventStore implements EventStore {
     if (options.maxCount !== undefined && options.maxCount < 1) return [];
     const limit = options.maxCount === undefined ? null : Math.trunc(options.maxCount);
     const { rows } = await this.pool.query<EventRow>(
-      `SELECT ${EVENT_COLUMNS} FROM es_events e WHERE e.stream_id = $1 AND e.revision >= $2 ORDER BY e.revision LIMIT $3`,
+      // Rows before the truncation point are being deleted (or were left by an interrupted truncation): not read.
+      `SELECT ${EVENT_COLUMNS} FROM es_events e
+       WHERE e.stream_id = $1 AND e.revision >= greatest($2::bigint, coalesce((SELECT t.before_revision FROM es_truncations t WHERE t.stream_id = $1), 0))
+       ORDER BY e.revision LIMIT $3`,
       [streamId, fromRevision, limit],
     );
     return rows.map(toStoredEvent);
+  }
+
+  /**
+   * Moves the stream's truncation point (under its stream lock, so that it is measured against
+   * the head an append would see), then deletes the rows before it a chunk at a time. An
+   * interrupted truncation leaves rows that stream reads skip already; the next truncation of
+   * the stream deletes them. VACUUM (autovacuum) gives their space back to the table.
+   */
+  async truncateBefore(streamId: string, revision: number): Promise<void> {
+    this.assertOpen();
+    validateTruncation(streamId, revision);
+    let cut: number | null = null;
+    for (let attempt = 1; ; attempt++) {
+      try {
+        cut = await this.moveTruncationPoint(streamId, revision);
+        break;
+      } catch (error) {
+        if (attempt >= ATTEMPTS || !isRetryable(error)) throw error;
+      }
+    }
+    if (cut === null) return;
+    for (;;) {
+      const { rowCount } = await this.pool.query(
+        `DELETE FROM es_events WHERE (tx, seq) IN (SELECT tx, seq FROM es_events WHERE stream_id = $1 AND revision < $2 LIMIT ${TRUNCATE_CHUNK})`,
+        [streamId, cut],
+      );
+      if ((rowCount ?? 0) < TRUNCATE_CHUNK) return;
+    }
+  }
+
+  /** The stream's truncation point after this one (null: the stream does not exist). */
+  private async moveTruncationPoint(streamId: string, revision: number): Promise<number | null> {
+    const client = await this.pool.connect();
+    let broken: Error | undefined;
+    try {
+      await client.query(`BEGIN; SELECT pg_advisory_xact_lock(${STREAM_LOCK_CLASS}, hashtext(${client.escapeLiteral(streamId)}))`);
+      const { rows } = await client.query<{ head: string | null }>(`SELECT ${HEAD_SQL} AS head`, [streamId]);
+      const head = rows[0]?.head == null ? null : Number(rows[0].head);
+      if (head === null) {
+        await client.query('COMMIT');
+        return null;
+      }
+      const { rows: moved } = await client.query<{ before_revision: string }>(
+        `INSERT INTO es_truncations (stream_id, before_revision) VALUES ($1, $2)
+         ON CONFLICT (stream_id) DO UPDATE SET before_revision = greatest(es_truncations.before_revision, EXCLUDED.before_revision)
+         RETURNING before_revision`,
+        [streamId, Math.min(revision, head + 1)],
+      );
+      await client.query('COMMIT');
+      return Number(moved[0]!.before_revision);
+    } catch (error) {
+      await client.query('ROLLBACK').catch((rollbackError: unknown) => {
+        broken = rollbackError instanceof Error ? rollbackError : new Error(String(rollbackError));
+      });
+      throw error;
+    } finally {
+      client.release(broken);
+    }
   }
 
   subscribeToAll(options: SubscribeOptions = {}): Subscription {
@@ -114,7 +182,7 @@ export class PostgresEventStore implements EventStore {
       // The lock before any write: the transaction gets its id (its place in the global order) only once it holds the stream.
       await client.query(`BEGIN; SELECT pg_advisory_xact_lock(${STREAM_LOCK_CLASS}, hashtext(${client.escapeLiteral(streamId)}))`);
       const { rows } = await client.query<{ head: string | null; found: Array<[string, number, string, string]> | null }>(
-        `SELECT (SELECT revision FROM es_events WHERE stream_id = $1 ORDER BY revision DESC LIMIT 1) AS head,
+        `SELECT ${HEAD_SQL} AS head,
                 (SELECT json_agg(json_build_array(event_id, revision, tx::text, seq::text)) FROM es_events WHERE stream_id = $1 AND event_id = ANY ($2::text[])) AS found`,
         [streamId, events.map((event) => event.id)],
       );

@@ -33,6 +33,17 @@ export const EVENT_STORE_MIGRATIONS: readonly Migration[] = [
       CREATE UNIQUE INDEX es_events_stream_event_id ON es_events (stream_id, event_id);
     `,
   },
+  {
+    // Retention (truncateBefore): a stream's events before `before_revision` are gone. Kept after
+    // they are deleted, so that the stream's revisions go on from its last one even when none is left.
+    version: 2,
+    sql: `
+      CREATE TABLE es_truncations (
+        stream_id text PRIMARY KEY,
+        before_revision bigint NOT NULL
+      );
+    `,
+  },
 ];
 
 /** Woken on every commit of an append (LISTEN/NOTIFY: delivered at commit, to this database's listeners). */

@@ -66,6 +66,10 @@ export class RemoteEventStore implements EventStore {
     return this.rpc.call('store.headPosition');
   }
 
+  truncateBefore(streamId: string, revision: number): Promise<void> {
+    return this.rpc.call('store.truncateBefore', streamId, revision);
+  }
+
   /** The store itself closes with the storage thread. */
   async close(): Promise<void> {}
 }

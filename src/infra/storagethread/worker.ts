@@ -77,6 +77,7 @@ function serve(store: EventStore, readModels: ReadModelStore): void {
       'store.append': (...args: Parameters<EventStore['append']>) => store.append(...args),
       'store.readStream': (...args: Parameters<EventStore['readStream']>) => store.readStream(...args),
       'store.headPosition': () => store.headPosition(),
+      'store.truncateBefore': (...args: Parameters<EventStore['truncateBefore']>) => store.truncateBefore(...args),
       'readModels.commit': (...args: Parameters<ReadModelStore['commit']>) => readModels.commit(...args),
       'readModels.checkpoint': (projection: string) => readModels.checkpoint(projection),
       'readModels.write': (...args: Parameters<ReadModelStore['write']>) => readModels.write(...args),
