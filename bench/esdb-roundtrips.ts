@@ -20,10 +20,11 @@
  *   ACCOUNTS=200000 ROUNDS=1 node --expose-gc --import tsx bench/esdb-roundtrips.ts
  */
 import { randomUUID } from 'node:crypto';
-import { USAGE_EVENT_TYPE, type UsageRecord, usageEventId, usageStream } from '../src/domain/usage.js';
+import { type UsageRecord, usageStream } from '../src/domain/usage.js';
+import { usageEventRequestIds } from '../src/domain/usageBatch.js';
 import { EsdbEventStore } from '../src/infra/eventstore/esdb.js';
-import type { NewEvent } from '../src/infra/eventstore/port.js';
 import { ExactlyOnceAppender, type ExactlyOnceOptions } from '../src/infra/usage/exactlyOnce.js';
+import { usageBatchCodec } from '../src/infra/usage/ingester.js';
 import { FakeEsdbServer } from '../test/support/esdbFakeClient.js';
 import { log } from './lib/report.js';
 
@@ -54,23 +55,22 @@ function record(accountId: string): UsageRecord {
   };
 }
 
-const toEvent = (r: UsageRecord): NewEvent => ({ id: usageEventId(r), type: USAGE_EVENT_TYPE, data: r });
 const times = (records: UsageRecord[]): [number, number] => {
   const at = records.map((r) => Date.parse(r.at));
   return [Math.min(...at), Math.max(...at)];
 };
 
 /** Appends one batch, as the ingester does (the records' earliest and latest times). */
-async function appendBatch(appender: ExactlyOnceAppender, accountId: string, records: UsageRecord[]): Promise<void> {
+async function appendBatch(appender: ExactlyOnceAppender<UsageRecord>, accountId: string, records: UsageRecord[]): Promise<void> {
   const [since, until] = times(records);
-  await appender.append(usageStream(accountId), records.map(toEvent), since, until);
+  await appender.append(usageStream(accountId), records, since, until);
 }
 
 async function run(accounts: number): Promise<void> {
   const server = new FakeEsdbServer();
   const store = new EsdbEventStore(server.client);
-  const holder = { appender: new ExactlyOnceAppender(store, options) };
-  const appender = (): ExactlyOnceAppender => holder.appender;
+  const holder = { appender: new ExactlyOnceAppender(store, usageBatchCodec, options) };
+  const appender = (): ExactlyOnceAppender<UsageRecord> => holder.appender;
   const ids = Array.from({ length: accounts }, (_, i) => `acc${i}`);
   const firstBatch: UsageRecord[] = [];
   for (const id of ids) {
@@ -105,17 +105,19 @@ async function run(accounts: number): Promise<void> {
   const before = server.roundTrips;
   const retried = [...firstBatch, record('acc0')];
   await appendBatch(appender(), 'acc0', retried);
+  const trips = server.roundTrips - before;
   const stream = usageStream('acc0');
-  const held = server.eventsOf(stream).filter((id) => retried.some((r) => usageEventId(r) === id)).length;
+  const recorded = (await store.readStream(stream)).flatMap((e) => usageEventRequestIds(e));
+  const held = retried.filter((r) => recorded.filter((id) => id === r.requestId).length === 1).length;
   log(
-    `  a redelivered batch on account #1 (${firstBatch.length} appended before + 1 new): ${server.roundTrips - before} round trips, ${held} of ${retried.length} in the stream once each: ${held === retried.length ? 'yes' : 'NO'}`,
+    `  a redelivered batch on account #1 (${firstBatch.length} appended before + 1 new): ${trips} round trips, ${held} of ${retried.length} in the stream once each: ${held === retried.length ? 'yes' : 'NO'}`,
   );
   if (gc) {
     // The appender's share: the heap with it, less the heap once it is gone (the server's events stay).
     gc();
     const withAppender = process.memoryUsage().heapUsed;
     const remembered = appender().rememberedIds;
-    holder.appender = new ExactlyOnceAppender(store, options);
+    holder.appender = new ExactlyOnceAppender(store, usageBatchCodec, options);
     gc();
     const without = process.memoryUsage().heapUsed;
     log(`  the appender's heap: ${((withAppender - without) / accounts).toFixed(0)} bytes per account, ${remembered} ids remembered in all`);

@@ -163,7 +163,6 @@ export async function openRuntime(config: Config, clock?: () => Date, options: R
         usageQueue: openedQueue,
         plans: config.plans,
         now,
-        storeKnowsEveryId: !config.eventstoreUrl,
       }));
     }
   }

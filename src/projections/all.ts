@@ -1,5 +1,4 @@
 import type { PlanCatalog } from '../domain/plans.js';
-import { USAGE_EVENT_TYPE } from '../domain/usage.js';
 import type { ChangeFeed } from '../infra/changefeed/port.js';
 import type { EventStore } from '../infra/eventstore/port.js';
 import type { ReadModelStore } from '../infra/readmodels/port.js';
@@ -11,6 +10,7 @@ import type { Projection } from './projection.js';
 import { type RetentionJob, startRetentionJob } from './retention.js';
 import { ProjectionRunner } from './runner.js';
 import { usageMetricsProjection } from './usageMetrics.js';
+import { USAGE_EVENT_TYPES } from './usageRecord.js';
 import { usageTotalsProjection } from './usageTotals.js';
 
 /** Every projection the projector runs, in one place (the rebuild command uses it too). */
@@ -43,16 +43,14 @@ export function startProjecting(options: {
   usageQueue: UsageQueue;
   plans: PlanCatalog;
   now: () => Date;
-  /** The embedded store skips or refuses every id a stream holds: the ingester need not remember them. */
-  storeKnowsEveryId: boolean;
 }): ProjectingParts {
   const { store, readModels, now } = options;
   return {
     projector: new ProjectionRunner(store, readModels, PROJECTIONS, options.feed, () => now().getTime(), {
-      types: new Set([USAGE_EVENT_TYPE]),
+      types: USAGE_EVENT_TYPES,
       ms: USAGE_LINGER_MS,
     }),
-    ingester: new UsageIngester({ queue: options.usageQueue, store, exactlyOnce: { storeKnowsEveryId: options.storeKnowsEveryId } }),
+    ingester: new UsageIngester({ queue: options.usageQueue, store }),
     retention: startRetentionJob({ readModels, plans: options.plans, now, onError: (e) => console.error('usage retention pass failed:', e) }),
   };
 }

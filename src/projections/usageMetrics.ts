@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { encodeUsageCall, isErrorUsage, USAGE_EVENT_TYPE, type UsageCallFields, type UsageRecord } from '../domain/usage.js';
+import { encodeUsageCall, isErrorUsage, type UsageCallFields, type UsageRecord } from '../domain/usage.js';
 import type { StoredEvent } from '../infra/eventstore/port.js';
 import type { ReadModelWrite } from '../infra/readmodels/port.js';
 import type { Projection } from './projection.js';
@@ -7,7 +7,7 @@ import { bucketNameOfIso, DAY_MS, GRANULARITIES, type Granularity, MINUTE_MS, ty
 import { bucketExpiry, longerRetention, MINUTE_RETENTION_DAYS, usageExpiryOf, validRetention } from './usageExpiry.js';
 import { HISTOGRAM_FIELDS, histogramIndex } from './usageHistogram.js';
 import { methodLabel } from './usageMethod.js';
-import { usageRecordOf } from './usageRecord.js';
+import { rawRowSlot, USAGE_EVENT_TYPES, usageRecordsOf } from './usageRecord.js';
 
 /**
  * Every key starts with the account and then a time (or the token, then a time), so a metrics
@@ -23,11 +23,12 @@ export const USAGE_METRICS = {
   /** `<accountId>/<tokenId>/<day>/<ip>` → count, lastSeen. */
   clientIps: 'usage_client_ips',
   /**
-   * `<accountId>/<hour>/<block>` → the calls of that hour whose revision in the account's
-   * `usage-<accountId>` stream falls in the block (REQUEST_BLOCK consecutive revisions), as
-   * `{ "<revision % REQUEST_BLOCK>": UsageCallFields }`: the raw rows the exports stream. Packed
+   * `<accountId>/<hour>/<block>` → the calls of that hour whose slot in the account's
+   * `usage-<accountId>` stream (`rawRowSlot`: its event's revision, and its place in a batch
+   * event) falls in the block (REQUEST_BLOCK consecutive slots), as
+   * `{ "<slot % REQUEST_BLOCK>": UsageCallFields }`: the raw rows the exports stream. Packed
    * so that a replay writes one document per block instead of one per call, and keyed by the
-   * revision so that a rebuild packs them as live did.
+   * slot so that a rebuild packs them as live did.
    */
   requestBlocks: 'usage_request_blocks',
   /**
@@ -103,12 +104,12 @@ export const errorCodeOf = (r: Pick<UsageRecord, 'status' | 'rpcErrorCode'>): nu
 
 export const errorMessageOf = (r: Pick<UsageRecord, 'errorMessage'>): string => (r.errorMessage ?? '').slice(0, MESSAGE_MAX);
 
-/** Consecutive stream revisions whose calls share a raw-row document (per hour): at most a few KB each. */
+/** Consecutive slots (see `rawRowSlot`) whose calls share a raw-row document (per hour): at most a few KB each. */
 export const REQUEST_BLOCK = 16;
 
-/** Block numbers are zero-padded so that an hour's blocks sort in revision order. */
-export const requestBlockKey = (accountId: string, hour: string, revision: number): string =>
-  [accountId, hour, String(Math.floor(revision / REQUEST_BLOCK)).padStart(16, '0')].join('/');
+/** Block numbers are zero-padded so that an hour's blocks sort in slot order. */
+export const requestBlockKey = (accountId: string, hour: string, slot: number): string =>
+  [accountId, hour, String(Math.floor(slot / REQUEST_BLOCK)).padStart(16, '0')].join('/');
 
 /**
  * `toISOString()` form of a day 1–28 (valid in every month): such a string is its own
@@ -255,8 +256,8 @@ export class UsageFold {
     this.minutesExpireBefore = nowMs === undefined ? null : new Date(nowMs - MINUTE_RETENTION_DAYS * DAY_MS - MINUTE_MS).toISOString();
   }
 
-  /** Adds a record at `revision` of its account's usage stream; a record whose time is not a time counts nowhere. */
-  add(record: UsageRecord, revision: number): void {
+  /** Adds a record at `slot` of its account's usage stream (`rawRowSlot`); a record whose time is not a time counts nowhere. */
+  add(record: UsageRecord, slot: number): void {
     const at = canonicalTime(record.at);
     if (at === null) return;
     const { accountId, tokenId, chain } = record;
@@ -318,13 +319,13 @@ export class UsageFold {
     }
 
     const hourBlocks = entry(account.requestBlocks, bucketNameOfIso(at, 'hour'), newMap<number, BucketFolded<Record<number, UsageCallFields>>>);
-    const blockNumber = Math.floor(revision / REQUEST_BLOCK);
+    const blockNumber = Math.floor(slot / REQUEST_BLOCK);
     let block = hourBlocks.get(blockNumber);
     if (block === undefined) {
       block = { value: {}, retention: undefined };
       hourBlocks.set(blockNumber, block);
     }
-    block.value[revision % REQUEST_BLOCK] = encodeUsageCall(record, at);
+    block.value[slot % REQUEST_BLOCK] = encodeUsageCall(record, at);
     block.retention = longerRetention(block.retention, retention);
 
     const dayIps = entry(token.clientIps, bucketNameOfIso(at, 'day'), newMap<string, BucketFolded<{ count: number; lastSeen: string }>>);
@@ -425,10 +426,10 @@ export class UsageFold {
   }
 }
 
-/** The read-model writes of one usage record at `revision` of its account's usage stream (pure). */
-export function usageWrites(record: UsageRecord, revision: number): ReadModelWrite[] {
+/** The read-model writes of one usage record at `slot` of its account's usage stream (pure). */
+export function usageWrites(record: UsageRecord, slot: number): ReadModelWrite[] {
   const fold = new UsageFold();
-  fold.add(record, revision);
+  fold.add(record, slot);
   return fold.writes();
 }
 
@@ -440,7 +441,7 @@ export function usageWrites(record: UsageRecord, revision: number): ReadModelWri
 export const usageMetricsProjection: Projection = {
   name: 'usage_metrics',
   collections: Object.values(USAGE_METRICS),
-  eventTypes: new Set([USAGE_EVENT_TYPE]),
+  eventTypes: USAGE_EVENT_TYPES,
   project: (stored) => projectUsage([stored]),
   projectBatch: projectUsage,
 };
@@ -448,8 +449,8 @@ export const usageMetricsProjection: Projection = {
 function projectUsage(events: readonly StoredEvent[], nowMs?: number): ReadModelWrite[] {
   const fold = new UsageFold(nowMs);
   for (const stored of events) {
-    const record = usageRecordOf(stored);
-    if (record !== null) fold.add(record, stored.revision);
+    const records = usageRecordsOf(stored);
+    for (let i = 0; i < records.length; i++) fold.add(records[i] as UsageRecord, rawRowSlot(stored, i));
   }
   return fold.writes();
 }

@@ -1,4 +1,5 @@
 import { USAGE_EVENT_TYPE, type UsageRecord } from '../domain/usage.js';
+import { decodeUsageBatch, MAX_CALLS_PER_EVENT, USAGE_BATCH_EVENT_TYPE } from '../domain/usageBatch.js';
 import type { StoredEvent } from '../infra/eventstore/port.js';
 
 /*
@@ -47,3 +48,23 @@ export function asUsageRecord(data: Record<string, unknown>): UsageRecord | null
 
 /** The record a stored event carries, or null when it is not a (well-formed) usage event. */
 export const usageRecordOf = (stored: StoredEvent): UsageRecord | null => (stored.type === USAGE_EVENT_TYPE ? asUsageRecord(stored.data) : null);
+
+/** The calls a stored usage event records, in order: one for a `UsageRecorded`, all of a batch's; none for any other event or a malformed one. */
+export function usageRecordsOf(stored: StoredEvent): UsageRecord[] {
+  if (stored.type === USAGE_BATCH_EVENT_TYPE) return decodeUsageBatch(stored.data) ?? [];
+  const one = usageRecordOf(stored);
+  return one === null ? [] : [one];
+}
+
+/**
+ * Where the raw row of call `index` of a stored usage event goes: its slot in the account's
+ * sequence of calls (REQUEST_BLOCK consecutive slots share a document, src/projections/usageMetrics.ts).
+ * A one-call event's is its revision; a batch's calls follow its revision × MAX_CALLS_PER_EVENT,
+ * beyond every earlier event's, so that a stream of both keeps its order and a rebuild packs
+ * the rows as live did.
+ */
+export const rawRowSlot = (stored: StoredEvent, index: number): number =>
+  stored.type === USAGE_BATCH_EVENT_TYPE ? stored.revision * MAX_CALLS_PER_EVENT + index : stored.revision;
+
+/** Event types that record usage. */
+export const USAGE_EVENT_TYPES: ReadonlySet<string> = new Set([USAGE_EVENT_TYPE, USAGE_BATCH_EVENT_TYPE]);

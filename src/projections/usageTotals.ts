@@ -1,8 +1,9 @@
-import { isErrorUsage, USAGE_EVENT_TYPE, usedQuota } from '../domain/usage.js';
+import { isErrorUsage, usedQuota } from '../domain/usage.js';
+import { asUsageMonthClosed, type MonthCounts, USAGE_MONTH_CLOSED } from '../domain/usageSummary.js';
 import type { StoredEvent } from '../infra/eventstore/port.js';
 import type { ReadModelWrite } from '../infra/readmodels/port.js';
 import type { Projection } from './projection.js';
-import { usageRecordOf } from './usageRecord.js';
+import { USAGE_EVENT_TYPES, usageRecordsOf } from './usageRecord.js';
 
 export const USAGE_TOTALS = { byToken: 'token_month_usage', byAccount: 'account_month_usage' } as const;
 
@@ -62,13 +63,13 @@ function projectTotals(events: readonly StoredEvent[]): ReadModelWrite[] {
   const tokens: Owners = new Map();
   const accounts: Owners = new Map();
   for (const stored of events) {
-    const r = usageRecordOf(stored);
-    if (r === null) continue;
-    const failed = isErrorUsage(r);
-    const charged = usedQuota(r);
-    const month = monthOf(r.at);
-    count(tokens, r.tokenId, month, failed, charged, r.at);
-    count(accounts, r.accountId, month, failed, charged, r.at);
+    for (const r of usageRecordsOf(stored)) {
+      const failed = isErrorUsage(r);
+      const charged = usedQuota(r);
+      const month = monthOf(r.at);
+      count(tokens, r.tokenId, month, failed, charged, r.at);
+      count(accounts, r.accountId, month, failed, charged, r.at);
+    }
   }
   const writes: ReadModelWrite[] = [];
   for (const [tokenId, months] of tokens) {
@@ -84,11 +85,51 @@ function projectTotals(events: readonly StoredEvent[]): ReadModelWrite[] {
   return writes;
 }
 
+/*
+ * Closed months (UsageMonthClosed, src/domain/usageSummary.ts): the month's documents are SET
+ * to the summary, which copied them once the month was over. Live that writes what is there
+ * already; in a rebuild whose log no longer holds the month's calls (retention dropped them) it
+ * writes what they had counted. Calls of the month that come after the summary in the log
+ * (later than its grace period) count on top, live and in a rebuild alike.
+ */
+
+/** The documents of a closed month (or of a part of one), as the summary holds them. */
+function projectMonthClosed(stored: StoredEvent): ReadModelWrite[] {
+  const summary = asUsageMonthClosed(stored.type, stored.data);
+  if (summary === null) return [];
+  const { accountId, month, account } = summary;
+  const writes: ReadModelWrite[] = [{ op: 'put', collection: USAGE_TOTALS.byAccount, key: monthKey(accountId, month), doc: monthDoc(account) }];
+  for (const token of summary.tokens) {
+    const doc = monthDoc(token);
+    if (token.lastUsedAt !== undefined) doc.lastUsedAt = token.lastUsedAt;
+    writes.push({ op: 'put', collection: USAGE_TOTALS.byToken, key: monthKey(token.tokenId, month), doc });
+  }
+  return writes;
+}
+
+const monthDoc = ({ requests, errors, uncharged }: MonthCounts): MonthTotals =>
+  uncharged === undefined ? { requests, errors } : { requests, errors, uncharged };
+
+/** Usage events counted, closed months set, in log order: the runs of usage events between summaries fold as before. */
+function projectTotalsAndClosedMonths(events: readonly StoredEvent[]): ReadModelWrite[] {
+  if (!events.some((e) => e.type === USAGE_MONTH_CLOSED)) return projectTotals(events);
+  const writes: ReadModelWrite[] = [];
+  let from = 0;
+  for (const [i, stored] of events.entries()) {
+    if (stored.type !== USAGE_MONTH_CLOSED) continue;
+    for (const w of projectTotals(events.slice(from, i))) writes.push(w);
+    for (const w of projectMonthClosed(stored)) writes.push(w);
+    from = i + 1;
+  }
+  for (const w of projectTotals(events.slice(from))) writes.push(w);
+  return writes;
+}
+
 /** Requests, errors and quota used per token and per account per month, and each token's last use. */
 export const usageTotalsProjection: Projection = {
   name: 'usage_totals',
   collections: Object.values(USAGE_TOTALS),
-  eventTypes: new Set([USAGE_EVENT_TYPE]),
-  project: (stored) => projectTotals([stored]),
-  projectBatch: projectTotals,
+  eventTypes: new Set([...USAGE_EVENT_TYPES, USAGE_MONTH_CLOSED]),
+  project: (stored) => projectTotalsAndClosedMonths([stored]),
+  projectBatch: projectTotalsAndClosedMonths,
 };

@@ -1,11 +1,11 @@
 import { randomUUID } from 'node:crypto';
 import type { Cluster } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { usageStream } from '../../src/domain/usage.js';
 import { redisClient } from '../../src/infra/redis/client.js';
 import { UsageIngester } from '../../src/infra/usage/ingester.js';
 import type { QueuedUsage, UsageQueue } from '../../src/infra/usage/port.js';
 import { RedisUsageQueue } from '../../src/infra/usage/redis.js';
+import { recordedCalls } from '../support/usageLog.js';
 import { MemoryEventStore } from '../support/memoryEventStore.js';
 import { startTestRedisCluster, type TestRedisCluster } from '../support/redisCluster.js';
 import { ABANDON_AFTER_MS, usageQueueContract, usageRecord } from './usagequeue.contract.js';
@@ -131,8 +131,8 @@ describe('Redis usage queue on a cluster', () => {
     await ingester.whenDrained(30_000);
     await ingester.stop();
 
-    const stored = (await Promise.all(accounts.map((account) => store.readStream(usageStream(account))))).flat();
-    const ids = stored.map((event) => String(event.data.requestId));
+    const stored = (await Promise.all(accounts.map((account) => recordedCalls(store, account)))).flat();
+    const ids = stored.map((c) => c.requestId);
     expect(new Set(ids).size).toBe(ids.length);
     expect(new Set(ids)).toEqual(new Set([...acknowledged, ...during]));
     expect(gateway.dropped).toBe(0);

@@ -1,9 +1,12 @@
 import { randomUUID } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import { USAGE_EVENT_TYPE, type UsageRecord, usageEventId, usageStream } from '../../src/domain/usage.js';
-import { UsageIngester } from '../../src/infra/usage/ingester.js';
+import { type UsageRecord, usageStream } from '../../src/domain/usage.js';
+import { USAGE_BATCH_EVENT_TYPE, usageBatchEventId } from '../../src/domain/usageBatch.js';
+import { UsageIngester, usageBatchCodec } from '../../src/infra/usage/ingester.js';
 import type { UsageQueue } from '../../src/infra/usage/port.js';
+import { usageRecordsOf } from '../../src/projections/usageRecord.js';
 import { MemoryEventStore } from '../support/memoryEventStore.js';
+import { recordedCalls } from '../support/usageLog.js';
 
 /** One isolated queue per test; `connect` opens a consumer's view of it. */
 export interface QueueHarness {
@@ -131,16 +134,21 @@ export function usageQueueContract(name: string, newHarness: () => Promise<Queue
 
       for (const account of accounts) {
         const events = await store.readStream(usageStream(account));
-        expect(events).toHaveLength(400);
-        expect(new Set(events.map((event) => event.id)).size).toBe(400);
+        // Batches: fewer events than calls, each with the id its calls give it.
+        expect(events.length).toBeLessThan(400);
+        const calls = await recordedCalls(store, account);
+        expect(calls).toHaveLength(400);
+        expect(new Set(calls.map((c) => c.requestId)).size).toBe(400);
         for (const event of events) {
-          expect(event.type).toBe(USAGE_EVENT_TYPE);
-          expect(event.id).toBe(usageEventId({ requestId: String(event.data.requestId), at: String(event.data.at) }));
+          expect(event.type).toBe(USAGE_BATCH_EVENT_TYPE);
+          expect(event.id).toBe(usageBatchEventId(usageRecordsOf(event)));
           expect(event.data.accountId).toBe(account);
         }
+        expect(calls.every((c) => c.accountId === account)).toBe(true);
       }
-      const stored = (await Promise.all(accounts.map((a) => store.readStream(usageStream(a))))).flat();
-      expect(new Set(stored.map((event) => event.data.requestId))).toEqual(new Set(records.map((r) => r.requestId)));
+      const stored = (await Promise.all(accounts.map((a) => recordedCalls(store, a)))).flat();
+      expect(stored).toEqual(expect.arrayContaining(records));
+      expect(new Set(stored.map((c) => c.requestId))).toEqual(new Set(records.map((r) => r.requestId)));
       await queue.close();
     });
 
@@ -154,8 +162,7 @@ export function usageQueueContract(name: string, newHarness: () => Promise<Queue
 
       // The dying ingester: read a batch, appended its first half, crashed before the ack.
       const batch = await readAll(victim, 200);
-      const half = batch.slice(0, 100).map(({ record }) => ({ id: usageEventId(record), type: USAGE_EVENT_TYPE, data: { ...record } }));
-      await store.append(usageStream('acc1'), half, 'any');
+      await store.append(usageStream('acc1'), [usageBatchCodec.eventOf(batch.slice(0, 100).map(({ record }) => record))], 'any');
       await victim.close();
 
       const restarted = await harness.connect('ingester-1');
@@ -164,9 +171,9 @@ export function usageQueueContract(name: string, newHarness: () => Promise<Queue
       await ingester.whenDrained(15_000);
       await ingester.stop();
 
-      const events = await store.readStream(usageStream('acc1'));
-      expect(events).toHaveLength(300);
-      expect(new Set(events.map((event) => event.data.requestId))).toEqual(new Set(records.map((r) => r.requestId)));
+      const calls = await recordedCalls(store, 'acc1');
+      expect(calls).toHaveLength(300);
+      expect(new Set(calls.map((c) => c.requestId))).toEqual(new Set(records.map((r) => r.requestId)));
       await restarted.close();
     });
   });

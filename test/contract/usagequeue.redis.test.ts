@@ -1,10 +1,10 @@
 import { randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { usageStream } from '../../src/domain/usage.js';
 import { UsageIngester } from '../../src/infra/usage/ingester.js';
 import type { QueuedUsage } from '../../src/infra/usage/port.js';
 import { RedisUsageQueue } from '../../src/infra/usage/redis.js';
+import { recordedCalls } from '../support/usageLog.js';
 import { MemoryEventStore } from '../support/memoryEventStore.js';
 import { freePort, startTestRedisServer, type TestRedisServer } from '../support/redisServer.js';
 import { usageRecord } from './usagequeue.contract.js';
@@ -42,9 +42,9 @@ describe('Redis usage queue through a Redis outage', () => {
     await ingester.stop();
     await queue.close();
 
-    const events = await store.readStream(usageStream('acc1'));
-    expect(events).toHaveLength(600);
-    expect(new Set(events.map((event) => event.data.requestId))).toEqual(new Set([...before, ...during].map((r) => r.requestId)));
+    const calls = await recordedCalls(store, 'acc1');
+    expect(calls).toHaveLength(600);
+    expect(new Set(calls.map((c) => c.requestId))).toEqual(new Set([...before, ...during].map((r) => r.requestId)));
     expect(queue.dropped).toBe(0);
   });
 

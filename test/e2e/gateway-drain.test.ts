@@ -1,6 +1,6 @@
 import { connect } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { USAGE_EVENT_TYPE } from '../../src/domain/usage.js';
+import { recordedCalls } from '../support/usageLog.js';
 import { type FakeUpstream, startEvmFake } from '../support/fakeUpstreams.js';
 import { ADMIN_TOKEN, owner, startTestApp, type TestApp } from '../support/testApp.js';
 import { eventually } from '../support/eventually.js';
@@ -70,8 +70,8 @@ describe('closing under calls', () => {
 
     // Every answer that left is metered: both calls are in the log once the queue drains.
     const usage = await eventually(
-      async () => (await t.runtime.store.readStream(`usage-${o.accountId}`)).filter((e) => e.type === USAGE_EVENT_TYPE),
-      (events) => events.length >= 2,
+      async () => recordedCalls(t.runtime.store, o.accountId),
+      (calls) => calls.length >= 2,
       10_000,
     );
     expect(usage).toHaveLength(2);

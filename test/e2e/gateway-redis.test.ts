@@ -3,7 +3,6 @@ import type { FastifyInstance } from 'fastify';
 import { inject } from 'vitest';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { hashToken } from '../../src/domain/tokenFormat.js';
-import { USAGE_EVENT_TYPE } from '../../src/domain/usage.js';
 import { TokenGatekeeper } from '../../src/gateway/gatekeeper.js';
 import { TokenCache } from '../../src/gateway/tokenCache.js';
 import { openChangeFeed } from '../../src/infra/changefeed/index.js';
@@ -14,6 +13,7 @@ import { loadConfig } from '../../src/config.js';
 import { openRuntime } from '../../src/runtime.js';
 import { buildServer } from '../../src/server.js';
 import { Queries } from '../../src/projections/queries.js';
+import { recordedCalls } from '../support/usageLog.js';
 import { startGanache, type GanacheNode } from '../support/ganache.js';
 import { startTestRedisServer, type TestRedisServer } from '../support/redisServer.js';
 import { ADMIN_TOKEN, owner, startTestApp, type TestApp } from '../support/testApp.js';
@@ -118,8 +118,9 @@ describe('Redis going away under load', () => {
       const deadline = Date.now() + 15_000;
       let recorded = 0;
       while (Date.now() < deadline) {
-        const events = await t.runtime.store.readStream(`usage-${o.accountId}`);
-        recorded = new Set(events.filter((e) => e.type === USAGE_EVENT_TYPE).map((e) => e.id)).size;
+        const calls = await recordedCalls(t.runtime.store, o.accountId);
+        expect(new Set(calls.map((c) => c.requestId)).size, 'no call recorded twice').toBe(calls.length);
+        recorded = calls.length;
         if (recorded >= served) break;
         await new Promise((r) => setTimeout(r, 100));
       }

@@ -1,6 +1,7 @@
 import { JsonRpcHTTPTransport, SuiJsonRpcClient } from '@mysten/sui/jsonRpc';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { USAGE_EVENT_TYPE, type UsageRecord } from '../../src/domain/usage.js';
+import type { UsageRecord } from '../../src/domain/usage.js';
+import { recordedCalls } from '../support/usageLog.js';
 import { type FakeUpstream, startSuiNodeFake, SUI_NODE } from '../support/fakeUpstreams.js';
 import { ADMIN_TOKEN, owner, startTestApp, type TestApp } from '../support/testApp.js';
 import { eventually } from '../support/eventually.js';
@@ -44,8 +45,7 @@ afterAll(async () => {
 
 const sentToNode = (): Array<{ method: string; params: unknown } | Array<{ method: string; params: unknown }>> => node.calls.map((c) => JSON.parse(c.body));
 
-const usage = async (): Promise<UsageRecord[]> =>
-  (await t.runtime.store.readStream(`usage-${caller.accountId}`)).filter((e) => e.type === USAGE_EVENT_TYPE).map((e) => e.data as unknown as UsageRecord);
+const usage = async (): Promise<UsageRecord[]> => recordedCalls(t.runtime.store, caller.accountId);
 
 const rpc = (path: string, body: unknown) =>
   fetch(`${base}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });

@@ -2,8 +2,8 @@ import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { USAGE_EVENT_TYPE } from '../../src/domain/usage.js';
 import { LevelEventStore } from '../../src/infra/eventstore/level.js';
+import { recordedCalls } from '../support/usageLog.js';
 import { startTestRedisServer, type TestRedisServer } from '../support/redisServer.js';
 import { type ServiceProcess, startService } from '../support/serviceProcess.js';
 
@@ -87,10 +87,10 @@ async function killUnderLoad(env: Record<string, string>): Promise<void> {
   await stopGracefully(second);
 
   const store = await LevelEventStore.open(join(dataDir, 'eventstore'));
-  const events = (await store.readStream(`usage-${accountId}`)).filter((e) => e.type === USAGE_EVENT_TYPE);
+  const calls = await recordedCalls(store, accountId);
   await store.close();
-  const recorded = new Set(events.map((e) => (e.data as { requestId: string }).requestId));
-  expect(events.length, 'no call recorded twice').toBe(recorded.size);
+  const recorded = new Set(calls.map((c) => c.requestId));
+  expect(calls.length, 'no call recorded twice').toBe(recorded.size);
   const lost = answered.filter((id) => !recorded.has(id));
   expect(lost.length, `served ${answered.length}, recorded ${recorded.size}\n${second.output().slice(-2000)}`).toBe(0);
   expect(recorded.size - answered.length, 'recorded, not answered: the calls in flight at the kill').toBeLessThanOrEqual(clients);

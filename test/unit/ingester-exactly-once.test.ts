@@ -2,13 +2,14 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it, vi } from 'vitest';
-import { USAGE_EVENT_TYPE, type UsageRecord, usageEventId, usageStream } from '../../src/domain/usage.js';
+import { type UsageRecord, usageStream } from '../../src/domain/usage.js';
 import { LevelEventStore } from '../../src/infra/eventstore/level.js';
 import type { EventStore, NewEvent } from '../../src/infra/eventstore/port.js';
 import { ExactlyOnceAppender, type ExactlyOnceOptions } from '../../src/infra/usage/exactlyOnce.js';
-import { UsageIngester } from '../../src/infra/usage/ingester.js';
+import { UsageIngester, usageBatchCodec } from '../../src/infra/usage/ingester.js';
 import { MemoryUsageBackend, MemoryUsageQueue } from '../../src/infra/usage/memory.js';
 import { usageRecord } from '../contract/usagequeue.contract.js';
+import { usageRecordsOf } from '../../src/projections/usageRecord.js';
 import { EsdbLikeEventStore } from '../support/esdbLikeEventStore.js';
 
 const dirs: string[] = [];
@@ -47,8 +48,11 @@ async function waitFor(condition: () => Promise<boolean>, what: string, timeoutM
   }
 }
 
-function expectEachOnce(events: Array<{ data: Record<string, unknown> }>, records: UsageRecord[]): void {
-  const ids = events.map((event) => event.data['requestId']);
+/** The request ids of the calls a stream records, in order. */
+const callIds = async (store: EventStore, stream: string): Promise<string[]> =>
+  (await store.readStream(stream)).flatMap((e) => usageRecordsOf(e).map((r) => r.requestId));
+
+function expectEachOnce(ids: string[], records: UsageRecord[]): void {
   expect(new Set(ids).size).toBe(ids.length);
   expect([...ids].sort()).toEqual(records.map((r) => r.requestId).sort());
 }
@@ -62,8 +66,6 @@ const openLevelStore = async (): Promise<EventStore> => {
 const stores: Array<[string, () => Promise<EventStore>, ExactlyOnceOptions]> = [
   ['an EventStoreDB-like store', async () => new EsdbLikeEventStore(), {}],
   ['the embedded store', openLevelStore, {}],
-  // As the runtime runs it: the store's own id checks instead of a remembered window.
-  ['the embedded store, trusted with every id', openLevelStore, { storeKnowsEveryId: true }],
 ];
 
 describe('EsdbLikeEventStore (the double)', () => {
@@ -81,14 +83,14 @@ describe('EsdbLikeEventStore (the double)', () => {
 });
 
 describe.each(stores)('exactly-once usage appends on %s', (_name, open, exactlyOnce) => {
-  it("a crashed ingester's records handed out again, regrouped with new ones: N records, N events", async () => {
+  it("a crashed ingester's records handed out again, regrouped with new ones: N records, each once", async () => {
     const store = await open();
     const backend = new MemoryUsageBackend({ visibilityTimeoutMs: 50 });
     const first = ingesterOn(new LossyAckQueue(backend, 'gw-1', 1), store, 7, exactlyOnce);
     const before = Array.from({ length: 30 }, () => usageRecord());
     for (const record of before) backend.add(record);
     first.start();
-    await waitFor(async () => (await store.readStream(usageStream('acc1'))).length === 30, 'the first appends');
+    await waitFor(async () => (await callIds(store, usageStream('acc1'))).length === 30, 'the first appends');
     await first.stop(); // appended, never acknowledged: "crashed"
 
     const after = Array.from({ length: 20 }, () => usageRecord());
@@ -98,13 +100,13 @@ describe.each(stores)('exactly-once usage appends on %s', (_name, open, exactlyO
     await second.whenDrained();
     await second.stop();
 
-    expectEachOnce(await store.readStream(usageStream('acc1')), [...before, ...after]);
+    expectEachOnce(await callIds(store, usageStream('acc1')), [...before, ...after]);
     expect(second.stats.duplicatesDropped).toBeGreaterThanOrEqual(30);
     expect(second.stats.appendedEvents).toBe(20);
     await store.close();
   });
 
-  it('several ingesters on one stream with lost acknowledgements: N records, N events', async () => {
+  it('several ingesters on one stream with lost acknowledgements: N records, each once', async () => {
     const store = await open();
     const backend = new MemoryUsageBackend({ visibilityTimeoutMs: 30 });
     const ingesters = [
@@ -125,8 +127,7 @@ describe.each(stores)('exactly-once usage appends on %s', (_name, open, exactlyO
     await waitFor(async () => backend.size === 0, 'every record acknowledged', 20_000);
     for (const ingester of ingesters) await ingester.stop();
 
-    const events = [...(await store.readStream(usageStream('acc1'))), ...(await store.readStream(usageStream('acc2')))];
-    expectEachOnce(events, records);
+    expectEachOnce([...(await callIds(store, usageStream('acc1'))), ...(await callIds(store, usageStream('acc2')))], records);
     const stats = ingesters.map((ingester) => ingester.stats);
     expect(stats.reduce((sum, s) => sum + s.ackFailures, 0)).toBeGreaterThan(0);
     expect(stats.reduce((sum, s) => sum + s.duplicatesDropped, 0)).toBeGreaterThan(0);
@@ -135,67 +136,67 @@ describe.each(stores)('exactly-once usage appends on %s', (_name, open, exactlyO
 });
 
 describe('ExactlyOnceAppender', () => {
-  const event = (record: UsageRecord): NewEvent => ({ id: usageEventId(record), type: USAGE_EVENT_TYPE, data: record });
-
   it('appends a new stream at once, then each batch at the revision it last saw, without reading', async () => {
     const store = new EsdbLikeEventStore();
-    const appender = new ExactlyOnceAppender(store);
+    const appender = new ExactlyOnceAppender(store, usageBatchCodec);
     for (let i = 0; i < 5; i++) {
       const records = [usageRecord(), usageRecord()];
-      expect(await appender.append('usage-a', records.map(event), Date.now())).toEqual({ appended: 2, duplicates: 0, conflicts: 0 });
+      expect(await appender.append('usage-a', records, Date.now())).toEqual({ appended: 2, duplicates: 0, conflicts: 0 });
     }
     expect(store.appendCalls).toBe(5);
     expect(store.readCalls).toBe(0);
-    expect(await store.readStream('usage-a')).toHaveLength(10);
+    // One event per append, holding its calls.
+    expect(await store.readStream('usage-a')).toHaveLength(5);
+    expect(await callIds(store, 'usage-a')).toHaveLength(10);
   });
 
   it('after another writer appended, reads what it appended and drops the ids already there', async () => {
     const store = new EsdbLikeEventStore();
-    const mine = new ExactlyOnceAppender(store);
-    const theirs = new ExactlyOnceAppender(store);
+    const mine = new ExactlyOnceAppender(store, usageBatchCodec);
+    const theirs = new ExactlyOnceAppender(store, usageBatchCodec);
     const [a, b, c] = [usageRecord(), usageRecord(), usageRecord()];
-    await mine.append('usage-a', [event(a!)], Date.now());
-    await theirs.append('usage-a', [event(b!)], Date.now());
-    const outcome = await mine.append('usage-a', [event(c!), event(b!)], Date.parse(b!.at));
+    await mine.append('usage-a', [a!], Date.now());
+    await theirs.append('usage-a', [b!], Date.now());
+    const outcome = await mine.append('usage-a', [c!, b!], Date.parse(b!.at));
     expect(outcome).toEqual({ appended: 1, duplicates: 1, conflicts: 1 });
-    expect((await store.readStream('usage-a')).map((e) => e.data['requestId'])).toEqual([a!.requestId, b!.requestId, c!.requestId]);
+    expect(await callIds(store, 'usage-a')).toEqual([a!.requestId, b!.requestId, c!.requestId]);
   });
 
   it('looks back in the stream for a record older than the ids it remembers', async () => {
     const store = new EsdbLikeEventStore();
-    const appender = new ExactlyOnceAppender(store, { clockSkewMs: 5, readPage: 2 });
+    const appender = new ExactlyOnceAppender(store, usageBatchCodec, { clockSkewMs: 5, readPage: 2 });
     const old = usageRecord();
-    await appender.append('usage-a', [event(old)], Date.parse(old.at));
+    await appender.append('usage-a', [old], Date.parse(old.at));
     await sleep(30);
     for (let i = 0; i < 4; i++) {
       const record = usageRecord();
-      await appender.append('usage-a', [event(record)], Date.parse(record.at)); // forgets `old` by now
+      await appender.append('usage-a', [record], Date.parse(record.at)); // forgets `old` by now
     }
     expect(store.readCalls).toBe(0);
-    const outcome = await appender.append('usage-a', [event(usageRecord()), event(old)], Date.parse(old.at));
+    const outcome = await appender.append('usage-a', [usageRecord(), old], Date.parse(old.at));
     expect(outcome).toMatchObject({ appended: 1, duplicates: 1 });
     expect(store.readCalls).toBeGreaterThan(0);
-    expect(await store.readStream('usage-a')).toHaveLength(6);
+    expect(await callIds(store, 'usage-a')).toHaveLength(6);
   });
 
   it('a record whose time is not a time is looked for in the whole stream', async () => {
     const store = new EsdbLikeEventStore();
-    const writer = new ExactlyOnceAppender(store, { clockSkewMs: 5 });
+    const writer = new ExactlyOnceAppender(store, usageBatchCodec, { clockSkewMs: 5 });
     const odd = usageRecord({ at: 'not a time' });
-    await writer.append('usage-a', [event(odd)], Number.NaN);
+    await writer.append('usage-a', [odd], Number.NaN);
     await sleep(20);
-    await writer.append('usage-a', [event(usageRecord())], Date.now());
-    const again = new ExactlyOnceAppender(store, { clockSkewMs: 5 });
-    await again.append('usage-a', [event(odd)], Number.NaN);
-    await again.append('usage-a', [event(usageRecord()), event(odd)], Number.NaN);
-    expect(await store.readStream('usage-a')).toHaveLength(3);
+    await writer.append('usage-a', [usageRecord()], Date.now());
+    const again = new ExactlyOnceAppender(store, usageBatchCodec, { clockSkewMs: 5 });
+    await again.append('usage-a', [odd], Number.NaN);
+    await again.append('usage-a', [usageRecord(), odd], Number.NaN);
+    expect(await callIds(store, 'usage-a')).toHaveLength(3);
   });
 
   it('a retry after an append whose answer was lost writes nothing more', async () => {
     const store = new EsdbLikeEventStore();
-    const appender = new ExactlyOnceAppender(store);
-    await appender.append('usage-a', [event(usageRecord())], Date.now());
-    const batch = [event(usageRecord()), event(usageRecord())];
+    const appender = new ExactlyOnceAppender(store, usageBatchCodec);
+    await appender.append('usage-a', [usageRecord()], Date.now());
+    const batch = [usageRecord(), usageRecord()];
     const original = store.append.bind(store);
     let lose = true;
     store.append = async (...args) => {
@@ -209,60 +210,65 @@ describe('ExactlyOnceAppender', () => {
     await expect(appender.append('usage-a', batch, Date.now())).rejects.toThrow('connection lost');
     // Answered as a retry of the same batch at the same revision: once in the stream.
     expect(await appender.append('usage-a', batch, Date.now())).toMatchObject({ appended: 2 });
-    expect(await store.readStream('usage-a')).toHaveLength(3);
+    expect(await callIds(store, 'usage-a')).toHaveLength(3);
   });
 
-  it('on a store that knows every id, never reads back and counts what the store held as duplicates', async () => {
+  it('on the embedded store, after a restart, a redelivery regrouped with new calls lands once: the tail is read back, not the stream', async () => {
     const store = await openLevelStore();
+    const appender = new ExactlyOnceAppender(store, usageBatchCodec, { clockSkewMs: 5 });
+    const history: UsageRecord[] = [];
+    for (let round = 0; round < 2; round++) {
+      for (let i = 0; i < 10; i++) {
+        const batch = [usageRecord(), usageRecord(), usageRecord()];
+        history.push(...batch);
+        await appender.append('usage-a', batch, Date.now());
+      }
+      await sleep(30);
+    }
+    // The same batch again: the store holds that very event.
+    const last = history.slice(-3);
+    expect(await appender.append('usage-a', last, Date.parse((last[0] as UsageRecord).at))).toMatchObject({ appended: 0, duplicates: 3 });
     const reads = vi.spyOn(store, 'readStream');
-    const appender = new ExactlyOnceAppender(store, { clockSkewMs: 5, storeKnowsEveryId: true });
-    const old = usageRecord();
-    await appender.append('usage-a', [event(old)], Date.parse(old.at));
-    await sleep(30);
-    for (let i = 0; i < 3; i++) await appender.append('usage-a', [event(usageRecord())], Date.now());
-    // Older than any window: the remembering appender would read the stream back for it.
-    expect(await appender.append('usage-a', [event(usageRecord()), event(old)], Date.parse(old.at))).toEqual({ appended: 1, duplicates: 1, conflicts: 1 });
-    expect(await appender.append('usage-a', [event(old)], Date.parse(old.at))).toMatchObject({ appended: 0, duplicates: 1 });
-    // A fresh appender (a restart) first meets the stream as existing.
-    const restarted = new ExactlyOnceAppender(store, { storeKnowsEveryId: true });
-    expect(await restarted.append('usage-a', [event(old), event(usageRecord())], Number.NaN)).toMatchObject({ appended: 1, duplicates: 1 });
-    expect(reads).not.toHaveBeenCalled();
-    expect(await store.readStream('usage-a')).toHaveLength(6);
+    const restarted = new ExactlyOnceAppender(store, usageBatchCodec, { clockSkewMs: 5 });
+    const regrouped = [...history.slice(-4), usageRecord()];
+    expect(await restarted.append('usage-a', regrouped, Date.parse((regrouped[0] as UsageRecord).at))).toMatchObject({ appended: 1, duplicates: 4 });
+    expect(reads).toHaveBeenCalledTimes(1);
+    expect(reads.mock.calls[0]?.[1]?.fromRevision).toBeGreaterThan(0);
+    expectEachOnce(await callIds(store, 'usage-a'), [...history, regrouped.at(-1) as UsageRecord]);
     await store.close();
   });
 
   it('forgets the least recently used stream beyond maxStreams, and still appends it exactly once', async () => {
     const store = new EsdbLikeEventStore();
-    const appender = new ExactlyOnceAppender(store, { maxStreams: 2 });
+    const appender = new ExactlyOnceAppender(store, usageBatchCodec, { maxStreams: 2 });
     const first = usageRecord();
-    await appender.append('usage-a', [event(first)], Date.now());
-    await appender.append('usage-b', [event(usageRecord())], Date.now());
-    await appender.append('usage-c', [event(usageRecord())], Date.now());
-    expect(await appender.append('usage-a', [event(first), event(usageRecord())], Date.parse(first.at))).toMatchObject({ appended: 1, duplicates: 1 });
-    expect(await store.readStream('usage-a')).toHaveLength(2);
+    await appender.append('usage-a', [first], Date.now());
+    await appender.append('usage-b', [usageRecord()], Date.now());
+    await appender.append('usage-c', [usageRecord()], Date.now());
+    expect(await appender.append('usage-a', [first, usageRecord()], Date.parse(first.at))).toMatchObject({ appended: 1, duplicates: 1 });
+    expect(await callIds(store, 'usage-a')).toHaveLength(2);
   });
 });
 
 describe('ExactlyOnceAppender on EventStoreDB: round trips', () => {
-  const event = (record: UsageRecord): NewEvent => ({ id: usageEventId(record), type: USAGE_EVENT_TYPE, data: record });
   /** As the ingester appends: with the records' earliest and latest times. */
-  const appendRecords = (appender: ExactlyOnceAppender, stream: string, records: UsageRecord[]) => {
+  const appendRecords = (appender: ExactlyOnceAppender<UsageRecord>, stream: string, records: UsageRecord[]) => {
     const times = records.map((r) => Date.parse(r.at));
-    return appender.append(stream, records.map(event), Math.min(...times), Math.max(...times));
+    return appender.append(stream, records, Math.min(...times), Math.max(...times));
   };
   const expectOnceEach = async (store: EsdbLikeEventStore, stream: string, records: UsageRecord[]) =>
-    expect([...(await store.readStream(stream)).map((e) => e.id)].sort()).toEqual(records.map((r) => usageEventId(r)).sort());
+    expect([...(await callIds(store, stream))].sort()).toEqual(records.map((r) => r.requestId).sort());
 
   it('an append of a batch is one call to the server', async () => {
     const store = new EsdbLikeEventStore();
-    const appender = new ExactlyOnceAppender(store);
+    const appender = new ExactlyOnceAppender(store, usageBatchCodec);
     for (let i = 0; i < 5; i++) await appendRecords(appender, 'usage-a', [usageRecord(), usageRecord(), usageRecord()]);
     expect(store.roundTrips).toBe(5);
   });
 
   it('after 20,000 other streams, a redelivered batch on the first lands once, in one round trip', async () => {
     const store = new EsdbLikeEventStore();
-    const appender = new ExactlyOnceAppender(store);
+    const appender = new ExactlyOnceAppender(store, usageBatchCodec);
     const first = [usageRecord(), usageRecord()];
     await appendRecords(appender, 'usage-first', first);
     for (let i = 0; i < 20_000; i++) await appendRecords(appender, `usage-${i}`, [usageRecord()]);
@@ -275,7 +281,7 @@ describe('ExactlyOnceAppender on EventStoreDB: round trips', () => {
 
   it('with its ids forgotten (maxIds), a stream reads back only its tail for a redelivered batch and appends it once', async () => {
     const store = new EsdbLikeEventStore();
-    const appender = new ExactlyOnceAppender(store, { maxIds: 4, clockSkewMs: 5 });
+    const appender = new ExactlyOnceAppender(store, usageBatchCodec, { maxIds: 4, clockSkewMs: 5 });
     const old = Array.from({ length: 40 }, () => usageRecord());
     for (let i = 0; i < old.length; i += 2) await appendRecords(appender, 'usage-a', old.slice(i, i + 2));
     await sleep(30);
@@ -293,8 +299,8 @@ describe('ExactlyOnceAppender on EventStoreDB: round trips', () => {
 
   it('a concurrent writer on the same stream: refused, reads only what it appended, appends the rest', async () => {
     const store = new EsdbLikeEventStore();
-    const mine = new ExactlyOnceAppender(store);
-    const theirs = new ExactlyOnceAppender(store);
+    const mine = new ExactlyOnceAppender(store, usageBatchCodec);
+    const theirs = new ExactlyOnceAppender(store, usageBatchCodec);
     const history = Array.from({ length: 30 }, () => usageRecord());
     for (let i = 0; i < history.length; i += 3) await appendRecords(mine, 'usage-a', history.slice(i, i + 3));
     // Another ingester was handed two of the records this one is about to append (a redelivery).
@@ -304,7 +310,8 @@ describe('ExactlyOnceAppender on EventStoreDB: round trips', () => {
     expect(await appendRecords(mine, 'usage-a', [a, b, c, d])).toEqual({ appended: 2, duplicates: 2, conflicts: 1 });
     expect(store.server.calls.appendToStream - calls.appendToStream).toBe(2);
     expect(store.server.calls.readStream - calls.readStream).toBe(1);
-    expect(store.server.eventsRead - eventsRead).toBe(3);
+    // Their append was one event.
+    expect(store.server.eventsRead - eventsRead).toBe(1);
     await expectOnceEach(store, 'usage-a', [...history, a, b, x, c, d]);
   });
 });

@@ -56,7 +56,6 @@ function serve(store: EventStore, readModels: ReadModelStore): void {
     usageQueue: queue,
     plans: data.plans,
     now: () => new Date(),
-    storeKnowsEveryId: true,
   });
 
   let sentState = '';

@@ -1,7 +1,8 @@
-import { USAGE_EVENT_TYPE, type UsageRecord, usageEventId, usageStream } from '../../domain/usage.js';
+import { type UsageRecord, usageStream } from '../../domain/usage.js';
+import { encodeUsageBatch, MAX_CALLS_PER_EVENT, USAGE_BATCH_EVENT_TYPE, usageBatchEventId, usageEventRequestIds } from '../../domain/usageBatch.js';
 import { withinDeadline } from '../deadline.js';
-import type { EventStore, NewEvent } from '../eventstore/port.js';
-import { ExactlyOnceAppender, type ExactlyOnceOptions } from './exactlyOnce.js';
+import type { EventStore } from '../eventstore/port.js';
+import { type BatchCodec, ExactlyOnceAppender, type ExactlyOnceOptions } from './exactlyOnce.js';
 import type { QueuedUsage, UsageQueue } from './port.js';
 
 export interface UsageIngesterOptions {
@@ -30,7 +31,7 @@ export interface UsageIngesterOptions {
 
 export interface IngesterStats {
   batches: number;
-  /** Events the store acknowledged (an identical batch two ingesters append at once is acknowledged to both). */
+  /** Records the store acknowledged (an identical batch two ingesters append at once is acknowledged to both). */
   appendedEvents: number;
   /** Records the stream held already (redelivered after a crash or a lost acknowledgement, or queued twice). */
   duplicatesDropped: number;
@@ -44,14 +45,6 @@ export interface IngesterStats {
 /** Fixed cost of an event beyond its data (id, type, framing), for the size budget. */
 const EVENT_OVERHEAD_BYTES = 200;
 
-/**
- * Moves usage records from the queue to the event store: reads a batch, appends each
- * account's records to `usage-<accountId>` exactly once (event id derived from the request id;
- * see ExactlyOnceAppender: EventStoreDB does not skip ids it holds when a redelivery regroups
- * them), and acknowledges records only after their append succeeded. A failed append is
- * retried with backoff, never acknowledged; a crash leaves records unacknowledged for the
- * queue to hand out again.
- */
 /** What the rest of a process uses of its usage ingester, whether it runs on this thread or on the storage thread. */
 export interface Ingester {
   start(): void;
@@ -60,9 +53,17 @@ export interface Ingester {
   whenDrained(timeoutMs?: number): Promise<void>;
 }
 
+/**
+ * Moves usage records from the queue to the event store: reads a batch, appends each
+ * account's records to `usage-<accountId>` as one compact `UsageBatchRecorded` event
+ * (src/domain/usageBatch.ts) exactly once per request id (ExactlyOnceAppender: a redelivery
+ * regroups records, so no event id alone tells what a stream holds), and acknowledges records
+ * only after their append succeeded. A failed append is retried with backoff, never
+ * acknowledged; a crash leaves records unacknowledged for the queue to hand out again.
+ */
 export class UsageIngester implements Ingester {
   private readonly queue: UsageQueue;
-  private readonly appender: ExactlyOnceAppender;
+  private readonly appender: ExactlyOnceAppender<UsageRecord>;
   private readonly batchSize: number;
   private readonly readBlockMs: number;
   private readonly lingerMs: number;
@@ -85,7 +86,7 @@ export class UsageIngester implements Ingester {
 
   constructor(options: UsageIngesterOptions) {
     this.queue = options.queue;
-    this.appender = new ExactlyOnceAppender(options.store, options.exactlyOnce);
+    this.appender = new ExactlyOnceAppender(options.store, usageBatchCodec, options.exactlyOnce);
     this.batchSize = options.batchSize ?? 500;
     this.readBlockMs = options.readBlockMs ?? 250;
     this.lingerMs = options.lingerMs ?? 100;
@@ -158,7 +159,7 @@ export class UsageIngester implements Ingester {
   }
 
   private async ingestAccount(accountId: string, items: QueuedUsage[]): Promise<void> {
-    for (const chunk of chunkBySize(items, this.maxAppendBytes)) {
+    for (const chunk of chunkBySize(items, this.maxAppendBytes, MAX_CALLS_PER_EVENT)) {
       if (!(await this.appendWithRetry(accountId, chunk))) return;
       try {
         await this.queue.ack(chunk.map((item) => item.ackId));
@@ -185,13 +186,13 @@ export class UsageIngester implements Ingester {
 
   /** True once appended; false when stopping gave up on it (left unacknowledged). */
   private async appendWithRetry(accountId: string, chunk: QueuedUsage[]): Promise<boolean> {
-    const records = chunk.map((item) => item.record);
-    const events = toEvents(records);
+    const records = distinctRecords(chunk);
     const [since, until] = timeSpan(records);
     let delay = this.backoff.initialMs;
     for (;;) {
       try {
-        const outcome = await this.appender.append(usageStream(accountId), events, since, until);
+        const outcome = await this.appender.append(usageStream(accountId), records, since, until);
+        this.stats.duplicatesDropped += chunk.length - records.length;
         this.stats.appendedEvents += outcome.appended;
         this.stats.duplicatesDropped += outcome.duplicates;
         this.stats.appendConflicts += outcome.conflicts;
@@ -231,17 +232,21 @@ function groupByAccount(batch: QueuedUsage[]): Map<string, QueuedUsage[]> {
   return groups;
 }
 
-/** Splits one account's records so each append's serialized size stays within `maxBytes`. */
-export function chunkBySize(items: QueuedUsage[], maxBytes: number): QueuedUsage[][] {
+/**
+ * Splits one account's records so each append's serialized size stays within `maxBytes` (each
+ * record counted as its whole JSON: a bound of what it adds to a batch event) and its calls
+ * within `maxCalls`.
+ */
+export function chunkBySize(items: QueuedUsage[], maxBytes: number, maxCalls = Number.POSITIVE_INFINITY): QueuedUsage[][] {
   const chunks: QueuedUsage[][] = [];
   let current: QueuedUsage[] = [];
-  let size = 0;
+  let size = EVENT_OVERHEAD_BYTES;
   for (const item of items) {
-    const itemSize = estimatedJsonBytes(item.record) + EVENT_OVERHEAD_BYTES;
-    if (current.length > 0 && size + itemSize > maxBytes) {
+    const itemSize = estimatedJsonBytes(item.record);
+    if (current.length > 0 && (size + itemSize > maxBytes || current.length >= maxCalls)) {
       chunks.push(current);
       current = [];
-      size = 0;
+      size = EVENT_OVERHEAD_BYTES;
     }
     current.push(item);
     size += itemSize;
@@ -278,18 +283,28 @@ export function estimatedJsonBytes(r: UsageRecord): number {
   );
 }
 
-/**
- * One event per record; a record queued twice (a re-sent XADD) becomes one event. The record is
- * the event's data as it is: the queue hands out records nobody else holds.
- */
-function toEvents(records: UsageRecord[]): NewEvent[] {
-  const events = new Map<string, NewEvent>();
-  for (const record of records) {
-    const id = usageEventId(record);
-    if (!events.has(id)) events.set(id, { id, type: USAGE_EVENT_TYPE, data: record });
+/** A chunk's records, a record queued twice (a re-sent XADD) once. */
+function distinctRecords(chunk: QueuedUsage[]): UsageRecord[] {
+  const seen = new Set<string>();
+  const records: UsageRecord[] = [];
+  for (const { record } of chunk) {
+    if (seen.has(record.requestId)) continue;
+    seen.add(record.requestId);
+    records.push(record);
   }
-  return [...events.values()];
+  return records;
 }
+
+/** Usage records as the appender batches them: keyed by request id, one compact event per append. */
+export const usageBatchCodec: BatchCodec<UsageRecord> = {
+  keyOf: (record) => record.requestId,
+  eventOf: (records) => ({
+    id: usageBatchEventId(records),
+    type: USAGE_BATCH_EVENT_TYPE,
+    data: encodeUsageBatch((records[0] as UsageRecord).accountId, records),
+  }),
+  keysOf: usageEventRequestIds,
+};
 
 /** The earliest and latest `at` of the records (ms); NaN when one is not a time. */
 function timeSpan(records: UsageRecord[]): [number, number] {
