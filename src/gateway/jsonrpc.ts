@@ -296,7 +296,8 @@ export interface MemberAnswer {
 /**
  * Reads an upstream batch answer and returns, per forwarded call index, the answer with the
  * caller's id restored. An object (one error for the whole batch) applies to every call; calls
- * the node left unanswered are missing from the map.
+ * the node left unanswered are missing from the map. null: not a batch answer, or an answer
+ * under an id that was not sent (another call's answer: nothing in it is trusted).
  */
 export function splitBatchAnswer(body: Buffer, calls: RpcCall[]): Map<number, MemberAnswer> | null {
   const byIndex = new Map(calls.map((c) => [c.index, c]));
@@ -318,9 +319,12 @@ export function splitBatchAnswer(body: Buffer, calls: RpcCall[]): Map<number, Me
       if (text.charCodeAt(elStart) !== 0x7b) continue;
       const members = objectMembers(text, elStart);
       const idSpan = members.get('id');
-      if (!idSpan) continue;
-      const call = byIndex.get(Number(text.slice(idSpan[0], idSpan[1])));
-      if (!call || call.idText === undefined || out.has(call.index)) continue;
+      const idText = idSpan ? text.slice(idSpan[0], idSpan[1]) : 'null';
+      // No id (or null): the node could not tell which call it answers; the call stays unanswered.
+      if (!idSpan || idText === 'null') continue;
+      const call = byIndex.get(Number(idText));
+      // An id not sent, or sent once and answered twice: not an answer to these calls.
+      if (!call || call.idText === undefined || out.has(call.index) || idText !== String(call.index)) return null;
       const errorSpan = members.get('error');
       const errorText = errorSpan ? text.slice(errorSpan[0], errorSpan[1]) : 'null';
       out.set(call.index, {

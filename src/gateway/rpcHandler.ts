@@ -14,10 +14,10 @@ import {
 import { admissionRpcCode, JSON_CONTENT_TYPE, RpcCode, rpcError, rpcErrorFor, upstreamFailureCodes } from './errors.js';
 import {
   batchUpstreamBody,
+  idTextsOf,
   type MemberAnswer,
   parseJsonRpc,
   type RpcCall,
-  idTextsOf,
   type RpcErrorInfo,
   type RpcMember,
   restoreId,
@@ -26,17 +26,19 @@ import {
   STAND_IN_ID,
   splitBatchAnswer,
 } from './jsonrpc.js';
-import { answerWithResult, judgeSingle, keepableResult, readKey } from './cache/rpcReads.js';
-import { type CallShape, isShareable, shapeOf } from './upstreams/evmCalls.js';
+import type { ResponseCache } from './cache/responseCache.js';
+import { answerWithResult, judgeBatch, judgeSingle, keepableResult, readKey } from './cache/rpcReads.js';
+import { type CallShape, isShareable, shapeOf, shapeOfAll } from './upstreams/evmCalls.js';
 import type { ChainHeads } from './upstreams/heads.js';
 import { startsLikeJson } from './jsonScan.js';
-import type { UpstreamFailure, UpstreamOutcome } from './upstream.js';
+import type { UpstreamAnswer, UpstreamFailure, UpstreamOutcome, Verdict } from './upstream.js';
 import type { MaybePromise } from '../domain/maybePromise.js';
 
 /**
  * A JSON-RPC request end to end: validate, ask the gatekeeper for the calls that would reach the
- * node, forward the granted ones (a batch as one upstream batch), and answer every member in
- * the caller's order. A single answer from the node is passed on byte for byte.
+ * node, answer the granted ones (from the cache, sharing an identical call in flight, or from
+ * the node; a batch's members each so, the rest as one upstream batch), and answer every member
+ * in the caller's order. A single answer from the node is passed on byte for byte.
  */
 
 const deniedMessage = (method: string, chainId: string): string => `Method not found: ${method} is not available on ${chainId}`;
@@ -61,7 +63,7 @@ export function handleJsonRpc(scope: CallScope, body: Buffer, maxBatch: number):
   return batchCall(scope, parsed.members);
 }
 
-/** A batch: admitted as a whole (one cost per forwardable member), forwarded as one upstream batch. */
+/** A batch: admitted as a whole (one cost per forwardable member), each granted member served as a single read would be. */
 async function batchCall(scope: CallScope, members: RpcMember[]): Promise<Answer> {
   const { chain } = scope;
   const forwardable = members.filter((m): m is RpcCall => m.kind === 'call' && chain.isMethodAllowed(m.method));
@@ -126,19 +128,41 @@ function admittedSingle(scope: CallScope, m: RpcMember, allowed: boolean, admiss
 /** The id the node's answer carries: the one sent upstream. */
 const answerIdOf = (m: RpcCall): string | undefined => (m.idIsFragile ? STAND_IN_ID : m.idText);
 
-/**
- * A read: from the cache when its answer was kept, else sharing the call of an identical read in
- * flight (coalescing), else its own call, whose answer the waiting callers share and the cache
- * may keep. Stateful calls (filters, subscriptions) and notifications go alone.
- */
-function read(scope: CallScope, m: RpcCall, admission: Admission): MaybePromise<Answer> {
+/** Where a read's answer may come from: its key (null: goes alone), the cache that may keep it, what it depends on. */
+interface ReadPlan {
+  key: string | null;
+  cache: ResponseCache | null;
+  shape: CallShape;
+  epoch: number;
+}
+
+function planRead(scope: CallScope, m: RpcCall): ReadPlan {
   const { chain, pool } = scope;
   const heads = pool.heads;
   const shape = heads === null ? OTHER_CALL : shapeOf(m.method, m.paramsText);
   const epoch = heads?.epoch ?? 0;
   const cache = heads !== null && mayKeep(shape, heads) ? pool.cache : null;
   const shared = m.idText !== undefined && (cache !== null || pool.coalesces) && isShareable(m.method);
-  const key = shared ? readKey(chain.id, m.method, m.paramsText, shape, epoch) : null;
+  return { key: shared ? readKey(chain.id, m.method, m.paramsText, shape, epoch) : null, cache, shape, epoch };
+}
+
+/** Keeps a read's answer when it may be kept (see keepableResult). */
+function keep(pool: CallScope['pool'], plan: ReadPlan, method: string, body: Buffer | string): void {
+  const heads = pool.heads;
+  if (plan.key === null || plan.cache === null || heads === null) return;
+  const result = keepableResult(body, method, plan.shape, heads, plan.epoch);
+  if (result !== null) plan.cache.set(plan.key, result, plan.shape.kind === 'head' ? heads.tracking.pollMs * 2 : undefined);
+}
+
+/**
+ * A read: from the cache when its answer was kept, else sharing the call of an identical read in
+ * flight (coalescing), else its own call, whose answer the waiting callers share and the cache
+ * may keep. Stateful calls (filters, subscriptions) and notifications go alone.
+ */
+function read(scope: CallScope, m: RpcCall, admission: Admission): MaybePromise<Answer> {
+  const { pool } = scope;
+  const plan = planRead(scope, m);
+  const { key, cache } = plan;
   if (key !== null && cache !== null) {
     const kept = cache.get(key);
     if (kept !== undefined) return cachedAnswer(m, admission, kept);
@@ -148,7 +172,15 @@ function read(scope: CallScope, m: RpcCall, admission: Admission): MaybePromise<
     if (waiting !== undefined) return new Promise((resolve) => waiting.push((outcome) => resolve(forwardedSingle(m, admission, outcome, 'coalesced'))));
     pool.waiting.set(key, []);
   }
-  const request = { method: 'POST' as const, path: '', body: singleUpstreamBody(m), retriable: true, shape, judge: judgeSingle, answerId: answerIdOf(m) };
+  const request = {
+    method: 'POST' as const,
+    path: '',
+    body: singleUpstreamBody(m),
+    retriable: true,
+    shape: plan.shape,
+    judge: judgeSingle,
+    answerId: answerIdOf(m),
+  };
   return pool.sendThen(request, (outcome) => {
     if (key !== null) {
       const waiting = pool.coalesces ? pool.waiting.get(key) : undefined;
@@ -158,10 +190,7 @@ function read(scope: CallScope, m: RpcCall, admission: Admission): MaybePromise<
         setImmediate(() => {
           for (const w of waiting) w(outcome);
         });
-      if (cache !== null && heads !== null && outcome.ok && outcome.status === 200) {
-        const result = keepableResult(outcome.body, m.method, shape, heads, epoch);
-        if (result !== null) cache.set(key, result, shape.kind === 'head' ? heads.tracking.pollMs * 2 : undefined);
-      }
+      if (outcome.ok && outcome.status === 200) keep(pool, plan, m.method, outcome.body);
     }
     return forwardedSingle(m, admission, outcome, outcome.hedged ? 'hedged' : 'miss');
   });
@@ -188,21 +217,21 @@ function forwardedSingle(m: RpcCall, admission: Admission, outcome: UpstreamOutc
   const idText = m.idText ?? 'null';
   if (!outcome.ok) {
     const f = upstreamFailureCodes(outcome.kind);
-    return withUpstream(singleError(admission, m, f.status, idText, f.rpc, outcome.message), outcome, use);
+    return withUpstreamAnswer(singleError(admission, m, f.status, idText, f.rpc, outcome.message), outcome, use);
   }
   const isSuccess = outcome.status >= 200 && outcome.status < 300;
   if (m.idText === undefined && isSuccess) {
-    return withUpstream({ status: 204, body: null, contentType: JSON_CONTENT_TYPE, admission, usage: [draft(m.method, null, null)] }, outcome, use);
+    return withUpstreamAnswer({ status: 204, body: null, contentType: JSON_CONTENT_TYPE, admission, usage: [draft(m.method, null, null)] }, outcome, use);
   }
   const isJson = startsLikeJson(outcome.body);
   const error = isJson ? rpcErrorOf(outcome.body) : null;
   if (!isJson || (!isSuccess && error === null)) {
     const message = `upstream ${outcome.upstream} sent an invalid answer (HTTP ${outcome.status})`;
-    return withUpstream(singleError(admission, m, 502, idText, RpcCode.upstreamUnavailable, message), outcome, use);
+    return withUpstreamAnswer(singleError(admission, m, 502, idText, RpcCode.upstreamUnavailable, message), outcome, use);
   }
   // A caller sharing another's call gets the answer with its own id.
   const ownId = use === 'coalesced' || (m.idIsFragile && m.idText !== undefined);
-  return withUpstream(
+  return withUpstreamAnswer(
     {
       status: outcome.status,
       body: ownId ? restoreId(outcome.body, idText) : outcome.body,
@@ -216,51 +245,176 @@ function forwardedSingle(m: RpcCall, admission: Admission, outcome: UpstreamOutc
 }
 
 /** A granted call's answer: it used quota, whatever its upstream did. */
-function withUpstream(answer: Answer, u: { upstreamMs: number | null; upstream: string | null }, use: CacheUse): Answer {
-  for (const d of answer.usage) {
-    d.upstreamMs = u.upstreamMs;
-    d.upstream = u.upstream;
-    d.charged = true;
-    d.cache = use;
-  }
+function withUpstreamAnswer(answer: Answer, u: { upstreamMs: number | null; upstream: string | null }, use: CacheUse): Answer {
+  for (const d of answer.usage) withUpstream(d, u, use);
   return answer;
 }
 
-interface ForwardResult {
-  answers: Map<number, MemberAnswer> | null;
-  failure: UpstreamFailure | null;
-  upstreamMs: number | null;
-  upstream: string | null;
+/** A granted batch member's answer: its element (null: a notification, no element) and its usage draft. */
+interface MemberServed {
+  element: string | null;
+  usage: UsageDraft;
 }
 
-async function forwardBatch(scope: CallScope, calls: RpcCall[]): Promise<ForwardResult> {
-  const outcome = await scope.pool.send({
-    method: 'POST',
+/** An Answer made for one member (by the single call's code) as the member's part of the batch. */
+function asMember(m: RpcCall, answer: Answer): MemberServed {
+  const usage = answer.usage[0] as UsageDraft;
+  usage.memberIndex = m.index;
+  const body = answer.body;
+  return { element: body === null ? null : typeof body === 'string' ? body : body.toString('utf8'), usage };
+}
+
+/** A member that leads an upstream call: sent in this batch's upstream batch, its answer shared with the callers waiting on its key. */
+interface Leader {
+  m: RpcCall;
+  plan: ReadPlan;
+}
+
+/**
+ * The granted members of a batch, each served as a single read would be: from the cache, or
+ * sharing an identical call in flight (another request's, or an earlier member of this batch),
+ * and the rest sent upstream together as one batch (docs/decisions.md: one batch costs less
+ * than singles). Writes and notifications go in that batch too, never shared or kept.
+ */
+async function serveMembers(
+  scope: CallScope,
+  calls: RpcCall[],
+  admission: Admission,
+): Promise<{ served: Map<number, MemberServed>; failure: UpstreamFailure | null }> {
+  const { chain, pool } = scope;
+  const served = new Map<number, MemberServed>();
+  const sharing: Array<Promise<void>> = [];
+  const upstream: RpcCall[] = [];
+  const leaders: Leader[] = [];
+  let writes = false;
+  for (const m of calls) {
+    if (chain.isWriteMethod(m.method)) {
+      writes = true;
+      upstream.push(m);
+      continue;
+    }
+    const plan = planRead(scope, m);
+    const { key, cache } = plan;
+    const kept = key !== null && cache !== null ? cache.get(key) : undefined;
+    if (kept !== undefined) {
+      served.set(m.index, asMember(m, cachedAnswer(m, admission, kept)));
+      continue;
+    }
+    if (key !== null && pool.coalesces) {
+      const waiting = pool.waiting.get(key);
+      if (waiting !== undefined) {
+        const shared = new Promise<void>((resolve) =>
+          waiting.push((outcome) => {
+            served.set(m.index, asMember(m, forwardedSingle(m, admission, outcome, 'coalesced')));
+            resolve();
+          }),
+        );
+        sharing.push(shared);
+        continue;
+      }
+      pool.waiting.set(key, []);
+    }
+    upstream.push(m);
+    leaders.push({ m, plan });
+  }
+  const failure = upstream.length > 0 ? await forwardBatch(scope, upstream, leaders, writes, served) : null;
+  await Promise.all(sharing);
+  return { served, failure };
+}
+
+/**
+ * Sends `calls` upstream as one batch (routed by what all of them depend on), answers each, and
+ * hands each leader's answer to the callers waiting on its key. The whole batch's failure, if
+ * it failed as a whole.
+ */
+function forwardBatch(
+  scope: CallScope,
+  calls: RpcCall[],
+  leaders: Leader[],
+  writes: boolean,
+  answered: Map<number, MemberServed>,
+): Promise<UpstreamFailure | null> {
+  const { pool } = scope;
+  // The judge splits the answer (checking its ids); the split of the answer that won is used again.
+  let judged: { body: Buffer; answers: Map<number, MemberAnswer> | null } | null = null;
+  const judge = (body: Buffer): Verdict => {
+    const answers = splitBatchAnswer(body, calls);
+    judged = { body, answers };
+    return judgeBatch(answers);
+  };
+  const request = {
+    method: 'POST' as const,
     path: '',
     body: batchUpstreamBody(calls),
-    retriable: calls.every((c) => !scope.chain.isWriteMethod(c.method)),
+    retriable: !writes,
+    shape: pool.heads === null ? undefined : shapeOfAll(leaders.map((l) => l.plan.shape)),
+    judge,
+  };
+  return pool.sendThen(request, (outcome): UpstreamFailure | null => {
+    if (writes) pool.heads?.invalidate();
+    const answers = !outcome.ok ? null : judged?.body === outcome.body ? judged.answers : splitBatchAnswer(outcome.body, calls);
+    const failure: UpstreamFailure | null = !outcome.ok
+      ? outcome
+      : answers === null
+        ? {
+            ok: false,
+            kind: 'unavailable',
+            message: `upstream ${outcome.upstream} sent an invalid answer (HTTP ${outcome.status})`,
+            upstreamMs: outcome.upstreamMs,
+            upstream: outcome.upstream,
+          }
+        : null;
+    const use: CacheUse = outcome.hedged ? 'hedged' : 'miss';
+    const unanswered = `upstream ${outcome.upstream} returned no answer for this call`;
+    for (const m of calls) {
+      const answer = answers?.get(m.index);
+      let served: MemberServed;
+      if (failure !== null) {
+        const code = upstreamFailureCodes(failure.kind).rpc;
+        served = { element: m.idText === undefined ? null : rpcError(m.idText, code, failure.message), usage: draft(m.method, code, failure.message, m.index) };
+      } else if (m.idText === undefined) served = { element: null, usage: draft(m.method, null, null, m.index) };
+      else if (answer === undefined) {
+        served = {
+          element: rpcError(m.idText, RpcCode.upstreamUnavailable, unanswered),
+          usage: draft(m.method, RpcCode.upstreamUnavailable, unanswered, m.index),
+        };
+      } else served = { element: answer.text, usage: memberDraft(m, answer.error) };
+      withUpstream(served.usage, failure ?? outcome, use);
+      answered.set(m.index, served);
+    }
+    for (const { m, plan } of leaders) {
+      const answer = answers?.get(m.index);
+      if (outcome.ok && outcome.status === 200 && answer !== undefined && answer.error === null) keep(pool, plan, m.method, answer.text);
+      if (plan.key === null || !pool.coalesces) continue;
+      const waiting = pool.waiting.get(plan.key);
+      pool.waiting.delete(plan.key);
+      if (waiting === undefined || waiting.length === 0) continue;
+      // Each waiting caller gets this member's answer as a single call's (its id put back by forwardedSingle).
+      const shared: UpstreamOutcome =
+        failure ??
+        (answer === undefined
+          ? { ok: false, kind: 'unavailable', message: unanswered, upstreamMs: outcome.upstreamMs, upstream: outcome.upstream }
+          : { ...(outcome as UpstreamAnswer), body: Buffer.from(answer.text) });
+      setImmediate(() => {
+        for (const w of waiting) w(shared);
+      });
+    }
+    return failure;
   });
-  if (!outcome.ok) return { answers: null, failure: outcome, upstreamMs: outcome.upstreamMs, upstream: outcome.upstream };
-  const answers = splitBatchAnswer(outcome.body, calls);
-  const failure: UpstreamFailure | null =
-    answers === null
-      ? {
-          ok: false,
-          kind: 'unavailable',
-          message: `upstream ${outcome.upstream} sent an invalid answer (HTTP ${outcome.status})`,
-          upstreamMs: outcome.upstreamMs,
-          upstream: outcome.upstream,
-        }
-      : null;
-  return { answers, failure, upstreamMs: outcome.upstreamMs, upstream: outcome.upstream };
+}
+
+/** A granted call's usage: it used quota, and says how it was served. */
+function withUpstream(d: UsageDraft, u: { upstreamMs: number | null; upstream: string | null }, use: CacheUse): void {
+  d.upstreamMs = u.upstreamMs;
+  d.upstream = u.upstream;
+  d.charged = true;
+  d.cache = use;
 }
 
 async function batch(scope: CallScope, members: RpcMember[], granted: Set<number>, admission: Admission): Promise<Answer> {
   const { chain } = scope;
-  const forwarded = members.filter((m): m is RpcCall => m.kind === 'call' && granted.has(m.index));
-  const result: ForwardResult =
-    forwarded.length > 0 ? await forwardBatch(scope, forwarded) : { answers: null, failure: null, upstreamMs: null, upstream: null };
-  const failure = result.failure ? upstreamFailureCodes(result.failure.kind) : null;
+  const calls = members.filter((m): m is RpcCall => m.kind === 'call' && granted.has(m.index));
+  const { served, failure } = calls.length > 0 ? await serveMembers(scope, calls, admission) : { served: new Map<number, MemberServed>(), failure: null };
 
   const elements: string[] = [];
   const usage: UsageDraft[] = [];
@@ -269,31 +423,18 @@ async function batch(scope: CallScope, members: RpcMember[], granted: Set<number
     usage.push(draft(methodOf(m), code, message, m.index));
   };
   for (const m of members) {
-    if (m.kind === 'invalid') local(m, m.code, m.message);
+    const mine = served.get(m.index);
+    if (mine !== undefined) {
+      if (mine.element !== null) elements.push(mine.element);
+      usage.push(mine.usage);
+    } else if (m.kind === 'invalid') local(m, m.code, m.message);
     else if (!chain.isMethodAllowed(m.method)) local(m, RpcCode.methodNotFound, deniedMessage(m.method, chain.id));
-    else if (!granted.has(m.index)) local(m, RpcCode.limitExceeded, limitMessage(admission), retryData(admission));
-    else {
-      const before = usage.length;
-      if (failure && result.failure) local(m, failure.rpc, result.failure.message);
-      else if (m.idText === undefined) usage.push(draft(m.method, null, null, m.index));
-      else {
-        const answer = result.answers?.get(m.index);
-        if (answer) {
-          elements.push(answer.text);
-          usage.push(memberDraft(m, answer.error));
-        } else local(m, RpcCode.upstreamUnavailable, `upstream ${result.upstream} returned no answer for this call`);
-      }
-      for (const d of usage.slice(before)) {
-        d.upstreamMs = result.upstreamMs;
-        d.upstream = result.upstream;
-        d.charged = true;
-        d.cache = 'miss';
-      }
-    }
+    else local(m, RpcCode.limitExceeded, limitMessage(admission), retryData(admission));
   }
-  const status = failure?.status ?? (forwarded.length > 0 ? 200 : localBatchStatus(members, granted, chain));
+  const failed = failure === null ? null : upstreamFailureCodes(failure.kind);
+  const status = failed?.status ?? (calls.length > 0 ? 200 : localBatchStatus(members, granted, chain));
   if (elements.length === 0) {
-    const body = failure && result.failure ? rpcError('null', failure.rpc, result.failure.message) : null;
+    const body = failed && failure ? rpcError('null', failed.rpc, failure.message) : null;
     return { status: body === null ? 204 : status, body, contentType: JSON_CONTENT_TYPE, admission, usage };
   }
   return { status, body: `[${elements.join(',')}]`, contentType: JSON_CONTENT_TYPE, admission, usage };

@@ -2,7 +2,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import type { UsageRecord } from '../../src/domain/usage.js';
 import type { UpstreamPoolOptions } from '../../src/gateway/upstream.js';
 import { Telemetry } from '../../src/infra/telemetry.js';
-import { type EvmNodeFake, FakeEvmChain, startEvmNodeFake } from '../support/fakeUpstreams.js';
+import { type EvmNodeFake, type FakeBlock, FakeEvmChain, type FakeUpstream, startEvmNodeFake, startFake } from '../support/fakeUpstreams.js';
 import { chainEntry, startGateway, type TestGateway } from '../support/gatewayApp.js';
 import { TestGatekeeper } from '../support/gatewayTestGatekeeper.js';
 
@@ -56,6 +56,27 @@ async function rpc(
   });
   return { status: r.status, body: (await r.json()) as Record<string, unknown> };
 }
+
+type RpcAnswer = { jsonrpc: string; id: unknown; result?: unknown; error?: { code: number; message: string } };
+
+async function rpcBatch(
+  gateway: TestGateway,
+  calls: Array<{ id?: unknown; method: string; params?: unknown[] }>,
+): Promise<{ status: number; body: RpcAnswer[] }> {
+  const r = await fetch(`${gateway.url}/evm/${gatekeeper.token}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(calls.map((c) => ({ jsonrpc: '2.0', ...c }))),
+  });
+  return { status: r.status, body: (await r.json()) as RpcAnswer[] };
+}
+
+/** The usage records of the last batch (their request ids end in :<member>), in member order. */
+const lastBatchUsage = (gateway: TestGateway): UsageRecord[] => {
+  const members = gateway.usage.filter((u) => /:\d+$/.test(u.requestId));
+  const request = members.at(-1)?.requestId.split(':')[0];
+  return members.filter((u) => u.requestId.startsWith(`${request}:`));
+};
 
 const hex = (n: number): string => `0x${n.toString(16)}`;
 const calledMethods = (f: EvmNodeFake): string[] => f.calls.map((c) => (JSON.parse(c.body) as { method: string }).method);
@@ -176,6 +197,135 @@ describe('coalescing', () => {
     expect(cacheOf(gateway.usage).sort()).toEqual(['coalesced', 'coalesced', 'coalesced', 'coalesced', 'miss']);
   });
 });
+
+describe('batches', () => {
+  it('serves each member from the cache, by sharing an identical call in flight, or in one upstream batch, in order with the callers ids', async () => {
+    const { fakes, gateway, chain } = await setUp(1);
+    const [node] = fakes as [EvmNodeFake];
+    const final = chain.block(chain.finalized - 2)!;
+    const recent = chain.block(chain.head - 1)!;
+    await rpc(gateway, 'eth_chainId');
+    await rpc(gateway, 'eth_getBlockByNumber', [hex(final.number), false]);
+    node.latency = () => 150;
+    // A single call in flight that a member repeats.
+    const inFlight = rpc(gateway, 'eth_getCode', ['0x02', 'pending'], 'single');
+    while (node.calls.length < 3) await new Promise((r) => setTimeout(r, 5));
+
+    const balanceAtFinal = ['0x01', hex(final.number)];
+    const { status, body } = await rpcBatch(gateway, [
+      { id: 'a', method: 'eth_chainId' },
+      { id: 'b', method: 'eth_getBlockByNumber', params: [hex(final.number), false] },
+      { id: 'c', method: 'eth_getBalance', params: balanceAtFinal },
+      { id: 7, method: 'eth_getBlockByNumber', params: [hex(recent.number), false] },
+      { id: 'c', method: 'eth_getBalance', params: balanceAtFinal },
+      { id: null, method: 'eth_getCode', params: ['0x02', 'pending'] },
+    ]);
+    const single = await inFlight;
+    expect(status).toBe(200);
+    expect(body.map((a) => a.id)).toEqual(['a', 'b', 'c', 7, 'c', null]);
+    expect(body[0]!.result).toBe('0x2a');
+    expect((body[1]!.result as { hash: string }).hash).toBe(final.hash);
+    expect((body[3]!.result as { hash: string }).hash).toBe(recent.hash);
+    expect(body[4]!.result).toBe(body[2]!.result);
+    expect(body[5]!.result).toBe(single.body.result);
+    expect(body.every((a) => a.error === undefined)).toBe(true);
+
+    // Two warm-up calls, the single call, and one batch of the two members nothing else served.
+    expect(node.calls).toHaveLength(4);
+    const sent = JSON.parse(node.calls[3]!.body) as Array<{ method: string; params: unknown[] }>;
+    expect(sent.map((c) => [c.method, c.params])).toEqual([
+      ['eth_getBalance', balanceAtFinal],
+      ['eth_getBlockByNumber', [hex(recent.number), false]],
+    ]);
+    const usage = lastBatchUsage(gateway);
+    expect(usage.map((u) => [u.method, u.cache, u.upstream, u.charged])).toEqual([
+      ['eth_chainId', 'hit', null, true],
+      ['eth_getBlockByNumber', 'hit', null, true],
+      ['eth_getBalance', 'miss', 'evm-1', true],
+      ['eth_getBlockByNumber', 'miss', 'evm-1', true],
+      ['eth_getBalance', 'coalesced', 'evm-1', true],
+      ['eth_getCode', 'coalesced', 'evm-1', true],
+    ]);
+
+    // A final answer a batch member got is kept; the recent block is not.
+    expect((await rpc(gateway, 'eth_getBalance', balanceAtFinal, 'later')).body).toEqual({ jsonrpc: '2.0', id: 'later', result: body[2]!.result });
+    await rpc(gateway, 'eth_getBlockByNumber', [hex(recent.number), false]);
+    expect(cacheOf(gateway.usage.slice(-2))).toEqual(['hit', 'miss']);
+    expect(node.calls).toHaveLength(5);
+  });
+
+  it('rejects a batch answer under ids it did not send: another node answers, or -32010 per member, and nothing is kept', async () => {
+    const chain = new FakeEvmChain(200, 8);
+    const liar = await startBatchIdLiar(chain);
+    const honest = await startEvmNodeFake(chain);
+    opened.push(liar, honest);
+    const final = chain.block(chain.finalized - 1)!;
+    const calls = [
+      { id: 1, method: 'eth_getBlockByNumber', params: [hex(final.number), false] },
+      { id: 1, method: 'eth_chainId' },
+    ];
+    const start = async (urls: string[]): Promise<TestGateway> => {
+      const gateway = await startGateway({
+        gatekeeper,
+        chains: [chainEntry('evm', urls, { headPollMs: 600_000 })],
+        pool: { random: () => 0, hedge: false },
+      });
+      opened.push(gateway);
+      const heads = gateway.pools.get('evm')!.heads!;
+      heads.touch();
+      await heads.poll();
+      return gateway;
+    };
+
+    const both = await start([liar.url, honest.url]);
+    const answered = await rpcBatch(both, calls);
+    expect(answered.status).toBe(200);
+    expect(answered.body.map((a) => [a.id, a.error])).toEqual([
+      [1, undefined],
+      [1, undefined],
+    ]);
+    expect((answered.body[0]!.result as { hash: string }).hash).toBe(final.hash);
+    expect(answered.body[1]!.result).toBe('0x2a');
+    expect([liar.calls.length, honest.calls.length]).toEqual([1, 1]);
+    expect(lastBatchUsage(both).map((u) => u.upstream)).toEqual(['evm-2', 'evm-2']);
+
+    const alone = await start([liar.url]);
+    const refused = await rpcBatch(alone, calls);
+    expect(refused.status).toBe(502);
+    expect(refused.body.map((a) => [a.id, a.error?.code])).toEqual([
+      [1, -32010],
+      [1, -32010],
+    ]);
+    expect(lastBatchUsage(alone).map((u) => [u.rpcErrorCode, u.cache])).toEqual([
+      [-32010, 'miss'],
+      [-32010, 'miss'],
+    ]);
+    // Nothing of the rejected answer was kept: the same calls, one at a time, go to the node (which answers singles honestly).
+    for (const c of calls) await rpc(alone, c.method, c.params, 'again');
+    expect(cacheOf(alone.usage.slice(-2))).toEqual(['miss', 'miss']);
+    expect(liar.calls).toHaveLength(4);
+  });
+});
+
+/**
+ * A node that answers single calls as it should (head polls included) and every batch under ids
+ * it was not sent (each sent id + 1000): another call's answers, as a confused proxy would send.
+ */
+function startBatchIdLiar(chain: FakeEvmChain): Promise<FakeUpstream> {
+  const block = (b: FakeBlock | undefined): unknown =>
+    b ? { number: hex(b.number), hash: b.hash, parentHash: b.parentHash, timestamp: hex(1_700_000_000 + b.number * 12), transactions: b.transactions } : null;
+  const resultOf = (method: string, params: unknown[]): unknown => {
+    if (method === 'eth_chainId') return '0x2a';
+    const tag = params[0];
+    const n = tag === 'latest' ? chain.head : tag === 'finalized' ? chain.finalized : Number.parseInt(String(tag), 16);
+    return block(chain.block(n));
+  };
+  return startFake((call) => {
+    const parsed = JSON.parse(call.body) as { id: number; method: string; params?: unknown[] } | Array<{ id: number; method: string; params?: unknown[] }>;
+    if (!Array.isArray(parsed)) return { body: { jsonrpc: '2.0', id: parsed.id, result: resultOf(parsed.method, parsed.params ?? []) } };
+    return { body: parsed.map((c) => ({ jsonrpc: '2.0', id: c.id + 1000, result: resultOf(c.method, c.params ?? []) })) };
+  });
+}
 
 describe('hedging', () => {
   it('sends a slow read to a second node and answers with the first answer; never hedges a write', async () => {

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import { judgeSingle, keepableResult, readKey } from '../../src/gateway/cache/rpcReads.js';
-import { shapeOf } from '../../src/gateway/upstreams/evmCalls.js';
+import { judgeBatch, judgeSingle, keepableResult, readKey } from '../../src/gateway/cache/rpcReads.js';
+import { parseJsonRpc, type RpcCall, splitBatchAnswer } from '../../src/gateway/jsonrpc.js';
+import { shapeOf, shapeOfAll } from '../../src/gateway/upstreams/evmCalls.js';
 import { ChainHeads } from '../../src/gateway/upstreams/heads.js';
 
 /** What a read depends on, whether a node's answer is one to the call sent, and what may be kept. */
@@ -35,6 +36,20 @@ describe('shapeOf', () => {
   });
 });
 
+describe('shapeOfAll (a batch sent together)', () => {
+  it('depends on the head when one member does, asks the oldest and newest block any member asks', () => {
+    const shapes = (...calls: Array<[string, string | undefined]>) => calls.map(([m, p]) => shapeOf(m, p));
+    expect(shapeOfAll(shapes(['eth_chainId', undefined], ['eth_getBalance', '["0x01","0x10"]'], ['eth_getBlockByNumber', '["0x30",false]']))).toEqual({
+      kind: 'number',
+      low: 16,
+      high: 48,
+      cacheable: false,
+    });
+    expect(shapeOfAll(shapes(['eth_getBalance', '["0x01","0x10"]'], ['eth_blockNumber', '[]']))).toMatchObject({ kind: 'head', low: 16, high: 16 });
+    expect(shapeOfAll(shapes(['eth_chainId', undefined], ['eth_foo', '[]']))).toMatchObject({ kind: 'other', low: -1, high: -1 });
+  });
+});
+
 describe('judging an answer', () => {
   const answer = (text: string): Buffer => Buffer.from(text);
   it('accepts the id sent, wherever the node writes it, and nothing else', () => {
@@ -56,6 +71,34 @@ describe('judging an answer', () => {
   it('takes a result for a result, whatever error members its content holds (a trace)', () => {
     const trace = '{"jsonrpc":"2.0","id":1,"result":{"calls":[{"error":"call failed: historical state is not available"}]}}';
     expect(judgeSingle(answer(trace), '1')).toBe('ok');
+  });
+});
+
+describe('judging a batch answer', () => {
+  const parsed = parseJsonRpc(
+    Buffer.from('[{"jsonrpc":"2.0","id":"a","method":"m"},{"jsonrpc":"2.0","id":"a","method":"m"},{"jsonrpc":"2.0","method":"n"}]'),
+    10,
+  );
+  const calls = (parsed.kind === 'batch' ? parsed.members : []) as RpcCall[];
+  const judge = (text: string) => judgeBatch(splitBatchAnswer(Buffer.from(text), calls));
+
+  it('accepts the ids sent (positions), in any order, some missing', () => {
+    expect(judge('[{"jsonrpc":"2.0","id":1,"result":"0x2"},{"jsonrpc":"2.0","id":0,"result":"0x1"}]')).toBe('ok');
+    expect(judge('[{"jsonrpc":"2.0","id":1,"result":"0x2"},{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"x"}}]')).toBe('ok');
+  });
+
+  it('calls an answer under an id not sent, sent to a notification, or given twice bad', () => {
+    expect(judge('[{"jsonrpc":"2.0","id":1,"result":"0x2"},{"jsonrpc":"2.0","id":1000,"result":"0x1"}]')).toBe('bad');
+    expect(judge('[{"jsonrpc":"2.0","id":2,"result":"0x2"}]')).toBe('bad');
+    expect(judge('[{"jsonrpc":"2.0","id":0,"result":"0x2"},{"jsonrpc":"2.0","id":0,"result":"0x1"}]')).toBe('bad');
+    expect(judge('[{"jsonrpc":"2.0","id":"0","result":"0x2"}]')).toBe('bad');
+    expect(judge('<html>')).toBe('bad');
+  });
+
+  it('asks an archive node when a member lacks old state', () => {
+    expect(judge('[{"jsonrpc":"2.0","id":0,"result":"0x2"},{"jsonrpc":"2.0","id":1,"error":{"code":-32000,"message":"missing trie node 0f (path )"}}]')).toBe(
+      'archive',
+    );
   });
 });
 

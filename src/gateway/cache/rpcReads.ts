@@ -1,3 +1,4 @@
+import type { MemberAnswer } from '../jsonrpc.js';
 import { documentStart, objectMembers } from '../jsonScan.js';
 import type { Verdict } from '../upstream.js';
 import { blockOfResult, type CallShape } from '../upstreams/evmCalls.js';
@@ -84,6 +85,20 @@ export function judgeSingle(body: Buffer, sentIdText: string | undefined): Verdi
   return 'ok';
 }
 
+/**
+ * Judges a node's answer to a batch, as split by splitBatchAnswer (null: not a batch answer, or
+ * an answer under an id that is not one of the calls sent): a failed node (another one is
+ * tried, nothing is kept), or a call that asks for an archive node.
+ */
+export function judgeBatch(answers: ReadonlyMap<number, MemberAnswer> | null): Verdict {
+  if (answers === null) return 'bad';
+  for (const a of answers.values()) {
+    const message = a.error?.message?.toLowerCase();
+    if (message !== undefined && ARCHIVE_ERRORS.some((e) => message.includes(e))) return 'archive';
+  }
+  return 'ok';
+}
+
 function firstByte(body: Buffer): number {
   for (let i = 0; i < body.length; i++) {
     const c = body[i] as number;
@@ -97,11 +112,11 @@ function firstByte(body: Buffer): number {
  * result, data not yet final (by the tracked finalized block), or an answer that depends on a
  * head that moved while it was asked.
  */
-export function keepableResult(body: Buffer, method: string, shape: CallShape, heads: ChainHeads, epochAsked: number): string | null {
+export function keepableResult(body: Buffer | string, method: string, shape: CallShape, heads: ChainHeads, epochAsked: number): string | null {
   if (!shape.cacheable) return null;
   let resultText: string;
   try {
-    const text = body.toString('utf8');
+    const text = typeof body === 'string' ? body : body.toString('utf8');
     const members = objectMembers(text, documentStart(text));
     const error = members.get('error');
     if (error !== undefined && text.slice(error[0], error[1]) !== 'null') return null;

@@ -146,6 +146,25 @@ export function shapeOf(method: string, paramsText: string | undefined): CallSha
 }
 
 /**
+ * What calls sent together (a batch) depend on, for routing: the head when any of them does, the
+ * oldest block any of them asks (an archive node for old state) and the newest (a node that has
+ * it). Never cacheable: a batch's answer is kept member by member.
+ */
+export function shapeOfAll(shapes: readonly CallShape[]): CallShape {
+  let head = false;
+  let numbered = false;
+  let low = -1;
+  let high = -1;
+  for (const s of shapes) {
+    if (s.kind === 'head' || s.kind === 'volatile') head = true;
+    else if (s.kind === 'number' || s.kind === 'hash') numbered = true;
+    if (s.low >= 0 && (low < 0 || s.low < low)) low = s.low;
+    if (s.high > high) high = s.high;
+  }
+  return { kind: head ? 'head' : numbered ? 'number' : 'other', low, high, cacheable: false };
+}
+
+/**
  * The block a hash-addressed answer lies in (a block's `number`, a transaction's or receipt's
  * `blockNumber`), or null: not yet mined, not found, or not an object.
  */
