@@ -5,11 +5,14 @@ import { type AuthLimits, DEFAULT_AUTH_LIMITS } from './commands/authThrottle.js
 import { DEFAULT_HASH_CONCURRENCY } from './commands/passwords.js';
 import { type PlanCatalog, planCatalog } from './domain/plans.js';
 import type { NotifyConfig } from './infra/notify/index.js';
+import { DEFAULT_CACHE_BYTES } from './gateway/cache/responseCache.js';
 import { loadChains } from './gateway/chains.js';
 import { parseRedisUrl } from './infra/redis/client.js';
 
 export const ROLES = ['all', 'gateway', 'api', 'projector'] as const;
 export type Role = (typeof ROLES)[number];
+
+const MIB = 1024 * 1024;
 
 const url = (protocols: string[]) =>
   z.string().refine(
@@ -80,6 +83,12 @@ const Env = z.object({
    * this server is closing and answer its client 502.
    */
   KEEP_ALIVE_TIMEOUT_MS: z.coerce.number().int().min(100).max(3_600_000).default(72_000),
+  /** Bytes (MiB) of the gateway's in-process response cache of chain answers; 0 turns it off. */
+  RESPONSE_CACHE_MB: z.coerce
+    .number()
+    .min(0)
+    .max(1_048_576)
+    .default(DEFAULT_CACHE_BYTES / MIB),
   /** WebSocket: a ping this often (a socket that missed the previous pong is cut off), and a socket with no subscription that sent nothing this long is closed (4000). */
   WS_PING_INTERVAL_MS: z.coerce.number().int().min(100).max(600_000).default(30_000),
   WS_IDLE_TIMEOUT_MS: z.coerce.number().int().min(100).max(86_400_000).default(300_000),
@@ -155,6 +164,8 @@ export interface Config {
   startupTimeoutMs: number;
   /** How long a client may take to send its headers and its whole request, and stay idle between requests (HEADERS_TIMEOUT_MS, REQUEST_TIMEOUT_MS, KEEP_ALIVE_TIMEOUT_MS). */
   http: { headersTimeoutMs: number; requestTimeoutMs: number; keepAliveTimeoutMs: number };
+  /** The response cache's bound in bytes (RESPONSE_CACHE_MB); 0: no cache. */
+  responseCacheBytes: number;
   /** WebSocket keepalive (WS_PING_INTERVAL_MS) and idle timeout (WS_IDLE_TIMEOUT_MS). */
   webSockets: { pingEveryMs: number; idleTimeoutMs: number };
   secureCookies: boolean;
@@ -219,6 +230,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     usageJournalFsync: e.USAGE_JOURNAL_FSYNC === 'always',
     startupTimeoutMs: e.STARTUP_TIMEOUT_SECONDS * 1000,
     http: { headersTimeoutMs: e.HEADERS_TIMEOUT_MS, requestTimeoutMs: e.REQUEST_TIMEOUT_MS, keepAliveTimeoutMs: e.KEEP_ALIVE_TIMEOUT_MS },
+    responseCacheBytes: Math.floor(e.RESPONSE_CACHE_MB * MIB),
     webSockets: { pingEveryMs: e.WS_PING_INTERVAL_MS, idleTimeoutMs: e.WS_IDLE_TIMEOUT_MS },
     secureCookies: e.SECURE_COOKIES === 'true',
     trustProxy: e.TRUST_PROXY === 'true',

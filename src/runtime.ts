@@ -218,7 +218,12 @@ export async function openRuntime(config: Config, clock?: () => Date, options: R
     const chains = loadChains({ env: config.env });
     const tokens = new TokenCache(queries);
     await tokens.listen(feed);
-    gateway = { chains, pools: new UpstreamPools(chains), tokens, gatekeeper: new TokenGatekeeper(tokens, telemetry.countDecisions(limiter), config.plans) };
+    gateway = {
+      chains,
+      pools: new UpstreamPools(chains, { cacheBytes: config.responseCacheBytes }),
+      tokens,
+      gatekeeper: new TokenGatekeeper(tokens, telemetry.countDecisions(limiter), config.plans),
+    };
   }
 
   const waitFor = async (position: Position | null): Promise<void> => {

@@ -1,5 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
+import { loadConfig } from '../../src/config.js';
 import type { UsageRecord } from '../../src/domain/usage.js';
+import { DEFAULT_CACHE_BYTES } from '../../src/gateway/cache/responseCache.js';
 import type { UpstreamPoolOptions } from '../../src/gateway/upstream.js';
 import { Telemetry } from '../../src/infra/telemetry.js';
 import { type EvmNodeFake, type FakeBlock, FakeEvmChain, type FakeUpstream, startEvmNodeFake, startFake } from '../support/fakeUpstreams.js';
@@ -182,6 +184,47 @@ describe('the finality-aware cache', () => {
     await rpc(gateway, 'eth_getTransactionReceipt', [final.transactions[0]]);
     expect(calledMethods(node).filter((m) => m === 'eth_getTransactionReceipt')).toHaveLength(3);
     expect(node.calls.map((c) => c.body).filter((b) => b.includes(hex(final.number)))).toEqual([]);
+  });
+});
+
+describe('the cache bound (RESPONSE_CACHE_MB)', () => {
+  it('is 64 MiB unless set; 0 turns the cache off: every call goes to the node', async () => {
+    expect(loadConfig({}).responseCacheBytes).toBe(DEFAULT_CACHE_BYTES);
+    expect(() => loadConfig({ RESPONSE_CACHE_MB: '-1' })).toThrow(/RESPONSE_CACHE_MB/);
+    const { responseCacheBytes } = loadConfig({ RESPONSE_CACHE_MB: '0' });
+    expect(responseCacheBytes).toBe(0);
+    const { fakes, gateway, chain } = await setUp(1, { pool: { cacheBytes: responseCacheBytes } });
+    expect(gateway.pools.cache).toBeNull();
+    for (let i = 0; i < 3; i++) {
+      await rpc(gateway, 'eth_chainId');
+      await rpc(gateway, 'eth_getBlockByNumber', [hex(chain.finalized - 1), false]);
+    }
+    await rpcBatch(gateway, [{ id: 1, method: 'eth_chainId' }]);
+    expect(fakes[0]!.calls).toHaveLength(7);
+    expect(new Set(cacheOf(gateway.usage))).toEqual(new Set(['miss']));
+  });
+
+  it('evicts the least recently used answers past a small bound', async () => {
+    const { responseCacheBytes } = loadConfig({ RESPONSE_CACHE_MB: String(8 / 1024) });
+    expect(responseCacheBytes).toBe(8192);
+    const { fakes, gateway, chain } = await setUp(1, { pool: { cacheBytes: responseCacheBytes } });
+    const [node] = fakes as [EvmNodeFake];
+    const balance = (i: number) => rpc(gateway, 'eth_getBalance', [`0x${i.toString(16).padStart(40, '0')}`, hex(chain.finalized)]);
+    await balance(0);
+    await balance(0);
+    expect(cacheOf(gateway.usage)).toEqual(['miss', 'hit']);
+    // ~350 bytes an entry: 40 more answers do not fit in 8 KiB, and the first, unused since, goes.
+    for (let i = 1; i <= 40; i++) await balance(i);
+    const cache = gateway.pools.cache!;
+    expect(cache.bytes).toBeLessThanOrEqual(8192);
+    expect(cache.size).toBeGreaterThan(10);
+    expect(cache.size).toBeLessThan(41);
+    gateway.usage.length = 0;
+    node.calls.length = 0;
+    await balance(40);
+    await balance(0);
+    expect(cacheOf(gateway.usage)).toEqual(['hit', 'miss']);
+    expect(node.calls).toHaveLength(1);
   });
 });
 

@@ -33,5 +33,5 @@ export class ResponseCache {
   }
 }
 
-/** The default bound: 64 MiB (RESPONSE_CACHE_MB). */
+/** The default bound: 64 MiB (RESPONSE_CACHE_MB's default, src/config.ts). */
 export const DEFAULT_CACHE_BYTES = 64 * 1024 * 1024;
