@@ -33,7 +33,8 @@ export interface ProjectingParts {
 
 /**
  * What runs beside the stores where a process projects (on its main thread, or on the
- * embedded default's storage thread): the projector, the usage ingester, the retention job.
+ * embedded default's storage thread): the projector, the usage ingester, the retention job
+ * (the usage read models' and the usage log's).
  * The projector and the ingester start when told; the retention job starts at once.
  */
 export function startProjecting(options: {
@@ -51,6 +52,6 @@ export function startProjecting(options: {
       ms: USAGE_LINGER_MS,
     }),
     ingester: new UsageIngester({ queue: options.usageQueue, store }),
-    retention: startRetentionJob({ readModels, plans: options.plans, now, onError: (e) => console.error('usage retention pass failed:', e) }),
+    retention: startRetentionJob({ readModels, store, plans: options.plans, now, onError: (e) => console.error('usage retention pass failed:', e) }),
   };
 }

@@ -16,11 +16,21 @@ export const REBUILD_NODE_FLAGS: readonly string[] = ['--max-semi-space-size=64'
 /** Whether this process runs with every flag of REBUILD_NODE_FLAGS. */
 export const hasRebuildFlags = (execArgv: readonly string[] = process.execArgv): boolean => REBUILD_NODE_FLAGS.every((f) => execArgv.includes(f));
 
-/** Drops the projections' read models and checkpoints, then replays the whole log into them. */
-export async function rebuildProjections(store: EventStore, readModels: ReadModelStore, projections: Projection[]): Promise<{ ms: number }> {
+/**
+ * Drops the projections' read models and checkpoints, then replays the whole log into them: what
+ * retention left of it (src/projections/logRetention.ts), the closed months' summaries and the
+ * calls still kept. `now` (epoch ms, the clock by default) decides which replayed usage
+ * documents have expired already and are not written.
+ */
+export async function rebuildProjections(
+  store: EventStore,
+  readModels: ReadModelStore,
+  projections: Projection[],
+  options: { now?: () => number } = {},
+): Promise<{ ms: number }> {
   const started = performance.now();
   for (const p of projections) await readModels.reset(p.name, p.collections);
-  const runner = new ProjectionRunner(store, readModels, projections);
+  const runner = new ProjectionRunner(store, readModels, projections, null, options.now);
   await runner.start();
   await runner.caughtUp;
   await runner.stop();

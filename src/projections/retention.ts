@@ -1,6 +1,8 @@
 import type { PlanCatalog } from '../domain/plans.js';
+import type { EventStore } from '../infra/eventstore/port.js';
 import type { Doc, ReadModelStore, ReadModelWrite } from '../infra/readmodels/port.js';
 import { type AccountDoc, COLLECTIONS } from './core.js';
+import { type LogRetentionReport, runLogRetentionPass } from './logRetention.js';
 import { bucketName, bucketStart, DAY_MS, floorTo, GRANULARITIES, type Granularity } from './usageBuckets.js';
 import { bucketEnd, granularityRetention, usageExpiry } from './usageExpiry.js';
 import { ERROR_GROUP_GRANULARITIES, granularityPrefix, USAGE_METRICS } from './usageMetrics.js';
@@ -127,7 +129,7 @@ interface RetentionState extends Doc {
 }
 
 export interface RetentionJob {
-  /** One pass over every account; resolves with the number of documents deleted. */
+  /** One pass over every account (the usage log's retention, then the read models'); resolves with the number of documents deleted. */
   runOnce(): Promise<number>;
   /** Stops the timer and waits for a pass in progress. */
   stop(): Promise<void>;
@@ -135,6 +137,14 @@ export interface RetentionJob {
 
 export interface RetentionOptions {
   readModels: ReadModelStore;
+  /**
+   * The event store, where the usage log is kept for the plans' retention too: each pass first
+   * summarises the months due and truncates the usage streams (logRetention.ts). Without it,
+   * only the read models are purged.
+   */
+  store?: EventStore;
+  /** Hears each pass's log retention. */
+  onLogPass?: (report: LogRetentionReport) => void;
   plans: PlanCatalog;
   now: () => Date;
   /** Between passes; an hour by default (retention is counted in days). */
@@ -151,8 +161,8 @@ export interface RetentionOptions {
 }
 
 /**
- * Applies each plan's data retention (Free 7 days … Unlimited 365) to the usage read models.
- * Queries clamp to the same window, so what is past retention is never shown even before it is
+ * Applies each plan's data retention (Free 7 days … Unlimited 365) to the usage read models,
+ * and, given the event store, to the usage log (logRetention.ts). Queries clamp to the same window, so what is past retention is never shown even before it is
  * deleted.
  *
  * - A store without expiry (the embedded LevelDB): every pass deletes what falls out of each
@@ -203,8 +213,21 @@ export function startRetentionJob(options: RetentionOptions): RetentionJob {
     }
   };
 
+  /** The log first: a month is summarised before the read models it is summarised from go (retention of 7 days and more). */
+  const logThenReadModels = async (): Promise<number> => {
+    if (options.store) {
+      try {
+        const report = await runLogRetentionPass({ store: options.store, readModels: rm, plans, now, stopped: () => stopped });
+        options.onLogPass?.(report);
+      } catch (error) {
+        options.onError?.(error); // the read models are purged all the same
+      }
+    }
+    return sweep();
+  };
+
   const runOnce = (): Promise<number> => {
-    pass ??= sweep().finally(() => {
+    pass ??= logThenReadModels().finally(() => {
       pass = null;
     });
     return pass;

@@ -13,7 +13,7 @@ import {
 } from '@eventstore/db-client';
 import { validateAppend, validateTruncation } from './appendRules.js';
 import { EventStoreError } from './errors.js';
-import { formatEsdbPosition, toStoredEvent } from './esdbEvents.js';
+import { formatEsdbPosition, isSystemEvent, toStoredEvent } from './esdbEvents.js';
 import { EsdbSubscription } from './esdbSubscription.js';
 import {
   type AppendResult,
@@ -26,6 +26,9 @@ import {
   type Subscription,
   WrongExpectedRevisionError,
 } from './port.js';
+
+/** System events `headPosition` looks past, at most, for the newest event of ours. */
+const HEAD_SCAN = 1000;
 
 /**
  * The production event store: EventStoreDB / KurrentDB over gRPC (`@eventstore/db-client` v6).
@@ -115,11 +118,19 @@ export class EsdbEventStore implements EventStore {
     return subscription;
   }
 
+  /**
+   * The newest event of ours: the server's own (the `$metadata` that `truncateBefore` and
+   * `limitStreamAge` write, statistics) may follow it, and no subscription delivers those, so
+   * a head among them would never be reached. Past HEAD_SCAN of them, the newest of all.
+   */
   async headPosition(): Promise<Position | null> {
-    for await (const resolved of this.client.readAll({ direction: BACKWARDS, fromPosition: END, maxCount: 1 })) {
-      if (resolved.event) return formatEsdbPosition(resolved.event.position);
+    let newest: Position | null = null;
+    for await (const resolved of this.client.readAll({ direction: BACKWARDS, fromPosition: END, maxCount: HEAD_SCAN })) {
+      if (!resolved.event) continue;
+      if (!isSystemEvent(resolved.event)) return formatEsdbPosition(resolved.event.position);
+      newest ??= formatEsdbPosition(resolved.event.position);
     }
-    return null;
+    return newest;
   }
 
   async close(): Promise<void> {
