@@ -108,7 +108,9 @@ describe('web3.js WebSocketProvider', () => {
       const start = await web3.eth.getBlockNumber();
       const headers: bigint[] = [];
       const subscription = await web3.eth.subscribe('newBlockHeaders');
-      subscription.on('data', (header) => headers.push(BigInt(header.number ?? -1)));
+      subscription.on('data', (header) => {
+        headers.push(BigInt(header.number ?? -1));
+      });
       await until(() => (t.runtime.telemetry.webSockets()?.subscriptions ?? 0) >= 1);
       await mine();
       await mine();
@@ -156,7 +158,9 @@ describe('revocation', () => {
     });
     const headers: unknown[] = [];
     const subscription = await web3.eth.subscribe('newBlockHeaders');
-    subscription.on('data', (header) => headers.push(header));
+    subscription.on('data', (header) => {
+      headers.push(header);
+    });
     await mine();
     await until(() => headers.length === 1);
     const revoked = await t.app.inject({ method: 'DELETE', url: `/api/v1/tokens/${o.tokenId}`, headers: o.auth });
