@@ -1,25 +1,26 @@
-import { Observable, share } from 'rxjs';
+import { randomBytes } from 'node:crypto';
+import { Observable } from 'rxjs';
 import type { Chain } from '../chains.js';
+import { RpcCode } from '../errors.js';
+import { type ChainFeeds, type FeedItem, type FeedRefusal, type OpenedFeed, type PubSubDialect, passthrough, Recent, SharedFeeds } from './pubsub.js';
 import { UpstreamSocket, type UpstreamSocketLog } from './upstreamSocket.js';
 
 /**
- * What clients subscribe to, one upstream subscription per distinct (chain, kind, filter):
- * each is an rxjs Observable made `share()`d, so the first client's subscription opens the
- * node's and every later one joins it; when the last client leaves (refCount 0) the node's is
- * cancelled and the feed forgotten. A notification's result is serialized once, here, for all
- * its clients.
+ * EVM subscriptions (`eth_subscribe`), one upstream subscription per distinct (chain, kind,
+ * filter), shared by every client (pubsub.ts). A notification's result reaches every client as
+ * the node wrote it; a head fetched to fill a gap is serialized once for all of them.
  */
 
-export type SubscriptionKind = 'newHeads' | 'logs' | 'newPendingTransactions';
+type SubscriptionKind = 'newHeads' | 'logs' | 'newPendingTransactions';
 
 /** A subscription request as a client sent it, validated: its kind, and its filter normalized (the feed's key). */
-export interface FeedRequest {
+interface FeedRequest {
   kind: SubscriptionKind;
   /** The `logs` filter with lowercase hex, or null. */
   filter: LogFilter | null;
 }
 
-export interface LogFilter {
+interface LogFilter {
   address?: string | string[];
   topics?: Array<string | null | Array<string | null>>;
 }
@@ -30,7 +31,7 @@ const TOPIC = /^0x[0-9a-fA-F]{64}$/;
 const MAX_ADDRESSES = 1000;
 
 /** The `eth_subscribe` params as a feed request, or why they are invalid (a JSON-RPC -32602). */
-export function parseSubscribeParams(params: unknown): FeedRequest | { error: string } {
+function parseSubscribeParams(params: unknown): FeedRequest | { error: string } {
   if (!Array.isArray(params) || params.length === 0 || typeof params[0] !== 'string')
     return { error: 'eth_subscribe takes ["newHeads"], ["logs", filter?] or ["newPendingTransactions"]' };
   const [kind, filter] = params as [string, unknown];
@@ -67,9 +68,6 @@ export function parseSubscribeParams(params: unknown): FeedRequest | { error: st
   return { kind, filter: out };
 }
 
-/** One notification's result, serialized once for every client of its feed. */
-export type FeedItem = string;
-
 interface Head {
   number: bigint;
   hash: string;
@@ -77,29 +75,26 @@ interface Head {
 
 /** Heads a feed fetches at most to fill a gap after a reconnect (older ones are not worth a burst to every client). */
 const MAX_GAP_FILL = 128;
-/** Recent heads and logs remembered per feed to drop what a resubscription delivers twice. */
-const RECENT = 256;
 
-/** A small insertion-ordered set that forgets its oldest entries. */
-class Recent {
-  private readonly keys = new Set<string>();
-  has(key: string): boolean {
-    return this.keys.has(key);
-  }
-  add(key: string): void {
-    this.keys.add(key);
-    if (this.keys.size > RECENT) this.keys.delete(this.keys.values().next().value as string);
-  }
-}
+/** `eth_subscribe` and `eth_unsubscribe`; ids are 16 random bytes in hex; an unknown id unsubscribes to `false`, as on geth. */
+export const EVM_PUBSUB: PubSubDialect = {
+  roleOf: (method) => (method === 'eth_subscribe' ? 'subscribe' : method === 'eth_unsubscribe' ? 'unsubscribe' : null),
+  newSubscriptionId: () => `"0x${randomBytes(16).toString('hex')}"`,
+  unsubscribeIdOf: (params) => (Array.isArray(params) && typeof params[0] === 'string' ? JSON.stringify(params[0]) : null),
+  notSubscribed: () => ({ result: false }),
+  feedsFor: (chain, log) => new EvmFeeds(chain, log),
+};
+
+const EVM_SUBSCRIBE = { method: 'eth_subscribe', unsubscribeMethod: 'eth_unsubscribe' };
 
 /**
- * The feeds of one chain, over one UpstreamSocket. `newHeads` has no gap and no duplicate
+ * The feeds of one EVM chain, over one UpstreamSocket. `newHeads` has no gap and no duplicate
  * across reconnects: heads the node skipped are fetched (eth_getBlockByNumber) and delivered in
  * order before the one that revealed the gap, and a head already delivered (same hash) is dropped.
  */
-export class ChainFeeds {
+class EvmFeeds implements ChainFeeds {
   private readonly socket: UpstreamSocket;
-  private readonly feeds = new Map<string, Observable<FeedItem>>();
+  private readonly feeds = new SharedFeeds();
 
   constructor(chain: Chain, log: UpstreamSocketLog) {
     this.socket = new UpstreamSocket(
@@ -109,16 +104,21 @@ export class ChainFeeds {
     );
   }
 
+  open(method: string, params: unknown): OpenedFeed | FeedRefusal {
+    if (method !== 'eth_subscribe') return { error: `Method not found: ${method.slice(0, 64)}`, code: RpcCode.methodNotFound };
+    const request = parseSubscribeParams(params);
+    if ('error' in request) return { error: `Invalid params: ${request.error}`, code: RpcCode.invalidParams };
+    return { feed: this.feed(request), notification: 'eth_subscription', usageMethod: `eth_subscription:${request.kind}` };
+  }
+
   /** The shared feed for a request: the same Observable for the same kind and filter while anyone holds it. */
-  feed(request: FeedRequest): Observable<FeedItem> {
+  private feed(request: FeedRequest): Observable<FeedItem> {
     const key = request.filter === null ? request.kind : `${request.kind}:${JSON.stringify(request.filter)}`;
-    let feed = this.feeds.get(key);
-    if (!feed) {
-      const source = request.kind === 'newHeads' ? this.heads() : this.passthrough(request, request.kind === 'logs' ? logKey : null);
-      feed = source.pipe(share({ resetOnRefCountZero: () => this.forget(key) }));
-      this.feeds.set(key, feed);
-    }
-    return feed;
+    return this.feeds.get(key, () => {
+      if (request.kind === 'newHeads') return this.heads();
+      const params: unknown[] = request.filter === null ? [request.kind] : [request.kind, request.filter];
+      return passthrough(this.socket, { ...EVM_SUBSCRIBE, params }, request.kind === 'logs' ? logKey : null);
+    });
   }
 
   /** Distinct upstream subscriptions open now. */
@@ -131,39 +131,18 @@ export class ChainFeeds {
     this.feeds.clear();
   }
 
-  /** The last client left: a later subscribe makes the feed anew. rxjs resets the share at once after this (an Observable that completes at once). */
-  private forget(key: string): Observable<void> {
-    this.feeds.delete(key);
-    return new Observable<void>((s) => s.next());
-  }
-
-  private passthrough(request: FeedRequest, keyOf: ((result: unknown) => string | null) | null): Observable<FeedItem> {
-    const params: unknown[] = request.filter === null ? [request.kind] : [request.kind, request.filter];
-    return new Observable<FeedItem>((subscriber) => {
-      const recent = new Recent();
-      return this.socket.subscribe(params, (result) => {
-        const key = keyOf?.(result) ?? null;
-        if (key !== null) {
-          if (recent.has(key)) return;
-          recent.add(key);
-        }
-        subscriber.next(JSON.stringify(result));
-      });
-    });
-  }
-
   private heads(): Observable<FeedItem> {
     return new Observable<FeedItem>((subscriber) => {
       const recent = new Recent();
       let last: Head | null = null;
       // Heads are handled one after another: a gap's fetch finishes before the next head is looked at.
       let queue: Promise<void> = Promise.resolve();
-      const deliver = (header: object, head: Head): void => {
+      const deliver = (header: FeedItem, head: Head): void => {
         recent.add(head.hash);
         last = head;
-        subscriber.next(JSON.stringify(header));
+        subscriber.next(header);
       };
-      const handle = async (result: unknown): Promise<void> => {
+      const handle = async (result: unknown, text: string): Promise<void> => {
         const head = headOf(result);
         if (!head || recent.has(head.hash)) return;
         if (last !== null && head.number > last.number + 1n && head.number - last.number <= BigInt(MAX_GAP_FILL)) {
@@ -171,13 +150,13 @@ export class ChainFeeds {
             const block = await this.socket.request('eth_getBlockByNumber', [`0x${n.toString(16)}`, false]).catch(() => null);
             const missed = headOf(block);
             if (!missed || recent.has(missed.hash)) continue;
-            deliver(headerOf(block as Record<string, unknown>), missed);
+            deliver(JSON.stringify(headerOf(block as Record<string, unknown>)), missed);
           }
         }
-        deliver(result as object, head);
+        deliver(text, head);
       };
-      return this.socket.subscribe(['newHeads'], (result) => {
-        queue = queue.then(() => handle(result)).catch(() => undefined);
+      return this.socket.subscribe({ ...EVM_SUBSCRIBE, params: ['newHeads'] }, (result, text) => {
+        queue = queue.then(() => handle(result, text)).catch(() => undefined);
       });
     });
   }

@@ -1,17 +1,19 @@
 import { type IncomingMessage, STATUS_CODES } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import type { Duplex } from 'node:stream';
-import type { Observable } from 'rxjs';
 import { WebSocketServer } from 'ws';
 import type { PlanCatalog } from '../../domain/plans.js';
 import type { ChangeFeed } from '../../infra/changefeed/port.js';
 import { INVALIDATION_TOPIC } from '../../projections/runner.js';
 import type { Admission, Caller } from '../admission.js';
 import { type Answer, type CallScope, localError, refusedRpc } from '../answer.js';
+import type { Chain } from '../chains.js';
 import type { ChainCalls, ChainResponse } from '../chainCalls.js';
 import { JSON_CONTENT_TYPE, RpcCode, rpcError } from '../errors.js';
-import { ChainFeeds, type FeedItem, parseSubscribeParams, type SubscriptionKind } from './feeds.js';
+import { EVM_PUBSUB } from './feeds.js';
+import type { ChainFeeds, FeedRefusal, OpenedFeed, PubSubDialect } from './pubsub.js';
 import { Session, type SessionHost, WS_CLOSE } from './session.js';
+import { SOLANA_PUBSUB } from './solanaFeeds.js';
 
 export { WS_CLOSE } from './session.js';
 
@@ -50,6 +52,13 @@ interface TokenEntry {
   accountId: string;
   sessions: Set<Session>;
   subscriptions: number;
+}
+
+/** How a chain's clients subscribe over WebSocket: EVM's eth_subscribe, Solana's pubsub; null: no WebSocket (Sui, passthrough REST). */
+function pubSubOf(chain: Chain): PubSubDialect | null {
+  if (!chain.acceptsJsonRpc) return null;
+  if (chain.protocol === 'jsonrpc') return EVM_PUBSUB;
+  return chain.restFlavour === 'solana' ? SOLANA_PUBSUB : null;
 }
 
 /**
@@ -99,13 +108,14 @@ export class WebSocketGateway implements SessionHost {
       connection: socket,
     };
     let admitted: Admission | null = null;
+    let pubsub: PubSubDialect | null = null;
     this.calls.serveWith(
       call,
       (scope, credentials) => {
         const refuse = (status: number, rpcCode: number, message: string) =>
           localError(scope, { shape: 'rpc', status, rpcCode, restCode: 'invalid_request', message, method: UPGRADE_METHOD });
-        if (!scope.chain.acceptsJsonRpc || scope.chain.protocol !== 'jsonrpc')
-          return refuse(400, RpcCode.invalidRequest, `${scope.chain.id} has no WebSocket endpoint`);
+        pubsub = pubSubOf(scope.chain);
+        if (pubsub === null) return refuse(400, RpcCode.invalidRequest, `${scope.chain.id} has no WebSocket endpoint`);
         if (credentials.segments.length > 0)
           return refuse(404, RpcCode.invalidRequest, `WebSocket is served on /${scope.chain.id}/<token>, with no path after the token`);
         const admission = scope.admit(0);
@@ -118,7 +128,8 @@ export class WebSocketGateway implements SessionHost {
       },
       (response) => {
         const a = admitted as Admission | null;
-        if (response.status !== 101 || a === null || !a.ok) return refuseUpgrade(socket, response);
+        const dialect = pubsub as PubSubDialect | null;
+        if (response.status !== 101 || a === null || !a.ok || dialect === null) return refuseUpgrade(socket, response);
         const cap = this.connectionCap(a.caller);
         const entry = this.tokens.get(a.caller.tokenId);
         if (cap !== null && entry !== undefined && entry.sessions.size >= cap) {
@@ -126,26 +137,24 @@ export class WebSocketGateway implements SessionHost {
           return refuseUpgrade(socket, { status: 429, headers: { ...response.headers, 'content-type': JSON_CONTENT_TYPE }, body });
         }
         if (socket.destroyed) return;
-        this.server.handleUpgrade(req, socket, head, (ws) => this.opened(new Session(ws, this, url, authorization, ip, a.caller)));
+        this.server.handleUpgrade(req, socket, head, (ws) => this.opened(new Session(ws, this, dialect, url, authorization, ip, a.caller)));
       },
     );
   }
 
-  /** The shared feed for an eth_subscribe's params on the scope's chain. */
-  feedFor(scope: CallScope, params: unknown): { feed: Observable<FeedItem>; kind: SubscriptionKind } | { error: string; code: number } {
+  /** The shared feed for a subscribe call (`method`, `params`) on the scope's chain, in the session's dialect. */
+  feedFor(scope: CallScope, dialect: PubSubDialect, method: string, params: unknown): OpenedFeed | FeedRefusal {
     const chain = scope.chain;
+    const name = method.slice(0, 64);
     if (!chain.upstreams.some((u) => u.ws !== null))
-      return { error: `eth_subscribe is not available on ${chain.id}: its nodes have no WebSocket endpoint`, code: RpcCode.methodNotFound };
-    if (!chain.isMethodAllowed('eth_subscribe'))
-      return { error: `Method not found: eth_subscribe is not available on ${chain.id}`, code: RpcCode.methodNotFound };
-    const request = parseSubscribeParams(params);
-    if ('error' in request) return { error: `Invalid params: ${request.error}`, code: RpcCode.invalidParams };
+      return { error: `${name} is not available on ${chain.id}: its nodes have no WebSocket endpoint`, code: RpcCode.methodNotFound };
+    if (!chain.isMethodAllowed(method)) return { error: `Method not found: ${name} is not available on ${chain.id}`, code: RpcCode.methodNotFound };
     let feeds = this.feeds.get(chain.id);
     if (!feeds) {
-      feeds = new ChainFeeds(chain, { warn: (details, message) => this.calls.log.error(details, message) });
+      feeds = dialect.feedsFor(chain, { warn: (details, message) => this.calls.log.error(details, message) });
       this.feeds.set(chain.id, feeds);
     }
-    return { feed: feeds.feed(request), kind: request.kind };
+    return feeds.open(method, params);
   }
 
   subscriptionCap(caller: Caller): number | null {

@@ -1,14 +1,13 @@
-import { randomBytes } from 'node:crypto';
 import type { IncomingHttpHeaders } from 'node:http';
 import { performance } from 'node:perf_hooks';
-import type { Observable, Subscription } from 'rxjs';
+import type { Subscription } from 'rxjs';
 import WebSocket from 'ws';
 import type { MaybePromise } from '../../domain/maybePromise.js';
 import type { Admission, Caller } from '../admission.js';
 import { type Answer, type CallScope, draft, localError, refusedRpc, retryData } from '../answer.js';
 import type { ChainCalls, ChainRequest, ChainResponse } from '../chainCalls.js';
 import { JSON_CONTENT_TYPE, RpcCode, rpcError } from '../errors.js';
-import type { FeedItem, SubscriptionKind } from './feeds.js';
+import type { CallRole, FeedItem, FeedRefusal, OpenedFeed, PubSubDialect } from './pubsub.js';
 
 /** Close codes a client may see, documented for clients (docs: "WebSocket close codes"). */
 export const WS_CLOSE = {
@@ -34,8 +33,8 @@ export const WS_CLOSE = {
 export interface SessionHost {
   readonly calls: ChainCalls;
   nextId(): string;
-  /** The shared feed of `kind` (with `filter`) on the scope's chain, or why there is none. */
-  feedFor(scope: CallScope, params: unknown): { feed: Observable<FeedItem>; kind: SubscriptionKind } | { error: string; code: number };
+  /** The shared feed for a subscribe call on the scope's chain, or why there is none. */
+  feedFor(scope: CallScope, dialect: PubSubDialect, method: string, params: unknown): OpenedFeed | FeedRefusal;
   subscriptionCap(caller: Caller): number | null;
   maxSendBufferBytes: number;
   subscriptionsChanged(session: Session, delta: number): void;
@@ -52,19 +51,27 @@ interface Pending {
 
 /** A subscribe call's reply: the subscription to open once its answer was sent. */
 interface Opening {
+  /** The client's subscription id, as JSON text. */
   id: string;
-  kind: SubscriptionKind;
-  feed: Observable<FeedItem>;
+  opened: OpenedFeed;
+}
+
+/** A client's live subscription: to its feed, and its notifications' method (for the error one at the end). */
+interface Live {
+  subscription: Subscription;
+  notification: string;
 }
 
 /**
  * One client's WebSocket: its JSON-RPC calls go through ChainCalls as calls over HTTP do (same
  * validation, limits and metering: a synthetic POST of the upgrade's URL and Authorization);
- * eth_subscribe and eth_unsubscribe are answered here. Notifications leave in the order their
- * feed gave them, each admitted and metered as one call (`eth_subscription:<kind>`).
+ * subscribe and unsubscribe calls (the chain's dialect: eth_subscribe, or Solana's slotSubscribe…)
+ * are answered here. Notifications leave in the order their feed gave them, each admitted and
+ * metered as one call (`eth_subscription:<kind>`, `slotNotification`…).
  */
 export class Session {
-  readonly subscriptions = new Map<string, Subscription>();
+  /** By the client's subscription id as JSON text. */
+  readonly subscriptions = new Map<string, Live>();
   /** Notifications admitted and metered, waiting for the ones before them. */
   private readonly outbox: Pending[] = [];
   private readonly headers: IncomingHttpHeaders;
@@ -78,6 +85,7 @@ export class Session {
   constructor(
     readonly socket: WebSocket,
     private readonly host: SessionHost,
+    private readonly dialect: PubSubDialect,
     /** The upgrade's URL (chain and token). */
     private readonly url: string,
     authorization: string | undefined,
@@ -134,13 +142,14 @@ export class Session {
       this.close(WS_CLOSE.unsupportedData, 'binary frames are not accepted: send JSON-RPC as text');
       return;
     }
-    const local = localCall(data);
+    const local = localCall(data, this.dialect);
     if (local === null) {
       this.host.calls.serve(this.request(data), (response) => this.send(response.body));
       return;
     }
-    if (local.method === 'eth_subscribe') this.subscribe(data, local);
-    else this.unsubscribe(data, local);
+    // A subscription method the gateway does not offer takes the subscribe path, where feedFor refuses it (-32601).
+    if (local.role === 'unsubscribe') this.unsubscribe(data, local);
+    else this.subscribe(data, local);
   }
 
   private subscribe(data: Buffer, call: LocalCall): void {
@@ -150,8 +159,8 @@ export class Session {
       const idText = call.idText;
       const ids = { kind: 'single' as const, idText };
       const issue = (status: number, rpcCode: number, message: string) =>
-        localError(scope, { shape: 'rpc', status, rpcCode, restCode: 'invalid_request', message, method: 'eth_subscribe', ids });
-      const found = this.host.feedFor(scope, call.params);
+        localError(scope, { shape: 'rpc', status, rpcCode, restCode: 'invalid_request', message, method: call.method, ids });
+      const found = this.host.feedFor(scope, this.dialect, call.method, call.params);
       if ('error' in found) return issue(found.code === RpcCode.invalidParams ? 400 : 405, found.code, found.error);
       const cap = Math.min(this.host.subscriptionCap(this.caller) ?? HARD_SUBSCRIPTION_CAP, HARD_SUBSCRIPTION_CAP);
       if (this.subscriptions.size + this.opening >= cap)
@@ -159,21 +168,21 @@ export class Session {
       this.opening++;
       reserved = true;
       const admitted = (a: Admission): Answer => {
-        if (!a.ok) return refusedRpc(a, ids, 'eth_subscribe');
+        if (!a.ok) return refusedRpc(a, ids, call.method);
         if (a.granted < 1) {
           return {
             status: 429,
             body: rpcError(idText, RpcCode.limitExceeded, 'Limit exceeded: this call was refused by the rate or monthly limit', retryData(a)),
             contentType: JSON_CONTENT_TYPE,
             admission: a,
-            usage: [draft('eth_subscribe', RpcCode.limitExceeded, 'limit exceeded')],
+            usage: [draft(call.method, RpcCode.limitExceeded, 'limit exceeded')],
           };
         }
-        const id = `0x${randomBytes(16).toString('hex')}`;
-        opening = { id, kind: found.kind, feed: found.feed };
-        const usage = draft('eth_subscribe', null, null);
+        const id = this.dialect.newSubscriptionId((taken) => this.subscriptions.has(taken));
+        opening = { id, opened: found };
+        const usage = draft(call.method, null, null);
         usage.charged = true;
-        return { status: 200, body: `{"jsonrpc":"2.0","id":${idText},"result":"${id}"}`, contentType: JSON_CONTENT_TYPE, admission: a, usage: [usage] };
+        return { status: 200, body: `{"jsonrpc":"2.0","id":${idText},"result":${id}}`, contentType: JSON_CONTENT_TYPE, admission: a, usage: [usage] };
       };
       const admission = scope.admit(1);
       return admission instanceof Promise ? admission.then(admitted) : admitted(admission);
@@ -183,30 +192,35 @@ export class Session {
       this.send(response.body);
       const o = opening as Opening | null;
       if (o === null || response.status !== 200 || this.closing) return;
-      this.subscriptions.set(o.id, o.feed.subscribe({ next: (item) => this.notify(o.id, o.kind, item) }));
+      const subscription = o.opened.feed.subscribe({ next: (item) => this.notify(o.id, o.opened, item) });
+      this.subscriptions.set(o.id, { subscription, notification: o.opened.notification });
       this.host.subscriptionsChanged(this, 1);
     });
   }
 
   private unsubscribe(data: Buffer, call: LocalCall): void {
-    const id = Array.isArray(call.params) && typeof call.params[0] === 'string' ? call.params[0] : null;
+    const id = this.dialect.unsubscribeIdOf(call.params);
     const handler = (scope: CallScope): MaybePromise<Answer> => {
       const answered = (a: Admission): Answer => {
-        if (!a.ok) return refusedRpc(a, { kind: 'single', idText: call.idText }, 'eth_unsubscribe');
-        // Another connection's id is not this one's: false, as for an id that never was.
-        const subscription = id === null ? undefined : this.subscriptions.get(id);
-        if (subscription && id !== null) {
-          subscription.unsubscribe();
-          this.subscriptions.delete(id);
-          this.host.subscriptionsChanged(this, -1);
-        }
-        return {
-          status: 200,
-          body: `{"jsonrpc":"2.0","id":${call.idText},"result":${subscription !== undefined}}`,
+        if (!a.ok) return refusedRpc(a, { kind: 'single', idText: call.idText }, call.method);
+        const reply = (status: number, body: string, code: number | null, message: string | null): Answer => ({
+          status,
+          body,
           contentType: JSON_CONTENT_TYPE,
           admission: a,
-          usage: [draft('eth_unsubscribe', null, null)],
-        };
+          usage: [draft(call.method, code, message)],
+        });
+        // Another connection's id is not this one's: answered as an id that never was.
+        const live = id === null ? undefined : this.subscriptions.get(id);
+        if (live !== undefined && id !== null) {
+          live.subscription.unsubscribe();
+          this.subscriptions.delete(id);
+          this.host.subscriptionsChanged(this, -1);
+          return reply(200, `{"jsonrpc":"2.0","id":${call.idText},"result":true}`, null, null);
+        }
+        const answer = this.dialect.notSubscribed(id === null);
+        if ('result' in answer) return reply(200, `{"jsonrpc":"2.0","id":${call.idText},"result":false}`, null, null);
+        return reply(400, rpcError(call.idText, answer.code, answer.message), answer.code, answer.message);
       };
       const admission = scope.admit(0);
       return admission instanceof Promise ? admission.then(answered) : answered(admission);
@@ -215,15 +229,15 @@ export class Session {
   }
 
   /** One notification for one of this client's subscriptions: admitted (one call against the quota), metered, then sent in order. */
-  private notify(subscriptionId: string, kind: SubscriptionKind, item: FeedItem): void {
+  private notify(subscriptionId: string, opened: OpenedFeed, item: FeedItem): void {
     if (this.closing) return;
     const slot: Pending = { frame: null, done: false };
     this.outbox.push(slot);
     let refusal: Admission | null = null;
-    const method = `eth_subscription:${kind}`;
+    const method = opened.usageMethod;
     const handler = (scope: CallScope): MaybePromise<Answer> => {
       const admitted = (a: Admission): Answer => {
-        const frame = `{"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":"${subscriptionId}","result":${item}}}`;
+        const frame = `{"jsonrpc":"2.0","method":"${opened.notification}","params":{"subscription":${subscriptionId},"result":${item}}}`;
         const usage = draft(method, null, null);
         if (a.ok && a.granted > 0) {
           usage.charged = true;
@@ -232,7 +246,7 @@ export class Session {
         // A push cannot be asked again later: one refused by the rate limit alone is delivered, uncharged.
         if (!a.ok && a.code === 'rate_limited') return { status: 200, body: frame, contentType: JSON_CONTENT_TYPE, admission: a, usage: [usage] };
         refusal = a;
-        const error = `{"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":"${subscriptionId}","error":{"code":${RpcCode.limitExceeded},"message":${JSON.stringify(a.ok ? 'limit exceeded' : a.message)}}}}`;
+        const error = `{"jsonrpc":"2.0","method":"${opened.notification}","params":{"subscription":${subscriptionId},"error":{"code":${RpcCode.limitExceeded},"message":${JSON.stringify(a.ok ? 'limit exceeded' : a.message)}}}}`;
         return {
           status: a.ok ? 429 : a.status,
           body: error,
@@ -263,9 +277,9 @@ export class Session {
   /** Every subscription ends with an error notification, then the socket closes. */
   private quotaExhausted(): void {
     if (this.closing) return;
-    for (const id of this.subscriptions.keys()) {
+    for (const [id, { notification }] of this.subscriptions) {
       this.send(
-        `{"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":"${id}","error":{"code":${RpcCode.limitExceeded},"message":"The monthly request limit is reached."}}}`,
+        `{"jsonrpc":"2.0","method":"${notification}","params":{"subscription":${id},"error":{"code":${RpcCode.limitExceeded},"message":"The monthly request limit is reached."}}}`,
       );
     }
     this.close(WS_CLOSE.quotaExhausted, 'monthly request limit reached');
@@ -292,7 +306,7 @@ export class Session {
 
   private stopSubscriptions(): void {
     const n = this.subscriptions.size;
-    for (const s of this.subscriptions.values()) s.unsubscribe();
+    for (const s of this.subscriptions.values()) s.subscription.unsubscribe();
     this.subscriptions.clear();
     this.outbox.length = 0;
     if (n > 0) this.host.subscriptionsChanged(this, -n);
@@ -306,16 +320,17 @@ export class Session {
 }
 
 interface LocalCall {
-  method: 'eth_subscribe' | 'eth_unsubscribe';
+  method: string;
+  role: CallRole;
   params: unknown;
   /** The call's id as JSON text. */
   idText: string;
 }
 
-/** A single eth_subscribe or eth_unsubscribe call (answered here); null for everything else (ChainCalls answers it). */
-function localCall(data: Buffer): LocalCall | null {
-  // Most frames are other calls: look for the method names before parsing anything.
-  if (data.indexOf('eth_subscribe') < 0 && data.indexOf('eth_unsubscribe') < 0) return null;
+/** A single subscribe or unsubscribe call of the dialect (answered here); null for everything else (ChainCalls answers it). */
+function localCall(data: Buffer, dialect: PubSubDialect): LocalCall | null {
+  // Most frames are other calls: look for the common part of the method names (eth_subscribe, slotUnsubscribe…) before parsing anything.
+  if (data.indexOf('ubscribe') < 0) return null;
   let value: unknown;
   try {
     value = JSON.parse(data.toString('utf8'));
@@ -324,7 +339,9 @@ function localCall(data: Buffer): LocalCall | null {
   }
   if (typeof value !== 'object' || value === null || Array.isArray(value)) return null;
   const { method, params, id, jsonrpc } = value as { method?: unknown; params?: unknown; id?: unknown; jsonrpc?: unknown };
-  if ((method !== 'eth_subscribe' && method !== 'eth_unsubscribe') || jsonrpc !== '2.0') return null;
+  if (typeof method !== 'string' || jsonrpc !== '2.0') return null;
+  const role = dialect.roleOf(method);
+  if (role === null) return null;
   if (!(typeof id === 'string' || typeof id === 'number')) return null;
-  return { method, params, idText: JSON.stringify(id) };
+  return { method, role, params, idText: JSON.stringify(id) };
 }

@@ -1,21 +1,35 @@
 import WebSocket from 'ws';
 import type { Upstream } from '../chains.js';
+import { rawResultOf } from './rawJson.js';
 
 /** Where the upstream socket tells what happened to it (the gateway's logger fits). */
 export interface UpstreamSocketLog {
   warn(details: object, message: string): void;
 }
 
+/** How to ask the node for one subscription and to cancel it: `eth_subscribe`/`eth_unsubscribe`, Solana's `slotSubscribe`/`slotUnsubscribe`… */
+export interface UpstreamSubscription {
+  method: string;
+  params: unknown[];
+  unsubscribeMethod: string;
+}
+
+/** A node's subscription id: a hex string on EVM nodes, an integer on Solana's. */
+type UpstreamId = string | number;
+
+/** A notification's result, parsed, and its JSON text as the node wrote it (what clients get). */
+type OnResult = (result: unknown, text: string) => void;
+
 /** One subscription the gateway wants from the node, kept across reconnects. */
 interface Wanted {
-  params: unknown[];
-  onResult: (result: unknown) => void;
+  request: UpstreamSubscription;
+  onResult: OnResult;
   /** The node's id for it on the current connection; null until it answered. */
-  upstreamId: string | null;
+  upstreamId: UpstreamId | null;
 }
 
 interface Pending {
-  /** Called synchronously with the answer: an eth_subscribe's id must be known before the next frame, which may be its first notification. */
+  /** Called synchronously with the answer: a subscription's id must be known before the next frame, which may be its first notification. */
   answered: (err: Error | null, result: unknown) => void;
   timer: NodeJS.Timeout;
 }
@@ -30,7 +44,9 @@ const MAX_UPSTREAM_FRAME_BYTES = 16 * 1024 * 1024;
  * per gateway process, whatever the number of clients. It opens with the first subscription and
  * closes with the last. When it drops it reconnects, to the next node with a WebSocket endpoint
  * when there are several (after a backoff from 100 ms to 5 s), and subscribes again to all it
- * had; `onReconnect` lets the feeds fetch what they missed meanwhile.
+ * had; `onReconnect` lets the feeds fetch what they missed meanwhile. Any notification frame (a
+ * `method` and `params.subscription`: `eth_subscription`, `slotNotification`…) goes to the
+ * subscription of that id.
  */
 export class UpstreamSocket {
   private socket: WebSocket | null = null;
@@ -43,7 +59,7 @@ export class UpstreamSocket {
   /** A connection was open before: the next open is a reconnect (the feeds fetch what they missed). */
   private hadConnection = false;
   private readonly wanted = new Set<Wanted>();
-  private readonly byUpstreamId = new Map<string, Wanted>();
+  private readonly byUpstreamId = new Map<UpstreamId, Wanted>();
   private readonly pending = new Map<number, Pending>();
 
   constructor(
@@ -53,8 +69,8 @@ export class UpstreamSocket {
   ) {}
 
   /** Asks the node for a subscription; `onResult` gets each notification's result, across reconnects, until the returned function is called. */
-  subscribe(params: unknown[], onResult: (result: unknown) => void): () => void {
-    const wanted: Wanted = { params, onResult, upstreamId: null };
+  subscribe(request: UpstreamSubscription, onResult: OnResult): () => void {
+    const wanted: Wanted = { request, onResult, upstreamId: null };
     this.wanted.add(wanted);
     if (this.open) this.sendSubscribe(wanted);
     else this.connect();
@@ -98,7 +114,7 @@ export class UpstreamSocket {
     if (!this.wanted.delete(wanted)) return;
     if (wanted.upstreamId !== null) {
       this.byUpstreamId.delete(wanted.upstreamId);
-      if (this.open) this.request('eth_unsubscribe', [wanted.upstreamId]).catch(() => undefined);
+      if (this.open) this.request(wanted.request.unsubscribeMethod, [wanted.upstreamId]).catch(() => undefined);
     }
     if (this.wanted.size === 0) this.disconnect();
   }
@@ -161,13 +177,14 @@ export class UpstreamSocket {
   }
 
   private sendSubscribe(wanted: Wanted): void {
-    this.call('eth_subscribe', wanted.params, (err, id) => {
-      if (err !== null || typeof id !== 'string') {
-        this.log.warn({ err: err?.message ?? `answered ${JSON.stringify(id)}`, params: wanted.params }, 'upstream eth_subscribe failed');
+    const { method, params, unsubscribeMethod } = wanted.request;
+    this.call(method, params, (err, id) => {
+      if (err !== null || !(typeof id === 'string' || typeof id === 'number')) {
+        this.log.warn({ err: err?.message ?? `answered ${JSON.stringify(id)}`, params }, `upstream ${method} failed`);
         return;
       }
       if (!this.wanted.has(wanted)) {
-        this.request('eth_unsubscribe', [id]).catch(() => undefined);
+        this.request(unsubscribeMethod, [id]).catch(() => undefined);
         return;
       }
       wanted.upstreamId = id;
@@ -199,8 +216,10 @@ export class UpstreamSocket {
       else p.answered(null, m.result);
       return;
     }
-    if (m.method === 'eth_subscription' && m.params && typeof m.params.subscription === 'string') {
-      this.byUpstreamId.get(m.params.subscription)?.onResult(m.params.result);
-    }
+    const subscription = m.params?.subscription;
+    if (typeof m.method !== 'string' || !(typeof subscription === 'string' || typeof subscription === 'number')) return;
+    const wanted = this.byUpstreamId.get(subscription);
+    const result = m.params?.result;
+    if (wanted) wanted.onResult(result, rawResultOf(text) ?? JSON.stringify(result ?? null));
   }
 }

@@ -1,0 +1,116 @@
+import { Observable, share } from 'rxjs';
+import type { Chain } from '../chains.js';
+import type { UpstreamSocket, UpstreamSocketLog, UpstreamSubscription } from './upstreamSocket.js';
+
+/**
+ * What the EVM and Solana subscriptions have in common: a chain's dialect (which calls the socket
+ * answers itself, what a subscription id looks like) and its feeds, each an rxjs Observable
+ * `share()`d by every client of the same (kind, params), over the chain's one UpstreamSocket.
+ */
+
+/** One notification's result as JSON text, the same for every client of its feed. */
+export type FeedItem = string;
+
+/** A subscription a client may open: its shared feed, and how its notifications are named. */
+export interface OpenedFeed {
+  feed: Observable<FeedItem>;
+  /** The `method` of its notification frames: `eth_subscription`, `slotNotification`… */
+  notification: string;
+  /** What each delivered notification is metered as. */
+  usageMethod: string;
+}
+
+/** Why a subscribe call cannot be served: a JSON-RPC error. */
+export interface FeedRefusal {
+  error: string;
+  code: number;
+}
+
+/** A chain's feeds over its one upstream socket (made for the chain's first subscription). */
+export interface ChainFeeds {
+  /** The shared feed for a subscribe call (`eth_subscribe`, `slotSubscribe`…) and its params, or why there is none. */
+  open(method: string, params: unknown): OpenedFeed | FeedRefusal;
+  /** Distinct upstream subscriptions open now. */
+  readonly upstreamSubscriptions: number;
+  close(): void;
+}
+
+/** What a WebSocket does with a call itself: open a subscription, end one, or refuse a subscription method it does not offer. */
+export type CallRole = 'subscribe' | 'unsubscribe' | 'unsupported';
+
+/** The answer to ending a subscription this connection does not hold: `false` (EVM nodes) or an error (Solana's). */
+export type NotSubscribed = { result: false } | { code: number; message: string };
+
+/** How a chain's clients subscribe: the method names, the subscription ids, the feeds behind them. */
+export interface PubSubDialect {
+  /** What the socket does with a call of this method; null: an ordinary call, answered as over HTTP. */
+  roleOf(method: string): CallRole | null;
+  /** A fresh subscription id for a client, as JSON text, that `taken` does not hold. */
+  newSubscriptionId(taken: (idText: string) => boolean): string;
+  /** The id an unsubscribe call names, as JSON text (as `newSubscriptionId` made it); null when its params hold none. */
+  unsubscribeIdOf(params: unknown): string | null;
+  /** The answer to unsubscribing an id the connection does not hold; `malformed`: the params held no id at all. */
+  notSubscribed(malformed: boolean): NotSubscribed;
+  feedsFor(chain: Chain, log: UpstreamSocketLog): ChainFeeds;
+}
+
+/** Recent items remembered per feed to drop what a resubscription delivers twice. */
+const RECENT = 256;
+
+/** A small insertion-ordered set that forgets its oldest entries. */
+export class Recent {
+  private readonly keys = new Set<string>();
+  has(key: string): boolean {
+    return this.keys.has(key);
+  }
+  add(key: string): void {
+    this.keys.add(key);
+    if (this.keys.size > RECENT) this.keys.delete(this.keys.values().next().value as string);
+  }
+}
+
+/**
+ * Feeds by key, each `share()`d: the first client's subscription makes it (and opens the node's),
+ * every later one joins it; when the last client leaves (refCount 0) the node's is cancelled and
+ * the feed forgotten, so a later subscribe makes it anew.
+ */
+export class SharedFeeds {
+  private readonly feeds = new Map<string, Observable<FeedItem>>();
+
+  get(key: string, make: () => Observable<FeedItem>): Observable<FeedItem> {
+    let feed = this.feeds.get(key);
+    if (!feed) {
+      feed = make().pipe(share({ resetOnRefCountZero: () => this.forget(key) }));
+      this.feeds.set(key, feed);
+    }
+    return feed;
+  }
+
+  clear(): void {
+    this.feeds.clear();
+  }
+
+  /** rxjs resets the share at once after this (an Observable that emits at once). */
+  private forget(key: string): Observable<void> {
+    this.feeds.delete(key);
+    return new Observable<void>((s) => s.next());
+  }
+}
+
+/**
+ * The node's notifications as they come, as the node wrote them; `keyOf` names an item so that
+ * one delivered again (after a resubscription) is dropped; null: no such check.
+ */
+export function passthrough(socket: UpstreamSocket, request: UpstreamSubscription, keyOf: ((result: unknown) => string | null) | null): Observable<FeedItem> {
+  return new Observable<FeedItem>((subscriber) => {
+    const recent = new Recent();
+    return socket.subscribe(request, (result, text) => {
+      const key = keyOf?.(result) ?? null;
+      if (key !== null) {
+        if (recent.has(key)) return;
+        recent.add(key);
+      }
+      subscriber.next(text);
+    });
+  });
+}

@@ -1,0 +1,306 @@
+import { createHash } from 'node:crypto';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { WS_CLOSE } from '../../src/gateway/ws/gateway.js';
+import { until } from '../support/eventually.js';
+import { base58, type FakeSolanaWsUpstream, RENT_EXEMPT_EPOCH, startFakeSolanaWsUpstream } from '../support/fakeSolanaWsUpstream.js';
+import { newToken as newOwnerToken, startTestApp, type TestApp } from '../support/testApp.js';
+import { WsClient } from '../support/wsClient.js';
+
+/**
+ * Solana's pubsub through the gateway's WebSocket on `sol`: a fake Solana node (HTTP and pubsub,
+ * the real node's shapes) behind a real gateway, with real tokens, plans and metering.
+ */
+let node: FakeSolanaWsUpstream;
+let t: TestApp;
+let wsBase: string;
+
+beforeAll(async () => {
+  node = await startFakeSolanaWsUpstream();
+  // Free's rate high enough for a burst of subscribes (its subscription cap is what is tested).
+  const plans = join(mkdtempSync(join(tmpdir(), 'ws-solana-plans-')), 'plans.json');
+  writeFileSync(plans, JSON.stringify({ free: { rps: 1000 }, unlimited: { rps: 1_000_000 } }));
+  t = await startTestApp({ env: { UPSTREAM_SOL: node.httpUrl, UPSTREAM_SOL_WS: node.wsUrl, PLANS_CONFIG: plans } });
+  await t.app.listen({ port: 0, host: '127.0.0.1' });
+  const address = t.app.server.address();
+  wsBase = `ws://127.0.0.1:${typeof address === 'object' && address ? address.port : 0}`;
+});
+afterAll(async () => {
+  await t?.close();
+  await node?.close();
+});
+
+const newToken = (plan = 'unlimited', fields: Record<string, unknown> = {}) => newOwnerToken(t, { plan, fields });
+const sockets = () => t.runtime.telemetry.webSockets();
+
+/** Every client a test opened: closed after it, pass or fail, so a failure does not leak into the next test's counts. */
+const opened: WsClient[] = [];
+async function open(token: string): Promise<WsClient> {
+  const client = await WsClient.open(`${wsBase}/sol/${token}`);
+  opened.push(client);
+  return client;
+}
+afterEach(async () => {
+  for (const c of opened.splice(0)) c.close();
+  await until(() => sockets()?.connections === 0);
+});
+
+/** A public key: base58 of 32 bytes. */
+const pubkey = (seed: string) => base58(createHash('sha256').update(seed).digest());
+
+/** The params of each `method` notification for one subscription id. */
+const notifications = (client: WsClient, method: string, id: unknown) =>
+  client.frames
+    .filter((f) => f.method === method && (f.params as { subscription?: unknown }).subscription === id)
+    .map((f) => f.params as Record<string, unknown>);
+
+async function usageMethods(accountId: string): Promise<string[]> {
+  const events = await t.runtime.store.readStream(`usage-${accountId}`);
+  return events.map((e) => (e.data as { method: string }).method);
+}
+
+const count = (methods: string[], method: string) => methods.filter((m) => m === method).length;
+
+/** Closes the clients and waits for the gateway to count none. */
+async function closeAll(...clients: WsClient[]): Promise<void> {
+  for (const c of clients) c.close();
+  await until(() => sockets()?.connections === 0);
+}
+
+describe('slotSubscribe', () => {
+  it('shares one upstream subscription between clients, each with its own integer id, in Solana shapes, metered per notification', async () => {
+    const a = await newToken();
+    const b = await newToken();
+    const one = await open(a.token);
+    const two = await open(b.token);
+    const subscribedBefore = node.subscribeCalls.length;
+    const ids = [(await one.call('slotSubscribe')).result, (await two.call('slotSubscribe')).result];
+    for (const id of ids) expect(Number.isSafeInteger(id)).toBe(true);
+    expect(ids[0]).not.toBe(ids[1]);
+    expect(node.subscribeCalls.slice(subscribedBefore)).toEqual([{ method: 'slotSubscribe', params: [] }]);
+    expect(sockets()).toMatchObject({ subscriptions: 2, upstreamSubscriptions: 1 });
+
+    const slots = [node.nextSlot(), node.nextSlot()];
+    await until(() => notifications(one, 'slotNotification', ids[0]).length === 2 && notifications(two, 'slotNotification', ids[1]).length === 2);
+    expect(one.frames.find((f) => f.method === 'slotNotification')).toEqual({
+      jsonrpc: '2.0',
+      method: 'slotNotification',
+      params: { subscription: ids[0], result: slots[0] },
+    });
+    expect(notifications(two, 'slotNotification', ids[1]).map((n) => n.result)).toEqual(slots);
+    await until(async () => count(await usageMethods(a.accountId), 'slotNotification') === 2);
+    expect(count(await usageMethods(a.accountId), 'slotSubscribe')).toBe(1);
+
+    // Another connection's id is not this one's: the node's answer to an unknown id.
+    expect((await two.call('slotUnsubscribe', [ids[0]])).error).toEqual({ code: -32602, message: 'Invalid subscription id.' });
+    expect(await one.call('slotUnsubscribe', [ids[0]])).toMatchObject({ result: true });
+    expect(node.unsubscribeCalls).toHaveLength(0);
+    const last = node.nextSlot();
+    await until(() => notifications(two, 'slotNotification', ids[1]).length === 3);
+    expect(notifications(two, 'slotNotification', ids[1]).at(-1)?.result).toEqual(last);
+    expect(await two.call('slotUnsubscribe', [ids[1]])).toMatchObject({ result: true });
+    // The last client gone: the node's subscription is cancelled.
+    await until(() => node.activeSubscriptions === 0);
+    expect(node.unsubscribeCalls.map((c) => c.method)).toEqual(['slotUnsubscribe']);
+    expect((await two.call('slotUnsubscribe', [ids[1]])).error).toMatchObject({ code: -32602 });
+    expect(notifications(one, 'slotNotification', ids[0])).toHaveLength(2);
+    // The unsubscribe is metered too (free of charge).
+    await until(async () => count(await usageMethods(a.accountId), 'slotUnsubscribe') === 1);
+    await closeAll(one, two);
+    expect(sockets()).toMatchObject({ subscriptions: 0, upstreamSubscriptions: 0 });
+  });
+});
+
+describe('accountSubscribe and logsSubscribe', () => {
+  it('share one upstream subscription per distinct params and deliver what the node wrote, a u64 rentEpoch exact', async () => {
+    const o = await newToken();
+    const one = await open(o.token);
+    const two = await open(o.token);
+    const rawFrames: string[] = [];
+    one.ws.on('message', (data) => rawFrames.push(data.toString()));
+    const alice = pubkey('alice');
+    const subscribedBefore = node.subscribeCalls.length;
+    const confirmed = (await one.call('accountSubscribe', [alice, { encoding: 'base64', commitment: 'confirmed' }])).result;
+    // The same config with its keys in another order: the same feed.
+    const confirmedToo = (await two.call('accountSubscribe', [alice, { commitment: 'confirmed', encoding: 'base64' }])).result;
+    const finalized = (await two.call('accountSubscribe', [alice, { encoding: 'base64', commitment: 'finalized' }])).result;
+    const mentions = (await one.call('logsSubscribe', [{ mentions: [alice] }, { commitment: 'confirmed' }])).result;
+    const all = (await two.call('logsSubscribe', ['all'])).result;
+    expect(node.subscribeCalls.slice(subscribedBefore)).toEqual([
+      { method: 'accountSubscribe', params: [alice, { encoding: 'base64', commitment: 'confirmed' }] },
+      { method: 'accountSubscribe', params: [alice, { encoding: 'base64', commitment: 'finalized' }] },
+      { method: 'logsSubscribe', params: [{ mentions: [alice] }, { commitment: 'confirmed' }] },
+      { method: 'logsSubscribe', params: ['all'] },
+    ]);
+    expect(sockets()).toMatchObject({ subscriptions: 5, upstreamSubscriptions: 4 });
+
+    const slot = node.nextSlot().slot;
+    node.changeAccount(alice, { lamports: 42, data: Buffer.from('hello') });
+    for (const [client, id] of [
+      [one, confirmed],
+      [two, confirmedToo],
+      [two, finalized],
+    ] as const) {
+      await until(() => notifications(client, 'accountNotification', id).length === 1);
+      expect(notifications(client, 'accountNotification', id)[0]?.result).toMatchObject({
+        context: { slot },
+        value: { lamports: 42, owner: '11111111111111111111111111111111', data: ['aGVsbG8=', 'base64'], executable: false, space: 5 },
+      });
+    }
+    expect(rawFrames.find((f) => f.includes('accountNotification'))).toContain(`"rentEpoch":${RENT_EXEMPT_EPOCH}`);
+
+    const logs = ['Program 11111111111111111111111111111111 invoke [1]', 'Program 11111111111111111111111111111111 success'];
+    node.transaction({ signature: 'sig-mentions-alice', mentions: [alice], logs });
+    node.transaction({ signature: 'sig-other', mentions: [pubkey('bob')], logs });
+    await until(() => notifications(two, 'logsNotification', all).length === 2);
+    expect(notifications(two, 'logsNotification', all).map((n) => (n.result as { value: { signature: string } }).value.signature)).toEqual([
+      'sig-mentions-alice',
+      'sig-other',
+    ]);
+    await until(() => notifications(one, 'logsNotification', mentions).length === 1);
+    expect(notifications(one, 'logsNotification', mentions)[0]?.result).toEqual({
+      context: { slot },
+      value: { signature: 'sig-mentions-alice', err: null, logs },
+    });
+
+    await until(async () => count(await usageMethods(o.accountId), 'logsNotification') === 3);
+    const methods = await usageMethods(o.accountId);
+    expect(count(methods, 'accountNotification')).toBe(3);
+    expect(count(methods, 'accountSubscribe')).toBe(3);
+    expect(count(methods, 'logsSubscribe')).toBe(2);
+    await closeAll(one, two);
+    await until(() => node.activeSubscriptions === 0);
+    expect(sockets()).toMatchObject({ subscriptions: 0, upstreamSubscriptions: 0 });
+  });
+});
+
+describe('bad input', () => {
+  it('answers malformed params with -32602 and subscriptions it does not offer with -32601, without asking the node; the socket stays open', async () => {
+    const { token } = await newToken();
+    const client = await open(token);
+    const alice = pubkey('alice');
+    const subscribedBefore = node.subscribeCalls.length;
+    const invalid: Array<[string, unknown[]]> = [
+      ['slotSubscribe', [1]],
+      ['accountSubscribe', []],
+      ['accountSubscribe', ['0OIl-not-base58']],
+      ['accountSubscribe', [base58(Buffer.alloc(31, 7))]],
+      ['accountSubscribe', [alice, { encoding: 'hex' }]],
+      ['accountSubscribe', [alice, { commitment: 'recent' }]],
+      ['accountSubscribe', [alice, 'base64']],
+      ['logsSubscribe', []],
+      ['logsSubscribe', ['everything']],
+      ['logsSubscribe', [{ mentions: [alice, pubkey('bob')] }]],
+      ['logsSubscribe', [{ mentions: ['x'] }]],
+      ['logsSubscribe', ['all', { encoding: 'base64' }]],
+      ['slotUnsubscribe', ['1']],
+      ['accountUnsubscribe', []],
+    ];
+    for (const [method, params] of invalid) {
+      const answer = await client.call(method, params);
+      expect(answer.error, `${method} ${JSON.stringify(params)}`).toMatchObject({ code: -32602, message: expect.stringMatching(/^Invalid params: /) });
+    }
+    for (const method of ['programSubscribe', 'signatureSubscribe', 'rootSubscribe', 'programUnsubscribe']) {
+      expect((await client.call(method, [alice])).error, method).toMatchObject({ code: -32601, message: expect.stringContaining('slotSubscribe') });
+    }
+    expect(node.subscribeCalls.length).toBe(subscribedBefore);
+    expect(client.closed).toBeNull();
+    // Ordinary calls go through as over HTTP, and a good subscription still opens.
+    expect(await client.call('getSlot')).toMatchObject({ result: expect.any(Number) });
+    expect(await client.call('slotSubscribe')).toMatchObject({ result: expect.any(Number) });
+    await closeAll(client);
+  });
+});
+
+describe('plans', () => {
+  it("counts Solana subscriptions against the plan's subscriptions per connection (Free: 10)", async () => {
+    const { token } = await newToken('free');
+    const client = await open(token);
+    const answers = [
+      ...(await Promise.all(Array.from({ length: 4 }, (_, i) => client.call('accountSubscribe', [pubkey(`cap-${i}`)])))),
+      ...(await Promise.all(Array.from({ length: 4 }, () => client.call('slotSubscribe')))),
+      ...(await Promise.all(Array.from({ length: 4 }, () => client.call('logsSubscribe', ['all'])))),
+    ];
+    // Frames are checked in the order they arrive: the first ten open, the last two are refused.
+    for (const answer of answers.slice(0, 10)) expect(answer.result).toEqual(expect.any(Number));
+    expect(answers.slice(10).map((a) => a.error)).toEqual([
+      expect.objectContaining({ code: -32005, message: expect.stringContaining('10') }),
+      expect.objectContaining({ code: -32005, message: expect.stringContaining('10') }),
+    ]);
+    expect(sockets()?.subscriptions).toBe(10);
+    // One ended makes room for one more.
+    expect(await client.call('accountUnsubscribe', [answers[0]?.result])).toMatchObject({ result: true });
+    expect(await client.call('slotSubscribe')).toMatchObject({ result: expect.any(Number) });
+    await closeAll(client);
+  });
+
+  it('ends every subscription with an error notification in its own method when the monthly quota runs out, then closes with 4029', async () => {
+    // Developer allows a token's own limit: 3 calls, two of them the subscribes, then one slot.
+    const { token } = await newToken('developer', { monthly_limit: 3 });
+    const client = await open(token);
+    const slotId = (await client.call('slotSubscribe')).result;
+    const logsId = (await client.call('logsSubscribe', ['all'])).result;
+    node.nextSlot();
+    await until(() => notifications(client, 'slotNotification', slotId).length === 1);
+    node.nextSlot();
+    expect(await client.whenClosed()).toMatchObject({ code: WS_CLOSE.quotaExhausted });
+    expect(notifications(client, 'slotNotification', slotId).at(-1)?.error).toMatchObject({ code: -32005 });
+    expect(notifications(client, 'logsNotification', logsId).at(-1)?.error).toMatchObject({ code: -32005 });
+    await until(() => sockets()?.connections === 0);
+  });
+});
+
+describe('the node dropping the socket', () => {
+  it('reconnects and resubscribes every subscription with its params; clients keep their ids', async () => {
+    const { token } = await newToken();
+    const client = await open(token);
+    const alice = pubkey('alice');
+    const wanted = [
+      { method: 'slotSubscribe', params: [] },
+      { method: 'accountSubscribe', params: [alice, { encoding: 'base58' }] },
+      { method: 'logsSubscribe', params: [{ mentions: [alice] }] },
+    ];
+    const [slotId, accountId, logsId] = await Promise.all(wanted.map(async (w) => (await client.call(w.method, w.params)).result));
+    const connections = node.connectionsAccepted;
+    const subscribedBefore = node.subscribeCalls.length;
+    node.drop();
+    await until(() => node.subscribeCalls.length === subscribedBefore + 3);
+    expect(node.connectionsAccepted).toBe(connections + 1);
+    expect(node.subscribeCalls.slice(subscribedBefore)).toEqual(expect.arrayContaining(wanted));
+    await until(() => node.activeSubscriptions === 3);
+
+    const slot = node.nextSlot();
+    node.changeAccount(alice, { lamports: 7, data: Buffer.from([0, 1, 2]) });
+    node.transaction({ signature: 'after-the-drop', mentions: [alice], logs: [] });
+    await until(
+      () =>
+        notifications(client, 'slotNotification', slotId).length === 1 &&
+        notifications(client, 'accountNotification', accountId).length === 1 &&
+        notifications(client, 'logsNotification', logsId).length === 1,
+    );
+    expect(notifications(client, 'slotNotification', slotId)[0]?.result).toEqual(slot);
+    expect(notifications(client, 'accountNotification', accountId)[0]?.result).toMatchObject({ value: { data: [base58(Buffer.from([0, 1, 2])), 'base58'] } });
+    expect(sockets()).toMatchObject({ subscriptions: 3, upstreamSubscriptions: 3 });
+    await closeAll(client);
+    await until(() => node.activeSubscriptions === 0);
+  });
+});
+
+describe('sol without a WebSocket URL for its nodes', () => {
+  it('serves calls over the socket and answers subscribe calls with -32601', async () => {
+    const plain = await startTestApp({ env: { UPSTREAM_SOL: node.httpUrl } });
+    try {
+      await plain.app.listen({ port: 0, host: '127.0.0.1' });
+      const address = plain.app.server.address();
+      const { token } = await newOwnerToken(plain);
+      const client = await WsClient.open(`ws://127.0.0.1:${typeof address === 'object' && address ? address.port : 0}/sol/${token}`);
+      expect(await client.call('getSlot')).toMatchObject({ result: expect.any(Number) });
+      expect((await client.call('slotSubscribe')).error).toMatchObject({ code: -32601, message: expect.stringContaining('no WebSocket endpoint') });
+      client.close();
+    } finally {
+      await plain.close();
+    }
+  });
+});

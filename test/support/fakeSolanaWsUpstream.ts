@@ -1,0 +1,199 @@
+import { createServer, type IncomingMessage, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import WebSocket, { WebSocketServer } from 'ws';
+
+/**
+ * A Solana node on a loopback port, JSON-RPC over HTTP and its pubsub over WebSocket, that the
+ * test drives, with a real node's shapes: subscribe calls answer an integer id (from 0),
+ * notifications are `{"jsonrpc":"2.0","method":"<kind>Notification","params":{"result":…,
+ * "subscription":<id>}}`, any `*Unsubscribe` ends any id (as Agave's do), an unknown id gets
+ * -32602 "Invalid subscription id.". `nextSlot()` makes a slot, `changeAccount()` and
+ * `transaction()` notify the matching subscriptions, `drop()` cuts every WebSocket connection.
+ * Over HTTP: getSlot, getHealth, getVersion; anything else gets -32601.
+ */
+export interface FakeSolanaWsUpstream {
+  httpUrl: string;
+  wsUrl: string;
+  /** WebSocket connections accepted so far (a reconnect is one more). */
+  connectionsAccepted: number;
+  /** Every subscribe call received, in order. */
+  subscribeCalls: Array<{ method: string; params: unknown[] }>;
+  /** Every unsubscribe call received, in order. */
+  unsubscribeCalls: Array<{ method: string; params: unknown[] }>;
+  /** Subscriptions open now, on every connection. */
+  readonly activeSubscriptions: number;
+  /** Makes the next slot: a slotNotification to each slot subscription. */
+  nextSlot(): SlotInfo;
+  /** An account changed at the current slot: an accountNotification to each subscription of its pubkey. */
+  changeAccount(pubkey: string, account: { lamports: number; data?: Buffer; owner?: string }): void;
+  /** A transaction at the current slot: a logsNotification to each logs subscription it matches. */
+  transaction(tx: { signature: string; mentions: string[]; logs: string[]; err?: unknown; vote?: boolean }): void;
+  /** Terminates every WebSocket connection (the node restarting, or the network cut). */
+  drop(): void;
+  close(): Promise<void>;
+}
+
+export interface SlotInfo {
+  parent: number;
+  root: number;
+  slot: number;
+}
+
+const BASE58 = '123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz';
+
+export function base58(bytes: Uint8Array): string {
+  let n = 0n;
+  for (const b of bytes) n = n * 256n + BigInt(b);
+  let out = '';
+  while (n > 0n) {
+    out = BASE58[Number(n % 58n)] + out;
+    n /= 58n;
+  }
+  for (const b of bytes) {
+    if (b !== 0) break;
+    out = `1${out}`;
+  }
+  return out;
+}
+
+const SYSTEM_PROGRAM = '11111111111111111111111111111111';
+/** A rent-exempt account's rentEpoch, u64::MAX, written as the node writes it: beyond 2^53, so not as a JavaScript number. */
+export const RENT_EXEMPT_EPOCH = '18446744073709551615';
+const RENT_EXEMPT_PLACEHOLDER = '"rentEpoch":"u64::MAX"';
+/** Slots between the root and the tip, about what a mainnet node shows. */
+const ROOT_DEPTH = 32;
+
+interface Sub {
+  id: number;
+  socket: WebSocket;
+  kind: 'slot' | 'account' | 'logs';
+  params: unknown[];
+}
+
+type Reply = { result: unknown } | { error: { code: number; message: string } };
+
+export async function startFakeSolanaWsUpstream(): Promise<FakeSolanaWsUpstream> {
+  let slot = 1000;
+  let nextId = 0;
+  const subs = new Map<number, Sub>();
+
+  const invalidParams = (message: string): Reply => ({ error: { code: -32602, message } });
+
+  const call = (method: string, params: unknown[], socket: WebSocket | null): Reply => {
+    if (method === 'getSlot') return { result: slot };
+    if (method === 'getHealth') return { result: 'ok' };
+    if (method === 'getVersion') return { result: { 'solana-core': '2.1.21', 'feature-set': 1416569292 } };
+    if (socket !== null) {
+      const kind = method === 'slotSubscribe' ? 'slot' : method === 'accountSubscribe' ? 'account' : method === 'logsSubscribe' ? 'logs' : null;
+      if (kind !== null) {
+        fake.subscribeCalls.push({ method, params });
+        if (kind === 'account' && typeof params[0] !== 'string') return invalidParams('Invalid params: invalid type: expected a string.');
+        if (kind === 'logs' && params[0] === undefined) return invalidParams('Invalid params: missing field `filter`.');
+        const id = nextId++;
+        subs.set(id, { id, socket, kind, params });
+        return { result: id };
+      }
+      if (method.endsWith('Unsubscribe')) {
+        fake.unsubscribeCalls.push({ method, params });
+        const id = params[0];
+        if (typeof id !== 'number' || !subs.has(id)) return invalidParams('Invalid subscription id.');
+        subs.delete(id);
+        return { result: true };
+      }
+    }
+    return { error: { code: -32601, message: 'Method not found' } };
+  };
+
+  const reply = (text: string, socket: WebSocket | null): string => {
+    const message = JSON.parse(text) as { id: unknown; method: string; params?: unknown[] };
+    return JSON.stringify({ jsonrpc: '2.0', ...call(message.method, message.params ?? [], socket), id: message.id });
+  };
+
+  const notify = (sub: Sub, result: unknown) => {
+    if (sub.socket.readyState === WebSocket.OPEN)
+      sub.socket.send(
+        JSON.stringify({ jsonrpc: '2.0', method: `${sub.kind}Notification`, params: { result, subscription: sub.id } }).replace(
+          RENT_EXEMPT_PLACEHOLDER,
+          `"rentEpoch":${RENT_EXEMPT_EPOCH}`,
+        ),
+      );
+  };
+
+  const server: Server = createServer((req: IncomingMessage, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => {
+      res.setHeader('content-type', 'application/json');
+      res.end(reply(Buffer.concat(chunks).toString('utf8'), null));
+    });
+  });
+  const wss = new WebSocketServer({ server });
+  wss.on('connection', (socket) => {
+    fake.connectionsAccepted++;
+    socket.on('message', (data) => socket.send(reply(data.toString(), socket)));
+    socket.on('close', () => {
+      for (const [id, s] of subs) if (s.socket === socket) subs.delete(id);
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+
+  const fake: FakeSolanaWsUpstream = {
+    httpUrl: `http://127.0.0.1:${port}`,
+    wsUrl: `ws://127.0.0.1:${port}`,
+    connectionsAccepted: 0,
+    subscribeCalls: [],
+    unsubscribeCalls: [],
+    get activeSubscriptions() {
+      return subs.size;
+    },
+    nextSlot() {
+      slot++;
+      const info = { parent: slot - 1, root: Math.max(0, slot - ROOT_DEPTH), slot };
+      for (const sub of subs.values()) if (sub.kind === 'slot') notify(sub, info);
+      return info;
+    },
+    changeAccount(pubkey, account) {
+      const data = account.data ?? Buffer.alloc(0);
+      for (const sub of subs.values()) {
+        if (sub.kind !== 'account' || sub.params[0] !== pubkey) continue;
+        const encoding = (sub.params[1] as { encoding?: string } | undefined)?.encoding ?? 'binary';
+        // "binary" (the default) is the legacy form: a bare base58 string; jsonParsed falls back to base64 for data no parser knows.
+        const encoded = encoding === 'binary' ? base58(data) : encoding === 'base58' ? [base58(data), 'base58'] : [data.toString('base64'), 'base64'];
+        notify(sub, {
+          context: { slot },
+          value: {
+            lamports: account.lamports,
+            owner: account.owner ?? SYSTEM_PROGRAM,
+            data: encoded,
+            executable: false,
+            rentEpoch: 'u64::MAX',
+            space: data.length,
+          },
+        });
+      }
+    },
+    transaction(tx) {
+      for (const sub of subs.values()) {
+        if (sub.kind !== 'logs') continue;
+        const filter = sub.params[0];
+        const matches =
+          filter === 'allWithVotes' ||
+          (filter === 'all' && tx.vote !== true) ||
+          (typeof filter === 'object' && filter !== null && tx.mentions.includes((filter as { mentions: string[] }).mentions[0] as string));
+        if (matches) notify(sub, { context: { slot }, value: { signature: tx.signature, err: tx.err ?? null, logs: tx.logs } });
+      }
+    },
+    drop() {
+      for (const socket of wss.clients) socket.terminate();
+      subs.clear();
+    },
+    async close() {
+      for (const socket of wss.clients) socket.terminate();
+      wss.close();
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+  return fake;
+}
