@@ -16,13 +16,15 @@ import { USAGE_EVENT_TYPE, type UsageRecord } from './usage.js';
  * - `at[0]` the first call's time in ms, then each call's difference from the one before;
  * - `totalMs` / `upstreamMs` in hundredths of a millisecond, the gateway's precision (null: none);
  * - `odd[i]`: a call's field that does not fit its column exactly (an id of another form, a
- *   time that is not canonical ISO, a finer latency), kept as it was.
+ *   time that is not canonical ISO, a finer latency), kept as it was;
+ * - `first`: how many calls the stream held before this event's: call i is the stream's call
+ *   number `first + i`, which places its raw row (src/projections/usageRecord.ts).
  *
  * Decoding gives back the records that were encoded, equal field by field (tested).
  */
 export const USAGE_BATCH_EVENT_TYPE = 'UsageBatchRecorded';
 
-/** Calls one event holds at most: a raw row's slot is `revision × this + index` (src/projections/usageRecord.ts). */
+/** Calls one event holds at most. */
 export const MAX_CALLS_PER_EVENT = 4096;
 
 type Shape = [
@@ -47,6 +49,7 @@ interface OddFields {
 
 export type UsageBatchData = {
   accountId: string;
+  first: number;
   calls: number;
   shapes: Shape[];
   shape: number[];
@@ -80,8 +83,8 @@ const centi = (ms: number): number | null => {
   return c / 100 === ms ? c : null;
 };
 
-/** Encodes one account's calls (at most MAX_CALLS_PER_EVENT, all of `accountId`) column by column. */
-export function encodeUsageBatch(accountId: string, records: readonly UsageRecord[]): UsageBatchData {
+/** Encodes one account's calls (at most MAX_CALLS_PER_EVENT, all of `accountId`), after the stream's `first` calls, column by column. */
+export function encodeUsageBatch(accountId: string, records: readonly UsageRecord[], first: number): UsageBatchData {
   const shapes: Shape[] = [];
   const shapeIndex = new Map<string, number>();
   const ips: string[] = [];
@@ -166,6 +169,7 @@ export function encodeUsageBatch(accountId: string, records: readonly UsageRecor
   }
   return {
     accountId,
+    first,
     calls: records.length,
     shapes,
     shape,
@@ -249,6 +253,17 @@ export function usageEventRequestIds(event: { type: string; data: Record<string,
   if (event.type !== USAGE_BATCH_EVENT_TYPE) return [];
   const columns = idColumns(event.data);
   return (columns === null ? null : requestIds(columns)) ?? [];
+}
+
+/**
+ * How many calls a stream holds up to and with this usage event (a one-call event's revision
+ * plus one, in a stream of such events), or null when it does not say.
+ */
+export function usageCallsThrough(event: { type: string; revision: number; data: Record<string, unknown> }): number | null {
+  if (event.type === USAGE_EVENT_TYPE) return event.revision + 1;
+  if (event.type !== USAGE_BATCH_EVENT_TYPE) return null;
+  const { first, calls } = event.data;
+  return isInt(first) && first >= 0 && isInt(calls) && calls >= 0 ? first + calls : null;
 }
 
 /** The calls of a batch event's data, in order, or null when it is not a well-formed batch. */

@@ -57,14 +57,17 @@ export function usageRecordsOf(stored: StoredEvent): UsageRecord[] {
 }
 
 /**
- * Where the raw row of call `index` of a stored usage event goes: its slot in the account's
- * sequence of calls (REQUEST_BLOCK consecutive slots share a document, src/projections/usageMetrics.ts).
- * A one-call event's is its revision; a batch's calls follow its revision × MAX_CALLS_PER_EVENT,
- * beyond every earlier event's, so that a stream of both keeps its order and a rebuild packs
- * the rows as live did.
+ * Where the raw row of call `index` of a stored usage event goes: its number in the account's
+ * sequence of calls (REQUEST_BLOCK consecutive ones share a document, src/projections/usageMetrics.ts),
+ * so that a rebuild packs the rows as live did. A one-call event's is its revision (the calls
+ * before it, in a stream of such events); a batch's, the calls before it (`first`) plus its
+ * place in the batch. A batch that does not say gets numbers past every other's.
  */
-export const rawRowSlot = (stored: StoredEvent, index: number): number =>
-  stored.type === USAGE_BATCH_EVENT_TYPE ? stored.revision * MAX_CALLS_PER_EVENT + index : stored.revision;
+export function rawRowSlot(stored: StoredEvent, index: number): number {
+  if (stored.type !== USAGE_BATCH_EVENT_TYPE) return stored.revision;
+  const first = stored.data['first'];
+  return Number.isSafeInteger(first) && (first as number) >= 0 ? (first as number) + index : stored.revision * MAX_CALLS_PER_EVENT + index;
+}
 
 /** Event types that record usage. */
 export const USAGE_EVENT_TYPES: ReadonlySet<string> = new Set([USAGE_EVENT_TYPE, USAGE_BATCH_EVENT_TYPE]);

@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it, vi } from 'vitest';
 import { type UsageRecord, usageStream } from '../../src/domain/usage.js';
+import { usageCallsThrough } from '../../src/domain/usageBatch.js';
 import { LevelEventStore } from '../../src/infra/eventstore/level.js';
 import type { EventStore, NewEvent } from '../../src/infra/eventstore/port.js';
 import { ExactlyOnceAppender, type ExactlyOnceOptions } from '../../src/infra/usage/exactlyOnce.js';
@@ -51,6 +52,15 @@ async function waitFor(condition: () => Promise<boolean>, what: string, timeoutM
 /** The request ids of the calls a stream records, in order. */
 const callIds = async (store: EventStore, stream: string): Promise<string[]> =>
   (await store.readStream(stream)).flatMap((e) => usageRecordsOf(e).map((r) => r.requestId));
+
+/** Each event numbers its calls right after the ones before it: the stream's calls are 0, 1, 2, … with no gap or repeat. */
+async function expectCallsNumbered(store: EventStore, stream: string): Promise<void> {
+  let next = 0;
+  for (const event of await store.readStream(stream)) {
+    expect(event.data['first'], `${stream}@${event.revision}`).toBe(next);
+    next = usageCallsThrough(event) ?? Number.NaN;
+  }
+}
 
 function expectEachOnce(ids: string[], records: UsageRecord[]): void {
   expect(new Set(ids).size).toBe(ids.length);
@@ -101,6 +111,7 @@ describe.each(stores)('exactly-once usage appends on %s', (_name, open, exactlyO
     await second.stop();
 
     expectEachOnce(await callIds(store, usageStream('acc1')), [...before, ...after]);
+    await expectCallsNumbered(store, usageStream('acc1'));
     expect(second.stats.duplicatesDropped).toBeGreaterThanOrEqual(30);
     expect(second.stats.appendedEvents).toBe(20);
     await store.close();
@@ -128,6 +139,8 @@ describe.each(stores)('exactly-once usage appends on %s', (_name, open, exactlyO
     for (const ingester of ingesters) await ingester.stop();
 
     expectEachOnce([...(await callIds(store, usageStream('acc1'))), ...(await callIds(store, usageStream('acc2')))], records);
+    await expectCallsNumbered(store, usageStream('acc1'));
+    await expectCallsNumbered(store, usageStream('acc2'));
     const stats = ingesters.map((ingester) => ingester.stats);
     expect(stats.reduce((sum, s) => sum + s.ackFailures, 0)).toBeGreaterThan(0);
     expect(stats.reduce((sum, s) => sum + s.duplicatesDropped, 0)).toBeGreaterThan(0);

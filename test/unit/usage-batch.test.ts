@@ -6,6 +6,7 @@ import {
   MAX_CALLS_PER_EVENT,
   USAGE_BATCH_EVENT_TYPE,
   usageBatchEventId,
+  usageCallsThrough,
   usageEventRequestIds,
 } from '../../src/domain/usageBatch.js';
 import type { StoredEvent } from '../../src/infra/eventstore/port.js';
@@ -57,7 +58,7 @@ const stored = (type: string, data: Record<string, unknown>, revision: number): 
 describe('compact usage batches', () => {
   it('decode to the very records that were encoded, field for field', () => {
     const records = calls(500);
-    const data = encodeUsageBatch('acc-1', records);
+    const data = encodeUsageBatch('acc-1', records, 0);
     // Through JSON, as the store keeps it.
     expect(decodeUsageBatch(JSON.parse(JSON.stringify(data)))).toEqual(records);
     expect(usageEventRequestIds({ type: USAGE_BATCH_EVENT_TYPE, data })).toEqual(records.map((r) => r.requestId));
@@ -77,7 +78,7 @@ describe('compact usage batches', () => {
     ];
     const { retentionDays: _r, charged: _c, cache: _x, ...legacy } = plain as UsageRecord;
     odd.push({ ...legacy, requestId: 'p-2f' });
-    const data = JSON.parse(JSON.stringify(encodeUsageBatch('acc-1', odd)));
+    const data = JSON.parse(JSON.stringify(encodeUsageBatch('acc-1', odd, 0)));
     const decoded = decodeUsageBatch(data);
     expect(decoded).toEqual(odd);
     expect(Object.hasOwn(decoded?.at(-1) ?? {}, 'charged')).toBe(false);
@@ -85,13 +86,13 @@ describe('compact usage batches', () => {
 
   it('are several times smaller than one JSON record per call', () => {
     const records = calls(400);
-    const compact = JSON.stringify(encodeUsageBatch('acc-1', records)).length / records.length;
+    const compact = JSON.stringify(encodeUsageBatch('acc-1', records, 0)).length / records.length;
     const whole = records.reduce((sum, r) => sum + JSON.stringify(r).length, 0) / records.length;
     expect(compact).toBeLessThan(whole / 4);
   });
 
   it('refuse data that is not a batch, call for call: null, never a wrong record', () => {
-    const data = encodeUsageBatch('acc-1', calls(10)) as unknown as Record<string, unknown>;
+    const data = encodeUsageBatch('acc-1', calls(10), 0) as unknown as Record<string, unknown>;
     const broken: Array<Record<string, unknown>> = [
       {},
       { ...data, calls: 11 },
@@ -123,7 +124,7 @@ describe('compact usage batches', () => {
 
   it('project exactly as their calls one event each: the same counts, totals and raw rows', () => {
     const records = calls(300);
-    const batch = stored(USAGE_BATCH_EVENT_TYPE, encodeUsageBatch('acc-1', records), 0);
+    const batch = stored(USAGE_BATCH_EVENT_TYPE, encodeUsageBatch('acc-1', records, 0), 0);
     const singles = records.map((r, i) => stored(USAGE_EVENT_TYPE, { ...r }, i));
     const rows = (writes: ReturnType<typeof usageMetricsProjection.project>) =>
       writes
@@ -143,12 +144,15 @@ describe('compact usage batches', () => {
   });
 
   it("give each call a raw-row slot after every earlier event's, one-call events included", () => {
+    // 42 one-call events (revisions 0–41), then batches numbering their calls on from there.
     const legacy = stored(USAGE_EVENT_TYPE, { ...calls(1)[0] }, 41);
-    const first = stored(USAGE_BATCH_EVENT_TYPE, encodeUsageBatch('acc-1', calls(3)), 42);
-    const second = stored(USAGE_BATCH_EVENT_TYPE, encodeUsageBatch('acc-1', calls(3, 3)), 43);
+    const first = stored(USAGE_BATCH_EVENT_TYPE, encodeUsageBatch('acc-1', calls(3), 42), 42);
+    const second = stored(USAGE_BATCH_EVENT_TYPE, encodeUsageBatch('acc-1', calls(3, 3), 45), 43);
     const slots = [rawRowSlot(legacy, 0), ...[0, 1, 2].map((i) => rawRowSlot(first, i)), ...[0, 1, 2].map((i) => rawRowSlot(second, i))];
-    expect([...slots].sort((a, b) => a - b)).toEqual(slots);
-    expect(new Set(slots).size).toBe(slots.length);
-    expect(rawRowSlot(second, MAX_CALLS_PER_EVENT - 1)).toBeLessThan(Number.MAX_SAFE_INTEGER);
+    expect(slots).toEqual([41, 42, 43, 44, 45, 46, 47]);
+    expect(usageCallsThrough(second)).toBe(48);
+    // A batch that does not say where its calls are numbers them past any other.
+    const { first: _f, ...unnumbered } = encodeUsageBatch('acc-1', calls(2), 0);
+    expect(rawRowSlot(stored(USAGE_BATCH_EVENT_TYPE, unnumbered, 44), 1)).toBeGreaterThan(10_000);
   });
 });

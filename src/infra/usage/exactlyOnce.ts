@@ -26,10 +26,12 @@ export interface ExactlyOnceOptions {
 export interface BatchCodec<T> {
   /** The item's identity: an item whose key the stream holds is not appended again. */
   keyOf(item: T): string;
-  /** The one event recording `items` (never empty), its id deterministic from them. */
-  eventOf(items: readonly T[]): NewEvent;
+  /** The one event recording `items` (never empty) after the stream's first `itemsBefore`, its id deterministic from the items. */
+  eventOf(items: readonly T[], itemsBefore: number): NewEvent;
   /** The keys of the items a stored event records (none for another kind of event). */
   keysOf(stored: StoredEvent): string[];
+  /** How many items the stream holds up to and with `stored`. */
+  itemsThrough(stored: StoredEvent): number;
 }
 
 export interface AppendOutcome {
@@ -45,6 +47,8 @@ export interface AppendOutcome {
 interface StreamView {
   /** Revision of the last event known; -1 when the stream does not exist. */
   head: number;
+  /** Items in the stream up to `head`; NaN until read. */
+  items: number;
   /**
    * No record of a later time (ms) is in the stream up to `head`: the latest time appended here,
    * or the creation of the last event read plus the clock skew. +Infinity until known.
@@ -158,7 +162,7 @@ export class ExactlyOnceAppender<T> {
       if (pending.length === 0) return outcome;
       let view = this.views.get(streamId);
       if (view === undefined) {
-        const event = this.codec.eventOf(pending);
+        const event = this.codec.eventOf(pending, 0);
         try {
           await this.firstAppend(streamId, event, pending, oldest, latest, outcome);
           return outcome;
@@ -185,7 +189,8 @@ export class ExactlyOnceAppender<T> {
       }
       checked = true;
       if (pending.length === 0) return outcome;
-      const event = this.codec.eventOf(pending);
+      if (Number.isNaN(view.items)) await this.readHead(streamId, view);
+      const event = this.codec.eventOf(pending, view.items);
       try {
         const result = await this.store.append(streamId, [event], view.head);
         if (result.nextExpectedRevision !== view.head + 1) {
@@ -195,6 +200,7 @@ export class ExactlyOnceAppender<T> {
           return outcome;
         }
         this.remember(streamId, view, pending, oldest, latest);
+        view.items += pending.length;
         outcome.appended += pending.length;
         return outcome;
       } catch (error) {
@@ -234,7 +240,19 @@ export class ExactlyOnceAppender<T> {
     const view = newView(-1, Number.NEGATIVE_INFINITY);
     this.track(streamId, view);
     this.remember(streamId, view, items, oldest, latest);
+    view.items = items.length;
     outcome.appended += items.length;
+  }
+
+  /** Learns how many items the stream holds from its last event. */
+  private async readHead(streamId: string, view: StreamView): Promise<void> {
+    if (view.head < 0) {
+      view.items = 0;
+      return;
+    }
+    const [last] = await this.store.readStream(streamId, { fromRevision: view.head, maxCount: 1 });
+    if (last !== undefined && last.revision === view.head) view.items = this.codec.itemsThrough(last);
+    else this.forget(streamId);
   }
 
   /** Reads what was appended after `head`; answers the keys read. */
@@ -253,6 +271,7 @@ export class ExactlyOnceAppender<T> {
         });
         for (const key of keys) read.add(key);
         view.head = event.revision;
+        view.items = this.codec.itemsThrough(event);
         view.newest = Math.max(view.newest, created + this.clockSkewMs);
       }
       if (events.length < this.readPage) return read;
@@ -277,6 +296,7 @@ export class ExactlyOnceAppender<T> {
       const last = events.at(-1);
       if (last !== undefined && last.revision === view.head) {
         view.newest = Math.min(view.newest, Date.parse(last.created) + this.clockSkewMs);
+        view.items = this.codec.itemsThrough(last);
       }
       pages.push(chunk);
       done = chunk.some(({ created }) => created < until) || oldest > view.newest;
@@ -405,7 +425,7 @@ export class ExactlyOnceAppender<T> {
   }
 }
 
-const newView = (head: number, newest: number): StreamView => ({ head, newest, keys: null });
+const newView = (head: number, newest: number): StreamView => ({ head, items: head === -1 ? 0 : Number.NaN, newest, keys: null });
 
 /** Whether the store refused an append because it holds `event` already (the embedded store names the ids it holds). */
 function holds(error: unknown, event: NewEvent): boolean {

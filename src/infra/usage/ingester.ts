@@ -1,5 +1,12 @@
 import { type UsageRecord, usageStream } from '../../domain/usage.js';
-import { encodeUsageBatch, MAX_CALLS_PER_EVENT, USAGE_BATCH_EVENT_TYPE, usageBatchEventId, usageEventRequestIds } from '../../domain/usageBatch.js';
+import {
+  encodeUsageBatch,
+  MAX_CALLS_PER_EVENT,
+  USAGE_BATCH_EVENT_TYPE,
+  usageBatchEventId,
+  usageCallsThrough,
+  usageEventRequestIds,
+} from '../../domain/usageBatch.js';
 import { withinDeadline } from '../deadline.js';
 import type { EventStore } from '../eventstore/port.js';
 import { type BatchCodec, ExactlyOnceAppender, type ExactlyOnceOptions } from './exactlyOnce.js';
@@ -298,12 +305,14 @@ function distinctRecords(chunk: QueuedUsage[]): UsageRecord[] {
 /** Usage records as the appender batches them: keyed by request id, one compact event per append. */
 export const usageBatchCodec: BatchCodec<UsageRecord> = {
   keyOf: (record) => record.requestId,
-  eventOf: (records) => ({
+  eventOf: (records, callsBefore) => ({
     id: usageBatchEventId(records),
     type: USAGE_BATCH_EVENT_TYPE,
-    data: encodeUsageBatch((records[0] as UsageRecord).accountId, records),
+    data: encodeUsageBatch((records[0] as UsageRecord).accountId, records, callsBefore),
   }),
   keysOf: usageEventRequestIds,
+  // A last event that does not say (not a usage event): numbers past any its stream could have used.
+  itemsThrough: (stored) => usageCallsThrough(stored) ?? (stored.revision + 1) * MAX_CALLS_PER_EVENT,
 };
 
 /** The earliest and latest `at` of the records (ms); NaN when one is not a time. */
