@@ -334,6 +334,46 @@ describe('dashboard', () => {
     }
   });
 
+  it('shows the calls the gateway served without a node call on the usage page', async () => {
+    if (!has.metrics) return;
+    type Totals = { totals: { requests: number; cacheHits: number } };
+    const before = (await api<Totals>('/api/v1/metrics/user')).body.totals;
+    await new Promise((r) => setTimeout(r, 1100)); // Free allows 5 per second
+    // eth_chainId never changes: kept after its first answer, single calls and batch members alike.
+    for (let i = 0; i < 3; i++) expect((await chainCall(token, 'eth_chainId')).body.result).toBe('0x539');
+    const batch = await fetch(`${base}/local/${token}`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify([
+        { ...rpc('eth_chainId'), id: 'a' },
+        { ...rpc('eth_chainId'), id: 'b' },
+      ]),
+    });
+    expect(((await batch.json()) as Array<{ id: string; result: string }>).map((a) => [a.id, a.result])).toEqual([
+      ['a', '0x539'],
+      ['b', '0x539'],
+    ]);
+    const after = (
+      await until(
+        'the calls in the metrics',
+        () => api<Totals>('/api/v1/metrics/user'),
+        (r) => r.body.totals.requests === before.requests + 5,
+      )
+    ).body.totals;
+    expect(after.cacheHits - before.cacheHits).toBeGreaterThanOrEqual(4);
+
+    await go('/usage');
+    const panel = page.getByRole('region', { name: 'Served without a node call' });
+    const hits = await until(
+      'the cache hits on the page',
+      () => panel.getByTestId('cache-hits').textContent(),
+      (v) => v === String(after.cacheHits),
+    );
+    expect(Number(hits)).toBeGreaterThan(0);
+    const row = panel.getByTestId('gateway-served-methods').getByRole('row').filter({ hasText: 'eth_chainId' });
+    expect(await row.getByRole('cell').allTextContents()).toEqual(expect.arrayContaining(['local', 'eth_chainId']));
+  });
+
   it("edits a token's name and description", async () => {
     await go(`/tokens/${tokenId}`);
     const form = page.getByRole('form', { name: 'Edit token' });
