@@ -2,6 +2,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
+import { DEFAULT_PLANS } from '../../src/domain/plans.js';
 import { USAGE_EVENT_TYPE, type UsageRecord, usageEventId, usageStream } from '../../src/domain/usage.js';
 import {
   type ChainMethodCount,
@@ -17,10 +18,9 @@ import type { StoredEvent } from '../../src/infra/eventstore/port.js';
 import { LevelReadModelStore } from '../../src/infra/readmodels/level.js';
 import { COLLECTIONS } from '../../src/projections/core.js';
 import { lastClosableMonth, logCutoff, maxAgeSecondsFor, runLogRetentionPass } from '../../src/projections/logRetention.js';
-import { usageRecordsOf } from '../../src/projections/usageRecord.js';
 import { ProjectionRunner } from '../../src/projections/runner.js';
+import { usageRecordsOf } from '../../src/projections/usageRecord.js';
 import { USAGE_TOTALS, usageTotalsProjection } from '../../src/projections/usageTotals.js';
-import { DEFAULT_PLANS } from '../../src/domain/plans.js';
 import { applyWrites } from '../support/projectionSpec.js';
 
 const dirs: string[] = [];

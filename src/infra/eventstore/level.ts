@@ -21,16 +21,16 @@ import {
   type LogEntry,
   logKey,
   pad,
-  seqOfLogKey,
   parseStreamRun,
+  pendingTruncationKey,
+  seqOfLogKey,
   streamKey,
   streamRange,
   streamRunEntry,
   truncationKey,
-  pendingTruncationKey,
 } from './levelKeys.js';
-import { type DroppedSeqs, dropBefore, pendingTruncations } from './levelTruncation.js';
 import { LevelSubscription, type LiveTap, type LogCursor, type LogSource } from './levelSubscription.js';
+import { type DroppedSeqs, dropBefore, pendingTruncations } from './levelTruncation.js';
 import type { AppendResult, EventStore, ExpectedRevision, NewEvent, Position, StoredEvent, SubscribeOptions, Subscription } from './port.js';
 
 export interface LevelEventStoreOptions {
