@@ -7,6 +7,7 @@ import { WS_CLOSE } from '../../src/gateway/ws/gateway.js';
 import { until } from '../support/eventually.js';
 import { base58, type FakeSolanaWsUpstream, RENT_EXEMPT_EPOCH, startFakeSolanaWsUpstream } from '../support/fakeSolanaWsUpstream.js';
 import { newToken as newOwnerToken, startTestApp, type TestApp } from '../support/testApp.js';
+import { recordedCalls } from '../support/usageLog.js';
 import { WsClient } from '../support/wsClient.js';
 
 /**
@@ -56,10 +57,7 @@ const notifications = (client: WsClient, method: string, id: unknown) =>
     .filter((f) => f.method === method && (f.params as { subscription?: unknown }).subscription === id)
     .map((f) => f.params as Record<string, unknown>);
 
-async function usageMethods(accountId: string): Promise<string[]> {
-  const events = await t.runtime.store.readStream(`usage-${accountId}`);
-  return events.map((e) => (e.data as { method: string }).method);
-}
+const usageMethods = async (accountId: string): Promise<string[]> => (await recordedCalls(t.runtime.store, accountId)).map((r) => r.method);
 
 const count = (methods: string[], method: string) => methods.filter((m) => m === method).length;
 
