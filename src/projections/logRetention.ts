@@ -271,31 +271,34 @@ function olderThan(event: StoredEvent, cut: number): boolean {
 /**
  * Drops the stream's leading events whose calls are all before `cut`, up to the first that has
  * one at or after it (a stream is in time order but for late records, which then stay: the log
- * keeps more, never less). Reads from the stream's first event still there, so each event is
- * read once before it goes. Returns how many went.
+ * keeps more, never less). The stream's last event always stays, old or not: the usage
+ * appender reads it to number the calls it appends next (src/infra/usage/exactlyOnce.ts).
+ * Reads from the stream's first event still there, so each event is read once before it goes.
+ * Returns how many went.
  */
 async function truncateUsage(store: EventStore, streamId: string, cut: number): Promise<number> {
   let first: number | undefined;
   let from = 0;
-  let dropped = 0;
-  let truncatedAt = 0;
+  let before: number | undefined; // the first revision kept
+  let truncatedTo: number | undefined;
   for (;;) {
     const page = await store.readStream(streamId, { fromRevision: from, maxCount: PAGE });
-    if (page.length === 0) break;
+    const last = page.at(-1);
+    if (last === undefined) break;
     first ??= page[0]!.revision;
     const keep = page.find((event) => !olderThan(event, cut));
     if (keep !== undefined) {
-      dropped += keep.revision - page[0]!.revision;
-      from = keep.revision;
+      before = keep.revision;
       break;
     }
-    dropped += page.length;
-    from = page[page.length - 1]!.revision + 1;
-    if (dropped - truncatedAt >= TRUNCATE_EVERY) {
-      await store.truncateBefore(streamId, from);
-      truncatedAt = dropped;
+    before = last.revision; // all old so far: the last one read stays, unless more follow
+    from = last.revision + 1;
+    if (before - (truncatedTo ?? first) >= TRUNCATE_EVERY) {
+      await store.truncateBefore(streamId, before);
+      truncatedTo = before;
     }
   }
-  if (first !== undefined && from > first && dropped > truncatedAt) await store.truncateBefore(streamId, from);
-  return dropped;
+  if (first === undefined || before === undefined || before <= first) return 0;
+  if (before !== truncatedTo) await store.truncateBefore(streamId, before);
+  return before - first;
 }

@@ -231,6 +231,27 @@ describe('a retention pass over the usage log', () => {
     }
   });
 
+  it("keeps a stream's last event when every call is past the window", async () => {
+    const { store, readModels, append } = await open();
+    try {
+      await append('2027-01-05T00:00:00.000Z');
+      await append('2027-01-06T00:00:00.000Z', '2027-01-07T00:00:00.000Z');
+      await append('2027-02-01T00:00:00.000Z');
+      const projector = new ProjectionRunner(store, readModels, [usageTotalsProjection]);
+      await projector.start();
+      await projector.caughtUp;
+      await projector.stop();
+      expect(await runLogRetentionPass({ store, readModels, plans: DEFAULT_PLANS, now })).toMatchObject({ streamsTruncated: 1, eventsDropped: 3 });
+      expect((await store.readStream(usageStream('acc_1'))).map((e) => e.revision)).toEqual([3]);
+      // New calls go on after it.
+      await append('2027-03-24T00:00:00.000Z');
+      expect((await store.readStream(usageStream('acc_1'))).map((e) => e.revision)).toEqual([3, 4]);
+    } finally {
+      await store.close();
+      await readModels.close();
+    }
+  });
+
   it('neither closes months nor truncates while the usage totals are behind the log', async () => {
     const { store, readModels, append } = await open();
     try {
