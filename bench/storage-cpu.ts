@@ -9,7 +9,8 @@
  * it records nothing. One store serves every round, after a warm-up that is not counted (a fresh
  * thread spends as much on compiling its code as on the records).
  *
- *   RATE=20000 SECONDS=4 ROUNDS=3 ACCOUNTS=1 npx tsx bench/storage-cpu.ts
+ *   RATE=20000 SECONDS=4 ROUNDS=3 ACCOUNTS=1 TOKENS=3 npx tsx bench/storage-cpu.ts
+ *   RATE=10000 ACCOUNTS=10000 TOKENS=10 npx tsx bench/storage-cpu.ts   (issue 33: ≤ 2× ACCOUNTS=1 TOKENS=1)
  */
 import { loadConfig } from '../src/config.js';
 import type { UsageRecord } from '../src/domain/usage.js';
@@ -27,6 +28,8 @@ const SLICE_MS = 2;
 const WARMUP_SECONDS = 3;
 /** Accounts the calls are spread over, in turn: each has a usage stream and raw rows of its own. */
 const ACCOUNTS = Number(process.env.ACCOUNTS ?? 1);
+/** Tokens of each account, called in turn after the accounts (`ACCOUNTS=10000 TOKENS=10`: 100,000 tokens round-robin). */
+const TOKENS = Number(process.env.TOKENS ?? 3);
 
 let sequence = 0;
 /** A call as the gateway meters it: a few tokens and methods of ACCOUNTS accounts in turn, mostly successes. */
@@ -36,7 +39,7 @@ function record(): UsageRecord {
     requestId: `Ab3dEf7hIj9kLm1n${i.toString(36).padStart(8, '0')}`,
     at: new Date().toISOString(),
     accountId: `acc-bench-${i % ACCOUNTS}`,
-    tokenId: `tok-bench-${i % 3}`,
+    tokenId: `tok-bench-${i % ACCOUNTS}-${Math.floor(i / ACCOUNTS) % TOKENS}`,
     chain: 'eth',
     method: ['eth_blockNumber', 'eth_call', 'eth_getBalance'][i % 3] as string,
     status: i % 100 === 0 ? 429 : 200,

@@ -37,7 +37,7 @@ type Shape = [
   upstream: string | null,
   retentionDays: number | null,
   charged: boolean | null,
-  cache: UsageRecord['cache'] | null,
+  cache: NonNullable<UsageRecord['cache']> | null,
 ];
 
 interface OddFields {
@@ -83,6 +83,31 @@ const centi = (ms: number): number | null => {
   return c / 100 === ms ? c : null;
 };
 
+/** Characters the shape keys use as separators and markers. */
+// biome-ignore lint/suspicious/noControlCharactersInRegex: they are what it looks for
+const KEY_MARKS = /[\u0000-\u0004]/;
+const keyPart = (v: string | number | boolean | null): string =>
+  v === null ? '\u0001' : typeof v === 'string' ? v : typeof v === 'number' ? `\u0002${v}` : v ? '\u0003' : '\u0004';
+
+/**
+ * A shape's dictionary key: its fields joined (a JSON text per call cost more than the rest of
+ * the encoding); JSON when a string holds one of the separators, so no two shapes share a key.
+ */
+function shapeKeyOf(s: Shape): string {
+  for (const v of s) if (typeof v === 'string' && KEY_MARKS.test(v)) return JSON.stringify(s);
+  return s.map(keyPart).join('\u0000');
+}
+
+/** `toISOString()` form of a day 1–28 (valid in every month): its own canonical form without a round trip through Date. */
+const CANONICAL_ISO = /^\d{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|1\d|2[0-8])T(?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d\.\d{3}Z$/;
+
+/** The time in ms of an ISO text that `toISOString()` gives back exactly, else null. */
+function canonicalMs(at: string): number | null {
+  if (CANONICAL_ISO.test(at)) return Date.parse(at);
+  const ms = Date.parse(at);
+  return Number.isFinite(ms) && new Date(ms).toISOString() === at ? ms : null;
+}
+
 /** Encodes one account's calls (at most MAX_CALLS_PER_EVENT, all of `accountId`), after the stream's `first` calls, column by column. */
 export function encodeUsageBatch(accountId: string, records: readonly UsageRecord[], first: number): UsageBatchData {
   const shapes: Shape[] = [];
@@ -119,8 +144,7 @@ export function encodeUsageBatch(accountId: string, records: readonly UsageRecor
       r.charged ?? null,
       r.cache ?? null,
     ];
-    const shapeKey = JSON.stringify(s);
-    shape.push(indexIn(shapeIndex, shapes, shapeKey, s));
+    shape.push(indexIn(shapeIndex, shapes, shapeKeyOf(s), s));
     ip.push(indexIn(ipIndex, ips, r.clientIp, r.clientIp));
 
     const id = REQUEST_ID.exec(r.requestId);
@@ -144,8 +168,8 @@ export function encodeUsageBatch(accountId: string, records: readonly UsageRecor
       member.push(0);
     }
 
-    const ms = Date.parse(r.at);
-    if (Number.isFinite(ms) && new Date(ms).toISOString() === r.at) {
+    const ms = canonicalMs(r.at);
+    if (ms !== null) {
       at.push(ms - previousAt);
       previousAt = ms;
     } else {
@@ -284,6 +308,9 @@ export function decodeUsageBatch(data: Record<string, unknown>): UsageRecord[] |
   if (ids === null) return null;
   const records: UsageRecord[] = [];
   let ms = 0;
+  // Calls of one millisecond share its text.
+  let isoMs = Number.NaN;
+  let iso = '';
   for (let i = 0; i < calls; i++) {
     ms += at[i] as number;
     const odd = (columns.odd[i] ?? {}) as OddFields;
@@ -291,7 +318,11 @@ export function decodeUsageBatch(data: Record<string, unknown>): UsageRecord[] |
     if (odd.totalMs !== undefined && !(typeof odd.totalMs === 'number' && odd.totalMs >= 0)) return null;
     if (odd.upstreamMs !== undefined && !(typeof odd.upstreamMs === 'number' && odd.upstreamMs >= 0)) return null;
     const [tokenId, chain, method, status, rpcErrorCode, errorMessage, upstream, retentionDays, charged, cache] = shapes[shape[i] as number] as Shape;
-    const time = odd.at ?? new Date(ms).toISOString();
+    if (odd.at === undefined && ms !== isoMs) {
+      isoMs = ms;
+      iso = new Date(ms).toISOString();
+    }
+    const time = odd.at ?? iso;
     const up = upstreamMs[i] as number | null;
     const record: UsageRecord = {
       requestId: ids[i] as string,

@@ -49,9 +49,22 @@ export function asUsageRecord(data: Record<string, unknown>): UsageRecord | null
 /** The record a stored event carries, or null when it is not a (well-formed) usage event. */
 export const usageRecordOf = (stored: StoredEvent): UsageRecord | null => (stored.type === USAGE_EVENT_TYPE ? asUsageRecord(stored.data) : null);
 
-/** The calls a stored usage event records, in order: one for a `UsageRecorded`, all of a batch's; none for any other event or a malformed one. */
-export function usageRecordsOf(stored: StoredEvent): UsageRecord[] {
-  if (stored.type === USAGE_BATCH_EVENT_TYPE) return decodeUsageBatch(stored.data) ?? [];
+/** Batches decoded, by event: the usage projections each read every batch, which is decoded once. */
+const decoded = new WeakMap<StoredEvent, UsageRecord[]>();
+
+/**
+ * The calls a stored usage event records, in order: one for a `UsageRecorded`, all of a batch's;
+ * none for any other event or a malformed one. Shared, not copied: read them, never change them.
+ */
+export function usageRecordsOf(stored: StoredEvent): readonly UsageRecord[] {
+  if (stored.type === USAGE_BATCH_EVENT_TYPE) {
+    let records = decoded.get(stored);
+    if (records === undefined) {
+      records = decodeUsageBatch(stored.data) ?? [];
+      decoded.set(stored, records);
+    }
+    return records;
+  }
   const one = usageRecordOf(stored);
   return one === null ? [] : [one];
 }

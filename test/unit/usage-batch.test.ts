@@ -75,6 +75,10 @@ describe('compact usage batches', () => {
       { ...(plain as UsageRecord), requestId: 'p-2c', at: 'yesterday' },
       { ...(plain as UsageRecord), requestId: 'p-2d', at: '2026-11-20T10:00:00Z' },
       { ...(plain as UsageRecord), requestId: 'p-2e', totalMs: 12.3456, upstreamMs: 0.001 },
+      // Shapes whose fields, joined, would read alike.
+      { ...(plain as UsageRecord), requestId: 'p-30', tokenId: 'x\u0000y', chain: 'z' },
+      { ...(plain as UsageRecord), requestId: 'p-31', tokenId: 'x', chain: 'y\u0000z' },
+      { ...(plain as UsageRecord), requestId: 'p-32', status: 200, rpcErrorCode: null, errorMessage: '\u00012' },
     ];
     const { retentionDays: _r, charged: _c, cache: _x, ...legacy } = plain as UsageRecord;
     odd.push({ ...legacy, requestId: 'p-2f' });
