@@ -7,13 +7,15 @@ import { startsLikeJson } from './jsonScan.js';
 import type { CallShape } from './upstreams/evmCalls.js';
 import { ChainHeads, type HeadStatus } from './upstreams/heads.js';
 import { LatencyWindow } from './upstreams/latency.js';
+import { type NewHeadsHandlers, NewHeadsFeed } from './upstreams/newHeads.js';
 
 /**
  * Upstream pools: per chain, a weighted choice among healthy nodes scored by their recent latency
  * and error rate, a per-chain timeout, a retry on another node for reads, a hedge of reads that
  * are slow to answer, and passive health tracking (K consecutive failures eject a node; after a
  * cool-down one trial call may go to it, and a success brings it back). On EVM chains each
- * node's head is tracked (src/gateway/upstreams/heads.ts): a lagging node gets no call that
+ * node's head is tracked (src/gateway/upstreams/heads.ts; polled, or pushed over a node's
+ * WebSocket where it has one): a lagging node gets no call that
  * depends on the head, a lying one no call at all, and old state goes to archive nodes.
  */
 
@@ -76,6 +78,8 @@ export interface UpstreamPoolOptions {
   hedge?: HedgeOptions | false;
   /** Head tracking on chains that have it configured; false: none (tests of other things). */
   heads?: boolean;
+  /** Heads pushed over WebSocket (`newHeads`) by upstreams that have a `ws` URL; false: every node is polled. */
+  headPush?: boolean;
   /** Bytes of the response cache shared by the pools; 0: no cache. */
   cacheBytes?: number;
   /** Identical reads in flight share one upstream call; false: each goes alone. */
@@ -249,6 +253,7 @@ export class UpstreamPool {
             chain.upstreams.map((u) => u.label),
             (index, body) => this.probe(index, body),
             this.now,
+            options.headPush === false ? null : (index, handlers) => this.followHeads(index, handlers),
           )
         : null;
   }
@@ -435,6 +440,12 @@ export class UpstreamPool {
         call.onResponseError(null, error as Error);
       }
     });
+  }
+
+  /** Upstream `index`'s heads pushed over its WebSocket, where it has one. */
+  private followHeads(index: number, handlers: NewHeadsHandlers): NewHeadsFeed | null {
+    const u = this.chain.upstreams[index];
+    return u?.ws ? new NewHeadsFeed(u.ws, u.headers, Math.min(this.chain.timeoutMs, 5_000), handlers) : null;
   }
 
   close(): void {

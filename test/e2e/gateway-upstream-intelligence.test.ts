@@ -7,6 +7,8 @@ import { Telemetry } from '../../src/infra/telemetry.js';
 import { type EvmNodeFake, type FakeBlock, FakeEvmChain, type FakeUpstream, startEvmNodeFake, startFake } from '../support/fakeUpstreams.js';
 import { chainEntry, startGateway, type TestGateway } from '../support/gatewayApp.js';
 import { TestGatekeeper } from '../support/gatewayTestGatekeeper.js';
+import { until } from '../support/eventually.js';
+import { startFakeWsUpstream } from '../support/fakeWsUpstream.js';
 
 /**
  * What the gateway does with the nodes behind it (issue 34): head and finality tracking, the
@@ -108,6 +110,46 @@ describe('head and finality tracking', () => {
     behind.behaviour = 'honest';
     await poll();
     expect(gateway.pools.health().evm!.map((h) => h.state)).toEqual(['ok', 'ok']);
+  });
+});
+
+describe('heads pushed over WebSocket', () => {
+  it("follows a node's newHeads where it has a ws URL, drops answers for the old head at once, and polls while the push is down", async () => {
+    const node = await startFakeWsUpstream();
+    opened.push(node);
+    for (let i = 0; i < 5; i++) node.mine();
+    const entry = chainEntry('evm', [node.httpUrl], { headPollMs: 600_000, finality: 2 });
+    (entry.upstreams as Array<Record<string, unknown>>)[0]!.ws = node.wsUrl;
+    const gateway = await startGateway({ gatekeeper, chains: [entry] });
+    opened.push(gateway);
+    const heads = gateway.pools.get('evm')!.heads!;
+    const blockNumber = async (): Promise<unknown> => (await rpc(gateway, 'eth_blockNumber')).body.result;
+
+    // The first call starts polling (once: the next poll is 10 minutes away) and the push.
+    expect(await blockNumber()).toBe('0x5');
+    await until(() => heads.best === 5 && node.subscribeCalls === 1);
+    expect(await blockNumber()).toBe('0x5');
+    expect(await blockNumber()).toBe('0x5');
+    expect(cacheOf(gateway.usage.slice(-2))).toEqual(['miss', 'hit']);
+    node.mine();
+    await until(() => heads.best === 6);
+    expect(heads.finalized).toBe(4);
+    expect(await blockNumber()).toBe('0x6');
+    expect(gateway.usage.at(-1)?.cache).toBe('miss');
+
+    // The socket drops and blocks come unseen: a poll finds them; the push comes back on its own.
+    node.drop();
+    node.mine({ quiet: true });
+    node.mine({ quiet: true });
+    // Polled once the gateway saw the socket close (until then the poll trusts the push).
+    await until(async () => {
+      await heads.poll();
+      return heads.best === 8;
+    });
+    await until(() => node.subscribeCalls === 2, 5_000);
+    node.mine();
+    await until(() => heads.best === 9);
+    expect(gateway.pools.health().evm![0]).toMatchObject({ head: 9, finalized: 7, state: 'ok' });
   });
 });
 

@@ -1,5 +1,6 @@
 import type { HeadTracking } from '../chains.js';
 import { blockNumberOf } from './evmCalls.js';
+import type { NewHeadsHandlers } from './newHeads.js';
 
 /**
  * Head and finality tracking of one EVM chain's upstreams: each node's latest block (number and
@@ -8,7 +9,12 @@ import { blockNumberOf } from './evmCalls.js';
  * A node that claims a head far ahead of every other node, or a finalized block above its own
  * head, is lying: it gets no call at all until its answers are plausible again.
  *
- * Polling runs only while the chain has traffic: a gateway serving nobody does not call nodes.
+ * Where a node offers it (a WebSocket URL), its head is pushed (`newHeads`, see newHeads.ts): a
+ * new head counts at once, not at the next poll, and the poll asks that node only for its
+ * finalized block; while the push is down the node is polled as the others.
+ *
+ * Polling and pushes run only while the chain has traffic: a gateway serving nobody does not
+ * call nodes.
  */
 
 export type HeadStatus = 'unknown' | 'ok' | 'lagging' | 'liar';
@@ -37,6 +43,15 @@ const MAX_PLAUSIBLE_LEAD_BLOCKS = 10_000;
 
 /** Sends a JSON-RPC body to upstream `index`; resolves to the answer's bytes, or null when it failed. */
 export type Probe = (index: number, body: string) => Promise<Buffer | null>;
+
+/** A node's head pushed to us: whether it is now, and how to stop it. */
+export interface HeadPush {
+  readonly live: boolean;
+  stop(): void;
+}
+
+/** Starts pushing upstream `index`'s heads to `handlers`; null where the node offers no push. */
+export type Follow = (index: number, handlers: NewHeadsHandlers) => HeadPush | null;
 
 const LATEST_BODY = '{"jsonrpc":"2.0","id":1,"method":"eth_getBlockByNumber","params":["latest",false]}';
 const FINALIZED_BODY = '{"jsonrpc":"2.0","id":1,"method":"eth_getBlockByNumber","params":["finalized",false]}';
@@ -70,17 +85,21 @@ export class ChainHeads {
   private timer: NodeJS.Timeout | null = null;
   private lastUsed = 0;
   private polling: Promise<void> | null = null;
+  /** Each node's head push while the chain has traffic (null: none, or not started). */
+  private readonly pushes: Array<HeadPush | null>;
 
   constructor(
     readonly tracking: HeadTracking,
     labels: string[],
     private readonly probe: Probe,
     private readonly now: () => number = Date.now,
+    private readonly follow: Follow | null = null,
   ) {
     this.upstreams = labels.map((label) => ({ label, head: null, hash: null, finalized: null, okAt: 0, believedHead: null, status: 'unknown' }));
+    this.pushes = labels.map(() => null);
   }
 
-  /** A call arrived: keeps polling going (and starts it after a quiet spell). */
+  /** A call arrived: keeps polling going (and starts it, and the pushes, after a quiet spell). */
   touch(): void {
     const now = this.now();
     const idle = now - this.lastUsed > IDLE_MS;
@@ -88,8 +107,24 @@ export class ChainHeads {
     if (this.timer === null) {
       this.timer = setInterval(() => void this.poll(), this.tracking.pollMs);
       this.timer.unref();
+      this.startPushes();
     }
     if (idle) void this.poll();
+  }
+
+  private startPushes(): void {
+    if (this.follow === null) return;
+    for (let i = 0; i < this.pushes.length; i++) {
+      this.pushes[i] ??= this.follow(i, { head: (h) => this.pushed(i, h.number, h.hash) });
+    }
+  }
+
+  /** A node pushed a new head: counted at once; its finalized block follows from the depth, or stays until the next poll asks. */
+  private pushed(index: number, head: number, hash: string | null): void {
+    const u = this.upstreams[index];
+    if (!u) return;
+    const depth = this.tracking.finality;
+    this.observe(index, { head, hash, finalized: typeof depth === 'number' ? Math.max(0, head - depth) : u.finalized });
   }
 
   /**
@@ -104,6 +139,10 @@ export class ChainHeads {
   stop(): void {
     if (this.timer !== null) clearInterval(this.timer);
     this.timer = null;
+    for (let i = 0; i < this.pushes.length; i++) {
+      this.pushes[i]?.stop();
+      this.pushes[i] = null;
+    }
   }
 
   /** One round of polls (one at a time: a slow round is not overlapped by the next). */
@@ -120,6 +159,10 @@ export class ChainHeads {
 
   private async pollOne(index: number): Promise<void> {
     const byTag = this.tracking.finality === 'finalized';
+    if (this.pushes[index]?.live === true && this.upstreams[index]?.head != null) {
+      await this.refreshPushed(index, byTag);
+      return;
+    }
     const [latest, finalized] = await Promise.all([this.probe(index, LATEST_BODY), byTag ? this.probe(index, FINALIZED_BODY) : null]);
     const head = blockOfAnswer(latest);
     if (head === null) {
@@ -129,6 +172,19 @@ export class ChainHeads {
     const depth = this.tracking.finality;
     const final = typeof depth === 'number' ? Math.max(0, head.number - depth) : (blockOfAnswer(finalized)?.number ?? null);
     this.observe(index, { head: head.number, hash: head.hash, finalized: final });
+  }
+
+  /**
+   * A node whose heads are pushed: the poll asks only its finalized block (where the chain has
+   * the tag), and keeps the node counted while no new block comes.
+   */
+  private async refreshPushed(index: number, byTag: boolean): Promise<void> {
+    const finalized = byTag ? (blockOfAnswer(await this.probe(index, FINALIZED_BODY))?.number ?? null) : null;
+    // Read after the wait: a head may have been pushed meanwhile.
+    const u = this.upstreams[index] as UpstreamHead;
+    if (u.head === null) return;
+    const depth = this.tracking.finality;
+    this.observe(index, { head: u.head, hash: u.hash, finalized: typeof depth === 'number' ? Math.max(0, u.head - depth) : (finalized ?? u.finalized) });
   }
 
   /** A node's poll answered. */
