@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import { WS_CLOSE } from '../../src/gateway/ws/gateway.js';
+import { recordedCalls } from '../support/usageLog.js';
 import { type GanacheNode, startGanache } from '../support/ganache.js';
 import { newToken as newOwnerToken, startTestApp, type TestApp } from '../support/testApp.js';
 import { until } from '../support/eventually.js';
@@ -138,8 +139,7 @@ describe('JSON-RPC over the socket', () => {
 });
 
 async function usageMethods(accountId: string): Promise<string[]> {
-  const events = await t.runtime.store.readStream(`usage-${accountId}`);
-  return events.map((e) => (e.data as { method: string }).method);
+  return (await recordedCalls(t.runtime.store, accountId)).map((c) => c.method);
 }
 
 describe('subscriptions', () => {
