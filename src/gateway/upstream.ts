@@ -78,8 +78,6 @@ export interface UpstreamPoolOptions {
   hedge?: HedgeOptions | false;
   /** Head tracking on chains that have it configured; false: none (tests of other things). */
   heads?: boolean;
-  /** Heads pushed over WebSocket (`newHeads`) by upstreams that have a `ws` URL; false: every node is polled. */
-  headPush?: boolean;
   /** Bytes of the response cache shared by the pools; 0: no cache. */
   cacheBytes?: number;
   /** Identical reads in flight share one upstream call; false: each goes alone. */
@@ -253,7 +251,7 @@ export class UpstreamPool {
             chain.upstreams.map((u) => u.label),
             (index, body) => this.probe(index, body),
             this.now,
-            options.headPush === false ? null : (index, handlers) => this.followHeads(index, handlers),
+            (index, handlers) => this.followHeads(index, handlers),
           )
         : null;
   }
