@@ -7,7 +7,7 @@
  * accounts go through the real ingester and the real store; each store is then closed and
  * opened again (its write-ahead log becomes a table) and measured on disk. Prints bytes per call.
  *
- *   CALLS=200000 ACCOUNTS=20 npx tsx bench/usage-bytes.ts
+ *   CALLS=200000 ACCOUNTS=20 npx tsx bench/usage-bytes.ts     (BATCH=n: the ingester's batch size, 2,000 by default)
  */
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
@@ -74,7 +74,12 @@ async function settledSize(dir: string): Promise<number> {
 async function compact(records: UsageRecord[], dir: string): Promise<number> {
   const store = await LevelEventStore.open(dir);
   const backend = new MemoryUsageBackend();
-  const ingester = new UsageIngester({ queue: new MemoryUsageQueue(backend, 'bench'), store, lingerMs: 100 });
+  const ingester = new UsageIngester({
+    queue: new MemoryUsageQueue(backend, 'bench'),
+    store,
+    lingerMs: 100,
+    ...(process.env.BATCH ? { batchSize: Number(process.env.BATCH) } : {}),
+  });
   ingester.start();
   for (let i = 0; i < records.length; i += 5_000) {
     for (const record of records.slice(i, i + 5_000)) backend.add(record);

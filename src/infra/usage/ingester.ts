@@ -15,7 +15,11 @@ import type { QueuedUsage, UsageQueue } from './port.js';
 export interface UsageIngesterOptions {
   queue: UsageQueue;
   store: EventStore;
-  /** Records read at once. */
+  /**
+   * Records read at once. Each account's records of a batch become one event, so the more a
+   * batch holds, the more calls share an event's fixed bytes (bench/usage-bytes.ts, 200 accounts:
+   * 71 B a call with 500, 59 B with 2,000).
+   */
   batchSize?: number;
   /** How long one read waits for new records (also bounds how long `stop` waits on an idle queue). */
   readBlockMs?: number;
@@ -94,7 +98,7 @@ export class UsageIngester implements Ingester {
   constructor(options: UsageIngesterOptions) {
     this.queue = options.queue;
     this.appender = new ExactlyOnceAppender(options.store, usageBatchCodec, options.exactlyOnce);
-    this.batchSize = options.batchSize ?? 500;
+    this.batchSize = options.batchSize ?? 2000;
     this.readBlockMs = options.readBlockMs ?? 250;
     this.lingerMs = options.lingerMs ?? 100;
     this.maxAppendBytes = options.maxAppendBytes ?? 256 * 1024;
