@@ -13,6 +13,7 @@ import {
   type UsageMonthClosedData,
   usageMonthClosedId,
 } from '../../src/domain/usageSummary.js';
+import { EsdbEventStore } from '../../src/infra/eventstore/esdb.js';
 import { LevelEventStore } from '../../src/infra/eventstore/level.js';
 import type { StoredEvent } from '../../src/infra/eventstore/port.js';
 import { LevelReadModelStore } from '../../src/infra/readmodels/level.js';
@@ -21,6 +22,7 @@ import { lastClosableMonth, logCutoff, maxAgeSecondsFor, runLogRetentionPass } f
 import { ProjectionRunner } from '../../src/projections/runner.js';
 import { usageRecordsOf } from '../../src/projections/usageRecord.js';
 import { USAGE_TOTALS, usageTotalsProjection } from '../../src/projections/usageTotals.js';
+import { FakeEsdbServer } from '../support/esdbFakeClient.js';
 import { applyWrites } from '../support/projectionSpec.js';
 
 const dirs: string[] = [];
@@ -246,6 +248,38 @@ describe('a retention pass over the usage log', () => {
       // New calls go on after it.
       await append('2027-03-24T00:00:00.000Z');
       expect((await store.readStream(usageStream('acc_1'))).map((e) => e.revision)).toEqual([3, 4]);
+    } finally {
+      await store.close();
+      await readModels.close();
+    }
+  });
+
+  it("on EventStoreDB, sets each usage stream's $maxAge once, again when the plan changes, and truncates with $tb", async () => {
+    const server = new FakeEsdbServer();
+    const store = new EsdbEventStore(server.client);
+    const readModels = await LevelReadModelStore.open(tempDir());
+    const account = (plan: string) =>
+      readModels.write([{ op: 'put', collection: COLLECTIONS.accounts, key: 'acc_1', doc: { id: 'acc_1', email: 'a@example.com', plan, createdAt: '' } }]);
+    try {
+      await account('free');
+      for (const at of ['2027-01-05T00:00:00.000Z', '2027-03-20T00:00:00.000Z', '2027-03-21T00:00:00.000Z']) {
+        const r = record('acc_1', 'tok_1', at);
+        await store.append(usageStream('acc_1'), [{ id: usageEventId(r), type: USAGE_EVENT_TYPE, data: { ...r } }], 'any');
+      }
+      const projector = new ProjectionRunner(store, readModels, [usageTotalsProjection]);
+      await projector.start();
+      await projector.caughtUp;
+      await projector.stop();
+      const metadata = async () => (await server.client.getStreamMetadata(usageStream('acc_1'))).metadata;
+      await runLogRetentionPass({ store, readModels, plans: DEFAULT_PLANS, now });
+      expect(await metadata()).toEqual({ maxAge: maxAgeSecondsFor(7), truncateBefore: 1 });
+      const calls = server.calls.streamMetadata;
+      await runLogRetentionPass({ store, readModels, plans: DEFAULT_PLANS, now });
+      expect(server.calls.streamMetadata).toBe(calls); // nothing to change: not even read
+      await account('unlimited');
+      await runLogRetentionPass({ store, readModels, plans: DEFAULT_PLANS, now });
+      expect(await metadata()).toEqual({ maxAge: maxAgeSecondsFor(365), truncateBefore: 1 });
+      expect((await store.readStream(usageStream('acc_1'))).map((e) => e.revision)).toEqual([1, 2]);
     } finally {
       await store.close();
       await readModels.close();
