@@ -1,7 +1,8 @@
 import { FetchRequest, JsonRpcProvider } from 'ethers';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { USAGE_EVENT_TYPE, type UsageRecord } from '../../src/domain/usage.js';
+import type { UsageRecord } from '../../src/domain/usage.js';
 import { INVALIDATION_TOPIC } from '../../src/projections/runner.js';
+import { recordedCalls } from '../support/usageLog.js';
 import { startGanache, type GanacheNode } from '../support/ganache.js';
 import { ADMIN_TOKEN, owner, startTestApp, type TestApp } from '../support/testApp.js';
 import { eventually } from '../support/eventually.js';
@@ -38,8 +39,7 @@ async function newToken(plan?: string, fields: Record<string, unknown> = {}) {
   return { ...o, token: res.json().token as string, tokenId: res.json().id as string, expiresAt: res.json().expires_at as string | null };
 }
 
-const usageOf = async (accountId: string): Promise<UsageRecord[]> =>
-  (await t.runtime.store.readStream(`usage-${accountId}`)).filter((e) => e.type === USAGE_EVENT_TYPE).map((e) => e.data as unknown as UsageRecord);
+const usageOf = async (accountId: string): Promise<UsageRecord[]> => recordedCalls(t.runtime.store, accountId);
 
 // Both ways the embedded default can run: its stores on a thread of their own (the default), or on the main thread.
 describe.each(['on', 'off'])('STORAGE_THREAD=%s', (storageThread) => {

@@ -2,8 +2,8 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { USAGE_EVENT_TYPE } from '../../src/domain/usage.js';
 import { PostgresEventStore } from '../../src/infra/eventstore/postgres.js';
+import { recordedCalls } from '../support/usageLog.js';
 import { type FakeUpstream, startFake } from '../support/fakeUpstreams.js';
 import { type PrivatePostgres, privatePostgresUnavailable, startPrivatePostgres } from '../support/privatePostgres.js';
 import { startTestRedisServer, type TestRedisServer } from '../support/redisServer.js';
@@ -138,8 +138,7 @@ describe.skipIf(unavailable !== null)(unavailable ? `PostgreSQL restart under lo
 
     const store = await PostgresEventStore.open(pg.url, { poolSize: 2 });
     try {
-      const recorded = async (): Promise<string[]> =>
-        (await store.readStream(`usage-${accountId}`)).filter((e) => e.type === USAGE_EVENT_TYPE).map((e) => (e.data as { requestId: string }).requestId);
+      const recorded = async (): Promise<string[]> => (await recordedCalls(store, accountId)).map((c) => c.requestId);
       await waitFor(30_000, 'every call made is recorded', async () => {
         const ids = new Set(await recorded());
         return made.every((id) => ids.has(id));

@@ -5,8 +5,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { loadConfig } from '../../src/config.js';
-import { USAGE_EVENT_TYPE } from '../../src/domain/usage.js';
 import { LevelEventStore } from '../../src/infra/eventstore/level.js';
+import { recordedCalls } from '../support/usageLog.js';
 import { startTestRedisServer } from '../support/redisServer.js';
 import { startService } from '../support/serviceProcess.js';
 
@@ -133,9 +133,10 @@ describe('a running service', () => {
     expect(answered).toBeGreaterThan(50);
 
     const store = await LevelEventStore.open(join(dataDir, 'eventstore'));
-    const events = await store.readStream(`usage-${accountId}`);
+    const calls = await recordedCalls(store, accountId);
     await store.close();
-    expect(new Set(events.filter((e) => e.type === USAGE_EVENT_TYPE).map((e) => e.id)).size).toBe(answered);
+    expect(new Set(calls.map((c) => c.requestId)).size).toBe(answered);
+    expect(calls).toHaveLength(answered);
 
     const logs = service.output();
     const requestLines = logs.split('\n').filter((line) => line.includes('"msg":"incoming request"'));

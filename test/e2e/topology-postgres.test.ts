@@ -3,8 +3,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { JsonRpcProvider } from 'ethers';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { USAGE_EVENT_TYPE } from '../../src/domain/usage.js';
 import { PostgresEventStore } from '../../src/infra/eventstore/postgres.js';
+import { recordedCalls } from '../support/usageLog.js';
 import { GANACHE_ACCOUNT_0, type GanacheNode, startGanache } from '../support/ganache.js';
 import { createTestDatabase, postgresUnavailable, type TestDatabase } from '../support/postgres.js';
 import { startTestRedisServer, type TestRedisServer } from '../support/redisServer.js';
@@ -123,9 +123,9 @@ describe.skipIf(unavailable !== null)(unavailable ? `topology on PostgreSQL (ski
     // Every call shows in the metrics API within 5 s: as many requests as usage events recorded.
     const store = await PostgresEventStore.open(db.url, { poolSize: 2 });
     const recordedIds = async (): Promise<Set<string>> => {
-      const events = (await store.readStream(`usage-${accountId}`)).filter((e) => e.type === USAGE_EVENT_TYPE);
-      const ids = new Set(events.map((e) => (e.data as { requestId: string }).requestId));
-      expect(ids.size, 'no call recorded twice').toBe(events.length);
+      const calls = await recordedCalls(store, accountId);
+      const ids = new Set(calls.map((c) => c.requestId));
+      expect(ids.size, 'no call recorded twice').toBe(calls.length);
       return ids;
     };
     const metricsTotal = async (): Promise<number> => {
