@@ -4,10 +4,10 @@ import { join } from 'node:path';
 import { Worker } from 'node:worker_threads';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { planCatalog } from '../../src/domain/plans.js';
-import { usageStream } from '../../src/domain/usage.js';
 import { EventStoreError } from '../../src/infra/eventstore/errors.js';
 import { LevelEventStore } from '../../src/infra/eventstore/level.js';
 import { openStorageThread, type StorageThread } from '../../src/infra/storagethread/index.js';
+import { recordedCalls } from '../support/usageLog.js';
 import { category, describeEventStoreContract, newEvent } from './eventstore.contract.js';
 import { readModelStoreContract } from './readmodels.contract.js';
 import { usageRecord } from './usagequeue.contract.js';
@@ -51,7 +51,7 @@ describe('the storage thread', () => {
     const records = Array.from({ length: 300 }, () => usageRecord({ accountId }));
     for (const r of records.slice(0, 200)) first.usageQueue.enqueue(r);
     await first.ingester.whenDrained(10_000);
-    expect(await first.store.readStream(usageStream(accountId))).toHaveLength(200);
+    expect(await recordedCalls(first.store, accountId)).toHaveLength(200);
     const head = await first.store.headPosition();
     await first.projector.waitFor(head as string);
     expect(first.projector.isCaughtUp).toBe(true);
@@ -62,8 +62,8 @@ describe('the storage thread', () => {
 
     const second = await open(dataDir);
     try {
-      const events = await second.store.readStream(usageStream(accountId));
-      expect(events.map((e) => e.data.requestId)).toEqual(records.map((r) => r.requestId));
+      const calls = await recordedCalls(second.store, accountId);
+      expect(calls.map((c) => c.requestId)).toEqual(records.map((r) => r.requestId));
     } finally {
       await second.close();
     }

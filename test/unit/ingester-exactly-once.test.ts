@@ -5,7 +5,7 @@ import { afterAll, describe, expect, it, vi } from 'vitest';
 import { type UsageRecord, usageStream } from '../../src/domain/usage.js';
 import { usageCallsThrough } from '../../src/domain/usageBatch.js';
 import { LevelEventStore } from '../../src/infra/eventstore/level.js';
-import type { EventStore, NewEvent } from '../../src/infra/eventstore/port.js';
+import type { EventStore, NewEvent, StoredEvent } from '../../src/infra/eventstore/port.js';
 import { ExactlyOnceAppender, type ExactlyOnceOptions } from '../../src/infra/usage/exactlyOnce.js';
 import { UsageIngester, usageBatchCodec } from '../../src/infra/usage/ingester.js';
 import { MemoryUsageBackend, MemoryUsageQueue } from '../../src/infra/usage/memory.js';
@@ -248,6 +248,35 @@ describe('ExactlyOnceAppender', () => {
     expect(reads).toHaveBeenCalledTimes(1);
     expect(reads.mock.calls[0]?.[1]?.fromRevision).toBeGreaterThan(0);
     expectEachOnce(await callIds(store, 'usage-a'), [...history, regrouped.at(-1) as UsageRecord]);
+    await store.close();
+  });
+
+  it('on a stream whose start retention dropped, looks back no further than what is left, and numbers calls on', async () => {
+    const store = await openLevelStore();
+    const appender = new ExactlyOnceAppender(store, usageBatchCodec, { clockSkewMs: 5 });
+    const history: UsageRecord[] = [];
+    for (let i = 0; i < 40; i++) {
+      const batch = [usageRecord(), usageRecord()];
+      history.push(...batch);
+      await appender.append('usage-a', batch, Date.now());
+    }
+    await store.truncateBefore('usage-a', 30);
+    const reads = vi.spyOn(store, 'readStream');
+    const restarted = new ExactlyOnceAppender(store, usageBatchCodec, { clockSkewMs: 60_000 });
+    // Every record is older than the window: the whole remaining stream is looked through, once.
+    const redelivered = [...history.slice(-4), usageRecord()];
+    expect(await restarted.append('usage-a', redelivered, Date.parse((history[0] as UsageRecord).at))).toMatchObject({ appended: 1, duplicates: 4 });
+    expect(reads.mock.calls.length).toBeLessThanOrEqual(3);
+    const events = await store.readStream('usage-a');
+    expect((events.at(-1) as StoredEvent).data['first']).toBe(80);
+
+    // All of it dropped: a fresh appender numbers its calls past any the stream could have used.
+    await store.truncateBefore('usage-a', 41);
+    const again = new ExactlyOnceAppender(store, usageBatchCodec);
+    expect(await again.append('usage-a', [usageRecord()], Date.now())).toMatchObject({ appended: 1 });
+    const [last] = await store.readStream('usage-a');
+    expect(Number.isSafeInteger(last?.data['first'])).toBe(true);
+    expect(last?.data['first'] as number).toBeGreaterThan(80);
     await store.close();
   });
 

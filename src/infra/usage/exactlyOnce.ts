@@ -30,8 +30,11 @@ export interface BatchCodec<T> {
   eventOf(items: readonly T[], itemsBefore: number): NewEvent;
   /** The keys of the items a stored event records (none for another kind of event). */
   keysOf(stored: StoredEvent): string[];
-  /** How many items the stream holds up to and with `stored`. */
-  itemsThrough(stored: StoredEvent): number;
+  /**
+   * How many items the stream holds up to and with `stored`, the event at `revision`; with no
+   * event to read there (dropped by retention), a count past any the stream could have used.
+   */
+  itemsThrough(stored: StoredEvent | undefined, revision: number): number;
 }
 
 export interface AppendOutcome {
@@ -251,7 +254,9 @@ export class ExactlyOnceAppender<T> {
       return;
     }
     const [last] = await this.store.readStream(streamId, { fromRevision: view.head, maxCount: 1 });
-    if (last !== undefined && last.revision === view.head) view.items = this.codec.itemsThrough(last);
+    if (last === undefined) view.items = this.codec.itemsThrough(undefined, view.head);
+    else if (last.revision === view.head) view.items = this.codec.itemsThrough(last, last.revision);
+    // Another writer appended since: learnt again at the next try.
     else this.forget(streamId);
   }
 
@@ -271,7 +276,7 @@ export class ExactlyOnceAppender<T> {
         });
         for (const key of keys) read.add(key);
         view.head = event.revision;
-        view.items = this.codec.itemsThrough(event);
+        view.items = this.codec.itemsThrough(event, event.revision);
         view.newest = Math.max(view.newest, created + this.clockSkewMs);
       }
       if (events.length < this.readPage) return read;
@@ -291,12 +296,18 @@ export class ExactlyOnceAppender<T> {
     let done = false;
     while (low > 0 && !done) {
       const fromRevision = Math.max(0, low - page);
-      const events = await this.store.readStream(streamId, { fromRevision, maxCount: low - fromRevision });
+      // A stream whose start was dropped (retention) answers from its first event on: only those below `low` are new here.
+      const events = (await this.store.readStream(streamId, { fromRevision, maxCount: low - fromRevision })).filter((e) => e.revision < low);
+      if (events.length === 0) {
+        // Nothing below `low` any more: the window reaches the stream's start.
+        low = 0;
+        break;
+      }
       const chunk = events.map((event) => ({ created: Date.parse(event.created), keys: this.codec.keysOf(event) }));
       const last = events.at(-1);
       if (last !== undefined && last.revision === view.head) {
         view.newest = Math.min(view.newest, Date.parse(last.created) + this.clockSkewMs);
-        view.items = this.codec.itemsThrough(last);
+        view.items = this.codec.itemsThrough(last, last.revision);
       }
       pages.push(chunk);
       done = chunk.some(({ created }) => created < until) || oldest > view.newest;

@@ -315,8 +315,8 @@ export const usageBatchCodec: BatchCodec<UsageRecord> = {
     data: encodeUsageBatch((records[0] as UsageRecord).accountId, records, callsBefore),
   }),
   keysOf: usageEventRequestIds,
-  // A last event that does not say (not a usage event): numbers past any its stream could have used.
-  itemsThrough: (stored) => usageCallsThrough(stored) ?? (stored.revision + 1) * MAX_CALLS_PER_EVENT,
+  // A last event that does not say (not a usage event, or gone): numbers past any its stream could have used.
+  itemsThrough: (stored, revision) => (stored === undefined ? null : usageCallsThrough(stored)) ?? (revision + 1) * MAX_CALLS_PER_EVENT,
 };
 
 /** The earliest and latest `at` of the records (ms); NaN when one is not a time. */
