@@ -92,6 +92,8 @@ const Env = z.object({
   /** WebSocket: a ping this often (a socket that missed the previous pong is cut off), and a socket with no subscription that sent nothing this long is closed (4000). */
   WS_PING_INTERVAL_MS: z.coerce.number().int().min(100).max(600_000).default(30_000),
   WS_IDLE_TIMEOUT_MS: z.coerce.number().int().min(100).max(86_400_000).default(300_000),
+  /** With Redis: a gateway instance that stops (a crash) has its WebSocket connections uncounted within this; each live one refreshes its counts every third of it. */
+  WS_INSTANCE_TTL_MS: z.coerce.number().int().min(300).max(600_000).default(15_000),
   /** How long to wait at start for Redis, EventStoreDB and MongoDB to answer before giving up. */
   STARTUP_TIMEOUT_SECONDS: z.coerce.number().int().min(1).max(3600).default(60),
   SECURE_COOKIES: z.enum(['true', 'false']).default('false'),
@@ -168,6 +170,8 @@ export interface Config {
   responseCacheBytes: number;
   /** WebSocket keepalive (WS_PING_INTERVAL_MS) and idle timeout (WS_IDLE_TIMEOUT_MS). */
   webSockets: { pingEveryMs: number; idleTimeoutMs: number };
+  /** With Redis, how long a vanished gateway instance's WebSocket connections still count against the caps (WS_INSTANCE_TTL_MS). */
+  wsInstanceTtlMs: number;
   secureCookies: boolean;
   trustProxy: boolean;
   /** Log-in and sign-up limits, and how many password hashes run at once. */
@@ -232,6 +236,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     http: { headersTimeoutMs: e.HEADERS_TIMEOUT_MS, requestTimeoutMs: e.REQUEST_TIMEOUT_MS, keepAliveTimeoutMs: e.KEEP_ALIVE_TIMEOUT_MS },
     responseCacheBytes: Math.floor(e.RESPONSE_CACHE_MB * MIB),
     webSockets: { pingEveryMs: e.WS_PING_INTERVAL_MS, idleTimeoutMs: e.WS_IDLE_TIMEOUT_MS },
+    wsInstanceTtlMs: e.WS_INSTANCE_TTL_MS,
     secureCookies: e.SECURE_COOKIES === 'true',
     trustProxy: e.TRUST_PROXY === 'true',
     auth: {

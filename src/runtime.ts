@@ -11,6 +11,7 @@ import type { ChangeFeed } from './infra/changefeed/port.js';
 import { openEventStore } from './infra/eventstore/index.js';
 import type { EventStore, Position } from './infra/eventstore/port.js';
 import { openAttemptCounter } from './infra/attempts/index.js';
+import { type ConnectionCounter, openConnectionCounter } from './infra/wsconnections/index.js';
 import { openLimiter } from './infra/limits/index.js';
 import type { Limiter } from './infra/limits/port.js';
 import { openReadModels } from './infra/readmodels/index.js';
@@ -77,6 +78,8 @@ export interface Runtime {
   ingester: Ingester | null;
   /** Present where this process serves chain calls (roles `all` and `gateway`). */
   gateway: GatewayParts | null;
+  /** WebSocket connections per token against the plans' caps: in Redis (every gateway instance together) with REDIS_URL, else in process. */
+  wsConnections: ConnectionCounter;
   telemetry: Telemetry;
   /** Present when the process uses Redis (REDIS_URL): whether it is reachable and answering, for /readyz and /metrics. */
   redis: RedisHealth | null;
@@ -190,6 +193,9 @@ export async function openRuntime(config: Config, clock?: () => Date, options: R
   const servesApi = config.role === 'all' || config.role === 'api';
   const attempts = openAttemptCounter({ redisUrl: servesApi ? config.redisUrl : undefined });
   redisClients.push(attempts);
+  const servesGateway = config.role === 'all' || config.role === 'gateway';
+  const wsConnections = openConnectionCounter({ redisUrl: servesGateway ? config.redisUrl : undefined, instanceTtlMs: config.wsInstanceTtlMs });
+  redisClients.push(wsConnections);
   const redis = config.redisUrl ? new RedisHealth(config.redisUrl, { log: options.log ?? consoleLog }) : null;
   if (redis) redisClients.push(redis);
   if (config.redisUrl) {
@@ -296,6 +302,7 @@ export async function openRuntime(config: Config, clock?: () => Date, options: R
     projector,
     ingester,
     gateway,
+    wsConnections,
     telemetry,
     redis,
     now,
@@ -338,6 +345,7 @@ export async function openRuntime(config: Config, clock?: () => Date, options: R
       await usageQueue.close();
       await limiter.close();
       await attempts.close();
+      await wsConnections.close();
       await feed.close();
       await readModels.close();
       await store.close();

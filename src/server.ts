@@ -84,7 +84,7 @@ export async function buildServer(runtime: Runtime, options: { logger?: boolean 
     ? new ChainFront({
         trustProxy: runtime.config.trustProxy,
         nextId,
-        webSockets: { feed: runtime.feed, plans: runtime.config.plans, ...runtime.config.webSockets },
+        webSockets: { feed: runtime.feed, plans: runtime.config.plans, connections: runtime.wsConnections, ...runtime.config.webSockets },
       })
     : null;
   const timeouts = httpServerTimeouts(runtime.config.http);

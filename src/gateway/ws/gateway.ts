@@ -4,6 +4,8 @@ import type { Duplex } from 'node:stream';
 import { WebSocketServer } from 'ws';
 import type { PlanCatalog } from '../../domain/plans.js';
 import type { ChangeFeed } from '../../infra/changefeed/port.js';
+import { MemoryConnectionCounter } from '../../infra/wsconnections/memory.js';
+import type { ConnectionCounter, ConnectionVerdict } from '../../infra/wsconnections/port.js';
 import { INVALIDATION_TOPIC } from '../../projections/runner.js';
 import type { Admission, Caller } from '../admission.js';
 import { type Answer, type CallScope, localError, refusedRpc } from '../answer.js';
@@ -21,6 +23,8 @@ export interface WebSocketOptions {
   /** Where token changes arrive (the token cache's invalidations): a revoked or disabled token's sockets close. */
   feed: ChangeFeed;
   plans: PlanCatalog;
+  /** Where the plan's `ws_connections` cap is counted: Redis across instances, this process by default. */
+  connections?: ConnectionCounter;
   /** Unread bytes a client may have queued before its socket is closed (1008). */
   maxSendBufferBytes?: number;
   /** A ping this often; a socket that did not answer the previous one is cut off. */
@@ -77,6 +81,7 @@ export class WebSocketGateway implements SessionHost {
   private unsubscribe: Promise<() => Promise<void>> | null = null;
   readonly maxSendBufferBytes: number;
   private readonly idleTimeoutMs: number;
+  private readonly connections: ConnectionCounter;
 
   constructor(
     readonly calls: ChainCalls,
@@ -85,6 +90,7 @@ export class WebSocketGateway implements SessionHost {
   ) {
     this.maxSendBufferBytes = options.maxSendBufferBytes ?? 1024 * 1024;
     this.idleTimeoutMs = options.idleTimeoutMs ?? 300_000;
+    this.connections = options.connections ?? new MemoryConnectionCounter();
     // A frame over the body limit closes with 1009; ws checks it while the frame arrives.
     this.server = new WebSocketServer({ noServer: true, maxPayload: calls.limits.maxBodyBytes, perMessageDeflate: false, clientTracking: false });
     this.timer = setInterval(() => this.keepAlive(), options.pingEveryMs ?? 30_000);
@@ -130,14 +136,24 @@ export class WebSocketGateway implements SessionHost {
         const a = admitted as Admission | null;
         const dialect = pubsub as PubSubDialect | null;
         if (response.status !== 101 || a === null || !a.ok || dialect === null) return refuseUpgrade(socket, response);
-        const cap = this.connectionCap(a.caller);
-        const entry = this.tokens.get(a.caller.tokenId);
-        if (cap !== null && entry !== undefined && entry.sessions.size >= cap) {
-          const body = rpcError('null', RpcCode.limitExceeded, `Too many WebSocket connections for this token: at most ${cap} at once`);
-          return refuseUpgrade(socket, { status: 429, headers: { ...response.headers, 'content-type': JSON_CONTENT_TYPE }, body });
-        }
         if (socket.destroyed) return;
-        this.server.handleUpgrade(req, socket, head, (ws) => this.opened(new Session(ws, this, dialect, url, authorization, ip, a.caller)));
+        const cap = this.connectionCap(a.caller);
+        const counted = (verdict: ConnectionVerdict): void => {
+          if (!verdict.granted) {
+            const body = rpcError('null', RpcCode.limitExceeded, `Too many WebSocket connections for this token: at most ${cap} at once`);
+            refuseUpgrade(socket, { status: 429, headers: { ...response.headers, 'content-type': JSON_CONTENT_TYPE }, body });
+            return;
+          }
+          // Held until the TCP connection closes, whichever way: a handshake ws aborts, a client gone while Redis answered, or the session's end.
+          if (socket.destroyed) {
+            verdict.release();
+            return;
+          }
+          socket.once('close', verdict.release);
+          this.server.handleUpgrade(req, socket, head, (ws) => this.opened(new Session(ws, this, dialect, url, authorization, ip, a.caller)));
+        };
+        // The counter never rejects (it fails open); a bug there must not leave the client hanging.
+        this.connections.acquire(a.caller.tokenId, cap).then(counted, () => socket.destroy());
       },
     );
   }

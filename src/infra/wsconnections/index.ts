@@ -1,0 +1,24 @@
+import { MemoryConnectionCounter } from './memory.js';
+import type { ConnectionCounter } from './port.js';
+import { RedisConnectionCounter } from './redis.js';
+
+export type { ConnectionCounter, ConnectionVerdict } from './port.js';
+export { MemoryConnectionCounter } from './memory.js';
+export { RedisConnectionCounter } from './redis.js';
+
+export interface OpenConnectionCounterOptions {
+  /** Redis, for counts shared by every gateway instance; without it, this process counts its own. */
+  redisUrl?: string | undefined;
+  /** With Redis: how long a vanished instance's connections keep counting (WS_INSTANCE_TTL_MS). */
+  instanceTtlMs?: number;
+}
+
+/** `whenReady` resolves once the backend is connected (at startup; rejects after the timeout). */
+export type OpenedConnectionCounter = ConnectionCounter & { whenReady(timeoutMs?: number): Promise<void> };
+
+export function openConnectionCounter(options: OpenConnectionCounterOptions = {}): OpenedConnectionCounter {
+  if (options.redisUrl) {
+    return new RedisConnectionCounter(options.redisUrl, options.instanceTtlMs === undefined ? {} : { instanceTtlMs: options.instanceTtlMs });
+  }
+  return Object.assign(new MemoryConnectionCounter(), { whenReady: async () => {} });
+}
