@@ -89,6 +89,22 @@ const Env = z.object({
     .min(0)
     .max(1_048_576)
     .default(DEFAULT_CACHE_BYTES / MIB),
+  /**
+   * `on`: gateways also share the answers that can never change (final blocks, by hash, chain id)
+   * through Redis, a second level under the in-process cache (src/gateway/cache/sharedCache.ts).
+   */
+  RESPONSE_CACHE_REDIS: z.enum(['on', 'off']).default('off'),
+  /** The shared cache's own Redis (e.g. one evicting least recently used keys); REDIS_URL by default. */
+  RESPONSE_CACHE_REDIS_URL: z
+    .string()
+    .superRefine((v, ctx) => {
+      try {
+        parseRedisUrl(v);
+      } catch (error) {
+        ctx.addIssue({ code: 'custom', message: error instanceof Error ? error.message : String(error) });
+      }
+    })
+    .optional(),
   /** WebSocket: a ping this often (a socket that missed the previous pong is cut off), and a socket with no subscription that sent nothing this long is closed (4000). */
   WS_PING_INTERVAL_MS: z.coerce.number().int().min(100).max(600_000).default(30_000),
   WS_IDLE_TIMEOUT_MS: z.coerce.number().int().min(100).max(86_400_000).default(300_000),
@@ -168,6 +184,8 @@ export interface Config {
   http: { headersTimeoutMs: number; requestTimeoutMs: number; keepAliveTimeoutMs: number };
   /** The response cache's bound in bytes (RESPONSE_CACHE_MB); 0: no cache. */
   responseCacheBytes: number;
+  /** Where the response cache's shared level lives (RESPONSE_CACHE_REDIS=on); null: in process only. */
+  responseCacheRedisUrl: string | null;
   /** WebSocket keepalive (WS_PING_INTERVAL_MS) and idle timeout (WS_IDLE_TIMEOUT_MS). */
   webSockets: { pingEveryMs: number; idleTimeoutMs: number };
   /** With Redis, how long a vanished gateway instance's WebSocket connections still count against the caps (WS_INSTANCE_TTL_MS). */
@@ -213,6 +231,13 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       `ROLE=${e.ROLE} runs beside other roles and needs EVENTSTORE_URL, MONGODB_URL and REDIS_URL (DATABASE_URL may stand for either of the first two); the embedded default runs only as ROLE=all.`,
     );
   }
+  const responseCacheRedisUrl = e.RESPONSE_CACHE_REDIS === 'on' ? (e.RESPONSE_CACHE_REDIS_URL ?? e.REDIS_URL ?? null) : null;
+  if (e.RESPONSE_CACHE_REDIS === 'on' && responseCacheRedisUrl === null) {
+    throw new ConfigError('RESPONSE_CACHE_REDIS=on shares answers through Redis: it needs REDIS_URL (or RESPONSE_CACHE_REDIS_URL).');
+  }
+  if (e.RESPONSE_CACHE_REDIS === 'on' && e.RESPONSE_CACHE_MB === 0) {
+    throw new ConfigError('RESPONSE_CACHE_REDIS=on is a second level under the in-process response cache: it needs RESPONSE_CACHE_MB above 0.');
+  }
   // The chain registry is checked now too, so a broken one stops the process before anything starts.
   if (e.ROLE === 'all' || e.ROLE === 'gateway') loadChains({ env });
   return {
@@ -235,6 +260,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     startupTimeoutMs: e.STARTUP_TIMEOUT_SECONDS * 1000,
     http: { headersTimeoutMs: e.HEADERS_TIMEOUT_MS, requestTimeoutMs: e.REQUEST_TIMEOUT_MS, keepAliveTimeoutMs: e.KEEP_ALIVE_TIMEOUT_MS },
     responseCacheBytes: Math.floor(e.RESPONSE_CACHE_MB * MIB),
+    responseCacheRedisUrl,
     webSockets: { pingEveryMs: e.WS_PING_INTERVAL_MS, idleTimeoutMs: e.WS_IDLE_TIMEOUT_MS },
     wsInstanceTtlMs: e.WS_INSTANCE_TTL_MS,
     secureCookies: e.SECURE_COOKIES === 'true',

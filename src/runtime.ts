@@ -36,6 +36,7 @@ import type { Gatekeeper } from './gateway/admission.js';
 import { TokenGatekeeper } from './gateway/gatekeeper.js';
 import { TokenCache } from './gateway/tokenCache.js';
 import { UpstreamPools } from './gateway/upstream.js';
+import { openSharedCache, type SharedCache } from './gateway/cache/sharedCache.js';
 import { Telemetry } from './infra/telemetry.js';
 import { DEFAULT_RETRY } from './alerts/backoff.js';
 import { AlertEvaluator } from './alerts/evaluator.js';
@@ -212,6 +213,7 @@ export async function openRuntime(config: Config, clock?: () => Date, options: R
   const commands = new AccountCommands(store, config.plans, now, new PasswordHasher({ concurrency: config.auth.hashConcurrency }));
 
   let gateway: GatewayParts | null = null;
+  let sharedCache: SharedCache | null = null;
   const telemetry = new Telemetry({
     usageQueueDepth: () => usageQueue.depth(),
     projectionLagMs: () => projector?.lastLagMs ?? null,
@@ -224,12 +226,13 @@ export async function openRuntime(config: Config, clock?: () => Date, options: R
     const chains = loadChains({ env: config.env });
     const tokens = new TokenCache(queries);
     await tokens.listen(feed);
-    gateway = {
-      chains,
-      pools: new UpstreamPools(chains, { cacheBytes: config.responseCacheBytes }),
-      tokens,
-      gatekeeper: new TokenGatekeeper(tokens, telemetry.countDecisions(limiter), config.plans),
-    };
+    const pools = new UpstreamPools(chains, { cacheBytes: config.responseCacheBytes });
+    // Not waited for at start: a lookup Redis cannot answer goes to the node (fail open).
+    if (config.responseCacheRedisUrl && pools.cache) {
+      sharedCache = openSharedCache(config.responseCacheRedisUrl);
+      pools.cache.shareWith(sharedCache);
+    }
+    gateway = { chains, pools, tokens, gatekeeper: new TokenGatekeeper(tokens, telemetry.countDecisions(limiter), config.plans) };
   }
 
   const waitFor = async (position: Position | null): Promise<void> => {
@@ -334,6 +337,7 @@ export async function openRuntime(config: Config, clock?: () => Date, options: R
       await notify?.close();
       await gateway?.tokens.close();
       await gateway?.pools.close();
+      await sharedCache?.close();
       // What the gateway served is recorded before the process goes: drain, then stop.
       if (ingester) {
         await ingester.whenDrained(5000).catch(() => undefined);

@@ -27,7 +27,8 @@ import {
   splitBatchAnswer,
 } from './jsonrpc.js';
 import type { ResponseCache } from './cache/responseCache.js';
-import { answerWithResult, judgeBatch, judgeSingle, keepableResult, readKey } from './cache/rpcReads.js';
+import { answerWithResult, judgeBatch, judgeSingle, keepableResult, neverChanges, readKey } from './cache/rpcReads.js';
+import { sharedKey } from './cache/sharedCache.js';
 import { type CallShape, isShareable, shapeOf, shapeOfAll } from './upstreams/evmCalls.js';
 import type { ChainHeads } from './upstreams/heads.js';
 import { startsLikeJson } from './jsonScan.js';
@@ -134,6 +135,8 @@ interface ReadPlan {
   cache: ResponseCache | null;
   shape: CallShape;
   epoch: number;
+  /** Its key in the shared level, once it was looked up there (a final call missed in process); null otherwise. */
+  sharedKey: string | null;
 }
 
 function planRead(scope: CallScope, m: RpcCall): ReadPlan {
@@ -143,7 +146,7 @@ function planRead(scope: CallScope, m: RpcCall): ReadPlan {
   const epoch = heads?.epoch ?? 0;
   const cache = heads !== null && mayKeep(shape, heads) ? pool.cache : null;
   const shared = m.idText !== undefined && (cache !== null || pool.coalesces) && isShareable(m.method);
-  return { key: shared ? readKey(chain.id, m.method, m.paramsText, shape, epoch) : null, cache, shape, epoch };
+  return { key: shared ? readKey(chain.id, m.method, m.paramsText, shape, epoch) : null, cache, shape, epoch, sharedKey: null };
 }
 
 /** Keeps a read's answer when it may be kept (see keepableResult). */
@@ -151,7 +154,30 @@ function keep(pool: CallScope['pool'], plan: ReadPlan, method: string, body: Buf
   const heads = pool.heads;
   if (plan.key === null || plan.cache === null || heads === null) return;
   const result = keepableResult(body, method, plan.shape, heads, plan.epoch);
-  if (result !== null) plan.cache.set(plan.key, result, plan.shape.kind === 'head' ? heads.tracking.pollMs * 2 : undefined);
+  if (result === null) return;
+  plan.cache.set(plan.key, result, plan.shape.kind === 'head' ? heads.tracking.pollMs * 2 : undefined);
+  // Final (the shared level is asked only for calls that never change): for the other gateways, not awaited.
+  if (plan.sharedKey !== null) plan.cache.shared?.set(plan.sharedKey, result);
+}
+
+/**
+ * After an in-process miss, a final call is looked up in the shared level, if there is one and no
+ * identical call is in flight here to join; a result found is kept in process too. Undefined:
+ * not asked, or not found at once.
+ */
+function lookUpShared(scope: CallScope, m: RpcCall, plan: ReadPlan): MaybePromise<string | undefined> {
+  const { key, cache } = plan;
+  const shared = cache?.shared ?? null;
+  if (shared === null || cache === null || key === null || !neverChanges(plan.shape)) return undefined;
+  if (scope.pool.coalesces && scope.pool.waiting.has(key)) return undefined;
+  plan.sharedKey = sharedKey(scope.chain.id, m.method, m.paramsText);
+  if (plan.sharedKey === null) return undefined;
+  const found = shared.get(plan.sharedKey);
+  const fill = (result: string | undefined): string | undefined => {
+    if (result !== undefined) cache.set(key, result);
+    return result;
+  };
+  return found instanceof Promise ? found.then(fill) : fill(found);
 }
 
 /**
@@ -160,13 +186,23 @@ function keep(pool: CallScope['pool'], plan: ReadPlan, method: string, body: Buf
  * may keep. Stateful calls (filters, subscriptions) and notifications go alone.
  */
 function read(scope: CallScope, m: RpcCall, admission: Admission): MaybePromise<Answer> {
-  const { pool } = scope;
   const plan = planRead(scope, m);
   const { key, cache } = plan;
   if (key !== null && cache !== null) {
     const kept = cache.get(key);
     if (kept !== undefined) return cachedAnswer(m, admission, kept);
+    const found = lookUpShared(scope, m, plan);
+    if (found instanceof Promise)
+      return found.then((result) => (result === undefined ? sendRead(scope, m, admission, plan) : cachedAnswer(m, admission, result)));
+    if (found !== undefined) return cachedAnswer(m, admission, found);
   }
+  return sendRead(scope, m, admission, plan);
+}
+
+/** A read not answered from the cache: sharing an identical call in flight, or its own call. */
+function sendRead(scope: CallScope, m: RpcCall, admission: Admission, plan: ReadPlan): MaybePromise<Answer> {
+  const { pool } = scope;
+  const { key } = plan;
   if (key !== null && pool.coalesces) {
     const waiting = pool.waiting.get(key);
     if (waiting !== undefined) return new Promise((resolve) => waiting.push((outcome) => resolve(forwardedSingle(m, admission, outcome, 'coalesced'))));
@@ -287,19 +323,9 @@ async function serveMembers(
   const upstream: RpcCall[] = [];
   const leaders: Leader[] = [];
   let writes = false;
-  for (const m of calls) {
-    if (chain.isWriteMethod(m.method)) {
-      writes = true;
-      upstream.push(m);
-      continue;
-    }
-    const plan = planRead(scope, m);
-    const { key, cache } = plan;
-    const kept = key !== null && cache !== null ? cache.get(key) : undefined;
-    if (kept !== undefined) {
-      served.set(m.index, asMember(m, cachedAnswer(m, admission, kept)));
-      continue;
-    }
+  /** Not found in process: shares an identical call in flight, or leads one in this batch's upstream batch. */
+  const route = (m: RpcCall, plan: ReadPlan): void => {
+    const { key } = plan;
     if (key !== null && pool.coalesces) {
       const waiting = pool.waiting.get(key);
       if (waiting !== undefined) {
@@ -310,12 +336,45 @@ async function serveMembers(
           }),
         );
         sharing.push(shared);
-        continue;
+        return;
       }
       pool.waiting.set(key, []);
     }
     upstream.push(m);
     leaders.push({ m, plan });
+  };
+  /** Final members looked up in the shared level, answered or routed once every lookup is back. */
+  const lookups: Array<{ m: RpcCall; plan: ReadPlan; found: Promise<string | undefined> }> = [];
+  for (const m of calls) {
+    if (chain.isWriteMethod(m.method)) {
+      writes = true;
+      upstream.push(m);
+      continue;
+    }
+    const plan = planRead(scope, m);
+    const { key, cache } = plan;
+    let kept = key !== null && cache !== null ? cache.get(key) : undefined;
+    if (kept === undefined && key !== null && cache !== null) {
+      const found = lookUpShared(scope, m, plan);
+      if (found instanceof Promise) {
+        lookups.push({ m, plan, found });
+        continue;
+      }
+      kept = found;
+    }
+    if (kept !== undefined) {
+      served.set(m.index, asMember(m, cachedAnswer(m, admission, kept)));
+      continue;
+    }
+    route(m, plan);
+  }
+  if (lookups.length > 0) {
+    const results = await Promise.all(lookups.map((l) => l.found));
+    for (const [i, { m, plan }] of lookups.entries()) {
+      const result = results[i];
+      if (result === undefined) route(m, plan);
+      else served.set(m.index, asMember(m, cachedAnswer(m, admission, result)));
+    }
   }
   const failure = upstream.length > 0 ? await forwardBatch(scope, upstream, leaders, writes, served) : null;
   await Promise.all(sharing);

@@ -1,4 +1,5 @@
 import { LRUCache } from 'lru-cache';
+import type { SharedCache } from './sharedCache.js';
 
 /**
  * Answers that cannot change (or not before the tracked head moves), kept in process: the
@@ -8,6 +9,8 @@ import { LRUCache } from 'lru-cache';
  */
 export class ResponseCache {
   private readonly lru: LRUCache<string, string>;
+  /** The second level shared by every gateway instance (final answers only); null: in process only. */
+  private sharedLevel: SharedCache | null = null;
 
   constructor(readonly maxBytes: number) {
     // Keys hold the call's params (an eth_call's data can be kilobytes): they count too.
@@ -22,6 +25,15 @@ export class ResponseCache {
   set(key: string, resultText: string, ttlMs?: number): void {
     if ((resultText.length + key.length) * 2 + 64 > this.maxBytes / 16) return;
     this.lru.set(key, resultText, ttlMs === undefined ? undefined : { ttl: ttlMs });
+  }
+
+  get shared(): SharedCache | null {
+    return this.sharedLevel;
+  }
+
+  /** Adds the shared second level (RESPONSE_CACHE_REDIS, wired by src/runtime.ts). */
+  shareWith(shared: SharedCache): void {
+    this.sharedLevel = shared;
   }
 
   get size(): number {

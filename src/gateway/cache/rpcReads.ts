@@ -19,6 +19,13 @@ export function readKey(chainId: string, method: string, paramsText: string | un
   return `${chainId}\u0001${method}\u0001${paramsText ?? ''}\u0001${context}`;
 }
 
+/**
+ * Whether an answer to a call of this shape, once kept, can never change: a static answer, one at
+ * a final block number or by a final block's hash (keepableResult judges finality). These may be
+ * shared between gateway instances (sharedCache.ts); answers kept for the current head may not.
+ */
+export const neverChanges = (shape: CallShape): boolean => shape.kind === 'static' || shape.kind === 'number' || shape.kind === 'hash';
+
 /** A node's answer to a call it could not serve for lack of old state (a pruned full node). */
 const ARCHIVE_ERRORS = ['missing trie node', 'header not found', 'historical state', 'state is not available', 'pruned'];
 
