@@ -162,7 +162,16 @@ export function usageQueueContract(name: string, newHarness: () => Promise<Queue
 
       // The dying ingester: read a batch, appended its first half, crashed before the ack.
       const batch = await readAll(victim, 200);
-      await store.append(usageStream('acc1'), [usageBatchCodec.eventOf(batch.slice(0, 100).map(({ record }) => record), 0)], 'any');
+      await store.append(
+        usageStream('acc1'),
+        [
+          usageBatchCodec.eventOf(
+            batch.slice(0, 100).map(({ record }) => record),
+            0,
+          ),
+        ],
+        'any',
+      );
       await victim.close();
 
       const restarted = await harness.connect('ingester-1');
