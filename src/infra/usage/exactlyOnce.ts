@@ -13,9 +13,15 @@ export interface ExactlyOnceOptions {
    * forgotten stream costs a refused append and a read of its tail the next time.
    */
   maxStreams?: number;
-  /** Item keys remembered in all; beyond, the keys of the least recently used streams go first. */
+  /**
+   * Item keys remembered in all; beyond, the keys of the least recently used streams go first.
+   * The window is twice the clock skew behind the records: 1,000,000 covers 20 s at 50,000
+   * records a second (~70 MB). A window capped below that is read back from the stream for
+   * every batch: at 20,000 records a second into one stream, 200,000 keys made the ingester
+   * re-read and re-add ~10 s of keys per append, and it fell behind.
+   */
   maxIds?: number;
-  /** Item keys remembered per stream at most. */
+  /** Item keys remembered per stream at most (see maxIds). */
   maxIdsPerStream?: number;
   /** Events read at once at most when looking back into a stream. */
   readPage?: number;
@@ -116,8 +122,8 @@ export class ExactlyOnceAppender<T> {
   ) {
     this.clockSkewMs = options.clockSkewMs ?? 10_000;
     this.maxStreams = options.maxStreams ?? 200_000;
-    this.maxIds = options.maxIds ?? 500_000;
-    this.maxIdsPerStream = Math.min(options.maxIdsPerStream ?? 200_000, this.maxIds);
+    this.maxIds = options.maxIds ?? 1_000_000;
+    this.maxIdsPerStream = Math.min(options.maxIdsPerStream ?? 1_000_000, this.maxIds);
     this.readPage = options.readPage ?? 500;
     this.now = options.now ?? Date.now;
   }
