@@ -218,6 +218,7 @@ export async function openRuntime(config: Config, clock?: () => Date, options: R
     usageQueueDepth: () => usageQueue.depth(),
     projectionLagMs: () => projector?.lastLagMs ?? null,
     cachedTokens: () => gateway?.tokens.size ?? 0,
+    sharedCache: () => sharedCache?.stats ?? null,
     upstreams: () => gateway?.pools.health() ?? {},
     redis: redis ? () => redis.snapshot() : undefined,
     unjournaledRecords: journaled ? () => journaled.journal.unjournaled : undefined,

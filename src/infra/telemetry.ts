@@ -14,10 +14,26 @@ export interface WebSocketCounts {
 }
 
 /** What the scrape reads at that moment (queue depth, projection lag, upstream health...). */
+/** What the shared response cache counts (src/gateway/cache/sharedCache.ts), since start. */
+export interface SharedCacheCounts {
+  hits: number;
+  misses: number;
+  late: number;
+  errors: number;
+  skipped: number;
+  rejected: number;
+  writes: number;
+  writeErrors: number;
+  writesSkipped: number;
+  pauses: number;
+}
+
 export interface TelemetrySources {
   usageQueueDepth?(): Promise<number>;
   projectionLagMs?(): number | null;
   cachedTokens?(): number;
+  /** The response cache shared through Redis, when on (RESPONSE_CACHE_REDIS): its counters since start. */
+  sharedCache?(): SharedCacheCounts | null;
   upstreams?(): Record<string, UpstreamSnapshot[]>;
   /** Present when the process uses Redis. */
   redis?(): RedisHealthSnapshot;
@@ -272,6 +288,34 @@ export class Telemetry {
       registers,
       collect() {
         if (sources.cachedTokens) this.set(sources.cachedTokens());
+      },
+    });
+    const counted = new Map<string, number>();
+    new Counter({
+      name: 'gateway_shared_cache_operations_total',
+      help: 'The response cache shared through Redis (RESPONSE_CACHE_REDIS), by operation and outcome: lookups hit, miss, late (past the deadline), error, skipped (paused or not connected), rejected (a value that failed its check); writes sent, error, skipped; pauses after failures',
+      labelNames: ['operation', 'outcome'],
+      registers,
+      collect() {
+        const stats = sources.sharedCache?.();
+        if (!stats) return;
+        const rows: Array<[string, string, number]> = [
+          ['lookup', 'hit', stats.hits],
+          ['lookup', 'miss', stats.misses],
+          ['lookup', 'late', stats.late],
+          ['lookup', 'error', stats.errors],
+          ['lookup', 'skipped', stats.skipped],
+          ['lookup', 'rejected', stats.rejected],
+          ['write', 'sent', stats.writes],
+          ['write', 'error', stats.writeErrors],
+          ['write', 'skipped', stats.writesSkipped],
+          ['pause', 'paused', stats.pauses],
+        ];
+        for (const [operation, outcome, value] of rows) {
+          const key = `${operation}/${outcome}`;
+          this.inc({ operation, outcome }, value - (counted.get(key) ?? 0));
+          counted.set(key, value);
+        }
       },
     });
     const pendingCache = this.pendingCache;
