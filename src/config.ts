@@ -14,6 +14,15 @@ export type Role = (typeof ROLES)[number];
 
 const MIB = 1024 * 1024;
 
+/** One Redis (redis://, rediss://) or a Redis Cluster by some of its nodes (redis+cluster://host:port[,host:port…]). */
+const redisUrl = z.string().superRefine((v, ctx) => {
+  try {
+    parseRedisUrl(v);
+  } catch (error) {
+    ctx.addIssue({ code: 'custom', message: error instanceof Error ? error.message : String(error) });
+  }
+});
+
 const url = (protocols: string[]) =>
   z.string().refine(
     (v) => {
@@ -36,16 +45,7 @@ const Env = z.object({
   /** PostgreSQL: the event store where EVENTSTORE_URL is unset, the read models where MONGODB_URL is. */
   DATABASE_URL: url(['postgres:', 'postgresql:']).optional(),
   /** One Redis (redis://, rediss://) or a Redis Cluster by some of its nodes (redis+cluster://host:port[,host:port…]). */
-  REDIS_URL: z
-    .string()
-    .superRefine((v, ctx) => {
-      try {
-        parseRedisUrl(v);
-      } catch (error) {
-        ctx.addIssue({ code: 'custom', message: error instanceof Error ? error.message : String(error) });
-      }
-    })
-    .optional(),
+  REDIS_URL: redisUrl.optional(),
   /** Usage records are spread over this many Redis streams by account (default 1 on one Redis, 16 on a cluster); never lower it while records wait. */
   USAGE_STREAMS: z.coerce.number().int().min(1).max(1024).optional(),
   PLANS_CONFIG: z.string().optional(),
@@ -95,16 +95,7 @@ const Env = z.object({
    */
   RESPONSE_CACHE_REDIS: z.enum(['on', 'off']).default('off'),
   /** The shared cache's own Redis (e.g. one evicting least recently used keys); REDIS_URL by default. */
-  RESPONSE_CACHE_REDIS_URL: z
-    .string()
-    .superRefine((v, ctx) => {
-      try {
-        parseRedisUrl(v);
-      } catch (error) {
-        ctx.addIssue({ code: 'custom', message: error instanceof Error ? error.message : String(error) });
-      }
-    })
-    .optional(),
+  RESPONSE_CACHE_REDIS_URL: redisUrl.optional(),
   /** WebSocket: a ping this often (a socket that missed the previous pong is cut off), and a socket with no subscription that sent nothing this long is closed (4000). */
   WS_PING_INTERVAL_MS: z.coerce.number().int().min(100).max(600_000).default(30_000),
   WS_IDLE_TIMEOUT_MS: z.coerce.number().int().min(100).max(86_400_000).default(300_000),

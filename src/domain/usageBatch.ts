@@ -1,3 +1,4 @@
+import { isInt, isIntOrNull, isString, isStringOrNull } from './guards.js';
 import { sha256Hex } from './sha256.js';
 import { USAGE_EVENT_TYPE, type UsageRecord } from './usage.js';
 
@@ -212,10 +213,6 @@ export function encodeUsageBatch(accountId: string, records: readonly UsageRecor
 
 const isArrayOf = <T>(value: unknown, length: number, item: (v: unknown) => v is T): value is T[] =>
   Array.isArray(value) && value.length === length && value.every(item);
-const isInt = (v: unknown): v is number => Number.isSafeInteger(v);
-const isString = (v: unknown): v is string => typeof v === 'string';
-const isIntOrNull = (v: unknown): v is number | null => v === null || isInt(v);
-const isStringOrNull = (v: unknown): v is string | null => v === null || typeof v === 'string';
 const CACHE_USES = new Set<unknown>(['hit', 'miss', 'coalesced', 'hedged', null]);
 
 function isShape(v: unknown): v is Shape {

@@ -18,13 +18,19 @@ export interface WebSocketCounts {
 export interface SharedCacheCounts {
   hits: number;
   misses: number;
+  /** Lookups answered after their deadline (or never): counted as misses by the caller. */
   late: number;
+  /** Lookups whose command failed. */
   errors: number;
+  /** Lookups not sent: paused after failures, or the connection not ready. */
   skipped: number;
+  /** Values found that failed their check (garbage, truncated, another key's): served as misses. */
   rejected: number;
   writes: number;
   writeErrors: number;
+  /** Writes not sent: too big, paused, not ready, or too many unanswered. */
   writesSkipped: number;
+  /** Times lookups were paused after failures. */
   pauses: number;
 }
 

@@ -1,3 +1,4 @@
+import { isInt, isNonNegative, isStringOrNull } from '../domain/guards.js';
 import { USAGE_EVENT_TYPE, type UsageRecord } from '../domain/usage.js';
 import { decodeUsageBatch, MAX_CALLS_PER_EVENT, USAGE_BATCH_EVENT_TYPE } from '../domain/usageBatch.js';
 import type { StoredEvent } from '../infra/eventstore/port.js';
@@ -9,10 +10,6 @@ import type { StoredEvent } from '../infra/eventstore/port.js';
  * `UsageRecord.safeParse` (test/unit/usage-record.test.ts), a few times faster than zod,
  * and the event's own data object instead of a copy.
  */
-
-const isInt = (v: unknown): v is number => Number.isSafeInteger(v);
-const isNonNegative = (v: unknown): v is number => typeof v === 'number' && Number.isFinite(v) && v >= 0;
-const isStringOrNull = (v: unknown): v is string | null => v === null || typeof v === 'string';
 
 /** The data of a usage event as a record, or null when it does not have the record's shape. */
 export function asUsageRecord(data: Record<string, unknown>): UsageRecord | null {

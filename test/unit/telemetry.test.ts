@@ -196,7 +196,7 @@ describe('telemetry: event loop delay', () => {
 
 describe('telemetry: the response cache shared through Redis', () => {
   const counts = { hits: 0, misses: 0, late: 0, errors: 0, skipped: 0, rejected: 0, writes: 0, writeErrors: 0, writesSkipped: 0, pauses: 0 };
-  const valueOf = (text: string, operation: string, outcome: string): number | null => {
+  const operationsOf = (text: string, operation: string, outcome: string): number | null => {
     const m = new RegExp(`^gateway_shared_cache_operations_total\\{operation="${operation}",outcome="${outcome}"\\} (\\d+)$`, 'm').exec(text);
     return m ? Number(m[1]) : null;
   };
@@ -205,15 +205,18 @@ describe('telemetry: the response cache shared through Redis', () => {
     const stats = { ...counts, hits: 3, misses: 2, late: 1, writes: 4 };
     const t = telemetry({ sharedCache: () => stats });
     const first = await t.metrics();
-    expect([valueOf(first, 'lookup', 'hit'), valueOf(first, 'lookup', 'miss'), valueOf(first, 'lookup', 'late'), valueOf(first, 'write', 'sent')]).toEqual([
-      3, 2, 1, 4,
-    ]);
+    expect([
+      operationsOf(first, 'lookup', 'hit'),
+      operationsOf(first, 'lookup', 'miss'),
+      operationsOf(first, 'lookup', 'late'),
+      operationsOf(first, 'write', 'sent'),
+    ]).toEqual([3, 2, 1, 4]);
     stats.hits = 10;
     stats.pauses = 1;
     const second = await t.metrics();
-    expect(valueOf(second, 'lookup', 'hit')).toBe(10);
-    expect(valueOf(second, 'pause', 'paused')).toBe(1);
-    expect(valueOf(second, 'lookup', 'miss')).toBe(2);
+    expect(operationsOf(second, 'lookup', 'hit')).toBe(10);
+    expect(operationsOf(second, 'pause', 'paused')).toBe(1);
+    expect(operationsOf(second, 'lookup', 'miss')).toBe(2);
   });
 
   it('shows nothing of it when it is off', async () => {

@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import type { MaybePromise } from '../../domain/maybePromise.js';
 import { closeClient, FAIL_FAST, type RedisClient, redisClient } from '../../infra/redis/client.js';
+import type { SharedCacheCounts } from '../../infra/telemetry.js';
 
 /**
  * The response cache's second level, shared by every gateway instance through Redis: answers
@@ -22,24 +23,8 @@ export interface SharedCache {
   close(): Promise<void>;
 }
 
-export interface SharedCacheStats {
-  hits: number;
-  misses: number;
-  /** Lookups answered after their deadline (or never): counted as misses by the caller. */
-  late: number;
-  /** Lookups whose command failed. */
-  errors: number;
-  /** Lookups not sent: paused after failures, or the connection not ready. */
-  skipped: number;
-  /** Values found that failed their check (garbage, truncated, another key's): served as misses. */
-  rejected: number;
-  writes: number;
-  writeErrors: number;
-  /** Writes not sent: too big, paused, not ready, or too many unanswered. */
-  writesSkipped: number;
-  /** Times lookups were paused after failures. */
-  pauses: number;
-}
+/** What it counts since start, as /metrics shows it. */
+export type SharedCacheStats = SharedCacheCounts;
 
 export interface SharedCacheOptions {
   /** How long a lookup may take before the call goes to the node without it. */

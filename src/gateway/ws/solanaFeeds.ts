@@ -136,11 +136,7 @@ class SolanaFeeds implements ChainFeeds {
   private readonly feeds = new SharedFeeds();
 
   constructor(chain: Chain, log: UpstreamSocketLog) {
-    this.socket = new UpstreamSocket(
-      chain.upstreams.filter((u) => u.ws !== null),
-      chain.timeoutMs,
-      log,
-    );
+    this.socket = UpstreamSocket.forChain(chain, log);
   }
 
   open(method: string, params: unknown): OpenedFeed | FeedRefusal {

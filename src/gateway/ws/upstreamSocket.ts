@@ -1,5 +1,5 @@
 import WebSocket from 'ws';
-import type { Upstream } from '../chains.js';
+import type { Chain, Upstream } from '../chains.js';
 import { rawResultOf } from './rawJson.js';
 
 /** Where the upstream socket tells what happened to it (the gateway's logger fits). */
@@ -67,6 +67,15 @@ export class UpstreamSocket {
     private readonly timeoutMs: number,
     private readonly log: UpstreamSocketLog,
   ) {}
+
+  /** The socket a chain's feeds share: over its upstreams that have a WebSocket URL. */
+  static forChain(chain: Chain, log: UpstreamSocketLog): UpstreamSocket {
+    return new UpstreamSocket(
+      chain.upstreams.filter((u) => u.ws !== null),
+      chain.timeoutMs,
+      log,
+    );
+  }
 
   /** Asks the node for a subscription; `onResult` gets each notification's result, across reconnects, until the returned function is called. */
   subscribe(request: UpstreamSubscription, onResult: OnResult): () => void {

@@ -118,32 +118,20 @@ export class PostgresEventStore implements EventStore {
 
   /** The stream's truncation point after this one (null: the stream does not exist). */
   private async moveTruncationPoint(streamId: string, revision: number): Promise<number | null> {
-    const client = await this.pool.connect();
-    let broken: Error | undefined;
-    try {
-      await client.query(`BEGIN; SELECT pg_advisory_xact_lock(${STREAM_LOCK_CLASS}, hashtext(${client.escapeLiteral(streamId)}))`);
+    return this.withStreamLocked(streamId, async (client) => {
       const { rows } = await client.query<{ head: string | null }>(`SELECT ${HEAD_SQL} AS head`, [streamId]);
       const head = rows[0]?.head == null ? null : Number(rows[0].head);
       if (head === null) {
-        await client.query('COMMIT');
         return null;
       }
       const { rows: moved } = await client.query<{ before_revision: string }>(
         `INSERT INTO es_truncations (stream_id, before_revision) VALUES ($1, $2)
-         ON CONFLICT (stream_id) DO UPDATE SET before_revision = greatest(es_truncations.before_revision, EXCLUDED.before_revision)
-         RETURNING before_revision`,
+           ON CONFLICT (stream_id) DO UPDATE SET before_revision = greatest(es_truncations.before_revision, EXCLUDED.before_revision)
+           RETURNING before_revision`,
         [streamId, Math.min(revision, head + 1)],
       );
-      await client.query('COMMIT');
       return Number(moved[0]!.before_revision);
-    } catch (error) {
-      await client.query('ROLLBACK').catch((rollbackError: unknown) => {
-        broken = rollbackError instanceof Error ? rollbackError : new Error(String(rollbackError));
-      });
-      throw error;
-    } finally {
-      client.release(broken);
-    }
+    });
   }
 
   subscribeToAll(options: SubscribeOptions = {}): Subscription {
@@ -175,33 +163,51 @@ export class PostgresEventStore implements EventStore {
     if (this.subscriptions.size === 0) void this.listener.close();
   }
 
-  private async appendOnce(streamId: string, events: NewEvent[], encoded: Encoded, expected: ExpectedRevision): Promise<AppendResult> {
+  /**
+   * Runs `body` in a transaction that holds the stream's lock, taken before any write (the
+   * transaction gets its id, its place in the global order, only once it holds the stream), and
+   * commits it; an error rolls it back, and a connection whose rollback failed is not reused.
+   */
+  private async withStreamLocked<T>(streamId: string, body: (client: pg.PoolClient) => Promise<T>): Promise<T> {
     const client = await this.pool.connect();
     let broken: Error | undefined;
     try {
-      // The lock before any write: the transaction gets its id (its place in the global order) only once it holds the stream.
       await client.query(`BEGIN; SELECT pg_advisory_xact_lock(${STREAM_LOCK_CLASS}, hashtext(${client.escapeLiteral(streamId)}))`);
+      const result = await body(client);
+      await client.query('COMMIT');
+      return result;
+    } catch (error) {
+      await client.query('ROLLBACK').catch((rollbackError: unknown) => {
+        broken = rollbackError instanceof Error ? rollbackError : new Error(String(rollbackError));
+      });
+      throw error;
+    } finally {
+      client.release(broken);
+    }
+  }
+
+  private async appendOnce(streamId: string, events: NewEvent[], encoded: Encoded, expected: ExpectedRevision): Promise<AppendResult> {
+    return this.withStreamLocked(streamId, async (client) => {
       const { rows } = await client.query<{ head: string | null; found: Array<[string, number, string, string]> | null }>(
         `SELECT ${HEAD_SQL} AS head,
-                (SELECT json_agg(json_build_array(event_id, revision, tx::text, seq::text)) FROM es_events WHERE stream_id = $1 AND event_id = ANY ($2::text[])) AS found`,
+                  (SELECT json_agg(json_build_array(event_id, revision, tx::text, seq::text)) FROM es_events WHERE stream_id = $1 AND event_id = ANY ($2::text[])) AS found`,
         [streamId, events.map((event) => event.id)],
       );
       const head = rows[0]?.head == null ? undefined : Number(rows[0].head);
       const plan = planAppend(streamId, events, expected, head, rows[0]?.found ?? []);
       if ('done' in plan) {
-        await client.query('COMMIT');
         return plan.done;
       }
       const keep = plan.keep;
       const { rows: inserted } = await client.query<{ tx: string; seq: string; revision: string }>(
         `WITH ins AS (
-           INSERT INTO es_events (stream_id, revision, event_id, type, data, metadata, created)
-           SELECT $1, $2::bigint + n, id, type, data, metadata, $7
-           FROM unnest($3::text[], $4::text[], $5::json[], $6::json[]) WITH ORDINALITY AS u(id, type, data, metadata, n)
-           ORDER BY n
-           RETURNING tx, seq, revision)
-         SELECT tx::text AS tx, seq::text AS seq, revision::text AS revision, pg_notify('${APPENDED_CHANNEL}', '') IS NULL AS notified
-         FROM ins ORDER BY ins.seq DESC LIMIT 1`,
+             INSERT INTO es_events (stream_id, revision, event_id, type, data, metadata, created)
+             SELECT $1, $2::bigint + n, id, type, data, metadata, $7
+             FROM unnest($3::text[], $4::text[], $5::json[], $6::json[]) WITH ORDINALITY AS u(id, type, data, metadata, n)
+             ORDER BY n
+             RETURNING tx, seq, revision)
+           SELECT tx::text AS tx, seq::text AS seq, revision::text AS revision, pg_notify('${APPENDED_CHANNEL}', '') IS NULL AS notified
+           FROM ins ORDER BY ins.seq DESC LIMIT 1`,
         [
           streamId,
           head ?? -1,
@@ -212,17 +218,9 @@ export class PostgresEventStore implements EventStore {
           new Date().toISOString(),
         ],
       );
-      await client.query('COMMIT');
       const last = inserted[0]!;
       return { nextExpectedRevision: Number(last.revision), position: formatPgPosition(last.tx, last.seq) };
-    } catch (error) {
-      await client.query('ROLLBACK').catch((rollbackError: unknown) => {
-        broken = rollbackError instanceof Error ? rollbackError : new Error(String(rollbackError));
-      });
-      throw error;
-    } finally {
-      client.release(broken);
-    }
+    });
   }
 
   private assertOpen(): void {
