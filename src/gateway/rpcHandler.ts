@@ -304,6 +304,24 @@ function asMember(m: RpcCall, answer: Answer): MemberServed {
 interface Leader {
   m: RpcCall;
   plan: ReadPlan;
+  /** The callers waiting on its key, as set in `pool.waiting` (null: not coalesced). */
+  waiting: Waiter[] | null;
+}
+
+type Waiter = (outcome: UpstreamOutcome) => void;
+
+/**
+ * Ends the wait on `key`, if `waiting` is still its list (released once, and never a later
+ * call's list), and hands the waiting callers `outcome` after the current caller's answer.
+ */
+function release(pool: CallScope['pool'], key: string, waiting: Waiter[], outcome: () => UpstreamOutcome): void {
+  if (pool.waiting.get(key) !== waiting) return;
+  pool.waiting.delete(key);
+  if (waiting.length === 0) return;
+  const shared = outcome();
+  setImmediate(() => {
+    for (const w of waiting) w(shared);
+  });
 }
 
 /**
@@ -338,45 +356,55 @@ async function serveMembers(
         sharing.push(shared);
         return;
       }
-      pool.waiting.set(key, []);
-    }
+      const list: Waiter[] = [];
+      pool.waiting.set(key, list);
+      leaders.push({ m, plan, waiting: list });
+    } else leaders.push({ m, plan, waiting: null });
     upstream.push(m);
-    leaders.push({ m, plan });
   };
   /** Final members looked up in the shared level, answered or routed once every lookup is back. */
   const lookups: Array<{ m: RpcCall; plan: ReadPlan; found: Promise<string | undefined> }> = [];
-  for (const m of calls) {
-    if (chain.isWriteMethod(m.method)) {
-      writes = true;
-      upstream.push(m);
-      continue;
-    }
-    const plan = planRead(scope, m);
-    const { key, cache } = plan;
-    let kept = key !== null && cache !== null ? cache.get(key) : undefined;
-    if (kept === undefined && key !== null && cache !== null) {
-      const found = lookUpShared(scope, m, plan);
-      if (found instanceof Promise) {
-        lookups.push({ m, plan, found });
+  let failure: UpstreamFailure | null;
+  try {
+    for (const m of calls) {
+      if (chain.isWriteMethod(m.method)) {
+        writes = true;
+        upstream.push(m);
         continue;
       }
-      kept = found;
+      const plan = planRead(scope, m);
+      const { key, cache } = plan;
+      let kept = key !== null && cache !== null ? cache.get(key) : undefined;
+      if (kept === undefined && key !== null && cache !== null) {
+        const found = lookUpShared(scope, m, plan);
+        if (found instanceof Promise) {
+          lookups.push({ m, plan, found });
+          continue;
+        }
+        kept = found;
+      }
+      if (kept !== undefined) {
+        served.set(m.index, asMember(m, cachedAnswer(m, admission, kept)));
+        continue;
+      }
+      route(m, plan);
     }
-    if (kept !== undefined) {
-      served.set(m.index, asMember(m, cachedAnswer(m, admission, kept)));
-      continue;
+    if (lookups.length > 0) {
+      const results = await Promise.all(lookups.map((l) => l.found));
+      for (const [i, { m, plan }] of lookups.entries()) {
+        const result = results[i];
+        if (result === undefined) route(m, plan);
+        else served.set(m.index, asMember(m, cachedAnswer(m, admission, result)));
+      }
     }
-    route(m, plan);
+    failure = upstream.length > 0 ? await forwardBatch(scope, upstream, leaders, writes, served) : null;
+  } catch (err) {
+    // Whatever went wrong, no caller waits on a call this batch will not answer.
+    const message = `the gateway could not answer this call: ${err instanceof Error ? err.message : String(err)}`;
+    const failed: UpstreamFailure = { ok: false, kind: 'unavailable', message, upstreamMs: null, upstream: null };
+    for (const { plan, waiting } of leaders) if (plan.key !== null && waiting !== null) release(pool, plan.key, waiting, () => failed);
+    throw err;
   }
-  if (lookups.length > 0) {
-    const results = await Promise.all(lookups.map((l) => l.found));
-    for (const [i, { m, plan }] of lookups.entries()) {
-      const result = results[i];
-      if (result === undefined) route(m, plan);
-      else served.set(m.index, asMember(m, cachedAnswer(m, admission, result)));
-    }
-  }
-  const failure = upstream.length > 0 ? await forwardBatch(scope, upstream, leaders, writes, served) : null;
   await Promise.all(sharing);
   return { served, failure };
 }
@@ -441,22 +469,22 @@ function forwardBatch(
       withUpstream(served.usage, failure ?? outcome, use);
       answered.set(m.index, served);
     }
+    // The waiting callers are released before anything is kept: nothing that throws leaves them waiting.
+    for (const { m, plan, waiting } of leaders) {
+      if (plan.key === null || waiting === null) continue;
+      const answer = answers?.get(m.index);
+      // Each waiting caller gets this member's answer as a single call's (its id put back by forwardedSingle).
+      release(pool, plan.key, waiting, () =>
+        failure !== null
+          ? failure
+          : answer === undefined
+            ? { ok: false, kind: 'unavailable', message: unanswered, upstreamMs: outcome.upstreamMs, upstream: outcome.upstream }
+            : { ...(outcome as UpstreamAnswer), body: Buffer.from(answer.text) },
+      );
+    }
     for (const { m, plan } of leaders) {
       const answer = answers?.get(m.index);
       if (outcome.ok && outcome.status === 200 && answer !== undefined && answer.error === null) keep(pool, plan, m.method, answer.text);
-      if (plan.key === null || !pool.coalesces) continue;
-      const waiting = pool.waiting.get(plan.key);
-      pool.waiting.delete(plan.key);
-      if (waiting === undefined || waiting.length === 0) continue;
-      // Each waiting caller gets this member's answer as a single call's (its id put back by forwardedSingle).
-      const shared: UpstreamOutcome =
-        failure ??
-        (answer === undefined
-          ? { ok: false, kind: 'unavailable', message: unanswered, upstreamMs: outcome.upstreamMs, upstream: outcome.upstream }
-          : { ...(outcome as UpstreamAnswer), body: Buffer.from(answer.text) });
-      setImmediate(() => {
-        for (const w of waiting) w(shared);
-      });
     }
     return failure;
   });

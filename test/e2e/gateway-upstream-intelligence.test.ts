@@ -339,6 +339,32 @@ describe('batches', () => {
     expect(node.calls).toHaveLength(5);
   });
 
+  it('answers a batch whose node answer holds a malformed result, keeps nothing, and answers a later identical call', async () => {
+    const { fakes, gateway, chain } = await setUp(1);
+    const [node] = fakes as [EvmNodeFake];
+    const final = chain.block(chain.finalized - 2)!;
+    // A trailing comma inside the block: the batch scan does not read into results, the cache's check of the block does.
+    node.rewrite = (body, call) => (call.body.startsWith('[') ? body.replace(']},"id"', '],},"id"') : body);
+    const byHash = { jsonrpc: '2.0', id: 'x', method: 'eth_getBlockByHash', params: [final.hash, false] };
+    const r = await fetch(`${gateway.url}/evm/${gatekeeper.token}`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify([byHash]),
+      signal: AbortSignal.timeout(3_000),
+    });
+    expect(r.status).toBe(200);
+    expect(await r.text()).toContain('"id":"x"');
+
+    // The identical call is not left waiting for the batch's answer: it gets its own, which is kept.
+    const later = await Promise.race([
+      rpc(gateway, 'eth_getBlockByHash', [final.hash, false], 'later'),
+      new Promise<never>((_, reject) => setTimeout(() => reject(new Error('the later call hangs')), 3_000)),
+    ]);
+    expect((later.body.result as { hash: string }).hash).toBe(final.hash);
+    expect(cacheOf(gateway.usage.slice(-1))).toEqual(['miss']);
+    expect(node.calls).toHaveLength(2);
+  });
+
   it('rejects a batch answer under ids it did not send: another node answers, or -32010 per member, and nothing is kept', async () => {
     const chain = new FakeEvmChain(200, 8);
     const liar = await startBatchIdLiar(chain);

@@ -37,6 +37,8 @@ export interface FakeUpstream {
   mode: FakeMode;
   /** Delay of the `slow` mode. */
   delayMs: number;
+  /** Changes an answer's text before it is sent, in the `ok` mode (a node writing broken JSON). */
+  rewrite?: (body: string, call: ReceivedCall) => string;
   reset(): void;
   close(): Promise<void>;
 }
@@ -107,7 +109,8 @@ export async function startFake(route: Route): Promise<FakeUpstream> {
     if (fake.mode === 'wrongId' && reply.body !== null && typeof reply.body === 'object' && !Array.isArray(reply.body)) {
       reply.body = { ...(reply.body as object), id: 987654 };
     }
-    const body = reply.raw ?? JSON.stringify(reply.body);
+    const text = reply.raw ?? JSON.stringify(reply.body);
+    const body = fake.mode === 'ok' && fake.rewrite ? fake.rewrite(text, call) : text;
     res.writeHead(reply.status ?? 200, { 'content-type': reply.contentType ?? 'application/json' });
     if (fake.mode === 'slowBody') {
       // Headers and half the body at once, the rest after delayMs: a node that stalls mid-answer.

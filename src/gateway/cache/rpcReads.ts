@@ -146,7 +146,14 @@ export function keepableResult(body: Buffer | string, method: string, shape: Cal
       return finalized !== null && shape.high <= finalized ? resultText : null;
     case 'hash': {
       if (finalized === null) return null;
-      const block = blockOfResult(JSON.parse(resultText));
+      // The scans that judged the answer do not read into the result: it may still be malformed.
+      let result: unknown;
+      try {
+        result = JSON.parse(resultText);
+      } catch {
+        return null;
+      }
+      const block = blockOfResult(result);
       return block !== null && block <= finalized ? resultText : null;
     }
     default:
