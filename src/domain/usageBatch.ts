@@ -272,8 +272,8 @@ export function usageEventRequestIds(event: { type: string; data: Record<string,
     return typeof requestId === 'string' && requestId.length > 0 ? [requestId] : [];
   }
   if (event.type !== USAGE_BATCH_EVENT_TYPE) return [];
-  const columns = idColumns(event.data);
-  return (columns === null ? null : requestIds(columns)) ?? [];
+  // All of it checked, not the ids alone: a batch the projections cannot read holds no call, so a redelivery of its calls is not a duplicate.
+  return decodeUsageBatch(event.data)?.map((r) => r.requestId) ?? [];
 }
 
 /**
@@ -286,6 +286,9 @@ export function usageCallsThrough(event: { type: string; revision: number; data:
   const { first, calls } = event.data;
   return isInt(first) && first >= 0 && isInt(calls) && calls >= 0 ? first + calls : null;
 }
+
+/** The largest time a Date holds (ms either side of 1970). */
+const MAX_DATE_MS = 8.64e15;
 
 /** The calls of a batch event's data, in order, or null when it is not a well-formed batch. */
 export function decodeUsageBatch(data: Record<string, unknown>): UsageRecord[] | null {
@@ -310,6 +313,8 @@ export function decodeUsageBatch(data: Record<string, unknown>): UsageRecord[] |
   let iso = '';
   for (let i = 0; i < calls; i++) {
     ms += at[i] as number;
+    // Beyond what a Date holds: not a time (toISOString would throw).
+    if (!(Math.abs(ms) <= MAX_DATE_MS)) return null;
     const odd = (columns.odd[i] ?? {}) as OddFields;
     if (odd.at !== undefined && typeof odd.at !== 'string') return null;
     if (odd.totalMs !== undefined && !(typeof odd.totalMs === 'number' && odd.totalMs >= 0)) return null;

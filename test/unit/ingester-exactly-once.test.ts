@@ -280,6 +280,34 @@ describe('ExactlyOnceAppender', () => {
     await store.close();
   });
 
+  it('when what another writer appended after its head is gone (retention), learns the stream again instead of reading forward for ever', async () => {
+    const store = await openLevelStore();
+    const mine = new ExactlyOnceAppender(store, usageBatchCodec);
+    const theirs = new ExactlyOnceAppender(store, usageBatchCodec);
+    const first = [usageRecord(), usageRecord()];
+    await mine.append('usage-a', first, Date.now());
+    const others: UsageRecord[] = [];
+    for (let i = 0; i < 4; i++) {
+      const batch = [usageRecord()];
+      others.push(...batch);
+      await theirs.append('usage-a', batch, Date.now());
+    }
+    // Revisions 1–3 (theirs) dropped; 4 stays, so mine, at head 0, is refused and finds a gap.
+    await store.truncateBefore('usage-a', 4);
+    const fresh = usageRecord();
+    const outcome = await Promise.race([
+      mine.append('usage-a', [fresh], Date.now()),
+      new Promise<never>((_, reject) => setTimeout(() => reject(new Error('append never ended')), 5_000)),
+    ]);
+    expect(outcome).toMatchObject({ appended: 1 });
+    const calls = await callIds(store, 'usage-a');
+    expect(calls).toEqual([(others.at(-1) as UsageRecord).requestId, fresh.requestId]);
+    const [last] = (await store.readStream('usage-a')).slice(-1);
+    // Numbered after the last event it read: theirs, 2 + 4 calls.
+    expect(last?.data['first']).toBe(6);
+    await store.close();
+  });
+
   it('forgets the least recently used stream beyond maxStreams, and still appends it exactly once', async () => {
     const store = new EsdbLikeEventStore();
     const appender = new ExactlyOnceAppender(store, usageBatchCodec, { maxStreams: 2 });

@@ -110,6 +110,8 @@ describe('compact usage batches', () => {
       { ...data, num: (data['num'] as number[]).map(() => -5) },
       { ...data, accountId: 7 },
       { ...data, odd: { 0: { at: 5 } } },
+      // Times beyond what a Date holds.
+      { ...data, at: (data['at'] as number[]).map(() => 9e15) },
     ];
     for (const bad of broken) expect(decodeUsageBatch(bad), JSON.stringify(bad).slice(0, 120)).toBeNull();
     expect(usageRecordsOf(stored(USAGE_BATCH_EVENT_TYPE, { calls: 'many' }, 0))).toEqual([]);

@@ -198,7 +198,14 @@ export class ExactlyOnceAppender<T> {
       }
       checked = true;
       if (pending.length === 0) return outcome;
-      if (Number.isNaN(view.items)) await this.readHead(streamId, view);
+      if (Number.isNaN(view.items)) {
+        await this.readHead(streamId, view);
+        if (this.views.get(streamId) !== view) {
+          // The head moved under it: learnt again, and the batch checked again, from the top.
+          checked = false;
+          continue;
+        }
+      }
       const event = this.codec.eventOf(pending, view.items);
       try {
         const result = await this.store.append(streamId, [event], view.head);
@@ -272,6 +279,12 @@ export class ExactlyOnceAppender<T> {
     for (;;) {
       const events = await this.store.readStream(streamId, { fromRevision: view.head + 1, maxCount: this.readPage });
       const window = this.windowOf(streamId, view);
+      if ((events[0]?.revision ?? view.head + 1) > view.head + 1) {
+        // What followed the head is gone (retention dropped it): this view no longer matches the
+        // stream; forgotten, it is learnt again from the stream's head at the next try.
+        this.forget(streamId);
+        return read;
+      }
       for (const event of events) {
         if (event.revision !== view.head + 1) continue;
         const created = Date.parse(event.created);
@@ -282,7 +295,9 @@ export class ExactlyOnceAppender<T> {
         });
         for (const key of keys) read.add(key);
         view.head = event.revision;
-        view.items = this.codec.itemsThrough(event, event.revision);
+        // Never back: an event that numbers its items below the ones before (a writer of an older
+        // version) must not make this one reuse numbers.
+        view.items = Math.max(Number.isNaN(view.items) ? 0 : view.items, this.codec.itemsThrough(event, event.revision));
         view.newest = Math.max(view.newest, created + this.clockSkewMs);
       }
       if (events.length < this.readPage) return read;
