@@ -297,12 +297,15 @@ export interface MemberAnswer {
  * Reads an upstream batch answer and returns, per forwarded call index, the answer with the
  * caller's id restored. An object (one error for the whole batch) applies to every call; calls
  * the node left unanswered are missing from the map. null: not a batch answer, or an answer
- * under an id that was not sent (another call's answer: nothing in it is trusted).
+ * under an id that was not sent (another call's answer: nothing in it is trusted). An empty body
+ * answers a batch of only notifications.
  */
 export function splitBatchAnswer(body: Buffer, calls: RpcCall[]): Map<number, MemberAnswer> | null {
   const byIndex = new Map(calls.map((c) => [c.index, c]));
   const out = new Map<number, MemberAnswer>();
   const text = body.toString('utf8');
+  // Only notifications sent: a JSON-RPC 2.0 node (geth) answers nothing, with an empty body.
+  if (skipWhitespace(text, 0) === text.length && calls.every((c) => c.idText === undefined)) return out;
   try {
     const start = documentStart(text);
     if (text.charCodeAt(start) === 0x7b) {

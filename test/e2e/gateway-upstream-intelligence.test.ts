@@ -438,6 +438,37 @@ function startBatchIdLiar(chain: FakeEvmChain): Promise<FakeUpstream> {
   });
 }
 
+describe('notifications', () => {
+  it('answers notifications and batches of only notifications with 204 when the node sends an empty body, and never counts it a failure', async () => {
+    const { fakes, gateway } = await setUp(2);
+    const send = async (body: unknown): Promise<{ status: number; text: string }> => {
+      const r = await fetch(`${gateway.url}/evm/${gatekeeper.token}`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify(body),
+      });
+      return { status: r.status, text: await r.text() };
+    };
+    gateway.usage.length = 0;
+    for (let i = 0; i < 5; i++) {
+      const batch = await send([
+        { jsonrpc: '2.0', method: 'eth_getBalance', params: ['0x01', 'latest'] },
+        { jsonrpc: '2.0', method: 'eth_chainId' },
+      ]);
+      expect(batch).toEqual({ status: 204, text: '' });
+      expect(await send({ jsonrpc: '2.0', method: 'eth_blockNumber' })).toEqual({ status: 204, text: '' });
+    }
+    // Each sent once (no node tried again), and no node has a failure to its name.
+    expect(fakes.reduce((n, f) => n + f.calls.length, 0)).toBe(10);
+    expect(gateway.pools.health().evm!.map((h) => [h.healthy, h.consecutiveFailures])).toEqual([
+      [true, 0],
+      [true, 0],
+    ]);
+    expect(gateway.usage).toHaveLength(15);
+    expect(gateway.usage.every((u) => u.rpcErrorCode === null && u.errorMessage === null && u.charged === true)).toBe(true);
+  });
+});
+
 describe('hedging', () => {
   it('sends a slow read to a second node and answers with the first answer; never hedges a write', async () => {
     const { fakes, gateway } = await setUp(2, { pool: { hedge: { quantile: 0.9, minDelayMs: 20, maxShare: 0.5 } } });

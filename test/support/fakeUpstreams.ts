@@ -164,10 +164,12 @@ function jsonRpcRoute(methods: MethodTable): Route {
     } catch {
       return { body: { jsonrpc: '2.0', error: { code: -32700, message: 'Parse error' }, id: null } };
     }
+    // Nothing to answer (only notifications): 200 and an empty body, as geth does.
     if (Array.isArray(parsed)) {
       const answers = (parsed as RpcRequest[]).filter((r) => r.id !== undefined).map(answer);
-      return { body: answers.reverse() };
+      return answers.length === 0 ? { body: null, raw: '' } : { body: answers.reverse() };
     }
+    if (typeof parsed === 'object' && parsed !== null && (parsed as RpcRequest).id === undefined) return { body: null, raw: '' };
     return { body: answer(parsed as RpcRequest) };
   };
 }

@@ -74,12 +74,14 @@ function idIsRead(body: Buffer, idText: string): boolean {
 }
 
 /**
- * Judges a node's answer to a single call sent with id `sentIdText`: not a JSON object, or
- * another call's id, is a failed node (another one is tried, nothing is kept); an error saying
+ * Judges a node's answer to a single call sent with id `sentIdText` (undefined: a notification,
+ * which an empty answer fits): not a JSON object, or another call's id, is a failed node (another one is tried, nothing is kept); an error saying
  * the node lacks old state asks for an archive node.
  */
 export function judgeSingle(body: Buffer, sentIdText: string | undefined): Verdict {
   const start = firstByte(body);
+  // A notification: a JSON-RPC 2.0 node (geth) answers nothing, with an empty body.
+  if (start === -1 && sentIdText === undefined) return 'ok';
   if (start !== 0x7b) return 'bad';
   const end = sentIdText === undefined ? -1 : idEnd(body, sentIdText);
   if (sentIdText !== undefined && end < 0 && !idIsRead(body, sentIdText)) return 'bad';
