@@ -519,7 +519,9 @@ async function batch(scope: CallScope, members: RpcMember[], granted: Set<number
     else local(m, RpcCode.limitExceeded, limitMessage(admission), retryData(admission));
   }
   const failed = failure === null ? null : upstreamFailureCodes(failure.kind);
-  const status = failed?.status ?? (calls.length > 0 ? 200 : localBatchStatus(members, granted, chain));
+  // The failure's status only when no member got an answer: clients drop a whole batch answered 5xx.
+  const failedAlone = failed !== null && [...served.values()].every((s) => s.usage.rpcErrorCode === failed.rpc);
+  const status = failedAlone ? failed.status : calls.length > 0 ? 200 : localBatchStatus(members, granted, chain);
   if (elements.length === 0) {
     const body = failed && failure ? rpcError('null', failed.rpc, failure.message) : null;
     return { status: body === null ? 204 : status, body, contentType: JSON_CONTENT_TYPE, admission, usage };

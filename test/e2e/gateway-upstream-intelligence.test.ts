@@ -365,6 +365,24 @@ describe('batches', () => {
     expect(node.calls).toHaveLength(2);
   });
 
+  it('answers a batch with 200 when the cache answered some members and the node failed the rest', async () => {
+    const { fakes, gateway } = await setUp(1, { extra: { timeoutMs: 150 } });
+    const [node] = fakes as [EvmNodeFake];
+    await rpc(gateway, 'eth_chainId');
+    node.latency = () => 1_000;
+    const { status, body } = await rpcBatch(gateway, [
+      { id: 'a', method: 'eth_chainId' },
+      { id: 'b', method: 'eth_getBalance', params: ['0x01', 'latest'] },
+    ]);
+    // Clients (viem, ethers) drop a whole batch answered 5xx, the cached member with it.
+    expect(status).toBe(200);
+    expect(body.map((a) => [a.id, a.result ?? a.error?.code])).toEqual([
+      ['a', '0x2a'],
+      ['b', -32015],
+    ]);
+    expect(cacheOf(lastBatchUsage(gateway))).toEqual(['hit', 'miss']);
+  });
+
   it('rejects a batch answer under ids it did not send: another node answers, or -32010 per member, and nothing is kept', async () => {
     const chain = new FakeEvmChain(200, 8);
     const liar = await startBatchIdLiar(chain);
