@@ -153,6 +153,30 @@ describe('heads pushed over WebSocket', () => {
   });
 });
 
+describe('a stalled head push', () => {
+  it('polls a node whose push went silent on an open socket, and follows its head', async () => {
+    const node = await startFakeWsUpstream();
+    opened.push(node);
+    for (let i = 0; i < 5; i++) node.mine();
+    const entry = chainEntry('evm', [node.httpUrl], { headPollMs: 100, finality: 2 });
+    (entry.upstreams as Array<Record<string, unknown>>)[0]!.ws = node.wsUrl;
+    const gateway = await startGateway({ gatekeeper, chains: [entry] });
+    opened.push(gateway);
+    const heads = gateway.pools.get('evm')!.heads!;
+    await rpc(gateway, 'eth_blockNumber');
+    await until(() => heads.best === 5 && node.subscribeCalls === 1);
+    node.mine();
+    await until(() => heads.best === 6);
+
+    // The node stops pushing (stuck, or a half-open connection) while its head moves: polls find it.
+    node.mine({ quiet: true });
+    node.mine({ quiet: true });
+    await until(() => heads.best === 8, 1_000);
+    expect(node.connectionsAccepted).toBe(1);
+    expect(gateway.pools.health().evm![0]).toMatchObject({ head: 8, finalized: 6, state: 'ok' });
+  });
+});
+
 describe('the finality-aware cache', () => {
   it('keeps what cannot change, answers each caller with its own id, and meters a hit as a call', async () => {
     const { fakes, gateway, chain } = await setUp(1);

@@ -11,7 +11,8 @@ import type { NewHeadsHandlers } from './newHeads.js';
  *
  * Where a node offers it (a WebSocket URL), its head is pushed (`newHeads`, see newHeads.ts): a
  * new head counts at once, not at the next poll, and the poll asks that node only for its
- * finalized block; while the push is down the node is polled as the others.
+ * finalized block; while the push is down, or silent for two poll intervals (a stuck node, a
+ * half-open connection), the node is polled as the others.
  *
  * Polling and pushes run only while the chain has traffic: a gateway serving nobody does not
  * call nodes.
@@ -87,6 +88,8 @@ export class ChainHeads {
   private polling: Promise<void> | null = null;
   /** Each node's head push while the chain has traffic (null: none, or not started). */
   private readonly pushes: Array<HeadPush | null>;
+  /** When each node's last head was pushed (ms), 0: none yet. */
+  private readonly pushedAt: number[];
 
   constructor(
     readonly tracking: HeadTracking,
@@ -97,6 +100,7 @@ export class ChainHeads {
   ) {
     this.upstreams = labels.map((label) => ({ label, head: null, hash: null, finalized: null, okAt: 0, believedHead: null, status: 'unknown' }));
     this.pushes = labels.map(() => null);
+    this.pushedAt = labels.map(() => 0);
   }
 
   /** A call arrived: keeps polling going (and starts it, and the pushes, after a quiet spell). */
@@ -123,8 +127,14 @@ export class ChainHeads {
   private pushed(index: number, head: number, hash: string | null): void {
     const u = this.upstreams[index];
     if (!u) return;
+    this.pushedAt[index] = this.now();
     const depth = this.tracking.finality;
     this.observe(index, { head, hash, finalized: typeof depth === 'number' ? Math.max(0, head - depth) : u.finalized });
+  }
+
+  /** Whether node `index`'s heads arrive by push now: subscribed, and a head pushed within two poll intervals. */
+  private pushIsLive(index: number): boolean {
+    return this.pushes[index]?.live === true && this.now() - (this.pushedAt[index] as number) <= this.tracking.pollMs * 2;
   }
 
   /**
@@ -159,7 +169,7 @@ export class ChainHeads {
 
   private async pollOne(index: number): Promise<void> {
     const byTag = this.tracking.finality === 'finalized';
-    if (this.pushes[index]?.live === true && this.upstreams[index]?.head != null) {
+    if (this.pushIsLive(index) && this.upstreams[index]?.head != null) {
       await this.refreshPushed(index, byTag);
       return;
     }
@@ -180,6 +190,10 @@ export class ChainHeads {
    */
   private async refreshPushed(index: number, byTag: boolean): Promise<void> {
     const finalized = byTag ? (blockOfAnswer(await this.probe(index, FINALIZED_BODY))?.number ?? null) : null;
+    if (byTag && finalized === null) {
+      this.failed(index);
+      return;
+    }
     // Read after the wait: a head may have been pushed meanwhile.
     const u = this.upstreams[index] as UpstreamHead;
     if (u.head === null) return;
