@@ -13,7 +13,6 @@ export interface WebSocketCounts {
   byToken: Array<{ tokenId: string; connections: number; subscriptions: number }>;
 }
 
-/** What the scrape reads at that moment (queue depth, projection lag, upstream health...). */
 /** What the shared response cache counts (src/gateway/cache/sharedCache.ts), since start. */
 export interface SharedCacheCounts {
   hits: number;
@@ -34,6 +33,7 @@ export interface SharedCacheCounts {
   pauses: number;
 }
 
+/** What the scrape reads at that moment (queue depth, projection lag, upstream health...). */
 export interface TelemetrySources {
   usageQueueDepth?(): Promise<number>;
   projectionLagMs?(): number | null;
