@@ -107,10 +107,18 @@ const MAX_UUID7_MS = 2 ** 48 - 1;
  * store then needs no index lookup to know an id is new, and LevelDB appends its id index
  * instead of scattering it (docs/decisions.md, "Usage event ids in time order").
  */
-export function usageEventId(record: Pick<UsageRecord, 'requestId' | 'at'>): string {
-  const parsed = Date.parse(record.at);
-  const ms = Number.isFinite(parsed) ? Math.min(Math.max(parsed, 0), MAX_UUID7_MS) : 0;
-  const t = ms.toString(16).padStart(12, '0');
-  const h = sha256Hex(`usage:${record.requestId}`);
+export const usageEventId = (record: Pick<UsageRecord, 'requestId' | 'at'>): string => timeOrderedId(Date.parse(record.at), `usage:${record.requestId}`);
+
+/** A UUIDv7-shaped id: its first 48 bits `ms` (clamped; 0 when not a time), the rest from `seed`'s SHA-256. */
+export function timeOrderedId(ms: number, seed: string): string {
+  const t = (Number.isFinite(ms) ? Math.min(Math.max(ms, 0), MAX_UUID7_MS) : 0).toString(16).padStart(12, '0');
+  const h = sha256Hex(seed);
   return `${t.slice(0, 8)}-${t.slice(8, 12)}-7${h.slice(13, 16)}-a${h.slice(17, 20)}-${h.slice(20, 32)}`;
 }
+
+/**
+ * `toISOString()` form of a day 1–28 (valid in every month): such a string is its own canonical
+ * form. The gateway writes times this way, so the round trip through Date (~1.5 µs a record) is
+ * left for the rest.
+ */
+export const CANONICAL_ISO = /^\d{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|1\d|2[0-8])T(?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d\.\d{3}Z$/;

@@ -1,6 +1,5 @@
 import { isInt, isIntOrNull, isString, isStringOrNull } from './guards.js';
-import { sha256Hex } from './sha256.js';
-import { USAGE_EVENT_TYPE, type UsageRecord } from './usage.js';
+import { CANONICAL_ISO, timeOrderedId, USAGE_EVENT_TYPE, type UsageRecord } from './usage.js';
 
 /**
  * One account's calls of one ingest batch as a single event, column by column: the form the
@@ -98,9 +97,6 @@ function shapeKeyOf(s: Shape): string {
   for (const v of s) if (typeof v === 'string' && KEY_MARKS.test(v)) return JSON.stringify(s);
   return s.map(keyPart).join('\u0000');
 }
-
-/** `toISOString()` form of a day 1–28 (valid in every month): its own canonical form without a round trip through Date. */
-const CANONICAL_ISO = /^\d{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|1\d|2[0-8])T(?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d\.\d{3}Z$/;
 
 /** The time in ms of an ISO text that `toISOString()` gives back exactly, else null. */
 function canonicalMs(at: string): number | null {
@@ -349,13 +345,10 @@ export function decodeUsageBatch(data: Record<string, unknown>): UsageRecord[] |
   return records;
 }
 
-/** The largest time a UUIDv7 holds: 48 bits of milliseconds. */
-const MAX_UUID7_MS = 2 ** 48 - 1;
-
 /**
  * A batch event's id, deterministic so that appending the same calls again is idempotent:
- * UUIDv7-shaped, the earliest call's time first (new events' ids sort after old ones, see
- * `usageEventId`), then the SHA-256 of the calls' request ids in order.
+ * UUIDv7-shaped, the earliest call's time first (a stream's new ids sort after its old ones:
+ * docs/decisions.md, "Usage event ids in time order"), then the SHA-256 of the calls' request ids in order.
  */
 export function usageBatchEventId(records: readonly Pick<UsageRecord, 'requestId' | 'at'>[]): string {
   let earliest = Number.POSITIVE_INFINITY;
@@ -363,8 +356,5 @@ export function usageBatchEventId(records: readonly Pick<UsageRecord, 'requestId
     const ms = Date.parse(r.at);
     if (ms < earliest) earliest = ms;
   }
-  const ms = Number.isFinite(earliest) ? Math.min(Math.max(earliest, 0), MAX_UUID7_MS) : 0;
-  const t = ms.toString(16).padStart(12, '0');
-  const h = sha256Hex(`usage-batch:${records.map((r) => r.requestId).join('\n')}`);
-  return `${t.slice(0, 8)}-${t.slice(8, 12)}-7${h.slice(13, 16)}-a${h.slice(17, 20)}-${h.slice(20, 32)}`;
+  return timeOrderedId(earliest, `usage-batch:${records.map((r) => r.requestId).join('\n')}`);
 }

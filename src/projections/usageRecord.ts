@@ -4,11 +4,12 @@ import { decodeUsageBatch, MAX_CALLS_PER_EVENT, USAGE_BATCH_EVENT_TYPE } from '.
 import type { StoredEvent } from '../infra/eventstore/port.js';
 
 /*
- * The usage projections and the exports read every UsageRecorded event. The records were
- * checked against the UsageRecord schema before they were appended, so this only guards
- * against an event that is not one (written by hand, a future shape): the same verdicts as
- * `UsageRecord.safeParse` (test/unit/usage-record.test.ts), a few times faster than zod,
- * and the event's own data object instead of a copy.
+ * The usage projections read every usage event: compact batches (src/domain/usageBatch.ts,
+ * decoded and checked there) and the one-call `UsageRecorded` events of stores written before.
+ * Those records were checked against the UsageRecord schema before they were appended, so this
+ * only guards against an event that is not one (written by hand, a future shape): the same
+ * verdicts as `UsageRecord.safeParse` (test/unit/usage-record.test.ts), a few times faster than
+ * zod, and the event's own data object instead of a copy.
  */
 
 /** The data of a usage event as a record, or null when it does not have the record's shape. */

@@ -121,7 +121,7 @@ export function usageQueueContract(name: string, newHarness: () => Promise<Queue
       await other.close();
     });
 
-    it('through the ingester: N records become exactly N UsageRecorded events, per account', async () => {
+    it('through the ingester: N records are each recorded once, in compact batch events of their own account', async () => {
       const queue = await (await newHarness()).connect('ingester-1');
       const store = new MemoryEventStore();
       const ingester = new UsageIngester({ queue, store, batchSize: 200, readBlockMs: 50 });

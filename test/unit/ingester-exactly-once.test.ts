@@ -113,7 +113,7 @@ describe.each(stores)('exactly-once usage appends on %s', (_name, open, exactlyO
     expectEachOnce(await callIds(store, usageStream('acc1')), [...before, ...after]);
     await expectCallsNumbered(store, usageStream('acc1'));
     expect(second.stats.duplicatesDropped).toBeGreaterThanOrEqual(30);
-    expect(second.stats.appendedEvents).toBe(20);
+    expect(second.stats.appendedRecords).toBe(20);
     await store.close();
   });
 

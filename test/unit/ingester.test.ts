@@ -1,11 +1,12 @@
 import { describe, expect, it } from 'vitest';
+import type { UsageRecord } from '../../src/domain/usage.js';
 import { usageStream } from '../../src/domain/usage.js';
 import type { AppendResult, EventStore, ExpectedRevision, NewEvent } from '../../src/infra/eventstore/port.js';
-import { estimatedJsonBytes, UsageIngester } from '../../src/infra/usage/ingester.js';
+import { BatchBytesBound, chunkBySize, UsageIngester, usageBatchCodec } from '../../src/infra/usage/ingester.js';
 import { MemoryUsageBackend, MemoryUsageQueue } from '../../src/infra/usage/memory.js';
 import { usageRecord } from '../contract/usagequeue.contract.js';
-import { recordedCalls } from '../support/usageLog.js';
 import { MemoryEventStore } from '../support/memoryEventStore.js';
+import { recordedCalls } from '../support/usageLog.js';
 
 /** A store that lets a test break appends: before writing, after writing, or record their sizes. */
 class FaultyStore extends MemoryEventStore {
@@ -186,15 +187,34 @@ describe('UsageIngester', () => {
     }
   });
 
-  it("estimates a record's serialized size from above, exactly for plain text", () => {
-    const plain = usageRecord();
-    const odd = usageRecord({ errorMessage: 'quote " backslash \\ newline \n tab \t control \u0001 é 漢 😀', method: 'eth_call' });
-    const long = usageRecord({ errorMessage: 'x'.repeat(500), upstreamMs: 1.2345678901234567e300, totalMs: 0.1 + 0.2, retentionDays: 365 });
-    for (const record of [plain, odd, long]) {
-      const actual = Buffer.byteLength(JSON.stringify(record));
-      const estimate = estimatedJsonBytes(record);
-      expect(estimate).toBeGreaterThanOrEqual(actual);
-      expect(estimate - actual).toBeLessThan(400);
+  it("bounds a batch event from above as calls are added, and lets an append carry thousands of the gateway's calls", () => {
+    const odd = usageRecord({ errorMessage: 'quote " backslash \\ newline \n tab \t control \u0001 é 漢 😀', method: 'eth_call', status: 502 });
+    const long = usageRecord({ errorMessage: 'x'.repeat(500), upstreamMs: 1.2345678901234567e300, totalMs: 0.1 + 0.2, retentionDays: 365, at: 'yesterday' });
+    const gateway = (i: number): UsageRecord =>
+      usageRecord({
+        requestId: `Ab3dEf7hIj9kLm1nOp-${(i * 7919).toString(36)}${i % 9 === 0 ? `:${i % 5}` : ''}`,
+        at: new Date(Date.now() - 86_400_000 + i * 1_000_003).toISOString(),
+        tokenId: `tok-${i % 10}`,
+        chain: ['eth', 'sol', 'base'][i % 3] as string,
+        method: ['eth_call', 'eth_getLogs', 'eth_blockNumber', 'getSlot'][i % 4] as string,
+        clientIp: `10.1.${i % 7}.${i % 250}`,
+        totalMs: (i % 5000) / 100,
+        upstreamMs: i % 4 === 0 ? null : (i % 4000) / 100,
+      });
+    const records = [odd, long, ...Array.from({ length: 3000 }, (_, i) => gateway(i))];
+    const bound = new BatchBytesBound();
+    for (let n = 0; n < records.length; n++) {
+      bound.add(records[n] as UsageRecord);
+      if (n % 250 === 0 || n === records.length - 1) {
+        const actual = Buffer.byteLength(JSON.stringify(usageBatchCodec.eventOf(records.slice(0, n + 1), 123_456_789)));
+        expect(bound.bytes, `after ${n + 1} calls`).toBeGreaterThanOrEqual(actual);
+      }
     }
+    // The gateway's calls: one append of 256 KiB holds over 1,000 of them.
+    const chunks = chunkBySize(
+      records.slice(2).map((record, i) => ({ ackId: String(i), record })),
+      256 * 1024,
+    );
+    expect((chunks[0] as unknown[]).length).toBeGreaterThan(1000);
   });
 });

@@ -1,7 +1,7 @@
 /**
  * Per stream, an event id at least as large (in string order) as every id in the stream, so
  * the append plan knows an id above it is new without a lookup. Usage events carry ids in time
- * order (src/domain/usage.ts), so nearly every id the ingester appends is above its stream's
+ * order (`timeOrderedId`, src/domain/usage.ts), so nearly every id the ingester appends is above its stream's
  * ceiling. The lookups they no longer make were the store's costliest per event: each one that
  * missed charged LevelDB a "seek" on a table, and enough of them compact that table: 282 MB of
  * the index store's compactions for ~450,000 usage events against 86 MB without them

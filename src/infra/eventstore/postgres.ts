@@ -190,7 +190,10 @@ export class PostgresEventStore implements EventStore {
     return this.withStreamLocked(streamId, async (client) => {
       const { rows } = await client.query<{ head: string | null; found: Array<[string, number, string, string]> | null }>(
         `SELECT ${HEAD_SQL} AS head,
-                  (SELECT json_agg(json_build_array(event_id, revision, tx::text, seq::text)) FROM es_events WHERE stream_id = $1 AND event_id = ANY ($2::text[])) AS found`,
+                  (SELECT json_agg(json_build_array(event_id, revision, tx::text, seq::text)) FROM es_events
+                    WHERE stream_id = $1 AND event_id = ANY ($2::text[])
+                      -- Rows a truncation has not deleted yet are gone all the same: their ids are free again.
+                      AND revision >= coalesce((SELECT t.before_revision FROM es_truncations t WHERE t.stream_id = $1), 0)) AS found`,
         [streamId, events.map((event) => event.id)],
       );
       const head = rows[0]?.head == null ? undefined : Number(rows[0].head);
