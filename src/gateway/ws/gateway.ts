@@ -82,6 +82,8 @@ export class WebSocketGateway implements SessionHost {
   readonly maxSendBufferBytes: number;
   private readonly idleTimeoutMs: number;
   private readonly connections: ConnectionCounter;
+  /** `close` was called: a connection counted after it is released and its socket destroyed, never opened. */
+  private closing = false;
 
   constructor(
     readonly calls: ChainCalls,
@@ -145,15 +147,22 @@ export class WebSocketGateway implements SessionHost {
             return;
           }
           // Held until the TCP connection closes, whichever way: a handshake ws aborts, a client gone while Redis answered, or the session's end.
-          if (socket.destroyed) {
+          if (socket.destroyed || this.closing) {
             verdict.release();
+            socket.destroy();
             return;
           }
           socket.once('close', verdict.release);
           this.server.handleUpgrade(req, socket, head, (ws) => this.opened(new Session(ws, this, dialect, url, authorization, ip, a.caller)));
         };
-        // The counter never rejects (it fails open); a bug there must not leave the client hanging.
-        this.connections.acquire(a.caller.tokenId, cap).then(counted, () => socket.destroy());
+        // The counter never rejects (it fails open); a bug there or in opening the session must not leave the client hanging.
+        this.connections
+          .acquire(a.caller.tokenId, cap)
+          .then(counted)
+          .catch((err: unknown) => {
+            this.calls.log.error({ err }, 'WebSocket upgrade failed');
+            socket.destroy();
+          });
       },
     );
   }
@@ -200,6 +209,7 @@ export class WebSocketGateway implements SessionHost {
 
   /** The process is stopping: every socket closes with 1001, the nodes' sockets too. */
   async close(): Promise<void> {
+    this.closing = true;
     clearInterval(this.timer);
     for (const s of this.sessions) s.close(WS_CLOSE.goingAway, 'server shutting down');
     for (const f of this.feeds.values()) f.close();
