@@ -195,7 +195,11 @@ export async function openRuntime(config: Config, clock?: () => Date, options: R
   const attempts = openAttemptCounter({ redisUrl: servesApi ? config.redisUrl : undefined });
   redisClients.push(attempts);
   const servesGateway = config.role === 'all' || config.role === 'gateway';
-  const wsConnections = openConnectionCounter({ redisUrl: servesGateway ? config.redisUrl : undefined, instanceTtlMs: config.wsInstanceTtlMs });
+  const wsConnections = openConnectionCounter({
+    redisUrl: servesGateway ? config.redisUrl : undefined,
+    instanceTtlMs: config.wsInstanceTtlMs,
+    log: options.log ?? consoleLog,
+  });
   redisClients.push(wsConnections);
   const redis = config.redisUrl ? new RedisHealth(config.redisUrl, { log: options.log ?? consoleLog }) : null;
   if (redis) redisClients.push(redis);

@@ -67,7 +67,9 @@ describe('while Redis cannot be reached', () => {
 
     it('fails open per instance, and once Redis is back every instance writes its counts again', async () => {
       const ttl = { instanceTtlMs: 900, commandTimeoutMs: 2000 };
-      const [a, b] = [new RedisConnectionCounter(server.url, ttl), new RedisConnectionCounter(server.url, ttl)];
+      const logged: string[] = [];
+      const log = { warn: (m: string) => logged.push(`warn ${m}`), info: (m: string) => logged.push(`info ${m}`) };
+      const [a, b] = [new RedisConnectionCounter(server.url, ttl), new RedisConnectionCounter(server.url, { ...ttl, log })];
       const token = `tok-${randomUUID()}`;
       const inspect = redisClient(server.url);
       try {
@@ -83,10 +85,14 @@ describe('while Redis cannot be reached', () => {
         expect(await b.acquire(token, 2)).toEqual({ granted: false, connections: 2 });
         expect((await a.acquire(token, 2)).granted).toBe(false);
         expect(b.fallbackCount).toBe(3);
+        // Said once when B starts counting on its own, not at every upgrade.
+        expect(logged).toEqual([expect.stringMatching(/^warn ws connections: Redis cannot be reached .*its own connections/)]);
 
         // Back empty (no persistence): the heartbeats write both instances' counts again.
         await server.start();
         await until(async () => (await inspect.hmget(`wsconn:{${token}}`, a.instanceId, b.instanceId)).join() === '2,2', 5000);
+        await until(() => logged.length === 2);
+        expect(logged[1]).toMatch(/^info ws connections: Redis is back/);
         const c = new RedisConnectionCounter(server.url, ttl);
         try {
           await c.whenReady();

@@ -1,6 +1,6 @@
 import { MemoryConnectionCounter } from './memory.js';
 import type { ConnectionCounter } from './port.js';
-import { RedisConnectionCounter } from './redis.js';
+import { RedisConnectionCounter, type RedisConnectionCounterOptions } from './redis.js';
 
 export type { ConnectionCounter, ConnectionVerdict } from './port.js';
 export { MemoryConnectionCounter } from './memory.js';
@@ -11,6 +11,8 @@ export interface OpenConnectionCounterOptions {
   redisUrl?: string | undefined;
   /** With Redis: how long a vanished instance's connections keep counting (WS_INSTANCE_TTL_MS). */
   instanceTtlMs?: number;
+  /** With Redis: where the start and end of counting without it are said. */
+  log?: RedisConnectionCounterOptions['log'];
 }
 
 /** `whenReady` resolves once the backend is connected (at startup; rejects after the timeout). */
@@ -18,7 +20,10 @@ export type OpenedConnectionCounter = ConnectionCounter & { whenReady(timeoutMs?
 
 export function openConnectionCounter(options: OpenConnectionCounterOptions = {}): OpenedConnectionCounter {
   if (options.redisUrl) {
-    return new RedisConnectionCounter(options.redisUrl, options.instanceTtlMs === undefined ? {} : { instanceTtlMs: options.instanceTtlMs });
+    return new RedisConnectionCounter(options.redisUrl, {
+      ...(options.instanceTtlMs === undefined ? {} : { instanceTtlMs: options.instanceTtlMs }),
+      ...(options.log === undefined ? {} : { log: options.log }),
+    });
   }
   return Object.assign(new MemoryConnectionCounter(), { whenReady: async () => {} });
 }

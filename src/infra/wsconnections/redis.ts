@@ -94,6 +94,8 @@ export interface RedisConnectionCounterOptions {
   instanceTtlMs?: number;
   /** How long a command may take before this instance decides on its own (fail open). */
   commandTimeoutMs?: number;
+  /** Told once when this instance starts counting on its own (warn), and once when Redis is back (info). */
+  log?: { warn(message: string): void; info(message: string): void };
 }
 
 /**
@@ -121,6 +123,9 @@ export class RedisConnectionCounter implements ConnectionCounter {
   /** A heartbeat's writes are under way: the next one waits for them. */
   private beating = false;
   private closed = false;
+  /** Counting on its own since a failure, until Redis answers again (logged once each way). */
+  private fallingBack = false;
+  private readonly log: RedisConnectionCounterOptions['log'];
   /** Upgrades decided without Redis (tests, diagnosis). */
   fallbackCount = 0;
   lastError: Error | null = null;
@@ -128,6 +133,7 @@ export class RedisConnectionCounter implements ConnectionCounter {
   constructor(redisUrl: string, options: RedisConnectionCounterOptions = {}) {
     this.instanceTtlMs = options.instanceTtlMs ?? 15_000;
     this.commandTimeoutMs = options.commandTimeoutMs ?? 250;
+    this.log = options.log;
     // Fail at once while disconnected: an upgrade is decided in process rather than queued.
     this.client = redisClient(redisUrl, FAIL_FAST);
     this.client.defineCommand('wsconnAcquire', { numberOfKeys: 1, lua: ACQUIRE_LUA });
@@ -146,6 +152,7 @@ export class RedisConnectionCounter implements ConnectionCounter {
       const verdict = await this.acquireInRedis(tokenId, cap);
       if (verdict === null) {
         this.fallbackCount += 1;
+        this.fellBack(this.lastError?.message ?? `Redis not connected (${this.client.status})`);
         if (!this.held.takeIfUnder(tokenId, cap)) return { granted: false, connections: this.held.held(tokenId) };
       } else if (verdict.granted) {
         this.held.add(tokenId);
@@ -190,7 +197,10 @@ export class RedisConnectionCounter implements ConnectionCounter {
     this.beating = true;
     const interval = Math.max(Math.floor(this.instanceTtlMs / 3), this.commandTimeoutMs);
     withinDeadline(Promise.all(sent), interval, () => new Error(`ws connections: the heartbeat's ${sent.length} writes took over ${interval} ms`))
-      .catch((error: unknown) => this.failed(error))
+      .then(
+        () => this.answered(),
+        (error: unknown) => this.failed(error),
+      )
       .finally(() => {
         this.beating = false;
       });
@@ -202,6 +212,7 @@ export class RedisConnectionCounter implements ConnectionCounter {
     try {
       const reply = this.commands.wsconnAcquire(keyOf(tokenId), this.instanceId, this.held.held(tokenId), this.instanceTtlMs, cap ?? -1);
       const [granted, connections] = await this.withinDeadline(reply);
+      this.answered();
       return { granted: granted === 1, connections: Number(connections) };
     } catch (error) {
       this.failed(error);
@@ -214,6 +225,7 @@ export class RedisConnectionCounter implements ConnectionCounter {
     if (!this.useRedis()) return;
     try {
       await this.withinDeadline(this.commands.wsconnSync(keyOf(tokenId), this.instanceId, mine, this.instanceTtlMs));
+      this.answered();
     } catch (error) {
       this.failed(error);
     }
@@ -240,6 +252,21 @@ export class RedisConnectionCounter implements ConnectionCounter {
   private failed(error: unknown): void {
     this.lastError = error instanceof Error ? error : new Error(String(error));
     this.skipRedisUntil = Date.now() + REDIS_COOLDOWN_MS;
+    this.fellBack(this.lastError.message);
+  }
+
+  /** This instance counts on its own: said once per outage. */
+  private fellBack(reason: string): void {
+    if (this.fallingBack || this.closed) return;
+    this.fallingBack = true;
+    this.log?.warn(`ws connections: Redis cannot be reached (${reason}); each gateway instance applies the cap to its own connections until it is back`);
+  }
+
+  /** Redis answered: the end of an outage is said once. */
+  private answered(): void {
+    if (!this.fallingBack) return;
+    this.fallingBack = false;
+    this.log?.info('ws connections: Redis is back; connections are counted across gateway instances again');
   }
 
   private withinDeadline<T>(reply: Promise<T>): Promise<T> {
