@@ -189,12 +189,21 @@ async function closeMonths(options: LogRetentionOptions, accountId: string, afte
   });
   if (months.length === 0) return 0;
   const stream = usageSummaryStream(accountId);
-  const closed = new Set((await store.readStream(stream)).filter((e) => e.type === USAGE_MONTH_CLOSED).map((e) => e.data['month']));
+  // The parts of each month the stream holds: a month is closed once all its parts are there (a
+  // pass stopped between two appends left the rest to write).
+  const written = new Map<unknown, { parts: unknown; seen: Set<unknown> }>();
+  for (const e of await store.readStream(stream)) {
+    if (e.type !== USAGE_MONTH_CLOSED) continue;
+    const month = written.get(e.data['month']) ?? { parts: e.data['parts'], seen: new Set() };
+    month.seen.add(e.data['part']);
+    written.set(e.data['month'], month);
+  }
   let count = 0;
   for (const { key, doc } of months) {
     const month = key.slice(prefix.length);
-    if (closed.has(month)) continue;
-    const parts = await summarise(rm, accountId, month, doc, new Date(nowMs).toISOString());
+    const held = written.get(month);
+    if (held !== undefined && held.seen.size === held.parts) continue;
+    const parts = (await summarise(rm, accountId, month, doc, new Date(nowMs).toISOString())).filter((part) => !held?.seen.has(part.part));
     for (let i = 0; i < parts.length; i += PARTS_PER_APPEND) {
       const events = parts.slice(i, i + PARTS_PER_APPEND).map((part) => ({
         id: usageMonthClosedId(accountId, month, part.part),

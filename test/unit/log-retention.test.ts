@@ -233,6 +233,50 @@ describe('a retention pass over the usage log', () => {
     }
   });
 
+  it('finishes a summary that a pass stopped between two appends of its parts, each part once', async () => {
+    const { store, readModels } = await open();
+    try {
+      // A month of 9,000 tokens: more parts than one append carries.
+      const tokens = Array.from({ length: 9000 }, (_, i) => `tok_${String(i).padStart(6, '0')}_${'x'.repeat(40)}`);
+      await readModels.write([
+        { op: 'put', collection: USAGE_TOTALS.byAccount, key: 'acc_1/2027-01', doc: { requests: tokens.length, errors: 0, uncharged: 0 } },
+        ...tokens.flatMap((tokenId) => [
+          {
+            op: 'put' as const,
+            collection: USAGE_TOTALS.byToken,
+            key: `${tokenId}/2027-01`,
+            doc: { requests: 1, errors: 0, uncharged: 0, lastUsedAt: '2027-01-05T00:00:00.000Z' },
+          },
+          { op: 'put' as const, collection: COLLECTIONS.tokensByAccount, key: `acc_1/${tokenId}`, doc: { tokenId } },
+        ]),
+      ]);
+      const append = store.append.bind(store);
+      let summaryAppends = 0;
+      store.append = async (streamId, events, expected) => {
+        if (streamId.startsWith('usagesummary-') && ++summaryAppends > 1) throw new Error('stopped');
+        return append(streamId, events, expected);
+      };
+      await expect(runLogRetentionPass({ store, readModels, plans: DEFAULT_PLANS, now })).rejects.toThrow('stopped');
+      store.append = append;
+      const first = (await store.readStream('usagesummary-acc_1')).map((e) => e.data as unknown as UsageMonthClosedData);
+      const parts = (first[0] as UsageMonthClosedData).parts;
+      expect(parts).toBeGreaterThan(first.length);
+
+      // The parts written are projected, as the projector does before the next pass.
+      const projector = new ProjectionRunner(store, readModels, [usageTotalsProjection]);
+      await projector.start();
+      await projector.caughtUp;
+      await projector.stop();
+      expect(await runLogRetentionPass({ store, readModels, plans: DEFAULT_PLANS, now })).toMatchObject({ monthsClosed: 1 });
+      const all = (await store.readStream('usagesummary-acc_1')).map((e) => e.data as unknown as UsageMonthClosedData);
+      expect(all.map((m) => m.part)).toEqual(Array.from({ length: parts }, (_, i) => i));
+      expect(all.flatMap((m) => m.tokens.map((t) => t.tokenId)).sort()).toEqual(tokens);
+    } finally {
+      await store.close();
+      await readModels.close();
+    }
+  });
+
   it("keeps a stream's last event when every call is past the window", async () => {
     const { store, readModels, append } = await open();
     try {
