@@ -136,7 +136,7 @@ export class LevelEventStore implements EventStore {
       const kept = await log.get(LAST_SEQ_KEY);
       const lastSeq = Math.max(lastKey === undefined ? 0 : seqOfLogKey(lastKey), kept === undefined ? 0 : Number(kept));
       if (index !== log) await indexUpTo(log, index, lastSeq);
-      for (const { streamId, cut } of await pendingTruncations(index)) await dropBefore({ log, index }, streamId, cut, lastSeq);
+      for (const { streamId, cut } of await pendingTruncations(index)) await dropBefore({ log, index }, streamId, cut, lastSeq, { resuming: true });
       return new LevelEventStore({ log, index }, lastSeq, options);
     } catch (error) {
       await log.close();

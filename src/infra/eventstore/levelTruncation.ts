@@ -1,5 +1,6 @@
 import type { ClassicLevel } from 'classic-level';
 import {
+  eventIdKey,
   eventIdRange,
   LAST_SEQ_KEY,
   logKey,
@@ -32,32 +33,50 @@ export interface DroppedSeqs {
  * a store opened after a crash in between finishes it (`resumeTruncations`). `lastSeq` is the
  * log's last sequence number, kept beside the log in case its last entry goes.
  */
-export async function dropBefore(stores: { log: Db; index: Db }, streamId: string, cut: number, lastSeq: number): Promise<DroppedSeqs | null> {
+export async function dropBefore(
+  stores: { log: Db; index: Db },
+  streamId: string,
+  cut: number,
+  lastSeq: number,
+  options: { resuming?: boolean } = {},
+): Promise<DroppedSeqs | null> {
   const { log, index } = stores;
   const range = streamRange(streamId);
   const below = { gte: range.gte, lt: streamKey(streamId, cut) };
   let first = Number.POSITIVE_INFINITY;
   let last = 0;
+  /**
+   * The ids of the events dropped, read from the log entries as they go: a stream's id keys sort
+   * by id, not revision, and reading them all for every truncation made a long stream's
+   * retention quadratic. Null when they cannot all be known that way (a truncation resumed after
+   * a crash, whose log entries may be gone already; too many to hold): then every id is read.
+   */
+  let droppedIds: string[] | null = options.resuming ? null : [];
 
-  // The log entries, run by run (a run's events are consecutive in the log).
+  // The log's last sequence number first: in case its last entry goes, a reopen must not hand it out again.
   let batch = log.batch();
+  batch.put(LAST_SEQ_KEY, pad(lastSeq));
   let deletes = 0;
+  // The log entries, run by run (a run's events are consecutive in the log).
   for await (const [key, value] of index.iterator(below)) {
     const { firstRevision, firstSeq, count } = parseStreamRun(range.gte, key, value);
     const n = Math.min(count, cut - firstRevision);
-    for (let i = 0; i < n; i++) {
-      batch.del(logKey(firstSeq + i));
+    if (n <= 0) continue;
+    for await (const [logEntry, event] of log.iterator({ gte: logKey(firstSeq), lt: logKey(firstSeq + n) })) {
+      batch.del(logEntry);
+      if (droppedIds !== null) {
+        const id = sniffEventId(event);
+        if (id === undefined || droppedIds.length >= MAX_IDS_HELD) droppedIds = null;
+        else droppedIds.push(id);
+      }
       if (++deletes % DELETES_PER_BATCH === 0) {
         await batch.write();
         batch = log.batch();
       }
     }
-    if (n > 0) {
-      first = Math.min(first, firstSeq);
-      last = Math.max(last, firstSeq + n - 1);
-    }
+    first = Math.min(first, firstSeq);
+    last = Math.max(last, firstSeq + n - 1);
   }
-  batch.put(LAST_SEQ_KEY, pad(lastSeq));
   await batch.write({ sync: true });
 
   // The runs before the cut; the last of them may go on past it.
@@ -81,18 +100,39 @@ export async function dropBefore(stores: { log: Db; index: Db }, streamId: strin
     if (kept > 0) batch.put(...streamRunEntry(streamId, cut, firstSeq + (cut - firstRevision), kept));
   }
 
-  // The ids of the dropped events (their keys sort by id, not revision: all of the stream's are read).
-  for await (const [key, value] of index.iterator(eventIdRange(streamId))) {
-    if (Number(value.slice(0, value.indexOf(' '))) >= cut) continue;
+  // The ids of the dropped events.
+  const dropId = async (key: string): Promise<void> => {
     batch.del(key);
     if (++deletes % DELETES_PER_BATCH === 0) {
       await batch.write();
       batch = index.batch();
     }
+  };
+  if (droppedIds !== null) {
+    for (const id of droppedIds) await dropId(eventIdKey(streamId, id));
+  } else {
+    for await (const [key, value] of index.iterator(eventIdRange(streamId))) {
+      if (Number(value.slice(0, value.indexOf(' '))) < cut) await dropId(key);
+    }
   }
   batch.del(pendingTruncationKey(streamId));
   await batch.write({ sync: true });
   return last > 0 ? { first, last } : null;
+}
+
+/** Ids held while a truncation reads them from the log (~50 MB); beyond, the stream's id keys are read instead. */
+const MAX_IDS_HELD = 1_000_000;
+
+const ID_FIELD = '"id":"';
+
+/** The id of an event's log value without parsing all of it (the id comes right after the stream and revision), or undefined. */
+function sniffEventId(value: string): string | undefined {
+  const at = value.indexOf(ID_FIELD);
+  if (at < 0 || at > 400) return undefined;
+  const start = at + ID_FIELD.length;
+  const end = value.indexOf('"', start);
+  const id = value.slice(start, end);
+  return end < 0 || id.includes('\\') ? undefined : id;
 }
 
 /** Truncations a crash interrupted: each stream and its cut, from the pending marks. */
