@@ -38,6 +38,13 @@ describe('sharedKey', () => {
     expect(key).toMatch(/^rc:eth:[A-Za-z0-9_-]{22}$/);
     expect(sharedKey('eth', 'eth_call', '[{"to":')).toBeNull();
   });
+
+  it('is null for a call with a number JSON.parse cannot hold exactly: two such calls would share a key', () => {
+    expect(sharedKey('sol', 'getBlock', '[18446744073709551615]')).toBeNull();
+    expect(sharedKey('sol', 'getBlock', '[18446744073709551614]')).toBeNull();
+    expect(sharedKey('eth', 'eth_feeHistory', '[1e400]')).toBeNull();
+    expect(sharedKey('eth', 'eth_feeHistory', '[4,"latest",[25,75]]')).not.toBeNull();
+  });
 });
 
 describe('canonicalJson', () => {

@@ -86,6 +86,11 @@ export function canonicalJson(value: unknown): string {
       .sort();
     return `{${names.map((name) => `${JSON.stringify(name)}:${canonicalJson(o[name])}`).join(',')}}`;
   }
+  // A number JSON.parse could not hold exactly (beyond 2^53, or beyond a double) would give two
+  // different calls one key: such a call is not shared.
+  if (typeof value === 'number' && (!Number.isFinite(value) || (Number.isInteger(value) && !Number.isSafeInteger(value)))) {
+    throw new RangeError('a number JSON cannot hold exactly');
+  }
   return JSON.stringify(value);
 }
 
