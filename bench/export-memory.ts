@@ -18,10 +18,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { loadConfig } from '../src/config.js';
-import { emit, round } from './lib/report.js';
-import { USAGE_EVENT_TYPE, type UsageRecord, usageEventId, usageStream } from '../src/domain/usage.js';
+import { USAGE_EVENT_TYPE, type UsageRecord, usageStream } from '../src/domain/usage.js';
 import { openRuntime } from '../src/runtime.js';
 import { buildServer } from '../src/server.js';
+import { usageEventId } from '../test/support/oneCallUsage.js';
+import { emit, round } from './lib/report.js';
 
 const ROWS = Number(process.argv[2] ?? 1_000_000);
 const LIMIT_MB = 100;

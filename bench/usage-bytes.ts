@@ -13,10 +13,11 @@ import { randomBytes } from 'node:crypto';
 import { mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { USAGE_EVENT_TYPE, type UsageRecord, usageEventId, usageStream } from '../src/domain/usage.js';
+import { USAGE_EVENT_TYPE, type UsageRecord, usageStream } from '../src/domain/usage.js';
 import { LevelEventStore } from '../src/infra/eventstore/level.js';
 import { UsageIngester } from '../src/infra/usage/ingester.js';
 import { MemoryUsageBackend, MemoryUsageQueue } from '../src/infra/usage/memory.js';
+import { usageEventId } from '../test/support/oneCallUsage.js';
 import { runMain } from './lib/processes.js';
 import { log } from './lib/report.js';
 

@@ -1,11 +1,12 @@
 import { randomUUID } from 'node:crypto';
-import { encodeEvent } from '../../src/domain/eventCodec.js';
 import { newId } from '../../src/commands/ids.js';
+import { encodeEvent } from '../../src/domain/eventCodec.js';
 import { type DomainEvent, STREAM } from '../../src/domain/events.js';
-import { generateToken, hashToken, maskToken } from '../../src/domain/tokenFormat.js';
 import { DEFAULT_PLANS } from '../../src/domain/plans.js';
-import { USAGE_EVENT_TYPE, type UsageRecord, usageEventId, usageStream } from '../../src/domain/usage.js';
+import { generateToken, hashToken, maskToken } from '../../src/domain/tokenFormat.js';
+import { USAGE_EVENT_TYPE, type UsageRecord, usageStream } from '../../src/domain/usage.js';
 import type { EventStore, NewEvent } from '../../src/infra/eventstore/port.js';
+import { usageEventId } from '../../test/support/oneCallUsage.js';
 
 /**
  * Writes events of the real shapes straight into a store, far faster than through the commands

@@ -101,15 +101,12 @@ export const usedQuota = (r: Pick<UsageRecord, 'status' | 'charged'>): boolean =
 const MAX_UUID7_MS = 2 ** 48 - 1;
 
 /**
- * The record's event id, deterministic so a retried append is idempotent: UUIDv7-shaped, its
- * first 48 bits the call's time (`at`, in ms; 0 when `at` is not a time) and the rest from the
- * request id's SHA-256. Time first, so a stream's new ids sort after its old ones: the embedded
+ * A UUIDv7-shaped id, deterministic so that a retried append is idempotent: its first 48 bits
+ * `ms` (clamped; 0 when not a time), the rest from `seed`'s SHA-256. Usage events get one led by
+ * their (earliest) call's time, so a stream's new ids sort after its old ones: the embedded
  * store then needs no index lookup to know an id is new, and LevelDB appends its id index
  * instead of scattering it (docs/decisions.md, "Usage event ids in time order").
  */
-export const usageEventId = (record: Pick<UsageRecord, 'requestId' | 'at'>): string => timeOrderedId(Date.parse(record.at), `usage:${record.requestId}`);
-
-/** A UUIDv7-shaped id: its first 48 bits `ms` (clamped; 0 when not a time), the rest from `seed`'s SHA-256. */
 export function timeOrderedId(ms: number, seed: string): string {
   const t = (Number.isFinite(ms) ? Math.min(Math.max(ms, 0), MAX_UUID7_MS) : 0).toString(16).padStart(12, '0');
   const h = sha256Hex(seed);

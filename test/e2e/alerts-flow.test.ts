@@ -5,12 +5,13 @@ import type { InjectOptions } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { AlertEvaluator } from '../../src/alerts/evaluator.js';
 import type { Notifier } from '../../src/alerts/notifier.js';
+import { USAGE_EVENT_TYPE, type UsageRecord, usageStream } from '../../src/domain/usage.js';
+import { verifyWebhook } from '../../src/infra/notify/signing.js';
 import { LevelReadModelStore } from '../../src/infra/readmodels/level.js';
 import { alertsProjection } from '../../src/projections/alerts.js';
 import { ProjectionRunner } from '../../src/projections/runner.js';
-import { USAGE_EVENT_TYPE, type UsageRecord, usageEventId, usageStream } from '../../src/domain/usage.js';
-import { verifyWebhook } from '../../src/infra/notify/signing.js';
 import { type FakeUpstream, type ReceivedCall, startFake } from '../support/fakeUpstreams.js';
+import { usageEventId } from '../support/oneCallUsage.js';
 import { ADMIN_TOKEN, owner, startTestApp, type TestApp } from '../support/testApp.js';
 
 /**

@@ -3,10 +3,11 @@ import { join } from 'node:path';
 import { inflateSync } from 'node:zlib';
 import type { InjectOptions } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { USAGE_EVENT_TYPE, type UsageRecord, usageEventId, usageStream } from '../../src/domain/usage.js';
+import { USAGE_EVENT_TYPE, type UsageRecord, usageStream } from '../../src/domain/usage.js';
 import type { RangeOptions } from '../../src/infra/readmodels/port.js';
 import { EXPORT_PAGE } from '../../src/projections/metricsQueries.js';
 import { USAGE_METRICS } from '../../src/projections/usageMetrics.js';
+import { usageEventId } from '../support/oneCallUsage.js';
 import { ADMIN_TOKEN, owner, startTestApp, type TestApp } from '../support/testApp.js';
 
 let t: TestApp;

@@ -3,12 +3,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { InjectOptions } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { USAGE_EVENT_TYPE, type UsageRecord, usageEventId, usageStream, usedQuota } from '../../src/domain/usage.js';
+import { USAGE_EVENT_TYPE, type UsageRecord, usageStream, usedQuota } from '../../src/domain/usage.js';
 import { LevelReadModelStore } from '../../src/infra/readmodels/level.js';
 import type { ReadModelStore } from '../../src/infra/readmodels/port.js';
 import { rebuildProjections } from '../../src/projections/rebuild.js';
 import { usageMetricsProjection } from '../../src/projections/usageMetrics.js';
 import { type GanacheNode, startGanache } from '../support/ganache.js';
+import { usageEventId } from '../support/oneCallUsage.js';
 import { ADMIN_TOKEN, owner, startTestApp, type TestApp } from '../support/testApp.js';
 
 let node: GanacheNode;

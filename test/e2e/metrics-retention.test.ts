@@ -1,8 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { USAGE_EVENT_TYPE, type UsageRecord, usageEventId, usageStream } from '../../src/domain/usage.js';
+import { USAGE_EVENT_TYPE, type UsageRecord, usageStream } from '../../src/domain/usage.js';
 import { type RetentionJob, startRetentionJob } from '../../src/projections/retention.js';
 import { MINUTE_RETENTION_DAYS } from '../../src/projections/usageExpiry.js';
 import { USAGE_METRICS } from '../../src/projections/usageMetrics.js';
+import { usageEventId } from '../support/oneCallUsage.js';
 import { ADMIN_TOKEN, owner, startTestApp, type TestApp } from '../support/testApp.js';
 
 const DAY = 86_400_000;

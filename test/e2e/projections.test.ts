@@ -2,12 +2,13 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { USAGE_EVENT_TYPE, type UsageRecord, usageEventId, usageStream } from '../../src/domain/usage.js';
+import { USAGE_EVENT_TYPE, type UsageRecord, usageStream } from '../../src/domain/usage.js';
 import { LevelReadModelStore } from '../../src/infra/readmodels/level.js';
 import type { ReadModelStore } from '../../src/infra/readmodels/port.js';
+import { PROJECTIONS } from '../../src/projections/all.js';
 import { rebuildProjections } from '../../src/projections/rebuild.js';
 import { ProjectionRunner } from '../../src/projections/runner.js';
-import { PROJECTIONS } from '../../src/projections/all.js';
+import { usageEventId } from '../support/oneCallUsage.js';
 import { ADMIN_TOKEN, owner, startTestApp, type TestApp } from '../support/testApp.js';
 
 let t: TestApp;

@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { DEFAULT_PLANS } from '../../src/domain/plans.js';
-import { USAGE_EVENT_TYPE, type UsageRecord, usageEventId, usageStream } from '../../src/domain/usage.js';
+import { USAGE_EVENT_TYPE, type UsageRecord, usageStream } from '../../src/domain/usage.js';
 import {
   type ChainMethodCount,
   SUMMARY_PART_BYTES,
@@ -23,6 +23,7 @@ import { ProjectionRunner } from '../../src/projections/runner.js';
 import { usageRecordsOf } from '../../src/projections/usageRecord.js';
 import { USAGE_TOTALS, usageTotalsProjection } from '../../src/projections/usageTotals.js';
 import { FakeEsdbServer } from '../support/esdbFakeClient.js';
+import { usageEventId } from '../support/oneCallUsage.js';
 import { applyWrites } from '../support/projectionSpec.js';
 
 const dirs: string[] = [];

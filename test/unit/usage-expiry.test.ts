@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DEFAULT_PLANS } from '../../src/domain/plans.js';
-import { USAGE_EVENT_TYPE, type UsageRecord, usageEventId, usageStream } from '../../src/domain/usage.js';
+import { USAGE_EVENT_TYPE, type UsageRecord, usageStream } from '../../src/domain/usage.js';
 import { LevelEventStore } from '../../src/infra/eventstore/level.js';
 import type { Position } from '../../src/infra/eventstore/port.js';
 import { LevelReadModelStore } from '../../src/infra/readmodels/index.js';
@@ -15,6 +15,7 @@ import { DAY_MS } from '../../src/projections/usageBuckets.js';
 import { MINUTE_RETENTION_DAYS, usageExpiryOf } from '../../src/projections/usageExpiry.js';
 import { USAGE_METRICS, usageMetricsProjection, usageWrites } from '../../src/projections/usageMetrics.js';
 import { usageRecord } from '../contract/usagequeue.contract.js';
+import { usageEventId } from '../support/oneCallUsage.js';
 
 let dir: string;
 let n = 0;
