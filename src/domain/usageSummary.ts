@@ -58,8 +58,9 @@ export type UsageMonthClosedData = z.infer<typeof UsageMonthClosedData>;
 export const SUMMARY_PART_BYTES = 256 * 1024;
 
 /** The event id of a part of an account's month: deterministic, so the month is written once however often the job tries. */
-export function usageMonthClosedId(accountId: string, month: string, part: number): string {
-  const h = sha256Hex(`usage-month-closed:${accountId}:${month}:${part}`);
+export function usageMonthClosedId(accountId: string, month: string, part: number, generation = 0): string {
+  // Generation 0 keeps the ids written before generations existed.
+  const h = sha256Hex(`usage-month-closed:${accountId}:${month}:${part}${generation === 0 ? '' : `:g${generation}`}`);
   return `${h.slice(0, 8)}-${h.slice(8, 12)}-8${h.slice(13, 16)}-a${h.slice(17, 20)}-${h.slice(20, 32)}`;
 }
 

@@ -140,7 +140,14 @@ async function retainAccount(
   if (next.closedThrough !== undefined) {
     const cut = Math.min(logCutoff(nowMs, retentionDays), monthStartMs(nextMonth(next.closedThrough)));
     if (state.truncatedTo === undefined || cut > state.truncatedTo) {
-      const dropped = await truncateUsage(store, usageStream(accountId), cut);
+      const late = new LateCalls(options, accountId, next.closedThrough, nowMs, totalsSettled);
+      await late.load();
+      const dropped = await truncateUsage(store, usageStream(accountId), cut, late);
+      if (dropped < 0) {
+        // Late calls to summarise again first, and the totals behind the log: next pass.
+        report.deferred++;
+        return;
+      }
       if (dropped > 0) {
         report.streamsTruncated++;
         report.eventsDropped += dropped;
@@ -285,7 +292,7 @@ function olderThan(event: StoredEvent, cut: number): boolean {
  * Reads from the stream's first event still there, so each event is read once before it goes.
  * Returns how many went.
  */
-async function truncateUsage(store: EventStore, streamId: string, cut: number): Promise<number> {
+async function truncateUsage(store: EventStore, streamId: string, cut: number, late: LateCalls): Promise<number> {
   let first: number | undefined;
   let from = 0;
   let before: number | undefined; // the first revision kept
@@ -295,19 +302,92 @@ async function truncateUsage(store: EventStore, streamId: string, cut: number): 
     const last = page.at(-1);
     if (last === undefined) break;
     first ??= page[0]!.revision;
-    const keep = page.find((event) => !olderThan(event, cut));
-    if (keep !== undefined) {
-      before = keep.revision;
+    const keepAt = page.findIndex((event) => !olderThan(event, cut));
+    // The events this page drops (its last stays while it is the last read): late calls among them are summarised again before they go.
+    late.note(keepAt < 0 ? page.slice(0, -1) : page.slice(0, keepAt));
+    if (keepAt >= 0) {
+      before = (page[keepAt] as StoredEvent).revision;
       break;
     }
     before = last.revision; // all old so far: the last one read stays, unless more follow
     from = last.revision + 1;
     if (before - (truncatedTo ?? first) >= TRUNCATE_EVERY) {
+      if (!(await late.summariseAgain())) return -1;
       await store.truncateBefore(streamId, before);
       truncatedTo = before;
     }
   }
   if (first === undefined || before === undefined || before <= first) return 0;
-  if (before !== truncatedTo) await store.truncateBefore(streamId, before);
+  if (before !== truncatedTo) {
+    if (!(await late.summariseAgain())) return -1;
+    await store.truncateBefore(streamId, before);
+  }
   return before - first;
+}
+
+/**
+ * Calls of a summarised month that reached the log after its summary: counted on top of it live
+ * (the totals projection adds what follows a summary), so before retention drops them, their
+ * month is summarised again with them in it (a new generation of its summary, appended after
+ * them); else a rebuild, seeing the old summary and not the calls, would answer less than live.
+ */
+class LateCalls {
+  /** Each summarised month's newest summary position. */
+  private readonly summarised = new Map<string, string>();
+  private readonly generations = new Map<string, number>();
+  private readonly months = new Set<string>();
+
+  constructor(
+    private readonly options: LogRetentionOptions,
+    private readonly accountId: string,
+    private readonly closedThrough: string,
+    private readonly nowMs: number,
+    private readonly totalsSettled: () => Promise<boolean>,
+  ) {}
+
+  async load(): Promise<void> {
+    for (const e of await this.options.store.readStream(usageSummaryStream(this.accountId))) {
+      if (e.type !== USAGE_MONTH_CLOSED || typeof e.data['month'] !== 'string') continue;
+      const month = e.data['month'];
+      this.summarised.set(month, e.position);
+      this.generations.set(month, (this.generations.get(month) ?? 0) + (e.data['part'] === 0 ? 1 : 0));
+    }
+  }
+
+  /** Events about to be dropped: the months of their calls that came after those months' summaries. */
+  note(events: readonly StoredEvent[]): void {
+    for (const event of events) {
+      for (const call of usageRecordsOf(event)) {
+        const month = call.at.slice(0, 7);
+        const summary = this.summarised.get(month);
+        if (summary !== undefined && month <= this.closedThrough && event.position > summary) this.months.add(month);
+      }
+    }
+  }
+
+  /** Summarises the noted months again; false when the totals are behind the log (nothing dropped then). */
+  async summariseAgain(): Promise<boolean> {
+    if (this.months.size === 0) return true;
+    if (!(await this.totalsSettled())) return false;
+    const { store, readModels: rm } = this.options;
+    const stream = usageSummaryStream(this.accountId);
+    for (const month of this.months) {
+      const doc = await rm.get<MonthTotals>(USAGE_TOTALS.byAccount, monthKey(this.accountId, month));
+      if (doc === null) continue;
+      const generation = this.generations.get(month) ?? 1;
+      const parts = await summarise(rm, this.accountId, month, doc, new Date(this.nowMs).toISOString());
+      for (let i = 0; i < parts.length; i += PARTS_PER_APPEND) {
+        const events = parts.slice(i, i + PARTS_PER_APPEND).map((part) => ({
+          id: usageMonthClosedId(this.accountId, month, part.part, generation),
+          type: USAGE_MONTH_CLOSED,
+          data: { ...part },
+        }));
+        const { position } = await store.append(stream, events, 'any');
+        this.summarised.set(month, position);
+      }
+      this.generations.set(month, generation + 1);
+    }
+    this.months.clear();
+    return true;
+  }
 }

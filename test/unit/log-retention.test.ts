@@ -278,6 +278,47 @@ describe('a retention pass over the usage log', () => {
     }
   });
 
+  it('summarises a month again before dropping calls that reached the log after its summary: a rebuild then answers what live does', async () => {
+    const { store, readModels, append } = await open();
+    const project = async (rm: LevelReadModelStore) => {
+      const projector = new ProjectionRunner(store, rm, [usageTotalsProjection]);
+      await projector.start();
+      await projector.caughtUp;
+      await projector.stop();
+    };
+    const january = async (rm: LevelReadModelStore) => (await rm.get<{ requests: number }>(USAGE_TOTALS.byAccount, 'acc_1/2027-01'))?.requests;
+    const rebuilt = await LevelReadModelStore.open(tempDir());
+    try {
+      await append('2027-01-05T00:00:00.000Z', '2027-01-06T00:00:00.000Z');
+      await project(readModels);
+      expect(await runLogRetentionPass({ store, readModels, plans: DEFAULT_PLANS, now: () => new Date('2027-02-05T00:00:00.000Z') })).toMatchObject({
+        monthsClosed: 1,
+        eventsDropped: 0,
+      });
+      // A call of January that reached the log after its summary (a gateway's records held back), then March's.
+      await append('2027-01-31T23:59:00.000Z');
+      await append('2027-03-20T00:00:00.000Z');
+      await project(readModels);
+      expect(await january(readModels)).toBe(3);
+
+      const report = await runLogRetentionPass({ store, readModels, plans: DEFAULT_PLANS, now });
+      expect(report).toMatchObject({ eventsDropped: 3 });
+      const summaries = (await store.readStream('usagesummary-acc_1')).map((e) => e.data as unknown as UsageMonthClosedData);
+      expect(summaries.map((m) => [m.month, m.account.requests])).toEqual([
+        ['2027-01', 2],
+        ['2027-01', 3],
+      ]);
+      await project(readModels);
+      expect(await january(readModels)).toBe(3);
+      await project(rebuilt);
+      expect(await january(rebuilt)).toBe(3);
+    } finally {
+      await store.close();
+      await readModels.close();
+      await rebuilt.close();
+    }
+  });
+
   it("keeps a stream's last event when every call is past the window", async () => {
     const { store, readModels, append } = await open();
     try {
