@@ -8,6 +8,8 @@ import { PlanId } from './plans.js';
 const Iso = z.string().datetime();
 const Id = z.string().min(1).max(64);
 const Limits = { monthlyLimit: z.number().int().positive().nullable(), rateLimit: z.number().int().positive().nullable() };
+/** What a new token is, as the account's slot and the token's own stream both record it. */
+const TokenDetails = { tokenHash: z.string(), masked: z.string(), name: z.string(), description: z.string(), expiresAt: Iso.nullable(), ...Limits };
 
 const event = <T extends string, S extends z.ZodRawShape>(type: T, shape: S) =>
   z.object({ type: z.literal(type), version: z.literal(1), data: z.object({ ...shape, at: Iso }) });
@@ -16,30 +18,12 @@ const event = <T extends string, S extends z.ZodRawShape>(type: T, shape: S) =>
 export const AccountSignedUp = event('AccountSignedUp', { accountId: Id, email: z.string(), passwordHash: z.string(), plan: PlanId });
 export const AccountPlanChanged = event('AccountPlanChanged', { accountId: Id, from: PlanId, to: PlanId });
 /** The account takes one of its plan's token slots: appended on the account stream with its revision, so concurrent creations cannot exceed the plan's maximum. */
-export const ApiTokenIssued = event('ApiTokenIssued', {
-  accountId: Id,
-  tokenId: Id,
-  tokenHash: z.string(),
-  masked: z.string(),
-  name: z.string(),
-  description: z.string(),
-  expiresAt: Iso.nullable(),
-  ...Limits,
-});
+export const ApiTokenIssued = event('ApiTokenIssued', { accountId: Id, tokenId: Id, ...TokenDetails });
 /** The slot is free again (the token was revoked or expired). */
 export const ApiTokenReleased = event('ApiTokenReleased', { accountId: Id, tokenId: Id, reason: z.enum(['revoked', 'expired']) });
 
 // API token stream `token-<id>`.
-export const ApiTokenCreated = event('ApiTokenCreated', {
-  tokenId: Id,
-  accountId: Id,
-  tokenHash: z.string(),
-  masked: z.string(),
-  name: z.string(),
-  description: z.string(),
-  expiresAt: Iso.nullable(),
-  ...Limits,
-});
+export const ApiTokenCreated = event('ApiTokenCreated', { tokenId: Id, accountId: Id, ...TokenDetails });
 export const ApiTokenRenamed = event('ApiTokenRenamed', { tokenId: Id, name: z.string() });
 export const ApiTokenDescriptionChanged = event('ApiTokenDescriptionChanged', { tokenId: Id, description: z.string() });
 export const ApiTokenDisabled = event('ApiTokenDisabled', { tokenId: Id });
