@@ -14,15 +14,14 @@ export interface ExactlyOnceOptions {
    */
   maxStreams?: number;
   /**
-   * Item keys remembered in all; beyond, the keys of the least recently used streams go first.
+   * Item keys remembered in all; beyond, the keys of the least recently used streams go first,
+   * and a single stream past it loses its oldest events' keys (its window shrinks) rather than all.
    * The window is twice the clock skew behind the records: 1,000,000 covers 20 s at 50,000
    * records a second (~70 MB). A window capped below that is read back from the stream for
    * every batch: at 20,000 records a second into one stream, 200,000 keys made the ingester
    * re-read and re-add ~10 s of keys per append, and it fell behind.
    */
   maxIds?: number;
-  /** Item keys remembered per stream at most (see maxIds). */
-  maxIdsPerStream?: number;
   /** Events read at once at most when looking back into a stream. */
   readPage?: number;
   now?: () => number;
@@ -111,7 +110,6 @@ export class ExactlyOnceAppender<T> {
   private readonly clockSkewMs: number;
   private readonly maxStreams: number;
   private readonly maxIds: number;
-  private readonly maxIdsPerStream: number;
   private readonly readPage: number;
   private readonly now: () => number;
 
@@ -123,7 +121,6 @@ export class ExactlyOnceAppender<T> {
     this.clockSkewMs = options.clockSkewMs ?? 10_000;
     this.maxStreams = options.maxStreams ?? 200_000;
     this.maxIds = options.maxIds ?? 1_000_000;
-    this.maxIdsPerStream = Math.min(options.maxIdsPerStream ?? 1_000_000, this.maxIds);
     this.readPage = options.readPage ?? 500;
     this.now = options.now ?? Date.now;
   }
@@ -405,13 +402,13 @@ export class ExactlyOnceAppender<T> {
     if (pruned > 0) window.coveredFrom = Math.max(window.coveredFrom, cutoff);
   }
 
-  /** Holds at most `maxIdsPerStream` keys (whole events): beyond, the oldest go and the window shrinks past them. */
+  /** Holds a stream to at most `maxIds` keys (whole events): beyond, the oldest go and the window shrinks past them. */
   private capStream(streamId: string, view: StreamView): void {
     const window = view.keys;
-    if (window === null || window.keys.size <= this.maxIdsPerStream) return;
+    if (window === null || window.keys.size <= this.maxIds) return;
     let latest = window.coveredFrom;
     this.resize(streamId, view, window, () => {
-      while (window.keys.size > this.maxIdsPerStream && window.events.length > 0) latest = Math.max(latest, this.shiftEvent(window) + 1);
+      while (window.keys.size > this.maxIds && window.events.length > 0) latest = Math.max(latest, this.shiftEvent(window) + 1);
     });
     window.coveredFrom = latest;
   }
