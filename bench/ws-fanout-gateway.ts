@@ -7,8 +7,7 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { INVALIDATION_TOPIC } from '../src/projections/runner.js';
-import { ADMIN_TOKEN, owner, startTestApp } from '../test/support/testApp.js';
+import { newToken, startTestApp } from '../test/support/testApp.js';
 
 export type ToGateway = { type: 'gc' } | { type: 'stats' } | { type: 'stop' };
 export type FromGateway =
@@ -28,20 +27,8 @@ await t.app.listen({ port: 0, host: '127.0.0.1' });
 const address = t.app.server.address();
 const port = typeof address === 'object' && address ? address.port : 0;
 
-const o = await owner(t.app);
-await t.app.inject({
-  method: 'PUT',
-  url: `/api/v1/admin/accounts/${o.accountId}/plan`,
-  headers: { authorization: `Bearer ${ADMIN_TOKEN}` },
-  payload: { plan: 'unlimited' },
-});
-const heard: string[] = [];
-const unsubscribe = await t.runtime.feed.subscribe(INVALIDATION_TOPIC, (m) => heard.push(m));
-const created = await t.app.inject({ method: 'POST', url: '/api/v1/tokens', headers: o.auth, payload: { name: 'bench' } });
-const tokenId = created.json().id as string;
-// The token reaches the gateway's cache as an invalidation: before it, an upgrade could cache it as unknown.
-while (!heard.includes(`token:${tokenId}`)) await new Promise((r) => setTimeout(r, 20));
-await unsubscribe();
+// Resolves once the token reached the gateway's cache as an invalidation: before it, an upgrade could cache it as unknown.
+const { token } = await newToken(t, { plan: 'unlimited', fields: { name: 'bench' } });
 
 process.on('message', async (m: ToGateway) => {
   if (m.type === 'gc') {
@@ -57,4 +44,4 @@ process.on('message', async (m: ToGateway) => {
     process.exit(0);
   }
 });
-send({ type: 'ready', port, token: created.json().token as string });
+send({ type: 'ready', port, token });
