@@ -7,10 +7,12 @@ import { ChannelPicker } from './channelPicker.js';
 import { bodyOf, type Draft, draftOf, validate } from './draft.js';
 import { isMonthly, TYPE_IDS, TYPES, tokenRule, UNIT_LABEL, unitOf, usesBaseline, usesMinRequests } from './rules.js';
 
+/** The draft's fields a text box or a list fills in as typed (the type select also clears the condition). */
+type TextField = Exclude<keyof Draft, 'type' | 'enabled' | 'channels'>;
+
 /** Creates an alert, or edits one: checked here for quick answers, judged by the server. */
 export function AlertForm(props: { account: Account; alert: Alert | null; tokens: TokenRecord[]; onCancel(): void; onSaved(a: Alert): void }) {
   const { api } = useSession();
-  const plan = props.account.plan;
   const [draft, setDraft] = useState<Draft>(() => draftOf(props.alert, props.account));
   const [touched, setTouched] = useState(false);
   const [busy, setBusy] = useState(false);
@@ -21,6 +23,8 @@ export function AlertForm(props: { account: Account; alert: Alert | null; tokens
   const unit = unitOf(draft.type, condition);
   const monthly = isMonthly(draft.type, condition);
   const tokens = tokenRule(draft.type);
+  /** The handler that copies a control's text into one field of the draft. */
+  const set = (key: TextField) => (e: { currentTarget: { value: string } }) => setDraft({ ...draft, [key]: e.currentTarget.value });
 
   const submit = async (e: Event) => {
     e.preventDefault();
@@ -44,7 +48,7 @@ export function AlertForm(props: { account: Account; alert: Alert | null; tokens
   return (
     <form onSubmit={submit} noValidate class="form-grid" aria-label={props.alert ? 'Edit alert' : 'New alert'}>
       <Field label="Name (required)" error={errors.name}>
-        {(c) => <input {...c} value={draft.name} onInput={(e) => setDraft({ ...draft, name: e.currentTarget.value })} />}
+        {(c) => <input {...c} value={draft.name} onInput={set('name')} />}
       </Field>
       <Field label="Type" hint={type.help}>
         {(c) => (
@@ -60,7 +64,7 @@ export function AlertForm(props: { account: Account; alert: Alert | null; tokens
       {type.conditions.length > 0 && (
         <Field label="Condition">
           {(c) => (
-            <select {...c} value={condition} onChange={(e) => setDraft({ ...draft, condition: e.currentTarget.value })}>
+            <select {...c} value={condition} onChange={set('condition')}>
               {type.conditions.map((o) => (
                 <option key={o.value} value={o.value}>
                   {o.label}
@@ -71,61 +75,23 @@ export function AlertForm(props: { account: Account; alert: Alert | null; tokens
         </Field>
       )}
       <Field label={UNIT_LABEL[unit]} error={errors.threshold} hint="Notify when the measured value reaches this.">
-        {(c) => (
-          <input
-            {...c}
-            type="number"
-            inputMode="decimal"
-            step="any"
-            value={draft.threshold}
-            onInput={(e) => setDraft({ ...draft, threshold: e.currentTarget.value })}
-          />
-        )}
+        {(c) => <input {...c} type="number" inputMode="decimal" step="any" value={draft.threshold} onInput={set('threshold')} />}
       </Field>
       {monthly ? (
         <p class="hint field">Measured over the calendar month (UTC).</p>
       ) : (
         <Field label="Window (minutes)" error={errors.windowMinutes}>
-          {(c) => (
-            <input
-              {...c}
-              type="number"
-              inputMode="numeric"
-              min={1}
-              max={1440}
-              value={draft.windowMinutes}
-              onInput={(e) => setDraft({ ...draft, windowMinutes: e.currentTarget.value })}
-            />
-          )}
+          {(c) => <input {...c} type="number" inputMode="numeric" min={1} max={1440} value={draft.windowMinutes} onInput={set('windowMinutes')} />}
         </Field>
       )}
       {usesMinRequests(draft.type, condition) && (
         <Field label="Minimum requests" error={errors.minRequests} hint="Windows with fewer calls are not judged.">
-          {(c) => (
-            <input
-              {...c}
-              type="number"
-              inputMode="numeric"
-              min={1}
-              value={draft.minRequests}
-              onInput={(e) => setDraft({ ...draft, minRequests: e.currentTarget.value })}
-            />
-          )}
+          {(c) => <input {...c} type="number" inputMode="numeric" min={1} value={draft.minRequests} onInput={set('minRequests')} />}
         </Field>
       )}
       {usesBaseline(draft.type, condition) && (
         <Field label="Baseline (hours)" error={errors.baselineHours} hint="The usual traffic is measured over this many hours.">
-          {(c) => (
-            <input
-              {...c}
-              type="number"
-              inputMode="numeric"
-              min={1}
-              max={168}
-              value={draft.baselineHours}
-              onInput={(e) => setDraft({ ...draft, baselineHours: e.currentTarget.value })}
-            />
-          )}
+          {(c) => <input {...c} type="number" inputMode="numeric" min={1} max={168} value={draft.baselineHours} onInput={set('baselineHours')} />}
         </Field>
       )}
       {tokens !== 'none' && (
@@ -135,7 +101,7 @@ export function AlertForm(props: { account: Account; alert: Alert | null; tokens
           hint={tokens === 'optional' ? 'Empty: the whole account.' : undefined}
         >
           {(c) => (
-            <select {...c} value={draft.tokenId} onChange={(e) => setDraft({ ...draft, tokenId: e.currentTarget.value })}>
+            <select {...c} value={draft.tokenId} onChange={set('tokenId')}>
               <option value="">{tokens === 'required' ? 'Pick a token…' : 'All tokens'}</option>
               {props.tokens.map((t) => (
                 <option key={t.id} value={t.id}>
@@ -146,7 +112,7 @@ export function AlertForm(props: { account: Account; alert: Alert | null; tokens
           )}
         </Field>
       )}
-      <ChannelPicker plan={plan} channels={draft.channels} errors={errors} onChange={(channels) => setDraft({ ...draft, channels })} />
+      <ChannelPicker plan={props.account.plan} channels={draft.channels} errors={errors} onChange={(channels) => setDraft({ ...draft, channels })} />
       <label class="check span-all">
         <input type="checkbox" checked={draft.enabled} onChange={(e) => setDraft({ ...draft, enabled: e.currentTarget.checked })} /> Enabled
       </label>
