@@ -75,7 +75,7 @@ export function validate(d: Draft, account: Account): Record<string, string> {
   if (usesBaseline(d.type, d.condition)) {
     const h = Number(d.baselineHours);
     if (!Number.isInteger(h) || h < 1 || h > 168) e.baselineHours = 'Whole hours from 1 to 168.';
-    else if (!isMonthly(d.type, d.condition) && h * 60 < 2 * Number(d.windowMinutes)) e.baselineHours = 'The baseline must span at least two windows.';
+    else if (h * 60 < 2 * Number(d.windowMinutes)) e.baselineHours = 'The baseline must span at least two windows.';
   }
   const chosen = CHANNELS.filter((c) => d.channels[c.type].on);
   if (chosen.length === 0) e.channels = 'Choose at least one way to be notified.';
