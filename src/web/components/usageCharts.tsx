@@ -15,7 +15,6 @@ export const KINDS: { value: Kind; label: string }[] = [
 const COLORS: Record<Kind, string> = { total: '#2457d6', success: '#1e8e3e', errors: '#c5221f' };
 
 /** Requests and average response time over the period, one point per interval. */
-
 export function UsageCharts({ metrics, kind = 'total', testId = 'usage-chart' }: { metrics: PeriodMetrics | null; kind?: Kind; testId?: string }) {
   const data = useMemo(() => {
     if (!metrics) return null;
