@@ -1,6 +1,6 @@
 import { useState } from 'preact/hooks';
 import type { AccessTokenList, AccessTokenRecord, CreatedAccessToken } from '../../api/types.js';
-import { ApiError } from '../api.js';
+import { asApiError } from '../api.js';
 import { type Column, DataTable } from '../components/dataTable.js';
 import { ConfirmDialog, Field, Panel, ProblemMessage, SecretOnce, StatusBadge } from '../components/ui.js';
 import { fmtDateTime } from '../format.js';
@@ -102,7 +102,7 @@ function CreateAccessTokenForm({ onCreated }: { onCreated(t: CreatedAccessToken)
       setName('');
       setTouched(false);
     } catch (err) {
-      setRefusal(err instanceof ApiError ? err : new Error(String(err)));
+      setRefusal(asApiError(err));
     } finally {
       setBusy(false);
     }

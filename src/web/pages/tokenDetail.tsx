@@ -1,6 +1,6 @@
 import { useEffect, useState } from 'preact/hooks';
 import type { ClientIp, TokenHistory, TokenMetrics, TokenRecord } from '../../api/types.js';
-import { ApiError } from '../api.js';
+import { asApiError } from '../api.js';
 import { Breakdown } from '../components/breakdown.js';
 import { type Column, DataTable } from '../components/dataTable.js';
 import { RecentErrors } from '../components/errorTable.js';
@@ -156,7 +156,7 @@ function EditTokenForm({ token, onSaved }: { token: TokenRecord; onSaved(t: Toke
       onSaved(await api.patch<TokenRecord>(`/api/v1/tokens/${encodeURIComponent(token.id)}`, { name: name.trim(), description: description.trim() }));
       setSaved(true);
     } catch (error) {
-      setRefusal(error instanceof ApiError ? error : new Error(String(error)));
+      setRefusal(asApiError(error));
     } finally {
       setBusy(false);
     }

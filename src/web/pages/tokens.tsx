@@ -1,6 +1,6 @@
 import { useEffect, useState } from 'preact/hooks';
 import type { Account, CreatedToken, TokenList, TokenRecord } from '../../api/types.js';
-import { ApiError } from '../api.js';
+import { asApiError } from '../api.js';
 import { type Column, DataTable } from '../components/dataTable.js';
 import { TokenActions } from '../components/tokenActions.js';
 import { Field, Panel, ProblemMessage, SecretOnce, StatusBadge } from '../components/ui.js';
@@ -200,7 +200,7 @@ function CreateTokenForm(props: { account: Account; atMax: string | null; onCanc
       await refreshAccount().catch(() => undefined);
       props.onCreated(created);
     } catch (error) {
-      setRefusal(error instanceof ApiError ? error : new Error(String(error)));
+      setRefusal(asApiError(error));
     } finally {
       setBusy(false);
     }

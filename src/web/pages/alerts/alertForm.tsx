@@ -1,6 +1,6 @@
 import { useState } from 'preact/hooks';
 import type { Account, Alert, AlertType, TokenRecord } from '../../../api/types.js';
-import { ApiError } from '../../api.js';
+import { asApiError } from '../../api.js';
 import { Field, ProblemMessage } from '../../components/ui.js';
 import { useSession } from '../../hooks.js';
 import { ChannelPicker } from './channelPicker.js';
@@ -39,7 +39,7 @@ export function AlertForm(props: { account: Account; alert: Alert | null; tokens
         : await api.post<Alert>('/api/v1/alerts', bodyOf(d));
       props.onSaved(saved);
     } catch (error) {
-      setRefusal(error instanceof ApiError ? error : new Error(String(error)));
+      setRefusal(asApiError(error));
     } finally {
       setBusy(false);
     }
