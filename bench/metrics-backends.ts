@@ -11,37 +11,25 @@
  *   npx tsx bench/metrics-backends.ts    (CALLS=200000 for a quicker look; PG_BENCH_ADMIN_URL,
  *                                          default postgres://postgres@127.0.0.1:5432/test)
  */
-import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import pg from 'pg';
 import { loadConfig } from '../src/config.js';
 import type { EventStore } from '../src/infra/eventstore/port.js';
 import { openRuntime, type Runtime } from '../src/runtime.js';
 import { buildServer } from '../src/server.js';
 import { seedAccounts, seedUsage, type SeededToken } from './lib/eventMix.js';
+import { sql, withBenchDatabase } from './lib/postgres.js';
 import { runMain, timeLimit } from './lib/processes.js';
 import { emit, log, round } from './lib/report.js';
 import { embeddedEnv } from './lib/services.js';
 
 const CALLS = Number(process.env.CALLS ?? 1_000_000);
 const COMMAND = `${CALLS === 1_000_000 ? '' : `CALLS=${CALLS} `}npx tsx bench/metrics-backends.ts`;
-const ADMIN_URL = process.env.PG_BENCH_ADMIN_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 const DAY = 86_400_000;
 const TOKENS = 4;
 const ROUNDS = 30;
 const WARMUP = 3;
-
-async function sql(url: string, text: string): Promise<void> {
-  const client = new pg.Client({ connectionString: url });
-  await client.connect();
-  try {
-    await client.query(text);
-  } finally {
-    await client.end();
-  }
-}
 
 /** Writes each append to both stores, so that both logs hold the same events. */
 function bothStores(a: EventStore, b: EventStore): EventStore {
@@ -71,9 +59,10 @@ const pct = (sorted: number[], p: number): number => sorted[Math.min(sorted.leng
 
 async function main(): Promise<void> {
   timeLimit(900);
-  const database = `gw_bench_${randomBytes(4).toString('hex')}`;
-  await sql(ADMIN_URL, `CREATE DATABASE ${database}`);
-  const url = Object.assign(new URL(ADMIN_URL), { pathname: `/${database}` }).toString();
+  await withBenchDatabase((url) => compare(url));
+}
+
+async function compare(url: string): Promise<void> {
   const levelDir = mkdtempSync(join(tmpdir(), 'bench-backends-level-'));
   const pgDir = mkdtempSync(join(tmpdir(), 'bench-backends-pg-'));
   const runtimes: Runtime[] = [];
@@ -169,7 +158,6 @@ async function main(): Promise<void> {
     for (const r of runtimes.reverse()) await r.close();
     rmSync(levelDir, { recursive: true, force: true });
     rmSync(pgDir, { recursive: true, force: true });
-    await sql(ADMIN_URL, `DROP DATABASE IF EXISTS ${database} WITH (FORCE)`);
   }
 }
 

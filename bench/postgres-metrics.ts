@@ -10,42 +10,31 @@
  *
  *   npx tsx bench/postgres-metrics.ts    (PG_BENCH_ADMIN_URL, default postgres://postgres@127.0.0.1:5432/test)
  */
-import { randomBytes } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import pg from 'pg';
 import { loadConfig } from '../src/config.js';
 import { PostgresReadModelStore, READ_SESSION_SETTINGS } from '../src/infra/readmodels/postgres.js';
 import { UsageQueries } from '../src/projections/metricsQueries.js';
 import { openRuntime } from '../src/runtime.js';
 import { buildServer } from '../src/server.js';
 import { seedAccounts, seedUsage, type SeededToken } from './lib/eventMix.js';
+import { sql, withBenchDatabase } from './lib/postgres.js';
 import { runMain, timeLimit } from './lib/processes.js';
 import { emit, log, median, round } from './lib/report.js';
 import { embeddedEnv } from './lib/services.js';
 
 const COMMAND = 'npx tsx bench/postgres-metrics.ts';
-const ADMIN_URL = process.env.PG_BENCH_ADMIN_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 const DAY = 86_400_000;
 const MINUTES = 30 * 24 * 60;
 const ROUNDS = 40;
 
-async function sql<T extends pg.QueryResultRow>(url: string, text: string, params: unknown[] = []): Promise<T[]> {
-  const client = new pg.Client({ connectionString: url });
-  await client.connect();
-  try {
-    return (await client.query<T>(text, params)).rows;
-  } finally {
-    await client.end();
-  }
-}
-
 async function main(): Promise<void> {
   timeLimit(290);
-  const name = `gw_bench_${randomBytes(4).toString('hex')}`;
-  await sql(ADMIN_URL, `CREATE DATABASE ${name}`);
-  const url = Object.assign(new URL(ADMIN_URL), { pathname: `/${name}` }).toString();
+  await withBenchDatabase((url) => measure(url));
+}
+
+async function measure(url: string): Promise<void> {
   const dataDir = mkdtempSync(join(tmpdir(), 'bench-pg-metrics-'));
   const runtime = await openRuntime(loadConfig(embeddedEnv(dataDir, { DATABASE_URL: url })));
   try {
@@ -141,7 +130,6 @@ async function main(): Promise<void> {
   } finally {
     await runtime.close();
     rmSync(dataDir, { recursive: true, force: true });
-    await sql(ADMIN_URL, `DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
   }
 }
 

@@ -10,11 +10,10 @@
  *
  *   npx tsx bench/postgres-throughput.ts    (PG_BENCH_ADMIN_URL, default postgres://postgres@127.0.0.1:5432/test; REPLAY_EVENTS, default 100000)
  */
-import { randomBytes, randomUUID } from 'node:crypto';
+import { randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import pg from 'pg';
 import { loadConfig } from '../src/config.js';
 import type { UsageRecord } from '../src/domain/usage.js';
 import type { EventStore, SubscribeOptions, Subscription } from '../src/infra/eventstore/port.js';
@@ -25,12 +24,12 @@ import { PROJECTIONS } from '../src/projections/all.js';
 import { ProjectionRunner } from '../src/projections/runner.js';
 import { openRuntime, type Runtime } from '../src/runtime.js';
 import { seedAccounts, seedUsage, type SeededToken } from './lib/eventMix.js';
+import { withBenchDatabase } from './lib/postgres.js';
 import { runMain, timeLimit } from './lib/processes.js';
 import { emit, log, round } from './lib/report.js';
 import { embeddedEnv } from './lib/services.js';
 
 const COMMAND = 'npx tsx bench/postgres-throughput.ts';
-const ADMIN_URL = process.env.PG_BENCH_ADMIN_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 const BASELINE_SECONDS = 2;
 const COMMAND_SECONDS = 5;
 const BURST = 20_000;
@@ -52,27 +51,6 @@ interface Figures {
   lagTrend: number;
   replayPerSecond: number;
   replayed: number;
-}
-
-async function sql(url: string, text: string): Promise<void> {
-  const client = new pg.Client({ connectionString: url });
-  await client.connect();
-  try {
-    await client.query(text);
-  } finally {
-    await client.end();
-  }
-}
-
-/** A fresh database for `run`, dropped after it. */
-async function withDatabase<T>(run: (url: string) => Promise<T>): Promise<T> {
-  const name = `gw_bench_${randomBytes(4).toString('hex')}`;
-  await sql(ADMIN_URL, `CREATE DATABASE ${name}`);
-  try {
-    return await run(Object.assign(new URL(ADMIN_URL), { pathname: `/${name}` }).toString());
-  } finally {
-    await sql(ADMIN_URL, `DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
-  }
 }
 
 async function forSeconds(seconds: number, step: () => Promise<void>): Promise<number> {
@@ -212,7 +190,7 @@ async function measure(backend: Backend): Promise<Figures> {
       }
       log(`${backend}: replay of ${REPLAY_EVENTS} events`);
       const replayed = url
-        ? await withDatabase(async (replayUrl) => {
+        ? await withBenchDatabase(async (replayUrl) => {
             const store = await PostgresEventStore.open(replayUrl);
             const readModels = await openReadModels({ databaseUrl: replayUrl, dataDir });
             try {
@@ -236,7 +214,7 @@ async function measure(backend: Backend): Promise<Figures> {
           })();
       return { ...live, ...replayed };
     };
-    return backend === 'postgres' ? await withDatabase(run) : await run();
+    return backend === 'postgres' ? await withBenchDatabase(run) : await run();
   } finally {
     rmSync(dataDir, { recursive: true, force: true });
   }
