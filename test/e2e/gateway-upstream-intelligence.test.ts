@@ -318,7 +318,7 @@ describe('batches', () => {
     node.latency = () => 150;
     // A single call in flight that a member repeats.
     const inFlight = rpc(gateway, 'eth_getCode', ['0x02', 'pending'], 'single');
-    while (node.calls.length < 3) await new Promise((r) => setTimeout(r, 5));
+    await until(() => node.calls.length >= 3);
 
     const balanceAtFinal = ['0x01', hex(final.number)];
     const { status, body } = await rpcBatch(gateway, [
