@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PostgresEventStore } from '../../src/infra/eventstore/postgres.js';
 import { recordedCalls } from '../support/usageLog.js';
+import { eventually } from '../support/eventually.js';
 import { type FakeUpstream, startFake } from '../support/fakeUpstreams.js';
 import { type PrivatePostgres, privatePostgresUnavailable, startPrivatePostgres } from '../support/privatePostgres.js';
 import { startTestRedisServer, type TestRedisServer } from '../support/redisServer.js';
@@ -90,9 +91,12 @@ describe.skipIf(unavailable !== null)(unavailable ? `PostgreSQL restart under lo
       return { status: res.status, requestId };
     };
     // Warm the gateway's token cache; the plan change may take a moment to reach it (the free plan allows 5 calls a second).
-    await waitFor(10_000, 'the gateway serves the new token on the unlimited plan', async () =>
-      (await Promise.all(Array.from({ length: 12 }, call))).every((answer) => answer.status === 200),
+    const warm = await eventually(
+      async () => (await Promise.all(Array.from({ length: 12 }, call))).map((answer) => answer.status),
+      (statuses) => statuses.every((status) => status === 200),
+      10_000,
     );
+    expect(warm, 'the gateway serves the new token on the unlimited plan').toEqual(Array(12).fill(200));
 
     const answers: { status: number; requestId: string; during: boolean }[] = [];
     let outage = false;
@@ -139,11 +143,19 @@ describe.skipIf(unavailable !== null)(unavailable ? `PostgreSQL restart under lo
     const store = await PostgresEventStore.open(pg.url, { poolSize: 2 });
     try {
       const recorded = async (): Promise<string[]> => (await recordedCalls(store, accountId)).map((c) => c.requestId);
-      await waitFor(30_000, 'every call made is recorded', async () => {
-        const ids = new Set(await recorded());
-        return made.every((id) => ids.has(id));
-      });
-      const ids = await recorded();
+      const ids = await eventually(
+        recorded,
+        (seen) => {
+          const kept = new Set(seen);
+          return made.every((id) => kept.has(id));
+        },
+        30_000,
+      );
+      const kept = new Set(ids);
+      expect(
+        made.filter((id) => !kept.has(id)),
+        'every call made is recorded',
+      ).toEqual([]);
       expect(ids.length, 'no call recorded twice').toBe(new Set(ids).size);
       expect(ids.length, 'nothing recorded that was not called').toBe(made.length);
       // The API's pool reconnected too, and its totals count each recorded call once.
@@ -151,7 +163,7 @@ describe.skipIf(unavailable !== null)(unavailable ? `PostgreSQL restart under lo
         const res = await fetch(`${apiBase}/api/v1/metrics/tokens/${tokenId}`, { headers: { cookie } });
         return res.status === 200 ? ((await res.json()).totals?.requests ?? 0) : -1;
       };
-      await waitFor(30_000, 'the metrics totals count every recorded call', async () => (await metricsTotal()) === ids.length);
+      expect(await eventually(metricsTotal, (total) => total === ids.length, 30_000), 'the metrics totals count every recorded call').toBe(ids.length);
     } finally {
       await store.close();
     }
@@ -159,11 +171,3 @@ describe.skipIf(unavailable !== null)(unavailable ? `PostgreSQL restart under lo
 });
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-
-async function waitFor(ms: number, what: string, check: () => Promise<boolean>): Promise<void> {
-  const started = Date.now();
-  while (!(await check())) {
-    if (Date.now() - started > ms) throw new Error(`${what}: not within ${ms} ms`);
-    await sleep(100);
-  }
-}
