@@ -523,6 +523,17 @@ describe('dashboard', () => {
     await row.getByRole('button', { name: 'Notifications' }).click();
     await page.getByText('No notifications yet.').waitFor();
 
+    // A rule whose condition is left at the first one shown is checked as that condition.
+    await page.getByRole('button', { name: 'Create alert' }).click();
+    const limits = page.getByRole('form', { name: 'New alert' });
+    await limits.getByLabel('Name (required)').fill('limit hits');
+    await limits.getByLabel('Type').selectOption('rate_limiting');
+    await limits.getByLabel('Refused calls in the window').fill('2.5');
+    await limits.getByRole('button', { name: 'Create alert' }).click();
+    expect(await limits.getByText('A whole number, 1 or more.').isVisible()).toBe(true);
+    await limits.getByRole('button', { name: 'Cancel' }).click();
+    await limits.waitFor({ state: 'detached' });
+
     // A second alert, on one token, then deleted behind a confirmation.
     await page.getByRole('button', { name: 'Create alert' }).click();
     const second = page.getByRole('form', { name: 'New alert' });

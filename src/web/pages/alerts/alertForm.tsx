@@ -17,9 +17,11 @@ export function AlertForm(props: { account: Account; alert: Alert | null; tokens
   const [touched, setTouched] = useState(false);
   const [busy, setBusy] = useState(false);
   const [refusal, setRefusal] = useState<Error | null>(null);
-  const errors = touched ? validate(draft, props.account) : {};
   const type = TYPES[draft.type];
   const condition = draft.condition || type.conditions[0]?.value || '';
+  // The rule as the form shows it (the first condition until one is picked): what is checked on screen and what is sent.
+  const shown = { ...draft, condition };
+  const errors = touched ? validate(shown, props.account) : {};
   const unit = unitOf(draft.type, condition);
   const monthly = isMonthly(draft.type, condition);
   const tokens = tokenRule(draft.type);
@@ -29,14 +31,13 @@ export function AlertForm(props: { account: Account; alert: Alert | null; tokens
   const submit = async (e: Event) => {
     e.preventDefault();
     setTouched(true);
-    const d = { ...draft, condition };
-    if (Object.keys(validate(d, props.account)).length > 0) return;
+    if (Object.keys(validate(shown, props.account)).length > 0) return;
     setBusy(true);
     setRefusal(null);
     try {
       const saved = props.alert
-        ? await api.patch<Alert>(`/api/v1/alerts/${encodeURIComponent(props.alert.id)}`, bodyOf(d))
-        : await api.post<Alert>('/api/v1/alerts', bodyOf(d));
+        ? await api.patch<Alert>(`/api/v1/alerts/${encodeURIComponent(props.alert.id)}`, bodyOf(shown))
+        : await api.post<Alert>('/api/v1/alerts', bodyOf(shown));
       props.onSaved(saved);
     } catch (error) {
       setRefusal(asApiError(error));
