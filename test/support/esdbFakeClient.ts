@@ -1,5 +1,13 @@
+import { randomUUID } from 'node:crypto';
 import { Readable } from 'node:stream';
-import { type AppendExpectedRevision, type EventStoreDBClient, type Position, StreamNotFoundError, WrongExpectedVersionError } from '@eventstore/db-client';
+import {
+  type AppendExpectedRevision,
+  type EventStoreDBClient,
+  metastreamOf,
+  type Position,
+  StreamNotFoundError,
+  WrongExpectedVersionError,
+} from '@eventstore/db-client';
 
 /** What the adapter sends as an event (what `jsonEvent` makes). */
 interface ProposedEvent {
@@ -41,8 +49,22 @@ export interface EsdbCalls {
   streamMetadata: number;
 }
 
-/** The stream metadata the server acts on (`$tb`, `$maxAge` in seconds), with whatever else a client set. */
-type StreamMetadata = { truncateBefore?: number; maxAge?: number } & Record<string, unknown>;
+/** Stream metadata as a client passes it to `setStreamMetadata` (`truncateBefore`, `maxAge`, ...). */
+type StreamMetadata = Record<string, unknown>;
+
+/** The client's names for the metadata the server acts on, and the server's (`prepareStreamMetadata` / `readStreamMetadata`). */
+const METADATA_NAMES: [client: string, server: string][] = [
+  ['truncateBefore', '$tb'],
+  ['maxAge', '$maxAge'],
+  ['maxCount', '$maxCount'],
+  ['cacheControl', '$cacheControl'],
+  ['acl', '$acl'],
+];
+const renamed = (metadata: StreamMetadata, from: 0 | 1): StreamMetadata =>
+  Object.fromEntries(Object.entries(metadata).map(([key, value]) => [METADATA_NAMES.find((names) => names[from] === key)?.[1 - from] ?? key, value]));
+
+type ReadAllOptions = { fromPosition?: Position | 'start' | 'end'; maxCount?: number | bigint; direction?: 'forwards' | 'backwards' };
+type SubscribeFilter = { filterOn?: 'streamName' | 'eventType'; prefixes?: string[]; regex?: string };
 
 /**
  * An in-memory EventStoreDB as `@eventstore/db-client` shows it, for running the real adapter
@@ -58,11 +80,17 @@ type StreamMetadata = { truncateBefore?: number; maxAge?: number } & Record<stri
  *   (an id it holds later in the batch a second time); a first id it holds makes the batch a
  *   retry if the stream holds every id, and refuses it if not.
  * Subscriptions to `$all` send history, then `caughtUp`, then live events, as a readable stream.
- * Stream metadata: stream reads skip the events before `$tb` and those older than `$maxAge`
- * at once; `$all` keeps them until `scavenge()`, as the server keeps them until its scavenge.
- * A stream keeps its revisions (appends go on from its last event, truncated or not). The
- * metadata lives beside the streams, not as `$metadata` events of `$$<stream>` in the log (the
- * adapter skips system events anyway).
+ * Stream metadata is what the server makes of it: the last `$metadata` event of the stream
+ * `$$<stream>` in the log (`$tb`, `$maxAge`, `$maxCount`, anything else), written with the
+ * metastream's expected revision checked like any append (`setStreamMetadata`'s
+ * `expectedRevision`); a metastream keeps only its last event (`$maxCount` 1). Stream reads
+ * skip the events before `$tb`, those older than `$maxAge` and those before the last
+ * `$maxCount` at once; `$all` keeps them until `scavenge()`, as the server keeps them until its
+ * scavenge. A stream keeps its revisions (appends go on from its last event, truncated or not).
+ * `getStreamMetadata` answers as client 6.2.1 does: its `metastreamRevision` is the commit
+ * position the read sent, a log position rather than the metastream's revision.
+ * Reads of `$all` start at `fromPosition`, backwards before it; subscriptions apply a filter on
+ * stream name prefixes or an event type regex (`excludeSystemEvents()`).
  */
 export class FakeEsdbServer {
   readonly calls: EsdbCalls = { appendToStream: 0, readStream: 0, readAll: 0, subscribeToAll: 0, streamMetadata: 0 };
@@ -70,7 +98,6 @@ export class FakeEsdbServer {
   eventsRead = 0;
   private readonly streams = new Map<string, Recorded[]>();
   private log: Recorded[] = [];
-  private readonly metadata = new Map<string, StreamMetadata>();
   /** The server's clock, for `$maxAge` (events are stamped with the real time when appended). */
   now: () => number = Date.now;
   private readonly live = new Set<Live>();
@@ -78,40 +105,40 @@ export class FakeEsdbServer {
 
   /** The client to hand to the adapter: the calls it makes are the ones EsdbEventStore makes. */
   readonly client = {
-    appendToStream: async (streamName: string, events: ProposedEvent[], options: { expectedRevision?: AppendExpectedRevision } = {}) => {
-      this.calls.appendToStream += 1;
+    appendToStream: async (streamName: string, events: ProposedEvent | ProposedEvent[], options: { expectedRevision?: AppendExpectedRevision } = {}) => {
+      if (streamName.startsWith('$$')) this.calls.streamMetadata += 1;
+      else this.calls.appendToStream += 1;
       await Promise.resolve();
-      return this.append(streamName, events, options.expectedRevision ?? 'any');
+      return this.append(streamName, Array.isArray(events) ? events : [events], options.expectedRevision ?? 'any');
     },
     readStream: (
       streamName: string,
       options: { fromRevision?: bigint | 'start' | 'end'; maxCount?: number | bigint; direction?: 'forwards' | 'backwards' } = {},
     ) => {
-      this.calls.readStream += 1;
+      if (streamName.startsWith('$$')) this.calls.streamMetadata += 1;
+      else this.calls.readStream += 1;
       return this.readStream(streamName, options);
     },
-    readAll: (options: { maxCount?: number | bigint; direction?: 'forwards' | 'backwards' } = {}) => {
+    readAll: (options: ReadAllOptions = {}) => {
       this.calls.readAll += 1;
-      const backwards = options.direction === 'backwards';
-      const events = backwards ? [...this.log].reverse() : [...this.log];
-      return resolvedAll(events.slice(0, Number(options.maxCount ?? events.length)));
+      return resolvedAll(this.readAll(options));
     },
-    subscribeToAll: (options: { fromPosition?: Position | 'start' | 'end'; filter?: { prefixes?: string[] } } = {}) => {
+    subscribeToAll: (options: { fromPosition?: Position | 'start' | 'end'; filter?: SubscribeFilter } = {}) => {
       this.calls.subscribeToAll += 1;
-      return this.subscribe(options.fromPosition ?? 'start', options.filter?.prefixes ?? []);
+      return this.subscribe(options.fromPosition ?? 'start', options.filter ?? {});
     },
     getStreamMetadata: async (streamName: string) => {
       this.calls.streamMetadata += 1;
       await Promise.resolve();
-      const metadata = this.metadata.get(streamName);
-      return metadata ? { streamName, metadata: structuredClone(metadata) } : { streamName };
+      const last = this.lastMetadataEvent(streamName);
+      if (!last) return { streamName };
+      return { streamName, metadata: renamed(structuredClone(last.data) as StreamMetadata, 1), metastreamRevision: last.position.commit };
     },
-    setStreamMetadata: async (streamName: string, metadata: StreamMetadata) => {
+    setStreamMetadata: async (streamName: string, metadata: StreamMetadata, options: { expectedRevision?: AppendExpectedRevision } = {}) => {
       this.calls.streamMetadata += 1;
       await Promise.resolve();
-      this.metadata.set(streamName, structuredClone(metadata));
-      this.logPosition += 100n;
-      return { success: true, nextExpectedRevision: 0n, position: { commit: this.logPosition, prepare: this.logPosition } };
+      const event = { id: randomUUID(), type: '$metadata', data: renamed(metadata, 0) };
+      return this.append(metastreamOf(streamName), [event], options.expectedRevision ?? 'any');
     },
     dispose: async (): Promise<void> => {},
   } as unknown as EventStoreDBClient;
@@ -127,11 +154,36 @@ export class FakeEsdbServer {
     this.log = this.log.filter((event) => this.readable(event));
   }
 
-  /** Whether a stream read returns the event: not before the stream's `$tb`, not older than its `$maxAge`. */
+  /** Whether a stream read returns the event: not before the stream's `$tb`, nor its last `$maxCount`, nor older than its `$maxAge`. */
   private readable(event: Recorded): boolean {
-    const { truncateBefore = 0, maxAge } = this.metadata.get(event.streamId) ?? {};
-    if (event.revision < BigInt(truncateBefore)) return false;
+    const metadata = (this.lastMetadataEvent(event.streamId)?.data ?? {}) as StreamMetadata;
+    const number = (key: string): number | undefined => (typeof metadata[key] === 'number' ? metadata[key] : undefined);
+    const maxCount = number('$maxCount') ?? (event.streamId.startsWith('$$') ? 1 : undefined);
+    if (event.revision < BigInt(number('$tb') ?? 0)) return false;
+    if (maxCount !== undefined && event.revision < BigInt((this.streams.get(event.streamId)?.length ?? 0) - maxCount)) return false;
+    const maxAge = number('$maxAge');
     return maxAge === undefined || event.created.getTime() >= this.now() - maxAge * 1000;
+  }
+
+  /** The stream's metadata: the last event of its metastream (a metastream's own is the default). */
+  private lastMetadataEvent(streamName: string): Recorded | undefined {
+    if (streamName.startsWith('$$')) return undefined;
+    const last = this.streams.get(metastreamOf(streamName))?.at(-1);
+    return last?.type === '$metadata' ? last : undefined;
+  }
+
+  /** `$all` from `fromPosition` (that event included) forwards, or backwards from before it. */
+  private readAll(options: ReadAllOptions): Recorded[] {
+    const from = options.fromPosition ?? (options.direction === 'backwards' ? 'end' : 'start');
+    const key = (position: Position): string => formatPosition(position);
+    let events: Recorded[];
+    if (options.direction === 'backwards') {
+      events = from === 'end' ? [...this.log] : from === 'start' ? [] : this.log.filter((e) => key(e.position) < key(from));
+      events.reverse();
+    } else {
+      events = from === 'start' ? [...this.log] : from === 'end' ? [] : this.log.filter((e) => key(e.position) >= key(from));
+    }
+    return events.slice(0, Number(options.maxCount ?? events.length));
   }
 
   private append(streamName: string, events: ProposedEvent[], expected: AppendExpectedRevision): AppendAnswer {
@@ -216,8 +268,13 @@ export class FakeEsdbServer {
     return (this.streams.get(streamName) ?? []).map((event) => event.id);
   }
 
-  private subscribe(from: Position | 'start' | 'end', prefixes: string[]): Readable {
-    const wanted = (event: Recorded): boolean => prefixes.length === 0 || prefixes.some((p) => event.streamId.startsWith(p));
+  private subscribe(from: Position | 'start' | 'end', filter: SubscribeFilter): Readable {
+    const prefixes = filter.prefixes ?? [];
+    const regex = filter.regex === undefined ? undefined : new RegExp(filter.regex);
+    const wanted = (event: Recorded): boolean => {
+      const name = filter.filterOn === 'eventType' ? event.type : event.streamId;
+      return (prefixes.length === 0 || prefixes.some((p) => name.startsWith(p))) && (regex === undefined || regex.test(name));
+    };
     const after = (event: Recorded): boolean =>
       from === 'start' ||
       (from !== 'end' && (event.position.commit > from.commit || (event.position.commit === from.commit && event.position.prepare > from.prepare)));
@@ -236,6 +293,8 @@ export class FakeEsdbServer {
     });
   }
 }
+
+const formatPosition = (position: Position): string => `${position.commit.toString().padStart(20, '0')}:${position.prepare.toString().padStart(20, '0')}`;
 
 const answer = (event: Recorded): AppendAnswer => ({ success: true, nextExpectedRevision: event.revision, position: event.position });
 

@@ -37,6 +37,23 @@ export function toStoredEvent(event: RecordedEvent): StoredEvent {
   };
 }
 
+/** Stream metadata as the server stores it, in its own names (`$tb`, `$maxAge`, `$acl`, ...). */
+export type RawStreamMetadata = Record<string, unknown>;
+
+/** The metadata a `$metadata` event holds; anything but a JSON object is refused rather than written over. */
+export function readRawMetadata(event: RecordedEvent): RawStreamMetadata {
+  let data: unknown = event.data;
+  if (data instanceof Uint8Array) {
+    try {
+      data = data.length === 0 ? {} : JSON.parse(Buffer.from(data).toString('utf8'));
+    } catch {
+      data = undefined;
+    }
+  }
+  if (typeof data === 'object' && data !== null && !Array.isArray(data)) return data as RawStreamMetadata;
+  throw new EventStoreError('store_failed', `the metadata of ${event.streamId.slice(2)} is not a JSON object`, { streamId: event.streamId });
+}
+
 /** We write JSON objects; anything else (written by another client) is wrapped rather than dropped. */
 function asRecord(value: unknown): Record<string, unknown> {
   if (value instanceof Uint8Array) {
