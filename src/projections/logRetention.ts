@@ -1,5 +1,5 @@
 import type { PlanCatalog } from '../domain/plans.js';
-import { usageStream } from '../domain/usage.js';
+import { isErrorUsage, type UsageRecord, usageStream, usedQuota } from '../domain/usage.js';
 import {
   type ChainMethodCount,
   type MonthCounts,
@@ -8,17 +8,17 @@ import {
   summaryParts,
   type TokenMonth,
   USAGE_MONTH_CLOSED,
-  type UsageMonthClosedData,
   usageMonthClosedId,
   usageSummaryStream,
 } from '../domain/usageSummary.js';
-import type { EventStore, StoredEvent } from '../infra/eventstore/port.js';
+import type { EventStore, Position, StoredEvent } from '../infra/eventstore/port.js';
 import type { Doc, ReadModelStore } from '../infra/readmodels/port.js';
 import { type AccountDoc, COLLECTIONS } from './core.js';
 import { DAY_MS, floorTo } from './usageBuckets.js';
+import { methodLabel } from './usageMethod.js';
 import { granularityPrefix, parseRollupKey, USAGE_METRICS } from './usageMetrics.js';
 import { usageRecordsOf } from './usageRecord.js';
-import { type MonthTotals, monthKey, USAGE_TOTALS, usageTotalsProjection } from './usageTotals.js';
+import { type MonthTotals, monthKey, monthOf, USAGE_TOTALS, usageTotalsProjection } from './usageTotals.js';
 
 /**
  * Retention of the usage log (docs/decisions.md, "Usage log retention"): once a month is over
@@ -130,10 +130,12 @@ async function retainAccount(
 
   const closable = lastClosableMonth(nowMs);
   if (state.closedThrough === undefined || state.closedThrough < closable) {
-    if (await totalsSettled()) {
-      report.monthsClosed += await closeMonths(options, accountId, state.closedThrough, closable, nowMs);
-      next.closedThrough = closable;
-    } else report.deferred++;
+    const { closed, behind } = (await totalsSettled())
+      ? await closeMonths(options, accountId, state.closedThrough, closable, nowMs)
+      : { closed: 0, behind: true };
+    report.monthsClosed += closed;
+    if (behind) report.deferred++;
+    else next.closedThrough = closable;
   }
 
   // Only months already summarised lose their calls.
@@ -171,8 +173,9 @@ async function retainAccount(
 
 /**
  * Whether the usage totals have projected everything the log held when the pass began: a
- * summary copies them, so a call appended before it must be in them. Late records of a month
- * (later than the grace period) come after its summary in the log and count on top of it.
+ * summary copies them, so a call appended before it must be in them (those appended while the
+ * pass reads the month and appends its summary are added: `appendSummary`). Late records of a
+ * month (later than the grace period) come after its summary in the log and count on top of it.
  */
 async function totalsReachHead(store: EventStore, rm: ReadModelStore, timeoutMs: number): Promise<boolean> {
   const head = await store.headPosition();
@@ -186,42 +189,237 @@ async function totalsReachHead(store: EventStore, rm: ReadModelStore, timeoutMs:
   }
 }
 
-/** Summarises the account's months after `after` up to `through` that had usage and are not summarised yet; returns how many. */
-async function closeMonths(options: LogRetentionOptions, accountId: string, after: string | undefined, through: string, nowMs: number): Promise<number> {
+/** Summarises the account's months after `after` up to `through` that had usage and are not summarised yet; how many, and whether the totals kept moving under the reads (the rest then waits). */
+async function closeMonths(
+  options: LogRetentionOptions,
+  accountId: string,
+  after: string | undefined,
+  through: string,
+  nowMs: number,
+): Promise<{ closed: number; behind: boolean }> {
   const { store, readModels: rm } = options;
   const prefix = `${accountId}/`;
   const months = await rm.range<MonthTotals>(USAGE_TOTALS.byAccount, {
     gte: prefix + (after === undefined ? '' : nextMonth(after)),
     lt: prefix + nextMonth(through),
   });
-  if (months.length === 0) return 0;
-  const stream = usageSummaryStream(accountId);
-  // The parts of each month the stream holds: a month is closed once all its parts are there (a
-  // pass stopped between two appends left the rest to write).
-  const written = new Map<unknown, { parts: unknown; seen: Set<unknown> }>();
-  for (const e of await store.readStream(stream)) {
-    if (e.type !== USAGE_MONTH_CLOSED) continue;
-    const month = written.get(e.data['month']) ?? { parts: e.data['parts'], seen: new Set() };
-    month.seen.add(e.data['part']);
-    written.set(e.data['month'], month);
-  }
-  let count = 0;
-  for (const { key, doc } of months) {
+  if (months.length === 0) return { closed: 0, behind: false };
+  // A month is closed once every part of its newest summary is there (a pass stopped between
+  // two appends left the rest to write).
+  const written = await readSummaries(store, accountId);
+  let closed = 0;
+  for (const { key } of months) {
     const month = key.slice(prefix.length);
     const held = written.get(month);
     if (held !== undefined && held.seen.size === held.parts) continue;
-    const parts = (await summarise(rm, accountId, month, doc, new Date(nowMs).toISOString())).filter((part) => !held?.seen.has(part.part));
-    for (let i = 0; i < parts.length; i += PARTS_PER_APPEND) {
-      const events = parts.slice(i, i + PARTS_PER_APPEND).map((part) => ({
-        id: usageMonthClosedId(accountId, month, part.part),
-        type: USAGE_MONTH_CLOSED,
-        data: { ...part },
-      }));
-      await store.append(stream, events, 'any');
-    }
-    count++;
+    const summary = await appendSummary(options, accountId, month, held?.generation ?? 0, new Date(nowMs).toISOString(), held?.seen);
+    if (summary === null) return { closed, behind: true };
+    closed++;
   }
-  return count;
+  return { closed, behind: false };
+}
+
+/** Per month, its newest summary: its generation, its parts and those written, its last position. */
+interface SummaryHeld {
+  generation: number;
+  parts: number;
+  seen: Set<number>;
+  position: Position;
+}
+
+/** The account's summaries, each event's generation known by its id (usageMonthClosedId). */
+async function readSummaries(store: EventStore, accountId: string): Promise<Map<string, SummaryHeld>> {
+  const months = new Map<string, SummaryHeld>();
+  for (const e of await store.readStream(usageSummaryStream(accountId))) {
+    const { month, part, parts } = e.data;
+    if (e.type !== USAGE_MONTH_CLOSED || typeof month !== 'string' || typeof part !== 'number' || typeof parts !== 'number') continue;
+    const held = months.get(month);
+    const known = held?.generation ?? -1;
+    let generation: number | undefined;
+    for (let g = Math.max(0, known); g <= known + 1 && generation === undefined; g++) {
+      if (e.id === usageMonthClosedId(accountId, month, part, g)) generation = g;
+    }
+    // An id of no generation expected here: a part 0 starts one.
+    generation ??= part === 0 ? known + 1 : Math.max(0, known);
+    if (held === undefined || generation > held.generation) months.set(month, { generation, parts, seen: new Set([part]), position: e.position });
+    else {
+      held.seen.add(part);
+      held.position = e.position;
+    }
+  }
+  return months;
+}
+
+/** A month's summary before it is split in parts. */
+interface MonthSummary {
+  account: MonthCounts;
+  tokens: TokenMonth[];
+}
+
+/** Times the month is read again while calls of it are projected under the read, before the pass leaves the account to the next. */
+const SNAPSHOT_TRIES = 5;
+/** New generations at most while calls of the month keep reaching the log under its appends. */
+const SUMMARY_ROUNDS = 10;
+
+/**
+ * Appends the account's month's summary, generation `generation` (all its parts but those
+ * `written`), such that it counts every call of the month before it in the log; returns where
+ * it ends and the next generation, or null when the usage totals kept moving under the month's
+ * reads (nothing appended).
+ *
+ * The month is read from the read models at one checkpoint of the usage totals (read before
+ * and after; read again while calls of the month were projected in between), so the summary
+ * holds exactly the calls up to it. Calls of the month that reach the usage stream after that
+ * point and before the summary (an ingester catching up, more than the grace period late: the
+ * pass reads the totals, the call is appended, then the summary) would be counted and then set
+ * away by it, live and in a rebuild: the stream is read from that point to the summary, and
+ * when it holds such calls a new generation (the summary plus them) is appended, until none
+ * came in between.
+ */
+async function appendSummary(
+  options: LogRetentionOptions,
+  accountId: string,
+  month: string,
+  generation: number,
+  closedAt: string,
+  written?: ReadonlySet<number>,
+): Promise<{ position?: Position; next: number } | null> {
+  const { store, readModels: rm } = options;
+  let summary: MonthSummary | null = null;
+  let tail: StreamTail | undefined;
+  for (let attempt = 1; tail === undefined; attempt++) {
+    const before = await rm.checkpoint(usageTotalsProjection.name);
+    const doc = await rm.get<MonthTotals>(USAGE_TOTALS.byAccount, monthKey(accountId, month));
+    const read = doc === null ? null : await readMonth(rm, accountId, month, doc);
+    const after = await rm.checkpoint(usageTotalsProjection.name);
+    const stream = await StreamTail.after(store, usageStream(accountId), before);
+    if (after === before || callsOf(await stream.readTo(after, true), month).length === 0) {
+      summary = read;
+      tail = stream;
+    } else if (attempt >= SNAPSHOT_TRIES) return null;
+  }
+  if (summary === null) return { next: generation };
+  let position: Position | undefined;
+  for (let round = 1; ; round++) {
+    position = (await appendParts(store, accountId, month, generation, summary, closedAt, written)) ?? position;
+    if (position === undefined) return { next: generation + 1 };
+    const missed = callsOf(await tail.readTo(position, false), month);
+    if (missed.length === 0) return { position, next: generation + 1 };
+    if (round >= SUMMARY_ROUNDS) throw new Error(`log retention: calls of ${month} keep reaching usage-${accountId} under its summaries`);
+    summary = withCalls(summary, missed);
+    generation++;
+    written = undefined;
+  }
+}
+
+/** Appends a summary's parts (but those `written`) as generation `generation`; the position of the last, or undefined when none was to write. */
+async function appendParts(
+  store: EventStore,
+  accountId: string,
+  month: string,
+  generation: number,
+  summary: MonthSummary,
+  closedAt: string,
+  written?: ReadonlySet<number>,
+): Promise<Position | undefined> {
+  const complete = summary.tokens.every((t) => t.calls.reduce((sum, c) => sum + c[2], 0) === t.requests);
+  const parts = summaryParts({ accountId, month, account: summary.account, closedAt }, summary.tokens, complete).filter((part) => !written?.has(part.part));
+  let position: Position | undefined;
+  for (let i = 0; i < parts.length; i += PARTS_PER_APPEND) {
+    const events = parts.slice(i, i + PARTS_PER_APPEND).map((part) => ({
+      id: usageMonthClosedId(accountId, month, part.part, generation),
+      type: USAGE_MONTH_CLOSED,
+      data: { ...part },
+    }));
+    ({ position } = await store.append(usageSummaryStream(accountId), events, 'any'));
+  }
+  return position;
+}
+
+/** The calls of `month` that the events record. */
+const callsOf = (events: readonly StoredEvent[], month: string): UsageRecord[] =>
+  events.flatMap((event) => usageRecordsOf(event).filter((call) => monthOf(call.at) === month));
+
+/** The summary with these calls counted too, as the usage totals and the month roll-ups count them. */
+function withCalls(summary: MonthSummary, calls: readonly UsageRecord[]): MonthSummary {
+  const account = { ...summary.account, uncharged: summary.account.uncharged ?? 0 };
+  const tokens = new Map(summary.tokens.map((t) => [t.tokenId, { ...t, uncharged: t.uncharged ?? 0, calls: t.calls.map((c): ChainMethodCount => [...c]) }]));
+  for (const call of calls) {
+    const failed = isErrorUsage(call) ? 1 : 0;
+    const uncharged = usedQuota(call) ? 0 : 1;
+    const token = tokens.get(call.tokenId) ?? { tokenId: call.tokenId, requests: 0, errors: 0, uncharged: 0, calls: [] };
+    tokens.set(call.tokenId, token);
+    for (const counts of [account, token]) {
+      counts.requests++;
+      counts.errors += failed;
+      counts.uncharged += uncharged;
+    }
+    token.lastUsedAt = call.at; // the last in log order, as the usage totals set it
+    const method = methodLabel(call.method);
+    const combo = token.calls.find((c) => c[0] === call.chain && c[1] === method);
+    if (combo === undefined) token.calls.push([call.chain, method, 1, failed]);
+    else {
+      combo[2]++;
+      combo[3] += failed;
+    }
+  }
+  return {
+    account,
+    tokens: [...tokens.values()]
+      .sort((a, b) => (a.tokenId < b.tokenId ? -1 : a.tokenId > b.tokenId ? 1 : 0))
+      .map((t) => ({ ...t, calls: t.calls.sort(byMostCalls) })),
+  };
+}
+
+const byMostCalls = (a: ChainMethodCount, b: ChainMethodCount): number => b[2] - a[2] || a[0].localeCompare(b[0]) || a[1].localeCompare(b[1]);
+
+/**
+ * A usage stream read from its first event after a position on: the calls a read of the usage
+ * totals at that checkpoint did not count. Found by a search over revisions (a stream's
+ * positions grow with them), one event a read, so a long stream is not read from its start.
+ */
+class StreamTail {
+  private constructor(
+    private readonly store: EventStore,
+    private readonly streamId: string,
+    private next: number,
+  ) {}
+
+  static async after(store: EventStore, streamId: string, position: Position | null): Promise<StreamTail> {
+    const at = async (revision: number) => (await store.readStream(streamId, { fromRevision: revision, maxCount: 1 }))[0];
+    const first = await at(0);
+    if (first === undefined || position === null || first.position > position) return new StreamTail(store, streamId, first?.revision ?? 0);
+    // The event at `lo` is at or before the position; none from `hi` on is.
+    let lo = first.revision;
+    let hi: number | undefined;
+    for (let step = 1; hi === undefined; step *= 2) {
+      const probe = await at(lo + step);
+      if (probe === undefined || probe.position > position) hi = lo + step;
+      else lo = probe.revision;
+    }
+    while (hi - lo > 1) {
+      const mid = Math.floor((lo + hi) / 2);
+      const probe = await at(mid);
+      if (probe === undefined || probe.position > position) hi = mid;
+      else lo = probe.revision;
+    }
+    return new StreamTail(store, streamId, hi);
+  }
+
+  /** The next events up to `bound` (with it when `inclusive`); the reading goes on from there. */
+  async readTo(bound: Position | null, inclusive: boolean): Promise<StoredEvent[]> {
+    const read: StoredEvent[] = [];
+    if (bound === null) return read;
+    for (;;) {
+      const page = await this.store.readStream(this.streamId, { fromRevision: this.next, maxCount: PAGE });
+      for (const event of page) {
+        if (inclusive ? event.position > bound : event.position >= bound) return read;
+        read.push(event);
+        this.next = event.revision + 1;
+      }
+      if (page.length < PAGE) return read;
+    }
+  }
 }
 
 const countsOf = (doc: MonthTotals): MonthCounts => {
@@ -232,12 +430,12 @@ const countsOf = (doc: MonthTotals): MonthCounts => {
 };
 
 /**
- * The month's summary from the read models: the account's and each token's totals (exact: the
- * usage totals are never purged), each token's calls by chain and method from the month's
- * roll-ups (complete while the retention job has not purged them: it keeps a month's roll-ups
- * the plan's retention past the month's end, at least 7 days, beyond the grace period).
+ * The month from the read models: the account's and each token's totals (exact: the usage
+ * totals are never purged), each token's calls by chain and method from the month's roll-ups
+ * (complete while the retention job has not purged them: it keeps a month's roll-ups the plan's
+ * retention past the month's end, at least 7 days, beyond the grace period).
  */
-async function summarise(rm: ReadModelStore, accountId: string, month: string, accountDoc: MonthTotals, closedAt: string): Promise<UsageMonthClosedData[]> {
+async function readMonth(rm: ReadModelStore, accountId: string, month: string, accountDoc: MonthTotals): Promise<MonthSummary> {
   const tokenIds = new Set<string>();
   for (const { doc } of await rm.range<{ tokenId: string }>(COLLECTIONS.tokensByAccount, { prefix: `${accountId}/` })) tokenIds.add(doc.tokenId);
   const calls = new Map<string, Map<string, ChainMethodCount>>();
@@ -260,17 +458,14 @@ async function summarise(rm: ReadModelStore, accountId: string, month: string, a
     if (page.length < 1000 || !last) break;
     gte = `${last.key}\0`;
   }
-  let complete = true;
   const tokens: TokenMonth[] = [];
   for (const tokenId of [...tokenIds].sort()) {
     const doc = await rm.get<MonthTotals>(USAGE_TOTALS.byToken, monthKey(tokenId, month));
     if (doc === null) continue;
-    const list = [...(calls.get(tokenId)?.values() ?? [])].sort((a, b) => b[2] - a[2] || a[0].localeCompare(b[0]) || a[1].localeCompare(b[1]));
-    const counts = countsOf(doc);
-    if (list.reduce((sum, c) => sum + c[2], 0) !== counts.requests) complete = false;
-    tokens.push({ tokenId, ...counts, ...(typeof doc.lastUsedAt === 'string' ? { lastUsedAt: doc.lastUsedAt } : {}), calls: list });
+    const list = [...(calls.get(tokenId)?.values() ?? [])].sort(byMostCalls);
+    tokens.push({ tokenId, ...countsOf(doc), ...(typeof doc.lastUsedAt === 'string' ? { lastUsedAt: doc.lastUsedAt } : {}), calls: list });
   }
-  return summaryParts({ accountId, month, account: countsOf(accountDoc), closedAt }, tokens, complete);
+  return { account: countsOf(accountDoc), tokens };
 }
 
 /** Whether every call an event records is before `cut` (an event with none: appended before it). */
@@ -332,9 +527,8 @@ async function truncateUsage(store: EventStore, streamId: string, cut: number, l
  * them); else a rebuild, seeing the old summary and not the calls, would answer less than live.
  */
 class LateCalls {
-  /** Each summarised month's newest summary position. */
-  private readonly summarised = new Map<string, string>();
-  private readonly generations = new Map<string, number>();
+  /** Each summarised month's newest summary: where it ends, the generation that comes next. */
+  private summarised = new Map<string, { position: Position; next: number }>();
   private readonly months = new Set<string>();
 
   constructor(
@@ -346,12 +540,8 @@ class LateCalls {
   ) {}
 
   async load(): Promise<void> {
-    for (const e of await this.options.store.readStream(usageSummaryStream(this.accountId))) {
-      if (e.type !== USAGE_MONTH_CLOSED || typeof e.data['month'] !== 'string') continue;
-      const month = e.data['month'];
-      this.summarised.set(month, e.position);
-      this.generations.set(month, (this.generations.get(month) ?? 0) + (e.data['part'] === 0 ? 1 : 0));
-    }
+    const held = await readSummaries(this.options.store, this.accountId);
+    this.summarised = new Map([...held].map(([month, { position, generation }]) => [month, { position, next: generation + 1 }]));
   }
 
   /** Events about to be dropped: the months of their calls that came after those months' summaries. */
@@ -360,7 +550,7 @@ class LateCalls {
       for (const call of usageRecordsOf(event)) {
         const month = call.at.slice(0, 7);
         const summary = this.summarised.get(month);
-        if (summary !== undefined && month <= this.closedThrough && event.position > summary) this.months.add(month);
+        if (summary !== undefined && month <= this.closedThrough && event.position > summary.position) this.months.add(month);
       }
     }
   }
@@ -369,25 +559,14 @@ class LateCalls {
   async summariseAgain(): Promise<boolean> {
     if (this.months.size === 0) return true;
     if (!(await this.totalsSettled())) return false;
-    const { store, readModels: rm } = this.options;
-    const stream = usageSummaryStream(this.accountId);
     for (const month of this.months) {
-      const doc = await rm.get<MonthTotals>(USAGE_TOTALS.byAccount, monthKey(this.accountId, month));
-      if (doc === null) continue;
-      const generation = this.generations.get(month) ?? 1;
-      const parts = await summarise(rm, this.accountId, month, doc, new Date(this.nowMs).toISOString());
-      for (let i = 0; i < parts.length; i += PARTS_PER_APPEND) {
-        const events = parts.slice(i, i + PARTS_PER_APPEND).map((part) => ({
-          id: usageMonthClosedId(this.accountId, month, part.part, generation),
-          type: USAGE_MONTH_CLOSED,
-          data: { ...part },
-        }));
-        const { position } = await store.append(stream, events, 'any');
-        this.summarised.set(month, position);
-      }
-      this.generations.set(month, generation + 1);
+      const held = this.summarised.get(month);
+      if (held === undefined) continue;
+      const summary = await appendSummary(this.options, this.accountId, month, held.next, new Date(this.nowMs).toISOString());
+      if (summary === null) return false;
+      this.summarised.set(month, { position: summary.position ?? held.position, next: summary.next });
+      this.months.delete(month);
     }
-    this.months.clear();
     return true;
   }
 }
