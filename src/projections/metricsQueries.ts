@@ -3,7 +3,7 @@ import { decodeUsageCall, type UsageCall, type UsageCallFields } from '../domain
 import type { Doc, ReadModelStore } from '../infra/readmodels/port.js';
 import { bucketName, bucketStart, ceilTo, coverRange, floorTo, type SeriesGranularity, seriesBuckets } from './usageBuckets.js';
 import { HISTOGRAM_FIELDS, quantile } from './usageHistogram.js';
-import { granularityPrefix, parseRollupKey, type RollupKey, USAGE_METRICS } from './usageMetrics.js';
+import { granularityPrefix, parseRollupKey, RAW_ROWS_PER_DOC, type RollupKey, USAGE_METRICS } from './usageMetrics.js';
 
 // The PDF export reads these shapes from here.
 export type { ErrorGroup, SeriesPoint, UsageFigures };
@@ -138,8 +138,13 @@ export interface UsageReport {
 const BY_METHOD_MAX = 100;
 const ERROR_GROUPS_MAX = 50;
 const CLIENT_IPS_MAX = 100;
-/** Request blocks per read when streaming an export (up to REQUEST_BLOCK rows each): bounds memory whatever the export's size. */
-export const EXPORT_PAGE = 64;
+/**
+ * Rows per read when streaming an export, about: bounds memory whatever the export's size. Raw-row
+ * documents hold 1 to RAW_ROWS_PER_DOC rows (one event's calls of an hour), so the number of
+ * documents a read asks for follows the rows per document of the read before.
+ */
+export const EXPORT_PAGE_ROWS = 1024;
+const EXPORT_PAGE_MIN_DOCS = Math.ceil(EXPORT_PAGE_ROWS / RAW_ROWS_PER_DOC);
 
 function entry<K, V>(map: Map<K, V>, key: K, create: () => V): V {
   const found = map.get(key);
@@ -318,12 +323,15 @@ export class UsageQueries {
     const lt = prefix + bucketName(ceilTo(scope.end, 'hour'), 'hour');
     const startIso = new Date(scope.start).toISOString();
     const endIso = new Date(scope.end).toISOString();
+    let limit = EXPORT_PAGE_MIN_DOCS;
     for (;;) {
-      const page = await this.rm.range<Record<string, UsageCallFields>>(USAGE_METRICS.requestBlocks, { gte, lt, limit: EXPORT_PAGE });
+      const page = await this.rm.range<Record<string, UsageCallFields>>(USAGE_METRICS.requestBlocks, { gte, lt, limit });
       const rows: UsageCall[] = [];
+      let stored = 0;
       for (const { doc } of page) {
-        // Integer-like fields enumerate in ascending order: the block's revisions in order.
+        // Integer-like fields enumerate in ascending order: the document's calls in the order recorded.
         for (const slot in doc) {
+          stored++;
           const row = doc[slot] as UsageCallFields;
           const at = row[1];
           if (at < startIso || at >= endIso || (scope.chain && row[3] !== scope.chain)) continue;
@@ -332,7 +340,8 @@ export class UsageQueries {
       }
       if (rows.length > 0) yield rows;
       const last = page[page.length - 1];
-      if (page.length < EXPORT_PAGE || !last) return;
+      if (page.length < limit || !last) return;
+      limit = Math.min(EXPORT_PAGE_ROWS, Math.max(EXPORT_PAGE_MIN_DOCS, Math.floor((EXPORT_PAGE_ROWS * page.length) / Math.max(1, stored))));
       // Just past the last key: keys never contain \0.
       gte = `${last.key}\0`;
     }

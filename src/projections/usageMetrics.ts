@@ -23,12 +23,16 @@ export const USAGE_METRICS = {
   /** `<accountId>/<tokenId>/<day>/<ip>` → count, lastSeen. */
   clientIps: 'usage_client_ips',
   /**
-   * `<accountId>/<hour>/<block>` → the calls of that hour whose slot in the account's
-   * `usage-<accountId>` stream (`rawRowSlot`: its event's revision, and its place in a batch
-   * event) falls in the block (REQUEST_BLOCK consecutive slots), as
-   * `{ "<slot % REQUEST_BLOCK>": UsageCallFields }`: the raw rows the exports stream. Packed
-   * so that a replay writes one document per block instead of one per call, and keyed by the
-   * slot so that a rebuild packs them as live did.
+   * `<accountId>/<hour>/<first slot>` → the calls of one usage event that fall in that hour,
+   * RAW_ROWS_PER_DOC at most (an event of more calls gives several documents), as
+   * `{ "<slot - first slot>": UsageCallFields }`: the raw rows the exports stream. A slot is the
+   * call's place in the account's `usage-<accountId>` stream (`rawRowSlot`), so an hour's
+   * documents sort in the order the calls were recorded. Each document is written once, with
+   * `put` and no read: with calls spread over many accounts an event holds one call or two,
+   * and packing several events into one document read and rewrote it for every call
+   * (bench/HISTORY.md). The same events give the same documents, so a rebuild equals live.
+   * Documents of earlier versions (`<first slot>` was then the number of a block of 16
+   * consecutive slots) sort before every later one of their hour and are read alike.
    */
   requestBlocks: 'usage_request_blocks',
   /**
@@ -104,12 +108,11 @@ export const errorCodeOf = (r: Pick<UsageRecord, 'status' | 'rpcErrorCode'>): nu
 
 export const errorMessageOf = (r: Pick<UsageRecord, 'errorMessage'>): string => (r.errorMessage ?? '').slice(0, MESSAGE_MAX);
 
-/** Consecutive slots (see `rawRowSlot`) whose calls share a raw-row document (per hour): at most a few KB each. */
-export const REQUEST_BLOCK = 16;
+/** Calls of one usage event per raw-row document (see USAGE_METRICS.requestBlocks): at most a few KB each. */
+export const RAW_ROWS_PER_DOC = 64;
 
-/** Block numbers are zero-padded so that an hour's blocks sort in slot order. */
-export const requestBlockKey = (accountId: string, hour: string, slot: number): string =>
-  [accountId, hour, String(Math.floor(slot / REQUEST_BLOCK)).padStart(16, '0')].join('/');
+/** Slots are zero-padded so that an hour's documents sort in slot order. */
+export const requestBlockKey = (accountId: string, hour: string, firstSlot: number): string => [accountId, hour, String(firstSlot).padStart(16, '0')].join('/');
 
 /** The canonical ISO form of a record's time, or null when it is not a time. */
 export function canonicalTime(at: string): string | null {
@@ -191,7 +194,7 @@ interface TokenFold {
 interface AccountFold {
   accountId: string;
   tokens: Map<string, TokenFold>;
-  /** hour → block number → the block's rows by slot. */
+  /** hour → first slot of a raw-row document → its rows by slot less the first. */
   requestBlocks: Map<string, Map<number, BucketFolded<Record<number, UsageCallFields>>>>;
 }
 
@@ -249,8 +252,12 @@ export class UsageFold {
     this.minutesExpireBefore = nowMs === undefined ? null : new Date(nowMs - MINUTE_RETENTION_DAYS * DAY_MS - MINUTE_MS).toISOString();
   }
 
-  /** Adds a record at `slot` of its account's usage stream (`rawRowSlot`); a record whose time is not a time counts nowhere. */
-  add(record: UsageRecord, slot: number): void {
+  /**
+   * Adds a record at `slot` of its account's usage stream (`rawRowSlot`), whose raw row goes in
+   * the document that starts at `docSlot` (its event's, see USAGE_METRICS.requestBlocks); a
+   * record whose time is not a time counts nowhere.
+   */
+  add(record: UsageRecord, slot: number, docSlot = slot): void {
     const at = canonicalTime(record.at);
     if (at === null) return;
     const { accountId, tokenId, chain } = record;
@@ -312,13 +319,12 @@ export class UsageFold {
     }
 
     const hourBlocks = entry(account.requestBlocks, bucketNameOfIso(at, 'hour'), newMap<number, BucketFolded<Record<number, UsageCallFields>>>);
-    const blockNumber = Math.floor(slot / REQUEST_BLOCK);
-    let block = hourBlocks.get(blockNumber);
+    let block = hourBlocks.get(docSlot);
     if (block === undefined) {
       block = { value: {}, retention: undefined };
-      hourBlocks.set(blockNumber, block);
+      hourBlocks.set(docSlot, block);
     }
-    block.value[slot % REQUEST_BLOCK] = encodeUsageCall(record, at);
+    block.value[slot - docSlot] = encodeUsageCall(record, at);
     block.retention = longerRetention(block.retention, retention);
 
     const dayIps = entry(token.clientIps, bucketNameOfIso(at, 'day'), newMap<string, BucketFolded<{ count: number; lastSeen: string }>>);
@@ -398,15 +404,13 @@ export class UsageFold {
         }
       }
       for (const [hour, blocks] of requestBlocks) {
-        for (const [blockNumber, { value, retention }] of blocks) {
+        for (const [docSlot, { value, retention }] of blocks) {
           writes.push({
-            op: 'merge',
+            op: 'put',
             collection: USAGE_METRICS.requestBlocks,
-            key: requestBlockKey(accountId, hour, blockNumber * REQUEST_BLOCK),
-            fields: value,
+            key: requestBlockKey(accountId, hour, docSlot),
+            doc: value,
             expiresAt: bucketExpiry(hour, 'hour', retention),
-            // Revisions come in order: with its last slot in, nothing more is written to the block.
-            final: Object.hasOwn(value, REQUEST_BLOCK - 1),
           });
         }
       }
@@ -443,7 +447,7 @@ function projectUsage(events: readonly StoredEvent[], nowMs?: number): ReadModel
   const fold = new UsageFold(nowMs);
   for (const stored of events) {
     const records = usageRecordsOf(stored);
-    for (let i = 0; i < records.length; i++) fold.add(records[i] as UsageRecord, rawRowSlot(stored, i));
+    for (let i = 0; i < records.length; i++) fold.add(records[i] as UsageRecord, rawRowSlot(stored, i), rawRowSlot(stored, i - (i % RAW_ROWS_PER_DOC)));
   }
   return fold.writes();
 }

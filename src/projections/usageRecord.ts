@@ -69,8 +69,8 @@ export function usageRecordsOf(stored: StoredEvent): readonly UsageRecord[] {
 
 /**
  * Where the raw row of call `index` of a stored usage event goes: its number in the account's
- * sequence of calls (REQUEST_BLOCK consecutive ones share a document, src/projections/usageMetrics.ts),
- * so that a rebuild packs the rows as live did. A one-call event's is its revision (the calls
+ * sequence of calls (raw-row documents are keyed by it, src/projections/usageMetrics.ts),
+ * so that a rebuild writes the rows as live did. A one-call event's is its revision (the calls
  * before it, in a stream of such events); a batch's, the calls before it (`first`) plus its
  * place in the batch. A batch that does not say gets numbers past every other's.
  */

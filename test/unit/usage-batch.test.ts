@@ -135,7 +135,7 @@ describe('compact usage batches', () => {
     const rows = (writes: ReturnType<typeof usageMetricsProjection.project>) =>
       writes
         .filter((w) => w.collection === USAGE_METRICS.requestBlocks)
-        .flatMap((w) => (w.op === 'merge' ? Object.values(w.fields) : []))
+        .flatMap((w) => (w.op === 'put' ? Object.values(w.doc) : []))
         .map((fields) => JSON.stringify(fields))
         .sort();
     const counts = (writes: ReturnType<typeof usageMetricsProjection.project>) =>

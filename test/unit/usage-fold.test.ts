@@ -1,12 +1,13 @@
 import { describe, expect, it } from 'vitest';
-import { USAGE_EVENT_TYPE, type UsageRecord } from '../../src/domain/usage.js';
+import { USAGE_EVENT_TYPE, type UsageCallFields, type UsageRecord } from '../../src/domain/usage.js';
+import { encodeUsageBatch, USAGE_BATCH_EVENT_TYPE } from '../../src/domain/usageBatch.js';
 import type { StoredEvent } from '../../src/infra/eventstore/port.js';
 import { applyChange, composeWrites } from '../../src/infra/readmodels/compose.js';
 import type { Doc, ReadModelWrite } from '../../src/infra/readmodels/port.js';
 import { unexpired } from '../../src/projections/runner.js';
 import { DAY_MS, type Granularity } from '../../src/projections/usageBuckets.js';
 import { usageExpiryOf } from '../../src/projections/usageExpiry.js';
-import { canonicalTime, parseRollupKey, USAGE_METRICS, usageMetricsProjection, usageWrites } from '../../src/projections/usageMetrics.js';
+import { canonicalTime, parseRollupKey, RAW_ROWS_PER_DOC, USAGE_METRICS, usageMetricsProjection, usageWrites } from '../../src/projections/usageMetrics.js';
 import { usageTotalsProjection } from '../../src/projections/usageTotals.js';
 
 /** What a list of writes leaves in an empty store (documents by collection and key), and each document's furthest expiry. */
@@ -82,28 +83,59 @@ describe('projecting a batch of usage events', () => {
     expect(folded.length).toBeLessThan(oneByOne.length / 2);
   });
 
-  it('usage_metrics: a block of raw rows is written final with its last row, and never written again', () => {
-    const batch = events(2000, 11);
-    const finalSeen = new Set<string>();
-    let finals = 0;
-    let partials = 0;
-    // Batches of odd sizes: a block is filled across several of them.
-    for (let from = 0; from < batch.length; from += 37) {
-      for (const w of usageMetricsProjection.projectBatch?.(batch.slice(from, from + 37)) ?? []) {
-        if (w.collection !== USAGE_METRICS.requestBlocks || w.op !== 'merge') continue;
-        expect(finalSeen.has(w.key), w.key).toBe(false);
-        const last = Object.hasOwn(w.fields, '15');
-        expect(w.final === true, w.key).toBe(last);
-        if (last) {
-          finalSeen.add(w.key);
-          finals++;
-        } else {
-          partials++;
-        }
+  it('usage_metrics: raw rows are written once each, a document per event and hour of at most RAW_ROWS_PER_DOC rows, however the events are batched', () => {
+    // Batch events of 1 to 200 calls (an account's stream numbers its calls densely, `first`), over three hours.
+    const records = events(3000, 17).map((e) => e.data as UsageRecord);
+    const byAccount = new Map<string, UsageRecord[]>();
+    for (const r of records) byAccount.set(r.accountId, [...(byAccount.get(r.accountId) ?? []), r]);
+    const next = random(5);
+    const batches: StoredEvent[] = [];
+    for (const [accountId, calls] of byAccount) {
+      let revision = 0;
+      for (let from = 0; from < calls.length; revision++) {
+        const size = 1 + Math.floor(next() * 200);
+        const data = encodeUsageBatch(accountId, calls.slice(from, from + size), from);
+        batches.push({
+          streamId: `usage-${accountId}`,
+          revision,
+          position: String(batches.length).padStart(20, '0'),
+          id: `e${batches.length}`,
+          type: USAGE_BATCH_EVENT_TYPE,
+          data,
+          metadata: {},
+          created: '2024-06-01T00:00:00.000Z',
+        });
+        from += size;
       }
     }
-    expect(finals).toBeGreaterThan(50);
-    expect(partials).toBeGreaterThan(50);
+    const rowWrites = (batchSize: number): ReadModelWrite[] => {
+      const out: ReadModelWrite[] = [];
+      for (let from = 0; from < batches.length; from += batchSize) {
+        for (const w of usageMetricsProjection.projectBatch?.(batches.slice(from, from + batchSize)) ?? [])
+          if (w.collection === USAGE_METRICS.requestBlocks) out.push(w);
+      }
+      return out;
+    };
+    const live = rowWrites(7);
+    // Each document once, as a put: nothing to read back.
+    expect(new Set(live.map((w) => w.key)).size).toBe(live.length);
+    expect(live.every((w) => w.op === 'put')).toBe(true);
+    // Every call once, in documents of one hour, each at most RAW_ROWS_PER_DOC rows.
+    let rows = 0;
+    for (const w of live) {
+      if (w.op !== 'put') continue;
+      const hours = new Set(Object.values(w.doc).map((row) => (row as UsageCallFields)[1].slice(0, 13)));
+      expect(hours.size, w.key).toBe(1);
+      expect(w.key.split('/')[1]).toBe([...hours][0]);
+      expect(Object.keys(w.doc).length).toBeLessThanOrEqual(RAW_ROWS_PER_DOC);
+      rows += Object.keys(w.doc).length;
+    }
+    expect(rows).toBe(records.length);
+    expect(live.length).toBeLessThan(records.length / 10);
+    // A rebuild, batched otherwise, writes the same documents.
+    const byKey = (writes: ReadModelWrite[]) => Object.fromEntries(writes.map((w) => [w.key, w]));
+    expect(byKey(rowWrites(batches.length))).toEqual(byKey(live));
+    expect(byKey(rowWrites(1))).toEqual(byKey(live));
   });
 
   it('usage_metrics: told the time, a batch leaves out only documents that have expired by then', () => {

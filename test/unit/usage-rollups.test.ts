@@ -6,7 +6,7 @@ import { bucketName, bucketStart, coverRange, DAY_MS, HOUR_MS, MINUTE_MS, series
 import { HISTOGRAM_FIELDS, histogramIndex, LATENCY_BOUNDS_MS, quantile } from '../../src/projections/usageHistogram.js';
 import { methodLabel } from '../../src/projections/usageMethod.js';
 import { decodeUsageCall, type UsageCallFields } from '../../src/domain/usage.js';
-import { canonicalTime, parseRollupKey, REQUEST_BLOCK, USAGE_METRICS, usageWrites } from '../../src/projections/usageMetrics.js';
+import { canonicalTime, parseRollupKey, USAGE_METRICS, usageWrites } from '../../src/projections/usageMetrics.js';
 
 const t = (iso: string): number => Date.parse(iso);
 
@@ -157,16 +157,16 @@ describe('the usage projection', () => {
     expect(ok.some((w) => w.collection === USAGE_METRICS.errorGroups || w.collection === USAGE_METRICS.recentErrors)).toBe(false);
   });
 
-  it('keeps the raw row (raw method) for exports, in the block of its hour and stream revision, and decodes it back', () => {
-    const revision = 3 * REQUEST_BLOCK + 5;
+  it('keeps the raw row (raw method) for exports, in a document of its hour keyed by its slot in the stream, and decodes it back', () => {
+    const revision = 53;
     const rows = usageWrites(record, revision).filter((w) => w.collection === USAGE_METRICS.requestBlocks);
     expect(rows).toHaveLength(1);
     const row = rows[0];
-    expect(row).toMatchObject({ op: 'merge', key: 'acc_A/2024-05-07T13/0000000000000003' });
-    if (row?.op !== 'merge') return;
-    expect(Object.keys(row.fields)).toEqual(['5']);
+    expect(row).toMatchObject({ op: 'put', key: 'acc_A/2024-05-07T13/0000000000000053' });
+    if (row?.op !== 'put') return;
+    expect(Object.keys(row.doc)).toEqual(['0']);
     const { accountId: _, ...rest } = record;
-    expect(decodeUsageCall(row.fields['5'] as UsageCallFields)).toEqual(rest);
+    expect(decodeUsageCall(row.doc['0'] as UsageCallFields)).toEqual(rest);
     expect(usageWrites(record, revision).some((w) => w.collection === USAGE_METRICS.requests)).toBe(false);
   });
 
@@ -174,7 +174,7 @@ describe('the usage projection', () => {
     const shifted = usageWrites({ ...record, at: '2024-05-07T15:45:12.345+02:00' }, 0);
     expect(shifted.find((w) => w.collection === USAGE_METRICS.recentErrors)?.key).toBe('acc_A/2024-05-07T13:45:12.345Z/req-1');
     const row = shifted.find((w) => w.collection === USAGE_METRICS.requestBlocks);
-    expect(row?.op === 'merge' && (row.fields['0'] as UsageCallFields)[1]).toBe('2024-05-07T13:45:12.345Z');
+    expect(row?.op === 'put' && (row.doc['0'] as UsageCallFields)[1]).toBe('2024-05-07T13:45:12.345Z');
     expect(usageWrites({ ...record, at: 'yesterday' }, 0)).toEqual([]);
   });
 

@@ -14,8 +14,6 @@ export interface ComposedChange {
   collection: string;
   key: string;
   change: KeyChange;
-  /** One of its updates said no later write will update the document (`Finality`). */
-  final?: true;
 }
 
 /*
@@ -121,7 +119,6 @@ export function composeWrites(writes: ReadonlyArray<ReadModelWrite>): ComposedCh
       byKey.set(write.key, entry);
       composed.push(entry);
     }
-    if ((write.op === 'merge' || write.op === 'inc') && write.final === true) entry.final = true;
   }
   return composed;
 }

@@ -36,7 +36,7 @@ export async function openReadModels(config: { mongodbUrl?: string; databaseUrl?
 
 /**
  * Collections the embedded default keeps in a LevelDB of their own (src/infra/readmodels/split.ts):
- * the raw rows of the usage projection (USAGE_METRICS.requestBlocks, written with `merge` only),
+ * the raw rows of the usage projection (USAGE_METRICS.requestBlocks, written with `put` only),
  * nearly all the bytes the read models take per call.
  */
 export const EMBEDDED_OWN_STORE: readonly string[] = ['usage_request_blocks'];

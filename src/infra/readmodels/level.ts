@@ -297,10 +297,8 @@ export class LevelReadModelStore implements ReadModelStore {
     for (let i = 0; i < changes.length; i++) {
       const doc = updated[i];
       if (!doc) continue;
-      const { collection, key, final } = changes[i]!;
-      // A document no write will update again is not worth its memory (a full block of raw rows).
-      if (final) this.recent.forget(collection, key);
-      else this.recent.remember(collection, key, doc);
+      const { collection, key } = changes[i]!;
+      this.recent.remember(collection, key, doc);
     }
   }
 }

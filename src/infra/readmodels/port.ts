@@ -12,9 +12,9 @@ export type ReadModelWrite =
   /** Replaces the whole document. */
   | ({ op: 'put'; collection: string; key: string; doc: Doc } & Expiry)
   /** Sets top-level fields, creating the document when missing. */
-  | ({ op: 'merge'; collection: string; key: string; fields: Doc } & Expiry & Finality)
+  | ({ op: 'merge'; collection: string; key: string; fields: Doc } & Expiry)
   /** Adds to numeric top-level fields (missing counts as 0), sets `set` fields; creates when missing. */
-  | ({ op: 'inc'; collection: string; key: string; inc: Record<string, number>; set?: Doc } & Expiry & Finality)
+  | ({ op: 'inc'; collection: string; key: string; inc: Record<string, number>; set?: Doc } & Expiry)
   | { op: 'delete'; collection: string; key: string };
 
 /**
@@ -24,15 +24,6 @@ export type ReadModelWrite =
  */
 export interface Expiry {
   expiresAt?: number;
-}
-
-/**
- * `final`: no later write will update the document (a block of raw rows once its last row is
- * in). A store that keeps recently updated documents in memory, to apply the next update
- * without a read (the embedded store), does not keep this one. Others ignore it.
- */
-export interface Finality {
-  final?: boolean;
 }
 
 export interface RangeOptions {
