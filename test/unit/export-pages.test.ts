@@ -1,0 +1,89 @@
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { encodeUsageCall, type UsageRecord } from '../../src/domain/usage.js';
+import { LevelReadModelStore } from '../../src/infra/readmodels/level.js';
+import type { RangeOptions } from '../../src/infra/readmodels/port.js';
+import { EXPORT_PAGE_ROWS, UsageQueries } from '../../src/projections/metricsQueries.js';
+import { RAW_ROWS_PER_DOC, requestBlockKey, USAGE_METRICS } from '../../src/projections/usageMetrics.js';
+
+let dir: string;
+beforeAll(async () => {
+  dir = await mkdtemp(join(tmpdir(), 'export-pages-'));
+});
+afterAll(async () => {
+  await rm(dir, { recursive: true, force: true });
+});
+
+const HOUR = '2026-11-27T10';
+const call = (i: number): UsageRecord => ({
+  requestId: `req-${i}`,
+  at: new Date(Date.parse(`${HOUR}:00:00.000Z`) + i).toISOString(),
+  accountId: 'acc',
+  tokenId: 'tok',
+  chain: 'eth',
+  method: 'eth_call',
+  status: 200,
+  rpcErrorCode: null,
+  errorMessage: null,
+  totalMs: 1,
+  upstreamMs: 0.5,
+  clientIp: '192.0.2.1',
+  upstream: 'eth-1',
+});
+
+/** Stores `calls` raw rows, `perDoc` to a document as the usage projection writes them, and exports them, counting the reads. */
+async function exportOf(name: string, calls: number, perDoc: number): Promise<{ ids: string[]; reads: number }> {
+  const store = await LevelReadModelStore.open(join(dir, name));
+  try {
+    const writes = [];
+    for (let first = 0; first < calls; first += perDoc) {
+      const doc: Record<number, unknown> = {};
+      for (let slot = first; slot < Math.min(calls, first + perDoc); slot++) doc[slot - first] = encodeUsageCall(call(slot));
+      writes.push({ op: 'put' as const, collection: USAGE_METRICS.requestBlocks, key: requestBlockKey('acc', HOUR, first), doc });
+    }
+    await store.write(writes);
+    let reads = 0;
+    const range = store.range.bind(store);
+    store.range = ((collection: string, options?: RangeOptions) => {
+      if (collection === USAGE_METRICS.requestBlocks) reads++;
+      return range(collection, options);
+    }) as typeof store.range;
+    const ids: string[] = [];
+    const scope = {
+      accountId: 'acc',
+      start: Date.parse(`${HOUR}:00:00.000Z`),
+      end: Date.parse(`${HOUR}:00:00.000Z`) + 3_600_000,
+      granularity: 'hour' as const,
+      chain: null,
+    };
+    for await (const page of new UsageQueries(store).requestRows(scope)) {
+      expect(page.length).toBeLessThanOrEqual(EXPORT_PAGE_ROWS);
+      for (const row of page) ids.push(row.requestId);
+    }
+    return { ids, reads };
+  } finally {
+    await store.close();
+  }
+}
+
+describe('an export reads pages of about EXPORT_PAGE_ROWS rows', () => {
+  const CALLS = 5_000;
+  const expected = Array.from({ length: CALLS }, (_, i) => `req-${i}`);
+  const pages = Math.ceil(CALLS / EXPORT_PAGE_ROWS);
+
+  it('from documents of one row each (an account among many, or one-call events of old logs)', async () => {
+    const { ids, reads } = await exportOf('one-row', CALLS, 1);
+    expect(ids).toEqual(expected);
+    // The first read asks for a page of full documents, then as many as held EXPORT_PAGE_ROWS rows.
+    expect(reads).toBeLessThanOrEqual(pages + 2);
+  });
+
+  it('from full documents (a busy account)', async () => {
+    const { ids, reads } = await exportOf('full', CALLS, RAW_ROWS_PER_DOC);
+    expect(ids).toEqual(expected);
+    expect(reads).toBeLessThanOrEqual(pages + 1);
+    expect(reads).toBeGreaterThanOrEqual(pages);
+  });
+});
