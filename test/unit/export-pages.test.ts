@@ -7,6 +7,7 @@ import { LevelReadModelStore } from '../../src/infra/readmodels/level.js';
 import type { RangeOptions } from '../../src/infra/readmodels/port.js';
 import { EXPORT_PAGE_ROWS, UsageQueries } from '../../src/projections/metricsQueries.js';
 import { RAW_ROWS_PER_DOC, requestBlockKey, USAGE_METRICS } from '../../src/projections/usageMetrics.js';
+import { usageCall } from '../support/usageCall.js';
 
 let dir: string;
 beforeAll(async () => {
@@ -17,21 +18,13 @@ afterAll(async () => {
 });
 
 const HOUR = '2026-11-27T10';
-const call = (i: number): UsageRecord => ({
-  requestId: `req-${i}`,
-  at: new Date(Date.parse(`${HOUR}:00:00.000Z`) + i).toISOString(),
-  accountId: 'acc',
-  tokenId: 'tok',
-  chain: 'eth',
-  method: 'eth_call',
-  status: 200,
-  rpcErrorCode: null,
-  errorMessage: null,
-  totalMs: 1,
-  upstreamMs: 0.5,
-  clientIp: '192.0.2.1',
-  upstream: 'eth-1',
-});
+const call = (i: number): UsageRecord =>
+  usageCall('acc', 'tok', new Date(Date.parse(`${HOUR}:00:00.000Z`) + i).toISOString(), {
+    requestId: `req-${i}`,
+    upstream: 'eth-1',
+    totalMs: 1,
+    upstreamMs: 0.5,
+  });
 
 /** Stores `calls` raw rows, `perDoc` to a document as the usage projection writes them, and exports them, counting the reads. */
 async function exportOf(name: string, calls: number, perDoc: number): Promise<{ ids: string[]; reads: number }> {

@@ -14,6 +14,7 @@ import { ProjectionRunner } from '../../src/projections/runner.js';
 import { usageMetricsProjection } from '../../src/projections/usageMetrics.js';
 import { USAGE_TOTALS, usageTotalsProjection } from '../../src/projections/usageTotals.js';
 import { usageEventId } from '../support/oneCallUsage.js';
+import { usageCall } from '../support/usageCall.js';
 
 /**
  * A call of a month being summarised that reaches the log while the retention pass summarises
@@ -37,24 +38,7 @@ afterAll(() => {
 const FEBRUARY = () => new Date('2027-02-05T00:00:00.000Z'); // January is closable, nothing is truncated yet
 const LATE_MARCH = () => new Date('2027-03-25T00:00:00.000Z'); // Free keeps March only: January's calls go
 
-function record(tokenId: string, at: string): UsageRecord {
-  return {
-    requestId: `r-${at}-${tokenId}`,
-    at,
-    accountId: 'acc_1',
-    tokenId,
-    chain: 'eth',
-    method: 'eth_call',
-    status: 200,
-    rpcErrorCode: null,
-    errorMessage: null,
-    totalMs: 3,
-    upstreamMs: 2,
-    clientIp: '192.0.2.1',
-    upstream: 'node-1',
-    charged: true,
-  };
-}
+const record = (tokenId: string, at: string): UsageRecord => usageCall('acc_1', tokenId, at);
 
 async function open() {
   const store = await LevelEventStore.open(tempDir());

@@ -25,6 +25,7 @@ import { USAGE_TOTALS, usageTotalsProjection } from '../../src/projections/usage
 import { FakeEsdbServer } from '../support/esdbFakeClient.js';
 import { usageEventId } from '../support/oneCallUsage.js';
 import { applyWrites } from '../support/projectionSpec.js';
+import { usageCall } from '../support/usageCall.js';
 
 const dirs: string[] = [];
 const tempDir = (): string => {
@@ -105,25 +106,7 @@ describe('UsageMonthClosed', () => {
   });
 });
 
-function record(accountId: string, tokenId: string, at: string, overrides: Partial<UsageRecord> = {}): UsageRecord {
-  return {
-    requestId: `r-${at}-${tokenId}`,
-    at,
-    accountId,
-    tokenId,
-    chain: 'eth',
-    method: 'eth_call',
-    status: 200,
-    rpcErrorCode: null,
-    errorMessage: null,
-    totalMs: 3,
-    upstreamMs: 2,
-    clientIp: '192.0.2.1',
-    upstream: 'node-1',
-    charged: true,
-    ...overrides,
-  };
-}
+const record = usageCall;
 
 describe('the usage totals projection and a closed month', () => {
   let position = 0;
