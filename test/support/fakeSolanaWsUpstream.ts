@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import WebSocket, { WebSocketServer } from 'ws';
@@ -9,13 +10,16 @@ import WebSocket, { WebSocketServer } from 'ws';
  * "subscription":<id>}}`, any `*Unsubscribe` ends any id (as Agave's do), an unknown id gets
  * -32602 "Invalid subscription id.". `nextSlot()` makes a slot, `changeAccount()` and
  * `transaction()` notify the matching subscriptions, `drop()` cuts every WebSocket connection.
- * Over HTTP: getSlot, getHealth, getVersion; anything else gets -32601.
+ * Over HTTP: getSlot, getHealth, getVersion, getBalance (the lamports `changeAccount` last set, else 0)
+ * and getLatestBlockhash (one per slot); anything else gets -32601.
  */
 export interface FakeSolanaWsUpstream {
   httpUrl: string;
   wsUrl: string;
   /** WebSocket connections accepted so far (a reconnect is one more). */
   connectionsAccepted: number;
+  /** The method of every call received over HTTP, in order. */
+  httpMethods: string[];
   /** Every subscribe call received, in order. */
   subscribeCalls: Array<{ method: string; params: unknown[] }>;
   /** Every unsubscribe call received, in order. */
@@ -62,6 +66,12 @@ export const RENT_EXEMPT_EPOCH = '18446744073709551615';
 const RENT_EXEMPT_PLACEHOLDER = '"rentEpoch":"u64::MAX"';
 /** Slots between the root and the tip, about what a mainnet node shows. */
 const ROOT_DEPTH = 32;
+const API_VERSION = '2.1.21';
+/** Blocks a blockhash stays valid for (MAX_PROCESSING_AGE). */
+const BLOCKHASH_VALIDITY = 150;
+
+/** The blockhash the fake gives a slot: base58 of 32 bytes, as a node writes it. */
+export const blockhashOf = (slot: number): string => base58(createHash('sha256').update(`blockhash-${slot}`).digest());
 
 interface Sub {
   id: number;
@@ -76,13 +86,19 @@ export async function startFakeSolanaWsUpstream(): Promise<FakeSolanaWsUpstream>
   let slot = 1000;
   let nextId = 0;
   const subs = new Map<number, Sub>();
+  const balances = new Map<string, number>();
 
   const invalidParams = (message: string): Reply => ({ error: { code: -32602, message } });
 
   const call = (method: string, params: unknown[], socket: WebSocket | null): Reply => {
     if (method === 'getSlot') return { result: slot };
     if (method === 'getHealth') return { result: 'ok' };
-    if (method === 'getVersion') return { result: { 'solana-core': '2.1.21', 'feature-set': 1416569292 } };
+    if (method === 'getVersion') return { result: { 'solana-core': API_VERSION, 'feature-set': 1416569292 } };
+    const context = { apiVersion: API_VERSION, slot };
+    if (method === 'getBalance')
+      return typeof params[0] === 'string' ? { result: { context, value: balances.get(params[0]) ?? 0 } } : invalidParams('Invalid params: missing pubkey.');
+    if (method === 'getLatestBlockhash')
+      return { result: { context, value: { blockhash: blockhashOf(slot), lastValidBlockHeight: slot + BLOCKHASH_VALIDITY } } };
     if (socket !== null) {
       const kind = method === 'slotSubscribe' ? 'slot' : method === 'accountSubscribe' ? 'account' : method === 'logsSubscribe' ? 'logs' : null;
       if (kind !== null) {
@@ -106,6 +122,7 @@ export async function startFakeSolanaWsUpstream(): Promise<FakeSolanaWsUpstream>
 
   const reply = (text: string, socket: WebSocket | null): string => {
     const message = JSON.parse(text) as { id: unknown; method: string; params?: unknown[] };
+    if (socket === null) fake.httpMethods.push(message.method);
     return JSON.stringify({ jsonrpc: '2.0', ...call(message.method, message.params ?? [], socket), id: message.id });
   };
 
@@ -142,6 +159,7 @@ export async function startFakeSolanaWsUpstream(): Promise<FakeSolanaWsUpstream>
     httpUrl: `http://127.0.0.1:${port}`,
     wsUrl: `ws://127.0.0.1:${port}`,
     connectionsAccepted: 0,
+    httpMethods: [],
     subscribeCalls: [],
     unsubscribeCalls: [],
     get activeSubscriptions() {
@@ -155,6 +173,7 @@ export async function startFakeSolanaWsUpstream(): Promise<FakeSolanaWsUpstream>
     },
     changeAccount(pubkey, account) {
       const data = account.data ?? Buffer.alloc(0);
+      balances.set(pubkey, account.lamports);
       for (const sub of subs.values()) {
         if (sub.kind !== 'account' || sub.params[0] !== pubkey) continue;
         const encoding = (sub.params[1] as { encoding?: string } | undefined)?.encoding ?? 'binary';

@@ -51,6 +51,11 @@ export interface PubSubDialect {
   unsubscribeIdOf(params: unknown): string | null;
   /** The answer to unsubscribing an id the connection does not hold; `malformed`: the params held no id at all. */
   notSubscribed(malformed: boolean): NotSubscribed;
+  /**
+   * The method of the clients' heartbeat, if the chain's clients send one: a notification (no id)
+   * of it only keeps the socket alive, as on the chain's nodes: no answer, not forwarded, not metered.
+   */
+  keepAlive?: string;
   feedsFor(chain: Chain, log: UpstreamSocketLog): ChainFeeds;
 }
 

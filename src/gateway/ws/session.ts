@@ -147,6 +147,8 @@ export class Session {
       this.host.calls.serve(this.request(data), (response) => this.send(response.body));
       return;
     }
+    // The client's heartbeat: it was heard (lastHeardAt), nothing else.
+    if (local.role === 'keepAlive') return;
     // A subscription method the gateway does not offer takes the subscribe path, where feedFor refuses it (-32601).
     if (local.role === 'unsubscribe') this.unsubscribe(data, local);
     else this.subscribe(data, local);
@@ -321,16 +323,24 @@ export class Session {
 
 interface LocalCall {
   method: string;
-  role: CallRole;
+  role: CallRole | 'keepAlive';
   params: unknown;
   /** The call's id as JSON text. */
   idText: string;
 }
 
-/** A single subscribe or unsubscribe call of the dialect (answered here); null for everything else (ChainCalls answers it). */
+/** The longest heartbeat frame looked at: web3.js's is 33 bytes. */
+const MAX_KEEP_ALIVE_BYTES = 128;
+
+/**
+ * A single subscribe or unsubscribe call of the dialect (answered here), or the dialect's
+ * heartbeat (dropped here); null for everything else (ChainCalls answers it).
+ */
 function localCall(data: Buffer, dialect: PubSubDialect): LocalCall | null {
   // Most frames are other calls: look for the common part of the method names (eth_subscribe, slotUnsubscribe…) before parsing anything.
-  if (data.indexOf('ubscribe') < 0) return null;
+  const keepAlive = dialect.keepAlive;
+  const maybeKeepAlive = keepAlive !== undefined && data.length <= MAX_KEEP_ALIVE_BYTES && data.indexOf(keepAlive) >= 0;
+  if (!maybeKeepAlive && data.indexOf('ubscribe') < 0) return null;
   let value: unknown;
   try {
     value = JSON.parse(data.toString('utf8'));
@@ -340,6 +350,7 @@ function localCall(data: Buffer, dialect: PubSubDialect): LocalCall | null {
   if (typeof value !== 'object' || value === null || Array.isArray(value)) return null;
   const { method, params, id, jsonrpc } = value as { method?: unknown; params?: unknown; id?: unknown; jsonrpc?: unknown };
   if (typeof method !== 'string' || jsonrpc !== '2.0') return null;
+  if (method === keepAlive && id === undefined) return { method, role: 'keepAlive', params, idText: 'null' };
   const role = dialect.roleOf(method);
   if (role === null) return null;
   if (!(typeof id === 'string' || typeof id === 'number')) return null;

@@ -38,6 +38,8 @@ export const SOLANA_PUBSUB: PubSubDialect = {
     malformed
       ? { code: RpcCode.invalidParams, message: 'Invalid params: an unsubscribe takes [subscriptionId], the integer its subscribe answered' }
       : { code: RpcCode.invalidParams, message: 'Invalid subscription id.' },
+  // @solana/web3.js sends {"jsonrpc":"2.0","method":"ping"} every 5 s; an Agave node reads it and answers nothing.
+  keepAlive: 'ping',
   feedsFor: (chain, log) => new SolanaFeeds(chain, log),
 };
 
