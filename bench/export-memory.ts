@@ -4,8 +4,10 @@
  *   node --expose-gc --import tsx bench/export-memory.ts [rows]
  *
  * A child process starts the service on the embedded default in a temporary directory and
- * appends the calls to the account's usage stream (as the ingester does: batches of 1,000),
- * which the export reads back, and waits for the projections. This
+ * appends the calls to the account's usage stream as the ingester does, a compact batch event of
+ * 1,000 calls an append (`EVENTS=one-call`: an event per call, as logs written before compact
+ * batches hold, and as a tenant among thousands gets, each event one call: the raw rows are
+ * then a document per call, the export's worst case), and waits for the projections. This
  * process then opens the same data with a fresh heap, serves it, and downloads
  * /api/v1/exports/usage.csv over HTTP on loopback while sampling its RSS and heap. Server and
  * client share the process, so the figure includes both.
@@ -19,12 +21,14 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { loadConfig } from '../src/config.js';
 import { USAGE_EVENT_TYPE, type UsageRecord, usageStream } from '../src/domain/usage.js';
+import { encodeUsageBatch, USAGE_BATCH_EVENT_TYPE, usageBatchEventId } from '../src/domain/usageBatch.js';
 import { openRuntime } from '../src/runtime.js';
 import { buildServer } from '../src/server.js';
 import { usageEventId } from '../test/support/oneCallUsage.js';
 import { emit, round } from './lib/report.js';
 
 const ROWS = Number(process.argv[2] ?? 1_000_000);
+const ONE_CALL_EVENTS = process.env.EVENTS === 'one-call';
 const LIMIT_MB = 100;
 const MB = 1024 * 1024;
 const gc = (globalThis as { gc?: () => void }).gc;
@@ -56,7 +60,7 @@ async function writeRows(dataDir: string): Promise<void> {
   const step = Math.max(1, Math.floor((6 * 86_400_000) / ROWS));
   const wave: Array<Promise<unknown>> = [];
   for (let first = 0; first < ROWS; first += 1000) {
-    const batch = [];
+    const records: UsageRecord[] = [];
     for (let i = first; i < Math.min(ROWS, first + 1000); i++) {
       const at = new Date(from + i * step).toISOString();
       const r: UsageRecord = {
@@ -74,8 +78,11 @@ async function writeRows(dataDir: string): Promise<void> {
         clientIp: '203.0.113.45',
         upstream: 'eth-1',
       };
-      batch.push({ id: usageEventId(r), type: USAGE_EVENT_TYPE, data: { ...r } });
+      records.push(r);
     }
+    const batch = ONE_CALL_EVENTS
+      ? records.map((r) => ({ id: usageEventId(r), type: USAGE_EVENT_TYPE, data: { ...r } }))
+      : [{ id: usageBatchEventId(records), type: USAGE_BATCH_EVENT_TYPE, data: { ...encodeUsageBatch(accountId, records, first) } }];
     // A few appends in flight, so the store commits them in groups.
     wave.push(runtime.store.append(usageStream(accountId), batch, 'any'));
     if (wave.length >= 10) await Promise.all(wave.splice(0));
@@ -134,7 +141,7 @@ async function measureExport(dataDir: string, cookie: string): Promise<void> {
       result: round(rssGrowth),
       unit: 'MB',
       command: 'node --expose-gc --import tsx bench/export-memory.ts',
-      method: `${ROWS} rows of CSV over HTTP, first byte after ${firstByteMs.toFixed(0)} ms; peak RSS above the baseline, server and client in one process`,
+      method: `${ROWS} rows of CSV over HTTP (${ONE_CALL_EVENTS ? 'an event per call' : 'batch events of 1,000'}), first byte after ${firstByteMs.toFixed(0)} ms; peak RSS above the baseline, server and client in one process`,
     });
     if (lines - 1 !== ROWS) throw new Error(`expected ${ROWS} rows, got ${lines - 1}`);
     if (rssGrowth > LIMIT_MB) process.exitCode = 1;
