@@ -13,6 +13,7 @@ export type FeedItem = string;
 
 /** A subscription a client may open: its shared feed, and how its notifications are named. */
 export interface OpenedFeed {
+  /** Completes when the node ends the subscription itself: each client's subscription ends with it, without an unsubscribe. */
   feed: Observable<FeedItem>;
   /** The `method` of its notification frames: `eth_subscription`, `slotNotification`… */
   notification: string;
@@ -85,7 +86,8 @@ export class SharedFeeds {
   get(key: string, make: () => Observable<FeedItem>): Observable<FeedItem> {
     let feed = this.feeds.get(key);
     if (!feed) {
-      feed = make().pipe(share({ resetOnRefCountZero: () => this.forget(key) }));
+      // A feed that ends (a one-shot subscription's last notification) is forgotten as one nobody holds.
+      feed = make().pipe(share({ resetOnRefCountZero: () => this.forget(key), resetOnComplete: () => this.forget(key) }));
       this.feeds.set(key, feed);
     }
     return feed;
@@ -104,9 +106,16 @@ export class SharedFeeds {
 
 /**
  * The node's notifications as they come, as the node wrote them; `keyOf` names an item so that
- * one delivered again (after a resubscription) is dropped; null: no such check.
+ * one delivered again (after a resubscription) is dropped; null: no such check. `isLast` names the
+ * notification after which the node ends the subscription itself (Solana's signatureSubscribe):
+ * the feed completes with it, so every client's subscription ends.
  */
-export function passthrough(socket: UpstreamSocket, request: UpstreamSubscription, keyOf: ((result: unknown) => string | null) | null): Observable<FeedItem> {
+export function passthrough(
+  socket: UpstreamSocket,
+  request: UpstreamSubscription,
+  keyOf: ((result: unknown) => string | null) | null,
+  isLast?: (result: unknown) => boolean,
+): Observable<FeedItem> {
   return new Observable<FeedItem>((subscriber) => {
     const recent = new Recent();
     return socket.subscribe(request, (result, text) => {
@@ -116,6 +125,7 @@ export function passthrough(socket: UpstreamSocket, request: UpstreamSubscriptio
         recent.add(key);
       }
       subscriber.next(text);
+      if (isLast?.(result)) subscriber.complete();
     });
   });
 }

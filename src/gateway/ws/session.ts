@@ -194,8 +194,19 @@ export class Session {
       this.send(response.body);
       const o = opening as Opening | null;
       if (o === null || response.status !== 200 || this.closing) return;
-      const subscription = o.opened.feed.subscribe({ next: (item) => this.notify(o.id, o.opened, item) });
-      this.subscriptions.set(o.id, { subscription, notification: o.opened.notification });
+      // A feed the node ended (a signature's one notification was its last): the id is free, as on the node.
+      let live: Live | null = null;
+      let ended = false;
+      const end = (): void => {
+        ended = true;
+        if (live === null || this.subscriptions.get(o.id) !== live) return;
+        this.subscriptions.delete(o.id);
+        this.host.subscriptionsChanged(this, -1);
+      };
+      const subscription = o.opened.feed.subscribe({ next: (item) => this.notify(o.id, o.opened, item), complete: end });
+      if (ended) return;
+      live = { subscription, notification: o.opened.notification };
+      this.subscriptions.set(o.id, live);
       this.host.subscriptionsChanged(this, 1);
     });
   }

@@ -5,19 +5,28 @@ import { type ChainFeeds, type FeedRefusal, type OpenedFeed, type PubSubDialect,
 import { UpstreamSocket, type UpstreamSocketLog } from './upstreamSocket.js';
 
 /**
- * Solana's pubsub (`slotSubscribe`, `accountSubscribe`, `logsSubscribe` and their unsubscribes),
- * one upstream subscription per distinct (kind, params) shared by every client (pubsub.ts), with
- * the node's shapes: integer subscription ids, `<kind>Notification` frames, and an unknown id's
- * unsubscribe answered with -32602 "Invalid subscription id.".
+ * Solana's pubsub (`slotSubscribe`, `accountSubscribe`, `logsSubscribe`, `programSubscribe`,
+ * `signatureSubscribe` and their unsubscribes), one upstream subscription per distinct (kind,
+ * params) shared by every client (pubsub.ts), with the node's shapes: integer subscription ids,
+ * `<kind>Notification` frames, and an unknown id's unsubscribe answered with -32602 "Invalid
+ * subscription id.". A signature subscription is one-shot, as on the node: its notification of the
+ * transaction's status (not a `"receivedSignature"` one) is its last; the node ends it, and so does
+ * the gateway for every client of it, without an unsubscribe from them.
  */
 
-type SolanaKind = 'slot' | 'account' | 'logs';
+type SolanaKind = 'slot' | 'account' | 'logs' | 'program' | 'signature';
 
-const SUBSCRIBE: Record<string, SolanaKind> = { slotSubscribe: 'slot', accountSubscribe: 'account', logsSubscribe: 'logs' };
-const UNSUBSCRIBE = new Set(['slotUnsubscribe', 'accountUnsubscribe', 'logsUnsubscribe']);
-/** The other subscription methods a Solana node has (programSubscribe, signatureSubscribe, rootSubscribe…): refused, not sent over HTTP. */
+const SUBSCRIBE: Record<string, SolanaKind> = {
+  slotSubscribe: 'slot',
+  accountSubscribe: 'account',
+  logsSubscribe: 'logs',
+  programSubscribe: 'program',
+  signatureSubscribe: 'signature',
+};
+const UNSUBSCRIBE = new Set(['slotUnsubscribe', 'accountUnsubscribe', 'logsUnsubscribe', 'programUnsubscribe', 'signatureUnsubscribe']);
+/** The other subscription methods a Solana node has (rootSubscribe, blockSubscribe, voteSubscribe…): refused, not sent over HTTP. */
 const OTHER_SUBSCRIPTION_METHOD = /^[a-z][A-Za-z]*(Subscribe|Unsubscribe)$/;
-const SUPPORTED = 'slotSubscribe, accountSubscribe and logsSubscribe';
+const SUPPORTED = 'slotSubscribe, accountSubscribe, logsSubscribe, programSubscribe and signatureSubscribe';
 
 /** Client subscription ids: random integers below 2^48, exact as JavaScript numbers. */
 const MAX_SUBSCRIPTION_ID = 2 ** 48;
@@ -48,8 +57,13 @@ const ENCODINGS = new Set(['base58', 'base64', 'base64+zstd', 'jsonParsed', 'bin
 const BASE58 = '123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz';
 
 /** A public key as Solana writes it: base58 of exactly 32 bytes. */
-function isPubkey(value: unknown): value is string {
-  if (typeof value !== 'string' || value.length < 32 || value.length > 44) return false;
+const isPubkey = (value: unknown): value is string => isBase58Of(value, 32);
+/** A transaction signature as Solana writes it: base58 of exactly 64 bytes. */
+const isSignature = (value: unknown): value is string => isBase58Of(value, 64);
+
+/** Base58 of exactly `bytes` bytes (each leading zero byte a '1', so at least `bytes` characters). */
+function isBase58Of(value: unknown, bytes: number): value is string {
+  if (typeof value !== 'string' || value.length < bytes || value.length > Math.ceil((bytes * Math.log(256)) / Math.log(58))) return false;
   let n = 0n;
   for (const c of value) {
     const digit = BASE58.indexOf(c);
@@ -60,25 +74,68 @@ function isPubkey(value: unknown): value is string {
   let zeros = 0;
   while (value[zeros] === '1') zeros++;
   const hex = n === 0n ? '' : n.toString(16);
-  return zeros + Math.ceil(hex.length / 2) === 32;
+  return zeros + Math.ceil(hex.length / 2) === bytes;
+}
+
+/** What a config key takes: one of these strings; a boolean (`false`, the node's default, dropped); programSubscribe's filters. */
+type Check = Set<string> | 'flag' | 'filters';
+
+/** Filters one programSubscribe takes at most, and the bytes one memcmp compares at most (Agave's limits). */
+const MAX_FILTERS = 4;
+const MAX_MEMCMP_BYTES = 128;
+const BASE64 = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/;
+
+/** programSubscribe's `filters`, each `{dataSize}` or `{memcmp: {offset, bytes, encoding?}}`, rebuilt in a fixed key order; a string says what is wrong. */
+function filtersOf(value: unknown): unknown[] | string {
+  const wrong = `filters must be an array of at most ${MAX_FILTERS} filters, each {"dataSize": n} or {"memcmp": {"offset": n, "bytes": "…", "encoding"?: "base58" | "base64"}}`;
+  if (!Array.isArray(value) || value.length > MAX_FILTERS) return wrong;
+  const out: unknown[] = [];
+  for (const filter of value as unknown[]) {
+    if (typeof filter !== 'object' || filter === null || Array.isArray(filter) || Object.keys(filter).length !== 1) return wrong;
+    const { dataSize, memcmp } = filter as { dataSize?: unknown; memcmp?: unknown };
+    if (dataSize !== undefined) {
+      if (!Number.isSafeInteger(dataSize) || (dataSize as number) < 0) return wrong;
+      out.push({ dataSize });
+      continue;
+    }
+    if (typeof memcmp !== 'object' || memcmp === null || Array.isArray(memcmp)) return wrong;
+    const { offset, bytes, encoding, ...rest } = memcmp as { offset?: unknown; bytes?: unknown; encoding?: unknown };
+    if (Object.keys(rest).length > 0 || !Number.isSafeInteger(offset) || (offset as number) < 0 || typeof bytes !== 'string') return wrong;
+    if (encoding === 'base64') {
+      if (!BASE64.test(bytes) || Buffer.from(bytes, 'base64').length > MAX_MEMCMP_BYTES) return wrong;
+    } else if (encoding === undefined || encoding === null || encoding === 'base58') {
+      if (![...bytes].every((c) => BASE58.includes(c)) || bytes.length > Math.ceil((MAX_MEMCMP_BYTES * Math.log(256)) / Math.log(58))) return wrong;
+    } else return wrong;
+    out.push({ memcmp: encoding === undefined || encoding === null ? { offset, bytes } : { offset, bytes, encoding } });
+  }
+  return out;
 }
 
 /**
  * A config object with only `allowed` keys, each valid: rebuilt in a fixed key order without
  * absent keys (so equal configs share a feed); null when empty; a string says what is wrong.
  */
-function configOf(value: unknown, allowed: Record<string, Set<string>>, method: string): Record<string, string> | null | string {
+function configOf(value: unknown, allowed: Record<string, Check>, method: string): Record<string, unknown> | null | string {
   if (value === undefined || value === null) return null;
   if (typeof value !== 'object' || Array.isArray(value)) return `the ${method} config must be an object`;
   const given = value as Record<string, unknown>;
   for (const key of Object.keys(given))
     if (allowed[key] === undefined) return `${key.slice(0, 64)} is not supported in the ${method} config (${Object.keys(allowed).join(', ')} are)`;
-  const out: Record<string, string> = {};
-  for (const [key, values] of Object.entries(allowed)) {
+  const out: Record<string, unknown> = {};
+  for (const [key, check] of Object.entries(allowed)) {
     const v = given[key];
     if (v === undefined || v === null) continue;
-    if (typeof v !== 'string' || !values.has(v)) return `${key} must be one of ${[...values].join(', ')}`;
-    out[key] = v;
+    if (check === 'flag') {
+      if (typeof v !== 'boolean') return `${key} must be true or false`;
+      if (v) out[key] = v;
+    } else if (check === 'filters') {
+      const filters = filtersOf(v);
+      if (typeof filters === 'string') return filters;
+      out[key] = filters;
+    } else {
+      if (typeof v !== 'string' || !check.has(v)) return `${key} must be one of ${[...check].join(', ')}`;
+      out[key] = v;
+    }
   }
   return Object.keys(out).length === 0 ? null : out;
 }
@@ -92,6 +149,20 @@ function parseParams(kind: SolanaKind, params: unknown): unknown[] | { error: st
     if (list.length < 1 || list.length > 2) return { error: 'accountSubscribe takes [pubkey, {encoding?, commitment?}?]' };
     if (!isPubkey(list[0])) return { error: 'accountSubscribe takes a base58 public key (32 bytes) first' };
     const config = configOf(list[1], { encoding: ENCODINGS, commitment: COMMITMENTS }, 'accountSubscribe');
+    if (typeof config === 'string') return { error: config };
+    return config === null ? [list[0]] : [list[0], config];
+  }
+  if (kind === 'program') {
+    if (list.length < 1 || list.length > 2) return { error: 'programSubscribe takes [programId, {encoding?, commitment?, filters?}?]' };
+    if (!isPubkey(list[0])) return { error: 'programSubscribe takes a base58 program id (32 bytes) first' };
+    const config = configOf(list[1], { encoding: ENCODINGS, commitment: COMMITMENTS, filters: 'filters' }, 'programSubscribe');
+    if (typeof config === 'string') return { error: config };
+    return config === null ? [list[0]] : [list[0], config];
+  }
+  if (kind === 'signature') {
+    if (list.length < 1 || list.length > 2) return { error: 'signatureSubscribe takes [signature, {commitment?, enableReceivedNotification?}?]' };
+    if (!isSignature(list[0])) return { error: 'signatureSubscribe takes a base58 transaction signature (64 bytes) first' };
+    const config = configOf(list[1], { commitment: COMMITMENTS, enableReceivedNotification: 'flag' }, 'signatureSubscribe');
     if (typeof config === 'string') return { error: config };
     return config === null ? [list[0]] : [list[0], config];
   }
@@ -118,10 +189,14 @@ function slotOf(result: unknown): unknown {
   return r.slot ?? r.context?.slot;
 }
 
+/** A notification result's `value`. */
+const resultValue = (result: unknown): unknown => (typeof result === 'object' && result !== null ? (result as { value?: unknown }).value : undefined);
+
 /**
  * What a resubscription may deliver twice (a node sending a slot again, or another node behind
  * the first): the same slot (and parent); an account's change at the same slot; the same
- * transaction's logs at the same slot.
+ * transaction's logs at the same slot; a program's account changed at the same slot; a
+ * signature's `"receivedSignature"`.
  */
 const KEY_OF: Record<SolanaKind, (result: unknown) => string | null> = {
   slot: (r) => (typeof slotOf(r) === 'number' ? `${slotOf(r)}:${(r as { parent?: unknown }).parent}` : null),
@@ -130,7 +205,15 @@ const KEY_OF: Record<SolanaKind, (result: unknown) => string | null> = {
     const signature = (r as { value?: { signature?: unknown } } | null)?.value?.signature;
     return typeof slotOf(r) === 'number' && typeof signature === 'string' ? `${slotOf(r)}:${signature}` : null;
   },
+  program: (r) => {
+    const pubkey = (resultValue(r) as { pubkey?: unknown } | undefined)?.pubkey;
+    return typeof slotOf(r) === 'number' && typeof pubkey === 'string' ? `${slotOf(r)}:${pubkey}` : null;
+  },
+  signature: (r) => (resultValue(r) === 'receivedSignature' ? 'received' : null),
 };
+
+/** The node ends a signature subscription after its status notification (any but `"receivedSignature"`). */
+const isSignatureStatus = (result: unknown): boolean => resultValue(result) !== 'receivedSignature';
 
 /** The feeds of one Solana chain, over one UpstreamSocket to its nodes' pubsub endpoints. */
 class SolanaFeeds implements ChainFeeds {
@@ -147,7 +230,12 @@ class SolanaFeeds implements ChainFeeds {
     const parsed = parseParams(kind, params);
     if (!Array.isArray(parsed)) return { error: `Invalid params: ${parsed.error}`, code: RpcCode.invalidParams };
     const feed = this.feeds.get(`${kind}:${JSON.stringify(parsed)}`, () =>
-      passthrough(this.socket, { method, params: parsed, unsubscribeMethod: `${kind}Unsubscribe` }, KEY_OF[kind]),
+      passthrough(
+        this.socket,
+        { method, params: parsed, unsubscribeMethod: `${kind}Unsubscribe` },
+        KEY_OF[kind],
+        kind === 'signature' ? isSignatureStatus : undefined,
+      ),
     );
     return { feed, notification: `${kind}Notification`, usageMethod: `${kind}Notification` };
   }
