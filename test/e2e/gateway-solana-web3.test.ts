@@ -1,9 +1,10 @@
 import { createHash } from 'node:crypto';
-import { type AccountInfo, Connection, type Context, PublicKey, type SlotInfo, SystemProgram } from '@solana/web3.js';
+import { performance } from 'node:perf_hooks';
+import { type AccountInfo, Connection, type Context, type KeyedAccountInfo, PublicKey, type SlotInfo, SystemProgram } from '@solana/web3.js';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import WebSocket from 'ws';
 import { eventually, until } from '../support/eventually.js';
-import { blockhashOf, type FakeSolanaWsUpstream, RENT_EXEMPT_EPOCH, startFakeSolanaWsUpstream } from '../support/fakeSolanaWsUpstream.js';
+import { base58, blockhashOf, type FakeSolanaWsUpstream, RENT_EXEMPT_EPOCH, startFakeSolanaWsUpstream } from '../support/fakeSolanaWsUpstream.js';
 import { newToken as newOwnerToken, startTestApp, type TestApp } from '../support/testApp.js';
 import { recordedCalls } from '../support/usageLog.js';
 
@@ -178,6 +179,74 @@ describe('Connection over WebSocket', () => {
     await until(() => node.activeSubscriptions === 0);
     expect(node.unsubscribeCalls.slice(unsubscribedBefore).map((c) => c.method)).toEqual(['slotUnsubscribe']);
     expect(sockets()?.upstreamSubscriptions).toBe(0);
+  });
+});
+
+describe('Connection confirming a transaction and following a program', () => {
+  it('confirmTransaction resolves on the signature notification (signatureSubscribe, one-shot: web3.js sends no unsubscribe)', async () => {
+    const o = await newToken();
+    const connection = connect(o.token);
+    const signature = base58(createHash('sha512').update('a transfer').digest());
+    const { blockhash, lastValidBlockHeight } = await connection.getLatestBlockhash();
+    const statusesBefore = count(node.httpMethods, 'getSignatureStatuses');
+    const subscribedBefore = node.subscribeCalls.length;
+    const confirming = connection.confirmTransaction({ signature, blockhash, lastValidBlockHeight }, 'confirmed');
+    // Subscribed, web3.js asks the status once (not landed yet: null), then waits for the notification.
+    await until(() => node.activeSubscriptions === 1 && count(node.httpMethods, 'getSignatureStatuses') === statusesBefore + 1);
+    expect(node.subscribeCalls.slice(subscribedBefore)).toEqual([{ method: 'signatureSubscribe', params: [signature, { commitment: 'confirmed' }] }]);
+    const { slot } = node.nextSlot();
+    const pushedAt = performance.now();
+    node.processSignature(signature);
+    expect(await confirming).toEqual({ context: { slot }, value: { err: null } });
+    // At once, not by its block-height polling (each second) nor by the blockhash expiring.
+    expect(performance.now() - pushedAt).toBeLessThan(500);
+    await until(() => sockets()?.subscriptions === 0 && sockets()?.upstreamSubscriptions === 0 && node.activeSubscriptions === 0);
+
+    const methods = await eventually(
+      () => usageMethods(o.accountId),
+      (m) => m.includes('signatureNotification'),
+    );
+    expect(count(methods, 'signatureSubscribe')).toBe(1);
+    expect(count(methods, 'signatureNotification')).toBe(1);
+    expect(methods).not.toContain('signatureUnsubscribe');
+  });
+
+  it('onProgramAccountChange receives the accounts of a program its filters pass, decoded; removing it unsubscribes', async () => {
+    const o = await newToken();
+    const connection = connect(o.token);
+    const program = pubkey('a program');
+    const [alice, bob] = [pubkey('alice'), pubkey('bob')];
+    const changes: Array<[KeyedAccountInfo, Context]> = [];
+    const subscribedBefore = node.subscribeCalls.length;
+    const unsubscribedBefore = node.unsubscribeCalls.length;
+    const listener = connection.onProgramAccountChange(program, (keyed, context) => changes.push([keyed, context]), {
+      commitment: 'confirmed',
+      filters: [{ dataSize: 5 }],
+    });
+    await until(() => sockets()?.subscriptions === 1 && node.activeSubscriptions === 1);
+    expect(node.subscribeCalls.slice(subscribedBefore)).toEqual([
+      { method: 'programSubscribe', params: [program.toBase58(), { commitment: 'confirmed', encoding: 'base64', filters: [{ dataSize: 5 }] }] },
+    ]);
+
+    const { slot } = node.nextSlot();
+    node.changeAccount(bob.toBase58(), { lamports: 1, data: Buffer.from('no'), owner: program.toBase58() });
+    node.changeAccount(alice.toBase58(), { lamports: 99, data: Buffer.from('hello'), owner: program.toBase58() });
+    await until(() => changes.length === 1);
+    const [keyed, context] = changes[0] as [KeyedAccountInfo, Context];
+    expect(context).toEqual({ slot });
+    expect(keyed.accountId.equals(alice)).toBe(true);
+    expect(keyed.accountInfo.lamports).toBe(99);
+    expect(keyed.accountInfo.data).toEqual(Buffer.from('hello'));
+    expect(keyed.accountInfo.owner.equals(program)).toBe(true);
+
+    await connection.removeProgramAccountChangeListener(listener);
+    await until(() => node.activeSubscriptions === 0 && sockets()?.upstreamSubscriptions === 0);
+    expect(node.unsubscribeCalls.slice(unsubscribedBefore).map((c) => c.method)).toEqual(['programUnsubscribe']);
+    const methods = await eventually(
+      () => usageMethods(o.accountId),
+      (m) => m.includes('programUnsubscribe'),
+    );
+    expect([...methods].sort()).toEqual(['programSubscribe', 'programNotification', 'programUnsubscribe'].sort());
   });
 });
 

@@ -50,6 +50,8 @@ afterEach(async () => {
 
 /** A public key: base58 of 32 bytes. */
 const pubkey = (seed: string) => base58(createHash('sha256').update(seed).digest());
+/** A transaction signature: base58 of 64 bytes. */
+const signature = (seed: string) => base58(createHash('sha512').update(seed).digest());
 
 /** The params of each `method` notification for one subscription id. */
 const notifications = (client: WsClient, method: string, id: unknown) =>
@@ -174,6 +176,153 @@ describe('accountSubscribe and logsSubscribe', () => {
   });
 });
 
+describe('programSubscribe', () => {
+  it("shares one upstream subscription per (program, config), filters normalized, and delivers each matching account's change as {pubkey, account}", async () => {
+    const o = await newToken();
+    const one = await open(o.token);
+    const two = await open(o.token);
+    const program = pubkey('program');
+    const [alice, bob] = [pubkey('alice'), pubkey('bob')];
+    const subscribedBefore = node.subscribeCalls.length;
+    const filters = [{ dataSize: 5 }, { memcmp: { offset: 0, bytes: base58(Buffer.from('he')) } }];
+    const filtered = (await one.call('programSubscribe', [program, { encoding: 'base64', commitment: 'confirmed', filters }])).result;
+    // The same config, keys in another order: the same feed.
+    const filteredToo = (
+      await two.call('programSubscribe', [
+        program,
+        { filters: [{ dataSize: 5 }, { memcmp: { bytes: base58(Buffer.from('he')), offset: 0 } }], commitment: 'confirmed', encoding: 'base64' },
+      ])
+    ).result;
+    const every = (await two.call('programSubscribe', [program])).result;
+    expect(node.subscribeCalls.slice(subscribedBefore)).toEqual([
+      { method: 'programSubscribe', params: [program, { encoding: 'base64', commitment: 'confirmed', filters }] },
+      { method: 'programSubscribe', params: [program] },
+    ]);
+    expect(sockets()).toMatchObject({ subscriptions: 3, upstreamSubscriptions: 2 });
+
+    const slot = node.nextSlot().slot;
+    node.changeAccount(alice, { lamports: 5, data: Buffer.from('hello'), owner: program });
+    node.changeAccount(bob, { lamports: 6, data: Buffer.from('bye'), owner: program });
+    node.changeAccount(pubkey('carol'), { lamports: 7, data: Buffer.from('hello') });
+    await until(() => notifications(two, 'programNotification', every).length === 2);
+    expect(notifications(two, 'programNotification', every).map((n) => (n.result as { value: { pubkey: string } }).value.pubkey)).toEqual([alice, bob]);
+    await until(() => notifications(one, 'programNotification', filtered).length === 1 && notifications(two, 'programNotification', filteredToo).length === 1);
+    expect(notifications(one, 'programNotification', filtered)[0]?.result).toEqual({
+      context: { slot },
+      value: {
+        pubkey: alice,
+        account: { lamports: 5, owner: program, data: ['aGVsbG8=', 'base64'], executable: false, rentEpoch: Number(RENT_EXEMPT_EPOCH), space: 5 },
+      },
+    });
+    await until(async () => count(await usageMethods(o.accountId), 'programNotification') === 4);
+
+    expect(await one.call('programUnsubscribe', [filtered])).toMatchObject({ result: true });
+    expect(node.unsubscribeCalls.filter((c) => c.method === 'programUnsubscribe')).toHaveLength(0);
+    expect(await two.call('programUnsubscribe', [filteredToo])).toMatchObject({ result: true });
+    await until(() => node.activeSubscriptions === 1);
+    expect(node.unsubscribeCalls.at(-1)?.method).toBe('programUnsubscribe');
+    await until(async () => count(await usageMethods(o.accountId), 'programUnsubscribe') === 2);
+    expect(count(await usageMethods(o.accountId), 'programSubscribe')).toBe(3);
+    await closeAll(one, two);
+    await until(() => node.activeSubscriptions === 0);
+  });
+});
+
+describe('signatureSubscribe', () => {
+  it('is one-shot, as on the node: two clients share one upstream subscription, each gets the status once, then every subscription ends without an unsubscribe', async () => {
+    const [a, b] = [await newToken(), await newToken()];
+    const one = await open(a.token);
+    const two = await open(b.token);
+    const sig = signature('one-shot');
+    const subscribedBefore = node.subscribeCalls.length;
+    const ids = [
+      (await one.call('signatureSubscribe', [sig, { commitment: 'confirmed' }])).result,
+      // enableReceivedNotification false is the node's default: the same feed.
+      (await two.call('signatureSubscribe', [sig, { enableReceivedNotification: false, commitment: 'confirmed' }])).result,
+    ];
+    expect(node.subscribeCalls.slice(subscribedBefore)).toEqual([{ method: 'signatureSubscribe', params: [sig, { commitment: 'confirmed' }] }]);
+    expect(sockets()).toMatchObject({ subscriptions: 2, upstreamSubscriptions: 1 });
+
+    const slot = node.nextSlot().slot;
+    node.processSignature(sig);
+    await until(() => notifications(one, 'signatureNotification', ids[0]).length === 1 && notifications(two, 'signatureNotification', ids[1]).length === 1);
+    expect(one.frames.find((f) => f.method === 'signatureNotification')).toEqual({
+      jsonrpc: '2.0',
+      method: 'signatureNotification',
+      params: { subscription: ids[0], result: { context: { slot }, value: { err: null } } },
+    });
+    // Ended by the node, so by the gateway: no client holds it, nor the gateway the node's.
+    await until(() => sockets()?.subscriptions === 0 && sockets()?.upstreamSubscriptions === 0);
+    expect(node.activeSubscriptions).toBe(0);
+    // As on the node: the id is no longer one.
+    expect((await one.call('signatureUnsubscribe', [ids[0]])).error).toEqual({ code: -32602, message: 'Invalid subscription id.' });
+    for (const o of [a, b]) {
+      await until(async () => count(await usageMethods(o.accountId), 'signatureNotification') === 1);
+      expect(count(await usageMethods(o.accountId), 'signatureSubscribe')).toBe(1);
+    }
+
+    // The ended feed is forgotten: the same signature again is a new subscription at the node.
+    const again = (await one.call('signatureSubscribe', [sig, { commitment: 'confirmed' }])).result;
+    expect(node.subscribeCalls.slice(subscribedBefore)).toHaveLength(2);
+    await until(() => node.activeSubscriptions === 1);
+    node.processSignature(sig, { err: { InstructionError: [0, 'Custom'] } });
+    await until(() => notifications(one, 'signatureNotification', again).length === 1);
+    expect(notifications(one, 'signatureNotification', again)[0]?.result).toMatchObject({ value: { err: { InstructionError: [0, 'Custom'] } } });
+    await until(() => sockets()?.subscriptions === 0 && sockets()?.upstreamSubscriptions === 0);
+    await closeAll(one, two);
+  });
+
+  it('delivers nothing after the status, even from a node that sends again, and meters only what it delivered', async () => {
+    const o = await newToken();
+    const client = await open(o.token);
+    const sig = signature('sent-twice');
+    const slotId = (await client.call('slotSubscribe')).result;
+    const id = (await client.call('signatureSubscribe', [sig])).result;
+    await until(() => node.activeSubscriptions === 2);
+    const { slot } = node.nextSlot();
+    // Two statuses for one subscription in one go: the second reaches the gateway before anything it sends the node.
+    node.processSignature(sig, { keepSubscriptions: true });
+    node.processSignature(sig, { err: 'AccountInUse', keepSubscriptions: true });
+    // The slot after them, over the same node socket: once it is here, so would the second status be.
+    const after = node.nextSlot();
+    await until(() => notifications(client, 'slotNotification', slotId).length === 2);
+    expect(notifications(client, 'slotNotification', slotId).at(-1)?.result).toEqual(after);
+    expect(notifications(client, 'signatureNotification', id).map((n) => n.result)).toEqual([{ context: { slot }, value: { err: null } }]);
+    expect(sockets()).toMatchObject({ subscriptions: 1, upstreamSubscriptions: 1 });
+    await until(async () => count(await usageMethods(o.accountId), 'slotNotification') === 2);
+    expect(count(await usageMethods(o.accountId), 'signatureNotification')).toBe(1);
+    await closeAll(client);
+    await until(() => node.activeSubscriptions === 0);
+  });
+
+  it('ends before the status on signatureUnsubscribe, and with enableReceivedNotification delivers "receivedSignature" and goes on to the status', async () => {
+    const o = await newToken();
+    const client = await open(o.token);
+    const [early, late] = [signature('unsubscribed-early'), signature('received-first')];
+    const unsubscribedBefore = node.unsubscribeCalls.length;
+    const earlyId = (await client.call('signatureSubscribe', [early])).result;
+    await until(() => node.activeSubscriptions === 1);
+    expect(await client.call('signatureUnsubscribe', [earlyId])).toMatchObject({ result: true });
+    await until(() => node.activeSubscriptions === 0);
+    expect(node.unsubscribeCalls.slice(unsubscribedBefore).map((c) => c.method)).toEqual(['signatureUnsubscribe']);
+
+    const lateId = (await client.call('signatureSubscribe', [late, { enableReceivedNotification: true }])).result;
+    await until(() => node.activeSubscriptions === 1);
+    node.receiveSignature(late);
+    await until(() => notifications(client, 'signatureNotification', lateId).length === 1);
+    expect(sockets()).toMatchObject({ subscriptions: 1, upstreamSubscriptions: 1 });
+    node.processSignature(late);
+    await until(() => notifications(client, 'signatureNotification', lateId).length === 2);
+    expect(notifications(client, 'signatureNotification', lateId).map((n) => (n.result as { value: unknown }).value)).toEqual([
+      'receivedSignature',
+      { err: null },
+    ]);
+    await until(() => sockets()?.subscriptions === 0 && sockets()?.upstreamSubscriptions === 0);
+    await until(async () => count(await usageMethods(o.accountId), 'signatureNotification') === 2);
+    await closeAll(client);
+  });
+});
+
 describe('bad input', () => {
   it('answers malformed params with -32602 and subscriptions it does not offer with -32601, without asking the node; the socket stays open', async () => {
     const { token } = await newToken();
@@ -193,6 +342,15 @@ describe('bad input', () => {
       ['logsSubscribe', [{ mentions: [alice, pubkey('bob')] }]],
       ['logsSubscribe', [{ mentions: ['x'] }]],
       ['logsSubscribe', ['all', { encoding: 'base64' }]],
+      ['programSubscribe', []],
+      ['programSubscribe', ['not-a-key']],
+      ['programSubscribe', [alice, { filters: [{ dataSize: -1 }] }]],
+      ['programSubscribe', [alice, { filters: [{ memcmp: { offset: 0, bytes: '0OIl' } }] }]],
+      ['programSubscribe', [alice, { filters: Array.from({ length: 5 }, () => ({ dataSize: 1 })) }]],
+      ['programSubscribe', [alice, { dataSlice: { offset: 0, length: 1 } }]],
+      ['signatureSubscribe', [alice]],
+      ['signatureSubscribe', [signature('x'), { enableReceivedNotification: 'yes' }]],
+      ['signatureSubscribe', [signature('x'), { encoding: 'base64' }]],
       ['slotUnsubscribe', ['1']],
       ['accountUnsubscribe', []],
     ];
@@ -200,7 +358,7 @@ describe('bad input', () => {
       const answer = await client.call(method, params);
       expect(answer.error, `${method} ${JSON.stringify(params)}`).toMatchObject({ code: -32602, message: expect.stringMatching(/^Invalid params: /) });
     }
-    for (const method of ['programSubscribe', 'signatureSubscribe', 'rootSubscribe', 'programUnsubscribe']) {
+    for (const method of ['rootSubscribe', 'blockSubscribe', 'voteSubscribe', 'rootUnsubscribe']) {
       expect((await client.call(method, [alice])).error, method).toMatchObject({ code: -32601, message: expect.stringContaining('slotSubscribe') });
     }
     expect(node.subscribeCalls.length).toBe(subscribedBefore);
@@ -232,6 +390,23 @@ describe('plans', () => {
     expect(await client.call('accountUnsubscribe', [answers[0]?.result])).toMatchObject({ result: true });
     expect(await client.call('slotSubscribe')).toMatchObject({ result: expect.any(Number) });
     await closeAll(client);
+  });
+
+  it('frees the room of a signature subscription the node ended (its status delivered), as an unsubscribe does', async () => {
+    const { token } = await newToken('free');
+    const client = await open(token);
+    const sigs = Array.from({ length: 11 }, (_, i) => signature(`cap-sig-${i}`));
+    const answers = await Promise.all(sigs.map((sig) => client.call('signatureSubscribe', [sig])));
+    for (const answer of answers.slice(0, 10)) expect(answer.result).toEqual(expect.any(Number));
+    expect(answers[10]?.error).toMatchObject({ code: -32005 });
+    await until(() => node.activeSubscriptions === 10);
+    node.processSignature(sigs[0] as string);
+    await until(() => notifications(client, 'signatureNotification', answers[0]?.result).length === 1);
+    await until(() => sockets()?.subscriptions === 9);
+    expect(await client.call('signatureSubscribe', [sigs[10]])).toMatchObject({ result: expect.any(Number) });
+    expect((await client.call('signatureSubscribe', [signature('cap-sig-12')])).error).toMatchObject({ code: -32005 });
+    await closeAll(client);
+    await until(() => node.activeSubscriptions === 0);
   });
 
   it('ends every subscription with an error notification in its own method when the monthly quota runs out, then closes with 4029', async () => {

@@ -8,10 +8,12 @@ import WebSocket, { WebSocketServer } from 'ws';
  * test drives, with a real node's shapes: subscribe calls answer an integer id (from 0),
  * notifications are `{"jsonrpc":"2.0","method":"<kind>Notification","params":{"result":…,
  * "subscription":<id>}}`, any `*Unsubscribe` ends any id (as Agave's do), an unknown id gets
- * -32602 "Invalid subscription id.". `nextSlot()` makes a slot, `changeAccount()` and
- * `transaction()` notify the matching subscriptions, `drop()` cuts every WebSocket connection.
- * Over HTTP: getSlot, getHealth, getVersion, getBalance (the lamports `changeAccount` last set, else 0)
- * and getLatestBlockhash (one per slot); anything else gets -32601.
+ * -32602 "Invalid subscription id.". `nextSlot()` makes a slot, `changeAccount()` (account and
+ * program subscriptions), `transaction()` and `receiveSignature()`/`processSignature()` notify the
+ * matching subscriptions (a signature's status notification ends its subscriptions, as on the node),
+ * `drop()` cuts every WebSocket connection. Over HTTP: getSlot, getHealth, getVersion, getBalance
+ * (the lamports `changeAccount` last set, else 0), getLatestBlockhash (one per slot), getBlockHeight
+ * (the slot) and getSignatureStatuses (what `processSignature` set, else null); anything else gets -32601.
  */
 export interface FakeSolanaWsUpstream {
   httpUrl: string;
@@ -28,8 +30,19 @@ export interface FakeSolanaWsUpstream {
   readonly activeSubscriptions: number;
   /** Makes the next slot: a slotNotification to each slot subscription. */
   nextSlot(): SlotInfo;
-  /** An account changed at the current slot: an accountNotification to each subscription of its pubkey. */
+  /**
+   * An account changed at the current slot: an accountNotification to each subscription of its pubkey,
+   * a programNotification to each subscription of its owner whose filters (dataSize, memcmp) it passes.
+   */
   changeAccount(pubkey: string, account: { lamports: number; data?: Buffer; owner?: string }): void;
+  /** The node received a transaction: "receivedSignature" to each subscription of its signature that enabled it. */
+  receiveSignature(signature: string): void;
+  /**
+   * A transaction processed at the current slot: its status to each subscription of its signature,
+   * which ends them (no unsubscribe), unless `keepSubscriptions` (a misbehaving node, to show the
+   * gateway ends them itself); getSignatureStatuses answers it from now on.
+   */
+  processSignature(signature: string, options?: { err?: unknown; keepSubscriptions?: boolean }): void;
   /** A transaction at the current slot: a logsNotification to each logs subscription it matches. */
   transaction(tx: { signature: string; mentions: string[]; logs: string[]; err?: unknown; vote?: boolean }): void;
   /** Terminates every WebSocket connection (the node restarting, or the network cut). */
@@ -76,17 +89,37 @@ export const blockhashOf = (slot: number): string => base58(createHash('sha256')
 interface Sub {
   id: number;
   socket: WebSocket;
-  kind: 'slot' | 'account' | 'logs';
+  kind: 'slot' | 'account' | 'logs' | 'program' | 'signature';
   params: unknown[];
 }
 
 type Reply = { result: unknown } | { error: { code: number; message: string } };
+
+type Filter = { dataSize: number } | { memcmp: { offset: number; bytes: string; encoding?: 'base58' | 'base64' } };
+
+function base58Decode(text: string): Buffer {
+  let n = 0n;
+  for (const c of text) n = n * 58n + BigInt(BASE58.indexOf(c));
+  const hex = n === 0n ? '' : n.toString(16);
+  const zeros = text.length - text.replace(/^1+/, '').length;
+  return Buffer.concat([Buffer.alloc(zeros), Buffer.from(hex.length % 2 ? `0${hex}` : hex, 'hex')]);
+}
+
+/** A program subscription's filters, as a node applies them to an account's data. */
+function passesFilters(data: Buffer, filters: Filter[] | undefined): boolean {
+  return (filters ?? []).every((f) => {
+    if ('dataSize' in f) return data.length === f.dataSize;
+    const bytes = f.memcmp.encoding === 'base64' ? Buffer.from(f.memcmp.bytes, 'base64') : base58Decode(f.memcmp.bytes);
+    return data.subarray(f.memcmp.offset, f.memcmp.offset + bytes.length).equals(bytes);
+  });
+}
 
 export async function startFakeSolanaWsUpstream(): Promise<FakeSolanaWsUpstream> {
   let slot = 1000;
   let nextId = 0;
   const subs = new Map<number, Sub>();
   const balances = new Map<string, number>();
+  const statuses = new Map<string, { slot: number; err: unknown }>();
 
   const invalidParams = (message: string): Reply => ({ error: { code: -32602, message } });
 
@@ -99,11 +132,36 @@ export async function startFakeSolanaWsUpstream(): Promise<FakeSolanaWsUpstream>
       return typeof params[0] === 'string' ? { result: { context, value: balances.get(params[0]) ?? 0 } } : invalidParams('Invalid params: missing pubkey.');
     if (method === 'getLatestBlockhash')
       return { result: { context, value: { blockhash: blockhashOf(slot), lastValidBlockHeight: slot + BLOCKHASH_VALIDITY } } };
+    if (method === 'getBlockHeight') return { result: slot };
+    if (method === 'getSignatureStatuses') {
+      if (!Array.isArray(params[0])) return invalidParams('Invalid params: invalid type: expected a sequence.');
+      const value = (params[0] as unknown[]).map((signature) => {
+        const status = statuses.get(String(signature));
+        if (status === undefined) return null;
+        const { err } = status;
+        return {
+          slot: status.slot,
+          confirmations: slot - status.slot,
+          err,
+          status: err === null ? { Ok: null } : { Err: err },
+          confirmationStatus: 'confirmed',
+        };
+      });
+      return { result: { context, value } };
+    }
     if (socket !== null) {
-      const kind = method === 'slotSubscribe' ? 'slot' : method === 'accountSubscribe' ? 'account' : method === 'logsSubscribe' ? 'logs' : null;
+      const kinds: Record<string, Sub['kind']> = {
+        slotSubscribe: 'slot',
+        accountSubscribe: 'account',
+        logsSubscribe: 'logs',
+        programSubscribe: 'program',
+        signatureSubscribe: 'signature',
+      };
+      const kind = kinds[method] ?? null;
       if (kind !== null) {
         fake.subscribeCalls.push({ method, params });
-        if (kind === 'account' && typeof params[0] !== 'string') return invalidParams('Invalid params: invalid type: expected a string.');
+        if ((kind === 'account' || kind === 'program' || kind === 'signature') && typeof params[0] !== 'string')
+          return invalidParams('Invalid params: invalid type: expected a string.');
         if (kind === 'logs' && params[0] === undefined) return invalidParams('Invalid params: missing field `filter`.');
         const id = nextId++;
         subs.set(id, { id, socket, kind, params });
@@ -173,23 +231,36 @@ export async function startFakeSolanaWsUpstream(): Promise<FakeSolanaWsUpstream>
     },
     changeAccount(pubkey, account) {
       const data = account.data ?? Buffer.alloc(0);
+      const owner = account.owner ?? SYSTEM_PROGRAM;
       balances.set(pubkey, account.lamports);
       for (const sub of subs.values()) {
-        if (sub.kind !== 'account' || sub.params[0] !== pubkey) continue;
+        const ofAccount = sub.kind === 'account' && sub.params[0] === pubkey;
+        const ofProgram =
+          sub.kind === 'program' && sub.params[0] === owner && passesFilters(data, (sub.params[1] as { filters?: Filter[] } | undefined)?.filters);
+        if (!ofAccount && !ofProgram) continue;
         const encoding = (sub.params[1] as { encoding?: string } | undefined)?.encoding ?? 'binary';
         // "binary" (the default) is the legacy form: a bare base58 string; jsonParsed falls back to base64 for data no parser knows.
         const encoded = encoding === 'binary' ? base58(data) : encoding === 'base58' ? [base58(data), 'base58'] : [data.toString('base64'), 'base64'];
-        notify(sub, {
-          context: { slot },
-          value: {
-            lamports: account.lamports,
-            owner: account.owner ?? SYSTEM_PROGRAM,
-            data: encoded,
-            executable: false,
-            rentEpoch: 'u64::MAX',
-            space: data.length,
-          },
-        });
+        const value = { lamports: account.lamports, owner, data: encoded, executable: false, rentEpoch: 'u64::MAX', space: data.length };
+        notify(sub, { context: { slot }, value: ofAccount ? value : { pubkey, account: value } });
+      }
+    },
+    receiveSignature(signature) {
+      for (const sub of subs.values())
+        if (
+          sub.kind === 'signature' &&
+          sub.params[0] === signature &&
+          (sub.params[1] as { enableReceivedNotification?: boolean } | undefined)?.enableReceivedNotification
+        )
+          notify(sub, { context: { slot }, value: 'receivedSignature' });
+    },
+    processSignature(signature, options = {}) {
+      const err = options.err ?? null;
+      statuses.set(signature, { slot, err });
+      for (const [id, sub] of subs) {
+        if (sub.kind !== 'signature' || sub.params[0] !== signature) continue;
+        notify(sub, { context: { slot }, value: { err } });
+        if (options.keepSubscriptions !== true) subs.delete(id);
       }
     },
     transaction(tx) {
