@@ -235,6 +235,7 @@ describe('signatureSubscribe', () => {
     const two = await open(b.token);
     const sig = signature('one-shot');
     const subscribedBefore = node.subscribeCalls.length;
+    const unsubscribedBefore = node.unsubscribeCalls.length;
     const ids = [
       (await one.call('signatureSubscribe', [sig, { commitment: 'confirmed' }])).result,
       // enableReceivedNotification false is the node's default: the same feed.
@@ -254,6 +255,9 @@ describe('signatureSubscribe', () => {
     // Ended by the node, so by the gateway: no client holds it, nor the gateway the node's.
     await until(() => sockets()?.subscriptions === 0 && sockets()?.upstreamSubscriptions === 0);
     expect(node.activeSubscriptions).toBe(0);
+    // The node ended it: the gateway does not ask it to cancel what it no longer has.
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    expect(node.unsubscribeCalls.slice(unsubscribedBefore)).toEqual([]);
     // As on the node: the id is no longer one.
     expect((await one.call('signatureUnsubscribe', [ids[0]])).error).toEqual({ code: -32602, message: 'Invalid subscription id.' });
     for (const o of [a, b]) {

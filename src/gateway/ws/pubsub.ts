@@ -118,14 +118,20 @@ export function passthrough(
 ): Observable<FeedItem> {
   return new Observable<FeedItem>((subscriber) => {
     const recent = new Recent();
-    return socket.subscribe(request, (result, text) => {
+    // The node ends a subscription whose last notification came: asking it to cancel one would only get an error.
+    let endedByNode = false;
+    const cancel = socket.subscribe(request, (result, text) => {
       const key = keyOf?.(result) ?? null;
       if (key !== null) {
         if (recent.has(key)) return;
         recent.add(key);
       }
       subscriber.next(text);
-      if (isLast?.(result)) subscriber.complete();
+      if (isLast?.(result)) {
+        endedByNode = true;
+        subscriber.complete();
+      }
     });
+    return () => cancel(endedByNode);
   });
 }

@@ -77,13 +77,17 @@ export class UpstreamSocket {
     );
   }
 
-  /** Asks the node for a subscription; `onResult` gets each notification's result, across reconnects, until the returned function is called. */
-  subscribe(request: UpstreamSubscription, onResult: OnResult): () => void {
+  /**
+   * Asks the node for a subscription; `onResult` gets each notification's result, across
+   * reconnects, until the returned function is called: it cancels the subscription on the node,
+   * unless told the node ended it itself (Solana's signature subscriptions end with their status).
+   */
+  subscribe(request: UpstreamSubscription, onResult: OnResult): (endedByNode?: boolean) => void {
     const wanted: Wanted = { request, onResult, upstreamId: null };
     this.wanted.add(wanted);
     if (this.open) this.sendSubscribe(wanted);
     else this.connect();
-    return () => this.unsubscribe(wanted);
+    return (endedByNode = false) => this.unsubscribe(wanted, endedByNode);
   }
 
   /** A call over the socket (what a feed fetches after a reconnect); rejects if the socket drops first. */
@@ -119,11 +123,11 @@ export class UpstreamSocket {
     this.disconnect();
   }
 
-  private unsubscribe(wanted: Wanted): void {
+  private unsubscribe(wanted: Wanted, endedByNode: boolean): void {
     if (!this.wanted.delete(wanted)) return;
     if (wanted.upstreamId !== null) {
       this.byUpstreamId.delete(wanted.upstreamId);
-      if (this.open) this.request(wanted.request.unsubscribeMethod, [wanted.upstreamId]).catch(() => undefined);
+      if (this.open && !endedByNode) this.request(wanted.request.unsubscribeMethod, [wanted.upstreamId]).catch(() => undefined);
     }
     if (this.wanted.size === 0) this.disconnect();
   }
