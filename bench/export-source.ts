@@ -65,6 +65,7 @@ import { EXPORT_PAGE_ROWS, UsageQueries } from '../src/projections/metricsQuerie
 import { ProjectionRunner } from '../src/projections/runner.js';
 import { usageMetricsProjection } from '../src/projections/usageMetrics.js';
 import { usageRecordsOf } from '../src/projections/usageRecord.js';
+import { prng } from '../test/support/prng.js';
 import { Processes, runMain, type Started, timeLimit, tsNodeArgs } from './lib/processes.js';
 import { log, median } from './lib/report.js';
 
@@ -97,18 +98,6 @@ const SHAPES: Record<ShapeName, { calls: number; label: string }> = {
     label: `B tenant among many: ${B_CALLS.toLocaleString('en-US')} calls in events of 1-2${SCATTER > 0 ? `, ${SCATTER} B of other events between two` : ''}`,
   },
 };
-
-/** mulberry32: the same calls on every run. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 /** How late a call of the simulated log is at most: 1 call in 200 has its time up to this much before its event's append. */
 const LATE_MS = 9 * 60_000;

@@ -3,6 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type FakeUpstream, startEvmFake, startSolanaFake, startTronFake } from '../support/fakeUpstreams.js';
 import { chainEntry, startGateway, type TestGateway } from '../support/gatewayApp.js';
 import { TestGatekeeper } from '../support/gatewayTestGatekeeper.js';
+import { prng } from '../support/prng.js';
 
 /**
  * Invalid input of every kind, a few hundred times: each answer must be a 4xx with a JSON body,
@@ -11,17 +12,6 @@ import { TestGatekeeper } from '../support/gatewayTestGatekeeper.js';
 
 const SEED = Number(process.env.FUZZ_SEED ?? 20240611);
 const ROUNDS = 400;
-
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 let evm: FakeUpstream;
 let sol: FakeUpstream;
