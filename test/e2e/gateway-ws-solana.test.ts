@@ -465,6 +465,77 @@ describe('the node dropping the socket', () => {
   });
 });
 
+describe('a signature status reached while the socket to the node was down', () => {
+  it("is fetched on reconnect and delivered once in the node's shape to every client, ending their subscriptions as the node would", async () => {
+    const [a, b] = [await newToken(), await newToken()];
+    const one = await open(a.token);
+    const two = await open(b.token);
+    const sig = signature('processed-while-down');
+    const ids = [
+      (await one.call('signatureSubscribe', [sig, { commitment: 'confirmed' }])).result,
+      (await two.call('signatureSubscribe', [sig, { commitment: 'confirmed' }])).result,
+    ];
+    await until(() => node.activeSubscriptions === 1);
+    const unsubscribedBefore = node.unsubscribeCalls.length;
+    const asked = node.socketCalls.length;
+    node.drop();
+    // The node processes it with no socket to notify; the resubscription will not notify it either.
+    const err = { InstructionError: [0, { Custom: 1 }] };
+    node.processSignature(sig, { err });
+    const { slot } = node.nextSlot();
+    await until(() => notifications(one, 'signatureNotification', ids[0]).length === 1 && notifications(two, 'signatureNotification', ids[1]).length === 1);
+    expect(node.socketCalls.slice(asked)).toEqual([{ method: 'getSignatureStatuses', params: [[sig], { searchTransactionHistory: false }] }]);
+    expect(one.frames.find((f) => f.method === 'signatureNotification')).toEqual({
+      jsonrpc: '2.0',
+      method: 'signatureNotification',
+      params: { subscription: ids[0], result: { context: { slot }, value: { err } } },
+    });
+    await until(() => sockets()?.subscriptions === 0 && sockets()?.upstreamSubscriptions === 0);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    expect(notifications(one, 'signatureNotification', ids[0])).toHaveLength(1);
+    expect(notifications(two, 'signatureNotification', ids[1])).toHaveLength(1);
+    expect(node.unsubscribeCalls.slice(unsubscribedBefore)).toEqual([]);
+    expect((await one.call('signatureUnsubscribe', [ids[0]])).error).toEqual({ code: -32602, message: 'Invalid subscription id.' });
+    for (const o of [a, b]) {
+      await until(async () => count(await usageMethods(o.accountId), 'signatureNotification') === 1);
+      expect(count(await usageMethods(o.accountId), 'signatureNotification')).toBe(1);
+    }
+    await closeAll(one, two);
+    await until(() => node.activeSubscriptions === 0);
+  });
+
+  it("delivers nothing when the status has not reached the subscription's commitment (finalized by default), and the subscription stays open", async () => {
+    const o = await newToken();
+    const client = await open(o.token);
+    const [processedOnly, confirmedOnly, unknown] = [signature('processed-only'), signature('confirmed-only'), signature('not-seen')];
+    const slotId = (await client.call('slotSubscribe')).result;
+    const ids = [
+      (await client.call('signatureSubscribe', [processedOnly, { commitment: 'confirmed' }])).result,
+      (await client.call('signatureSubscribe', [confirmedOnly])).result,
+      (await client.call('signatureSubscribe', [unknown, { commitment: 'processed' }])).result,
+    ];
+    await until(() => node.activeSubscriptions === 4);
+    const asked = node.socketCalls.length;
+    node.drop();
+    node.processSignature(processedOnly, { confirmationStatus: 'processed' });
+    node.processSignature(confirmedOnly, { confirmationStatus: 'confirmed' });
+    await until(() => node.socketCalls.length === asked + 3 && node.activeSubscriptions === 4);
+    // Over the same node socket after the answers: once this slot is here, so would be any notification made of them.
+    node.nextSlot();
+    await until(() => notifications(client, 'slotNotification', slotId).length === 1);
+    for (const id of ids) expect(notifications(client, 'signatureNotification', id)).toEqual([]);
+    expect(sockets()).toMatchObject({ subscriptions: 4, upstreamSubscriptions: 4 });
+    expect(count(await usageMethods(o.accountId), 'signatureNotification')).toBe(0);
+
+    // Still open: the node's own notification comes through and ends it.
+    node.processSignature(processedOnly);
+    await until(() => notifications(client, 'signatureNotification', ids[0]).length === 1);
+    await until(() => sockets()?.subscriptions === 3);
+    await closeAll(client);
+    await until(() => node.activeSubscriptions === 0);
+  });
+});
+
 describe('sol without a WebSocket URL for its nodes', () => {
   it('serves calls over the socket and answers subscribe calls with -32601', async () => {
     const plain = await startTestApp({ env: { UPSTREAM_SOL: node.httpUrl } });

@@ -22,6 +22,8 @@ export interface FakeSolanaWsUpstream {
   connectionsAccepted: number;
   /** The method of every call received over HTTP, in order. */
   httpMethods: string[];
+  /** Every call received over a WebSocket that is not a subscribe or an unsubscribe, in order. */
+  socketCalls: Array<{ method: string; params: unknown[] }>;
   /** Every subscribe call received, in order. */
   subscribeCalls: Array<{ method: string; params: unknown[] }>;
   /** Every unsubscribe call received, in order. */
@@ -40,9 +42,13 @@ export interface FakeSolanaWsUpstream {
   /**
    * A transaction processed at the current slot: its status to each subscription of its signature,
    * which ends them (no unsubscribe), unless `keepSubscriptions` (a misbehaving node, to show the
-   * gateway ends them itself); getSignatureStatuses answers it from now on.
+   * gateway ends them itself); getSignatureStatuses answers it from now on, at `confirmationStatus`
+   * (default confirmed). With no subscription open (a dropped socket) it only records the status.
    */
-  processSignature(signature: string, options?: { err?: unknown; keepSubscriptions?: boolean }): void;
+  processSignature(
+    signature: string,
+    options?: { err?: unknown; keepSubscriptions?: boolean; confirmationStatus?: 'processed' | 'confirmed' | 'finalized' },
+  ): void;
   /** A transaction at the current slot: a logsNotification to each logs subscription it matches. */
   transaction(tx: { signature: string; mentions: string[]; logs: string[]; err?: unknown; vote?: boolean }): void;
   /** Terminates every WebSocket connection (the node restarting, or the network cut). */
@@ -119,7 +125,7 @@ export async function startFakeSolanaWsUpstream(): Promise<FakeSolanaWsUpstream>
   let nextId = 0;
   const subs = new Map<number, Sub>();
   const balances = new Map<string, number>();
-  const statuses = new Map<string, { slot: number; err: unknown }>();
+  const statuses = new Map<string, { slot: number; err: unknown; confirmationStatus: string }>();
 
   const invalidParams = (message: string): Reply => ({ error: { code: -32602, message } });
 
@@ -144,7 +150,7 @@ export async function startFakeSolanaWsUpstream(): Promise<FakeSolanaWsUpstream>
           confirmations: slot - status.slot,
           err,
           status: err === null ? { Ok: null } : { Err: err },
-          confirmationStatus: 'confirmed',
+          confirmationStatus: status.confirmationStatus,
         };
       });
       return { result: { context, value } };
@@ -181,6 +187,8 @@ export async function startFakeSolanaWsUpstream(): Promise<FakeSolanaWsUpstream>
   const reply = (text: string, socket: WebSocket | null): string => {
     const message = JSON.parse(text) as { id: unknown; method: string; params?: unknown[] };
     if (socket === null) fake.httpMethods.push(message.method);
+    else if (!message.method.endsWith('Subscribe') && !message.method.endsWith('Unsubscribe'))
+      fake.socketCalls.push({ method: message.method, params: message.params ?? [] });
     return JSON.stringify({ jsonrpc: '2.0', ...call(message.method, message.params ?? [], socket), id: message.id });
   };
 
@@ -218,6 +226,7 @@ export async function startFakeSolanaWsUpstream(): Promise<FakeSolanaWsUpstream>
     wsUrl: `ws://127.0.0.1:${port}`,
     connectionsAccepted: 0,
     httpMethods: [],
+    socketCalls: [],
     subscribeCalls: [],
     unsubscribeCalls: [],
     get activeSubscriptions() {
@@ -256,7 +265,7 @@ export async function startFakeSolanaWsUpstream(): Promise<FakeSolanaWsUpstream>
     },
     processSignature(signature, options = {}) {
       const err = options.err ?? null;
-      statuses.set(signature, { slot, err });
+      statuses.set(signature, { slot, err, confirmationStatus: options.confirmationStatus ?? 'confirmed' });
       for (const [id, sub] of subs) {
         if (sub.kind !== 'signature' || sub.params[0] !== signature) continue;
         notify(sub, { context: { slot }, value: { err } });

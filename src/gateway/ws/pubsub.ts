@@ -104,23 +104,30 @@ export class SharedFeeds {
   }
 }
 
+/** Delivers a notification's result (parsed, and as JSON text) to a feed as if the node had sent it. */
+export type Deliver = (result: unknown, text: string) => void;
+
 /**
  * The node's notifications as they come, as the node wrote them; `keyOf` names an item so that
  * one delivered again (after a resubscription) is dropped; null: no such check. `isLast` names the
  * notification after which the node ends the subscription itself (Solana's signatureSubscribe):
- * the feed completes with it, so every client's subscription ends.
+ * the feed completes with it, so every client's subscription ends. `watch`, called when the feed
+ * opens, may deliver what the node will not send (a status reached while the socket was down);
+ * it returns its teardown.
  */
 export function passthrough(
   socket: UpstreamSocket,
   request: UpstreamSubscription,
   keyOf: ((result: unknown) => string | null) | null,
   isLast?: (result: unknown) => boolean,
+  watch?: (deliver: Deliver) => () => void,
 ): Observable<FeedItem> {
   return new Observable<FeedItem>((subscriber) => {
     const recent = new Recent();
     // The node ends a subscription whose last notification came: asking it to cancel one would only get an error.
     let endedByNode = false;
-    const cancel = socket.subscribe(request, (result, text) => {
+    const deliver: Deliver = (result, text) => {
+      if (subscriber.closed) return;
       const key = keyOf?.(result) ?? null;
       if (key !== null) {
         if (recent.has(key)) return;
@@ -131,7 +138,12 @@ export function passthrough(
         endedByNode = true;
         subscriber.complete();
       }
-    });
-    return () => cancel(endedByNode);
+    };
+    const cancel = socket.subscribe(request, deliver);
+    const unwatch = watch?.(deliver);
+    return () => {
+      unwatch?.();
+      cancel(endedByNode);
+    };
   });
 }

@@ -1,7 +1,7 @@
 import { randomInt } from 'node:crypto';
 import type { Chain } from '../chains.js';
 import { RpcCode } from '../errors.js';
-import { type ChainFeeds, type FeedRefusal, type OpenedFeed, type PubSubDialect, passthrough, SharedFeeds } from './pubsub.js';
+import { type ChainFeeds, type Deliver, type FeedRefusal, type OpenedFeed, type PubSubDialect, passthrough, SharedFeeds } from './pubsub.js';
 import { UpstreamSocket, type UpstreamSocketLog } from './upstreamSocket.js';
 
 /**
@@ -215,13 +215,60 @@ const KEY_OF: Record<SolanaKind, (result: unknown) => string | null> = {
 /** The node ends a signature subscription after its status notification (any but `"receivedSignature"`). */
 const isSignatureStatus = (result: unknown): boolean => resultValue(result) !== 'receivedSignature';
 
+/** Commitments in the order a transaction reaches them. */
+const COMMITMENT_RANK: Record<string, number> = { processed: 0, confirmed: 1, finalized: 2 };
+
+/**
+ * A signature's status notification, as the node writes it, from a getSignatureStatuses answer
+ * for it, if the status reached `commitment`; else null.
+ */
+function statusNotificationOf(answer: unknown, commitment: string): { result: unknown; text: string } | null {
+  if (typeof answer !== 'object' || answer === null) return null;
+  const { context, value } = answer as { context?: { slot?: unknown }; value?: unknown };
+  const status = Array.isArray(value) ? (value[0] as { confirmationStatus?: unknown; err?: unknown } | null | undefined) : null;
+  if (typeof context?.slot !== 'number' || typeof status !== 'object' || status === null) return null;
+  const reached = COMMITMENT_RANK[String(status.confirmationStatus)];
+  if (reached === undefined || reached < (COMMITMENT_RANK[commitment] as number)) return null;
+  const result = { context: { slot: context.slot }, value: { err: status.err ?? null } };
+  return { result, text: JSON.stringify(result) };
+}
+
 /** The feeds of one Solana chain, over one UpstreamSocket to its nodes' pubsub endpoints. */
 class SolanaFeeds implements ChainFeeds {
   private readonly socket: UpstreamSocket;
   private readonly feeds = new SharedFeeds();
+  /** What each open signature feed does after a reconnect. */
+  private readonly onReconnect = new Set<() => void>();
 
   constructor(chain: Chain, log: UpstreamSocketLog) {
     this.socket = UpstreamSocket.forChain(chain, log);
+    this.socket.onReconnect = () => {
+      for (const fetch of [...this.onReconnect]) fetch();
+    };
+  }
+
+  /**
+   * After each reconnect, a signature feed asks the node for the signature's status: the node
+   * notifies only statuses reached after a subscribe, so one reached while the socket was down
+   * would never come. A status at the subscription's commitment (the node's default: finalized)
+   * is delivered as the node's notification would be, which ends the feed.
+   */
+  private fetchStatusOnReconnect(params: unknown[]): (deliver: Deliver) => () => void {
+    const commitment = (params[1] as { commitment?: string } | undefined)?.commitment ?? 'finalized';
+    return (deliver) => {
+      const fetch = () => {
+        this.socket
+          .request('getSignatureStatuses', [[params[0]], { searchTransactionHistory: false }])
+          .then((answer) => {
+            const notification = statusNotificationOf(answer, commitment);
+            if (notification !== null) deliver(notification.result, notification.text);
+          })
+          // The socket dropped again: the next reconnect asks again.
+          .catch(() => undefined);
+      };
+      this.onReconnect.add(fetch);
+      return () => this.onReconnect.delete(fetch);
+    };
   }
 
   open(method: string, params: unknown): OpenedFeed | FeedRefusal {
@@ -235,6 +282,7 @@ class SolanaFeeds implements ChainFeeds {
         { method, params: parsed, unsubscribeMethod: `${kind}Unsubscribe` },
         KEY_OF[kind],
         kind === 'signature' ? isSignatureStatus : undefined,
+        kind === 'signature' ? this.fetchStatusOnReconnect(parsed) : undefined,
       ),
     );
     return { feed, notification: `${kind}Notification`, usageMethod: `${kind}Notification` };
@@ -247,5 +295,6 @@ class SolanaFeeds implements ChainFeeds {
   close(): void {
     this.socket.close();
     this.feeds.clear();
+    this.onReconnect.clear();
   }
 }
