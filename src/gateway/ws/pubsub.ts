@@ -113,7 +113,8 @@ export type Deliver = (result: unknown, text: string) => void;
  * notification after which the node ends the subscription itself (Solana's signatureSubscribe):
  * the feed completes with it, so every client's subscription ends. `watch`, called when the feed
  * opens, may deliver what the node will not send (a status reached while the socket was down);
- * it returns its teardown.
+ * it returns its teardown. A last item the feed fetched itself leaves the node's subscription
+ * open there, so the gateway cancels it.
  */
 export function passthrough(
   socket: UpstreamSocket,
@@ -126,7 +127,7 @@ export function passthrough(
     const recent = new Recent();
     // The node ends a subscription whose last notification came: asking it to cancel one would only get an error.
     let endedByNode = false;
-    const deliver: Deliver = (result, text) => {
+    const deliver = (result: unknown, text: string, sentByNode: boolean): void => {
       if (subscriber.closed) return;
       const key = keyOf?.(result) ?? null;
       if (key !== null) {
@@ -135,12 +136,12 @@ export function passthrough(
       }
       subscriber.next(text);
       if (isLast?.(result)) {
-        endedByNode = true;
+        endedByNode = sentByNode;
         subscriber.complete();
       }
     };
-    const cancel = socket.subscribe(request, deliver);
-    const unwatch = watch?.(deliver);
+    const cancel = socket.subscribe(request, (result, text) => deliver(result, text, true));
+    const unwatch = watch?.((result, text) => deliver(result, text, false));
     return () => {
       unwatch?.();
       cancel(endedByNode);
