@@ -1,30 +1,24 @@
-import { afterAll, beforeAll, describe, it } from 'vitest';
+import { describe, it } from 'vitest';
 import { LeasedLimiter } from '../../src/infra/limits/leased.js';
-import { RedisLimiter } from '../../src/infra/limits/redis.js';
 import type { Limiter } from '../../src/infra/limits/port.js';
+import { RedisLimiter } from '../../src/infra/limits/redis.js';
 import { expectRateHeldAcrossTwoProcesses } from '../support/hammer.js';
-import { startTestRedisCluster, type TestRedisCluster } from '../support/redisCluster.js';
+import { clusterForThisFile } from '../support/redisCluster.js';
 import { limiterContract } from './limits.contract.js';
 
 /** Generous command deadline: a loaded test machine must not turn a slow reply into a failure. */
 const TEST_TIMEOUT_MS = 1000;
 
-let cluster: TestRedisCluster;
-beforeAll(async () => {
-  cluster = await startTestRedisCluster();
-}, 60_000);
-afterAll(async () => {
-  await cluster?.stop();
-});
+const cluster = clusterForThisFile();
 
 const opened = (limiter: Limiter & { whenReady(): Promise<void> }) => limiter.whenReady().then(() => limiter);
 
 // Each quota bucket's keys share a hash tag: the buckets of the suite spread over the three masters.
-limiterContract('redis cluster', () => opened(new RedisLimiter(cluster.url, { commandTimeoutMs: TEST_TIMEOUT_MS })));
-limiterContract('leased over redis cluster', () => opened(new LeasedLimiter(new RedisLimiter(cluster.url, { commandTimeoutMs: TEST_TIMEOUT_MS }))));
+limiterContract('redis cluster', () => opened(new RedisLimiter(cluster().url, { commandTimeoutMs: TEST_TIMEOUT_MS })));
+limiterContract('leased over redis cluster', () => opened(new LeasedLimiter(new RedisLimiter(cluster().url, { commandTimeoutMs: TEST_TIMEOUT_MS }))));
 
 describe('Redis Cluster limiter across processes', () => {
   it('two gateway processes hammering one token never get more than rps granted within any second', async () => {
-    await expectRateHeldAcrossTwoProcesses(cluster.url);
+    await expectRateHeldAcrossTwoProcesses(cluster().url);
   }, 30_000);
 });

@@ -1,21 +1,14 @@
-import { afterAll, beforeAll } from 'vitest';
 import { RedisConnectionCounter } from '../../src/infra/wsconnections/redis.js';
-import { startTestRedisCluster, type TestRedisCluster } from '../support/redisCluster.js';
+import { clusterForThisFile } from '../support/redisCluster.js';
 import { connectionCounterContract, sharedConnectionCounterContract } from './wsconnections.contract.js';
 
-let cluster: TestRedisCluster;
-beforeAll(async () => {
-  cluster = await startTestRedisCluster();
-}, 60_000);
-afterAll(async () => {
-  await cluster?.stop();
-});
+const cluster = clusterForThisFile();
 
 // Each token's hash is one key: the suite's tokens spread over the three masters.
 connectionCounterContract('redis cluster', async () => {
-  const counter = new RedisConnectionCounter(cluster.url, { commandTimeoutMs: 2000 });
+  const counter = new RedisConnectionCounter(cluster().url, { commandTimeoutMs: 2000 });
   await counter.whenReady();
   return counter;
 });
 
-sharedConnectionCounterContract('redis cluster', () => cluster.url);
+sharedConnectionCounterContract('redis cluster', () => cluster().url);

@@ -3,6 +3,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
+import { afterAll, beforeAll } from 'vitest';
 import { freePorts, waitForPort } from './redisServer.js';
 
 const run = promisify(execFile);
@@ -131,4 +132,19 @@ export async function startTestRedisCluster(options: { masters?: number } = {}):
 async function cli(port: number, ...args: string[]): Promise<string> {
   const { stdout } = await run('redis-cli', ['-h', '127.0.0.1', '-p', String(port), ...args], { timeout: 5000 });
   return stdout;
+}
+
+/** A cluster started before the file's tests and stopped after them; the function hands it to them. */
+export function clusterForThisFile(): () => TestRedisCluster {
+  let cluster: TestRedisCluster | undefined;
+  beforeAll(async () => {
+    cluster = await startTestRedisCluster();
+  }, 60_000);
+  afterAll(async () => {
+    await cluster?.stop();
+  });
+  return () => {
+    if (cluster === undefined) throw new Error('the test Redis Cluster is not started yet');
+    return cluster;
+  };
 }
