@@ -161,14 +161,17 @@ function keep(pool: CallScope['pool'], plan: ReadPlan, method: string, body: Buf
 }
 
 /**
- * After an in-process miss, a final call is looked up in the shared level, if there is one and no
- * identical call is in flight here to join; a result found is kept in process too. Undefined:
- * not asked, or not found at once.
+ * A read's kept result: from the process's cache, else, for a final call, from the shared level
+ * if there is one and no identical call is in flight here to join (a result found there is kept
+ * in process too). Undefined: nothing kept, or the call may not be kept.
  */
-function lookUpShared(scope: CallScope, m: RpcCall, plan: ReadPlan): MaybePromise<string | undefined> {
+function lookUpKept(scope: CallScope, m: RpcCall, plan: ReadPlan): MaybePromise<string | undefined> {
   const { key, cache } = plan;
-  const shared = cache?.shared ?? null;
-  if (shared === null || cache === null || key === null || !neverChanges(plan.shape)) return undefined;
+  if (key === null || cache === null) return undefined;
+  const kept = cache.get(key);
+  if (kept !== undefined) return kept;
+  const shared = cache.shared ?? null;
+  if (shared === null || !neverChanges(plan.shape)) return undefined;
   if (scope.pool.coalesces && scope.pool.waiting.has(key)) return undefined;
   plan.sharedKey = sharedKey(scope.chain.id, m.method, m.paramsText);
   if (plan.sharedKey === null) return undefined;
@@ -187,15 +190,10 @@ function lookUpShared(scope: CallScope, m: RpcCall, plan: ReadPlan): MaybePromis
  */
 function read(scope: CallScope, m: RpcCall, admission: Admission): MaybePromise<Answer> {
   const plan = planRead(scope, m);
-  const { key, cache } = plan;
-  if (key !== null && cache !== null) {
-    const kept = cache.get(key);
-    if (kept !== undefined) return cachedAnswer(m, admission, kept);
-    const found = lookUpShared(scope, m, plan);
-    if (found instanceof Promise)
-      return found.then((result) => (result === undefined ? sendRead(scope, m, admission, plan) : cachedAnswer(m, admission, result)));
-    if (found !== undefined) return cachedAnswer(m, admission, found);
-  }
+  const kept = lookUpKept(scope, m, plan);
+  if (kept instanceof Promise)
+    return kept.then((result) => (result === undefined ? sendRead(scope, m, admission, plan) : cachedAnswer(m, admission, result)));
+  if (kept !== undefined) return cachedAnswer(m, admission, kept);
   return sendRead(scope, m, admission, plan);
 }
 
@@ -373,15 +371,10 @@ async function serveMembers(
         continue;
       }
       const plan = planRead(scope, m);
-      const { key, cache } = plan;
-      let kept = key !== null && cache !== null ? cache.get(key) : undefined;
-      if (kept === undefined && key !== null && cache !== null) {
-        const found = lookUpShared(scope, m, plan);
-        if (found instanceof Promise) {
-          lookups.push({ m, plan, found });
-          continue;
-        }
-        kept = found;
+      const kept = lookUpKept(scope, m, plan);
+      if (kept instanceof Promise) {
+        lookups.push({ m, plan, found: kept });
+        continue;
       }
       if (kept !== undefined) {
         served.set(m.index, asMember(m, cachedAnswer(m, admission, kept)));
