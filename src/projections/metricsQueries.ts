@@ -331,11 +331,11 @@ export class UsageQueries {
     for (;;) {
       const page = await this.rm.range<Record<string, UsageCallFields>>(USAGE_METRICS.requestBlocks, { gte, lt, limit });
       const rows: UsageCall[] = [];
-      let stored = 0;
+      let rowsRead = 0;
       for (const { doc } of page) {
         // Integer-like fields enumerate in ascending order: the document's calls in the order recorded.
         for (const slot in doc) {
-          stored++;
+          rowsRead++;
           const row = doc[slot] as UsageCallFields;
           const at = row[1];
           if (at < startIso || at >= endIso || (scope.chain && row[3] !== scope.chain)) continue;
@@ -345,7 +345,7 @@ export class UsageQueries {
       if (rows.length > 0) yield rows;
       const last = page[page.length - 1];
       if (page.length < limit || !last) return;
-      limit = Math.min(EXPORT_PAGE_MAX_DOCS, Math.max(EXPORT_PAGE_MIN_DOCS, Math.floor((EXPORT_PAGE_ROWS * page.length) / Math.max(1, stored))));
+      limit = Math.min(EXPORT_PAGE_MAX_DOCS, Math.max(EXPORT_PAGE_MIN_DOCS, Math.floor((EXPORT_PAGE_ROWS * page.length) / Math.max(1, rowsRead))));
       // Just past the last key: keys never contain \0.
       gte = `${last.key}\0`;
     }
