@@ -191,8 +191,7 @@ function lookUpKept(scope: CallScope, m: RpcCall, plan: ReadPlan): MaybePromise<
 function read(scope: CallScope, m: RpcCall, admission: Admission): MaybePromise<Answer> {
   const plan = planRead(scope, m);
   const kept = lookUpKept(scope, m, plan);
-  if (kept instanceof Promise)
-    return kept.then((result) => (result === undefined ? sendRead(scope, m, admission, plan) : cachedAnswer(m, admission, result)));
+  if (kept instanceof Promise) return kept.then((result) => (result === undefined ? sendRead(scope, m, admission, plan) : cachedAnswer(m, admission, result)));
   if (kept !== undefined) return cachedAnswer(m, admission, kept);
   return sendRead(scope, m, admission, plan);
 }
