@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
-import { type AccountInfo, Connection, type Context, type KeyedAccountInfo, PublicKey, type SlotInfo, SystemProgram } from '@solana/web3.js';
+import { type AccountInfo, Connection, type Context, type KeyedAccountInfo, PublicKey, type SlotInfo, type SlotUpdate, SystemProgram } from '@solana/web3.js';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import WebSocket from 'ws';
 import { eventually, until } from '../support/eventually.js';
@@ -179,6 +179,68 @@ describe('Connection over WebSocket', () => {
     await until(() => node.activeSubscriptions === 0);
     expect(node.unsubscribeCalls.slice(unsubscribedBefore).map((c) => c.method)).toEqual(['slotUnsubscribe']);
     expect(sockets()?.upstreamSubscriptions).toBe(0);
+  });
+});
+
+describe('Connection following roots and slot updates', () => {
+  it("onRootChange and onSlotUpdate receive the node's notifications; two Connections share one upstream subscription each, dropped when the last listener goes", async () => {
+    const [a, b] = [await newToken(), await newToken()];
+    const [one, two] = [connect(a.token), connect(b.token)];
+    const roots: [number[], number[]] = [[], []];
+    const updates: [SlotUpdate[], SlotUpdate[]] = [[], []];
+    const subscribedBefore = node.subscribeCalls.length;
+    const unsubscribedBefore = node.unsubscribeCalls.length;
+    const rootListeners = [one.onRootChange((r) => roots[0].push(r)), two.onRootChange((r) => roots[1].push(r))];
+    const updateListeners = [one.onSlotUpdate((u) => updates[0].push(u)), two.onSlotUpdate((u) => updates[1].push(u))];
+    await until(() => sockets()?.subscriptions === 4 && node.activeSubscriptions === 2);
+    expect(node.subscribeCalls.slice(subscribedBefore)).toEqual(
+      expect.arrayContaining([
+        { method: 'rootSubscribe', params: [] },
+        { method: 'slotsUpdatesSubscribe', params: [] },
+      ]),
+    );
+    expect(node.subscribeCalls.slice(subscribedBefore)).toHaveLength(2);
+    expect(sockets()).toMatchObject({ connections: 2, upstreamSubscriptions: 2 });
+
+    const madeBefore = node.slotUpdatesMade.length;
+    const { root } = node.nextSlot();
+    node.deadSlot('failed to replay');
+    const made = node.slotUpdatesMade.slice(madeBefore);
+    await until(() => roots.every((r) => r.length === 1) && updates.every((u) => u.length === made.length));
+    expect(roots).toEqual([[root], [root]]);
+    // Every variant web3.js knows, decoded from the node's shape (createdBank's parent, frozen's stats, dead's err).
+    expect(updates).toEqual([made, made]);
+    expect(made.map((u) => u.type)).toEqual(['firstShredReceived', 'completed', 'createdBank', 'frozen', 'root', 'dead']);
+
+    await one.removeRootChangeListener(rootListeners[0] as number);
+    await one.removeSlotUpdateListener(updateListeners[0] as number);
+    await until(() => sockets()?.subscriptions === 2);
+    expect(node.unsubscribeCalls.length).toBe(unsubscribedBefore);
+    const next = node.nextSlot().root;
+    await until(() => roots[1].length === 2);
+    expect(roots).toEqual([[root], [root, next]]);
+    await two.removeRootChangeListener(rootListeners[1] as number);
+    await two.removeSlotUpdateListener(updateListeners[1] as number);
+    await until(() => node.activeSubscriptions === 0 && sockets()?.upstreamSubscriptions === 0);
+    expect(node.unsubscribeCalls.slice(unsubscribedBefore).map((c) => c.method)).toEqual(
+      expect.arrayContaining(['rootUnsubscribe', 'slotsUpdatesUnsubscribe']),
+    );
+    expect(node.unsubscribeCalls.slice(unsubscribedBefore)).toHaveLength(2);
+
+    // Each Connection's notifications are metered to its own account.
+    const methods = await eventually(
+      () => usageMethods(a.accountId),
+      (m) => count(m, 'slotsUpdatesUnsubscribe') === 1 && count(m, 'slotsUpdatesNotification') === made.length,
+    );
+    expect(count(methods, 'rootNotification')).toBe(1);
+    expect(count(methods, 'rootSubscribe')).toBe(1);
+    expect(count(methods, 'rootUnsubscribe')).toBe(1);
+    expect(
+      await eventually(
+        () => usageMethods(b.accountId),
+        (m) => count(m, 'rootNotification') === 2,
+      ),
+    ).toEqual(expect.arrayContaining(['rootSubscribe', 'slotsUpdatesSubscribe']));
   });
 });
 

@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { WS_CLOSE } from '../../src/gateway/ws/gateway.js';
-import { until } from '../support/eventually.js';
+import { eventually, until } from '../support/eventually.js';
 import { base58, type FakeSolanaWsUpstream, RENT_EXEMPT_EPOCH, startFakeSolanaWsUpstream } from '../support/fakeSolanaWsUpstream.js';
 import { newToken as newOwnerToken, startTestApp, type TestApp } from '../support/testApp.js';
 import { recordedCalls } from '../support/usageLog.js';
@@ -110,6 +110,86 @@ describe('slotSubscribe', () => {
     await until(async () => count(await usageMethods(a.accountId), 'slotUnsubscribe') === 1);
     await closeAll(one, two);
     expect(sockets()).toMatchObject({ subscriptions: 0, upstreamSubscriptions: 0 });
+  });
+});
+
+describe('rootSubscribe and slotsUpdatesSubscribe', () => {
+  /**
+   * Two clients (two accounts) on one no-params subscription: one upstream subscription, every
+   * notification to both and metered for each, the node's subscription cancelled when the last leaves.
+   */
+  async function sharedNoParams(kind: 'root' | 'slotsUpdates', push: () => unknown[]): Promise<void> {
+    const [subscribe, unsubscribe, notification] = [`${kind}Subscribe`, `${kind}Unsubscribe`, `${kind}Notification`];
+    const [a, b] = [await newToken(), await newToken()];
+    const one = await open(a.token);
+    const two = await open(b.token);
+    const subscribedBefore = node.subscribeCalls.length;
+    const unsubscribedBefore = node.unsubscribeCalls.length;
+    // Like slotSubscribe, it takes no params: refused before the node is asked.
+    for (const params of [[1], [{ commitment: 'confirmed' }]])
+      expect((await one.call(subscribe, params)).error, JSON.stringify(params)).toEqual({
+        code: -32602,
+        message: `Invalid params: ${subscribe} takes no params`,
+      });
+    const ids = [(await one.call(subscribe)).result, (await two.call(subscribe, [])).result];
+    for (const id of ids) expect(Number.isSafeInteger(id)).toBe(true);
+    expect(node.subscribeCalls.slice(subscribedBefore)).toEqual([{ method: subscribe, params: [] }]);
+    expect(sockets()).toMatchObject({ subscriptions: 2, upstreamSubscriptions: 1 });
+    await until(() => node.activeSubscriptions === 1);
+
+    const pushed = push();
+    await until(() => notifications(one, notification, ids[0]).length === pushed.length && notifications(two, notification, ids[1]).length === pushed.length);
+    expect(one.frames.find((f) => f.method === notification)).toEqual({
+      jsonrpc: '2.0',
+      method: notification,
+      params: { subscription: ids[0], result: pushed[0] },
+    });
+    expect(notifications(one, notification, ids[0]).map((n) => n.result)).toEqual(pushed);
+    expect(notifications(two, notification, ids[1]).map((n) => n.result)).toEqual(pushed);
+    for (const o of [a, b]) {
+      const calls = await eventually(
+        () => recordedCalls(t.runtime.store, o.accountId),
+        (c) => c.length >= pushed.length + (o === a ? 3 : 1),
+      );
+      expect(
+        count(
+          calls.map((c) => c.method),
+          notification,
+        ),
+      ).toBe(pushed.length);
+      // One subscribe, and for the first client the refused ones, metered as errors as any refused call.
+      const subscribes = calls.filter((r) => r.method === subscribe).map((r) => r.rpcErrorCode);
+      expect(subscribes.sort()).toEqual(o === a ? [-32602, -32602, null] : [null]);
+    }
+
+    expect(await one.call(unsubscribe, [ids[0]])).toMatchObject({ result: true });
+    expect(node.unsubscribeCalls.length).toBe(unsubscribedBefore);
+    expect(node.activeSubscriptions).toBe(1);
+    const more = push();
+    await until(() => notifications(two, notification, ids[1]).length === pushed.length + more.length);
+    expect(notifications(one, notification, ids[0])).toHaveLength(pushed.length);
+    expect(await two.call(unsubscribe, [ids[1]])).toMatchObject({ result: true });
+    // The last client gone: the node's subscription is cancelled with the kind's own unsubscribe.
+    await until(() => node.activeSubscriptions === 0);
+    expect(node.unsubscribeCalls.slice(unsubscribedBefore)).toEqual([{ method: unsubscribe, params: [expect.any(Number)] }]);
+    expect((await two.call(unsubscribe, [ids[1]])).error).toEqual({ code: -32602, message: 'Invalid subscription id.' });
+    expect(sockets()).toMatchObject({ subscriptions: 0, upstreamSubscriptions: 0 });
+    await closeAll(one, two);
+  }
+
+  it("rootSubscribe: one shared upstream subscription, each new root as the node's rootNotification (a bare slot number), metered per client", async () => {
+    await sharedNoParams('root', () => [node.nextSlot().root, node.nextSlot().root]);
+  });
+
+  it('slotsUpdatesSubscribe: one shared upstream subscription, every update of every slot as the node wrote it (createdBank parent, frozen stats, dead err)', async () => {
+    await sharedNoParams('slotsUpdates', () => {
+      const before = node.slotUpdatesMade.length;
+      node.nextSlot();
+      node.deadSlot('failed to replay: InvalidTickCount');
+      const made = node.slotUpdatesMade.slice(before);
+      expect(made.map((u) => u.type)).toEqual(['firstShredReceived', 'completed', 'createdBank', 'frozen', 'root', 'dead']);
+      return made;
+    });
   });
 });
 
@@ -335,6 +415,9 @@ describe('bad input', () => {
     const subscribedBefore = node.subscribeCalls.length;
     const invalid: Array<[string, unknown[]]> = [
       ['slotSubscribe', [1]],
+      ['rootSubscribe', [1]],
+      ['slotsUpdatesSubscribe', [{}]],
+      ['rootUnsubscribe', ['1']],
       ['accountSubscribe', []],
       ['accountSubscribe', ['0OIl-not-base58']],
       ['accountSubscribe', [base58(Buffer.alloc(31, 7))]],
@@ -362,8 +445,9 @@ describe('bad input', () => {
       const answer = await client.call(method, params);
       expect(answer.error, `${method} ${JSON.stringify(params)}`).toMatchObject({ code: -32602, message: expect.stringMatching(/^Invalid params: /) });
     }
-    for (const method of ['rootSubscribe', 'blockSubscribe', 'voteSubscribe', 'rootUnsubscribe']) {
-      expect((await client.call(method, [alice])).error, method).toMatchObject({ code: -32601, message: expect.stringContaining('slotSubscribe') });
+    // A node serves these only with unstable flags: not offered.
+    for (const method of ['blockSubscribe', 'voteSubscribe', 'blockUnsubscribe', 'voteUnsubscribe']) {
+      expect((await client.call(method, [alice])).error, method).toMatchObject({ code: -32601, message: expect.stringContaining('rootSubscribe') });
     }
     expect(node.subscribeCalls.length).toBe(subscribedBefore);
     expect(client.closed).toBeNull();

@@ -8,7 +8,8 @@ import WebSocket, { WebSocketServer } from 'ws';
  * test drives, with a real node's shapes: subscribe calls answer an integer id (from 0),
  * notifications are `{"jsonrpc":"2.0","method":"<kind>Notification","params":{"result":…,
  * "subscription":<id>}}`, any `*Unsubscribe` ends any id (as Agave's do), an unknown id gets
- * -32602 "Invalid subscription id.". `nextSlot()` makes a slot, `changeAccount()` (account and
+ * -32602 "Invalid subscription id.". `nextSlot()` makes a slot (and roots the one `ROOT_DEPTH` behind:
+ * root and slotsUpdates notifications), `deadSlot()` a fork's slot the node failed to replay, `changeAccount()` (account and
  * program subscriptions), `transaction()` and `receiveSignature()`/`processSignature()` notify the
  * matching subscriptions (a signature's status notification ends its subscriptions, as on the node),
  * `drop()` cuts every WebSocket connection. Over HTTP: getSlot, getHealth, getVersion, getBalance
@@ -30,8 +31,16 @@ export interface FakeSolanaWsUpstream {
   unsubscribeCalls: Array<{ method: string; params: unknown[] }>;
   /** Subscriptions open now, on every connection. */
   readonly activeSubscriptions: number;
-  /** Makes the next slot: a slotNotification to each slot subscription. */
+  /**
+   * Makes the next slot: a slotNotification to each slot subscription, a rootNotification (its new
+   * root) to each root subscription, and to each slotsUpdates subscription the slot's
+   * firstShredReceived, completed, createdBank (parent), frozen (stats), then the new root's root.
+   */
   nextSlot(): SlotInfo;
+  /** A slot after the current one, on a fork the node failed to replay: a `dead` slotsUpdatesNotification (with `err`). */
+  deadSlot(err: string): SlotUpdate;
+  /** Every slot update made so far (by nextSlot and deadSlot), in order, whether a subscription was open or not. */
+  slotUpdatesMade: SlotUpdate[];
   /**
    * An account changed at the current slot: an accountNotification to each subscription of its pubkey,
    * a programNotification to each subscription of its owner whose filters (dataSize, memcmp) it passes.
@@ -62,6 +71,20 @@ export interface SlotInfo {
   slot: number;
 }
 
+/** A slotsUpdatesNotification's result, as Agave writes it (its SlotUpdate, tagged by `type`, camelCase). */
+export type SlotUpdate =
+  | { type: 'firstShredReceived' | 'completed' | 'optimisticConfirmation' | 'root'; slot: number; timestamp: number }
+  | { type: 'createdBank'; slot: number; parent: number; timestamp: number }
+  | { type: 'frozen'; slot: number; timestamp: number; stats: SlotTransactionStats }
+  | { type: 'dead'; slot: number; timestamp: number; err: string };
+
+export interface SlotTransactionStats {
+  numTransactionEntries: number;
+  numSuccessfulTransactions: number;
+  numFailedTransactions: number;
+  maxTransactionsPerEntry: number;
+}
+
 const BASE58 = '123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz';
 
 export function base58(bytes: Uint8Array): string {
@@ -86,6 +109,13 @@ const RENT_EXEMPT_PLACEHOLDER = '"rentEpoch":"u64::MAX"';
 /** Slots between the root and the tip, about what a mainnet node shows. */
 const ROOT_DEPTH = 32;
 const API_VERSION = '2.1.21';
+/** What the fake says each frozen slot held. */
+const FROZEN_STATS: SlotTransactionStats = {
+  numTransactionEntries: 64,
+  numSuccessfulTransactions: 1200,
+  numFailedTransactions: 35,
+  maxTransactionsPerEntry: 64,
+};
 /** Blocks a blockhash stays valid for (MAX_PROCESSING_AGE). */
 const BLOCKHASH_VALIDITY = 150;
 
@@ -95,7 +125,7 @@ export const blockhashOf = (slot: number): string => base58(createHash('sha256')
 interface Sub {
   id: number;
   socket: WebSocket;
-  kind: 'slot' | 'account' | 'logs' | 'program' | 'signature';
+  kind: 'slot' | 'root' | 'slotsUpdates' | 'account' | 'logs' | 'program' | 'signature';
   params: unknown[];
 }
 
@@ -158,6 +188,8 @@ export async function startFakeSolanaWsUpstream(): Promise<FakeSolanaWsUpstream>
     if (socket !== null) {
       const kinds: Record<string, Sub['kind']> = {
         slotSubscribe: 'slot',
+        rootSubscribe: 'root',
+        slotsUpdatesSubscribe: 'slotsUpdates',
         accountSubscribe: 'account',
         logsSubscribe: 'logs',
         programSubscribe: 'program',
@@ -202,6 +234,12 @@ export async function startFakeSolanaWsUpstream(): Promise<FakeSolanaWsUpstream>
       );
   };
 
+  const slotUpdate = (update: SlotUpdate): SlotUpdate => {
+    fake.slotUpdatesMade.push(update);
+    for (const sub of subs.values()) if (sub.kind === 'slotsUpdates') notify(sub, update);
+    return update;
+  };
+
   const server: Server = createServer((req: IncomingMessage, res) => {
     const chunks: Buffer[] = [];
     req.on('data', (c: Buffer) => chunks.push(c));
@@ -232,11 +270,22 @@ export async function startFakeSolanaWsUpstream(): Promise<FakeSolanaWsUpstream>
     get activeSubscriptions() {
       return subs.size;
     },
+    slotUpdatesMade: [],
     nextSlot() {
       slot++;
       const info = { parent: slot - 1, root: Math.max(0, slot - ROOT_DEPTH), slot };
       for (const sub of subs.values()) if (sub.kind === 'slot') notify(sub, info);
+      for (const sub of subs.values()) if (sub.kind === 'root') notify(sub, info.root);
+      const timestamp = Date.now();
+      slotUpdate({ type: 'firstShredReceived', slot, timestamp });
+      slotUpdate({ type: 'completed', slot, timestamp });
+      slotUpdate({ type: 'createdBank', slot, parent: info.parent, timestamp });
+      slotUpdate({ type: 'frozen', slot, timestamp, stats: FROZEN_STATS });
+      slotUpdate({ type: 'root', slot: info.root, timestamp });
       return info;
+    },
+    deadSlot(err) {
+      return slotUpdate({ type: 'dead', slot: slot + 1, timestamp: Date.now(), err });
     },
     changeAccount(pubkey, account) {
       const data = account.data ?? Buffer.alloc(0);

@@ -5,28 +5,34 @@ import { type ChainFeeds, type Deliver, type FeedRefusal, type OpenedFeed, type 
 import { UpstreamSocket, type UpstreamSocketLog } from './upstreamSocket.js';
 
 /**
- * Solana's pubsub (`slotSubscribe`, `accountSubscribe`, `logsSubscribe`, `programSubscribe`,
- * `signatureSubscribe` and their unsubscribes), one upstream subscription per distinct (kind,
- * params) shared by every client (pubsub.ts), with the node's shapes: integer subscription ids,
- * `<kind>Notification` frames, and an unknown id's unsubscribe answered with -32602 "Invalid
- * subscription id.". A signature subscription is one-shot, as on the node: its notification of the
- * transaction's status (not a `"receivedSignature"` one) is its last; the node ends it, and so does
- * the gateway for every client of it, without an unsubscribe from them.
+ * Solana's pubsub (`slotSubscribe`, `rootSubscribe`, `slotsUpdatesSubscribe`, `accountSubscribe`,
+ * `logsSubscribe`, `programSubscribe`, `signatureSubscribe` and their unsubscribes), one upstream
+ * subscription per distinct (kind, params) shared by every client (pubsub.ts), with the node's
+ * shapes: integer subscription ids, `<kind>Notification` frames, and an unknown id's unsubscribe
+ * answered with -32602 "Invalid subscription id.". A signature subscription is one-shot, as on the
+ * node: its notification of the transaction's status (not a `"receivedSignature"` one) is its
+ * last; the node ends it, and so does the gateway for every client of it, without an unsubscribe
+ * from them.
  */
 
-type SolanaKind = 'slot' | 'account' | 'logs' | 'program' | 'signature';
+type SolanaKind = 'slot' | 'root' | 'slotsUpdates' | 'account' | 'logs' | 'program' | 'signature';
 
 const SUBSCRIBE: Record<string, SolanaKind> = {
   slotSubscribe: 'slot',
+  rootSubscribe: 'root',
+  slotsUpdatesSubscribe: 'slotsUpdates',
   accountSubscribe: 'account',
   logsSubscribe: 'logs',
   programSubscribe: 'program',
   signatureSubscribe: 'signature',
 };
-const UNSUBSCRIBE = new Set(['slotUnsubscribe', 'accountUnsubscribe', 'logsUnsubscribe', 'programUnsubscribe', 'signatureUnsubscribe']);
-/** The other subscription methods a Solana node has (rootSubscribe, blockSubscribe, voteSubscribe…): refused, not sent over HTTP. */
+const UNSUBSCRIBE = new Set(Object.values(SUBSCRIBE).map((kind) => `${kind}Unsubscribe`));
+/**
+ * The other subscription methods a Solana node has (blockSubscribe, voteSubscribe: a node serves
+ * them only when started with unstable flags, so most do not): refused, not sent over HTTP.
+ */
 const OTHER_SUBSCRIPTION_METHOD = /^[a-z][A-Za-z]*(Subscribe|Unsubscribe)$/;
-const SUPPORTED = 'slotSubscribe, accountSubscribe, logsSubscribe, programSubscribe and signatureSubscribe';
+const SUPPORTED = 'slotSubscribe, rootSubscribe, slotsUpdatesSubscribe, accountSubscribe, logsSubscribe, programSubscribe and signatureSubscribe';
 
 /** Client subscription ids: random integers below 2^48, exact as JavaScript numbers. */
 const MAX_SUBSCRIPTION_ID = 2 ** 48;
@@ -144,7 +150,7 @@ function configOf(value: unknown, allowed: Record<string, Check>, method: string
 function parseParams(kind: SolanaKind, params: unknown): unknown[] | { error: string } {
   const list = params === undefined || params === null ? [] : params;
   if (!Array.isArray(list)) return { error: 'params must be an array' };
-  if (kind === 'slot') return list.length === 0 ? [] : { error: 'slotSubscribe takes no params' };
+  if (kind === 'slot' || kind === 'root' || kind === 'slotsUpdates') return list.length === 0 ? [] : { error: `${kind}Subscribe takes no params` };
   if (kind === 'account') {
     if (list.length < 1 || list.length > 2) return { error: 'accountSubscribe takes [pubkey, {encoding?, commitment?}?]' };
     if (!isPubkey(list[0])) return { error: 'accountSubscribe takes a base58 public key (32 bytes) first' };
@@ -194,12 +200,17 @@ const resultValue = (result: unknown): unknown => (typeof result === 'object' &&
 
 /**
  * What a resubscription may deliver twice (a node sending a slot again, or another node behind
- * the first): the same slot (and parent); an account's change at the same slot; the same
- * transaction's logs at the same slot; a program's account changed at the same slot; a
- * signature's `"receivedSignature"`.
+ * the first): the same slot (and parent); the same root; the same update (type) of the same slot;
+ * an account's change at the same slot; the same transaction's logs at the same slot; a program's
+ * account changed at the same slot; a signature's `"receivedSignature"`.
  */
 const KEY_OF: Record<SolanaKind, (result: unknown) => string | null> = {
   slot: (r) => (typeof slotOf(r) === 'number' ? `${slotOf(r)}:${(r as { parent?: unknown }).parent}` : null),
+  root: (r) => (typeof r === 'number' ? String(r) : null),
+  slotsUpdates: (r) => {
+    const type = (r as { type?: unknown } | null)?.type;
+    return typeof slotOf(r) === 'number' && typeof type === 'string' ? `${slotOf(r)}:${type}` : null;
+  },
   account: (r) => (typeof slotOf(r) === 'number' ? String(slotOf(r)) : null),
   logs: (r) => {
     const signature = (r as { value?: { signature?: unknown } } | null)?.value?.signature;
