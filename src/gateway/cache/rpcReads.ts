@@ -62,12 +62,22 @@ function resultFollows(body: Buffer, at: number): boolean {
 
 const RESULT_KEY = Buffer.from('"result":');
 
-/** Whether the answer's id, read properly, is `idText`: for when the byte search (`idEnd`) did not find it. */
-function idIsRead(body: Buffer, idText: string): boolean {
+/**
+ * Whether the answer, read properly, answers the call sent with `idText`: for when the byte search
+ * (`idEnd`) did not find it. An error with a null id counts: the node did not say which call it
+ * answers (ganache so answers a failed call whose id is 0 or ""), and on this call's own request
+ * it can only be this one; another call's answer would carry another id.
+ */
+function answersCall(body: Buffer, idText: string): boolean {
   try {
     const text = body.toString('utf8');
-    const span = objectMembers(text, documentStart(text)).get('id');
-    return span !== undefined && text.slice(span[0], span[1]) === idText;
+    const members = objectMembers(text, documentStart(text));
+    const span = members.get('id');
+    if (span === undefined) return false;
+    const id = text.slice(span[0], span[1]);
+    if (id === idText) return true;
+    const error = members.get('error');
+    return id === 'null' && error !== undefined && text.slice(error[0], error[1]) !== 'null';
   } catch {
     return false;
   }
@@ -75,7 +85,8 @@ function idIsRead(body: Buffer, idText: string): boolean {
 
 /**
  * Judges a node's answer to a single call sent with id `sentIdText` (undefined: a notification,
- * which an empty answer fits): not a JSON object, or another call's id, is a failed node (another one is tried, nothing is kept); an error saying
+ * which an empty answer fits): not a JSON object, or another call's id (an error's null id is
+ * not one), is a failed node (another one is tried, nothing is kept); an error saying
  * the node lacks old state asks for an archive node.
  */
 export function judgeSingle(body: Buffer, sentIdText: string | undefined): Verdict {
@@ -84,7 +95,7 @@ export function judgeSingle(body: Buffer, sentIdText: string | undefined): Verdi
   if (start === -1 && sentIdText === undefined) return 'ok';
   if (start !== 0x7b) return 'bad';
   const end = sentIdText === undefined ? -1 : idEnd(body, sentIdText);
-  if (sentIdText !== undefined && end < 0 && !idIsRead(body, sentIdText)) return 'bad';
+  if (sentIdText !== undefined && end < 0 && !answersCall(body, sentIdText)) return 'bad';
   // `"id":…,"result":` (as nodes write it): no search of the whole answer for an error.
   if (end > 0 && resultFollows(body, end)) return 'ok';
   if (body.includes('"error"')) {
