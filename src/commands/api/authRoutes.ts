@@ -2,8 +2,9 @@ import type { FastifyReply } from 'fastify';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { LoggedIn, SignedUp } from '../../api/schemas.js';
+import type { LoggedIn as LoggedInAnswer, SignedUp as SignedUpAnswer } from '../../api/types.js';
 import { DomainError } from '../../domain/errors.js';
-import { problems } from './contract.js';
+import { jsonWithHeaders, problems } from './contract.js';
 import type { ApiDeps } from './deps.js';
 import { Credentials } from './schemas.js';
 import { readCookie, SESSION_COOKIE, sessionCookie } from './sessions.js';
@@ -19,13 +20,23 @@ async function retryAfter<T>(reply: FastifyReply, work: Promise<T>): Promise<T> 
   }
 }
 
+const SESSION_SET_COOKIE = {
+  'Set-Cookie': z
+    .string()
+    .regex(new RegExp(`^${SESSION_COOKIE}=`))
+    .describe(`The session: \`${SESSION_COOKIE}=…; Path=/; HttpOnly; SameSite=Strict; Expires=…\` (\`Secure\` with SECURE_COOKIES=true).`),
+};
+
 /** Sign-up, log-in and log-out for the dashboard: a session cookie (httpOnly, SameSite=Strict). */
 export const authRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, deps) => {
   const tags = ['auth'];
   const signUp = { summary: 'Sign up: creates the account and opens a session (the `gw_session` cookie)', tags, body: Credentials };
   app.post(
     '/api/v1/auth/signup',
-    { config: { auth: 'public' }, schema: { ...signUp, response: { 201: SignedUp, ...problems(409, 429, 503) } } },
+    {
+      config: { auth: 'public' },
+      schema: { ...signUp, response: { 201: jsonWithHeaders(SignedUp, SESSION_SET_COOKIE, 'Signed up; the session is open.'), ...problems(409, 429, 503) } },
+    },
     async (request, reply) => {
       const { email, password } = request.body;
       const { accountId, position } = await retryAfter(
@@ -35,14 +46,18 @@ export const authRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, deps) => {
       await deps.waitFor(position);
       const session = await deps.sessions.open(accountId);
       reply.header('set-cookie', sessionCookie(session.id, session.expiresAt, deps.secureCookies));
-      return reply.code(201).send({ id: accountId, email: email.trim().toLowerCase(), plan: 'free' });
+      // satisfies: an answer declared with its headers is not typed by the provider.
+      return reply.code(201).send({ id: accountId, email: email.trim().toLowerCase(), plan: 'free' } satisfies SignedUpAnswer);
     },
   );
 
   const logIn = { summary: 'Log in: opens a session (the `gw_session` cookie)', tags, body: Credentials };
   app.post(
     '/api/v1/auth/login',
-    { config: { auth: 'public' }, schema: { ...logIn, response: { 200: LoggedIn, ...problems(401, 429, 503) } } },
+    {
+      config: { auth: 'public' },
+      schema: { ...logIn, response: { 200: jsonWithHeaders(LoggedIn, SESSION_SET_COOKIE, 'Logged in; the session is open.'), ...problems(401, 429, 503) } },
+    },
     async (request, reply) => {
       const { email, password } = request.body;
       const accountId = await retryAfter(
@@ -52,7 +67,7 @@ export const authRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, deps) => {
       if (!accountId) throw new DomainError('invalid_credentials', 'Wrong email or password.');
       const session = await deps.sessions.open(accountId);
       reply.header('set-cookie', sessionCookie(session.id, session.expiresAt, deps.secureCookies));
-      return { id: accountId };
+      return { id: accountId } satisfies LoggedInAnswer;
     },
   );
 

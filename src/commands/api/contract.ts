@@ -23,11 +23,32 @@ const MEANINGS: Record<number, string> = {
   503: 'Too busy to check a password right now; see `Retry-After` (`overloaded`).',
 };
 
+/** Headers an answer always carries, as the document lists them (the handler sets them; fastify does not read these). */
+export type AnswerHeaders = Record<string, z.ZodType>;
+
+const RETRY_AFTER: AnswerHeaders = {
+  'Retry-After': z
+    .string()
+    .regex(/^[1-9]\d*$/)
+    .describe('Seconds to wait before trying again.'),
+};
+/** The refusals that say when to come back (docs/decisions.md: log-in and sign-up limits, password hashing cap). */
+const PROBLEM_HEADERS: Record<number, AnswerHeaders> = { 429: RETRY_AFTER, 503: RETRY_AFTER };
+
 /** Problem+json answers for `statuses`, for a route's `schema.response`. */
 export function problems(...statuses: number[]) {
   return Object.fromEntries(
-    statuses.map((status) => [status, { description: MEANINGS[status] ?? TITLES[status] ?? 'Error', content: { [PROBLEM_TYPE]: { schema: Problem } } }]),
+    statuses.map((status) => {
+      const headers = PROBLEM_HEADERS[status];
+      const description = MEANINGS[status] ?? TITLES[status] ?? 'Error';
+      return [status, { description, ...(headers ? { headers } : {}), content: { [PROBLEM_TYPE]: { schema: Problem } } }];
+    }),
   );
+}
+
+/** A JSON answer that always carries `headers` (e.g. the session cookie), for a route's `schema.response`. */
+export function jsonWithHeaders<S extends z.ZodType>(schema: S, headers: AnswerHeaders, description: string) {
+  return { description, headers, content: { 'application/json': { schema } } };
 }
 
 const SUCCESS: Record<string, string> = { 200: 'OK.', 201: 'Created.' };
@@ -39,7 +60,8 @@ function jsonResponse(status: string, answer: unknown): unknown {
   return { description, content: { 'application/json': { schema: answer } } };
 }
 
-const BODY_METHODS = new Set(['POST', 'PUT', 'PATCH']);
+// Fastify reads a body on DELETE too: a stray one that is not JSON is a 415, one over 1 MiB a 413.
+const BODY_METHODS = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);
 
 /**
  * Completes every /api/v1 route from the one scope it declares (`config.auth`): the scope's

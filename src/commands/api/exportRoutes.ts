@@ -29,6 +29,11 @@ const FILE_SCHEMAS: Record<ExportFormat, z.ZodType> = {
   pdf: z.string().meta({ contentMediaType: 'application/pdf', format: 'binary' }),
 };
 
+const ATTACHMENT = z
+  .string()
+  .regex(/^attachment; filename="[^"]+"$/)
+  .describe('`attachment; filename="usage-<start>-<end>[-<chain>].<format>"` (times as YYYY-MM-DDTHHMM, UTC).');
+
 /** Refuses a format the plan does not include (403), naming the cheapest plan that has it. */
 function checkExportOnPlan(plans: PlanCatalog, plan: Plan, format: ExportFormat): void {
   if (plan.exports.includes(format)) return;
@@ -61,6 +66,7 @@ export const exportRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, deps) =>
       response: {
         200: {
           description: `The ${format.toUpperCase()} file.`,
+          headers: { 'Content-Disposition': ATTACHMENT },
           content: { [CONTENT_TYPES[format].split(';')[0] as string]: { schema: FILE_SCHEMAS[format] } },
         },
         ...problems(403, 404),

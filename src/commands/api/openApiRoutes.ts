@@ -1,7 +1,7 @@
-import type { SwaggerOptions } from '@fastify/swagger';
+import type { SwaggerOptions, SwaggerTransform } from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
-import type { OpenAPIV3_1 } from 'openapi-types';
 import { type FastifyPluginAsyncZod, jsonSchemaTransform, jsonSchemaTransformObject } from 'fastify-type-provider-zod';
+import type { OpenAPIV3_1 } from 'openapi-types';
 import { z } from 'zod';
 import { SESSION_COOKIE } from './sessions.js';
 import { PAGE_CSP, PAGE_HEADERS } from './webRoutes.js';
@@ -47,9 +47,56 @@ export const openApiOptions: SwaggerOptions = {
       { name: 'meta', description: 'This description.' },
     ],
   },
-  transform: jsonSchemaTransform,
-  transformObject: (document) => withoutUnusedSchemas(jsonSchemaTransformObject(document) as OpenAPIV3_1.Document),
+  transform: withAnswerHeaders,
+  transformObject: (document) => withHeadersAlwaysSent(withoutUnusedSchemas(jsonSchemaTransformObject(document) as OpenAPIV3_1.Document)),
 };
+
+type DeclaredAnswer = { description?: string; headers?: Record<string, z.ZodType>; content?: unknown };
+const hasHeaders = (answer: unknown): answer is DeclaredAnswer & { headers: Record<string, z.ZodType> } =>
+  typeof answer === 'object' && answer !== null && !(answer instanceof z.ZodType) && 'headers' in answer;
+
+/**
+ * The type provider's transform, keeping the headers an answer declares beside its content
+ * (`{ description, headers, content }`, see contract.ts): it rebuilds each answer without them.
+ * Each header's zod schema becomes JSON Schema; @fastify/swagger makes them the answer's headers.
+ */
+function withAnswerHeaders(...[route]: Parameters<SwaggerTransform>): ReturnType<SwaggerTransform> {
+  const declared = (route.schema.response ?? {}) as Record<string, unknown>;
+  const headersOf = new Map<string, Record<string, z.ZodType>>();
+  const response = Object.fromEntries(
+    Object.entries(declared).map(([status, answer]) => {
+      if (!hasHeaders(answer)) return [status, answer];
+      const { headers, ...rest } = answer;
+      headersOf.set(status, headers);
+      return [status, rest];
+    }),
+  );
+  const transformed = jsonSchemaTransform({ ...route, schema: { ...route.schema, response } });
+  const answers = (transformed.schema.response ?? {}) as Record<string, object>;
+  for (const [status, headers] of headersOf) {
+    const json = Object.fromEntries(
+      Object.entries(headers).map(([name, schema]) => {
+        const { $schema: _dialect, ...header } = z.toJSONSchema(schema, { target: 'draft-2020-12', io: 'output' });
+        return [name, header];
+      }),
+    );
+    answers[status] = { ...answers[status], headers: json };
+  }
+  return transformed;
+}
+
+/** Every header an answer documents is one it always sends: `required`, so a client may count on it. */
+function withHeadersAlwaysSent(document: OpenAPIV3_1.Document): OpenAPIV3_1.Document {
+  for (const operations of Object.values(document.paths ?? {})) {
+    for (const operation of Object.values(operations ?? {})) {
+      const responses = (operation as OpenAPIV3_1.OperationObject).responses ?? {};
+      for (const answer of Object.values(responses) as OpenAPIV3_1.ResponseObject[]) {
+        for (const header of Object.values(answer.headers ?? {}) as OpenAPIV3_1.HeaderObject[]) header.required = true;
+      }
+    }
+  }
+  return document;
+}
 
 /**
  * The document without the components nothing refers to: the type provider adds an input twin
