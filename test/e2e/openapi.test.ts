@@ -58,6 +58,26 @@ describe('GET /api/v1/openapi.json', () => {
     expect(patch['404']).toMatchObject({ content: { 'application/problem+json': { schema: { $ref: '#/components/schemas/Problem' } } } });
   });
 
+  it('documents answers open (a client must accept fields added later) and request bodies closed (unknown fields are refused)', () => {
+    const closedUnder = (value: unknown): number =>
+      Array.isArray(value)
+        ? value.reduce((n: number, v) => n + closedUnder(v), 0)
+        : typeof value === 'object' && value !== null
+          ? (Object.entries(value).some(([k, v]) => k === 'additionalProperties' && v === false) ? 1 : 0) +
+            Object.values(value).reduce((n: number, v) => n + closedUnder(v), 0)
+          : 0;
+    const full = document as unknown as {
+      components: { schemas: Record<string, unknown> };
+      paths: Record<string, Record<string, { requestBody?: unknown; responses: unknown }>>;
+    };
+    expect(closedUnder(full.components.schemas)).toBe(0);
+    const operations = Object.values(full.paths).flatMap((ops) => Object.values(ops));
+    expect(operations.reduce((n, op) => n + closedUnder(op.responses), 0)).toBe(0);
+    const bodies = operations.filter((op) => op.requestBody !== undefined);
+    expect(bodies.length).toBeGreaterThan(5);
+    for (const op of bodies) expect(closedUnder(op.requestBody), JSON.stringify(op.requestBody).slice(0, 200)).toBeGreaterThan(0);
+  });
+
   it('is the one the committed TypeScript client was made from (run npm run generate:client when this fails)', () => {
     const committed = readFileSync(join(CLIENT, 'openapi.json'), 'utf8');
     expect(JSON.parse(committed), 'clients/typescript/openapi.json is stale').toEqual(document);

@@ -48,7 +48,7 @@ export const openApiOptions: SwaggerOptions = {
     ],
   },
   transform: withAnswerHeaders,
-  transformObject: (document) => withHeadersAlwaysSent(withoutUnusedSchemas(jsonSchemaTransformObject(document) as OpenAPIV3_1.Document)),
+  transformObject: (document) => withOpenAnswers(withHeadersAlwaysSent(withoutUnusedSchemas(jsonSchemaTransformObject(document) as OpenAPIV3_1.Document))),
 };
 
 type DeclaredAnswer = { description?: string; headers?: Record<string, z.ZodType>; content?: unknown };
@@ -93,6 +93,59 @@ function withHeadersAlwaysSent(document: OpenAPIV3_1.Document): OpenAPIV3_1.Docu
       for (const answer of Object.values(responses) as OpenAPIV3_1.ResponseObject[]) {
         for (const header of Object.values(answer.headers ?? {}) as OpenAPIV3_1.HeaderObject[]) header.required = true;
       }
+    }
+  }
+  return document;
+}
+
+/** Names of the components a part of the document refers to, directly or through other components. */
+function componentsReachedFrom(part: unknown, schemas: Record<string, unknown>): Set<string> {
+  const refsIn = (value: unknown): string[] => [...JSON.stringify(value ?? null).matchAll(/"#\/components\/schemas\/([^"]+)"/g)].map((m) => m[1] as string);
+  const reached = new Set<string>();
+  const pending = refsIn(part);
+  for (let name = pending.pop(); name !== undefined; name = pending.pop()) {
+    if (reached.has(name)) continue;
+    reached.add(name);
+    pending.push(...refsIn(schemas[name]));
+  }
+  return reached;
+}
+
+/** Drops every `additionalProperties: false` under a schema, in place. */
+function opened(schema: unknown): void {
+  if (Array.isArray(schema)) for (const item of schema) opened(item);
+  else if (typeof schema === 'object' && schema !== null) {
+    const record = schema as Record<string, unknown>;
+    if (record.additionalProperties === false) delete record.additionalProperties;
+    for (const value of Object.values(record)) opened(value);
+  }
+}
+
+/**
+ * Answers documented open, as src/api/schemas.ts promises (a client must accept fields added
+ * later): zod writes every output object closed (`additionalProperties: false`), and a client
+ * that validates answers against the document would then refuse the next added field. Inputs
+ * stay closed: an unknown field in a request is refused (400). A component an input refers to
+ * too stays as it is.
+ */
+function withOpenAnswers(document: OpenAPIV3_1.Document): OpenAPIV3_1.Document {
+  const schemas = (document.components?.schemas ?? {}) as Record<string, unknown>;
+  const operations = Object.values(document.paths ?? {})
+    .flatMap((path) => Object.values(path ?? {}) as unknown[])
+    .filter((op): op is OpenAPIV3_1.OperationObject => typeof op === 'object' && op !== null && 'responses' in op);
+  const inputs = componentsReachedFrom(
+    operations.map((op) => [op.requestBody, op.parameters]),
+    schemas,
+  );
+  for (const name of componentsReachedFrom(
+    operations.map((op) => op.responses),
+    schemas,
+  )) {
+    if (!inputs.has(name)) opened(schemas[name]);
+  }
+  for (const op of operations) {
+    for (const answer of Object.values(op.responses ?? {}) as OpenAPIV3_1.ResponseObject[]) {
+      for (const media of Object.values(answer.content ?? {})) opened(media.schema);
     }
   }
   return document;
