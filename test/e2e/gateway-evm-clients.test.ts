@@ -5,7 +5,6 @@ import {
   createPublicClient,
   createWalletClient,
   decodeErrorResult,
-  defineChain,
   encodeAbiParameters,
   type Hex,
   http,
@@ -17,7 +16,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { ContractExecutionError, Web3 } from 'web3';
 import { UsageRecord } from '../../src/domain/usage.js';
 import { deployCode, loggingRuntime, postJsonRpc, revertingRuntime } from '../support/evmContracts.js';
-import { GANACHE_ACCOUNT_0, GANACHE_ACCOUNT_1, type GanacheNode, startGanache } from '../support/ganache.js';
+import { GANACHE_ACCOUNT_0, GANACHE_ACCOUNT_1, GANACHE_CHAIN, type GanacheNode, startGanache } from '../support/ganache.js';
 import { chainEntry, startGateway, type TestGateway } from '../support/gatewayApp.js';
 import { TestGatekeeper } from '../support/gatewayTestGatekeeper.js';
 
@@ -38,13 +37,6 @@ const UNAUTHORIZED_DATA = ethersAbi.encodeErrorResult('Unauthorized', [GANACHE_A
 const REASON = 'not allowed';
 const ERROR_STRING_DATA = `0x08c379a0${AbiCoder.defaultAbiCoder().encode(['string'], [REASON]).slice(2)}` as Hex;
 const CHECKSUMMED_ACCOUNT_1 = '0xFFcf8FDEE72ac11b5c542428B35EEF5769C409f0';
-
-const devnet = defineChain({
-  id: 1337,
-  name: 'ganache',
-  nativeCurrency: { name: 'Ether', symbol: 'ETH', decimals: 18 },
-  rpcUrls: { default: { http: ['http://127.0.0.1'] } },
-});
 
 let node: GanacheNode;
 let gateway: TestGateway;
@@ -98,7 +90,7 @@ function ethersProvider(route: Route): JsonRpcProvider {
   return new JsonRpcProvider(request, 1337, { staticNetwork: true, cacheTimeout: -1 });
 }
 
-const viemClient = (route: Route, batch = false) => createPublicClient({ chain: devnet, transport: http(urlOf(route), { batch, retryCount: 0 }) });
+const viemClient = (route: Route, batch = false) => createPublicClient({ chain: GANACHE_CHAIN, transport: http(urlOf(route), { batch, retryCount: 0 }) });
 
 /** What a call's rejection leaves a caller: its error, or a failure when it did not reject. */
 async function rejectionOf(promise: Promise<unknown>): Promise<unknown> {
@@ -252,7 +244,7 @@ describe('reverts keep their data through the gateway', () => {
 
 describe('logs, fee history and block tags: the same answers as the node', () => {
   it('eth_getLogs by address and topics (viem and ethers) after Note events sent through the gateway', async () => {
-    const wallet = createWalletClient({ chain: devnet, transport: http(urlOf('gateway'), { retryCount: 0 }), account: GANACHE_ACCOUNT_0 });
+    const wallet = createWalletClient({ chain: GANACHE_CHAIN, transport: http(urlOf('gateway'), { retryCount: 0 }), account: GANACHE_ACCOUNT_0 });
     const values = [5n, 7n];
     const hashes: Hex[] = [];
     for (const value of values) hashes.push(await wallet.sendTransaction({ to: noter, data: encodeAbiParameters([{ type: 'uint256' }], [value]) }));

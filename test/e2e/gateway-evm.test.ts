@@ -1,8 +1,8 @@
 import { FetchRequest, JsonRpcProvider } from 'ethers';
-import { createPublicClient, createWalletClient, defineChain, http, type Transport } from 'viem';
+import { createPublicClient, createWalletClient, http, type Transport } from 'viem';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { UsageRecord } from '../../src/domain/usage.js';
-import { GANACHE_ACCOUNT_0, GANACHE_ACCOUNT_1, type GanacheNode, startGanache } from '../support/ganache.js';
+import { GANACHE_ACCOUNT_0, GANACHE_ACCOUNT_1, GANACHE_CHAIN, type GanacheNode, startGanache } from '../support/ganache.js';
 import { chainEntry, startGateway, type TestGateway } from '../support/gatewayApp.js';
 import { TestGatekeeper } from '../support/gatewayTestGatekeeper.js';
 
@@ -10,12 +10,6 @@ import { TestGatekeeper } from '../support/gatewayTestGatekeeper.js';
 
 // Init code that deploys a contract whose code returns 42 for any call.
 const RETURNS_42_INIT = '0x600a600c600039600a6000f3602a60005260206000f3';
-const devnet = defineChain({
-  id: 1337,
-  name: 'ganache',
-  nativeCurrency: { name: 'Ether', symbol: 'ETH', decimals: 18 },
-  rpcUrls: { default: { http: ['http://127.0.0.1'] } },
-});
 
 let node: GanacheNode;
 let gateway: TestGateway;
@@ -95,8 +89,8 @@ describe.each([
 ] as const)('viem with the token in the %s, batch %s', (auth, batch) => {
   it('reads blocks, balances and calls, and sends a transaction', async () => {
     const transport = viemTransport(auth, batch);
-    const client = createPublicClient({ chain: devnet, transport });
-    const wallet = createWalletClient({ chain: devnet, transport, account: GANACHE_ACCOUNT_0 });
+    const client = createPublicClient({ chain: GANACHE_CHAIN, transport });
+    const wallet = createWalletClient({ chain: GANACHE_CHAIN, transport, account: GANACHE_ACCOUNT_0 });
 
     const [blockNumber, balance] = await Promise.all([client.getBlockNumber({ cacheTime: 0 }), client.getBalance({ address: GANACHE_ACCOUNT_0 })]);
     expect(blockNumber).toBeGreaterThanOrEqual(0n);
@@ -119,7 +113,7 @@ describe.each([
   });
 
   it('surfaces a 429 from the gatekeeper as an error', async () => {
-    const client = createPublicClient({ chain: devnet, transport: viemTransport(auth, batch) });
+    const client = createPublicClient({ chain: GANACHE_CHAIN, transport: viemTransport(auth, batch) });
     gatekeeper.grantOnly(0);
     await expect(client.getBlockNumber({ cacheTime: 0 })).rejects.toThrow(/429|limit/i);
   });
