@@ -68,6 +68,15 @@ describe('judging an answer', () => {
     expect(judgeSingle(answer('{"jsonrpc":"2.0","id":1,"error":{"code":3,"message":"execution reverted"}}'), '1')).toBe('ok');
   });
 
+  it("does not take a revert whose reason names missing state for a node lacking it (the contract's words, not the node's)", () => {
+    const revert = (message: string, data = '"0x08c379a0"') =>
+      answer(`{"jsonrpc":"2.0","id":1,"error":{"code":3,"message":${JSON.stringify(message)},"data":${data}}}`);
+    expect(judgeSingle(revert('execution reverted: header not found'), '1')).toBe('ok');
+    expect(judgeSingle(revert('Execution reverted: state pruned'), '1')).toBe('ok');
+    expect(judgeSingle(revert('VM Exception while processing transaction: revert', '"missing trie node"'), '1')).toBe('ok');
+    expect(judgeSingle(revert('header not found'), '1')).toBe('archive');
+  });
+
   it('takes a result for a result, whatever error members its content holds (a trace)', () => {
     const trace = '{"jsonrpc":"2.0","id":1,"result":{"calls":[{"error":"call failed: historical state is not available"}]}}';
     expect(judgeSingle(answer(trace), '1')).toBe('ok');
@@ -99,6 +108,9 @@ describe('judging a batch answer', () => {
     expect(judge('[{"jsonrpc":"2.0","id":0,"result":"0x2"},{"jsonrpc":"2.0","id":1,"error":{"code":-32000,"message":"missing trie node 0f (path )"}}]')).toBe(
       'archive',
     );
+    expect(
+      judge('[{"jsonrpc":"2.0","id":0,"result":"0x2"},{"jsonrpc":"2.0","id":1,"error":{"code":3,"message":"execution reverted: missing trie node"}}]'),
+    ).toBe('ok');
   });
 });
 

@@ -1,4 +1,4 @@
-import type { MemberAnswer } from '../jsonrpc.js';
+import { type MemberAnswer, rpcErrorOf } from '../jsonrpc.js';
 import { documentStart, objectMembers } from '../jsonScan.js';
 import type { Verdict } from '../upstream.js';
 import { blockOfResult, type CallShape } from '../upstreams/evmCalls.js';
@@ -28,6 +28,18 @@ export const neverChanges = (shape: CallShape): boolean => shape.kind === 'stati
 
 /** A node's answer to a call it could not serve for lack of old state (a pruned full node). */
 const ARCHIVE_ERRORS = ['missing trie node', 'header not found', 'historical state', 'state is not available', 'pruned'];
+
+/**
+ * Whether a node's error message says it lacks old state: one of ARCHIVE_ERRORS in the message
+ * itself (not in `data`), and not a revert, whose message carries the contract's own reason
+ * (`execution reverted: …`), whatever words that holds.
+ */
+function asksForArchive(message: string | null | undefined): boolean {
+  if (message === null || message === undefined) return false;
+  const lower = message.toLowerCase();
+  if (lower.startsWith('execution reverted') || lower.startsWith('reverted')) return false;
+  return ARCHIVE_ERRORS.some((e) => lower.includes(e));
+}
 
 /**
  * Where `"id":<idText>` ends in a single answer, when it is found by a byte scan of its first
@@ -98,11 +110,7 @@ export function judgeSingle(body: Buffer, sentIdText: string | undefined): Verdi
   if (sentIdText !== undefined && end < 0 && !answersCall(body, sentIdText)) return 'bad';
   // `"id":…,"result":` (as nodes write it): no search of the whole answer for an error.
   if (end > 0 && resultFollows(body, end)) return 'ok';
-  if (body.includes('"error"')) {
-    const lower = body.toString('utf8').toLowerCase();
-    if (ARCHIVE_ERRORS.some((e) => lower.includes(e))) return 'archive';
-  }
-  return 'ok';
+  return asksForArchive(rpcErrorOf(body)?.message) ? 'archive' : 'ok';
 }
 
 /**
@@ -112,10 +120,7 @@ export function judgeSingle(body: Buffer, sentIdText: string | undefined): Verdi
  */
 export function judgeBatch(answers: ReadonlyMap<number, MemberAnswer> | null): Verdict {
   if (answers === null) return 'bad';
-  for (const a of answers.values()) {
-    const message = a.error?.message?.toLowerCase();
-    if (message !== undefined && ARCHIVE_ERRORS.some((e) => message.includes(e))) return 'archive';
-  }
+  for (const a of answers.values()) if (asksForArchive(a.error?.message)) return 'archive';
   return 'ok';
 }
 
