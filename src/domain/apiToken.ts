@@ -51,8 +51,9 @@ export const apiTokenDecider: Decider<ApiTokenState, ApiTokenCommand, ApiTokenEv
         refuseIfFinal(state, at);
         return [{ type: 'ApiTokenRevoked', version: 1, data: { tokenId, at } }];
       case 'ExpireApiToken':
-        if (state.status === 'revoked' || state.status === 'expired' || !isPastExpiry(state, at)) return [];
-        return [{ type: 'ApiTokenExpired', version: 1, data: { tokenId, at } }];
+        if (state.status === 'revoked' || state.status === 'expired' || state.expiresAt === null || !isPastExpiry(state, at)) return [];
+        // When it expired is its date, whenever the scheduler gets to it (the store records when that was).
+        return [{ type: 'ApiTokenExpired', version: 1, data: { tokenId, at: state.expiresAt } }];
     }
     refuseIfFinal(state, at);
     switch (command.type) {

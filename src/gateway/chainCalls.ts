@@ -88,6 +88,8 @@ class RequestScope implements CallScope {
     private readonly gatekeeper: Gatekeeper,
     private readonly credentials: Credentials,
     private readonly connection: object | undefined,
+    /** Wall-clock ms the call arrived: the limiter's month and window, as its usage record's `at`. */
+    private readonly arrivedAtMs: number,
   ) {}
 
   admit(cost: number): MaybePromise<Admission> {
@@ -104,7 +106,7 @@ class RequestScope implements CallScope {
         token: this.credentials.token,
         via: this.credentials.via,
         cost,
-        nowMs: Date.now(),
+        nowMs: this.arrivedAtMs,
         connection: this.connection,
       });
     } catch (err) {
@@ -268,24 +270,26 @@ export class ChainCalls {
       reply(this.ownError(req, 404, RpcCode.methodNotFound, 'unknown_chain', `Unknown chain "${chainId.slice(0, 64)}"`));
       return;
     }
+    // One time for the call: a call arriving before midnight and admitted after it is the old month's in the limiter and in its record alike.
+    const arrivedAtMs = Date.now() - (performance.now() - req.arrivedAt);
     let pending: MaybePromise<Answer>;
     try {
       const pool = this.options.pools.get(chain.id);
       if (!pool) throw new Error(`no upstream pool for chain ${chain.id}`);
       const { segments, query } = splitUrl(req.url);
       const credentials = extractCredentials(segments, req.headers.authorization, query);
-      pending = handler(new RequestScope(chain, pool, this.options.gatekeeper, credentials, req.connection), credentials, query);
+      pending = handler(new RequestScope(chain, pool, this.options.gatekeeper, credentials, req.connection, arrivedAtMs), credentials, query);
     } catch (err) {
       reply(this.failed(req, err));
       return;
     }
     if (pending instanceof Promise) {
       pending.then(
-        (answer) => this.answered(req, answer, chain.id, reply),
+        (answer) => this.answered(req, answer, chain.id, arrivedAtMs, reply),
         (err: unknown) => reply(this.failed(req, err)),
       );
     } else {
-      this.answered(req, pending, chain.id, reply);
+      this.answered(req, pending, chain.id, arrivedAtMs, reply);
     }
   }
 
@@ -293,11 +297,11 @@ export class ChainCalls {
    * The answer metered and made a response (a 500 if that fails: never an exception), handed to
    * `reply` once its usage is handed over: nothing served goes unrecorded if the process dies.
    */
-  private answered(req: ChainRequest, answer: Answer, chainId: string, reply: (response: ChainResponse) => void): void {
+  private answered(req: ChainRequest, answer: Answer, chainId: string, arrivedAtMs: number, reply: (response: ChainResponse) => void): void {
     let response: ChainResponse;
     let metered = false;
     try {
-      metered = this.emit(req, answer, chainId);
+      metered = this.emit(req, answer, chainId, arrivedAtMs);
       response = this.respond(req, answer);
     } catch (err) {
       response = this.failed(req, err);
@@ -338,12 +342,11 @@ export class ChainCalls {
   }
 
   /** Whether the answer yielded usage records. */
-  private emit(req: ChainRequest, answer: Answer, chainId: string): boolean {
+  private emit(req: ChainRequest, answer: Answer, chainId: string, arrivedAtMs: number): boolean {
     const caller = answer.admission?.caller;
     if (!caller) return false;
-    const elapsed = performance.now() - req.arrivedAt;
-    const totalMs = Math.round(elapsed * 100) / 100;
-    const at = this.clock.format(Date.now() - elapsed);
+    const totalMs = Math.round((performance.now() - req.arrivedAt) * 100) / 100;
+    const at = this.clock.format(arrivedAtMs);
     for (const d of answer.usage) {
       const record: UsageRecord = {
         requestId: d.memberIndex === null ? req.id : `${req.id}:${d.memberIndex}`,

@@ -24,7 +24,8 @@ const ev = <T extends ApiTokenEvent['type']>(type: T, extra: Record<string, unkn
   ({ type, version: 1, data: { tokenId: 't1', ...extra, at: when } }) as ApiTokenEvent;
 const disabled = ev('ApiTokenDisabled');
 const revoked = ev('ApiTokenRevoked');
-const expired = ev('ApiTokenExpired', {}, afterExpiry);
+/** Expired at its date, whenever the command came. */
+const expired = ev('ApiTokenExpired', {}, expiry);
 
 describe('API token decider: the transition table', () => {
   it('(none) → active on create', () =>
