@@ -116,7 +116,16 @@ export const tokenCommands: CommandSpec[] = [
                 type: h.type,
                 at: h.at,
                 recorded_at: h.recordedAt,
-                state: { status: s.status, name: s.name, expires_at: s.expiresAt, monthly_limit: s.monthlyLimit, rate_limit: s.rateLimit },
+                // The state as GET /api/v1/tokens/{id}/history gives it: both views of one audit trail say the same.
+                state: {
+                  name: s.name,
+                  description: s.description,
+                  status: s.status,
+                  masked: s.masked,
+                  expires_at: s.expiresAt,
+                  monthly_limit: s.monthlyLimit,
+                  rate_limit: s.rateLimit,
+                },
               }),
             );
           } else {

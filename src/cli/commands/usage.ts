@@ -25,8 +25,17 @@ export const usageCommands: CommandSpec[] = [
     ].join('\n'),
     options: {
       account: { type: 'string', value: '<account>', required: true, description: 'the account' },
-      from: { type: 'string', value: '<time>', description: 'from this time (inclusive)' },
-      to: { type: 'string', value: '<time>', description: 'until this time (exclusive)' },
+      // The period is the metrics' (resolvePeriod): whole minutes, or whole hours for a period over 14 days or starting over 8 days ago.
+      from: {
+        type: 'string',
+        value: '<time>',
+        description: 'from this time, rounded down to the minute (the hour for a period over 14 days or starting over 8 days ago); inclusive',
+      },
+      to: {
+        type: 'string',
+        value: '<time>',
+        description: "until this time, rounded up to the minute (or hour) likewise; exclusive. JSON's period says what is covered",
+      },
       chain: { type: 'string', value: '<chain>', description: "only this chain's calls" },
       format: { type: 'string', value: 'csv|json', description: 'csv (the default) or json' },
     },
