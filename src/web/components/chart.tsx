@@ -57,7 +57,8 @@ export function TimeChart(props: { times: number[]; series: ChartSeries[]; summa
             })),
           ],
           legend: { live: true },
-          cursor: { drag: { x: true, y: false } },
+          // No click on the legend: it would hide a chart's only series, and only a mouse could bring it back.
+          cursor: { drag: { x: true, y: false }, bind: { click: () => null } },
         };
         plot.current?.destroy();
         plot.current = new uPlot(options, [props.times, ...props.series.map((s) => s.values)] as uPlotType.AlignedData, el);
