@@ -16,6 +16,7 @@ export function TokenActions(props: { token: TokenRecord; onChanged(t: TokenReco
   const path = `/api/v1/tokens/${encodeURIComponent(t.id)}`;
 
   const toggle = async () => {
+    if (busy) return;
     setBusy(true);
     props.onError(null);
     try {
@@ -41,7 +42,8 @@ export function TokenActions(props: { token: TokenRecord; onChanged(t: TokenReco
         class={`switch ${enabled ? 'on' : ''}`}
         aria-checked={enabled}
         aria-label={`${t.name}: enabled`}
-        disabled={busy}
+        // Not `disabled`: a disabled button loses the focus, and the keyboard user their place.
+        aria-disabled={busy}
         onClick={toggle}
       >
         <span class="switch-track" aria-hidden="true">
