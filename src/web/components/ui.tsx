@@ -109,8 +109,16 @@ export function ConfirmDialog(props: {
   const [error, setError] = useState<Error | null>(null);
   const titleId = useId();
   useEffect(() => {
+    const opener = document.activeElement;
     ref.current?.showModal();
     cancelRef.current?.focus();
+    // The dialog leaves the page unmounted, not closed, so the browser does not give the focus back:
+    // return it to what opened it, or to the page's content when that went with the action (a revoked token's buttons).
+    return () =>
+      queueMicrotask(() => {
+        const target = opener instanceof HTMLElement && opener.isConnected ? opener : document.getElementById('main');
+        if (document.activeElement === document.body || document.activeElement === null) target?.focus();
+      });
   }, []);
   const confirm = async () => {
     setBusy(true);
