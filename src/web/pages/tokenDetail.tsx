@@ -13,6 +13,7 @@ import { fmtDateTime, fmtInt } from '../format.js';
 import { usePolled, useSession } from '../hooks.js';
 import { RetentionNote, useTokenMetrics } from '../metrics.js';
 import { hrefOf } from '../router.js';
+import { monthlyLimitProblem, parseLimit, rateLimitProblem } from '../tokenLimits.js';
 
 export function TokenDetailPage({ id }: { id: string }) {
   const { api } = useSession();
@@ -134,26 +135,38 @@ function TokenFacts({ token, webSockets }: { token: TokenRecord; webSockets: Tok
   );
 }
 
+const limitText = (limit: number | null): string => (limit === null ? '' : String(limit));
+
 function EditTokenForm({ token, onSaved }: { token: TokenRecord; onSaved(t: TokenRecord): void }) {
-  const { api } = useSession();
+  const { api, account } = useSession();
+  const plan = account.plan;
   const [name, setName] = useState(token.name);
   const [description, setDescription] = useState(token.description);
+  const [monthlyLimit, setMonthlyLimit] = useState(limitText(token.monthly_limit));
+  const [rateLimit, setRateLimit] = useState(limitText(token.rate_limit));
   const [touched, setTouched] = useState(false);
   const [busy, setBusy] = useState(false);
   const [refusal, setRefusal] = useState<Error | null>(null);
   const [saved, setSaved] = useState(false);
-  const nameError = !touched ? null : !name.trim() ? 'A token needs a name.' : name.trim().length > 100 ? 'At most 100 characters.' : null;
+  const nameProblem = !name.trim() ? 'A token needs a name.' : name.trim().length > 100 ? 'At most 100 characters.' : null;
   const descriptionError = description.length > 500 ? 'At most 500 characters.' : null;
+  const monthlyProblem = plan.custom_limits ? monthlyLimitProblem(monthlyLimit, plan) : null;
+  const rateProblem = plan.custom_limits ? rateLimitProblem(rateLimit, plan) : null;
+  const planReason = `Needs the Developer plan or above; you are on ${plan.name}.`;
 
   const submit = async (e: Event) => {
     e.preventDefault();
     setTouched(true);
     setSaved(false);
-    if (!name.trim() || name.trim().length > 100 || descriptionError) return;
+    if (nameProblem || descriptionError || monthlyProblem || rateProblem) return;
     setBusy(true);
     setRefusal(null);
     try {
-      onSaved(await api.patch<TokenRecord>(`/api/v1/tokens/${encodeURIComponent(token.id)}`, { name: name.trim(), description: description.trim() }));
+      const patch: Record<string, unknown> = { name: name.trim(), description: description.trim() };
+      // Only limits that changed: an unchanged one is not the owner's decision to (re)state.
+      if (plan.custom_limits && parseLimit(monthlyLimit) !== token.monthly_limit) patch.monthly_limit = parseLimit(monthlyLimit);
+      if (plan.custom_limits && parseLimit(rateLimit) !== token.rate_limit) patch.rate_limit = parseLimit(rateLimit);
+      onSaved(await api.patch<TokenRecord>(`/api/v1/tokens/${encodeURIComponent(token.id)}`, patch));
       setSaved(true);
     } catch (error) {
       setRefusal(asApiError(error));
@@ -164,11 +177,27 @@ function EditTokenForm({ token, onSaved }: { token: TokenRecord; onSaved(t: Toke
 
   return (
     <form onSubmit={submit} noValidate aria-label="Edit token">
-      <Field label="Name" error={nameError}>
+      <Field label="Name" error={touched ? nameProblem : null}>
         {(c) => <input {...c} value={name} onInput={(e) => setName(e.currentTarget.value)} />}
       </Field>
       <Field label="Description" error={descriptionError}>
         {(c) => <textarea {...c} rows={2} value={description} onInput={(e) => setDescription(e.currentTarget.value)} />}
+      </Field>
+      <Field
+        label="Monthly limit"
+        error={touched ? monthlyProblem : null}
+        hint={plan.custom_limits ? 'Requests per month for this token; empty uses the account limit.' : planReason}
+      >
+        {(c) => (
+          <input {...c} inputMode="numeric" value={monthlyLimit} onInput={(e) => setMonthlyLimit(e.currentTarget.value)} disabled={!plan.custom_limits} />
+        )}
+      </Field>
+      <Field
+        label="Rate limit (requests per second)"
+        error={touched ? rateProblem : null}
+        hint={plan.custom_limits ? `Empty: the plan's ${fmtInt(plan.rps)} per second.` : planReason}
+      >
+        {(c) => <input {...c} inputMode="numeric" value={rateLimit} onInput={(e) => setRateLimit(e.currentTarget.value)} disabled={!plan.custom_limits} />}
       </Field>
       <ProblemMessage error={refusal} />
       <div class="button-row">

@@ -7,6 +7,7 @@ import { Field, Panel, ProblemMessage, SecretOnce, StatusBadge } from '../compon
 import { fmtDate, fmtDateTime, fmtInt } from '../format.js';
 import { usePolled, useSession } from '../hooks.js';
 import { hrefOf } from '../router.js';
+import { monthlyLimitProblem, parseLimit } from '../tokenLimits.js';
 
 const DAY = 86_400_000;
 const utcToday = (): number => Math.floor(Date.now() / DAY) * DAY;
@@ -158,12 +159,8 @@ function validate(d: Draft, account: Account): Partial<Record<keyof Draft, strin
   if (!d.name.trim()) e.name = 'Give the token a name.';
   else if (d.name.trim().length > 100) e.name = 'At most 100 characters.';
   if (d.description.length > 500) e.description = 'At most 500 characters.';
-  if (d.monthlyLimit.trim()) {
-    const n = Number(d.monthlyLimit);
-    const total = account.plan.monthly_requests;
-    if (!Number.isInteger(n) || n < 1) e.monthlyLimit = 'A whole number of requests, 1 or more.';
-    else if (total !== null && n >= total) e.monthlyLimit = `Must be lower than the account's ${fmtInt(total)} requests a month.`;
-  }
+  const monthlyLimit = monthlyLimitProblem(d.monthlyLimit, account.plan);
+  if (monthlyLimit) e.monthlyLimit = monthlyLimit;
   if (d.expiresOn) {
     const days = daysUntil(d.expiresOn);
     if (!Number.isFinite(days)) e.expiresOn = 'Pick a date.';
@@ -194,7 +191,8 @@ function CreateTokenForm(props: { account: Account; atMax: string | null; onCanc
     try {
       const body: Record<string, unknown> = { name: draft.name.trim() };
       if (draft.description.trim()) body.description = draft.description.trim();
-      if (plan.custom_limits && draft.monthlyLimit.trim()) body.monthly_limit = Number(draft.monthlyLimit);
+      const monthlyLimit = parseLimit(draft.monthlyLimit);
+      if (plan.custom_limits && monthlyLimit !== null) body.monthly_limit = monthlyLimit;
       if (plan.expiration && days !== null) body.expires_in_days = days;
       const created = await api.post<CreatedToken>('/api/v1/tokens', body);
       await refreshAccount().catch(() => undefined);
@@ -219,18 +217,7 @@ function CreateTokenForm(props: { account: Account; atMax: string | null; onCanc
         error={errors.monthlyLimit}
         hint={plan.custom_limits ? 'Requests per month for this token; empty uses the account limit.' : planReason}
       >
-        {(c) => (
-          <input
-            {...c}
-            type="number"
-            inputMode="numeric"
-            min={1}
-            step={1}
-            value={draft.monthlyLimit}
-            onInput={set('monthlyLimit')}
-            disabled={!plan.custom_limits}
-          />
-        )}
+        {(c) => <input {...c} inputMode="numeric" value={draft.monthlyLimit} onInput={set('monthlyLimit')} disabled={!plan.custom_limits} />}
       </Field>
       <Field
         label="Expiration date"
