@@ -1,5 +1,4 @@
 import { connect } from 'node:net';
-import { Writable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { main as cli } from '../../src/cli/main.js';
 import { startExpiryScheduler } from '../../src/commands/expiryScheduler.js';
@@ -9,6 +8,7 @@ import type { RangeOptions } from '../../src/infra/readmodels/port.js';
 import { USAGE_METRICS } from '../../src/projections/usageMetrics.js';
 import { type FakeUpstream, startEvmFake } from '../support/fakeUpstreams.js';
 import { ADMIN_TOKEN, owner, startTestApp, type TestApp } from '../support/testApp.js';
+import { textSink } from '../support/textSink.js';
 import { recordedCalls } from '../support/usageLog.js';
 
 /**
@@ -126,18 +126,8 @@ async function settled(): Promise<void> {
 }
 
 async function runCli(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  const collect = () => {
-    let text = '';
-    const stream = new Writable({
-      write(chunk, _encoding, done) {
-        text += String(chunk);
-        done();
-      },
-    });
-    return { stream, text: () => text };
-  };
-  const stdout = collect();
-  const stderr = collect();
+  const stdout = textSink();
+  const stderr = textSink();
   const code = await cli(args, { stdout: stdout.stream, stderr: stderr.stream, env: { DATA_DIR: t.dataDir, LOCAL_DEVNET: 'off', ...env() } });
   return { code, stdout: stdout.text(), stderr: stderr.text() };
 }

@@ -2,7 +2,6 @@ import { spawnSync } from 'node:child_process';
 import { cpSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Writable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { main } from '../../src/cli/main.js';
@@ -24,6 +23,7 @@ import { ProjectionRunner } from '../../src/projections/runner.js';
 import { usageEventId } from '../support/oneCallUsage.js';
 import { startTestRedisServer, type TestRedisServer } from '../support/redisServer.js';
 import { ADMIN_TOKEN, owner, startTestApp } from '../support/testApp.js';
+import { textSink } from '../support/textSink.js';
 
 const CLI = fileURLToPath(new URL('../../src/cli.ts', import.meta.url));
 const CALLS = 12;
@@ -82,21 +82,10 @@ afterAll(() => {
   for (const d of [dataDir, ...scratch]) if (d) rmSync(d, { recursive: true, force: true });
 });
 
-const collector = () => {
-  let text = '';
-  const stream = new Writable({
-    write(chunk, _encoding, done) {
-      text += String(chunk);
-      done();
-    },
-  });
-  return { stream, text: () => text };
-};
-
 /** The CLI in process, on the test's data directory. */
 async function cli(args: string[], options: { open?: OpenStores; env?: Record<string, string> } = {}) {
-  const stdout = collector();
-  const stderr = collector();
+  const stdout = textSink();
+  const stderr = textSink();
   const code = await main(args, {
     stdout: stdout.stream,
     stderr: stderr.stream,
