@@ -288,22 +288,6 @@ export function restoreId(body: Buffer, idText: string): Buffer {
   }
 }
 
-/**
- * Puts the caller's id into a single error answer whose id is null (a node that did not say
- * which call it answers: on the call's own request, this one), so clients matching answers by
- * id get it; any other answer is returned as it is.
- */
-export function withCallerIdForNull(body: Buffer, idText: string): Buffer {
-  const text = body.toString('utf8');
-  try {
-    const span = objectMembers(text, documentStart(text)).get('id');
-    if (!span || text.slice(span[0], span[1]) !== 'null') return body;
-    return Buffer.from(text.slice(0, span[0]) + idText + text.slice(span[1]));
-  } catch {
-    return body;
-  }
-}
-
 export interface MemberAnswer {
   text: string;
   error: RpcErrorInfo | null;

@@ -25,7 +25,6 @@ import {
   singleUpstreamBody,
   STAND_IN_ID,
   splitBatchAnswer,
-  withCallerIdForNull,
 } from './jsonrpc.js';
 import type { ResponseCache } from './cache/responseCache.js';
 import { answerWithResult, judgeBatch, judgeSingle, keepableResult, neverChanges, readKey } from './cache/rpcReads.js';
@@ -263,12 +262,12 @@ function forwardedSingle(m: RpcCall, admission: Admission, outcome: UpstreamOutc
     const message = `upstream ${outcome.upstream} sent an invalid answer (HTTP ${outcome.status})`;
     return withUpstreamAnswer(singleError(admission, m, 502, idText, RpcCode.upstreamUnavailable, message), outcome, use);
   }
-  // A caller sharing another's call gets the answer with its own id; so does one whose error the node answered with a null id.
-  const ownId = use === 'coalesced' || (m.idIsFragile && m.idText !== undefined);
+  // A caller sharing another's call gets the answer with its own id; so does an error, which a node may answer with a null id (judged this call's all the same).
+  const ownId = use === 'coalesced' || (m.idIsFragile && m.idText !== undefined) || error !== null;
   return withUpstreamAnswer(
     {
       status: outcome.status,
-      body: ownId ? restoreId(outcome.body, idText) : error !== null ? withCallerIdForNull(outcome.body, idText) : outcome.body,
+      body: ownId ? restoreId(outcome.body, idText) : outcome.body,
       contentType: JSON_CONTENT_TYPE,
       admission,
       usage: [draft(m.method, error?.code ?? null, error?.message ?? null)],
