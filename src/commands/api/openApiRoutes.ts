@@ -157,14 +157,7 @@ function withOpenAnswers(document: OpenAPIV3_1.Document): OpenAPIV3_1.Document {
  */
 function withoutUnusedSchemas(document: OpenAPIV3_1.Document): OpenAPIV3_1.Document {
   const schemas = document.components?.schemas ?? {};
-  const refsIn = (value: unknown): string[] => [...JSON.stringify(value).matchAll(/"#\/components\/schemas\/([^"]+)"/g)].map((m) => m[1] as string);
-  const used = new Set<string>();
-  const pending = refsIn(document.paths);
-  for (let name = pending.pop(); name !== undefined; name = pending.pop()) {
-    if (used.has(name)) continue;
-    used.add(name);
-    pending.push(...refsIn(schemas[name]));
-  }
+  const used = componentsReachedFrom(document.paths, schemas);
   const kept = Object.fromEntries(Object.entries(schemas).filter(([name]) => used.has(name)));
   return { ...document, components: { ...document.components, schemas: kept } };
 }
