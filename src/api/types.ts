@@ -7,6 +7,9 @@
 import type { z } from 'zod';
 import type * as S from './schemas.js';
 
+/** The largest monthly or rate limit a token may be given, in requests: the request schema's bound, and the dashboard's (a plain value: no zod in the bundle). */
+export const MAX_TOKEN_LIMIT = 1e12;
+
 // ── Plans and the account ────────────────────────────────────────────────────────────────
 
 export type PlanId = z.infer<typeof S.PlanId>;

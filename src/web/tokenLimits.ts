@@ -1,4 +1,4 @@
-import type { Account } from '../api/types.js';
+import { type Account, MAX_TOKEN_LIMIT } from '../api/types.js';
 import { fmtInt } from './format.js';
 
 /**
@@ -6,9 +6,6 @@ import { fmtInt } from './format.js';
  * number field hands over '' for anything it cannot read ("1e"), which would pass as "no limit"
  * and save a token without the limit its owner typed.
  */
-
-/** The API's largest limit. */
-const MAX_LIMIT = 1e12;
 
 /** The typed count: null when empty, NaN when not a whole number 1 or more (thousands separators allowed). */
 export function parseLimit(typed: string): number | null {
@@ -23,7 +20,7 @@ export function monthlyLimitProblem(typed: string, plan: Account['plan']): strin
   if (n === null) return null;
   if (Number.isNaN(n)) return 'A whole number of requests, 1 or more.';
   const total = plan.monthly_requests;
-  if (total === null && n > MAX_LIMIT) return `At most ${fmtInt(MAX_LIMIT)} requests.`;
+  if (total === null && n > MAX_TOKEN_LIMIT) return `At most ${fmtInt(MAX_TOKEN_LIMIT)} requests.`;
   if (total !== null && n >= total) return `Must be lower than the account's ${fmtInt(total)} requests a month.`;
   return null;
 }

@@ -1,11 +1,12 @@
 import { z } from 'zod';
+import { MAX_TOKEN_LIMIT } from '../../api/types.js';
 import { PlanId } from '../../domain/plans.js';
 import { ID_PATTERN } from '../ids.js';
 
 /** Request schemas at the edge: unknown fields, wrong types and over-long strings are 400s. */
 const text = (max: number) => z.string().max(max, `at most ${max} characters`);
 const name = text(100).trim().min(1, 'required');
-const limit = z.number().int().positive().max(1e12).nullable();
+const limit = z.number().int().positive().max(MAX_TOKEN_LIMIT).nullable();
 
 export const Credentials = z.strictObject({
   email: z.email().max(254),
