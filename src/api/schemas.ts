@@ -86,28 +86,50 @@ export const CreatedToken = TokenRecord.extend({ token: z.string().describe('The
 
 export const TokenList = z.object({ tokens: z.array(TokenRecord) }).meta({ id: 'TokenList' });
 
+const TokenHistoryState = z
+  .object({
+    name: z.string(),
+    description: z.string(),
+    status: TokenStatus,
+    masked: z.string(),
+    expires_at: nullableTime,
+    monthly_limit: z.number().nullable(),
+    rate_limit: z.number().nullable(),
+  })
+  .describe("The token's own fields after the entry (a plan change leaves them as they were).");
+
 export const TokenHistory = z
   .object({
     token_id: z.string(),
     events: z.array(
-      z.object({
-        revision: count,
-        type: z.string().describe("The event's type, e.g. `ApiTokenRenamed`."),
-        at: time,
-        recorded_at: time,
-        state: z.object({
-          name: z.string(),
-          description: z.string(),
-          status: TokenStatus,
-          masked: z.string(),
-          expires_at: nullableTime,
-          monthly_limit: z.number().nullable(),
-          rate_limit: z.number().nullable(),
+      z.discriminatedUnion('kind', [
+        z.object({
+          kind: z.literal('token').describe("An event of the token's own stream."),
+          revision: count.describe("The event's revision in the token's stream."),
+          type: z.string().describe("The event's type, e.g. `ApiTokenRenamed`."),
+          at: time,
+          recorded_at: time,
+          state: TokenHistoryState,
         }),
-      }),
+        z.object({
+          kind: z
+            .literal('account')
+            .describe(
+              "A change of the account's plan while the token lived (after its creation, before its revocation or expiry): it changes the limits, quota and retention the token is held to. The event records no actor: plans are changed by the operator.",
+            ),
+          type: z.literal('AccountPlanChanged'),
+          at: time,
+          recorded_at: time,
+          plan: z.object({ from: PlanId, to: PlanId }),
+          state: TokenHistoryState,
+        }),
+      ]),
     ),
   })
-  .meta({ id: 'TokenHistory', description: "The token's events in order, with its state after each." });
+  .meta({
+    id: 'TokenHistory',
+    description: "The token's events and its account's plan changes in its life, in the log's order, with the token's state after each.",
+  });
 
 const accessTokenExample = { id: 'key_5RtY7uI9oP1aS3dF', name: 'ci', masked: 'gka_…7c21', status: 'active', created_at: '2024-05-01T12:00:00.000Z' };
 

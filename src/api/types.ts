@@ -33,7 +33,7 @@ export type TokenRecord = z.infer<typeof S.TokenRecord>;
 export type CreatedToken = z.infer<typeof S.CreatedToken>;
 /** `GET /api/v1/tokens`. */
 export type TokenList = z.infer<typeof S.TokenList>;
-/** `GET /api/v1/tokens/{id}/history`: the token's events in order, with its state after each. */
+/** `GET /api/v1/tokens/{id}/history`: the token's events and its account's plan changes in its life, in order, with its state after each. */
 export type TokenHistory = z.infer<typeof S.TokenHistory>;
 /** A personal access token (`gka_…`) for the management API. */
 export type AccessTokenRecord = z.infer<typeof S.AccessTokenRecord>;

@@ -1,9 +1,9 @@
 import { createHash } from 'node:crypto';
 import { type AccessTokenState, accessTokenDecider } from '../domain/accessToken.js';
 import { type AccountState, accountDecider, checkTokenOptions, type TokenSlot } from '../domain/account.js';
-import { type ApiTokenCommand, type ApiTokenState, apiTokenDecider } from '../domain/apiToken.js';
-import { DomainError, fail } from '../domain/errors.js';
+import { type ApiTokenCommand, apiTokenDecider } from '../domain/apiToken.js';
 import type { Decider } from '../domain/decider.js';
+import { DomainError, fail } from '../domain/errors.js';
 import { type EmailEvent, STREAM } from '../domain/events.js';
 import type { PlanCatalog, PlanId } from '../domain/plans.js';
 import { generateToken, hashToken, maskToken } from '../domain/tokenFormat.js';
@@ -11,6 +11,7 @@ import type { EventStore, Position } from '../infra/eventstore/port.js';
 import { AggregateStore, decideAll } from './aggregateStore.js';
 import { newId } from './ids.js';
 import { PasswordHasher } from './passwords.js';
+import { type LiveToken, planChangeOf, type TokenHistoryEntry, withPlanChanges } from './tokenHistory.js';
 
 export interface CreateTokenInput {
   name: string;
@@ -28,7 +29,6 @@ export interface TokenPatch {
   rateLimit?: number | null | undefined;
 }
 
-type LiveToken = Exclude<ApiTokenState, { status: 'none' }>;
 type LiveAccount = Extract<AccountState, { exists: true }>;
 
 const emailHash = (email: string) => createHash('sha256').update(email.trim().toLowerCase()).digest('hex');
@@ -200,14 +200,20 @@ export class AccountCommands {
     return true;
   }
 
-  /** Each event of a token's stream with its time and the token's state after it, for audit. */
-  async apiTokenHistory(
-    accountId: string,
-    tokenId: string,
-  ): Promise<Array<{ revision: number; position: Position; type: string; at: string; recordedAt: string; state: LiveToken }>> {
+  /**
+   * Each event of a token's stream with its time and the token's state after it, and between them
+   * the account's plan changes of the token's life (they change its limits), for audit. Read from
+   * both streams: nothing is written to the token's for a plan change.
+   */
+  async apiTokenHistory(accountId: string, tokenId: string): Promise<TokenHistoryEntry[]> {
     await this.apiToken(accountId, tokenId);
-    return (await this.aggregates.history(STREAM.token(tokenId), apiTokenDecider)).filter(
-      (h): h is typeof h & { state: LiveToken } => h.state.status !== 'none',
+    const [tokenEvents, accountEvents] = await Promise.all([
+      this.aggregates.history(STREAM.token(tokenId), apiTokenDecider),
+      this.aggregates.history(STREAM.account(accountId), planChangeOf),
+    ]);
+    return withPlanChanges(
+      tokenEvents.flatMap(({ state, ...e }) => (state.status === 'none' ? [] : [{ kind: 'token' as const, ...e, state }])),
+      accountEvents.map(({ state, ...e }) => ({ ...e, change: state })),
     );
   }
 

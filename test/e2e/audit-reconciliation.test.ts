@@ -265,8 +265,8 @@ describe('a token’s history: every change, in order, with its time', () => {
 
     const history = (await api(h, 'GET', `/api/v1/tokens/${h1.id}/history`)).json() as { token_id: string; events: HistoryEvent[] };
     expect(history.token_id).toBe(h1.id);
-    // The fields decisions.md promises: no actor (the events carry none, "Operator CLI").
-    for (const e of history.events) expect(Object.keys(e).sort()).toEqual(['at', 'recorded_at', 'revision', 'state', 'type']);
+    // The fields decisions.md promises: no actor (the events carry none, "Operator CLI"); every entry the token's own (no plan change in its life).
+    for (const e of history.events) expect(Object.keys(e).sort()).toEqual(['at', 'kind', 'recorded_at', 'revision', 'state', 'type']);
     expect(history.events.map((e) => [e.revision, e.type])).toEqual(h1Changes.map((ch, i) => [i, ch.type]));
     history.events.forEach((e, i) => {
       const made = h1Changes[i] as { before: number; after: number };
@@ -571,7 +571,7 @@ describe('expiry and the operator CLI', () => {
         expect(Date.parse(e.at)).toBeGreaterThanOrEqual(made.before);
         expect(Date.parse(e.at)).toBeLessThanOrEqual(made.after);
       });
-      // A plan change is the account's: no token's history gains an event from it.
+      // A plan change after a token's end (all three are revoked or expired) is not in its history.
       expect([after.h1, after.h3]).toEqual([before.h1, before.h3]);
       expect(((await api(h, 'GET', '/api/v1/account')).json() as { plan: { id: string } }).plan.id).toBe('developer');
       // Event by event, the two views say the same: revision, type, time, recorded time and the state after it.

@@ -291,8 +291,11 @@ describe('every documented operation with valid input, and its refusals', () => 
     expect(read(await edit({ status: 'disabled' }), 'TokenRecord').status).toBe('disabled');
     expect(read(await edit({ status: 'active' }), 'TokenRecord').status).toBe('active');
     expect(read(await edit({ monthly_limit: null, rate_limit: 2 }), 'TokenRecord')).toMatchObject({ monthly_limit: null, rate_limit: 2 });
+    // A downgrade in the token's life: the history's account entry, as the document has it.
+    await call('PUT /api/v1/admin/accounts/{id}/plan', { params: { id: o.accountId }, body: { plan: 'developer' }, headers: admin }, 200);
     const history = read(await call('GET /api/v1/tokens/{id}/history', { params: { id: token.id }, headers: o.bearer }, 200), 'TokenHistory');
     expect(history.events.map((e) => e.type)).toContain('ApiTokenRenamed');
+    expect(history.events.at(-1)).toMatchObject({ kind: 'account', type: 'AccountPlanChanged', plan: { from: 'professional', to: 'developer' } });
     const revoked = read(await call('DELETE /api/v1/tokens/{id}', { params: { id: token.id }, headers: o.bearer }, 200), 'TokenRecord');
     expect(revoked.status).toBe('revoked');
     await call('DELETE /api/v1/tokens/{id}', { params: { id: token.id }, headers: o.bearer }, 200);

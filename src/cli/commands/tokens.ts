@@ -1,5 +1,6 @@
 import type { TokenRecord } from '../../api/types.js';
 import { AccountCommands } from '../../commands/accountCommands.js';
+import { tokenHistoryJson } from '../../commands/tokenHistory.js';
 import type { Position } from '../../infra/eventstore/port.js';
 import { COLLECTIONS, type TokenDoc } from '../../projections/core.js';
 import { Queries } from '../../projections/queries.js';
@@ -101,34 +102,17 @@ export const tokenCommands: CommandSpec[] = [
   {
     name: 'history',
     args: ['<token>'],
-    summary: "each event of a token with its time and the token's state after it (audit)",
+    summary: "each event of a token with its time and the token's state after it, and its account's plan changes in its life (audit)",
     async run({ args: [tokenId = ''], out, open }) {
       const stores = await open();
       try {
         const token = await tokenOrFail(new Queries(stores.readModels), tokenId);
         for (const h of await new AccountCommands(stores.store, stores.plans).apiTokenHistory(token.accountId, tokenId)) {
-          const s = h.state;
-          if (out.json) {
-            await out.line(
-              JSON.stringify({
-                revision: h.revision,
-                position: h.position,
-                type: h.type,
-                at: h.at,
-                recorded_at: h.recordedAt,
-                // The state as GET /api/v1/tokens/{id}/history gives it: both views of one audit trail say the same.
-                state: {
-                  name: s.name,
-                  description: s.description,
-                  status: s.status,
-                  masked: s.masked,
-                  expires_at: s.expiresAt,
-                  monthly_limit: s.monthlyLimit,
-                  rate_limit: s.rateLimit,
-                },
-              }),
-            );
-          } else {
+          // The entry as GET /api/v1/tokens/{id}/history gives it: both views of one audit trail say the same.
+          if (out.json) await out.line(JSON.stringify({ ...tokenHistoryJson(h), position: h.position }));
+          else if (h.kind === 'account') await out.line(`${h.at}  account ${h.type.padEnd(28)} plan=${h.plan.from}->${h.plan.to}`);
+          else {
+            const s = h.state;
             await out.line(
               `${h.at}  #${h.revision} ${h.type.padEnd(28)} status=${s.status} name=${JSON.stringify(s.name)} ` +
                 `expires=${s.expiresAt ?? '-'} monthly_limit=${s.monthlyLimit ?? '-'} rate_limit=${s.rateLimit ?? '-'}`,

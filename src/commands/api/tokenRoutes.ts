@@ -2,12 +2,13 @@ import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { CreatedToken, TokenHistory, TokenList, TokenRecord } from '../../api/schemas.js';
 import type { TokenRecord as TokenRecordType } from '../../api/types.js';
 import { DomainError } from '../../domain/errors.js';
+import { tokenHistoryJson } from '../tokenHistory.js';
 import { problems } from './contract.js';
 import type { ApiDeps } from './deps.js';
 import { ownerOf } from './owner.js';
 import { CreateApiToken, PatchApiToken, TokenParams } from './schemas.js';
 
-/** API tokens: create (the token string shown once), list, get, edit and toggle, revoke, audit history. */
+/** API tokens: create (the token string shown once), list, get, edit and toggle, revoke, audit history (with the account's plan changes in the token's life). */
 export const tokenRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, deps) => {
   const tags = ['tokens'];
   const config = { auth: 'owner' } as const;
@@ -84,23 +85,6 @@ export const tokenRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, deps) => 
     const { accountId } = ownerOf(request);
     const { id } = request.params;
     const history = await deps.commands.apiTokenHistory(accountId, id);
-    return {
-      token_id: id,
-      events: history.map((h) => ({
-        revision: h.revision,
-        type: h.type,
-        at: h.at,
-        recorded_at: h.recordedAt,
-        state: {
-          name: h.state.name,
-          description: h.state.description,
-          status: h.state.status,
-          masked: h.state.masked,
-          expires_at: h.state.expiresAt,
-          monthly_limit: h.state.monthlyLimit,
-          rate_limit: h.state.rateLimit,
-        },
-      })),
-    };
+    return { token_id: id, events: history.map(tokenHistoryJson) };
   });
 };

@@ -243,7 +243,7 @@ const EVENT_NAMES: Record<string, string> = {
   ApiTokenLimitsChanged: 'Limits changed',
 };
 
-/** The token's audit trail, from its event stream. */
+/** The token's audit trail, from its event stream, with its account's plan changes in its life. */
 function History({ id }: { id: string }) {
   const { api } = useSession();
   const history = usePolled((signal) => api.get<TokenHistory>(`/api/v1/tokens/${encodeURIComponent(id)}/history`, signal), [id]);
@@ -254,11 +254,15 @@ function History({ id }: { id: string }) {
         <Empty>{history.data ? 'No events.' : 'Loading…'}</Empty>
       ) : (
         <ul class="timeline">
-          {[...events].reverse().map((e) => (
-            <li key={e.revision}>
-              <span class="nowrap">{fmtDateTime(e.at)}</span> — {EVENT_NAMES[e.type] ?? e.type}
-            </li>
-          ))}
+          {events
+            .map((e, i) => (
+              // Keyed by place in the list: the entries are append-only, and a plan change has no revision of the token's.
+              <li key={i}>
+                <span class="nowrap">{fmtDateTime(e.at)}</span> —{' '}
+                {e.kind === 'token' ? (EVENT_NAMES[e.type] ?? e.type) : `Plan changed: ${e.plan.from} → ${e.plan.to}`}
+              </li>
+            ))
+            .reverse()}
         </ul>
       )}
     </Panel>
