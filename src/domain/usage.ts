@@ -47,8 +47,7 @@ export type UsageCall = Omit<UsageRecord, 'accountId' | 'retentionDays'>;
 
 /**
  * A call's fields in a fixed order: an array about half the size of the object. The exports'
- * raw rows are stored this way, and the usage queue's wire records add the account and the
- * retention after them.
+ * raw rows (`RawRowFields`) and the usage queue's wire records add their own fields after them.
  */
 export type UsageCallFields = [
   requestId: string,
@@ -80,9 +79,33 @@ export const encodeUsageCall = (r: UsageCall, at: string = r.at): UsageCallField
   r.upstream,
 ];
 
-export function decodeUsageCall(fields: UsageCallFields): UsageCall {
+export function decodeUsageCall(fields: UsageCallFields | RawRowFields): UsageCall {
   const [requestId, at, tokenId, chain, method, status, rpcErrorCode, errorMessage, totalMs, upstreamMs, clientIp, upstream] = fields;
   return { requestId, at, tokenId, chain, method, status, rpcErrorCode, errorMessage, totalMs, upstreamMs, clientIp, upstream };
+}
+
+/**
+ * A raw row as the exports' read model keeps it: the call's fields, then whether it used quota
+ * (1 or 0: fewer bytes than a boolean in every stored row) and, when the call has one, how a
+ * read was served. Rows projected by earlier versions end after the call's fields: `usedQuota`
+ * then tells from the status, as it does for records that never said.
+ */
+export type RawRowFields = [...UsageCallFields, charged?: 0 | 1, cache?: NonNullable<UsageRecord['cache']>];
+
+export function encodeRawRow(r: UsageCall, at: string = r.at): RawRowFields {
+  const row: RawRowFields = encodeUsageCall(r, at);
+  row.push(usedQuota(r) ? 1 : 0);
+  if (r.cache !== undefined) row.push(r.cache);
+  return row;
+}
+
+export function decodeRawRow(row: RawRowFields): UsageCall {
+  const call = decodeUsageCall(row);
+  const charged = row[12];
+  const cache = row[13];
+  if (charged !== undefined) call.charged = charged === 1;
+  if (cache !== undefined) call.cache = cache;
+  return call;
 }
 
 export const USAGE_EVENT_TYPE = 'UsageRecorded';

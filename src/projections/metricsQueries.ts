@@ -1,5 +1,5 @@
 import type { ChainFigures, ClientIp, ErrorGroup, MethodFigures, RecentError, SeriesPoint, TokenFigures, UsageFigures } from '../api/types.js';
-import { decodeUsageCall, type UsageCall, type UsageCallFields } from '../domain/usage.js';
+import { decodeRawRow, type RawRowFields, type UsageCall } from '../domain/usage.js';
 import type { Doc, ReadModelStore } from '../infra/readmodels/port.js';
 import { bucketName, bucketStart, ceilTo, coverRange, floorTo, type SeriesGranularity, seriesBuckets } from './usageBuckets.js';
 import { HISTOGRAM_FIELDS, quantile } from './usageHistogram.js';
@@ -329,17 +329,17 @@ export class UsageQueries {
     const endIso = new Date(scope.end).toISOString();
     let limit = EXPORT_PAGE_MIN_DOCS;
     for (;;) {
-      const page = await this.rm.range<Record<string, UsageCallFields>>(USAGE_METRICS.requestBlocks, { gte, lt, limit });
+      const page = await this.rm.range<Record<string, RawRowFields>>(USAGE_METRICS.requestBlocks, { gte, lt, limit });
       const rows: UsageCall[] = [];
       let rowsRead = 0;
       for (const { doc } of page) {
         // Integer-like fields enumerate in ascending order: the document's calls in the order recorded.
         for (const slot in doc) {
           rowsRead++;
-          const row = doc[slot] as UsageCallFields;
+          const row = doc[slot] as RawRowFields;
           const at = row[1];
           if (at < startIso || at >= endIso || (scope.chain && row[3] !== scope.chain)) continue;
-          rows.push(decodeUsageCall(row));
+          rows.push(decodeRawRow(row));
         }
       }
       if (rows.length > 0) yield rows;

@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { CANONICAL_ISO, encodeUsageCall, isErrorUsage, type UsageCallFields, type UsageRecord } from '../domain/usage.js';
+import { CANONICAL_ISO, encodeRawRow, isErrorUsage, type RawRowFields, type UsageRecord } from '../domain/usage.js';
 import type { StoredEvent } from '../infra/eventstore/port.js';
 import type { ReadModelWrite } from '../infra/readmodels/port.js';
 import type { Projection } from './projection.js';
@@ -25,7 +25,7 @@ export const USAGE_METRICS = {
   /**
    * `<accountId>/<hour>/<first slot>` → the calls of one usage event that fall in that hour,
    * RAW_ROWS_PER_DOC at most (an event of more calls gives several documents), as
-   * `{ "<slot - first slot>": UsageCallFields }`: the raw rows the exports stream. A slot is the
+   * `{ "<slot - first slot>": RawRowFields }`: the raw rows the exports stream. A slot is the
    * call's place in the account's `usage-<accountId>` stream (`rawRowSlot`), so an hour's
    * documents sort in the order the calls were recorded. Each document is written once, with
    * `put` and no read: with calls spread over many accounts an event holds one call or two,
@@ -195,7 +195,7 @@ interface AccountFold {
   accountId: string;
   tokens: Map<string, TokenFold>;
   /** hour → first slot of a raw-row document → its rows by slot less the first. */
-  requestBlocks: Map<string, Map<number, BucketFolded<Record<number, UsageCallFields>>>>;
+  requestBlocks: Map<string, Map<number, BucketFolded<Record<number, RawRowFields>>>>;
 }
 
 const MINUTE = GRANULARITIES.indexOf('minute');
@@ -318,13 +318,13 @@ export class UsageFold {
       rollup.retention = longerRetention(rollup.retention, retention);
     }
 
-    const hourBlocks = entry(account.requestBlocks, bucketNameOfIso(at, 'hour'), newMap<number, BucketFolded<Record<number, UsageCallFields>>>);
+    const hourBlocks = entry(account.requestBlocks, bucketNameOfIso(at, 'hour'), newMap<number, BucketFolded<Record<number, RawRowFields>>>);
     let block = hourBlocks.get(docSlot);
     if (block === undefined) {
       block = { value: {}, retention: undefined };
       hourBlocks.set(docSlot, block);
     }
-    block.value[slot - docSlot] = encodeUsageCall(record, at);
+    block.value[slot - docSlot] = encodeRawRow(record, at);
     block.retention = longerRetention(block.retention, retention);
 
     const dayIps = entry(token.clientIps, bucketNameOfIso(at, 'day'), newMap<string, BucketFolded<{ count: number; lastSeen: string }>>);

@@ -175,6 +175,8 @@ interface ExportRow {
   status: number;
   outcome: string;
   rpc_error_code: number | null;
+  charged: boolean;
+  cache: string | null;
 }
 /** The CSV's rows as the JSON export types them (the columns both share). */
 const csvRows = (text: string): ExportRow[] => {
@@ -189,6 +191,8 @@ const csvRows = (text: string): ExportRow[] => {
     status: Number(at(r, 'status')),
     outcome: at(r, 'outcome'),
     rpc_error_code: at(r, 'rpc_error_code') === '' ? null : Number(at(r, 'rpc_error_code')),
+    charged: at(r, 'charged') === 'true',
+    cache: at(r, 'cache') === '' ? null : at(r, 'cache'),
   }));
 };
 const sharedColumns = (r: ExportRow): ExportRow => ({
@@ -200,7 +204,12 @@ const sharedColumns = (r: ExportRow): ExportRow => ({
   status: r.status,
   outcome: r.outcome,
   rpc_error_code: r.rpc_error_code,
+  charged: r.charged,
+  cache: r.cache,
 });
+/** Each token's calls marked charged in an export: an auditor's "quota used" per token. */
+const chargedOf = (rows: ExportRow[], tokenIds: string[]): Record<string, number> =>
+  Object.fromEntries(tokenIds.map((id) => [id, rows.filter((r) => r.token_id === id && r.charged).length]));
 
 const query = (period: { start: string; end?: string }, extra = ''): string => `?start=${period.start}${period.end ? `&end=${period.end}` : ''}${extra}`;
 
@@ -347,11 +356,19 @@ describe('usage reconciles across the exports, the metrics and the token list', 
       ['admin_peers', -32601, false],
     ]);
 
-    await reconcileMonth({ start: NOV.start }, log, expected);
+    const rows = await reconcileMonth({ start: NOV.start }, log, expected);
     // The token list's usage is the month's charged calls; the account's too.
     const list = (await api(u, 'GET', '/api/v1/tokens')).json() as { tokens: Array<{ id: string; current_month_usage: number }> };
     expect(Object.fromEntries(list.tokens.map((tk) => [tk.id, tk.current_month_usage]))).toEqual({ [a.id]: 7, [b.id]: 2, [c.id]: 0 });
     expect(((await api(u, 'GET', '/api/v1/account')).json() as { usage: { requests: number } }).usage.requests).toBe(9);
+    // An auditor rebuilds both from the export alone: the limiter's 429 and the batch's invalid members are rows, not charged.
+    expect(chargedOf(rows, [a.id, b.id, c.id])).toEqual(Object.fromEntries(list.tokens.map((tk) => [tk.id, tk.current_month_usage])));
+    expect(rows.filter((r) => r.charged).length).toBe(9);
+    expect(rows.filter((r) => r.token_id === b.id).map((r) => [r.status, r.charged])).toEqual([
+      [200, true],
+      [200, true],
+      [429, false],
+    ]);
   });
 
   it('calls just before and after 00:00 UTC on the 1st land in their month in every view, the limiter’s included', async () => {
@@ -416,8 +433,8 @@ describe('usage reconciles across the exports, the metrics and the token list', 
     };
     expect(figures(nov)).toEqual(novExpected.all);
     expect(figures(dec)).toEqual(decExpected.all);
-    await reconcileMonth(NOV, nov, novExpected);
-    await reconcileMonth(DEC, dec, decExpected);
+    const novRows = await reconcileMonth(NOV, nov, novExpected);
+    const decRows = await reconcileMonth(DEC, dec, decExpected);
 
     const usageNow = async () =>
       Object.fromEntries(
@@ -434,6 +451,9 @@ describe('usage reconciles across the exports, the metrics and the token list', 
       apiClockPin = null;
     }
     expect(await usageNow()).toEqual({ [a.id]: 1, [b.id]: 1, [c.id]: 0 });
+    // Each month's export says the same, the 429 that arrived at midnight included (a row, not charged).
+    expect(chargedOf(novRows, [a.id, b.id, c.id])).toEqual({ [a.id]: 8, [b.id]: 2, [c.id]: 0 });
+    expect(chargedOf(decRows, [a.id, b.id, c.id])).toEqual({ [a.id]: 1, [b.id]: 1, [c.id]: 0 });
     const metrics = (await api(u, 'GET', `/api/v1/metrics/user${query(DEC)}`)).json() as { limits: { used: number } };
     expect(metrics.limits.used).toBe(2);
     expect(((await api(u, 'GET', '/api/v1/account')).json() as { usage: { requests: number } }).usage.requests).toBe(2);
@@ -442,13 +462,13 @@ describe('usage reconciles across the exports, the metrics and the token list', 
 
 /**
  * One period's calls counted in each view: the CSV and JSON exports (the same rows, in the order
- * recorded), the metrics API's totals, per token and per chain.
+ * recorded), the metrics API's totals, per token and per chain. Returns the export's rows.
  */
 async function reconcileMonth(
   period: { start: string; end?: string },
   log: UsageRecord[],
   expected: Record<string, { requests: number; errors: number; charged: number }>,
-): Promise<void> {
+): Promise<ExportRow[]> {
   const csv = await api(u, 'GET', `/api/v1/exports/usage.csv${query(period)}`);
   const json = await api(u, 'GET', `/api/v1/exports/usage.json${query(period)}`);
   expect([csv.status, json.status]).toEqual([200, 200]);
@@ -456,9 +476,11 @@ async function reconcileMonth(
   const jsonRows = (json.json() as { rows: ExportRow[] }).rows;
   expect(rows).toEqual(jsonRows.map(sharedColumns));
   // Exactly the calls served in the period, each once, in the order they were recorded (all in one hour here).
-  expect(rows.map((r) => [r.request_id, r.time, r.status, r.rpc_error_code])).toEqual(log.map((r) => [r.requestId, r.at, r.status, r.rpcErrorCode]));
+  expect(rows.map((r) => [r.request_id, r.time, r.status, r.rpc_error_code, r.charged, r.cache])).toEqual(
+    log.map((r) => [r.requestId, r.at, r.status, r.rpcErrorCode, r.charged, r.cache ?? null]),
+  );
   const exportErrors = rows.filter((r) => r.outcome === 'error').length;
-  expect({ requests: rows.length, errors: exportErrors }).toEqual({ requests: expected['all']?.requests, errors: expected['all']?.errors });
+  expect({ requests: rows.length, errors: exportErrors, charged: rows.filter((r) => r.charged).length }).toEqual(expected['all']);
 
   const metrics = (await api(u, 'GET', `/api/v1/metrics/user${query(period)}`)).json() as {
     totals: { requests: number; success: number; errors: number };
@@ -474,6 +496,7 @@ async function reconcileMonth(
       tokenId,
     ).toMatchObject({ requests: e.requests, errors: e.errors });
     expect(rows.filter((r) => r.token_id === tokenId).length).toBe(e.requests);
+    expect(chargedOf(rows, [tokenId])[tokenId], tokenId).toBe(e.charged);
   }
   for (const chain of ['eth', 'bsc']) {
     const n = log.filter((r) => r.chain === chain).length;
@@ -483,6 +506,7 @@ async function reconcileMonth(
     const chainTotals = (await api(u, 'GET', `/api/v1/metrics/user${query(period, `&chain=${chain}`)}`)).json() as { totals: { requests: number } };
     expect(chainTotals.totals.requests).toBe(n);
   }
+  return rows;
 }
 
 // ── expiry, then the CLI's changes and views ───────────────────────────────────────────────

@@ -279,7 +279,9 @@ describe('operator CLI: commands', () => {
     const csv = await cli(['usage', 'export', '--account', a.accountId]);
     expect(csv.code).toBe(0);
     const lines = csv.stdout.split('\r\n').filter(Boolean);
-    expect(lines[0]).toBe('time,request_id,token_id,chain,method,status,outcome,rpc_error_code,error_message,total_ms,upstream_ms,client_ip,upstream');
+    expect(lines[0]).toBe(
+      'time,request_id,token_id,chain,method,status,outcome,rpc_error_code,error_message,total_ms,upstream_ms,client_ip,upstream,charged,cache',
+    );
     expect(lines).toHaveLength(CALLS + 1);
     // The free plan has no JSON export; the operator's export does not ask the plan.
     const json = JSON.parse((await cli(['usage', 'export', '--account', a.accountId, '--format', 'json', '--chain', 'eth'])).stdout);

@@ -182,9 +182,17 @@ describe('export contents', () => {
     });
     records = [
       rec(0, {}),
-      rec(1, { method: 'eth_call', rpcErrorCode: 3, errorMessage: 'execution reverted: "Ownable, caller",\r\nnot owner', totalMs: 30, upstreamMs: 28 }),
+      rec(1, {
+        method: 'eth_call',
+        rpcErrorCode: 3,
+        errorMessage: 'execution reverted: "Ownable, caller",\r\nnot owner',
+        totalMs: 30,
+        upstreamMs: 28,
+        charged: true,
+        cache: 'hedged',
+      }),
       rec(2, { chain: 'atom', method: 'cosmos/bank/v1beta1/balances/cosmos1qypqxpq9qcrsszg2pvxq6rs0zqg3yyc5lzv7xu', upstream: 'atom-1' }),
-      rec(3, { method: '=cmd|calc', status: 400, rpcErrorCode: -32601, errorMessage: 'Method not found', upstreamMs: null, upstream: null }),
+      rec(3, { method: '=cmd|calc', status: 400, rpcErrorCode: -32601, errorMessage: 'Method not found', upstreamMs: null, upstream: null, charged: false }),
       rec(4, { clientIp: '2001:db8::1' }),
       // Older than Professional's 90 days: never exported, even before the retention job runs.
       { ...rec(5, {}), at: iso(Date.now() - 100 * DAY) },
@@ -212,6 +220,8 @@ describe('export contents', () => {
       'upstream_ms',
       'client_ip',
       'upstream',
+      'charged',
+      'cache',
     ]);
     expect(rows).toHaveLength(6);
     expect(rows[1]).toEqual([
@@ -228,10 +238,20 @@ describe('export contents', () => {
       '10.25',
       '192.0.2.10',
       'eth-1',
+      // Recorded without saying whether it used quota: charged as usedQuota tells from its status.
+      'true',
+      '',
     ]);
     expect(rows[2]?.slice(4, 9)).toEqual(['eth_call', '200', 'error', '3', 'execution reverted: "Ownable, caller",\r\nnot owner']);
     expect(rows[3]?.[4]).toBe('cosmos/bank/v1beta1/balances/cosmos1qypqxpq9qcrsszg2pvxq6rs0zqg3yyc5lzv7xu');
     expect(rows[4]?.slice(4, 8)).toEqual(["'=cmd|calc", '400', 'error', '-32601']);
+    expect(rows.slice(1).map((r) => r.slice(13))).toEqual([
+      ['true', ''],
+      ['true', 'hedged'],
+      ['true', ''],
+      ['false', ''],
+      ['true', ''],
+    ]);
     expect(rows[5]?.[11]).toBe('2001:db8::1');
   });
 
@@ -269,6 +289,8 @@ describe('export contents', () => {
       upstream_ms: 28,
       client_ip: '192.0.2.10',
       upstream: 'eth-1',
+      charged: true,
+      cache: 'hedged',
     });
     const empty = (await inject({ method: 'GET', url: '/api/v1/exports/usage.json?chain=sol', headers: o.auth })).json();
     expect(empty.rows).toEqual([]);

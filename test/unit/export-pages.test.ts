@@ -2,11 +2,14 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { encodeUsageCall, type UsageRecord } from '../../src/domain/usage.js';
+import { exportRow } from '../../src/commands/api/exports/rows.js';
+import { encodeRawRow, encodeUsageCall, type UsageRecord } from '../../src/domain/usage.js';
 import { LevelReadModelStore } from '../../src/infra/readmodels/level.js';
-import type { RangeOptions } from '../../src/infra/readmodels/port.js';
+import type { RangeOptions, ReadModelStore } from '../../src/infra/readmodels/port.js';
+import { PostgresReadModelStore } from '../../src/infra/readmodels/postgres.js';
 import { EXPORT_PAGE_MAX_DOCS, EXPORT_PAGE_ROWS, UsageQueries } from '../../src/projections/metricsQueries.js';
 import { RAW_ROWS_PER_DOC, requestBlockKey, USAGE_METRICS } from '../../src/projections/usageMetrics.js';
+import { createTestDatabase, postgresUnavailable } from '../support/postgres.js';
 import { usageCall } from '../support/usageCall.js';
 
 let dir: string;
@@ -78,5 +81,55 @@ describe('an export reads pages of at most about EXPORT_PAGE_ROWS rows, and as m
     expect(ids).toEqual(expected);
     expect(reads).toBeLessThanOrEqual(pages + 1);
     expect(reads).toBeGreaterThanOrEqual(pages);
+  });
+});
+
+/** Raw rows as earlier versions wrote them (the call's fields only) and as written now, in one store, exported. */
+async function exportedVersions(store: ReadModelStore): Promise<Array<[string, number, boolean, string | null]>> {
+  const old = [200, 429, 403, 400].map((status, i) => encodeUsageCall({ ...call(i), status }));
+  // Written now: an invalid batch member (200, not charged) and a cache hit.
+  const now = [encodeRawRow({ ...call(4), charged: false }), encodeRawRow({ ...call(5), charged: true, cache: 'hit' })];
+  await store.write([
+    { op: 'put', collection: USAGE_METRICS.requestBlocks, key: requestBlockKey('acc', HOUR, 0), doc: { ...old } },
+    { op: 'put', collection: USAGE_METRICS.requestBlocks, key: requestBlockKey('acc', HOUR, 4), doc: { ...now } },
+  ]);
+  const start = Date.parse(`${HOUR}:00:00.000Z`);
+  const rows: Array<[string, number, boolean, string | null]> = [];
+  for await (const page of new UsageQueries(store).requestRows({ accountId: 'acc', start, end: start + 3_600_000, granularity: 'hour', chain: null }))
+    for (const r of page.map(exportRow)) rows.push([r.request_id, r.status, r.charged, r.cache]);
+  return rows;
+}
+
+/** Charged as usedQuota tells from the status for rows that never said (refusals 401, 403, 429 not charged); cache empty. */
+const EXPORTED_VERSIONS = [
+  ['req-0', 200, true, null],
+  ['req-1', 429, false, null],
+  ['req-2', 403, false, null],
+  ['req-3', 400, true, null],
+  ['req-4', 200, false, null],
+  ['req-5', 200, true, 'hit'],
+];
+
+const pgUnavailable = await postgresUnavailable();
+
+describe('raw rows of earlier versions, without charged and cache, export beside the rows written now', () => {
+  it('from LevelDB', async () => {
+    const store = await LevelReadModelStore.open(join(dir, 'versions'));
+    try {
+      expect(await exportedVersions(store)).toEqual(EXPORTED_VERSIONS);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it.skipIf(pgUnavailable !== null)(`from PostgreSQL${pgUnavailable ? ` (skipped: ${pgUnavailable})` : ''}`, async () => {
+    const db = await createTestDatabase();
+    const store = await PostgresReadModelStore.open(db.url);
+    try {
+      expect(await exportedVersions(store)).toEqual(EXPORTED_VERSIONS);
+    } finally {
+      await store.close();
+      await db.drop();
+    }
   });
 });

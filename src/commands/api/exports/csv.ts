@@ -6,9 +6,9 @@ const NEEDS_QUOTES = /[",\r\n]/;
 const FORMULA_START = /^[=+\-@\t\r]/;
 
 /** One CSV field per RFC 4180: quoted when it holds a quote, comma or line break, quotes doubled; text that would start a formula gets a leading '. */
-export function csvField(value: string | number | null): string {
+export function csvField(value: string | number | boolean | null): string {
   if (value === null) return '';
-  if (typeof value === 'number') return String(value);
+  if (typeof value !== 'string') return String(value);
   const text = FORMULA_START.test(value) ? `'${value}` : value;
   return NEEDS_QUOTES.test(text) ? `"${text.replaceAll('"', '""')}"` : text;
 }

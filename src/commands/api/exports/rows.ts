@@ -1,4 +1,4 @@
-import { isErrorUsage, type UsageCall } from '../../../domain/usage.js';
+import { isErrorUsage, type UsageCall, type UsageRecord, usedQuota } from '../../../domain/usage.js';
 
 /** One exported call: the columns of the CSV and the fields of the JSON export, in order. */
 export interface ExportRow {
@@ -15,6 +15,10 @@ export interface ExportRow {
   upstream_ms: number | null;
   client_ip: string;
   upstream: string | null;
+  /** Whether the call used monthly quota: a month's rows summed give the quota it used (refused calls and invalid batch members are metered, not charged). */
+  charged: boolean;
+  /** How a served read was answered (hit, miss, coalesced, hedged); null when no upstream was asked, or not recorded. */
+  cache: NonNullable<UsageRecord['cache']> | null;
 }
 
 export const EXPORT_COLUMNS: ReadonlyArray<keyof ExportRow> = [
@@ -31,6 +35,8 @@ export const EXPORT_COLUMNS: ReadonlyArray<keyof ExportRow> = [
   'upstream_ms',
   'client_ip',
   'upstream',
+  'charged',
+  'cache',
 ];
 
 export function exportRow(r: UsageCall): ExportRow {
@@ -48,5 +54,7 @@ export function exportRow(r: UsageCall): ExportRow {
     upstream_ms: r.upstreamMs,
     client_ip: r.clientIp,
     upstream: r.upstream,
+    charged: usedQuota(r),
+    cache: r.cache ?? null,
   };
 }
