@@ -87,6 +87,8 @@ export interface LogRetentionReport {
 }
 
 const PAGE = 500;
+/** A call's month as the usage totals key it (`YYYY-MM`). */
+const MONTH = /^\d{4}-\d{2}$/;
 /** While a long stream is read, a truncation every this many old events: progress a restart does not lose. */
 const TRUNCATE_EVERY = 10_000;
 /** Parts of a summary appended together: under the stores' 1 MiB an append. */
@@ -298,7 +300,13 @@ async function appendSummary(
       tail = stream;
     } else if (attempt >= SNAPSHOT_TRIES) return null;
   }
-  if (summary === null) return { next: generation };
+  if (summary === null) {
+    // No usage of the month in the totals at that checkpoint: calls of it that they have not
+    // projected yet (late ones, a month closed with none) are summarised from the log.
+    const unprojected = callsOf(await tail.readTo(await store.headPosition(), true), month);
+    if (unprojected.length === 0) return { next: generation };
+    summary = withCalls({ account: { requests: 0, errors: 0 }, tokens: [] }, unprojected);
+  }
   let position: Position | undefined;
   for (let round = 1; ; round++) {
     position = (await appendParts(store, accountId, month, generation, summary, closedAt, written)) ?? position;
@@ -521,10 +529,13 @@ async function truncateUsage(store: EventStore, streamId: string, cut: number, l
 }
 
 /**
- * Calls of a summarised month that reached the log after its summary: counted on top of it live
+ * Calls of a closed month that reached the log after its summary: counted on top of it live
  * (the totals projection adds what follows a summary), so before retention drops them, their
  * month is summarised again with them in it (a new generation of its summary, appended after
  * them); else a rebuild, seeing the old summary and not the calls, would answer less than live.
+ * A month closed with no usage has no summary: any call of it is late, and its first summary is
+ * written the same way, once the totals have caught up with the log (a projector stopped keeps
+ * the calls in the log), from them and the calls the log holds past their checkpoint.
  */
 class LateCalls {
   /** Each summarised month's newest summary: where it ends, the generation that comes next. */
@@ -544,13 +555,14 @@ class LateCalls {
     this.summarised = new Map([...held].map(([month, { position, generation }]) => [month, { position, next: generation + 1 }]));
   }
 
-  /** Events about to be dropped: the months of their calls that came after those months' summaries. */
+  /** Events about to be dropped: the months of their calls that came after those months' summaries, or that have none. */
   note(events: readonly StoredEvent[]): void {
     for (const event of events) {
       for (const call of usageRecordsOf(event)) {
-        const month = call.at.slice(0, 7);
+        const month = monthOf(call.at);
+        if (month > this.closedThrough) continue;
         const summary = this.summarised.get(month);
-        if (summary !== undefined && month <= this.closedThrough && event.position > summary.position) this.months.add(month);
+        if (summary === undefined ? MONTH.test(month) : event.position > summary.position) this.months.add(month);
       }
     }
   }
@@ -561,10 +573,10 @@ class LateCalls {
     if (!(await this.totalsSettled())) return false;
     for (const month of this.months) {
       const held = this.summarised.get(month);
-      if (held === undefined) continue;
-      const summary = await appendSummary(this.options, this.accountId, month, held.next, new Date(this.nowMs).toISOString());
+      const summary = await appendSummary(this.options, this.accountId, month, held?.next ?? 0, new Date(this.nowMs).toISOString());
       if (summary === null) return false;
-      this.summarised.set(month, { position: summary.position ?? held.position, next: summary.next });
+      const position = summary.position ?? held?.position;
+      if (position !== undefined) this.summarised.set(month, { position, next: summary.next });
       this.months.delete(month);
     }
     return true;
