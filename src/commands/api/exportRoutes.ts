@@ -16,9 +16,13 @@ const CONTENT_TYPES: Record<ExportFormat, string> = {
   pdf: 'application/pdf',
 };
 
+/** The columns an auditor needs explained: the rest name themselves. */
+const ROW_COLUMNS =
+  '`charged` is true when the call used monthly quota (a month of rows summed gives its quota used; refused calls and invalid batch members are rows, not charged); `cache` says how a read was served (hit, miss, coalesced, hedged; none when no upstream was asked).';
+
 const DESCRIPTIONS: Record<ExportFormat, string> = {
-  csv: 'One row per call, with a header row; streamed. On every plan.',
-  json: 'A header object (`period`, `chain`, `retention`) and `rows`, one per call; streamed. Developer plans and above.',
+  csv: `One row per call, with a header row; streamed. On every plan. ${ROW_COLUMNS}`,
+  json: `A header object (\`period\`, \`chain\`, \`retention\`) and \`rows\`, one per call; streamed. Developer plans and above. ${ROW_COLUMNS}`,
   pdf: "A snapshot of the dashboard's figures for the period. Professional plans and above.",
 };
 
