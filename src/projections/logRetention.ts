@@ -221,12 +221,20 @@ async function closeMonths(
   return { closed, behind: false };
 }
 
-/** Per month, its newest summary: its generation, its parts and those written, its last position. */
+/** Per month, its newest summary: its generation, its parts and those written; and where the newest whole one begins. */
 interface SummaryHeld {
   generation: number;
   parts: number;
   seen: Set<number>;
-  position: Position;
+  /** Where this generation's first part is. */
+  start: Position;
+  /**
+   * Where the newest generation with every part written begins (none: no summary holds the
+   * whole month yet). A call of the month after it may be missing from it, so it is late: a
+   * generation a later pass finished (closeMonths) has first parts older than the calls that
+   * came in between, and one left unfinished sets only its written parts' tokens.
+   */
+  wholeFrom?: Position;
 }
 
 /** The account's summaries, each event's generation known by its id (usageMonthClosedId). */
@@ -235,7 +243,7 @@ async function readSummaries(store: EventStore, accountId: string): Promise<Map<
   for (const e of await store.readStream(usageSummaryStream(accountId))) {
     const { month, part, parts } = e.data;
     if (e.type !== USAGE_MONTH_CLOSED || typeof month !== 'string' || typeof part !== 'number' || typeof parts !== 'number') continue;
-    const held = months.get(month);
+    let held = months.get(month);
     const known = held?.generation ?? -1;
     let generation: number | undefined;
     for (let g = Math.max(0, known); g <= known + 1 && generation === undefined; g++) {
@@ -243,11 +251,12 @@ async function readSummaries(store: EventStore, accountId: string): Promise<Map<
     }
     // An id of no generation expected here: a part 0 starts one.
     generation ??= part === 0 ? known + 1 : Math.max(0, known);
-    if (held === undefined || generation > held.generation) months.set(month, { generation, parts, seen: new Set([part]), position: e.position });
-    else {
-      held.seen.add(part);
-      held.position = e.position;
+    if (held === undefined || generation > held.generation) {
+      held = { generation, parts, seen: new Set(), start: e.position, wholeFrom: held?.wholeFrom };
+      months.set(month, held);
     }
+    held.seen.add(part);
+    if (held.seen.size === held.parts) held.wholeFrom = held.start;
   }
   return months;
 }
@@ -529,7 +538,8 @@ async function truncateUsage(store: EventStore, streamId: string, cut: number, l
 }
 
 /**
- * Calls of a closed month that reached the log after its summary: counted on top of it live
+ * Calls of a closed month that reached the log after its summary (after the first part of its
+ * newest generation written whole, see SummaryHeld.wholeFrom): counted on top of it live
  * (the totals projection adds what follows a summary), so before retention drops them, their
  * month is summarised again with them in it (a new generation of its summary, appended after
  * them); else a rebuild, seeing the old summary and not the calls, would answer less than live.
@@ -538,8 +548,8 @@ async function truncateUsage(store: EventStore, streamId: string, cut: number, l
  * the calls in the log), from them and the calls the log holds past their checkpoint.
  */
 class LateCalls {
-  /** Each summarised month's newest summary: where it ends, the generation that comes next. */
-  private summarised = new Map<string, { position: Position; next: number }>();
+  /** Each month's summaries: where the newest whole one begins (a call after it is late), the generation that comes next. */
+  private summarised = new Map<string, { from?: Position; next: number }>();
   private readonly months = new Set<string>();
 
   constructor(
@@ -552,7 +562,7 @@ class LateCalls {
 
   async load(): Promise<void> {
     const held = await readSummaries(this.options.store, this.accountId);
-    this.summarised = new Map([...held].map(([month, { position, generation }]) => [month, { position, next: generation + 1 }]));
+    this.summarised = new Map([...held].map(([month, { wholeFrom, generation }]) => [month, { from: wholeFrom, next: generation + 1 }]));
   }
 
   /** Events about to be dropped: the months of their calls that came after those months' summaries, or that have none. */
@@ -561,8 +571,8 @@ class LateCalls {
       for (const call of usageRecordsOf(event)) {
         const month = monthOf(call.at);
         if (month > this.closedThrough) continue;
-        const summary = this.summarised.get(month);
-        if (summary === undefined ? MONTH.test(month) : event.position > summary.position) this.months.add(month);
+        const from = this.summarised.get(month)?.from;
+        if (from === undefined ? MONTH.test(month) : event.position > from) this.months.add(month);
       }
     }
   }
@@ -575,8 +585,8 @@ class LateCalls {
       const held = this.summarised.get(month);
       const summary = await appendSummary(this.options, this.accountId, month, held?.next ?? 0, new Date(this.nowMs).toISOString());
       if (summary === null) return false;
-      const position = summary.position ?? held?.position;
-      if (position !== undefined) this.summarised.set(month, { position, next: summary.next });
+      // Written whole just now, with no call of the month between its parts: its end will do.
+      this.summarised.set(month, { from: summary.position ?? held?.from, next: summary.next });
       this.months.delete(month);
     }
     return true;
