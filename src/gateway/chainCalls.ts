@@ -1,16 +1,16 @@
 import type { IncomingHttpHeaders } from 'node:http';
 import { performance } from 'node:perf_hooks';
-import type { UsageRecord } from '../domain/usage.js';
 import type { MaybePromise } from '../domain/maybePromise.js';
+import type { UsageRecord } from '../domain/usage.js';
 import type { Admission, Gatekeeper } from './admission.js';
-import { type Answer, type CallScope, INVALID_METHOD, localError, type LocalError } from './answer.js';
+import { type Answer, type CallScope, INVALID_METHOD, type LocalError, localError } from './answer.js';
 import { BodyTooLarge, isJsonRpcMediaType, type RawBody } from './body.js';
 import type { ChainRegistry } from './chains.js';
 import { type Credentials, extractCredentials } from './credentials.js';
 import { JSON_CONTENT_TYPE, type RequestIds, RpcCode, restError, rpcErrorFor } from './errors.js';
 import { IsoClock } from './isoClock.js';
-import { handleRest } from './rest.js';
 import { requestIdsOf } from './jsonrpc.js';
+import { handleRest } from './rest.js';
 import { handleJsonRpc } from './rpcHandler.js';
 import type { UpstreamPools } from './upstream.js';
 
@@ -323,6 +323,21 @@ export class ChainCalls {
   refused(req: OwnErrorRequest, status: number, reason: string): ChainResponse {
     if (status === 415) return this.ownError(req, status, RpcCode.invalidRequest, 'unsupported_media_type', 'Unsupported media type: send application/json');
     return this.ownError(req, status, RpcCode.invalidRequest, 'bad_request', `Bad request: ${reason}`);
+  }
+
+  /**
+   * Another HTTP method (PUT, DELETE, PATCH) on a chain endpoint: 405 naming the methods the chain
+   * takes, as HTTP has it; not a chain call, so neither admitted nor metered. Null for an unknown
+   * chain, which stays the server's 404.
+   */
+  methodNotAllowed(req: OwnErrorRequest): ChainResponse | null {
+    const chain = this.options.chains.get(chainIdOf(req.url));
+    if (!chain) return null;
+    const takes = chain.protocol === 'jsonrpc' ? 'POST (JSON-RPC 2.0)' : 'GET and POST (REST)';
+    const headers = this.commonHeaders(req);
+    headers.allow = 'GET, HEAD, POST, OPTIONS';
+    headers['content-type'] = JSON_CONTENT_TYPE;
+    return { status: 405, headers, body: restError('method_not_allowed', `${req.method} is not a chain call: ${chain.id} takes ${takes}.`) };
   }
 
   /** The CORS preflight of a browser dApp calling a chain endpoint directly. */

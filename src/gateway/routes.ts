@@ -91,8 +91,16 @@ export async function gatewayRoutes(fastify: FastifyInstance, options: GatewayRo
 
   const preflight = async (request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> => send(reply, calls.preflight(request));
 
+  // Not a 404 "no route" (with the token in it): the endpoint exists, the method does not.
+  const otherMethod = (request: FastifyRequest, reply: FastifyReply): void => {
+    const answer = calls.methodNotAllowed(request);
+    if (answer) send(reply, answer);
+    else reply.callNotFound();
+  };
+
   for (const url of ['/:chain', '/:chain/*']) {
     fastify.route<{ Params: RouteParams }>({ method: ['GET', 'POST'], url, handler, config: CHAIN_ROUTE_CONFIG });
     fastify.route({ method: 'OPTIONS', url, handler: preflight, config: CHAIN_ROUTE_CONFIG });
+    fastify.route({ method: ['PUT', 'DELETE', 'PATCH'], url, handler: otherMethod, config: CHAIN_ROUTE_CONFIG });
   }
 }

@@ -1,9 +1,9 @@
 import { connect } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { UsageRecord } from '../../src/domain/usage.js';
+import type { Gatekeeper } from '../../src/gateway/admission.js';
 import { type FakeUpstream, startEvmFake, startSolanaFake } from '../support/fakeUpstreams.js';
 import { chainEntry, startGateway, type TestGateway } from '../support/gatewayApp.js';
-import type { Gatekeeper } from '../../src/gateway/admission.js';
 import { TestGatekeeper } from '../support/gatewayTestGatekeeper.js';
 
 /**
@@ -125,6 +125,30 @@ describe('the node:http front and the fastify routes', () => {
     expect(preflight.headers.get('access-control-allow-methods')).toBe('GET, POST, OPTIONS');
     const head = await fetch(`${gateway.url}/eth/${gatekeeper.token}/x`, { method: 'HEAD' });
     expect(head.headers.get('x-request-id')).toMatch(/^fastify-/);
+  });
+
+  it('answers another HTTP method on a chain endpoint 405 with Allow, in the chain shape, without echoing the token or metering', async () => {
+    for (const [method, path, protocol] of [
+      ['PUT', `/eth/${gatekeeper.token}`, 'POST (JSON-RPC 2.0)'],
+      ['DELETE', `/eth/${gatekeeper.token}`, 'POST (JSON-RPC 2.0)'],
+      ['PATCH', `/sol/${gatekeeper.token}/getBlockHeight`, 'GET and POST (REST)'],
+      ['PUT', '/sol/getBlockHeight', 'GET and POST (REST)'],
+    ] as const) {
+      gateway.usage.length = 0;
+      const res = await fetch(`${gateway.url}${path}`, { method, headers: { 'content-type': 'application/json' }, body: '{}' });
+      const body = await res.text();
+      expect(res.status, `${method} ${path}`).toBe(405);
+      expect(res.headers.get('allow')).toBe('GET, HEAD, POST, OPTIONS');
+      expect(res.headers.get('content-type')).toBe('application/json; charset=utf-8');
+      expect(JSON.parse(body)).toEqual({
+        error: { code: 'method_not_allowed', message: `${method} is not a chain call: ${path.split('/')[1]} takes ${protocol}.` },
+      });
+      expect(body).not.toContain(gatekeeper.token);
+      expect(gateway.usage).toEqual([]);
+    }
+    // An unknown chain stays the server's 404, whatever the method.
+    const unknown = await fetch(`${gateway.url}/nochain/x`, { method: 'PUT' });
+    expect(unknown.status).toBe(404);
   });
 
   it('answers a gatekeeper failure with 503 in the call shape, on both, whether it rejects or throws at once', async () => {
