@@ -36,7 +36,15 @@ export class Queries {
       return quotaUsed(await this.rm.get<MonthTotals>(USAGE_TOTALS.byToken, monthKey(bucket.slice('token:'.length), month)));
     }
     if (!bucket.startsWith('account:')) return 0;
-    const accountId = bucket.slice('account:'.length);
+    return this.accountQuotaUsage(bucket.slice('account:'.length), plans, month);
+  }
+
+  /**
+   * Requests of the month that count against the account's monthly limit: on a plan with custom
+   * limits, a token with its own limit counts apart (spec: Authentication 6). The limiter's
+   * account bucket, and what the account view and the metrics show as used and remaining.
+   */
+  async accountQuotaUsage(accountId: string, plans: PlanCatalog, month = monthOf(this.now().toISOString())): Promise<number> {
     const [used, account] = await Promise.all([this.accountMonthUsage(accountId, month), this.account(accountId)]);
     if (!account || !plans[account.plan]?.custom_limits) return used;
     const refs = await this.rm.range<{ tokenId: string }>(C.tokensByAccount, { prefix: `${accountId}/` });

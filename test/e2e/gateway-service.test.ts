@@ -2,10 +2,10 @@ import { FetchRequest, JsonRpcProvider } from 'ethers';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { UsageRecord } from '../../src/domain/usage.js';
 import { INVALIDATION_TOPIC } from '../../src/projections/runner.js';
-import { recordedCalls } from '../support/usageLog.js';
-import { startGanache, type GanacheNode } from '../support/ganache.js';
-import { ADMIN_TOKEN, owner, startTestApp, type TestApp } from '../support/testApp.js';
 import { eventually } from '../support/eventually.js';
+import { type GanacheNode, startGanache } from '../support/ganache.js';
+import { ADMIN_TOKEN, owner, startTestApp, type TestApp } from '../support/testApp.js';
+import { recordedCalls } from '../support/usageLog.js';
 
 /** The whole service: real tokens from the management API, the real gatekeeper, limiter and metering, ganache behind. */
 let node: GanacheNode;
@@ -311,9 +311,34 @@ describe.each(['on', 'off'])('STORAGE_THREAD=%s', (storageThread) => {
       expect(seen.token.current_month_usage).toBe(6);
       expect(seen.metrics.limits).toMatchObject({ appliesTo: 'token', monthlyLimit: 6, used: 6, remaining: 0 });
       expect(seen.account.usage.requests).toBe(6);
-      expect(seen.user.limits.used).toBe(6);
+      // The token has its own limit: its calls count apart, none against the account's (spec: Authentication 6).
+      expect(seen.user.limits.used).toBe(0);
       // Refused calls stay visible as requests and errors.
       expect(seen.metrics.totals).toMatchObject({ requests: 6 + refusedCount, errors: refusedCount });
+    });
+
+    it("counts a token with its own monthly limit apart from the account's remaining, as the limiter does", async () => {
+      const o = await newToken('developer');
+      const own = await t.app.inject({ method: 'POST', url: '/api/v1/tokens', headers: o.auth, payload: { name: 'own', monthly_limit: 1000 } });
+      const ownToken = own.json().token as string;
+      for (let i = 0; i < 3; i++) expect((await rpc(`/local/${ownToken}`, blockNumber)).status).toBe(200);
+      let last: Response | undefined;
+      for (let i = 0; i < 2; i++) last = await rpc(`/local/${o.token}`, blockNumber);
+      // The limiter: the account's quota has the shared token's 2 calls, not the other's 3.
+      expect(last?.headers.get('x-monthlylimit-remaining')).toBe(String(5_000_000 - 2));
+      const head = await t.runtime.store.headPosition();
+      if (head !== null) await t.runtime.projector?.waitFor(head, 15_000);
+      const figures = async () => {
+        const account = (await t.app.inject({ method: 'GET', url: '/api/v1/account', headers: o.auth })).json();
+        const user = (await t.app.inject({ method: 'GET', url: '/api/v1/metrics/user', headers: o.auth })).json();
+        const shared = (await t.app.inject({ method: 'GET', url: `/api/v1/metrics/tokens/${o.tokenId}`, headers: o.auth })).json();
+        return { account, user, shared };
+      };
+      const seen = await eventually(figures, (f) => f.account.usage.requests === 5, 15_000);
+      // Every call of the month is a request of the account; only the shared token's count against its limit.
+      expect(seen.account.usage).toMatchObject({ requests: 5, monthly_limit: 5_000_000, remaining: 5_000_000 - 2 });
+      expect(seen.user.limits).toMatchObject({ monthlyLimit: 5_000_000, used: 2, remaining: 5_000_000 - 2 });
+      expect(seen.shared.limits).toMatchObject({ appliesTo: 'account', monthlyLimit: 5_000_000, used: 2, remaining: 5_000_000 - 2, tokenUsed: 2 });
     });
   });
 

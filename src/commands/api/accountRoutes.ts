@@ -16,7 +16,11 @@ export const accountRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, deps) =
     const account = await deps.queries.account(accountId);
     if (!account) throw new DomainError('not_found', 'No such account.');
     const plan = deps.plans[account.plan];
-    const [used, tokens] = await Promise.all([deps.queries.accountMonthUsage(accountId), deps.queries.tokens(accountId)]);
+    const [requests, used, tokens] = await Promise.all([
+      deps.queries.accountMonthUsage(accountId),
+      deps.queries.accountQuotaUsage(accountId, deps.plans),
+      deps.queries.tokens(accountId),
+    ]);
     const liveTokens = tokens.filter((t) => t.status !== 'revoked' && t.status !== 'expired').length;
     return {
       id: account.id,
@@ -25,8 +29,9 @@ export const accountRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, deps) =
       plan,
       usage: {
         month: deps.now().toISOString().slice(0, 7),
-        requests: used,
+        requests,
         monthly_limit: plan.monthly_requests,
+        // Tokens with their own limit count apart: remaining is what the limiter has left for the others.
         remaining: plan.monthly_requests === null ? null : Math.max(0, plan.monthly_requests - used),
         resets_at: nextMonthStart(deps.now()),
       },

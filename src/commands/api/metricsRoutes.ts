@@ -122,7 +122,7 @@ export const metricsRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, deps) =
       deps.usage.usage(scope),
       deps.usage.errorGroups(scope),
       deps.usage.recentErrors(scope),
-      deps.queries.accountMonthUsage(accountId),
+      deps.queries.accountQuotaUsage(accountId, deps.plans),
     ]);
     return {
       ...periodMetrics(resolved, report, recentErrors),
@@ -151,7 +151,7 @@ export const metricsRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, deps) =
       deps.usage.usage(scope),
       deps.usage.recentErrors(scope),
       deps.usage.clientIps(scope),
-      ownLimit ? Promise.resolve(0) : deps.queries.accountMonthUsage(accountId),
+      ownLimit ? Promise.resolve(0) : deps.queries.accountQuotaUsage(accountId, deps.plans),
     ]);
     return {
       token: { id: token.id, name: token.name, masked: token.masked, status: token.status },
