@@ -429,4 +429,20 @@ describe('metrics requests that are refused', () => {
     expect(revoked.statusCode).toBe(401);
     expect(revoked.json().code).toBe('unauthorized');
   });
+
+  it("401 says to pass an API token, the call's credential in the spec, not only an access token", async () => {
+    const { token } = await createToken(o.auth, 'for the message');
+    for (const [headers, detail] of [
+      [{}, 'Pass an API token as "Authorization: Bearer gk_…" (or an access token gka_…, or log in).'],
+      [{ authorization: `Basic ${token}` }, 'Use "Authorization: Bearer <API token or access token>".'],
+      [{ authorization: 'Bearer gk_mistyped' }, 'The API token is not valid.'],
+    ] as const) {
+      const res = await metrics(headers);
+      expect(res.statusCode).toBe(401);
+      expect(res.json()).toMatchObject({ code: 'unauthorized', detail });
+    }
+    // The owner calls keep asking for what they take.
+    const tokens = await inject({ method: 'GET', url: '/api/v1/tokens', headers: { authorization: `Basic ${token}` } });
+    expect(tokens.json()).toMatchObject({ code: 'unauthorized', detail: 'Use "Authorization: Bearer <access token>".' });
+  });
 });

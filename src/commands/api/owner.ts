@@ -74,20 +74,24 @@ export function ownerOf(request: FastifyRequest): Owner {
 
 const unauthorized = (message: string) => new DomainError('unauthorized', message);
 
-const bearerOf = (request: FastifyRequest): string | null => {
+/** `expected` names what the Bearer should carry, for the message when it is not one. */
+const bearerOf = (request: FastifyRequest, expected: string): string | null => {
   const h = request.headers.authorization;
   if (!h) return null;
   const m = /^Bearer\s+(\S+)\s*$/i.exec(h);
-  if (!m) throw unauthorized('Use "Authorization: Bearer <access token>".');
+  if (!m) throw unauthorized(`Use "Authorization: Bearer <${expected}>".`);
   return m[1] as string;
 };
+
+/** The metrics call's credential in the spec is an API token: its refusals ask for one first. */
+const takesApiToken = (allowed: OwnerCredential[]): boolean => allowed.includes('api_token');
 
 /**
  * Who is calling the management API: an access token (`gka_…`) as Bearer, or the dashboard's
  * session cookie; an API token (`gk_…`) only where `allowed` says so (the metrics call).
  */
 async function owner(request: FastifyRequest, deps: ApiDeps, allowed: OwnerCredential[]): Promise<Owner> {
-  const bearer = bearerOf(request);
+  const bearer = bearerOf(request, takesApiToken(allowed) ? 'API token or access token' : 'access token');
   if (bearer !== null) {
     if (isWellFormedToken('access', bearer) && allowed.includes('access_token')) {
       const doc = await deps.queries.accessTokenByHash(hashToken(bearer));
@@ -103,6 +107,7 @@ async function owner(request: FastifyRequest, deps: ApiDeps, allowed: OwnerCrede
       if (doc && status === 'disabled') throw new DomainError('token_disabled', 'The API token is disabled; enable it in the dashboard.');
       throw unauthorized('The API token is not valid.');
     }
+    if (takesApiToken(allowed) && !bearer.startsWith('gka_')) throw unauthorized('The API token is not valid.');
     throw unauthorized(allowed.includes('access_token') ? 'The access token is not valid.' : 'This call needs a dashboard session.');
   }
   const sessionId = readCookie(request.headers.cookie, SESSION_COOKIE);
@@ -111,11 +116,12 @@ async function owner(request: FastifyRequest, deps: ApiDeps, allowed: OwnerCrede
     if (accountId) return { accountId, via: 'session' };
     throw unauthorized('The session has ended; log in again.');
   }
+  if (takesApiToken(allowed)) throw unauthorized('Pass an API token as "Authorization: Bearer gk_…" (or an access token gka_…, or log in).');
   throw unauthorized('Log in, or pass an access token as "Authorization: Bearer gka_…".');
 }
 
 function requireAdmin(request: FastifyRequest, deps: ApiDeps): void {
-  const bearer = bearerOf(request);
+  const bearer = bearerOf(request, 'ADMIN_TOKEN');
   const expected = deps.adminToken;
   if (!expected || !bearer) throw unauthorized('Operator calls need "Authorization: Bearer <ADMIN_TOKEN>".');
   const a = Buffer.from(bearer);
