@@ -1,7 +1,7 @@
 import { existsSync, mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { type BrowserContext, chromium, type ConsoleMessage, type Page } from 'playwright-core';
+import { type BrowserContext, type ConsoleMessage, chromium, type Locator, type Page, type Request, type Route } from 'playwright-core';
 
 const PROJECT = new URL('../../', import.meta.url).pathname;
 export const WEB_SOURCE = join(PROJECT, 'src/web');
@@ -78,4 +78,71 @@ export async function launchBrowser(): Promise<Browser> {
       rmSync(userDataDir, { recursive: true, force: true });
     },
   };
+}
+
+export interface HeldRequests {
+  /** Resolves once the first held request has reached the page's route. */
+  arrived: Promise<void>;
+  /** How many requests were held so far. */
+  count(): number;
+  /** Stops holding, lets the held requests go on to the server, and waits for its answers. */
+  release(): Promise<void>;
+}
+
+/**
+ * Holds the page's `method` requests to `path` (a pathname, or a pattern on it) until released:
+ * the page is seen while its action is on its way, however fast the server. Released, they
+ * reach the real server unchanged.
+ */
+export async function holdRequests(page: Page, method: string, path: string | RegExp): Promise<HeldRequests> {
+  const held: { route: Route; request: Request }[] = [];
+  let arrive = () => {};
+  const arrived = new Promise<void>((resolve) => {
+    arrive = resolve;
+  });
+  const matches = (url: URL) => (typeof path === 'string' ? url.pathname === path : path.test(url.pathname));
+  const handler = (route: Route, request: Request) => {
+    if (request.method() !== method) return route.fallback();
+    held.push({ route, request });
+    arrive();
+  };
+  await page.route(matches, handler);
+  return {
+    arrived,
+    count: () => held.length,
+    async release() {
+      await Promise.all(held.map(({ route }) => route.continue()));
+      await page.unroute(matches, handler);
+      await Promise.all(held.map(({ request }) => request.response()));
+    },
+  };
+}
+
+/** Lets the page render what it has queued: two animation frames (Chromium moves a lost focus at a frame). */
+export async function nextFrames(page: Page): Promise<void> {
+  await page.evaluate(() => new Promise((resolve) => requestAnimationFrame(() => requestAnimationFrame(resolve))));
+}
+
+/** An element as `tag#id.class "name"`, for messages that say where the focus is. */
+function describeElement(el: Element | null): string {
+  if (!el) return 'nothing';
+  const id = el.id ? `#${el.id}` : '';
+  const classes = [...el.classList].map((c) => `.${c}`).join('');
+  const name = (el.getAttribute('aria-label') ?? el.textContent ?? '').trim().replace(/\s+/g, ' ').slice(0, 40);
+  return `${el.tagName.toLowerCase()}${id}${classes}${name ? ` "${name}"` : ''}`;
+}
+
+/** What has the keyboard focus, described (`body` when the page dropped it). */
+export async function focusedElement(page: Page): Promise<string> {
+  const focused = await page.evaluateHandle(() => document.activeElement);
+  try {
+    return await focused.evaluate(describeElement);
+  } finally {
+    await focused.dispose();
+  }
+}
+
+/** Whether the element `locator` finds has the keyboard focus. */
+export function hasFocus(locator: Locator): Promise<boolean> {
+  return locator.evaluate((el) => el === document.activeElement);
 }
