@@ -1,6 +1,7 @@
 import { useCallback, useEffect, useMemo, useRef, useState } from 'preact/hooks';
 import type { Account } from '../api/types.js';
 import { ApiClient } from './api.js';
+import { useFocusReturn } from './focus.js';
 import { type Filters, FiltersContext, initialFilters, type Session, SessionContext } from './hooks.js';
 import { AccessTokensPage } from './pages/accessTokens.js';
 import { AlertsPage } from './pages/alerts/alertsPage.js';
@@ -197,6 +198,8 @@ function Page({ route }: { route: Route }) {
 /** The session ended mid-work: log in again in a dialog, the page beneath keeps its state. */
 function SessionLostDialog(props: { api: ApiClient; email: string; onDone(): Promise<void>; onLogout(): Promise<void> }) {
   const ref = useRef<HTMLDialogElement>(null);
+  // Logged in again, the focus goes back to where the owner was: the control whose call the dialog interrupted.
+  useFocusReturn();
   useEffect(() => {
     ref.current?.showModal();
     // The email is known: the password is what to type.

@@ -1,7 +1,7 @@
 import { useState } from 'preact/hooks';
 import type { TokenRecord } from '../../api/types.js';
 import { useSession } from '../hooks.js';
-import { ConfirmDialog } from './ui.js';
+import { BusyButton, ConfirmDialog } from './ui.js';
 
 const asError = (e: unknown): Error => (e instanceof Error ? e : new Error(String(e)));
 
@@ -16,7 +16,6 @@ export function TokenActions(props: { token: TokenRecord; onChanged(t: TokenReco
   const path = `/api/v1/tokens/${encodeURIComponent(t.id)}`;
 
   const toggle = async () => {
-    if (busy) return;
     setBusy(true);
     props.onError(null);
     try {
@@ -36,21 +35,20 @@ export function TokenActions(props: { token: TokenRecord; onChanged(t: TokenReco
 
   return (
     <div class="row-actions">
-      <button
+      <BusyButton
         type="button"
         role="switch"
         class={`switch ${enabled ? 'on' : ''}`}
         aria-checked={enabled}
         aria-label={`${t.name}: enabled`}
-        // Not `disabled`: a disabled button loses the focus, and the keyboard user their place.
-        aria-disabled={busy}
+        busy={busy}
         onClick={toggle}
       >
         <span class="switch-track" aria-hidden="true">
           <span class="switch-thumb" />
         </span>
         <span class="switch-label">{enabled ? 'Enabled' : 'Disabled'}</span>
-      </button>
+      </BusyButton>
       <button type="button" class="button small danger-outline" onClick={() => setConfirming(true)} aria-label={`Revoke ${t.name}`}>
         Revoke
       </button>

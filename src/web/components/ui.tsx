@@ -1,6 +1,7 @@
-import type { ComponentChildren, JSX } from 'preact';
+import type { ButtonHTMLAttributes, ComponentChildren, JSX } from 'preact';
 import { useEffect, useId, useRef, useState } from 'preact/hooks';
 import { ApiError } from '../api.js';
+import { useFocusReturn } from '../focus.js';
 import { fmtAgo } from '../format.js';
 import { type Polled, useNow } from '../hooks.js';
 
@@ -13,9 +14,9 @@ export function Freshness({ polled }: { polled: Pick<Polled<unknown>, 'updatedAt
       <span class="muted" data-testid="freshness">
         {updatedAt === null ? (loading ? 'Loading…' : 'Not loaded') : `Updated ${fmtAgo(now - updatedAt)}`}
       </span>
-      <button type="button" class="icon-button" onClick={refresh} disabled={loading} aria-label="Refresh now" title="Refresh now">
+      <BusyButton type="button" class="icon-button" onClick={refresh} busy={loading} aria-label="Refresh now" title="Refresh now">
         <span aria-hidden="true">↻</span>
-      </button>
+      </BusyButton>
     </span>
   );
 }
@@ -108,17 +109,11 @@ export function ConfirmDialog(props: {
   const [busy, setBusy] = useState(false);
   const [error, setError] = useState<Error | null>(null);
   const titleId = useId();
+  // Unmounted, not closed: the focus goes back to what opened it, or (keepFocusInPage) to the page's content when that went with the action (a revoked token's buttons).
+  useFocusReturn();
   useEffect(() => {
-    const opener = document.activeElement;
     ref.current?.showModal();
     cancelRef.current?.focus();
-    // The dialog leaves the page unmounted, not closed, so the browser does not give the focus back:
-    // return it to what opened it, or to the page's content when that went with the action (a revoked token's buttons).
-    return () =>
-      queueMicrotask(() => {
-        const target = opener instanceof HTMLElement && opener.isConnected ? opener : document.getElementById('main');
-        if (document.activeElement === document.body || document.activeElement === null) target?.focus();
-      });
   }, []);
   const confirm = async () => {
     setBusy(true);
@@ -145,14 +140,34 @@ export function ConfirmDialog(props: {
       <div class="dialog-body">{props.children}</div>
       <ProblemMessage error={error} />
       <div class="button-row">
-        <button type="button" ref={cancelRef} class="button" onClick={props.onClose} disabled={busy}>
+        <BusyButton type="button" ref={cancelRef} class="button" onClick={props.onClose} busy={busy}>
           Cancel
-        </button>
-        <button type="button" class={`button ${props.danger ? 'danger' : 'primary'}`} onClick={confirm} disabled={busy}>
+        </BusyButton>
+        <BusyButton type="button" class={`button ${props.danger ? 'danger' : 'primary'}`} onClick={confirm} busy={busy}>
           {busy ? 'Working…' : props.confirmLabel}
-        </button>
+        </BusyButton>
       </div>
     </dialog>
+  );
+}
+
+/**
+ * A button whose action is under way: it says so (aria-disabled, drawn as disabled) and ignores
+ * being pressed, a form's submission included (Enter in a field presses the submit button).
+ * Not `disabled`: Chromium moves the focus of a button that becomes disabled to <body>, and the
+ * keyboard or screen-reader user loses their place after every action. `disabled` stays for what
+ * cannot be done at all (an export the plan lacks).
+ */
+export function BusyButton({ busy, onClick, ...button }: Omit<ButtonHTMLAttributes<HTMLButtonElement>, 'onClick'> & { busy: boolean; onClick?(): void }) {
+  return (
+    <button
+      {...button}
+      aria-disabled={busy || undefined}
+      onClick={(e) => {
+        if (busy) e.preventDefault();
+        else onClick?.();
+      }}
+    />
   );
 }
 

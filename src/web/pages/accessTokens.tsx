@@ -2,7 +2,7 @@ import { useState } from 'preact/hooks';
 import type { AccessTokenList, AccessTokenRecord, CreatedAccessToken } from '../../api/types.js';
 import { asApiError } from '../api.js';
 import { type Column, DataTable } from '../components/dataTable.js';
-import { ConfirmDialog, Field, Panel, ProblemMessage, SecretOnce, StatusBadge } from '../components/ui.js';
+import { BusyButton, ConfirmDialog, Field, Panel, ProblemMessage, SecretOnce, StatusBadge } from '../components/ui.js';
 import { fmtDateTime } from '../format.js';
 import { usePolled, useSession } from '../hooks.js';
 
@@ -113,9 +113,9 @@ function CreateAccessTokenForm({ onCreated }: { onCreated(t: CreatedAccessToken)
       <Field label="Name" error={error} hint="e.g. “CI deploy script”.">
         {(c) => <input {...c} value={name} onInput={(e) => setName(e.currentTarget.value)} />}
       </Field>
-      <button type="submit" class="button primary" disabled={busy}>
+      <BusyButton type="submit" class="button primary" busy={busy}>
         {busy ? 'Creating…' : 'Create access token'}
-      </button>
+      </BusyButton>
       <ProblemMessage error={refusal} />
     </form>
   );

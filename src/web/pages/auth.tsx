@@ -1,6 +1,6 @@
 import { useState } from 'preact/hooks';
 import { type ApiClient, type ApiError, asApiError } from '../api.js';
-import { Field, ProblemMessage } from '../components/ui.js';
+import { BusyButton, Field, ProblemMessage } from '../components/ui.js';
 import { hrefOf } from '../router.js';
 
 export type AuthMode = 'login' | 'signup';
@@ -72,9 +72,9 @@ export function AuthForm(props: { api: ApiClient; mode: AuthMode; lockedEmail?: 
         )}
       </Field>
       <ProblemMessage error={refusal} />
-      <button type="submit" class="button primary wide" disabled={busy}>
+      <BusyButton type="submit" class="button primary wide" busy={busy}>
         {busy ? 'Please wait…' : signup ? 'Create account' : 'Log in'}
-      </button>
+      </BusyButton>
     </form>
   );
 }
@@ -82,7 +82,7 @@ export function AuthForm(props: { api: ApiClient; mode: AuthMode; lockedEmail?: 
 export function AuthPage(props: { api: ApiClient; mode: AuthMode; onDone(): Promise<void> }) {
   const signup = props.mode === 'signup';
   return (
-    <main class="auth-page" id="main">
+    <main class="auth-page" id="main" tabIndex={-1}>
       <div class="auth-card">
         <p class="brand-big">
           <span class="brand-mark" aria-hidden="true">

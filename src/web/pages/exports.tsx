@@ -2,7 +2,7 @@ import { useState } from 'preact/hooks';
 import type { ExportFormat } from '../../api/types.js';
 import { query } from '../api.js';
 import { FiltersBar } from '../components/filters.js';
-import { Panel, ProblemMessage } from '../components/ui.js';
+import { BusyButton, Panel, ProblemMessage } from '../components/ui.js';
 import { fmtDateTime } from '../format.js';
 import { periodOf, useFilters, useSession } from '../hooks.js';
 
@@ -79,9 +79,16 @@ function ExportCard(props: { format: ExportFormat; title: string; what: string; 
       <p class="muted" aria-live="polite">
         {done ? `Downloaded ${done}.` : ''}
       </p>
-      <button type="button" class="button primary" onClick={download} disabled={!props.allowed || busy} aria-describedby={props.allowed ? undefined : reasonId}>
+      <BusyButton
+        type="button"
+        class="button primary"
+        onClick={download}
+        busy={busy}
+        disabled={!props.allowed}
+        aria-describedby={props.allowed ? undefined : reasonId}
+      >
         {busy ? 'Preparing…' : `Download ${props.title}`}
-      </button>
+      </BusyButton>
     </Panel>
   );
 }

@@ -7,7 +7,7 @@ import { RecentErrors } from '../components/errorTable.js';
 import { FiltersBar } from '../components/filters.js';
 import { MetricCards } from '../components/metricCards.js';
 import { TokenActions } from '../components/tokenActions.js';
-import { Empty, Field, Panel, ProblemMessage, StatusBadge } from '../components/ui.js';
+import { BusyButton, Empty, Field, Panel, ProblemMessage, StatusBadge } from '../components/ui.js';
 import { UsageCharts } from '../components/usageCharts.js';
 import { fmtDateTime, fmtInt } from '../format.js';
 import { usePolled, useSession } from '../hooks.js';
@@ -204,9 +204,9 @@ function EditTokenForm({ token, onSaved }: { token: TokenRecord; onSaved(t: Toke
         <span class="muted" aria-live="polite">
           {saved ? 'Saved.' : ''}
         </span>
-        <button type="submit" class="button primary" disabled={busy}>
+        <BusyButton type="submit" class="button primary" busy={busy}>
           {busy ? 'Saving…' : 'Save'}
-        </button>
+        </BusyButton>
       </div>
     </form>
   );

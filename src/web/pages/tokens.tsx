@@ -3,7 +3,7 @@ import type { Account, CreatedToken, TokenList, TokenRecord } from '../../api/ty
 import { asApiError } from '../api.js';
 import { type Column, DataTable } from '../components/dataTable.js';
 import { TokenActions } from '../components/tokenActions.js';
-import { Field, Panel, ProblemMessage, SecretOnce, StatusBadge } from '../components/ui.js';
+import { BusyButton, Field, Panel, ProblemMessage, SecretOnce, StatusBadge } from '../components/ui.js';
 import { fmtDate, fmtDateTime, fmtInt } from '../format.js';
 import { usePolled, useSession } from '../hooks.js';
 import { hrefOf } from '../router.js';
@@ -232,9 +232,9 @@ function CreateTokenForm(props: { account: Account; atMax: string | null; onCanc
         <button type="button" class="button" onClick={props.onCancel}>
           Cancel
         </button>
-        <button type="submit" class="button primary" disabled={busy}>
+        <BusyButton type="submit" class="button primary" busy={busy}>
           {busy ? 'Creating…' : 'Create token'}
-        </button>
+        </BusyButton>
       </div>
     </form>
   );

@@ -1,7 +1,8 @@
 import { useState } from 'preact/hooks';
 import type { Account, Alert, AlertType, TokenRecord } from '../../../api/types.js';
 import { asApiError } from '../../api.js';
-import { Field, ProblemMessage } from '../../components/ui.js';
+import { BusyButton, Field, ProblemMessage } from '../../components/ui.js';
+import { useFocusReturn } from '../../focus.js';
 import { useSession } from '../../hooks.js';
 import { ChannelPicker } from './channelPicker.js';
 import { bodyOf, type Draft, draftOf, validate } from './draft.js';
@@ -13,6 +14,8 @@ type TextField = Exclude<keyof Draft, 'type' | 'enabled' | 'channels'>;
 /** Creates an alert, or edits one: checked here for quick answers, judged by the server. */
 export function AlertForm(props: { account: Account; alert: Alert | null; tokens: TokenRecord[]; onCancel(): void; onSaved(a: Alert): void }) {
   const { api } = useSession();
+  // Closed, it gives the focus back to the Edit button that opened it (a new alert's button went with the form: the page's content).
+  useFocusReturn();
   const [draft, setDraft] = useState<Draft>(() => draftOf(props.alert, props.account));
   const [touched, setTouched] = useState(false);
   const [busy, setBusy] = useState(false);
@@ -122,9 +125,9 @@ export function AlertForm(props: { account: Account; alert: Alert | null; tokens
         <button type="button" class="button" onClick={props.onCancel}>
           Cancel
         </button>
-        <button type="submit" class="button primary" disabled={busy}>
+        <BusyButton type="submit" class="button primary" busy={busy}>
           {busy ? 'Saving…' : props.alert ? 'Save alert' : 'Create alert'}
-        </button>
+        </BusyButton>
       </div>
     </form>
   );
