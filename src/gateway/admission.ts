@@ -46,8 +46,8 @@ export type Admission =
     }
   | {
       ok: false;
-      status: 401 | 403 | 429;
-      /** Stable code: `unauthorized`, `token_disabled`, `chain_not_in_plan`, `rate_limited`, `monthly_limit_reached`. */
+      status: 401 | 403 | 429 | 503;
+      /** Stable code: `unauthorized`, `token_disabled`, `chain_not_in_plan`, `rate_limited`, `monthly_limit_reached`, `limits_unavailable` (503). */
       code: string;
       message: string;
       /** Known when the token was recognised: refused calls are metered too. */

@@ -43,10 +43,11 @@ export function restError(code: string, message: string, extra?: Record<string, 
   return JSON.stringify({ error: { code, message, ...extra } });
 }
 
-/** The JSON-RPC code for a refused admission. */
-export function admissionRpcCode(status: 401 | 403 | 429): number {
+/** The JSON-RPC code for a refused admission (503: the gateway's own temporary outage, as its other 503s). */
+export function admissionRpcCode(status: 401 | 403 | 429 | 503): number {
   if (status === 401) return RpcCode.unauthorized;
   if (status === 403) return RpcCode.forbidden;
+  if (status === 503) return RpcCode.internalError;
   return RpcCode.limitExceeded;
 }
 

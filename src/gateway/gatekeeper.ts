@@ -44,7 +44,8 @@ const refuse = (status: 401 | 403, code: string, message: string, caller: Caller
 /**
  * The spec's rejection rules in order: 401 for a token that is missing, malformed, unknown,
  * revoked, expired or passed the wrong way; 403 for a disabled token or a chain outside the
- * plan; then the rate limit and monthly quota in one limiter call (429 when nothing passes).
+ * plan; then the rate limit and monthly quota in one limiter call (429 when nothing passes; 503
+ * when the limits cannot be checked and the limiter fails closed).
  */
 export class TokenGatekeeper implements Gatekeeper {
   private readonly clock = new IsoClock();
@@ -121,6 +122,19 @@ export class TokenGatekeeper implements Gatekeeper {
 function limitedAdmission(request: AdmissionRequest, caller: Caller, decision: LimitDecision): Admission {
   const headers = limitHeaders(decision);
   // cost 0: every call of the request was invalid; the caller is known (metered) but charged nothing.
+  if (decision.granted === 0 && request.cost > 0 && decision.refusedBy === 'unavailable') {
+    // The limits could not be checked (fail-closed): an outage of ours, not the caller's excess.
+    // No limit headers: their figures would be made up (a month "unlimited", a window spent).
+    return {
+      ok: false,
+      status: 503,
+      caller,
+      headers: { 'retry-after': String(decision.retryAfterSeconds ?? 1) },
+      retryAfterSeconds: decision.retryAfterSeconds ?? 1,
+      code: 'limits_unavailable',
+      message: 'Service temporarily unavailable: the limits cannot be checked right now; retry shortly.',
+    };
+  }
   if (decision.granted === 0 && request.cost > 0) {
     const monthly = decision.refusedBy === 'monthly';
     return {

@@ -74,6 +74,10 @@ const classOf = (method: string): MethodClass => (method.includes('/') ? 'rest' 
 /** Method classes remembered per process, up to a bound (REST paths are open-ended). */
 const METHOD_CLASSES_MAX = 10_000;
 
+/** A limiter refusal's `outcome` label: which limit, or the limits being unavailable (fail-closed). */
+const refusalOutcome = (refusedBy: LimitDecision['refusedBy']): string =>
+  refusedBy === 'monthly' ? 'refused_monthly' : refusedBy === 'unavailable' ? 'refused_unavailable' : 'refused_rate';
+
 const escapeLabelValue = (v: string): string => v.replace(/\\/g, '\\\\').replace(/\n/g, '\\n').replace(/"/g, '\\"');
 
 interface Series {
@@ -194,7 +198,7 @@ export class Telemetry {
   /** The entries by chain, class and status: a call finds its own without building a key. */
   private readonly pendingIndex = new Map<string, Map<string, Map<number, PendingCalls>>>();
   private readonly methodClasses = new Map<string, MethodClass>();
-  /** Limiter decisions since the last scrape, by outcome (`admitted`, `refused_rate`, `refused_monthly`). */
+  /** Limiter decisions since the last scrape, by outcome (`admitted`, `refused_rate`, `refused_monthly`, `refused_unavailable`). */
   private readonly pendingDecisions = new Map<string, number>();
   /** Served reads since the last scrape by chain, counted per CACHE_RESULTS entry. */
   private readonly pendingCache = new Map<string, number[]>();
@@ -472,7 +476,7 @@ export class Telemetry {
     };
     const count = (request: LimitRequest, d: LimitDecision): LimitDecision => {
       if (d.granted > 0) add('admitted', d.granted);
-      if (d.granted < request.cost) add(d.refusedBy === 'monthly' ? 'refused_monthly' : 'refused_rate', request.cost - d.granted);
+      if (d.granted < request.cost) add(refusalOutcome(d.refusedBy), request.cost - d.granted);
       return d;
     };
     return {

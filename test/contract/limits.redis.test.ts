@@ -48,7 +48,8 @@ describe('ResilientLimiter', () => {
     const limiter = new ResilientLimiter(new RedisLimiter(`redis://127.0.0.1:${await freePort()}`), { failClosed: true });
     try {
       const decision = await limiter.take(request({ cost: 2 }));
-      expect(decision).toMatchObject({ granted: 0, refusedBy: 'rate', retryAfterSeconds: 1 });
+      // Not 'rate': the caller exceeded nothing, the gateway answers 503 (test/e2e/limits-fail-closed.test.ts).
+      expect(decision).toMatchObject({ granted: 0, refusedBy: 'unavailable', retryAfterSeconds: 1 });
       expect(decision.rate.remaining).toBe(0);
     } finally {
       await limiter.close();

@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import type { UsageRecord } from '../../src/domain/usage.js';
-import type { LimitDecision, LimitRequest, Limiter } from '../../src/infra/limits/port.js';
+import type { LimitDecision, Limiter, LimitRequest } from '../../src/infra/limits/port.js';
 import { Telemetry, type TelemetrySources } from '../../src/infra/telemetry.js';
 
 const record = (chain: string, method: string, status: number, upstream = 'u1'): UsageRecord => ({
@@ -82,16 +82,19 @@ describe('telemetry: limiter decisions', () => {
       decision(1, null), // a call admitted at once
       Promise.resolve(decision(3, 'rate')), // a batch of 5, 3 admitted, 2 refused by the rate limit
       decision(0, 'monthly'), // a call refused by the quota
+      decision(0, 'unavailable'), // a batch of 3 refused: the limits could not be checked (fail-closed)
     ];
     const limiter: Limiter = { take: () => answers.shift() as LimitDecision, monthlyUsed: async () => 0, close: async () => {} };
     const counted = t.countDecisions(limiter);
     expect(counted.take(request(1))).toEqual(decision(1, null));
     expect(await counted.take(request(5))).toEqual(decision(3, 'rate'));
     counted.take(request(1));
+    counted.take(request(3));
     let text = await t.metrics();
     expect(decisionsOf(text, 'admitted')).toBe(4);
     expect(decisionsOf(text, 'refused_rate')).toBe(2);
     expect(decisionsOf(text, 'refused_monthly')).toBe(1);
+    expect(decisionsOf(text, 'refused_unavailable')).toBe(3);
     answers.push(decision(2, null));
     counted.take(request(2));
     text = await t.metrics();

@@ -256,8 +256,10 @@ export class Session {
           usage.charged = true;
           return { status: 200, body: frame, contentType: JSON_CONTENT_TYPE, admission: a, usage: [usage] };
         }
-        // A push cannot be asked again later: one refused by the rate limit alone is delivered, uncharged.
-        if (!a.ok && a.code === 'rate_limited') return { status: 200, body: frame, contentType: JSON_CONTENT_TYPE, admission: a, usage: [usage] };
+        // A push cannot be asked again later: one refused by the rate limit alone, or while the limits
+        // cannot be checked (fail-closed), is delivered, uncharged.
+        if (!a.ok && (a.code === 'rate_limited' || a.code === 'limits_unavailable'))
+          return { status: 200, body: frame, contentType: JSON_CONTENT_TYPE, admission: a, usage: [usage] };
         refusal = a;
         const error = `{"jsonrpc":"2.0","method":"${opened.notification}","params":{"subscription":${subscriptionId},"error":{"code":${RpcCode.limitExceeded},"message":${JSON.stringify(a.ok ? 'limit exceeded' : a.message)}}}}`;
         return {

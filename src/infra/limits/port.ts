@@ -29,8 +29,11 @@ export const quotaBucket = {
 export interface LimitDecision {
   /** How many of the `cost` calls are admitted (0..cost). */
   granted: number;
-  /** Why the rest was refused. */
-  refusedBy: 'rate' | 'monthly' | null;
+  /**
+   * Why the rest was refused: a limit, or `unavailable` when the limits could not be checked
+   * (Redis unreachable with fail-closed): a temporary outage (503), not the caller's excess (429).
+   */
+  refusedBy: 'rate' | 'monthly' | 'unavailable' | null;
   rate: { limit: number; remaining: number /** Unix seconds */; resetAt: number };
   monthly: { limit: number | null; remaining: number | null /** Unix seconds: next UTC month start */; resetAt: number };
   /** Seconds until a refused call may succeed; null when nothing was refused. */

@@ -14,8 +14,9 @@ export interface ResilientLimiterOptions {
    * - fail-open (default): answer from an in-process limiter, so each gateway instance
    *   enforces the limits on its own share of traffic (N instances may admit up to N × rps
    *   in total, and monthly counts made meanwhile are not written back to Redis).
-   * - fail-closed: refuse every call as rate-limited (`granted: 0`, `refusedBy: 'rate'`,
-   *   `retryAfterSeconds: 1`); the monthly `remaining` is reported as null (unknown).
+   * - fail-closed: refuse every call as the limits being unavailable (`granted: 0`,
+   *   `refusedBy: 'unavailable'`, `retryAfterSeconds: 1`): the gateway answers 503, not a 429
+   *   that would tell the caller it exceeded a limit; the monthly `remaining` is null (unknown).
    */
   failClosed?: boolean;
 }
@@ -113,7 +114,7 @@ export class ResilientLimiter implements Limiter {
 function refuseAll(request: LimitRequest): LimitDecision {
   return {
     granted: 0,
-    refusedBy: request.cost > 0 ? 'rate' : null,
+    refusedBy: request.cost > 0 ? 'unavailable' : null,
     rate: { limit: request.rps, remaining: 0, resetAt: rateWindow(request.nowMs) + 1 },
     monthly: { limit: request.monthly.limit, remaining: null, resetAt: nextMonthStart(request.nowMs) },
     retryAfterSeconds: request.cost > 0 ? 1 : null,
