@@ -226,7 +226,7 @@ export class Telemetry {
     const pendingDecisions = this.pendingDecisions;
     new Counter({
       name: 'gateway_limiter_decisions_total',
-      help: 'Calls admitted or refused by the rate limit or the monthly quota',
+      help: 'Calls admitted or refused by the rate limit or the monthly quota (or while the limits cannot be checked)',
       labelNames: ['outcome'],
       registers,
       collect() {
