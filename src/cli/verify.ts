@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { isDeepStrictEqual } from 'node:util';
 import type { PlanCatalog } from '../domain/plans.js';
+import type { RawRowFields, UsageCallFields } from '../domain/usage.js';
 import type { EventStore, Position, Subscription, SubscriptionItem } from '../infra/eventstore/port.js';
 import { LevelReadModelStore } from '../infra/readmodels/level.js';
 import type { Doc, RangeOptions, ReadModelStore, ReadModelWrite } from '../infra/readmodels/port.js';
@@ -10,12 +11,15 @@ import { type AccountDoc, COLLECTIONS } from '../projections/core.js';
 import type { Projection } from '../projections/projection.js';
 import { purgeAccountUsage } from '../projections/retention.js';
 import { ProjectionRunner } from '../projections/runner.js';
+import { USAGE_METRICS } from '../projections/usageMetrics.js';
 
 export interface Difference {
   collection: string;
+  /** The document's key; for raw rows, `<account>/<hour>` (compared call by call, see compareRawRows). */
   key: string;
   /** `missing`: the replay has the document, the read models do not; `extra`: the other way; `differs`: both, with these top-level fields unequal. */
   kind: 'missing' | 'extra' | 'differs';
+  /** The unequal top-level fields; for raw rows, the request id of the first call that differs (the replay's, where both have one). */
   fields?: string[];
 }
 
@@ -74,7 +78,8 @@ export async function verifyReadModels(options: {
       let differences = 0;
       for (const { projection } of checkpoints) {
         for (const collection of projection.collections) {
-          for await (const d of compare(collection, liveView, replay)) {
+          const compared = collection === USAGE_METRICS.requestBlocks ? compareRawRows(liveView, replay) : compare(collection, liveView, replay);
+          for await (const d of compared) {
             if (d === null) {
               documents++;
               continue;
@@ -137,6 +142,76 @@ async function* compare(collection: string, live: ReadModelStore, replay: ReadMo
     }
   }
 }
+
+/**
+ * The raw rows of both sides, an account's hour at a time, compared call by call in the order
+ * recorded: null for each equal hour, else the difference. Not document by document, because
+ * the documents are cut as the version that wrote them cut them: before this one, in blocks of
+ * 16 consecutive calls keyed by the block's number, now one per usage event keyed by its first
+ * call. Both orders are the calls' order in the account's usage stream, and an upgraded store
+ * holds its older documents first in each hour (their keys are below every later call's
+ * number). A row of a version before the charged and cache columns is compared on the call's
+ * fields it has (the exports tell its charged from its status). Memory: a page of documents.
+ */
+async function* compareRawRows(live: ReadModelStore, replay: ReadModelStore): AsyncGenerator<Difference | null> {
+  const collection = USAGE_METRICS.requestBlocks;
+  const a = rawRows(live)[Symbol.asyncIterator]();
+  const b = rawRows(replay)[Symbol.asyncIterator]();
+  const next = async (rows: AsyncIterator<RawRowAt>): Promise<RawRowAt | null> => {
+    const r = await rows.next();
+    return r.done ? null : r.value;
+  };
+  let x = await next(a);
+  let y = await next(b);
+  for (;;) {
+    const first = x === null ? y : y === null ? x : compareKeys(`${x.hour}/`, `${y.hour}/`) <= 0 ? x : y;
+    if (first === null) return;
+    const { hour } = first;
+    let liveRows = 0;
+    let replayRows = 0;
+    let firstUnequal: string | null = null;
+    for (;;) {
+      const inLive = x !== null && x.hour === hour ? x : null;
+      const inReplay = y !== null && y.hour === hour ? y : null;
+      if (inLive === null && inReplay === null) break;
+      if (firstUnequal === null && (inLive === null || inReplay === null || !sameRawRow(inLive.row, inReplay.row))) {
+        firstUnequal = (inReplay ?? inLive)?.row[0] ?? hour;
+      }
+      if (inLive) {
+        liveRows++;
+        x = await next(a);
+      }
+      if (inReplay) {
+        replayRows++;
+        y = await next(b);
+      }
+    }
+    if (replayRows === 0) yield { collection, key: hour, kind: 'extra' };
+    else if (liveRows === 0) yield { collection, key: hour, kind: 'missing' };
+    else yield firstUnequal === null ? null : { collection, key: hour, kind: 'differs', fields: [firstUnequal] };
+  }
+}
+
+interface RawRowAt {
+  /** `<account>/<hour>`: the key less the document's first call. */
+  hour: string;
+  row: RawRowFields;
+}
+
+/** Each raw row with its `<account>/<hour>`, in key order and, within a document, in the order recorded. */
+async function* rawRows(rm: ReadModelStore): AsyncGenerator<RawRowAt> {
+  for await (const { key, doc } of documents(rm, USAGE_METRICS.requestBlocks)) {
+    const hour = key.slice(0, key.lastIndexOf('/'));
+    // Integer-like fields enumerate in ascending order: the document's calls in the order recorded.
+    for (const slot in doc) yield { hour, row: doc[slot] as RawRowFields };
+  }
+}
+
+/** A row's call fields: what every version's rows hold. */
+const CALL_FIELDS: UsageCallFields['length'] = 12;
+
+const sameRawRow = (live: RawRowFields, replayed: RawRowFields): boolean =>
+  live.length === CALL_FIELDS ? isDeepStrictEqual(live, replayed.slice(0, CALL_FIELDS)) : isDeepStrictEqual(live, replayed);
 
 async function* documents(rm: ReadModelStore, collection: string): AsyncGenerator<{ key: string; doc: Doc }> {
   let gte = '';
