@@ -4,7 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { answerSerializer, checkAnswerStatuses, completeRoutes } from '../../src/commands/api/contract.js';
 import type { ApiDeps } from '../../src/commands/api/deps.js';
-import { zodValidatorCompiler } from '../../src/commands/api/input.js';
+import { parseInput, zodValidatorCompiler } from '../../src/commands/api/input.js';
 import { problemErrorHandler } from '../../src/commands/api/problem.js';
 
 const ADMIN = 'admin-token-for-the-contract-test';
@@ -65,6 +65,26 @@ describe('routes declare their contract', () => {
     });
     const res = await server.inject({ method: 'GET', url: '/api/v1/things?limit=x' });
     expect(res.json()).toMatchObject({ detail: expect.stringMatching(/^query\.limit: /), errors: [{ in: 'query', path: 'limit' }] });
+    await server.close();
+  });
+
+  it('says a field left out is required, in the route schema and in a handler check alike', async () => {
+    const Body = z.strictObject({ name: z.string(), size: z.number().optional() });
+    const server = await app(async (a) => {
+      a.post('/api/v1/things', { config: { auth: 'public' }, schema: { body: Body } }, async () => null);
+      a.post('/api/v1/checked', { config: { auth: 'public' } }, async (r) => parseInput('body', Body, r.body));
+    });
+    for (const url of ['/api/v1/things', '/api/v1/checked']) {
+      const res = await server.inject({ method: 'POST', url, payload: { size: 'big' } });
+      expect(res.statusCode).toBe(400);
+      expect(res.json()).toMatchObject({
+        detail: 'body.name: required',
+        errors: [
+          { in: 'body', path: 'name', message: 'required' },
+          { in: 'body', path: 'size', message: expect.stringMatching(/expected number, received string/) },
+        ],
+      });
+    }
     await server.close();
   });
 });

@@ -15,9 +15,17 @@ export class InvalidInput extends Error {
   }
 }
 
+/**
+ * A field left out is "required", as the API's documentation says, not zod's "Invalid input:
+ * expected string, received undefined"; every other message is zod's own.
+ */
+const MESSAGES: z.core.ParseContext<z.core.$ZodIssue> = {
+  error: (issue) => (issue.code === 'invalid_type' && issue.input === undefined ? 'required' : undefined),
+};
+
 /** `value` checked against `schema` at the edge; a mismatch says where it was (`query: Unrecognized key: "foo"`). */
 export function parseInput<S extends z.ZodType>(part: InputPart, schema: S, value: unknown): z.output<S> {
-  const result = schema.safeParse(value);
+  const result = schema.safeParse(value, MESSAGES);
   if (!result.success) throw new InvalidInput(part, result.error.issues);
   return result.data;
 }
@@ -34,7 +42,7 @@ export const zodValidatorCompiler: FastifySchemaCompiler<z.ZodType> = ({ schema,
   const part = PART_OF[httpPart ?? ''];
   if (!part) throw new Error(`no zod validation for the request's ${httpPart}`);
   return (value) => {
-    const result = schema.safeParse(value);
+    const result = schema.safeParse(value, MESSAGES);
     return result.success ? { value: result.data } : { error: new InvalidInput(part, result.error.issues) };
   };
 };
