@@ -292,7 +292,7 @@ export async function openRuntime(config: Config, clock?: () => Date, options: R
         now,
         waitFor,
         onError: reportAlertError,
-        metrics: new RollupAlertMetrics(new UsageQueries(readModels), readModels),
+        metrics: new RollupAlertMetrics(new UsageQueries(readModels), queries, config.plans),
       })
     : null;
   const alertScheduler =

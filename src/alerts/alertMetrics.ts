@@ -20,7 +20,10 @@ export type UsageScope = { accountId: string } | { tokenId: string };
 export interface AlertMetrics {
   /** Calls of the account (or of one of its tokens) with `from <= at < to`. */
   windowStats(accountId: string, tokenId: string | null, from: Date, to: Date): Promise<WindowStats>;
-  /** Requests in the calendar month (UTC) that contains `at`. */
+  /**
+   * Quota used in the calendar month (UTC) that contains `at`: a token's charged calls; an
+   * account's, less those of its tokens with their own limit (spec: Authentication 6).
+   */
   monthUsage(scope: UsageScope, at: Date): Promise<number>;
 }
 

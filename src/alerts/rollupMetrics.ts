@@ -1,7 +1,8 @@
-import type { ReadModelStore } from '../infra/readmodels/port.js';
+import type { PlanCatalog } from '../domain/plans.js';
 import type { UsageQueries } from '../projections/metricsQueries.js';
+import type { Queries } from '../projections/queries.js';
 import { ceilTo, MINUTE_MS, seriesGranularity } from '../projections/usageBuckets.js';
-import { type MonthTotals, monthKey, monthOf, quotaUsed, USAGE_TOTALS } from '../projections/usageTotals.js';
+import { monthOf } from '../projections/usageTotals.js';
 import { type AlertMetrics, LIMIT_EXCEEDED_RPC_CODE, type UsageScope, type WindowStats } from './alertMetrics.js';
 
 /** Failed calls read to count limit refusals in one window; past it the count is a floor (and far above any sane threshold). */
@@ -9,18 +10,19 @@ const REFUSALS_SCANNED_MAX = 10_000;
 
 /**
  * AlertMetrics over the usage read models: window figures from the roll-ups (UsageQueries, the
- * metrics API's own queries), limit refusals from the recent-errors log, month totals from
- * `usage_totals` (what the gatekeeper and the account page count too).
+ * metrics API's own queries), limit refusals from the recent-errors log, the month's quota used
+ * from Queries (the figure the limiter, the account view and the metrics count too).
  */
 export class RollupAlertMetrics implements AlertMetrics {
   constructor(
     private readonly usage: UsageQueries,
-    private readonly readModels: ReadModelStore,
+    private readonly queries: Queries,
+    private readonly plans: PlanCatalog,
   ) {}
 
-  async monthUsage(scope: UsageScope, at: Date): Promise<number> {
-    const [collection, id] = 'tokenId' in scope ? [USAGE_TOTALS.byToken, scope.tokenId] : [USAGE_TOTALS.byAccount, scope.accountId];
-    return quotaUsed(await this.readModels.get<MonthTotals>(collection, monthKey(id, monthOf(at.toISOString()))));
+  monthUsage(scope: UsageScope, at: Date): Promise<number> {
+    const month = monthOf(at.toISOString());
+    return 'tokenId' in scope ? this.queries.tokenMonthUsage(scope.tokenId, month) : this.queries.accountQuotaUsage(scope.accountId, this.plans, month);
   }
 
   /**

@@ -19,7 +19,10 @@ export class Queries {
     return this.rm.get<AccountDoc>(C.accounts, accountId);
   }
 
-  /** Requests that used the account's quota this month. */
+  /**
+   * Every charged request of the account's tokens this month (the account view's `requests`).
+   * Not what counts against its monthly limit when tokens have their own: see accountQuotaUsage.
+   */
   async accountMonthUsage(accountId: string, month = monthOf(this.now().toISOString())): Promise<number> {
     return quotaUsed(await this.rm.get<MonthTotals>(USAGE_TOTALS.byAccount, monthKey(accountId, month)));
   }
@@ -32,9 +35,7 @@ export class Queries {
    */
   async bucketMonthUsage(bucket: string, nowMs: number, plans: PlanCatalog): Promise<number> {
     const month = monthOf(new Date(nowMs).toISOString());
-    if (bucket.startsWith('token:')) {
-      return quotaUsed(await this.rm.get<MonthTotals>(USAGE_TOTALS.byToken, monthKey(bucket.slice('token:'.length), month)));
-    }
+    if (bucket.startsWith('token:')) return this.tokenMonthUsage(bucket.slice('token:'.length), month);
     if (!bucket.startsWith('account:')) return 0;
     return this.accountQuotaUsage(bucket.slice('account:'.length), plans, month);
   }
@@ -42,19 +43,21 @@ export class Queries {
   /**
    * Requests of the month that count against the account's monthly limit: on a plan with custom
    * limits, a token with its own limit counts apart (spec: Authentication 6). The limiter's
-   * account bucket, and what the account view and the metrics show as used and remaining.
+   * account bucket, and every account figure of quota used: the account view's remaining, the
+   * metrics' limits, the PDF export, usage_threshold alerts, the CLI's `accounts show`.
    */
   async accountQuotaUsage(accountId: string, plans: PlanCatalog, month = monthOf(this.now().toISOString())): Promise<number> {
     const [used, account] = await Promise.all([this.accountMonthUsage(accountId, month), this.account(accountId)]);
     if (!account || !plans[account.plan]?.custom_limits) return used;
     const refs = await this.rm.range<{ tokenId: string }>(C.tokensByAccount, { prefix: `${accountId}/` });
     const docs = await Promise.all(refs.map((r) => this.tokenDoc(r.doc.tokenId)));
-    const apart = await Promise.all(
-      docs
-        .filter((d): d is TokenDoc => d !== null && d.monthlyLimit !== null)
-        .map(async (d) => quotaUsed(await this.rm.get<MonthTotals>(USAGE_TOTALS.byToken, monthKey(d.id, month)))),
-    );
+    const apart = await Promise.all(docs.filter((d): d is TokenDoc => d !== null && d.monthlyLimit !== null).map((d) => this.tokenMonthUsage(d.id, month)));
     return Math.max(0, used - apart.reduce((sum, n) => sum + n, 0));
+  }
+
+  /** Requests of the month that used the token's quota (its own limit's, or the account's share). */
+  async tokenMonthUsage(tokenId: string, month = monthOf(this.now().toISOString())): Promise<number> {
+    return quotaUsed(await this.rm.get<MonthTotals>(USAGE_TOTALS.byToken, monthKey(tokenId, month)));
   }
 
   tokenDoc(tokenId: string): Promise<TokenDoc | null> {

@@ -208,10 +208,11 @@ describe('operator CLI: commands', () => {
     const text = await cli(['accounts', 'show', a.accountId]);
     expect(text.code).toBe(0);
     expect(text.stdout).toMatch(/^plan\s+free \(Free\)$/m);
-    expect(text.stdout).toMatch(new RegExp(`^requests \\d{4}-\\d{2}\\s+${CALLS} of \\d+$`, 'm'));
+    expect(text.stdout).toMatch(new RegExp(`^requests \\d{4}-\\d{2}\\s+${CALLS}$`, 'm'));
+    expect(text.stdout).toMatch(new RegExp(`^quota used\\s+${CALLS} of \\d+, \\d+ remaining$`, 'm'));
     expect(text.stdout).toMatch(/^tokens\s+2 live of \d+, 2 in all$/m);
     const json = JSON.parse((await cli(['accounts', 'show', a.accountId, '--json'])).stdout);
-    expect(json).toMatchObject({ id: a.accountId, email: a.email, plan: 'free', requests_this_month: CALLS, live_tokens: 2 });
+    expect(json).toMatchObject({ id: a.accountId, email: a.email, plan: 'free', requests_this_month: CALLS, quota_used: CALLS, live_tokens: 2 });
   });
 
   it('plan set: appends the plan change through the command handlers, the read models show it', async () => {

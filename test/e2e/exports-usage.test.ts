@@ -9,6 +9,7 @@ import type { RangeOptions } from '../../src/infra/readmodels/port.js';
 import { EXPORT_PAGE_ROWS } from '../../src/projections/metricsQueries.js';
 import { USAGE_METRICS } from '../../src/projections/usageMetrics.js';
 import { usageEventId } from '../support/oneCallUsage.js';
+import { pdfText } from '../support/pdfText.js';
 import { ADMIN_TOKEN, owner, startTestApp, type TestApp } from '../support/testApp.js';
 
 let t: TestApp;
@@ -103,30 +104,6 @@ function parseCsv(text: string): string[][] {
   }
   if (field !== '' || row.length > 0) throw new Error('CSV does not end with CRLF');
   return rows;
-}
-
-/** The text a PDF shows: inflates its content streams and decodes the hex strings of TJ operators. */
-function pdfText(pdf: Buffer): string {
-  const text: string[] = [];
-  let at = 0;
-  for (;;) {
-    const start = pdf.indexOf('stream\n', at);
-    if (start < 0) break;
-    const end = pdf.indexOf('\nendstream', start);
-    const body = pdf.subarray(start + 7, end);
-    at = end + 10;
-    let content: string;
-    try {
-      content = inflateSync(body).toString('latin1');
-    } catch {
-      continue;
-    }
-    for (const line of content.split('\n')) {
-      if (!/T[Jj]$/.test(line)) continue;
-      text.push([...line.matchAll(/<([0-9a-f]+)>/g)].map((m) => Buffer.from(m[1] as string, 'hex').toString('latin1')).join(''));
-    }
-  }
-  return text.join('\n');
 }
 
 describe('exports by plan', () => {

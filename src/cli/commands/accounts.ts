@@ -58,23 +58,31 @@ export const accountCommands: CommandSpec[] = [
   {
     name: 'accounts show',
     args: ['<account>'],
-    summary: "one account: its plan, this month's requests against its quota, its tokens",
+    summary: "one account: its plan, this month's requests and quota used, its tokens",
     async run({ args: [accountId = ''], out, open }) {
       const stores = await open();
       try {
         const queries = new Queries(stores.readModels);
         const account = await accountOrFail(queries, accountId);
         const plan = stores.plans[account.plan];
-        const [used, tokens] = await Promise.all([queries.accountMonthUsage(accountId), queries.tokens(accountId)]);
+        // As GET /api/v1/account: every request of the month, and the quota used as the limiter counts it.
+        const [requests, used, tokens] = await Promise.all([
+          queries.accountMonthUsage(accountId),
+          queries.accountQuotaUsage(accountId, stores.plans),
+          queries.tokens(accountId),
+        ]);
         const live = tokens.filter((t) => t.status !== 'revoked' && t.status !== 'expired').length;
+        const limit = plan.monthly_requests;
         const view = {
           id: account.id,
           email: account.email,
           plan: account.plan,
           created_at: account.createdAt,
           month: new Date().toISOString().slice(0, 7),
-          requests_this_month: used,
-          monthly_limit: plan.monthly_requests,
+          requests_this_month: requests,
+          quota_used: used,
+          monthly_limit: limit,
+          remaining: limit === null ? null : Math.max(0, limit - used),
           live_tokens: live,
           max_tokens: plan.max_tokens,
         };
@@ -83,7 +91,9 @@ export const accountCommands: CommandSpec[] = [
           ['email', view.email],
           ['plan', `${plan.id} (${plan.name})`],
           ['created', view.created_at],
-          [`requests ${view.month}`, `${used}${plan.monthly_requests === null ? '' : ` of ${plan.monthly_requests}`}`],
+          [`requests ${view.month}`, `${requests}`],
+          // Tokens with their own monthly limit count apart (spec: Authentication 6).
+          ['quota used', view.remaining === null ? `${used} (no monthly limit)` : `${used} of ${limit}, ${view.remaining} remaining`],
           ['tokens', `${live} live${plan.max_tokens === null ? '' : ` of ${plan.max_tokens}`}, ${tokens.length} in all`],
         ]);
         return EXIT.ok;

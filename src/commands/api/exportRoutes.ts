@@ -7,7 +7,7 @@ import { problems } from './contract.js';
 import type { ApiDeps } from './deps.js';
 import { csvChunks } from './exports/csv.js';
 import { jsonChunks } from './exports/json.js';
-import { monthlyLimits, PeriodQuery, periodFor } from './metricsRoutes.js';
+import { accountLimits, PeriodQuery, periodFor } from './metricsRoutes.js';
 import { ownerOf } from './owner.js';
 
 const CONTENT_TYPES: Record<ExportFormat, string> = {
@@ -90,11 +90,11 @@ export const exportRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, deps) =>
         return reply.send(Readable.from(jsonChunks(header, deps.usage.requestRows(scope)), STREAM_OPTIONS));
       }
       // pdfkit (~25 MB resident with its fonts) loads on the first PDF export, not at start-up.
-      const [{ usagePdf }, report, errors, used] = await Promise.all([
+      const [{ usagePdf }, report, errors, limits] = await Promise.all([
         import('./exports/pdf.js'),
         deps.usage.usage(scope),
         deps.usage.errorGroups(scope),
-        deps.queries.accountMonthUsage(accountId),
+        accountLimits(deps, accountId, plan),
       ]);
       return reply.send(
         usagePdf({
@@ -106,7 +106,7 @@ export const exportRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, deps) =>
           generatedAt: deps.now().toISOString(),
           report,
           errors,
-          limits: monthlyLimits(plan.monthly_requests, used, deps.now()),
+          limits,
         }),
       );
     });

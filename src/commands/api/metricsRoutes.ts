@@ -95,6 +95,14 @@ export function monthlyLimits(monthlyLimit: number | null, used: number, now: Da
   };
 }
 
+/**
+ * The account's monthly quota as the metrics and the PDF export show it: its plan's limit against
+ * Queries.accountQuotaUsage, the figure the limiter and the account view's remaining count.
+ */
+export async function accountLimits(deps: ApiDeps, accountId: string, plan: Plan): Promise<MonthlyLimits> {
+  return monthlyLimits(plan.monthly_requests, await deps.queries.accountQuotaUsage(accountId, deps.plans), deps.now());
+}
+
 /** The caller's account and plan, and the period the request's query asks for (metrics and exports). */
 export async function periodFor(request: FastifyRequest, deps: ApiDeps, accountId: string) {
   const account = await deps.queries.account(accountId);
@@ -118,18 +126,13 @@ export const metricsRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, deps) =
     const { accountId } = ownerOf(request);
     const { plan, resolved } = await periodFor(request, deps, accountId);
     const { scope } = resolved;
-    const [report, errors, recentErrors, used] = await Promise.all([
+    const [report, errors, recentErrors, limits] = await Promise.all([
       deps.usage.usage(scope),
       deps.usage.errorGroups(scope),
       deps.usage.recentErrors(scope),
-      deps.queries.accountQuotaUsage(accountId, deps.plans),
+      accountLimits(deps, accountId, plan),
     ]);
-    return {
-      ...periodMetrics(resolved, report, recentErrors),
-      byToken: report.byToken,
-      errors,
-      limits: monthlyLimits(plan.monthly_requests, used, deps.now()),
-    };
+    return { ...periodMetrics(resolved, report, recentErrors), byToken: report.byToken, errors, limits };
   });
 
   const token = {
@@ -147,11 +150,11 @@ export const metricsRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, deps) =
     if (!token) throw new DomainError('not_found', 'No such token.');
     const scope = { ...resolved.scope, tokenId: id };
     const ownLimit = plan.custom_limits && token.monthly_limit !== null;
-    const [report, recentErrors, clientIps, accountUsed] = await Promise.all([
+    const [report, recentErrors, clientIps, account] = await Promise.all([
       deps.usage.usage(scope),
       deps.usage.recentErrors(scope),
       deps.usage.clientIps(scope),
-      ownLimit ? Promise.resolve(0) : deps.queries.accountQuotaUsage(accountId, deps.plans),
+      ownLimit ? null : accountLimits(deps, accountId, plan),
     ]);
     return {
       token: { id: token.id, name: token.name, masked: token.masked, status: token.status },
@@ -159,9 +162,9 @@ export const metricsRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, deps) =
       clientIps,
       webSockets: deps.liveWebSockets(id),
       // A token without its own limit draws on the account's (spec: Authentication 6).
-      limits: ownLimit
-        ? { ...monthlyLimits(token.monthly_limit, token.current_month_usage, deps.now()), appliesTo: 'token' as const }
-        : { ...monthlyLimits(plan.monthly_requests, accountUsed, deps.now()), appliesTo: 'account' as const, tokenUsed: token.current_month_usage },
+      limits: account
+        ? { ...account, appliesTo: 'account' as const, tokenUsed: token.current_month_usage }
+        : { ...monthlyLimits(token.monthly_limit, token.current_month_usage, deps.now()), appliesTo: 'token' as const },
     };
   });
 };

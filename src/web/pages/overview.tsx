@@ -61,7 +61,8 @@ export function OverviewPage() {
 function BillingPeriod({ account }: { account: Account }) {
   const u = account.usage;
   const limit = u.monthly_limit;
-  const used = limit ? Math.min(100, (u.requests / limit) * 100) : 0;
+  // The share the limit counts (limit less remaining), not every request: tokens with their own limit count apart.
+  const used = limit && u.remaining !== null ? Math.min(100, ((limit - u.remaining) / limit) * 100) : 0;
   return (
     <div class="billing">
       <dl class="stats">

@@ -134,7 +134,8 @@ export function usagePdf(input: PdfReportInput): PDFKit.PDFDocument {
     .fontSize(9)
     .fillColor(MUTED)
     .text(
-      `This month: ${count(used)} requests${monthlyLimit === null ? ' (no monthly limit)' : ` of ${count(monthlyLimit)}, ${count(remaining ?? 0)} remaining`}; resets ${resetsAt}.`,
+      // The account's quota used, not every request: tokens with their own limit count apart (as on the account page).
+      `This month's quota: ${count(used)}${monthlyLimit === null ? ' requests used (no monthly limit)' : ` of ${count(monthlyLimit)} requests used, ${count(remaining ?? 0)} remaining`}; resets ${resetsAt}.`,
       MARGIN,
     );
 
