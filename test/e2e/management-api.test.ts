@@ -299,6 +299,10 @@ describe('the management API answers as itself', () => {
       ['PUT', '/api/v1/tokens'],
       ['GET', '/api/v1/tokens/tok_0000000000000000/extra'],
       ['GET', '/api/v2/tokens'],
+      ['GET', '/api'],
+      ['POST', '/api'],
+      ['GET', '/api?x=1'],
+      ['GET', '/api/'],
     ] as const) {
       const res = await inject({ method, url, headers: o.auth });
       expect(res.statusCode, `${method} ${url}`).toBe(404);

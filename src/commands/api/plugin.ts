@@ -34,8 +34,8 @@ export const managementApi: FastifyPluginAsync<ApiDeps> = async (app, deps) => {
     problemErrorHandler(Object.assign(new Error(`No route ${request.method} ${request.url.split('?')[0]}.`), { statusCode: 404 }), request, reply);
   };
   app.setNotFoundHandler(notFound);
-  // What no route here serves under /api is this API's 404, not the chain router's unknown chain "api".
-  app.all('/api/*', { schema: { hide: true } }, notFound);
+  // What no route here serves under /api, /api itself included, is this API's 404, not the chain router's unknown chain "api".
+  for (const url of ['/api', '/api/*']) app.all(url, { schema: { hide: true } }, notFound);
   // Every answer, errors included: some hold a raw token (shown once), none may sit in a cache or be sniffed as another type.
   app.addHook('onSend', (_request, reply, payload, done) => {
     reply.header('cache-control', 'no-store');
