@@ -413,11 +413,19 @@ describe('metrics requests that are refused', () => {
     ['an end far in the future', '?end=2999-01-01T00:00:00Z'],
     ['a repeated parameter', '?chain=eth&chain=sol'],
     ['an unknown parameter', '?from=2024-05-01'],
-  ])('400 problem+json for %s', async (_label, query) => {
+  ])('400 problem+json for %s, in the shape of every validation error', async (_label, query) => {
     const res = await metrics(o.auth, query);
     expect(res.statusCode).toBe(400);
     expect(res.headers['content-type']).toMatch(/^application\/problem\+json/);
-    expect(res.json()).toMatchObject({ status: 400, code: 'validation_failed' });
+    expect(res.json()).toMatchObject({ status: 400, code: 'validation_failed', detail: expect.stringMatching(/^query[.:]/) });
+    // Each problem in `errors`, with the part it was in, whether the schema or the handler found it.
+    expect(res.json().errors).toEqual([expect.objectContaining({ in: 'query', path: expect.any(String), message: expect.any(String) })]);
+  });
+
+  it('an unknown chain names the parameter and the chains there are', async () => {
+    const res = (await metrics(o.auth, '?chain=doge')).json();
+    expect(res.detail).toMatch(/^query\.chain: unknown chain "doge"; known chains: .*\beth\b/);
+    expect(res.errors).toEqual([{ in: 'query', path: 'chain', message: expect.stringMatching(/^unknown chain "doge"/) }]);
   });
 
   it('401 without credentials, with an unknown or revoked API token', async () => {

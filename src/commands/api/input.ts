@@ -30,6 +30,15 @@ export function parseInput<S extends z.ZodType>(part: InputPart, schema: S, valu
   return result.data;
 }
 
+/**
+ * A handler's own check of one field (one the schema cannot judge alone: a chain this server
+ * does not have, an end before the start) failed: the same 400 as a schema mismatch, its detail
+ * (`query.chain: …`) and its `errors` entry alike.
+ */
+export function invalidField(part: InputPart, field: string, message: string): never {
+  throw new InvalidInput(part, [{ code: 'custom', path: [field], message }]);
+}
+
 const PART_OF: Record<string, InputPart> = { body: 'body', querystring: 'query', params: 'params' };
 
 /**

@@ -3,7 +3,7 @@ import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { TokenMetrics, UserMetrics } from '../../api/schemas.js';
 import type { MonthlyLimits, PeriodMetrics, RecentError } from '../../api/types.js';
-import { DomainError, fail } from '../../domain/errors.js';
+import { DomainError } from '../../domain/errors.js';
 import type { Plan } from '../../domain/plans.js';
 import type { UsageReport, UsageScope } from '../../projections/metricsQueries.js';
 import { retentionCutoff } from '../../projections/retention.js';
@@ -11,7 +11,7 @@ import { ceilTo, DAY_MS, floorTo, nextBucket, seriesGranularity } from '../../pr
 import { MINUTE_RETENTION_DAYS } from '../../projections/usageExpiry.js';
 import { problems } from './contract.js';
 import type { ApiDeps } from './deps.js';
-import { parseInput } from './input.js';
+import { invalidField, parseInput } from './input.js';
 import { ownerOf } from './owner.js';
 import { TokenParams } from './schemas.js';
 
@@ -59,10 +59,10 @@ export function resolvePeriod(query: unknown, context: { accountId: string; plan
   const now = context.now.getTime();
   const end = q.end === undefined ? now : toMs(q.end);
   const requestedStart = q.start === undefined ? null : toMs(q.start);
-  if (end > now + DAY_MS) fail('validation_failed', 'query.end: must not be more than a day in the future.');
-  if (requestedStart !== null && end <= requestedStart) fail('validation_failed', 'query.end: must be after start.');
+  if (end > now + DAY_MS) invalidField('query', 'end', 'must not be more than a day in the future.');
+  if (requestedStart !== null && end <= requestedStart) invalidField('query', 'end', 'must be after start.');
   if (q.chain !== undefined && !context.chainIds.includes(q.chain)) {
-    fail('validation_failed', `query.chain: unknown chain "${q.chain}"; known chains: ${context.chainIds.join(', ')}.`);
+    invalidField('query', 'chain', `unknown chain "${q.chain}"; known chains: ${context.chainIds.join(', ')}.`);
   }
   const earliest = retentionCutoff(context.now, context.plan.retention_days);
   const clamped = requestedStart !== null && requestedStart < earliest;
