@@ -143,8 +143,10 @@ export class AlertEvaluator {
       case 'token_usage': {
         if (!token) return { unavailable: 'token_usage needs a token.' };
         if (rule.condition === 'percent_of_limit') {
+          // A token without a limit of its own is refused at the account's: that is the quota it uses up.
           const limits = effectiveTokenLimits(plan, token);
-          return { monthUsed: await metrics.monthUsage({ tokenId: token.id }, now), monthlyLimit: limits.monthly };
+          const scope = limits.ownMonthly ? { tokenId: token.id } : { accountId };
+          return { monthUsed: await metrics.monthUsage(scope, now), monthlyLimit: limits.monthly };
         }
         if (rule.condition === 'unusual_traffic' && rule.windowMinutes !== null && rule.baselineHours !== null) {
           const baselineStart = new Date(from.getTime() - rule.baselineHours * 3_600_000);

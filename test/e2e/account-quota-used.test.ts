@@ -21,6 +21,8 @@ import { textSink } from '../support/textSink.js';
 const LIMIT = 100;
 const OWN_CALLS = 30;
 const SHARED_CALLS = 20;
+/** A second token without its own limit: the account's quota is both tokens' calls. */
+const OTHER_SHARED_CALLS = 10;
 
 const dir = mkdtempSync(join(tmpdir(), 'gw-quota-used-'));
 const plans = join(dir, 'plans.json');
@@ -31,6 +33,7 @@ let t: TestApp;
 let appOpen = false;
 let o: Awaited<ReturnType<typeof owner>>;
 let alertId: string;
+let tokenAlertId: string;
 /** What GET /api/v1/account says: every request of the month, and what is left of the limit. */
 let account: { requests: number; monthly_limit: number; remaining: number };
 const inject = (options: InjectOptions) => t.app.inject(options);
@@ -49,14 +52,23 @@ beforeAll(async () => {
     (await inject({ method: 'POST', url: '/api/v1/tokens', headers: o.auth, payload })).json().id as string;
   const own = await token({ name: 'own limit', monthly_limit: 50 });
   const shared = await token({ name: 'account limit' });
+  const otherShared = await token({ name: 'account limit too' });
   const alert = await inject({
     method: 'POST',
     url: '/api/v1/alerts',
     headers: o.auth,
-    payload: { name: 'quota', type: 'usage_threshold', threshold: 30, channels: [{ type: 'email', to: 'ops@example.com' }] },
+    payload: { name: 'quota', type: 'usage_threshold', threshold: 40, channels: [{ type: 'email', to: 'ops@example.com' }] },
   });
   expect(alert.statusCode, alert.body).toBe(201);
   alertId = alert.json().id;
+  const tokenAlert = await inject({
+    method: 'POST',
+    url: '/api/v1/alerts',
+    headers: o.auth,
+    payload: { name: 'token quota', type: 'token_usage', token_id: shared, threshold: 25, channels: [{ type: 'email', to: 'ops@example.com' }] },
+  });
+  expect(tokenAlert.statusCode, tokenAlert.body).toBe(201);
+  tokenAlertId = tokenAlert.json().id;
 
   const at = new Date().toISOString();
   const call = (i: number, tokenId: string, status = 200): UsageRecord => ({
@@ -77,9 +89,10 @@ beforeAll(async () => {
   const records = [
     ...Array.from({ length: OWN_CALLS }, (_, i) => call(i, own)),
     ...Array.from({ length: SHARED_CALLS }, (_, i) => call(OWN_CALLS + i, shared)),
+    ...Array.from({ length: OTHER_SHARED_CALLS }, (_, i) => call(OWN_CALLS + SHARED_CALLS + i, otherShared)),
     // Refused: no quota used anywhere.
-    call(OWN_CALLS + SHARED_CALLS, shared, 429),
-    call(OWN_CALLS + SHARED_CALLS + 1, shared, 429),
+    call(OWN_CALLS + SHARED_CALLS + OTHER_SHARED_CALLS, shared, 429),
+    call(OWN_CALLS + SHARED_CALLS + OTHER_SHARED_CALLS + 1, shared, 429),
   ];
   await t.runtime.store.append(
     usageStream(o.accountId),
@@ -102,7 +115,11 @@ const apiUsed = () => account.monthly_limit - account.remaining;
 
 describe("an account's quota used, with a token that has its own monthly limit", () => {
   it('the account view and the metrics: every request counted, only the shared token against the limit', async () => {
-    expect(account).toMatchObject({ requests: OWN_CALLS + SHARED_CALLS, monthly_limit: LIMIT, remaining: LIMIT - SHARED_CALLS });
+    expect(account).toMatchObject({
+      requests: OWN_CALLS + SHARED_CALLS + OTHER_SHARED_CALLS,
+      monthly_limit: LIMIT,
+      remaining: LIMIT - SHARED_CALLS - OTHER_SHARED_CALLS,
+    });
     const user = (await inject({ method: 'GET', url: '/api/v1/metrics/user', headers: o.auth })).json();
     expect(user.limits).toMatchObject({ monthlyLimit: LIMIT, used: apiUsed(), remaining: account.remaining });
   });
@@ -118,8 +135,17 @@ describe("an account's quota used, with a token that has its own monthly limit",
     const report = await evaluator.runOnce();
     expect(report.failed).toBe(0);
     const alert = (await inject({ method: 'GET', url: `/api/v1/alerts/${alertId}`, headers: o.auth })).json();
-    // 20 of 100 is under the 30 % threshold; counting the other token's calls too (50 %) would fire it.
+    // 30 of 100 is under the 40 % threshold; counting the own-limit token's calls too (60 %) would fire it.
     expect(alert).toMatchObject({ state: 'ok', last_evaluation: { value: (apiUsed() / LIMIT) * 100, breached: false } });
+  });
+
+  it("a token_usage alert on a token without its own limit measures the account's quota, the limit the token is refused at", async () => {
+    const evaluator = t.runtime.alerts.evaluator as AlertEvaluator;
+    expect((await evaluator.runOnce()).failed).toBe(0);
+    const alert = (await inject({ method: 'GET', url: `/api/v1/alerts/${tokenAlertId}`, headers: o.auth })).json();
+    // The token's own 20 calls are 20 %, under the 25 % threshold; the account's quota used, which
+    // both shared tokens draw on and at whose limit this token's calls are refused, is 30 %.
+    expect(alert).toMatchObject({ state: 'firing', last_evaluation: { value: (apiUsed() / LIMIT) * 100, breached: true } });
   });
 
   it("the CLI's accounts show, on the data directory once the service stopped", async () => {
