@@ -4,9 +4,10 @@ import { z } from 'zod';
 import { type AuthLimits, DEFAULT_AUTH_LIMITS } from './commands/authThrottle.js';
 import { DEFAULT_HASH_CONCURRENCY } from './commands/passwords.js';
 import { type PlanCatalog, planCatalog } from './domain/plans.js';
-import type { NotifyConfig } from './infra/notify/index.js';
 import { DEFAULT_CACHE_BYTES } from './gateway/cache/responseCache.js';
+import { DEFAULT_GATEWAY_LIMITS, type GatewayLimits } from './gateway/chainCalls.js';
 import { loadChains } from './gateway/chains.js';
+import type { NotifyConfig } from './infra/notify/index.js';
 import { parseRedisUrl } from './infra/redis/client.js';
 
 export const ROLES = ['all', 'gateway', 'api', 'projector'] as const;
@@ -83,6 +84,14 @@ const Env = z.object({
    * this server is closing and answer its client 502.
    */
   KEEP_ALIVE_TIMEOUT_MS: z.coerce.number().int().min(100).max(3_600_000).default(72_000),
+  /** Chain calls: the calls one JSON-RPC batch may hold, and the bytes of one request body or WebSocket frame; beyond, 413 (1009 on a socket). */
+  MAX_BATCH_CALLS: z.coerce.number().int().min(1).max(10_000).default(DEFAULT_GATEWAY_LIMITS.maxBatch),
+  MAX_BODY_BYTES: z.coerce
+    .number()
+    .int()
+    .min(1024)
+    .max(64 * MIB)
+    .default(DEFAULT_GATEWAY_LIMITS.maxBodyBytes),
   /** Bytes (MiB) of the gateway's in-process response cache of chain answers; 0 turns it off. */
   RESPONSE_CACHE_MB: z.coerce
     .number()
@@ -173,6 +182,8 @@ export interface Config {
   startupTimeoutMs: number;
   /** How long a client may take to send its headers and its whole request, and stay idle between requests (HEADERS_TIMEOUT_MS, REQUEST_TIMEOUT_MS, KEEP_ALIVE_TIMEOUT_MS). */
   http: { headersTimeoutMs: number; requestTimeoutMs: number; keepAliveTimeoutMs: number };
+  /** The most calls in one JSON-RPC batch and bytes in one chain call's body (MAX_BATCH_CALLS, MAX_BODY_BYTES). */
+  gatewayLimits: GatewayLimits;
   /** The response cache's bound in bytes (RESPONSE_CACHE_MB); 0: no cache. */
   responseCacheBytes: number;
   /** Where the response cache's shared level lives (RESPONSE_CACHE_REDIS=on); null: in process only. */
@@ -250,6 +261,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     usageJournalFsync: e.USAGE_JOURNAL_FSYNC === 'always',
     startupTimeoutMs: e.STARTUP_TIMEOUT_SECONDS * 1000,
     http: { headersTimeoutMs: e.HEADERS_TIMEOUT_MS, requestTimeoutMs: e.REQUEST_TIMEOUT_MS, keepAliveTimeoutMs: e.KEEP_ALIVE_TIMEOUT_MS },
+    gatewayLimits: { maxBatch: e.MAX_BATCH_CALLS, maxBodyBytes: e.MAX_BODY_BYTES },
     responseCacheBytes: Math.floor(e.RESPONSE_CACHE_MB * MIB),
     responseCacheRedisUrl,
     webSockets: { pingEveryMs: e.WS_PING_INTERVAL_MS, idleTimeoutMs: e.WS_IDLE_TIMEOUT_MS },

@@ -4,13 +4,13 @@ import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest, 
 import { managementApi } from './commands/api/plugin.js';
 import { problemErrorHandler } from './commands/api/problem.js';
 import { webRoutes } from './commands/api/webRoutes.js';
+import type { Config } from './config.js';
+import { maskToken } from './domain/tokenFormat.js';
 import { ChainFront } from './gateway/front.js';
 import { gatewayRoutes } from './gateway/routes.js';
-import type { Config } from './config.js';
-import type { Runtime } from './runtime.js';
-import { coreProjection } from './projections/core.js';
 import type { RedisState } from './infra/redisHealth.js';
-import { maskToken } from './domain/tokenFormat.js';
+import { coreProjection } from './projections/core.js';
+import type { Runtime } from './runtime.js';
 
 const TOKEN_IN_TEXT = /gka?_[0-9A-Za-z]{38}/g;
 export const redactTokens = (text: string): string => text.replace(TOKEN_IN_TEXT, (t) => maskToken(t));
@@ -134,6 +134,7 @@ export async function buildServer(runtime: Runtime, options: { logger?: boolean 
       },
       whenRecorded: (done) => runtime.usageQueue.whenHandedOver(done),
       pools: gateway.pools,
+      limits: runtime.config.gatewayLimits,
       front: front ?? undefined,
     });
     if (front) runtime.telemetry.webSockets = () => front.sockets?.stats() ?? null;
