@@ -1,11 +1,11 @@
 import { describe, expect, it } from 'vitest';
 import { csvField } from '../../src/commands/api/exports/csv.js';
 import type { UsageRecord } from '../../src/domain/usage.js';
+import { decodeUsageCall, type UsageCallFields } from '../../src/domain/usage.js';
 import type { ReadModelWrite } from '../../src/infra/readmodels/port.js';
 import { bucketName, bucketStart, coverRange, DAY_MS, HOUR_MS, MINUTE_MS, seriesBuckets, seriesGranularity } from '../../src/projections/usageBuckets.js';
 import { HISTOGRAM_FIELDS, histogramIndex, LATENCY_BOUNDS_MS, quantile } from '../../src/projections/usageHistogram.js';
 import { methodLabel } from '../../src/projections/usageMethod.js';
-import { decodeUsageCall, type UsageCallFields } from '../../src/domain/usage.js';
 import { canonicalTime, parseRollupKey, USAGE_METRICS, usageWrites } from '../../src/projections/usageMetrics.js';
 
 const t = (iso: string): number => Date.parse(iso);
@@ -211,5 +211,21 @@ describe('CSV fields (RFC 4180)', () => {
     expect(csvField('-1+1')).toBe("'-1+1");
     expect(csvField(-32601)).toBe('-32601');
     expect(csvField(null)).toBe('');
+  });
+
+  it('quotes semicolons and tabs: a spreadsheet that splits on them must not see a cell starting a formula', () => {
+    // Excel in a locale whose list separator is ";" (most of Europe), or an import split on tabs, opens `a;=1+1` as two cells.
+    expect(csvField('a;=1+1')).toBe('"a;=1+1"');
+    expect(csvField('a\t=1+1')).toBe('"a\t=1+1"');
+    expect(csvField('\t=1+1')).toBe(`"'\t=1+1"`);
+  });
+
+  it('defuses a formula behind leading blanks, which an import that trims cells would run', () => {
+    expect(csvField(' =1+1')).toBe("' =1+1");
+    expect(csvField('\n@SUM(1)')).toBe(`"'\n@SUM(1)"`);
+    expect(csvField('\r+cmd')).toBe(`"'\r+cmd"`);
+    // A sign inside the text, or a blank not followed by one, is data as it is.
+    expect(csvField('eth_call -1')).toBe('eth_call -1');
+    expect(csvField(' eth_call')).toBe(' eth_call');
   });
 });

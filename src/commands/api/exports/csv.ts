@@ -1,11 +1,12 @@
 import type { UsageCall } from '../../../domain/usage.js';
 import { EXPORT_COLUMNS, exportRow } from './rows.js';
 
-const NEEDS_QUOTES = /[",\r\n]/;
-/** Cells a spreadsheet would run as a formula (CSV injection): methods and messages come from callers. */
-const FORMULA_START = /^[=+\-@\t\r]/;
+/** Quoted too: `;` and tab, which a spreadsheet may split cells on (Excel in a `;` locale), so no cell can start inside the text. */
+const NEEDS_QUOTES = /[",;\t\r\n]/;
+/** Cells a spreadsheet would run as a formula (CSV injection): methods and messages come from callers. Blanks first too, for imports that trim cells. */
+const FORMULA_START = /^[\t\r]|^[ \t\r\n]*[=+\-@]/;
 
-/** One CSV field per RFC 4180: quoted when it holds a quote, comma or line break, quotes doubled; text that would start a formula gets a leading '. */
+/** One CSV field per RFC 4180: quoted when it holds a quote, comma, semicolon, tab or line break, quotes doubled; text that would start a formula gets a leading '. */
 export function csvField(value: string | number | boolean | null): string {
   if (value === null) return '';
   if (typeof value !== 'string') return String(value);
