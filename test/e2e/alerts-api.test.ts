@@ -72,7 +72,11 @@ describe('alert CRUD', () => {
     expect(toUsage.json()).toMatchObject({ type: 'usage_threshold', threshold: 5, window_minutes: null, min_requests: null });
     const toLatency = await inject({ method: 'PATCH', url: `/api/v1/alerts/${id}`, headers: o.auth, payload: { type: 'response_time' } });
     expect(toLatency.statusCode).toBe(400);
-    expect(toLatency.json()).toMatchObject({ code: 'validation_failed', errors: [{ path: 'threshold' }] });
+    expect(toLatency.json()).toMatchObject({
+      code: 'validation_failed',
+      detail: expect.stringMatching(/^body\.threshold: /),
+      errors: [{ in: 'body', path: 'threshold' }],
+    });
   });
 
   it("needs credentials, and hides other owners' alerts behind 404", async () => {
@@ -133,6 +137,9 @@ describe('validation (400)', () => {
       expect(res.headers['content-type']).toMatch(/^application\/problem\+json/);
       expect(res.json().code).toBe('validation_failed');
       expect(res.json().errors.map((e: { path: string }) => e.path)).toContain(path);
+      // The rule's own checks answer in the shape of the schema's: each error names the part of the request.
+      expect(res.json().errors.map((e: { in?: string }) => e.in)).toEqual(res.json().errors.map(() => 'body'));
+      expect(res.json().detail).toMatch(/^body[.:]/);
     });
   }
   it('refuses malformed ids and empty patches', async () => {

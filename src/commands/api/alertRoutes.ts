@@ -9,6 +9,7 @@ import { ALERT_ID_PATTERN } from '../alertCommands.js';
 import { ID_PATTERN } from '../ids.js';
 import { problems } from './contract.js';
 import type { ApiDeps } from './deps.js';
+import { InvalidInput } from './input.js';
 import { ownerOf } from './owner.js';
 
 // ── Request schemas: shapes and formats here; ranges per type in the domain (ruleFromInput) ──
@@ -100,6 +101,25 @@ const withSecrets = (record: AlertRecord, secrets: Record<string, string>): Aler
   }),
 });
 
+const FieldErrors = z.array(z.object({ path: z.string(), message: z.string() }));
+
+/**
+ * The rule's own checks (ranges per type, src/domain/alert.ts) refuse as the body's schema does:
+ * `body.threshold: …`, each error `in: "body"`, like every other 400 of the API.
+ */
+async function checkedAsBody<T>(command: Promise<T>): Promise<T> {
+  try {
+    return await command;
+  } catch (error) {
+    const fields = error instanceof DomainError && error.code === 'validation_failed' ? FieldErrors.safeParse(error.details?.errors) : null;
+    if (!fields?.success) throw error;
+    throw new InvalidInput(
+      'body',
+      fields.data.map(({ path, message }) => ({ code: 'custom', path: path.split('.'), message })),
+    );
+  }
+}
+
 /** Alert rules: create, list, get, edit, delete, and the delivery attempts of their notifications. */
 export const alertRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, deps) => {
   const tags = ['alerts'];
@@ -119,12 +139,14 @@ export const alertRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, deps) => 
   app.post('/api/v1/alerts', { config, schema: create }, async (request, reply) => {
     const { accountId } = ownerOf(request);
     const body = request.body;
-    const created = await deps.alerts.create(accountId, {
-      name: body.name,
-      rule: { ...ruleInput(body), type: body.type, threshold: body.threshold },
-      channels: body.channels.map(channelInput),
-      enabled: body.enabled,
-    });
+    const created = await checkedAsBody(
+      deps.alerts.create(accountId, {
+        name: body.name,
+        rule: { ...ruleInput(body), type: body.type, threshold: body.threshold },
+        channels: body.channels.map(channelInput),
+        enabled: body.enabled,
+      }),
+    );
     await deps.waitFor(created.position);
     return reply.code(201).send(withSecrets(await record(accountId, created.alertId), created.secrets));
   });
@@ -149,12 +171,14 @@ export const alertRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, deps) => 
     const body = request.body;
     const { name, channels, enabled, ...rule } = body;
     const changesRule = Object.values(rule).some((v) => v !== undefined);
-    const updated = await deps.alerts.update(accountId, id, {
-      name,
-      enabled,
-      channels: channels?.map(channelInput),
-      rule: changesRule ? ruleInput(rule) : undefined,
-    });
+    const updated = await checkedAsBody(
+      deps.alerts.update(accountId, id, {
+        name,
+        enabled,
+        channels: channels?.map(channelInput),
+        rule: changesRule ? ruleInput(rule) : undefined,
+      }),
+    );
     await deps.waitFor(updated.position);
     return withSecrets(await record(accountId, id), updated.secrets);
   });
