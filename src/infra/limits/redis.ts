@@ -1,7 +1,7 @@
+import { withinDeadline } from '../deadline.js';
+import { closeClient, FAIL_FAST, type RedisClient, type Reply, redisClient, replies, waitForReady } from '../redis/client.js';
 import type { LeaseSource } from './leased.js';
 import type { LimitDecision, LimitRequest } from './port.js';
-import { withinDeadline } from '../deadline.js';
-import { FAIL_FAST, closeClient, redisClient, replies, waitForReady, type RedisClient } from '../redis/client.js';
 import { decide, monthId, monthlyTtlSeconds, rateWindow } from './window.js';
 
 /**
@@ -132,7 +132,8 @@ export class RedisLimiter implements LeaseSource {
         ),
       );
     }
-    this.withinDeadline(replies(sent)).then(
+    const replied = replies(sent);
+    this.withinDeadline(replied).then(
       (answered) => {
         for (const [i, take] of takes.entries()) {
           const [error, reply] = answered[i] ?? [new Error('limiter: no reply from Redis'), null];
@@ -146,8 +147,24 @@ export class RedisLimiter implements LeaseSource {
       },
       (error: unknown) => {
         for (const take of takes) take.reject(error);
+        void replied.then((late) => this.giveBackLate(takes, late));
       },
     );
+  }
+
+  /**
+   * Redis runs a take it answers after the deadline all the same, and counts what it grants in
+   * the month; the caller was told the take failed and decided without Redis, so nobody uses
+   * those units (a lease's extra calls included): they go back, or each late reply would cost the
+   * bucket's monthly quota calls never made. A reply that never comes (ioredis's own timeout, a
+   * lost connection) leaves its count, as a process killed holding a lease does.
+   */
+  private giveBackLate(takes: PendingTake[], late: Reply[]): void {
+    for (const [i, { request }] of takes.entries()) {
+      const [error, reply] = late[i] ?? [null, null];
+      const granted = error === null && Array.isArray(reply) ? Number(reply[2]) : 0;
+      if (granted > 0) void this.release(request.monthly.key, request.nowMs, granted).catch(() => undefined);
+    }
   }
 
   /** Gives back `units` counted in a monthly bucket (a lease's unused part: see LeasedLimiter). */
