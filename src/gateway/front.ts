@@ -28,7 +28,7 @@ export class ChainFront {
 
   constructor(
     private readonly options: {
-      /** As fastify's `trustProxy: true`: the client is the first address of X-Forwarded-For. */
+      /** One proxy in front (TRUST_PROXY): the client is the address it added, the last of X-Forwarded-For (fastify's `trustProxy: 1`). */
       trustProxy: boolean;
       /** The request ids fastify's `genReqId` gives too: one sequence for both. */
       nextId: () => string;
@@ -128,18 +128,25 @@ export class ChainFront {
     return pending === 0;
   }
 
+  /** The last X-Forwarded-For entry: a proxy that appends (nginx's `$proxy_add_x_forwarded_for`) keeps what the client wrote before it. */
   private clientIp(req: IncomingMessage): string {
     if (this.options.trustProxy) {
       const forwarded = req.headers['x-forwarded-for'];
       if (typeof forwarded === 'string') {
-        const comma = forwarded.indexOf(',');
-        const first = (comma < 0 ? forwarded : forwarded.slice(0, comma)).trim();
-        if (first !== '') return first;
+        const last = forwarded.slice(forwarded.lastIndexOf(',') + 1).trim();
+        if (last !== '') return last;
       }
     }
     return req.socket.remoteAddress ?? '';
   }
 }
+
+/**
+ * fastify's `trustProxy` for TRUST_PROXY: the socket's peer (hop 0) only, so `request.ip` is the
+ * address that proxy added, as the front's. (`true` trusts every hop: the client's own first entry.)
+ */
+export const fastifyTrustProxy = (trustProxy: boolean): ((address: string, hop: number) => boolean) | false =>
+  trustProxy ? (_address, hop) => hop === 0 : false;
 
 /** fastify's `http` option: what it gives node:http's createServer. */
 function serverOptionsOf(opts: Record<string, unknown>): ServerOptions {

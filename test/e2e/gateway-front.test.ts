@@ -85,9 +85,12 @@ function seen(status: number, body: string, headers: Record<string, string>, usa
   return { status, body, headers: kept, requestId: headers['x-request-id'] ?? '', usage: records };
 }
 
+/** What a proxy that appends (nginx's `$proxy_add_x_forwarded_for`) hands on: what the client wrote itself, then the address the proxy saw. */
+const FORWARDED = '10.9.9.9, 203.0.113.7';
+
 async function viaFront(c: Call): Promise<Seen> {
   gateway.usage.length = 0;
-  const headers = { 'content-type': 'application/json', 'x-forwarded-for': '203.0.113.7, 10.0.0.1', ...c.headers };
+  const headers = { 'content-type': 'application/json', 'x-forwarded-for': FORWARDED, ...c.headers };
   const res = await fetch(`${gateway.url}${c.path(gatekeeper.token)}`, { method: c.method, headers, body: c.body });
   const body = await res.text();
   return seen(res.status, body, Object.fromEntries(res.headers), [...gateway.usage]);
@@ -95,7 +98,7 @@ async function viaFront(c: Call): Promise<Seen> {
 
 async function viaFastify(c: Call): Promise<Seen> {
   gateway.usage.length = 0;
-  const headers = { 'content-type': 'application/json', 'x-forwarded-for': '203.0.113.7, 10.0.0.1', ...c.headers };
+  const headers = { 'content-type': 'application/json', 'x-forwarded-for': FORWARDED, ...c.headers };
   const res = await gateway.app.inject({ method: c.method, url: c.path(gatekeeper.token), headers, payload: c.body });
   const flat = Object.fromEntries(Object.entries(res.headers).map(([k, v]) => [k, Array.isArray(v) ? v.join(', ') : String(v)]));
   return seen(res.statusCode, res.body, flat, [...gateway.usage]);
@@ -108,8 +111,9 @@ describe('the node:http front and the fastify routes', () => {
     expect(front.requestId).toMatch(/^front-/);
     expect(fastify.requestId).toMatch(/^fastify-/);
     expect({ ...front, requestId: '' }).toEqual({ ...fastify, requestId: '' });
-    // Behind a trusted proxy, the client is the first forwarded address.
+    // Behind a trusted proxy, the client is the address the proxy added (the last), not one the client wrote.
     for (const u of front.usage) expect(u.clientIp).toBe('203.0.113.7');
+    for (const u of fastify.usage) expect(u.clientIp).toBe('203.0.113.7');
   });
 
   it('leaves unknown chains, preflights and other methods to fastify', async () => {

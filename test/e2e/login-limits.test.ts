@@ -1,5 +1,5 @@
 import type { InjectOptions } from 'fastify';
-import { afterAll, beforeAll, describe, expect, inject as provided, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, inject as provided } from 'vitest';
 import { startTestApp, type TestApp } from '../support/testApp.js';
 
 /** Log-in and sign-up limits through the API, with the defaults (10 failures / 15 min, 20 sign-ups / hour). */
@@ -107,6 +107,29 @@ describe('failed log-ins per client address', () => {
     for (let i = 0; i < 10; i++) expect((await logIn(unique('guess'), 'not the password', `2001:db8:1:2::${i + 1}`)).statusCode).toBe(401);
     expect((await logIn(unique('guess'), 'not the password', '2001:db8:1:2:ffff::1')).statusCode).toBe(429);
     expect((await logIn(unique('guess'), 'not the password', '2001:db8:1:3::1')).statusCode).toBe(401);
+  });
+});
+
+describe('behind a proxy (TRUST_PROXY=true)', () => {
+  it('counts the address the proxy added, not one the client wrote into X-Forwarded-For', async () => {
+    const proxied = await startTestApp({ now: () => new Date(nowMs), env: { TRUST_PROXY: 'true', SIGNUP_MAX_PER_ADDRESS: '20' } });
+    try {
+      // nginx's $proxy_add_x_forwarded_for appends the address it saw to whatever the client sent.
+      const viaProxy = (spoofed: string, email: string) =>
+        proxied.app.inject({
+          method: 'POST',
+          url: '/api/v1/auth/login',
+          payload: { email, password: 'not the password' },
+          remoteAddress: '127.0.0.1',
+          headers: { 'x-forwarded-for': `${spoofed}, 198.51.100.7` },
+        });
+      for (let i = 0; i < 10; i++) expect((await viaProxy(address(), unique('guess'))).statusCode).toBe(401);
+      const refused = await viaProxy(address(), unique('guess'));
+      expect(refused.statusCode).toBe(429);
+      expect(refused.json().code).toBe('too_many_attempts');
+    } finally {
+      await proxied.close();
+    }
   });
 });
 
