@@ -40,6 +40,34 @@ describe('sign-up, log-in, log-out', () => {
     expect((await inject({ method: 'GET', url: '/api/v1/account', headers: { cookie } })).statusCode).toBe(401);
   });
 
+  it('takes a session cookie that is not percent-encoding as no session: 401, not 500', async () => {
+    // A cookie of our name set by a sibling subdomain, or mangled on the way, must not break every call.
+    const cookie = 'gw_session=%E0%A4%A';
+    const account = await inject({ method: 'GET', url: '/api/v1/account', headers: { cookie } });
+    expect(account.statusCode).toBe(401);
+    expect(account.json().code).toBe('unauthorized');
+    expect((await inject({ method: 'POST', url: '/api/v1/auth/logout', headers: { cookie } })).statusCode).toBe(204);
+  });
+
+  it('marks the session cookie Secure when the request came over HTTPS, without SECURE_COOKIES', async () => {
+    // Behind a TLS proxy (TRUST_PROXY) that says so in X-Forwarded-Proto; a plain HTTP request keeps a cookie it can use.
+    const proxied = await startTestApp({ env: { TRUST_PROXY: 'true' } });
+    try {
+      const over = (proto: string) => ({ 'x-forwarded-proto': proto, 'x-forwarded-for': '192.0.2.44' });
+      const { email } = await signUp(proxied.app);
+      const login = (proto: string) =>
+        proxied.app.inject({ method: 'POST', url: '/api/v1/auth/login', headers: over(proto), payload: { email, password: 'correct horse battery' } });
+      const secure = await login('https');
+      expect(secure.statusCode).toBe(200);
+      expect(String(secure.headers['set-cookie'])).toMatch(/; Secure$/);
+      const logout = await proxied.app.inject({ method: 'POST', url: '/api/v1/auth/logout', headers: over('https') });
+      expect(String(logout.headers['set-cookie'])).toMatch(/; Secure$/);
+      expect(String((await login('http')).headers['set-cookie'])).not.toMatch(/Secure/);
+    } finally {
+      await proxied.close();
+    }
+  });
+
   it('shows the account with its plan, limits and usage', async () => {
     const o = await owner(t.app);
     const res = await inject({ method: 'GET', url: '/api/v1/account', headers: o.auth });

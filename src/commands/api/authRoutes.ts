@@ -1,4 +1,4 @@
-import type { FastifyReply } from 'fastify';
+import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { LoggedIn, SignedUp } from '../../api/schemas.js';
@@ -30,6 +30,8 @@ const SESSION_SET_COOKIE = {
 /** Sign-up, log-in and log-out for the dashboard: a session cookie (httpOnly, SameSite=Strict). */
 export const authRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, deps) => {
   const tags = ['auth'];
+  // A request that came over HTTPS (X-Forwarded-Proto behind TRUST_PROXY) gets a Secure cookie even without SECURE_COOKIES.
+  const secure = (request: FastifyRequest) => deps.secureCookies || request.protocol === 'https';
   const signUp = { summary: 'Sign up: creates the account and opens a session (the `gw_session` cookie)', tags, body: Credentials };
   app.post(
     '/api/v1/auth/signup',
@@ -45,7 +47,7 @@ export const authRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, deps) => {
       );
       await deps.waitFor(position);
       const session = await deps.sessions.open(accountId);
-      reply.header('set-cookie', sessionCookie(session.id, session.expiresAt, deps.secureCookies));
+      reply.header('set-cookie', sessionCookie(session.id, session.expiresAt, secure(request)));
       // satisfies: an answer declared with its headers is not typed by the provider.
       return reply.code(201).send({ id: accountId, email: email.trim().toLowerCase(), plan: 'free' } satisfies SignedUpAnswer);
     },
@@ -66,7 +68,7 @@ export const authRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, deps) => {
       );
       if (!accountId) throw new DomainError('invalid_credentials', 'Wrong email or password.');
       const session = await deps.sessions.open(accountId);
-      reply.header('set-cookie', sessionCookie(session.id, session.expiresAt, deps.secureCookies));
+      reply.header('set-cookie', sessionCookie(session.id, session.expiresAt, secure(request)));
       return { id: accountId } satisfies LoggedInAnswer;
     },
   );
@@ -78,7 +80,7 @@ export const authRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, deps) => {
     async (request, reply) => {
       const sessionId = readCookie(request.headers.cookie, SESSION_COOKIE);
       if (sessionId) await deps.sessions.close(sessionId);
-      reply.header('set-cookie', sessionCookie('', null, deps.secureCookies));
+      reply.header('set-cookie', sessionCookie('', null, secure(request)));
       return reply.code(204).send();
     },
   );
