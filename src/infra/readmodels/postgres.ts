@@ -61,9 +61,11 @@ export class PostgresReadModelStore implements ReadModelStore {
     const range = resolveRange(options);
     if (range.empty) return [];
     const direction = range.reverse ? 'DESC' : 'ASC';
+    const lower = beforeNul(range.gte);
+    const upper = range.lt === undefined ? null : beforeNul(range.lt);
     const { rows } = await this.pool.query<{ key: string; doc: T }>(
-      `SELECT key, doc FROM rm_docs WHERE collection = $1 AND key >= $2 AND ($3::text IS NULL OR key < $3) ORDER BY key ${direction} LIMIT $4`,
-      [checkName(collection), range.gte, range.lt ?? null, range.limit ?? null],
+      `SELECT key, doc FROM rm_docs WHERE collection = $1 AND key ${lower.cut ? '>' : '>='} $2 AND ($3::text IS NULL OR key ${upper?.cut ? '<=' : '<'} $3) ORDER BY key ${direction} LIMIT $4`,
+      [checkName(collection), lower.key, upper?.key ?? null, range.limit ?? null],
     );
     return rows;
   }
@@ -169,4 +171,14 @@ function toParams(changes: ComposedChange[]): [string[], string[], Array<string 
     }
   }
   return [collections, keys, docs, sets, incs];
+}
+
+/**
+ * PostgreSQL text cannot hold NUL, and keys never do: readers page on with `last.key + '\0'`
+ * ("just past the last key"). In byte order no NUL-free key lies between `s` and `s\0…`, so
+ * such a bound is the part before its NUL, made strict (`>` for a lower bound, `<=` for an upper).
+ */
+function beforeNul(bound: string): { key: string; cut: boolean } {
+  const nul = bound.indexOf('\0');
+  return nul === -1 ? { key: bound, cut: false } : { key: bound.slice(0, nul), cut: true };
 }
