@@ -45,8 +45,9 @@ async function tokenIdOf(name: string): Promise<string> {
   return id;
 }
 
+/** The focus settles on `control` (a dialog or form hands it back once Preact has unmounted it: on a busy machine, a frame or two later). */
 async function expectFocusOn(control: Locator, when: string): Promise<void> {
-  expect(await hasFocus(control), `${when}: the focus is on ${await focusedElement(page)}`).toBe(true);
+  await expect.poll(() => hasFocus(control), { message: `${when}: the focus is not on the control`, timeout: 3000 }).toBe(true);
 }
 
 /** The focus settles (a control that leaves the page hands it on after the page has rendered) on the page's content. */
