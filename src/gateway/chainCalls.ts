@@ -130,6 +130,13 @@ const EXPOSED_HEADERS = [
   'x-request-id',
 ].join(', ');
 
+/**
+ * A REST node's answer that is not JSON (an HTML error or maintenance page) is passed on as the
+ * node wrote it, from the origin the dashboard is served on: sandboxed, no script of it runs there.
+ */
+const SANDBOXED = { 'content-security-policy': "sandbox; default-src 'none'", 'x-content-type-options': 'nosniff' };
+const isJsonMediaType = (contentType: string): boolean => contentType === JSON_CONTENT_TYPE || /^application\/(?:[\w.-]+\+)?json\s*(?:;|$)/i.test(contentType);
+
 /** The chain id: the URL's first path segment (still percent-encoded). */
 export function chainIdOf(url: string): string {
   let end = url.length;
@@ -399,7 +406,10 @@ export class ChainCalls {
       headers['retry-after'] = String(admission.retryAfterSeconds);
     }
     if (answer.status === 413) headers.connection = 'close';
-    if (answer.body !== null) headers['content-type'] = answer.contentType;
+    if (answer.body !== null) {
+      headers['content-type'] = answer.contentType;
+      if (!isJsonMediaType(answer.contentType)) Object.assign(headers, SANDBOXED);
+    }
     return { status: answer.status, headers, body: answer.body };
   }
 

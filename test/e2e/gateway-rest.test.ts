@@ -1,18 +1,18 @@
 import { request } from 'node:http';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import {
-  closedPortUrl,
   COSMOS,
+  closedPortUrl,
   type FakeUpstream,
   KASPA,
   SOLANA,
+  SUI,
   startCosmosFake,
   startFake,
   startKaspaFake,
   startSolanaFake,
   startSuiFake,
   startTronFake,
-  SUI,
   TRON,
 } from '../support/fakeUpstreams.js';
 import { startGateway, type TestGateway } from '../support/gatewayApp.js';
@@ -259,6 +259,19 @@ describe('passthrough chains', () => {
     const missing = await get(`/kas/${gatekeeper.token}/info/nothing`);
     expect(missing.status).toBe(404);
     expect(missing.json).toEqual({ detail: 'Not Found' });
+  });
+
+  it("passes a node's answer that is not JSON on sandboxed: its page cannot run on the origin the dashboard shares", async () => {
+    kas.mode = 'garbage'; // 200 text/html, as a node's maintenance or error page
+    const page = await get(`/kas/${gatekeeper.token}/info/blockdag`);
+    expect(page.headers.get('content-type')).toBe('text/html');
+    expect(page.text).toBe('<html>maintenance</html>');
+    expect(page.headers.get('content-security-policy')).toBe("sandbox; default-src 'none'");
+    expect(page.headers.get('x-content-type-options')).toBe('nosniff');
+    kas.mode = 'ok';
+    // JSON answers, the hot path, carry neither: a browser never runs them.
+    const json = await get(`/kas/${gatekeeper.token}/info/blockdag`);
+    expect(json.headers.get('content-security-policy')).toBeNull();
   });
 
   it('answers 502 upstream_unavailable when the node is down', async () => {
