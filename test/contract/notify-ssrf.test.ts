@@ -1,8 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createHttpPoster } from '../../src/infra/notify/safeHttp.js';
-import { webhookSender } from '../../src/infra/notify/webhook.js';
 import { chatSender } from '../../src/infra/notify/chat.js';
 import type { AlertNotification } from '../../src/infra/notify/port.js';
+import { createHttpPoster } from '../../src/infra/notify/safeHttp.js';
+import { webhookSender } from '../../src/infra/notify/webhook.js';
 import { type FakeUpstream, startFake } from '../support/fakeUpstreams.js';
 
 /**
@@ -44,7 +44,9 @@ describe('without NOTIFY_ALLOW_PRIVATE', () => {
   it('refuses a name that resolves to loopback, when connecting (the name is looked up by the guard)', async () => {
     receiver.reset();
     const result = await webhookSender(strict).send(hook(`http://localhost:${port()}/h`), notification);
-    expect(result).toMatchObject({ outcome: 'refused', error: expect.stringMatching(/localhost resolves to (127\.0\.0\.1|::1)/) });
+    expect(result).toMatchObject({ outcome: 'refused', error: expect.stringMatching(/^localhost resolves to a private, loopback or link-local address/) });
+    // The owner reads this error: it must not map the operator's internal names to their addresses.
+    expect((result as { error: string }).error).not.toMatch(/127\.0\.0\.1|::1/);
     expect(receiver.calls).toHaveLength(0);
   });
   it('refuses IPv6 loopback and v4-mapped loopback literals', async () => {

@@ -3,11 +3,18 @@ import { isIP, type LookupFunction } from 'node:net';
 import { Agent, request } from 'undici';
 import { isPublicAddress } from './addressPolicy.js';
 
-/** A notification URL whose host is (or resolves to) an address the SSRF rule refuses. */
+/**
+ * A notification URL whose host is (or resolves to) an address the SSRF rule refuses. The message
+ * goes to the alert's owner: it names the host, not the address, or any owner could look up what
+ * the operator's internal names resolve to.
+ */
 export class AddressRefusedError extends Error {
   readonly code = 'ADDRESS_REFUSED';
-  constructor(host: string, address: string) {
-    super(`${host} resolves to ${address}, a private, loopback or link-local address; notifications go to public addresses only`);
+  constructor(
+    host: string,
+    readonly address: string,
+  ) {
+    super(`${host} resolves to a private, loopback or link-local address; notifications go to public addresses only`);
     this.name = 'AddressRefusedError';
   }
 }
