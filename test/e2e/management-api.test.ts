@@ -28,6 +28,23 @@ describe('sign-up, log-in, log-out', () => {
     expect(again.json()).toMatchObject({ status: 409, code: 'email_taken' });
   });
 
+  it('refuses at sign-up a password that is the email, its name part, or blanks: the first guesses an attacker tries', async () => {
+    for (const [email, password] of [
+      ['grace.hopper@example.com', 'Grace.Hopper@example.com'],
+      ['grace.hopper@example.com', 'grace.hopper'],
+      ['blank@example.com', '          '],
+    ]) {
+      const res = await inject({ method: 'POST', url: '/api/v1/auth/signup', payload: { email, password } });
+      expect(res.statusCode, password).toBe(400);
+      expect(res.json().errors).toEqual([expect.objectContaining({ in: 'body', path: 'password' })]);
+    }
+    // Containing the name is fine: only the guesses themselves are refused.
+    expect(
+      (await inject({ method: 'POST', url: '/api/v1/auth/signup', payload: { email: 'grace.hopper@example.com', password: 'grace.hopper likes cobol' } }))
+        .statusCode,
+    ).toBe(201);
+  });
+
   it('logs in with the right password only, and a logged-out session no longer works', async () => {
     const { email } = await signUp(t.app);
     const wrong = await inject({ method: 'POST', url: '/api/v1/auth/login', payload: { email, password: 'not the password' } });

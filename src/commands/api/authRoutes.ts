@@ -6,6 +6,7 @@ import type { LoggedIn as LoggedInAnswer, SignedUp as SignedUpAnswer } from '../
 import { DomainError } from '../../domain/errors.js';
 import { jsonWithHeaders, problems } from './contract.js';
 import type { ApiDeps } from './deps.js';
+import { invalidField } from './input.js';
 import { Credentials } from './schemas.js';
 import { readCookie, SESSION_COOKIE, sessionCookie } from './sessions.js';
 
@@ -18,6 +19,19 @@ async function retryAfter<T>(reply: FastifyReply, work: Promise<T>): Promise<T> 
     if (typeof seconds === 'number') reply.header('retry-after', String(seconds));
     throw error;
   }
+}
+
+/**
+ * What a new password may not be (NIST SP 800-63B, context-specific words): the email, its part
+ * before the @, or blanks only, an attacker's first guesses. Sign-up only: log-in never judges a
+ * password, so an existing one keeps working.
+ */
+function refusedPassword(email: string, password: string): string | null {
+  const guess = password.trim().toLowerCase();
+  if (guess === '') return 'must not be blank';
+  const normalized = email.trim().toLowerCase();
+  if (guess === normalized || guess === normalized.slice(0, normalized.lastIndexOf('@'))) return 'must not be the email address or its name part';
+  return null;
 }
 
 const SESSION_SET_COOKIE = {
@@ -41,6 +55,8 @@ export const authRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, deps) => {
     },
     async (request, reply) => {
       const { email, password } = request.body;
+      const refused = refusedPassword(email, password);
+      if (refused) invalidField('body', 'password', refused);
       const { accountId, position } = await retryAfter(
         reply,
         deps.authThrottle.signUp(request.ip, () => deps.commands.signUp(email, password)),
