@@ -1,3 +1,4 @@
+import { accountDecider } from '../domain/account.js';
 import {
   type Alert,
   type AlertCommand,
@@ -9,29 +10,37 @@ import {
   type LiveAlert,
   type Measurement,
   type RuleInput,
-  ruleFromInput,
   resolveChannels,
+  ruleFromInput,
   thresholdUnit,
 } from '../domain/alert.js';
 import { ALERT_STREAM, type AlertEvent, type AlertRule, decodeAlertEvent } from '../domain/alertEvents.js';
-import { fail } from '../domain/errors.js';
+import { DomainError, fail } from '../domain/errors.js';
+import { STREAM } from '../domain/events.js';
 import type { PlanCatalog, PlanId } from '../domain/plans.js';
 import { randomBase62 } from '../domain/tokenFormat.js';
 import type { EventStore, Position } from '../infra/eventstore/port.js';
-import { AggregateStore } from './aggregateStore.js';
 import { generateWebhookSecret } from '../infra/notify/signing.js';
+import { AggregateStore } from './aggregateStore.js';
 
 /** Alert ids carry their kind like the others (`alr_`, channels `chn_`, notifications `ntf_`). */
 export const ALERT_ID_PATTERN = /^alr_[0-9A-Za-z]{16}$/;
 const newAlertId = () => `alr_${randomBase62(16)}`;
 const newChannelId = () => `chn_${randomBase62(16)}`;
 const newNotificationId = () => `ntf_${randomBase62(16)}`;
+/**
+ * A slot whose alert stream is still empty this long after it was taken is a creation that died
+ * between its two appends (one takes milliseconds): the repair frees it.
+ */
+export const ABANDONED_SLOT_MS = 5 * 60_000;
 
 /** What alert commands need to know about the rest of the account (strongly consistent reads). */
 export interface AlertLookups {
   planOf(accountId: string): Promise<PlanId>;
   /** The account's token, or null when it does not exist or is another account's. */
   tokenOf(accountId: string, tokenId: string): Promise<{ monthlyLimit: number | null } | null>;
+  /** The account's alert ids as the read model has them (each is checked on its stream before it counts). */
+  alertIdsOf(accountId: string): Promise<string[]>;
 }
 
 export interface AlertInput {
@@ -62,6 +71,9 @@ const snake = (field: string) => field.replace(/[A-Z]/g, (c) => `_${c.toLowerCas
 /** The alert aggregate's use cases, through the shared AggregateStore over the alert events' codec. */
 export class AlertCommands {
   private readonly aggregates: AggregateStore;
+  /** The account streams, where the alert slots are taken (the domain's codec). */
+  private readonly accountStreams: AggregateStore;
+  private readonly accounts: ReturnType<typeof accountDecider>;
 
   constructor(
     store: EventStore,
@@ -70,6 +82,8 @@ export class AlertCommands {
     private readonly now: () => Date = () => new Date(),
   ) {
     this.aggregates = new AggregateStore(store, decodeAlertEvent);
+    this.accountStreams = new AggregateStore(store);
+    this.accounts = accountDecider(plans);
   }
 
   private at(): string {
@@ -101,6 +115,7 @@ export class AlertCommands {
     const channels = resolveChannels([], input.channels, fresh);
     const alertId = newAlertId();
     const definition: AlertDefinition = { name: input.name, rule, channels, enabled: input.enabled ?? true };
+    await this.takeSlot(accountId, alertId);
     const r = await this.execute(alertId, (alert) => alertDecider.decide({ type: 'CreateAlert', alertId, accountId, definition, at: this.at() }, alert));
     return { alertId, position: r.position, secrets: secretsOf(channels, fresh) };
   }
@@ -132,7 +147,57 @@ export class AlertCommands {
       if (alert.status !== 'live' || alert.accountId !== accountId) return fail('not_found', 'No such alert.');
       return alertDecider.decide({ type: 'DeleteAlert', ...this.notice(planId), at: this.at() }, alert);
     });
+    await this.releaseSlot(accountId, alertId, 'deleted');
     return r.position;
+  }
+
+  // ── Alert slots: the plan's maximum of alert rules, race-free on the account stream ──────────
+
+  /**
+   * Takes a slot on the account stream (at the revision read, so concurrent creations cannot
+   * pass the maximum) before the alert's stream is written. At the maximum, slots left behind by
+   * a half-done create or delete are repaired first, so a crash never locks an account out.
+   */
+  private async takeSlot(accountId: string, alertId: string): Promise<void> {
+    const take = async () => {
+      const { state } = await this.accountStreams.load(STREAM.account(accountId), this.accounts);
+      const alertsBeforeSlots = state.exists && state.alertSlots === null ? await this.liveAlertIds(accountId) : [];
+      await this.accountStreams.run(STREAM.account(accountId), this.accounts, { type: 'TakeAlertSlot', alertId, alertsBeforeSlots, at: this.at() });
+    };
+    try {
+      await take();
+    } catch (e) {
+      if (!(e instanceof DomainError && e.code === 'alert_limit_reached')) throw e;
+      if (!(await this.repairSlots(accountId))) throw e;
+      await take();
+    }
+  }
+
+  private async releaseSlot(accountId: string, alertId: string, reason: 'deleted' | 'abandoned'): Promise<void> {
+    await this.accountStreams.run(STREAM.account(accountId), this.accounts, { type: 'ReleaseAlertSlot', alertId, reason, at: this.at() });
+  }
+
+  /** The account's alerts that are live on their own streams (the read model may lag a delete). */
+  private async liveAlertIds(accountId: string): Promise<string[]> {
+    const ids = await this.lookups.alertIdsOf(accountId);
+    const alerts = await Promise.all(ids.map(async (id) => (await this.load(id)).alert));
+    return alerts.flatMap((a) => (a.status === 'live' && a.accountId === accountId ? [a.alertId] : []));
+  }
+
+  /** Frees slots of deleted alerts and of creations abandoned before their alert was written. True if any was freed. */
+  private async repairSlots(accountId: string): Promise<boolean> {
+    const { state } = await this.accountStreams.load(STREAM.account(accountId), this.accounts);
+    if (!state.exists || state.alertSlots === null) return false;
+    let changed = false;
+    for (const [alertId, takenAt] of state.alertSlots) {
+      const { alert } = await this.load(alertId);
+      const abandoned = alert.status === 'none' && this.now().getTime() - Date.parse(takenAt) > ABANDONED_SLOT_MS;
+      if (alert.status === 'deleted' || abandoned) {
+        await this.releaseSlot(accountId, alertId, abandoned ? 'abandoned' : 'deleted');
+        changed = true;
+      }
+    }
+    return changed;
   }
 
   /** For the evaluator: records what the measurement changes (fired, resolved…), if anything. */

@@ -24,13 +24,21 @@ export type AccountState =
       plan: PlanId;
       /** Tokens holding a slot (not revoked, not expired), by id. */
       liveTokens: ReadonlyMap<string, TokenSlot>;
+      /**
+       * Alerts holding a slot (not deleted): when each was taken, by alert id. Null until the
+       * first slot is taken: the alerts made before alert slots existed are not counted yet.
+       */
+      alertSlots: ReadonlyMap<string, string> | null;
     };
 
 export type AccountCommand =
   | { type: 'SignUp'; accountId: string; email: string; passwordHash: string; at: string }
   | { type: 'ChangePlan'; plan: PlanId; at: string }
   | ({ type: 'IssueApiToken'; at: string } & TokenSlot)
-  | { type: 'ReleaseApiToken'; tokenId: string; reason: 'revoked' | 'expired'; at: string };
+  | { type: 'ReleaseApiToken'; tokenId: string; reason: 'revoked' | 'expired'; at: string }
+  /** `alertsBeforeSlots`: the account's live alerts, read for an account whose alerts were never counted (ignored once they are). */
+  | { type: 'TakeAlertSlot'; alertId: string; alertsBeforeSlots: readonly string[]; at: string }
+  | { type: 'ReleaseAlertSlot'; alertId: string; reason: 'deleted' | 'abandoned'; at: string };
 
 /** Limits a token asks for, checked against the account's plan (on creation and on change). */
 export function checkTokenOptions(
@@ -94,6 +102,28 @@ export const accountDecider = (plans: PlanCatalog): Decider<AccountState, Accoun
         return [
           { type: 'ApiTokenReleased', version: 1, data: { accountId: state.accountId, tokenId: command.tokenId, reason: command.reason, at: command.at } },
         ];
+      case 'TakeAlertSlot': {
+        const { alertId, at } = command;
+        const adopted = [...new Set(command.alertsBeforeSlots)].filter((id) => id !== alertId);
+        const adoption: AccountEvent[] =
+          state.alertSlots === null ? [{ type: 'AlertSlotsAdopted', version: 1, data: { accountId: state.accountId, alertIds: adopted, at } }] : [];
+        const held = state.alertSlots ?? new Set(adopted);
+        if (held.has(alertId)) return adoption;
+        const plan = plans[state.plan];
+        // Against the plan of now: after a downgrade the alerts over its maximum stay, and none is added until below it.
+        if (plan.max_alerts !== null && held.size >= plan.max_alerts) {
+          fail('alert_limit_reached', `The ${plan.name} plan allows ${plan.max_alerts} alert rules; delete one or upgrade the plan.`, {
+            maxAlerts: plan.max_alerts,
+            plan: plan.id,
+          });
+        }
+        return [...adoption, { type: 'AlertSlotTaken', version: 1, data: { accountId: state.accountId, alertId, at } }];
+      }
+      case 'ReleaseAlertSlot':
+        if (!state.alertSlots?.has(command.alertId)) return [];
+        return [
+          { type: 'AlertSlotReleased', version: 1, data: { accountId: state.accountId, alertId: command.alertId, reason: command.reason, at: command.at } },
+        ];
     }
   },
 
@@ -101,7 +131,7 @@ export const accountDecider = (plans: PlanCatalog): Decider<AccountState, Accoun
     switch (event.type) {
       case 'AccountSignedUp': {
         const { accountId, email, passwordHash, plan } = event.data;
-        return { exists: true, accountId, email, passwordHash, plan, liveTokens: new Map() };
+        return { exists: true, accountId, email, passwordHash, plan, liveTokens: new Map(), alertSlots: null };
       }
       case 'AccountPlanChanged':
         return state.exists ? { ...state, plan: event.data.to } : state;
@@ -115,6 +145,21 @@ export const accountDecider = (plans: PlanCatalog): Decider<AccountState, Accoun
         const liveTokens = new Map(state.liveTokens);
         liveTokens.delete(event.data.tokenId);
         return { ...state, liveTokens };
+      }
+      case 'AlertSlotsAdopted': {
+        if (!state.exists) return state;
+        const { alertIds, at } = event.data;
+        return { ...state, alertSlots: new Map([...(state.alertSlots ?? []), ...alertIds.map((id): [string, string] => [id, at])]) };
+      }
+      case 'AlertSlotTaken': {
+        if (!state.exists) return state;
+        return { ...state, alertSlots: new Map(state.alertSlots ?? []).set(event.data.alertId, event.data.at) };
+      }
+      case 'AlertSlotReleased': {
+        if (!state.exists) return state;
+        const alertSlots = new Map(state.alertSlots ?? []);
+        alertSlots.delete(event.data.alertId);
+        return { ...state, alertSlots };
       }
     }
   },

@@ -11,6 +11,8 @@ export type ErrorCode =
   | 'not_found'
   | 'conflict'
   | 'token_limit_reached'
+  /** The plan's maximum of alert rules is taken (delete one or upgrade). */
+  | 'alert_limit_reached'
   | 'plan_feature_unavailable'
   | 'limit_above_account'
   | 'token_revoked'

@@ -21,6 +21,18 @@ export const AccountPlanChanged = event('AccountPlanChanged', { accountId: Id, f
 export const ApiTokenIssued = event('ApiTokenIssued', { accountId: Id, tokenId: Id, ...TokenDetails });
 /** The slot is free again (the token was revoked or expired). */
 export const ApiTokenReleased = event('ApiTokenReleased', { accountId: Id, tokenId: Id, reason: z.enum(['revoked', 'expired']) });
+/**
+ * The account takes one of its plan's alert slots before the alert's own stream is written, like
+ * a token slot, so concurrent creations cannot exceed the plan's maximum of alert rules.
+ */
+export const AlertSlotTaken = event('AlertSlotTaken', { accountId: Id, alertId: Id });
+/** The slot is free again: the alert was deleted, or its creation never completed (`abandoned`). */
+export const AlertSlotReleased = event('AlertSlotReleased', { accountId: Id, alertId: Id, reason: z.enum(['deleted', 'abandoned']) });
+/**
+ * The account's live alerts when its first slot was taken: alerts created before alert slots
+ * existed hold a slot from then on, so an account over the maximum keeps them and creates no more.
+ */
+export const AlertSlotsAdopted = event('AlertSlotsAdopted', { accountId: Id, alertIds: z.array(Id) });
 
 // API token stream `token-<id>`.
 export const ApiTokenCreated = event('ApiTokenCreated', { tokenId: Id, accountId: Id, ...TokenDetails });
@@ -45,7 +57,15 @@ export const AccessTokenRevoked = event('AccessTokenRevoked', { accessTokenId: I
 // Email claim stream `accountemail-<sha256(email)>`: makes an email unique and finds its account without a projection.
 export const EmailClaimed = event('EmailClaimed', { accountId: Id, email: z.string() });
 
-export const AccountEvent = z.discriminatedUnion('type', [AccountSignedUp, AccountPlanChanged, ApiTokenIssued, ApiTokenReleased]);
+export const AccountEvent = z.discriminatedUnion('type', [
+  AccountSignedUp,
+  AccountPlanChanged,
+  ApiTokenIssued,
+  ApiTokenReleased,
+  AlertSlotTaken,
+  AlertSlotReleased,
+  AlertSlotsAdopted,
+]);
 export type AccountEvent = z.infer<typeof AccountEvent>;
 export const ApiTokenEvent = z.discriminatedUnion('type', [
   ApiTokenCreated,

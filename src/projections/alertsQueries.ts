@@ -1,6 +1,6 @@
 import type { Alert, AlertChannel, AlertNotification } from '../api/types.js';
 import type { ReadModelStore } from '../infra/readmodels/port.js';
-import { ALERT_COLLECTIONS as C, type AlertDoc, type AttemptDoc, type DeliveryDoc, type PublicChannel } from './alerts.js';
+import { type AlertDoc, type AttemptDoc, ALERT_COLLECTIONS as C, type DeliveryDoc, type PublicChannel } from './alerts.js';
 
 /**
  * The evaluator's last look at each alert (`<alertId>` → value, breached, time). Written outside
@@ -43,6 +43,11 @@ export class AlertQueries {
   async alert(accountId: string, alertId: string): Promise<Alert | null> {
     const doc = await this.alertDoc(alertId);
     return doc && doc.accountId === accountId ? this.record(doc) : null;
+  }
+
+  /** The ids of the account's alerts, as the read model has them. */
+  async alertIds(accountId: string): Promise<string[]> {
+    return (await this.rm.range<{ alertId: string }>(C.byAccount, { prefix: `${accountId}/` })).map((r) => r.doc.alertId);
   }
 
   async alerts(accountId: string): Promise<Alert[]> {

@@ -1,5 +1,5 @@
-import { decodeEvent } from '../domain/eventCodec.js';
 import type { TokenStatus } from '../domain/apiToken.js';
+import { decodeEvent } from '../domain/eventCodec.js';
 import { DomainEvent } from '../domain/events.js';
 import type { PlanId } from '../domain/plans.js';
 import type { StoredEvent } from '../infra/eventstore/port.js';
@@ -123,6 +123,9 @@ export const coreProjection: Projection = {
         return [merge(C.accessTokens, event.data.accessTokenId, { status: 'revoked' })];
       case 'ApiTokenIssued':
       case 'ApiTokenReleased':
+      case 'AlertSlotTaken':
+      case 'AlertSlotReleased':
+      case 'AlertSlotsAdopted':
       case 'EmailClaimed':
         return [];
     }

@@ -1,5 +1,6 @@
 import type { InjectOptions } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { encodeEvent } from '../../src/domain/eventCodec.js';
 import { ADMIN_TOKEN, owner, signUp, startTestApp, type TestApp } from '../support/testApp.js';
 
 let t: TestApp;
@@ -266,5 +267,119 @@ describe('sessions work like access tokens', () => {
     const { cookie } = await signUp(t.app);
     const res = await inject({ method: 'POST', url: '/api/v1/alerts', headers: { cookie }, payload: errorRate });
     expect(res.statusCode).toBe(201);
+  });
+});
+
+describe('alert rules per plan (max_alerts: a slot on the account stream)', () => {
+  const create = (o: { auth: Record<string, string> }, name: string) =>
+    inject({ method: 'POST', url: '/api/v1/alerts', headers: o.auth, payload: { ...errorRate, name } });
+  const createN = async (o: { auth: Record<string, string> }, n: number) => {
+    const ids: string[] = [];
+    for (let i = 0; i < n; i++) {
+      const res = await create(o, `rule ${i}`);
+      expect(res.statusCode, res.body).toBe(201);
+      ids.push(res.json().id as string);
+    }
+    return ids;
+  };
+  const remove = (o: { auth: Record<string, string> }, id: string) => inject({ method: 'DELETE', url: `/api/v1/alerts/${id}`, headers: o.auth });
+  const listed = async (o: { auth: Record<string, string> }) => (await inject({ method: 'GET', url: '/api/v1/alerts', headers: o.auth })).json().alerts.length;
+
+  it("shows each plan's maximum on the account", async () => {
+    const o = await ownerOn('free');
+    expect((await inject({ method: 'GET', url: '/api/v1/account', headers: o.auth })).json().plan).toMatchObject({ id: 'free', max_alerts: 5 });
+  });
+
+  it('creates up to the maximum, refuses the next with 409 alert_limit_reached, and takes one again once one is deleted', async () => {
+    const o = await ownerOn('free');
+    const ids = await createN(o, 5);
+    const refused = await create(o, 'sixth');
+    expect(refused.statusCode).toBe(409);
+    expect(refused.headers['content-type']).toMatch(/^application\/problem\+json/);
+    expect(refused.json()).toMatchObject({ code: 'alert_limit_reached', maxAlerts: 5, plan: 'free', detail: expect.stringContaining('Free plan allows 5') });
+    expect(await listed(o)).toBe(5);
+
+    expect((await remove(o, ids[0] as string)).statusCode).toBe(204);
+    expect((await create(o, 'after a delete')).statusCode).toBe(201);
+    expect((await create(o, 'over again')).statusCode).toBe(409);
+    expect(await listed(o)).toBe(5);
+  });
+
+  it('lets exactly one of two concurrent creations at max - 1 through', async () => {
+    const o = await ownerOn('free');
+    await createN(o, 4);
+    const results = await Promise.all([create(o, 'a'), create(o, 'b')]);
+    expect(results.map((r) => r.statusCode).sort()).toEqual([201, 409]);
+    expect(results.find((r) => r.statusCode === 409)?.json().code).toBe('alert_limit_reached');
+    expect(await listed(o)).toBe(5);
+  });
+
+  it('creates exactly 20 of 30 concurrent rules on Developer', async () => {
+    const o = await ownerOn('developer');
+    const results = await Promise.all(Array.from({ length: 30 }, (_, i) => create(o, `r${i}`)));
+    const codes = results.map((r) => r.statusCode);
+    expect(codes.filter((c) => c === 201)).toHaveLength(20);
+    expect(codes.filter((c) => c === 409)).toHaveLength(10);
+    expect(await listed(o)).toBe(20);
+  });
+
+  it('a refused or invalid create takes no slot', async () => {
+    const o = await ownerOn('free');
+    const webhook = await inject({
+      method: 'POST',
+      url: '/api/v1/alerts',
+      headers: o.auth,
+      payload: { ...errorRate, channels: [{ type: 'webhook', url: 'https://hooks.example.com/x' }] },
+    });
+    expect(webhook.statusCode).toBe(403);
+    const invalid = await inject({ method: 'POST', url: '/api/v1/alerts', headers: o.auth, payload: { ...errorRate, threshold: -1 } });
+    expect(invalid.statusCode).toBe(400);
+    await createN(o, 5);
+    expect((await create(o, 'sixth')).statusCode).toBe(409);
+  });
+
+  it('after a downgrade keeps the alerts over the new maximum and refuses new ones until below it', async () => {
+    const o = await ownerOn('developer');
+    const ids = await createN(o, 7);
+    expect((await setPlan(o.accountId, 'free')).statusCode).toBe(200);
+    expect(await listed(o)).toBe(7);
+    expect((await create(o, 'x')).json().code).toBe('alert_limit_reached');
+    for (const id of ids.slice(0, 2)) expect((await remove(o, id)).statusCode).toBe(204);
+    expect((await create(o, 'still at 5')).statusCode).toBe(409);
+    expect((await remove(o, ids[2] as string)).statusCode).toBe(204);
+    expect((await create(o, 'at 4')).statusCode).toBe(201);
+  });
+
+  it('counts the alerts an account had before slots existed: kept, and creation refused until below the maximum', async () => {
+    const o = await ownerOn('free');
+    // Seven alerts written as the versions before alert slots wrote them: AlertCreated on the alert's stream only.
+    const legacy = Array.from({ length: 7 }, (_, i) => `alr_legacy${i}${Math.random().toString(36).slice(2).padEnd(9, '0').slice(0, 9)}`);
+    let position = '';
+    for (const alertId of legacy) {
+      const created = {
+        type: 'AlertCreated',
+        version: 1,
+        data: {
+          alertId,
+          accountId: o.accountId,
+          name: alertId,
+          rule: { type: 'error_rate', condition: null, threshold: 5, windowMinutes: 10, tokenId: null, minRequests: 10, baselineHours: null },
+          channels: [{ type: 'email', id: `chn_${alertId.slice(4)}`, active: true, to: 'ops@example.com' }],
+          enabled: true,
+          at: new Date().toISOString(),
+        },
+      };
+      position = (await t.runtime.store.append(`alert-${alertId}`, [encodeEvent(created)], 'no_stream')).position;
+    }
+    await t.runtime.projector?.waitFor(position);
+    expect(await listed(o)).toBe(7);
+
+    expect((await create(o, 'over')).json()).toMatchObject({ code: 'alert_limit_reached', maxAlerts: 5 });
+    for (const id of legacy.slice(0, 2)) expect((await remove(o, id)).statusCode).toBe(204);
+    expect((await create(o, 'still at 5')).statusCode).toBe(409);
+    expect((await remove(o, legacy[2] as string)).statusCode).toBe(204);
+    expect((await create(o, 'at 4')).statusCode).toBe(201);
+    expect((await create(o, 'at 5')).statusCode).toBe(409);
+    expect(await listed(o)).toBe(5);
   });
 });

@@ -486,6 +486,9 @@ describe('every documented operation with valid input, and its refusals', () => 
       403,
       'plan_feature_unavailable',
     );
+    const mail = { name: 'mail', type: 'error_rate', threshold: 5, channels: channels.slice(0, 1) };
+    for (let i = 1; i < 5; i++) await call('POST /api/v1/alerts', { body: mail, headers: free.bearer }, 201);
+    await problem('POST /api/v1/alerts', { body: mail, headers: free.bearer }, 409, 'alert_limit_reached');
     const second = read(
       await call('POST /api/v1/alerts', { body: { name: 'errors', type: 'error_rate', threshold: 5, channels: channels.slice(0, 1) }, headers: o.bearer }, 201),
       'Alert',

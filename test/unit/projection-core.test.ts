@@ -148,6 +148,25 @@ describe('core projection', () => {
       .then([]);
   });
 
+  it('leaves the account as it is through its alert slots, replayed twice over', () => {
+    const onAccount = (type: string, data: Record<string, unknown>): SpecEvent => ({
+      streamId: `account-${account}`,
+      type,
+      version: 1,
+      data: { accountId: account, ...data, at: LATER },
+    });
+    const history = [
+      signedUp,
+      onAccount('AlertSlotsAdopted', { alertIds: ['alr_0000000000000001'] }),
+      onAccount('AlertSlotTaken', { alertId: 'alr_0000000000000002' }),
+      onAccount('AlertSlotReleased', { alertId: 'alr_0000000000000001', reason: 'deleted' }),
+    ];
+    const documents = { accounts: { [account]: { id: account, email: 'me@example.com', plan: 'free', createdAt: AT } } };
+    spec.given(history).thenDocuments(documents);
+    spec.given([...history, ...history]).thenDocuments(documents);
+    spec.given(history.slice(1)).then([]);
+  });
+
   it('tells the gateways of every token change and of a plan change', () => {
     spec
       .given([

@@ -132,9 +132,11 @@ export const alertRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, deps) => 
 
   const create = {
     summary: "Create an alert rule (a webhook channel's signing secret is in this answer only)",
+    description:
+      "The plan's `max_alerts` caps the rules an account has (deleting one frees its place): at the cap, 409 `alert_limit_reached` with `maxAlerts` and `plan`. After a downgrade the rules over the new cap stay; none is added until below it.",
     tags,
     body: CreateAlert,
-    response: { 201: Alert, ...problems(403, 404, 422) },
+    response: { 201: Alert, ...problems(403, 404, 409, 422) },
   };
   app.post('/api/v1/alerts', { config, schema: create }, async (request, reply) => {
     const { accountId } = ownerOf(request);

@@ -15,6 +15,7 @@ export const STATUS_OF: Record<ErrorCode, number> = {
   conflict: 409,
   email_taken: 409,
   token_limit_reached: 409,
+  alert_limit_reached: 409,
   token_revoked: 409,
   token_expired: 409,
   invalid_transition: 409,
