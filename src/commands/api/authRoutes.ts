@@ -38,7 +38,9 @@ const SESSION_SET_COOKIE = {
   'Set-Cookie': z
     .string()
     .regex(new RegExp(`^${SESSION_COOKIE}=`))
-    .describe(`The session: \`${SESSION_COOKIE}=…; Path=/; HttpOnly; SameSite=Strict; Expires=…\` (\`Secure\` with SECURE_COOKIES=true, or when the request came over HTTPS: \`X-Forwarded-Proto: https\` behind TRUST_PROXY).`),
+    .describe(
+      `The session: \`${SESSION_COOKIE}=…; Path=/; HttpOnly; SameSite=Strict; Expires=…\` (\`Secure\` with SECURE_COOKIES=true, or when the request came over HTTPS: \`X-Forwarded-Proto: https\` behind TRUST_PROXY).`,
+    ),
 };
 
 /** Sign-up, log-in and log-out for the dashboard: a session cookie (httpOnly, SameSite=Strict). */
