@@ -1,14 +1,14 @@
 import { execFileSync } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 import { loadConfig } from '../../src/config.js';
 import { LevelEventStore } from '../../src/infra/eventstore/level.js';
-import { recordedCalls } from '../support/usageLog.js';
 import { startTestRedisServer } from '../support/redisServer.js';
 import { startService } from '../support/serviceProcess.js';
+import { recordedCalls } from '../support/usageLog.js';
 
 const CLI = fileURLToPath(new URL('../../src/cli.ts', import.meta.url));
 const dirs: string[] = [];
@@ -60,6 +60,8 @@ describe('a production service unreachable at start: waits, says so, then gives 
     expect(await service.exited).toBe(1);
     expect(service.output()).toMatch(new RegExp(`Could not start: Redis at redis://:\\*\\*\\*@127\\.0\\.0\\.1:${redis.port} was not reachable within \\d+ s`));
     expect(service.output()).not.toMatch(/hunter2|ready at/);
+    // Why it was not reachable, as the connection said it: not just that it was not ready in time.
+    expect(service.output()).toMatch(new RegExp(`was not reachable within \\d+ s .*ECONNREFUSED 127\\.0\\.0\\.1:${redis.port}`));
   });
 
   it('starts once Redis comes up within the wait', { timeout: 60_000 }, async () => {

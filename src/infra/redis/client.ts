@@ -157,17 +157,23 @@ export async function waitForReady(client: RedisClient, timeoutMs: number): Prom
   if (client instanceof Cluster) await everyMasterAnswers(client, Math.max(1, timeoutMs - (Date.now() - started)));
 }
 
+/** Waits for `event`; a timeout names the last connection error seen meanwhile (`connect ECONNREFUSED 127.0.0.1:6379`), what an operator needs. */
 function untilEvent(client: RedisClient, event: string, timeoutMs: number): Promise<void> {
   return new Promise<void>((resolve, reject) => {
+    let lastError: string | null = null;
+    const onError = (error: Error): void => {
+      lastError = error.message;
+    };
     const timer = setTimeout(() => {
-      client.off(event, onEvent);
-      reject(new Error(`redis not ready after ${timeoutMs} ms`));
+      client.off(event, onEvent).off('error', onError);
+      reject(new Error(`redis not ready after ${timeoutMs} ms${lastError ? `: ${lastError}` : ''}`));
     }, timeoutMs);
     const onEvent = (): void => {
       clearTimeout(timer);
+      client.off('error', onError);
       resolve();
     };
-    client.once(event, onEvent);
+    client.once(event, onEvent).on('error', onError);
   });
 }
 
