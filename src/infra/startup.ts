@@ -10,10 +10,11 @@ export class DependencyUnreachableError extends Error {
   constructor(
     readonly dependency: string,
     readonly target: string,
-    readonly waitedMs: number,
+    /** STARTUP_TIMEOUT_SECONDS: what the message names, not the time spent (the waiter stops a retry short of it). */
+    readonly deadlineMs: number,
     readonly lastError: unknown,
   ) {
-    super(`${dependency} at ${target} was not reachable within ${Math.round(waitedMs / 1000)} s (STARTUP_TIMEOUT_SECONDS): ${describe(lastError)}`);
+    super(`${dependency} at ${target} was not reachable within ${seconds(deadlineMs)} s (STARTUP_TIMEOUT_SECONDS): ${describe(lastError)}`);
     this.name = 'DependencyUnreachableError';
   }
 }
@@ -30,6 +31,7 @@ export interface WaitOptions {
   sleep?: (ms: number) => Promise<void>;
 }
 
+const seconds = (ms: number): number => Math.round(ms / 1000);
 const describe = (e: unknown): string => (e instanceof Error ? e.message : String(e)) || 'no answer';
 
 /** A URL as it may be logged: without credentials. A URL of several hosts (a Redis Cluster's seeds) is no WHATWG URL, and is redacted as text. */
@@ -63,8 +65,8 @@ export async function untilReachable<T>(dependency: string, url: string, attempt
       return await withinDeadline(attempt(timeoutMs), timeoutMs, () => new Error(`no answer within ${timeoutMs} ms`));
     } catch (e) {
       const waited = now() - started;
-      if (waited + retryMs >= options.deadlineMs) throw new DependencyUnreachableError(dependency, target, waited, e);
-      options.log(`Waiting for ${dependency} at ${target}: ${describe(e)}; retrying (giving up after ${Math.round(options.deadlineMs / 1000)} s)`);
+      if (waited + retryMs >= options.deadlineMs) throw new DependencyUnreachableError(dependency, target, options.deadlineMs, e);
+      options.log(`Waiting for ${dependency} at ${target}: ${describe(e)}; retrying (giving up after ${seconds(options.deadlineMs)} s)`);
       await sleep(retryMs);
     }
   }
