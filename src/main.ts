@@ -25,6 +25,18 @@ async function maybeStartDevnet(config: Config): Promise<Devnet | null> {
   return devnet;
 }
 
+/**
+ * Whether this process keeps anything under DATA_DIR (LevelDB stores, the usage journal): only
+ * ROLE=all does, for what has no service of its own. Another role naming it would send an
+ * operator looking for data that is not there.
+ */
+function usesDataDir(config: Config): boolean {
+  if (config.role !== 'all') return false;
+  const ownEventStore = !config.eventstoreUrl && !config.databaseUrl;
+  const ownReadModels = !config.mongodbUrl && !config.databaseUrl;
+  return ownEventStore || ownReadModels || !config.redisUrl;
+}
+
 async function main(): Promise<void> {
   const config = loadConfig(process.env, process.argv[2]);
   const devnet = await maybeStartDevnet(config);
@@ -68,7 +80,7 @@ async function main(): Promise<void> {
         .map((c) => c.id)
         .join(', ')}${devnet ? ` (local devnet at ${devnet.url})` : ''}`,
     );
-  if (config.role === 'all' || config.role === 'api') console.log(`  dashboard and API: ${base}/   data: ${config.dataDir}\n`);
+  if (config.role === 'all' || config.role === 'api') console.log(`  dashboard and API: ${base}/${usesDataDir(config) ? `   data: ${config.dataDir}` : ''}\n`);
 }
 
 main().catch((e: unknown) => {

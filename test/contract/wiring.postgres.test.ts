@@ -71,7 +71,7 @@ describe.skipIf(unavailable !== null)(unavailable ? `PostgreSQL wiring (skipped:
     const service = startService({ DATA_DIR: tempDir(), LOCAL_DEVNET: 'off', DATABASE_URL: url, STARTUP_TIMEOUT_SECONDS: '2' });
     expect(await service.exited).toBe(1);
     expect(service.output()).toMatch(/Waiting for PostgreSQL at postgres:\/\/gw:\*\*\*@127\.0\.0\.1:\d+\/gw/);
-    expect(service.output()).toMatch(/Could not start: PostgreSQL at postgres:\/\/gw:\*\*\*@127\.0\.0\.1:\d+\/gw was not reachable within \d+ s/);
+    expect(service.output()).toMatch(/Could not start: PostgreSQL at postgres:\/\/gw:\*\*\*@127\.0\.0\.1:\d+\/gw was not reachable within 2 s/);
     expect(service.output()).not.toMatch(/hunter2|ready at/);
   });
 
@@ -89,6 +89,18 @@ describe.skipIf(unavailable !== null)(unavailable ? `PostgreSQL wiring (skipped:
       expect(service.output()).not.toMatch(/ready at/);
     } finally {
       await other.drop();
+    }
+  });
+
+  it('the api role does not name a data directory at start: it keeps nothing there', { timeout: 60_000 }, async () => {
+    const service = startService({ LOCAL_DEVNET: 'off', ROLE: 'api', DATABASE_URL: db.url, REDIS_URL: redis.url, DATA_DIR: tempDir() });
+    try {
+      await service.ready;
+      for (let i = 0; i < 50 && !/dashboard and API:/.test(service.output()); i++) await new Promise((r) => setTimeout(r, 100));
+      expect(service.output()).toMatch(/dashboard and API: http:\/\/\S+\/\n/);
+      expect(service.output()).not.toMatch(/data: /);
+    } finally {
+      await stop(service);
     }
   });
 
