@@ -1,6 +1,7 @@
 import { useCallback, useEffect, useMemo, useRef, useState } from 'preact/hooks';
 import type { Account } from '../api/types.js';
 import { ApiClient } from './api.js';
+import { BusyButton } from './components/ui.js';
 import { useFocusReturn } from './focus.js';
 import { type Filters, FiltersContext, initialFilters, type Session, SessionContext } from './hooks.js';
 import { AccessTokensPage } from './pages/accessTokens.js';
@@ -39,6 +40,7 @@ export function App() {
   const [phase, setPhase] = useState<Phase>(() => (hint.get() ? 'checking' : 'anonymous'));
   const [account, setAccount] = useState<Account | null>(null);
   const [sessionLost, setSessionLost] = useState(false);
+  const [loggingOut, setLoggingOut] = useState(false);
   const [filters, setFilters] = useState<Filters>(() => initialFilters());
   const phaseRef = useRef(phase);
   phaseRef.current = phase;
@@ -95,9 +97,11 @@ export function App() {
   };
 
   const logout = useCallback(async () => {
+    setLoggingOut(true);
     try {
       await api.post('/api/v1/auth/logout');
     } finally {
+      setLoggingOut(false);
       hint.clear();
       for (const resolve of waiting.current.splice(0)) resolve(false);
       setSessionLost(false);
@@ -138,9 +142,9 @@ export function App() {
             <span class={`badge plan-${account.plan.id}`} data-testid="plan-badge">
               {account.plan.name}
             </span>
-            <button type="button" class="button small" onClick={logout}>
-              Log out
-            </button>
+            <BusyButton type="button" class="button small" onClick={() => void logout()} busy={loggingOut}>
+              {loggingOut ? 'Logging out…' : 'Log out'}
+            </BusyButton>
           </div>
           <nav aria-label="Dashboard">
             <ul>
@@ -157,7 +161,7 @@ export function App() {
         <main id="main" tabIndex={-1}>
           <Page route={route} />
         </main>
-        {sessionLost && <SessionLostDialog api={api} email={account.email} onDone={loggedInAgain} onLogout={logout} />}
+        {sessionLost && <SessionLostDialog api={api} email={account.email} onDone={loggedInAgain} onLogout={logout} loggingOut={loggingOut} />}
       </FiltersContext.Provider>
     </SessionContext.Provider>
   );
@@ -196,7 +200,7 @@ function Page({ route }: { route: Route }) {
 }
 
 /** The session ended mid-work: log in again in a dialog, the page beneath keeps its state. */
-function SessionLostDialog(props: { api: ApiClient; email: string; onDone(): Promise<void>; onLogout(): Promise<void> }) {
+function SessionLostDialog(props: { api: ApiClient; email: string; onDone(): Promise<void>; onLogout(): Promise<void>; loggingOut: boolean }) {
   const ref = useRef<HTMLDialogElement>(null);
   // Logged in again, the focus goes back to where the owner was: the control whose call the dialog interrupted.
   useFocusReturn();
@@ -212,9 +216,9 @@ function SessionLostDialog(props: { api: ApiClient; email: string; onDone(): Pro
       <AuthForm api={props.api} mode="login" lockedEmail={props.email} onDone={props.onDone} />
       <p class="auth-switch">
         Not you?{' '}
-        <button type="button" class="link-button" onClick={props.onLogout}>
-          Log out
-        </button>
+        <BusyButton type="button" class="link-button" onClick={() => void props.onLogout()} busy={props.loggingOut}>
+          {props.loggingOut ? 'Logging out…' : 'Log out'}
+        </BusyButton>
       </p>
     </dialog>
   );

@@ -268,12 +268,14 @@ describe('a busy control keeps the keyboard focus', () => {
     await expectFocusOn(download, 'downloaded');
   });
 
-  it('log out, then the log-in page content; a refused log-in keeps the focus on its button; logged in, the dashboard content', async () => {
+  it('log out (pressed twice while on its way: one request), then the log-in page content; a refused log-in keeps the focus on its button; logged in, the dashboard content', async () => {
     await go('/');
     const logout = page.getByRole('button', { name: 'Log out' });
-    await logout.focus();
-    await page.keyboard.press('Enter');
+    // Pressed again while the first log-out is on its way: one request only.
+    const loggingOut = await pressWhileHeld(logout, 'Enter', 'POST', '/api/v1/auth/logout', /^Logging out/);
+    await loggingOut.release();
     await page.getByRole('heading', { name: 'Log in' }).waitFor();
+    expect(loggingOut.count(), 'log-out requests').toBe(1);
     await expectFocusOnContent('logged out');
 
     await page.getByLabel('Email').fill(EMAIL);
