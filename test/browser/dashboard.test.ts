@@ -1,9 +1,9 @@
-import { tmpdir } from 'node:os';
 import { mkdirSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Page } from 'playwright-core';
-import { WebSocket } from 'ws';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { WebSocket } from 'ws';
 import { type Browser, buildDashboard, DESKTOP, launchBrowser, PHONE } from '../support/browser.js';
 import { type GanacheNode, startGanache } from '../support/ganache.js';
 import { ADMIN_TOKEN, signUp, startTestApp, type TestApp } from '../support/testApp.js';
@@ -492,9 +492,14 @@ describe('dashboard', () => {
     await page.getByRole('button', { name: 'I have stored it' }).click();
   });
 
-  it('creates, lists, edits and deletes an alert with the channels of the plan', async (ctx) => {
+  it('creates, lists, edits and deletes an alert with the channels of the plan, up to its maximum', async (ctx) => {
     if (!has.alerts) ctx.skip();
     await go('/alerts');
+    await until(
+      'the alert count',
+      () => page.getByTestId('alert-count').textContent(),
+      (v) => v === '0 of 5 alert rules on the Free plan',
+    );
     await page.getByRole('button', { name: 'Create alert' }).click();
     const form = page.getByRole('form', { name: 'New alert' });
     // Free offers email only: the others are shown, disabled, with the plan that has them.
@@ -553,6 +558,16 @@ describe('dashboard', () => {
     await page.getByRole('dialog').getByRole('button', { name: 'Delete alert' }).click();
     await secondRow.waitFor({ state: 'detached' });
     expect((await api<{ alerts: unknown[] }>('/api/v1/alerts')).body.alerts).toHaveLength(1);
+
+    // Free's maximum of 5 rules: the count says so, and Create is disabled with the reason.
+    for (let i = 2; i <= 5; i++) {
+      const rule = { name: `rule ${i}`, type: 'error_rate', threshold: 5, window_minutes: 10, channels: [{ type: 'email', to: 'ops@example.com' }] };
+      expect((await page.context().request.post(`${base}/api/v1/alerts`, { data: rule })).status()).toBe(201);
+    }
+    await go('/alerts');
+    await page.getByText('Your Free plan allows 5 alert rules and you have 5. Delete one to create another, or move to a bigger plan.').waitFor();
+    expect(await page.getByTestId('alert-count').textContent()).toBe('5 of 5 alert rules on the Free plan');
+    expect(await page.getByRole('button', { name: 'Create alert' }).isDisabled()).toBe(true);
   });
 
   it('downloads the exports the plan allows and explains the others', async (ctx) => {

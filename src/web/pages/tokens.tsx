@@ -2,6 +2,7 @@ import { useEffect, useState } from 'preact/hooks';
 import type { Account, CreatedToken, TokenList, TokenRecord } from '../../api/types.js';
 import { asApiError } from '../api.js';
 import { type Column, DataTable } from '../components/dataTable.js';
+import { CreateButton, PlanCount, planMaxMessage, TOKENS } from '../components/planMax.js';
 import { TokenActions } from '../components/tokenActions.js';
 import { BusyButton, Field, Panel, ProblemMessage, SecretOnce, StatusBadge } from '../components/ui.js';
 import { fmtDate, fmtDateTime, fmtInt } from '../format.js';
@@ -13,13 +14,6 @@ const DAY = 86_400_000;
 const utcToday = (): number => Math.floor(Date.now() / DAY) * DAY;
 const daysUntil = (date: string): number => Math.round((Date.parse(`${date}T00:00:00Z`) - utcToday()) / DAY);
 const isoDate = (ms: number): string => new Date(ms).toISOString().slice(0, 10);
-
-/** Why a plan can't create another token, or null when it can. */
-export function tokenMaxMessage(account: Account, liveTokens: number): string | null {
-  const max = account.plan.max_tokens;
-  if (max === null || liveTokens < max) return null;
-  return `Your ${account.plan.name} plan allows ${max} token${max === 1 ? '' : 's'} and you have ${liveTokens}. Revoke one to create another, or move to a bigger plan.`;
-}
 
 export function TokensPage() {
   const { api, account } = useSession();
@@ -33,8 +27,8 @@ export function TokensPage() {
 
   const tokens = (list.data?.tokens ?? []).map((t) => overrides[t.id] ?? t);
   const live = tokens.filter((t) => t.status === 'active' || t.status === 'disabled').length;
-  const atMax = list.data ? tokenMaxMessage(account, live) : null;
   const max = account.plan.max_tokens;
+  const atMax = list.data ? planMaxMessage(account.plan, max, live, TOKENS) : null;
 
   const onChanged = (t: TokenRecord) => setOverrides((o) => ({ ...o, [t.id]: t }));
 
@@ -42,9 +36,7 @@ export function TokensPage() {
     <>
       <div class="page-head">
         <h1>Tokens</h1>
-        <p class="muted" data-testid="token-count">
-          {live} of {max === null ? 'unlimited' : max} tokens on the {account.plan.name} plan
-        </p>
+        <PlanCount plan={account.plan} max={max} count={live} what={TOKENS} testId="token-count" />
       </div>
       {created ? (
         <Panel title="Token created">
@@ -79,22 +71,7 @@ export function TokensPage() {
           />
         </Panel>
       ) : (
-        <div class="create-row">
-          <button
-            type="button"
-            class="button primary"
-            onClick={() => setCreating(true)}
-            disabled={atMax !== null}
-            aria-describedby={atMax ? 'token-max' : undefined}
-          >
-            Create token
-          </button>
-          {atMax && (
-            <p class="note" id="token-max" role="status">
-              {atMax}
-            </p>
-          )}
-        </div>
+        <CreateButton label="Create token" atMax={atMax} onClick={() => setCreating(true)} />
       )}
       <Panel title="Your tokens" polled={list}>
         <ProblemMessage error={actionError} />

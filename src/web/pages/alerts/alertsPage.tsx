@@ -1,6 +1,7 @@
 import { useState } from 'preact/hooks';
 import type { Alert, AlertList, TokenList } from '../../../api/types.js';
 import { ApiError } from '../../api.js';
+import { ALERT_RULES, CreateButton, PlanCount, planMaxMessage } from '../../components/planMax.js';
 import { ConfirmDialog, Panel, SecretOnce } from '../../components/ui.js';
 import { CHANNEL_NAMES } from '../../format.js';
 import { usePolled, useSession } from '../../hooks.js';
@@ -18,21 +19,20 @@ export function AlertsPage() {
   const liveTokens = (tokens.data?.tokens ?? []).filter((t) => t.status === 'active' || t.status === 'disabled');
   const list = alerts.data?.alerts ?? [];
   const missing = alerts.error instanceof ApiError && alerts.error.isMissingEndpoint;
+  const max = account.plan.max_alerts;
+  const atMax = alerts.data ? planMaxMessage(account.plan, max, list.length, ALERT_RULES) : null;
 
   return (
     <>
       <div class="page-head">
         <h1>Alerts</h1>
-        {editing === null && !missing && (
-          <button type="button" class="button primary" onClick={() => setEditing('new')}>
-            Create alert
-          </button>
-        )}
+        {alerts.data && <PlanCount plan={account.plan} max={max} count={list.length} what={ALERT_RULES} testId="alert-count" />}
       </div>
       <p class="muted">
         Alerts watch your usage and notify you by {account.plan.channels.map((c) => CHANNEL_NAMES[c]?.toLowerCase() ?? c).join(', ')} on the {account.plan.name}{' '}
         plan.
       </p>
+      {editing === null && !missing && <CreateButton label="Create alert" atMax={atMax} onClick={() => setEditing('new')} />}
       {secrets.length > 0 && (
         <Panel title="Webhook signing secret">
           {secrets.map((c) => (
