@@ -1,4 +1,4 @@
-import { useEffect } from 'preact/hooks';
+import { useEffect, useState } from 'preact/hooks';
 
 /**
  * Where the keyboard focus goes when the element holding it leaves the page. Chromium puts it on
@@ -60,11 +60,13 @@ export function keepFocusInPage(): () => void {
  * opened it, if that is still in the page. Call it before the effects that move the focus in.
  */
 export function useFocusReturn(): void {
+  // Read while the component first renders, before anything of it is in the page: an effect runs
+  // after the paint, and by then a quick click or a test's typing may have moved the focus inside.
+  const [opener] = useState(() => document.activeElement);
   useEffect(() => {
-    const opener = document.activeElement;
     return () =>
       queueMicrotask(() => {
         if (opener instanceof HTMLElement && opener !== document.body && opener.isConnected && focusLost()) opener.focus();
       });
-  }, []);
+  }, [opener]);
 }

@@ -259,6 +259,30 @@ describe('a busy control keeps the keyboard focus', () => {
     await dialog.waitFor({ state: 'detached' });
   });
 
+  it('alerts: a form focused inside before its effects ran still gives the focus back to its Edit button', async () => {
+    const created = await page.context().request.post(`${base}/api/v1/alerts`, {
+      data: { name: 'quick', type: 'usage_threshold', threshold: 50, channels: [{ type: 'email', to: 'ops@example.com' }] },
+    });
+    expect(created.status(), await created.text()).toBe(201);
+    await go('/alerts');
+    const row = page.locator('tr', { hasText: 'quick' });
+    await row.waitFor();
+    const editButton = row.getByRole('button', { name: 'Edit quick' });
+    await editButton.focus();
+    // A quick user (or a busy machine): the form's first field has the focus before the form's effects have run.
+    await page.evaluate(async () => {
+      (document.activeElement as HTMLElement).click();
+      const field = () => document.querySelector<HTMLInputElement>('form[aria-label="Edit alert"] input');
+      for (let i = 0; i < 100 && !field(); i++) await Promise.resolve();
+      field()?.focus();
+    });
+    const edit = page.getByRole('form', { name: 'Edit alert' });
+    await edit.getByRole('button', { name: 'Save alert' }).focus();
+    await page.keyboard.press('Enter');
+    await edit.waitFor({ state: 'detached' });
+    await expectFocusOn(editButton, 'saved');
+  });
+
   it('exports: the download button while the file is prepared', async () => {
     await go('/exports');
     const download = page.getByRole('button', { name: 'Download CSV' });
