@@ -3,7 +3,7 @@ import { type AccessTokenState, accessTokenDecider } from '../domain/accessToken
 import { type AccountState, accountDecider, checkTokenOptions, type TokenSlot } from '../domain/account.js';
 import { type ApiTokenCommand, apiTokenDecider } from '../domain/apiToken.js';
 import type { Decider } from '../domain/decider.js';
-import { DomainError, fail } from '../domain/errors.js';
+import { fail } from '../domain/errors.js';
 import { type EmailEvent, STREAM } from '../domain/events.js';
 import type { PlanCatalog, PlanId } from '../domain/plans.js';
 import { generateToken, hashToken, maskToken } from '../domain/tokenFormat.js';
@@ -11,6 +11,7 @@ import type { EventStore, Position } from '../infra/eventstore/port.js';
 import { AggregateStore, decideAll } from './aggregateStore.js';
 import { newId } from './ids.js';
 import { PasswordHasher } from './passwords.js';
+import { takePlanSlot } from './planSlots.js';
 import { type LiveToken, planChangeOf, type TokenHistoryEntry, withPlanChanges } from './tokenHistory.js';
 
 export interface CreateTokenInput {
@@ -121,13 +122,7 @@ export class AccountCommands {
       rateLimit: input.rateLimit ?? null,
     };
     const issue = () => this.aggregates.run(STREAM.account(accountId), this.accounts, { type: 'IssueApiToken', at, ...slot });
-    try {
-      await issue();
-    } catch (e) {
-      if (!(e instanceof DomainError && e.code === 'token_limit_reached')) throw e;
-      if (!(await this.repairSlots(accountId))) throw e;
-      await issue();
-    }
+    await takePlanSlot(issue, 'token_limit_reached', () => this.repairSlots(accountId));
     const position = await this.writeTokenStream(accountId, slot, at);
     return { token, tokenId: slot.tokenId, position };
   }

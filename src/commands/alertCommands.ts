@@ -15,13 +15,14 @@ import {
   thresholdUnit,
 } from '../domain/alert.js';
 import { ALERT_STREAM, type AlertEvent, type AlertRule, decodeAlertEvent } from '../domain/alertEvents.js';
-import { DomainError, fail } from '../domain/errors.js';
+import { fail } from '../domain/errors.js';
 import { STREAM } from '../domain/events.js';
 import type { PlanCatalog, PlanId } from '../domain/plans.js';
 import { randomBase62 } from '../domain/tokenFormat.js';
 import type { EventStore, Position } from '../infra/eventstore/port.js';
 import { generateWebhookSecret } from '../infra/notify/signing.js';
 import { AggregateStore } from './aggregateStore.js';
+import { takePlanSlot } from './planSlots.js';
 
 /** Alert ids carry their kind like the others (`alr_`, channels `chn_`, notifications `ntf_`). */
 export const ALERT_ID_PATTERN = /^alr_[0-9A-Za-z]{16}$/;
@@ -164,13 +165,7 @@ export class AlertCommands {
       const alertsBeforeSlots = state.exists && state.alertSlots === null ? await this.liveAlertIds(accountId) : [];
       await this.accountStreams.run(STREAM.account(accountId), this.accounts, { type: 'TakeAlertSlot', alertId, alertsBeforeSlots, at: this.at() });
     };
-    try {
-      await take();
-    } catch (e) {
-      if (!(e instanceof DomainError && e.code === 'alert_limit_reached')) throw e;
-      if (!(await this.repairSlots(accountId))) throw e;
-      await take();
-    }
+    await takePlanSlot(take, 'alert_limit_reached', () => this.repairSlots(accountId));
   }
 
   private async releaseSlot(accountId: string, alertId: string, reason: 'deleted' | 'abandoned'): Promise<void> {
