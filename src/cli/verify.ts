@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { isDeepStrictEqual } from 'node:util';
 import type { PlanCatalog } from '../domain/plans.js';
-import type { RawRowFields, UsageCallFields } from '../domain/usage.js';
+import { CALL_FIELD_COUNT, type RawRowFields } from '../domain/usage.js';
 import type { EventStore, Position, Subscription, SubscriptionItem } from '../infra/eventstore/port.js';
 import { LevelReadModelStore } from '../infra/readmodels/level.js';
 import type { Doc, RangeOptions, ReadModelStore, ReadModelWrite } from '../infra/readmodels/port.js';
@@ -207,11 +207,8 @@ async function* rawRows(rm: ReadModelStore): AsyncGenerator<RawRowAt> {
   }
 }
 
-/** A row's call fields: what every version's rows hold. */
-const CALL_FIELDS: UsageCallFields['length'] = 12;
-
 const sameRawRow = (live: RawRowFields, replayed: RawRowFields): boolean =>
-  live.length === CALL_FIELDS ? isDeepStrictEqual(live, replayed.slice(0, CALL_FIELDS)) : isDeepStrictEqual(live, replayed);
+  live.length === CALL_FIELD_COUNT ? isDeepStrictEqual(live, replayed.slice(0, CALL_FIELD_COUNT)) : isDeepStrictEqual(live, replayed);
 
 async function* documents(rm: ReadModelStore, collection: string): AsyncGenerator<{ key: string; doc: Doc }> {
   let gte = '';

@@ -92,6 +92,9 @@ export function decodeUsageCall(fields: UsageCallFields | RawRowFields): UsageCa
  */
 export type RawRowFields = [...UsageCallFields, charged?: 0 | 1, cache?: NonNullable<UsageRecord['cache']>];
 
+/** A call's own fields in a raw row (checked against UsageCallFields): every version's rows hold these; the charged flag and the cache follow. */
+export const CALL_FIELD_COUNT: UsageCallFields['length'] = 12;
+
 export function encodeRawRow(r: UsageCall, at: string = r.at): RawRowFields {
   const row: RawRowFields = encodeUsageCall(r, at);
   row.push(usedQuota(r) ? 1 : 0);
