@@ -28,7 +28,7 @@ export class ChainFront {
 
   constructor(
     private readonly options: {
-      /** One proxy in front (TRUST_PROXY): the client is the address it added, the last of X-Forwarded-For (fastify's `trustProxy: 1`). */
+      /** One proxy in front (TRUST_PROXY): the client is the address it added, the last of X-Forwarded-For (as fastifyTrustProxy has fastify read it). */
       trustProxy: boolean;
       /** The request ids fastify's `genReqId` gives too: one sequence for both. */
       nextId: () => string;
@@ -143,7 +143,8 @@ export class ChainFront {
 
 /**
  * fastify's `trustProxy` for TRUST_PROXY: the socket's peer (hop 0) only, so `request.ip` is the
- * address that proxy added, as the front's. (`true` trusts every hop: the client's own first entry.)
+ * address that proxy added, as the front's. (`true` trusts every hop: the client's own first entry;
+ * a hop count, `1`, trusts none in this fastify: it cannot check the peer, so it fails closed.)
  */
 export const fastifyTrustProxy = (trustProxy: boolean): ((address: string, hop: number) => boolean) | false =>
   trustProxy ? (_address, hop) => hop === 0 : false;
