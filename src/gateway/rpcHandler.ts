@@ -1,3 +1,4 @@
+import type { MaybePromise } from '../domain/maybePromise.js';
 import type { Admission } from './admission.js';
 import {
   type Answer,
@@ -11,6 +12,9 @@ import {
   retryData,
   type UsageDraft,
 } from './answer.js';
+import type { ResponseCache } from './cache/responseCache.js';
+import { answerWithResult, judgeBatch, judgeSingle, keepableResult, neverChanges, readKey } from './cache/rpcReads.js';
+import { sharedKey } from './cache/sharedCache.js';
 import { admissionRpcCode, JSON_CONTENT_TYPE, RpcCode, rpcError, rpcErrorFor, upstreamFailureCodes } from './errors.js';
 import {
   batchUpstreamBody,
@@ -22,18 +26,14 @@ import {
   type RpcMember,
   restoreId,
   rpcErrorOf,
-  singleUpstreamBody,
   STAND_IN_ID,
+  singleUpstreamBody,
   splitBatchAnswer,
 } from './jsonrpc.js';
-import type { ResponseCache } from './cache/responseCache.js';
-import { answerWithResult, judgeBatch, judgeSingle, keepableResult, neverChanges, readKey } from './cache/rpcReads.js';
-import { sharedKey } from './cache/sharedCache.js';
-import { type CallShape, isShareable, shapeOf, shapeOfAll } from './upstreams/evmCalls.js';
-import type { ChainHeads } from './upstreams/heads.js';
 import { startsLikeJson } from './jsonScan.js';
 import type { UpstreamAnswer, UpstreamFailure, UpstreamOutcome, Verdict } from './upstream.js';
-import type { MaybePromise } from '../domain/maybePromise.js';
+import { type CallShape, isShareable, rewritesHistory, shapeOf, shapeOfAll } from './upstreams/evmCalls.js';
+import type { ChainHeads } from './upstreams/heads.js';
 
 /**
  * A JSON-RPC request end to end: validate, ask the gatekeeper for the calls that would reach the
@@ -118,7 +118,7 @@ function admittedSingle(scope: CallScope, m: RpcMember, allowed: boolean, admiss
     return pool.sendThen(
       { method: 'POST', path: '', body: singleUpstreamBody(m), retriable: false, judge: judgeSingle, answerId: answerIdOf(m) },
       (outcome) => {
-        pool.heads?.invalidate();
+        pool.heads?.invalidate(rewritesHistory(m.method));
         return forwardedSingle(m, admission, outcome, 'miss');
       },
     );
@@ -146,7 +146,8 @@ function planRead(scope: CallScope, m: RpcCall): ReadPlan {
   const epoch = heads?.epoch ?? 0;
   const cache = heads !== null && mayKeep(shape, heads) ? pool.cache : null;
   const shared = m.idText !== undefined && (cache !== null || pool.coalesces) && isShareable(m.method);
-  return { key: shared ? readKey(chain.id, m.method, m.paramsText, shape, epoch) : null, cache, shape, epoch, sharedKey: null };
+  const key = shared ? readKey(chain.id, m.method, m.paramsText, shape, epoch, heads?.generation) : null;
+  return { key, cache, shape, epoch, sharedKey: null };
 }
 
 /** Keeps a read's answer when it may be kept (see keepableResult). */
@@ -157,7 +158,7 @@ function keep(pool: CallScope['pool'], plan: ReadPlan, method: string, body: Buf
   if (result === null) return;
   plan.cache.set(plan.key, result, plan.shape.kind === 'head' ? heads.tracking.pollMs * 2 : undefined);
   // Final (the shared level is asked only for calls that never change): for the other gateways, not awaited.
-  if (plan.sharedKey !== null) plan.cache.shared?.set(plan.sharedKey, result);
+  if (plan.sharedKey !== null && heads.generation === 0) plan.cache.shared?.set(plan.sharedKey, result);
 }
 
 /**
@@ -171,7 +172,8 @@ function lookUpKept(scope: CallScope, m: RpcCall, plan: ReadPlan): MaybePromise<
   const kept = cache.get(key);
   if (kept !== undefined) return kept;
   const shared = cache.shared ?? null;
-  if (shared === null || !neverChanges(plan.shape)) return undefined;
+  // A chain whose nodes rewound final blocks (a devnet): what the shared level holds for it may be of the dropped chain.
+  if (shared === null || !neverChanges(plan.shape) || (scope.pool.heads?.generation ?? 0) > 0) return undefined;
   if (scope.pool.coalesces && scope.pool.waiting.has(key)) return undefined;
   plan.sharedKey = sharedKey(scope.chain.id, m.method, m.paramsText);
   if (plan.sharedKey === null) return undefined;
@@ -430,7 +432,7 @@ function forwardBatch(
     judge,
   };
   return pool.sendThen(request, (outcome): UpstreamFailure | null => {
-    if (writes) pool.heads?.invalidate();
+    if (writes) pool.heads?.invalidate(calls.some((c) => rewritesHistory(c.method)));
     const answers = !outcome.ok ? null : judged?.body === outcome.body ? judged.answers : splitBatchAnswer(outcome.body, calls);
     const failure: UpstreamFailure | null = !outcome.ok
       ? outcome

@@ -12,10 +12,11 @@ import type { ChainHeads } from '../upstreams/heads.js';
 
 /**
  * The key of a read: chain, method, params as the caller wrote them and, for a call that
- * depends on the head, the head's epoch (answers from before the head moved are other keys).
+ * depends on the head, the head's epoch (answers from before the head moved are other keys);
+ * for any other, the heads' generation (answers kept as final before a node rewound them are).
  */
-export function readKey(chainId: string, method: string, paramsText: string | undefined, shape: CallShape, epoch: number): string {
-  const context = shape.kind === 'head' || shape.kind === 'volatile' ? epoch : '';
+export function readKey(chainId: string, method: string, paramsText: string | undefined, shape: CallShape, epoch: number, generation = 0): string {
+  const context = shape.kind === 'head' || shape.kind === 'volatile' ? epoch : `g${generation}`;
   return `${chainId}\u0001${method}\u0001${paramsText ?? ''}\u0001${context}`;
 }
 

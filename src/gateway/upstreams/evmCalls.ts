@@ -72,6 +72,12 @@ const METHODS = new Map<string, MethodSpec>([
   ['eth_getUncleCountByBlockHash', { blockParam: -1, cacheable: true, byHash: true }],
 ]);
 
+/**
+ * A devnet's control calls (ganache, hardhat, anvil): they may rewind blocks the node called
+ * final (evm_revert, *_reset) or change state without a new block (hardhat_setBalance).
+ */
+export const rewritesHistory = (method: string): boolean => /^(evm|hardhat|anvil)_/.test(method);
+
 /** Calls whose answers depend on state kept by one node (filters, subscriptions): never shared between callers. */
 const STATEFUL = /filter|subscribe/i;
 

@@ -25,6 +25,8 @@ export interface UpstreamHead {
   head: number | null;
   hash: string | null;
   finalized: number | null;
+  /** Its finalized block's hash, where the chain has the tag (null: not known). */
+  finalizedHash: string | null;
   /** When its last poll succeeded (ms), 0: never. */
   okAt: number;
   /** The last head it reported that was believed: a jump far past it is a lie, even with no other node to compare. */
@@ -37,6 +39,8 @@ export interface HeadSample {
   head: number;
   hash: string | null;
   finalized: number | null;
+  /** The finalized block's hash, where it was asked (the `finalized` tag). */
+  finalizedHash?: string | null;
 }
 
 /** A head this far ahead of every other node's is not believed (a node cannot be that far ahead of its peers). */
@@ -83,6 +87,12 @@ export class ChainHeads {
   finalized: number | null = null;
   /** Moves whenever the best head's number or hash does: answers that depend on the head are kept per epoch. */
   epoch = 0;
+  /**
+   * Moves whenever a node rewinds blocks it called final (a devnet's evm_revert: ganache calls
+   * its head final) or a devnet control call (evm_*, hardhat_*, anvil_*) goes through: answers
+   * kept as final before are other keys from then on.
+   */
+  generation = 0;
   private timer: NodeJS.Timeout | null = null;
   private lastUsed = 0;
   private polling: Promise<void> | null = null;
@@ -98,7 +108,16 @@ export class ChainHeads {
     private readonly now: () => number = Date.now,
     private readonly follow: Follow | null = null,
   ) {
-    this.upstreams = labels.map((label) => ({ label, head: null, hash: null, finalized: null, okAt: 0, believedHead: null, status: 'unknown' }));
+    this.upstreams = labels.map((label) => ({
+      label,
+      head: null,
+      hash: null,
+      finalized: null,
+      finalizedHash: null,
+      okAt: 0,
+      believedHead: null,
+      status: 'unknown',
+    }));
     this.pushes = labels.map(() => null);
     this.pushedAt = labels.map(() => 0);
   }
@@ -129,7 +148,8 @@ export class ChainHeads {
     if (!u) return;
     this.pushedAt[index] = this.now();
     const depth = this.tracking.finality;
-    this.observe(index, { head, hash, finalized: typeof depth === 'number' ? Math.max(0, head - depth) : u.finalized });
+    const finalized = typeof depth === 'number' ? Math.max(0, head - depth) : u.finalized;
+    this.observe(index, { head, hash, finalized, finalizedHash: typeof depth === 'number' ? null : u.finalizedHash });
   }
 
   /** Whether node `index`'s heads arrive by push now: subscribed, and a head pushed within two poll intervals. */
@@ -139,10 +159,12 @@ export class ChainHeads {
 
   /**
    * A write went through: the head may move sooner than the next poll sees (a devnet mines at
-   * once). Answers kept for the current head are dropped and the heads polled now.
+   * once). Answers kept for the current head are dropped and the heads polled now; `rewrites`
+   * (a devnet control call: evm_revert, hardhat_setBalance…) drops those kept as final too.
    */
-  invalidate(): void {
+  invalidate(rewrites = false): void {
     this.epoch++;
+    if (rewrites) this.generation++;
     void this.poll();
   }
 
@@ -180,8 +202,9 @@ export class ChainHeads {
       return;
     }
     const depth = this.tracking.finality;
-    const final = typeof depth === 'number' ? Math.max(0, head.number - depth) : (blockOfAnswer(finalized)?.number ?? null);
-    this.observe(index, { head: head.number, hash: head.hash, finalized: final });
+    const tagged = typeof depth === 'number' ? null : blockOfAnswer(finalized);
+    const final = typeof depth === 'number' ? Math.max(0, head.number - depth) : (tagged?.number ?? null);
+    this.observe(index, { head: head.number, hash: head.hash, finalized: final, finalizedHash: tagged?.hash ?? null });
   }
 
   /**
@@ -189,7 +212,8 @@ export class ChainHeads {
    * the tag), and keeps the node counted while no new block comes.
    */
   private async refreshPushed(index: number, byTag: boolean): Promise<void> {
-    const finalized = byTag ? (blockOfAnswer(await this.probe(index, FINALIZED_BODY))?.number ?? null) : null;
+    const tagged = byTag ? blockOfAnswer(await this.probe(index, FINALIZED_BODY)) : null;
+    const finalized = tagged?.number ?? null;
     if (byTag && finalized === null) {
       this.failed(index);
       return;
@@ -198,18 +222,40 @@ export class ChainHeads {
     const u = this.upstreams[index] as UpstreamHead;
     if (u.head === null) return;
     const depth = this.tracking.finality;
-    this.observe(index, { head: u.head, hash: u.hash, finalized: typeof depth === 'number' ? Math.max(0, u.head - depth) : (finalized ?? u.finalized) });
+    this.observe(index, {
+      head: u.head,
+      hash: u.hash,
+      finalized: typeof depth === 'number' ? Math.max(0, u.head - depth) : (finalized ?? u.finalized),
+      finalizedHash: tagged?.hash ?? null,
+    });
   }
 
   /** A node's poll answered. */
   observe(index: number, sample: HeadSample): void {
     const u = this.upstreams[index];
     if (!u) return;
+    if (this.rewinds(u, sample)) {
+      this.generation++;
+      this.epoch++;
+    }
     u.head = sample.head;
     u.hash = sample.hash;
     u.finalized = sample.finalized;
+    u.finalizedHash = sample.finalizedHash ?? null;
     u.okAt = this.now();
     this.recompute();
+  }
+
+  /**
+   * Whether a believed node dropped a block it had called final: its head is now under its last
+   * finalized block, or that block has another hash (a devnet rewound by evm_revert; a real
+   * chain's finality does not do this).
+   */
+  private rewinds(u: UpstreamHead, sample: HeadSample): boolean {
+    if (u.status === 'liar' || u.finalized === null) return false;
+    if (sample.head < u.finalized) return true;
+    const hash = sample.finalizedHash ?? null;
+    return sample.finalized === u.finalized && hash !== null && u.finalizedHash !== null && hash !== u.finalizedHash;
   }
 
   /** A node's poll failed: it is no longer counted for the best head once its last answer is stale. */
