@@ -230,6 +230,7 @@ describe('every documented operation with valid input, and its refusals', () => 
     const promised: Array<[OperationKey, number, string]> = [
       ['POST /api/v1/auth/signup', 201, 'Set-Cookie'],
       ['POST /api/v1/auth/login', 200, 'Set-Cookie'],
+      ['POST /api/v1/auth/logout', 204, 'Set-Cookie'],
       ['POST /api/v1/auth/signup', 429, 'Retry-After'],
       ['POST /api/v1/auth/login', 429, 'Retry-After'],
       ['POST /api/v1/auth/signup', 503, 'Retry-After'],

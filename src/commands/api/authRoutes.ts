@@ -43,6 +43,13 @@ const SESSION_SET_COOKIE = {
     ),
 };
 
+const SESSION_CLEARED_COOKIE = {
+  'Set-Cookie': z
+    .string()
+    .regex(new RegExp(`^${SESSION_COOKIE}=;.*Max-Age=0`))
+    .describe(`The session cookie, cleared: \`${SESSION_COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0\` (\`Secure\` as at log-in).`),
+};
+
 /** Sign-up, log-in and log-out for the dashboard: a session cookie (httpOnly, SameSite=Strict). */
 export const authRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, deps) => {
   const tags = ['auth'];
@@ -94,7 +101,7 @@ export const authRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, deps) => {
   const logOut = { summary: 'Log out: ends the session and clears its cookie', tags };
   app.post(
     '/api/v1/auth/logout',
-    { config: { auth: 'public' }, schema: { ...logOut, response: { 204: z.undefined().describe('Logged out.') } } },
+    { config: { auth: 'public' }, schema: { ...logOut, response: { 204: { description: 'Logged out; the session cookie is cleared.', headers: SESSION_CLEARED_COOKIE } } } },
     async (request, reply) => {
       const sessionId = readCookie(request.headers.cookie, SESSION_COOKIE);
       if (sessionId) await deps.sessions.close(sessionId);

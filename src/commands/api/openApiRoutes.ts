@@ -68,7 +68,8 @@ function withAnswerHeaders(...[route]: Parameters<SwaggerTransform>): ReturnType
       if (!hasHeaders(answer)) return [status, answer];
       const { headers, ...rest } = answer;
       headersOf.set(status, headers);
-      return [status, rest];
+      // An answer with headers and no body (log-out's 204): the transform knows a body-less answer as z.undefined().
+      return [status, 'content' in rest ? rest : z.undefined().describe(rest.description ?? 'No content.')];
     }),
   );
   const transformed = jsonSchemaTransform({ ...route, schema: { ...route.schema, response } });
