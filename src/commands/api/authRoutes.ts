@@ -101,7 +101,10 @@ export const authRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, deps) => {
   const logOut = { summary: 'Log out: ends the session and clears its cookie', tags };
   app.post(
     '/api/v1/auth/logout',
-    { config: { auth: 'public' }, schema: { ...logOut, response: { 204: { description: 'Logged out; the session cookie is cleared.', headers: SESSION_CLEARED_COOKIE } } } },
+    {
+      config: { auth: 'public' },
+      schema: { ...logOut, response: { 204: { description: 'Logged out; the session cookie is cleared.', headers: SESSION_CLEARED_COOKIE } } },
+    },
     async (request, reply) => {
       const sessionId = readCookie(request.headers.cookie, SESSION_COOKIE);
       if (sessionId) await deps.sessions.close(sessionId);
