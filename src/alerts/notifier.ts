@@ -95,9 +95,12 @@ export class Notifier {
 
   private async deliver(d: DeliveryDoc): Promise<void> {
     const attempt = d.attempts + 1;
-    const { alert } = await this.deps.commands.load(d.alertId);
+    const { alert, notified, attemptsMade } = await this.deps.commands.forDelivery(d.alertId, d.notificationId, d.channelId);
     if (alert.status === 'none') throw new Error(`delivery ${d.notificationId}/${d.channelId}: alert ${d.alertId} has no stream`);
-    const result = await this.attempt(alert, d);
+    // The queue is behind the stream (a crash before the projection of the last attempt, a
+    // restart polling before catch-up): that attempt was made; the projection will move the entry on.
+    if (attemptsMade >= attempt) return;
+    const result = await this.attempt(alert, notified ?? alert, d);
     const retry = result.outcome === 'failed' && result.retryable && attempt < this.deps.retry.maxAttempts;
     const at = this.deps.now().getTime();
     const position = await this.deps.commands.recordAttempt(d.alertId, {
@@ -114,7 +117,8 @@ export class Notifier {
     await this.deps.waitFor(position);
   }
 
-  private async attempt(alert: LiveAlert, d: DeliveryDoc): Promise<DeliveryResult> {
+  /** `alert` as it is now decides whether and where; `notified` (as it was when the notification was decided) is what it says. */
+  private async attempt(alert: LiveAlert, notified: LiveAlert, d: DeliveryDoc): Promise<DeliveryResult> {
     const superseded = supersededBy(alert, d);
     if (superseded) return skipped(superseded);
     const channel = alert.channels.find((c) => c.id === d.channelId);
@@ -130,12 +134,12 @@ export class Notifier {
       accountId: d.accountId,
       alert: {
         id: alert.alertId,
-        name: alert.name,
-        type: alert.rule.type,
-        condition: alert.rule.condition,
+        name: notified.name,
+        type: notified.rule.type,
+        condition: notified.rule.condition,
         threshold: d.threshold,
-        windowMinutes: alert.rule.windowMinutes,
-        tokenId: alert.rule.tokenId,
+        windowMinutes: notified.rule.windowMinutes,
+        tokenId: notified.rule.tokenId,
       },
       value: d.value,
       summary: d.summary,

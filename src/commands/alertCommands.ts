@@ -77,7 +77,7 @@ export class AlertCommands {
   private readonly accounts: ReturnType<typeof accountDecider>;
 
   constructor(
-    store: EventStore,
+    private readonly store: EventStore,
     private readonly plans: PlanCatalog,
     private readonly lookups: AlertLookups,
     private readonly now: () => Date = () => new Date(),
@@ -202,6 +202,31 @@ export class AlertCommands {
     const planId = await this.lookups.planOf(alert.accountId);
     const r = await this.execute(alertId, (a) => alertDecider.decide({ type: 'EvaluateAlert', measurement, ...this.notice(planId), at: this.at() }, a));
     return { events: r.events, position: r.position };
+  }
+
+  /**
+   * For the notifier: the alert now (is the notification superseded, is its channel still
+   * there?) and the alert as it was when the notification was decided, in one read. Every attempt
+   * of a notification describes the latter, so a retry after an edit says what its first attempt
+   * said, under the same `webhook-id`. `notified` is null when the stream has no such notification.
+   * `attemptsMade`: the attempts of this notification to this channel the stream records (the
+   * queue, a read model, may not show the last ones yet, just after a crash).
+   */
+  async forDelivery(alertId: string, notificationId: string, channelId: string): Promise<{ alert: Alert; notified: LiveAlert | null; attemptsMade: number }> {
+    let alert: Alert = alertDecider.initialState();
+    let notified: LiveAlert | null = null;
+    let attemptsMade = 0;
+    for (const stored of await this.store.readStream(ALERT_STREAM(alertId))) {
+      const event = decodeAlertEvent(stored);
+      if (!event) continue;
+      alert = alertDecider.evolve(alert, event);
+      if (event.type === 'NotificationAttempted') {
+        if (event.data.notificationId === notificationId && event.data.channelId === channelId) attemptsMade = Math.max(attemptsMade, event.data.attempt);
+      } else if (event.type === 'AlertFired' || event.type === 'AlertRenotified' || event.type === 'AlertResolved') {
+        if (event.data.notificationId === notificationId && alert.status !== 'none') notified = alert;
+      }
+    }
+    return { alert, notified, attemptsMade };
   }
 
   /** For the notifier: one delivery attempt (and the channel's disabling on 410). */
