@@ -3,6 +3,7 @@ import { decodeRawRow, type RawRowFields, type UsageCall } from '../domain/usage
 import type { Doc, ReadModelStore } from '../infra/readmodels/port.js';
 import { bucketName, bucketStart, ceilTo, coverRange, floorTo, type SeriesGranularity, seriesBuckets } from './usageBuckets.js';
 import { HISTOGRAM_FIELDS, quantile } from './usageHistogram.js';
+import { methodLabel } from './usageMethod.js';
 import { granularityPrefix, parseRollupKey, RAW_ROWS_PER_DOC, type RollupKey, USAGE_METRICS } from './usageMetrics.js';
 
 // The PDF export reads these shapes from here.
@@ -16,7 +17,12 @@ export interface UsageScope {
   granularity: SeriesGranularity;
   chain: string | null;
   tokenId?: string | null;
-  /** One JSON-RPC method or normalised REST path (the dashboard's method filter). */
+  /**
+   * One method label as the roll-ups and `byMethod` name it: a JSON-RPC method, or a REST path
+   * with its identifiers as `{id}` (the dashboard's method filter). Rows and recent errors keep
+   * the raw method and are matched by its label, so every figure of a filtered scope counts the
+   * same calls.
+   */
   method?: string | null;
 }
 
@@ -278,7 +284,7 @@ export class UsageQueries {
         const [, at = '', ...requestId] = key.split('/');
         if (scope.chain && doc['chain'] !== scope.chain) continue;
         if (scope.tokenId && doc['tokenId'] !== scope.tokenId) continue;
-        if (scope.method && doc['method'] !== scope.method) continue;
+        if (scope.method && methodLabel(String(doc['method'])) !== scope.method) continue;
         out.push({
           at,
           requestId: requestId.join('/'),
@@ -338,7 +344,7 @@ export class UsageQueries {
           rowsRead++;
           const row = doc[slot] as RawRowFields;
           const at = row[1];
-          if (at < startIso || at >= endIso || (scope.chain && row[3] !== scope.chain)) continue;
+          if (at < startIso || at >= endIso || (scope.chain && row[3] !== scope.chain) || (scope.method && methodLabel(row[4]) !== scope.method)) continue;
           rows.push(decodeRawRow(row));
         }
       }

@@ -60,7 +60,11 @@ export function resolvePeriod(query: unknown, context: { accountId: string; plan
   const end = q.end === undefined ? now : toMs(q.end);
   const requestedStart = q.start === undefined ? null : toMs(q.start);
   if (end > now + DAY_MS) invalidField('query', 'end', 'must not be more than a day in the future.');
-  if (requestedStart !== null && end <= requestedStart) invalidField('query', 'end', 'must be after start.');
+  if (requestedStart !== null && end <= requestedStart) {
+    // Without an `end` the period ends now: the `start` is the parameter to change.
+    if (q.end === undefined) invalidField('query', 'start', 'must be before now when no end is given.');
+    invalidField('query', 'end', 'must be after start.');
+  }
   if (q.chain !== undefined && !context.chainIds.includes(q.chain)) {
     invalidField('query', 'chain', `unknown chain "${q.chain}"; known chains: ${context.chainIds.join(', ')}.`);
   }
