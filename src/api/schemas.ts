@@ -227,7 +227,11 @@ export const TokenMetrics = z
   .object({
     token: TokenRecord.pick({ id: true, name: true, masked: true, status: true }),
     ...periodMetricsShape,
-    clientIps: z.array(ClientIp),
+    clientIps: z
+      .array(ClientIp)
+      .describe(
+        "The addresses the token was called from, counted per UTC day: over the whole days the period touches, on every chain and method (neither cut to the period's hours nor filtered by `chain` or `method`), busiest first, at most 100.",
+      ),
     webSockets: z
       .object({ connections: count, subscriptions: count })
       .nullable()

@@ -514,3 +514,39 @@ describe('edges of the parameters: a 400 with a code and errors, or a documented
     }
   });
 });
+
+describe('client IPs are counted per day, as the document says', () => {
+  it('a period of one minute, or one chain, still shows the whole day of every chain', async () => {
+    const o = await ownerOn('developer');
+    const tok = await createToken(o, { name: 'ips' });
+    // Two calls an hour apart on two chains, from one address, inside one UTC day.
+    const day = Date.UTC(new Date().getUTCFullYear(), new Date().getUTCMonth(), new Date().getUTCDate()) - DAY;
+    const records: UsageRecord[] = [0, 1].map((i) => ({
+      requestId: `ips-${o.accountId}-${i}`,
+      at: iso(day + (10 + i) * HOUR),
+      accountId: o.accountId,
+      tokenId: tok.id,
+      chain: i === 0 ? 'eth' : 'bsc',
+      method: 'eth_blockNumber',
+      status: 200,
+      rpcErrorCode: null,
+      errorMessage: null,
+      totalMs: 3,
+      upstreamMs: 2,
+      clientIp: '192.0.2.77',
+      upstream: 'x',
+    }));
+    await t.runtime.store.append(
+      usageStream(o.accountId),
+      records.map((r) => ({ id: usageEventId(r), type: USAGE_EVENT_TYPE, data: { ...r } })),
+      'any',
+    );
+    await settled();
+    const minute = await tokenMetrics(o, tok.id, { start: iso(day + 10 * HOUR), end: iso(day + 10 * HOUR + MIN), chain: 'eth' });
+    expect(minute.totals.requests).toBe(1);
+    expect(minute.clientIps).toEqual([{ ip: '192.0.2.77', count: 2, lastSeen: records[1]?.at }]);
+    const described = (doc as unknown as { components: { schemas: Record<string, { properties: Record<string, { description?: string }> }> } }).components
+      .schemas['TokenMetrics']?.properties['clientIps']?.description;
+    expect(described).toMatch(/per UTC day/);
+  });
+});
