@@ -472,6 +472,86 @@ describe('a metric flapping around its threshold', () => {
     await evaluator.runOnce();
     await deliverAll(a.alertId);
     expect(receiver.hits.filter((h) => h.path === '/flap').map((h) => JSON.parse(h.body).type)).toEqual(['alert.fired', 'alert.renotified']);
+    // Clear for a window, then breached again: resolved, then fired again at once (each crossing is told).
+    advanceMs(6 * 60_000);
+    await evaluator.runOnce();
+    // (Delivered before the next breach: a "resolved" still queued when the alert fires again is superseded.)
+    await deliverAll(a.alertId);
+    await recordUsage(a.o.accountId, a.tokenId, [429]);
+    await evaluator.runOnce();
+    await deliverAll(a.alertId);
+    expect(receiver.hits.filter((h) => h.path === '/flap').map((h) => JSON.parse(h.body).type)).toEqual([
+      'alert.fired',
+      'alert.renotified',
+      'alert.resolved',
+      'alert.fired',
+    ]);
+  });
+});
+
+describe('the SSRF guard (NOTIFY_ALLOW_PRIVATE off, as in production)', () => {
+  it('refuses loopback and link-local receivers by address and by name, before connecting; final, naming the host only', async () => {
+    const guarded = await startTestApp({ now, env: { ALERT_EVALUATION_INTERVAL_SECONDS: '0', NOTIFY_TIMEOUT_MS: String(TIMEOUT_MS) } });
+    try {
+      const o = await owner(guarded.app);
+      await guarded.app.inject({
+        method: 'PUT',
+        url: `/api/v1/admin/accounts/${o.accountId}/plan`,
+        headers: { authorization: `Bearer ${ADMIN_TOKEN}` },
+        payload: { plan: 'professional' },
+      });
+      const port = new URL(other.url).port;
+      const created = await guarded.app.inject({
+        method: 'POST',
+        url: '/api/v1/alerts',
+        headers: o.auth,
+        payload: {
+          name: 'ssrf',
+          type: 'rate_limiting',
+          condition: 'hitting',
+          threshold: 1,
+          window_minutes: 5,
+          channels: [
+            { type: 'webhook', url: `http://127.0.0.1:${port}/ssrf` },
+            { type: 'webhook', url: `http://localhost:${port}/ssrf-name` },
+            { type: 'chat', url: 'http://169.254.169.254/latest/meta-data/' },
+            { type: 'webhook', url: `http://[::ffff:127.0.0.1]:${port}/ssrf-mapped` },
+          ],
+        },
+      });
+      expect(created.statusCode, created.body).toBe(201);
+      const alertId = created.json().id as string;
+      const token = (await guarded.app.inject({ method: 'POST', url: '/api/v1/tokens', headers: o.auth, payload: { name: 'x' } })).json();
+      const record: UsageRecord = {
+        requestId: `ssrf-${++seq}`,
+        at: now().toISOString(),
+        accountId: o.accountId,
+        tokenId: token.id,
+        chain: 'eth',
+        method: 'eth_blockNumber',
+        status: 429,
+        rpcErrorCode: null,
+        errorMessage: null,
+        totalMs: 1,
+        upstreamMs: 0,
+        clientIp: '127.0.0.1',
+        upstream: 'u1',
+      };
+      await guarded.runtime.store.append(usageStream(o.accountId), [{ id: usageEventId(record), type: USAGE_EVENT_TYPE, data: record }], 'any');
+      const head = await guarded.runtime.store.headPosition();
+      if (head) await guarded.runtime.projector?.waitFor(head);
+      await guarded.runtime.alerts.evaluator?.runOnce();
+      await guarded.runtime.alerts.notifier?.runOnce();
+      const tried = (await guarded.runtime.store.readStream(`alert-${alertId}`)).filter((e) => e.type === 'NotificationAttempted').map((e) => e.data);
+      expect(tried.map((x) => [x['outcome'], x['nextAttemptAt']])).toEqual(Array(4).fill(['refused', null]));
+      const byName = tried.find((x) => String(x['error']).startsWith('localhost '));
+      expect(String(byName?.['error'])).not.toMatch(/127\.0\.0\.1|::1/);
+      expect(tried.map((x) => String(x['error']).split(' ')[0]).sort()).toEqual(['127.0.0.1', '169.254.169.254', '::ffff:7f00:1', 'localhost']);
+      expect(await guarded.runtime.alerts.queries.pendingDeliveries()).toEqual([]);
+      expect(other.hits).toEqual([]);
+    } finally {
+      await guarded.close();
+    }
   });
 });
 
