@@ -443,6 +443,9 @@ describe('edges of the parameters: a 400 with a code and errors, or a documented
     ['a day that does not exist', '?start=2026-02-30', 'start'],
     ['an epoch number', '?start=1767225600', 'start'],
     ['an empty start', '?start=', 'start'],
+    // 0000-01-01T00:00+23:59 is in year -1 (UTC): no four-digit ISO time can say it in the answer.
+    ['an end an offset puts before year 0000', '?end=0000-01-01T00:00:00%2B23:59', 'end'],
+    ['a start an offset puts before year 0000', '?start=0000-01-01T00:00:00%2B00:01&end=2026-01-01T00:00:00Z', 'start'],
     ['an empty chain', '?chain=', 'chain'],
     ['an empty method', '?method=', 'method'],
     ['a method over 200 characters', `?method=${'m'.repeat(201)}`, 'method'],

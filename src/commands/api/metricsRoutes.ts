@@ -15,8 +15,15 @@ import { invalidField, parseInput } from './input.js';
 import { ownerOf } from './owner.js';
 import { TokenParams } from './schemas.js';
 
+const toMs = (ts: string): number => Date.parse(ts.length === 10 ? `${ts}T00:00:00Z` : ts);
+/** The instants an answer's times (ISO 8601, four-digit years) can say: an offset can move 0000-01-01 into year -1. */
+const FIRST_MS = Date.parse('0000-01-01T00:00:00Z');
+const LAST_MS = Date.parse('9999-12-31T23:59:59.999Z');
+
 /** ISO 8601 UTC per the spec; an offset is accepted and converted, a bare date means its midnight UTC. */
-const Timestamp = z.union([z.iso.datetime({ offset: true }), z.iso.date()], { error: 'must be an ISO 8601 timestamp, e.g. 2024-05-01T00:00:00Z' });
+const Timestamp = z
+  .union([z.iso.datetime({ offset: true }), z.iso.date()], { error: 'must be an ISO 8601 timestamp, e.g. 2024-05-01T00:00:00Z' })
+  .refine((ts) => toMs(ts) >= FIRST_MS && toMs(ts) <= LAST_MS, { error: 'must be between 0000-01-01T00:00:00Z and 9999-12-31T23:59:59Z in UTC' });
 
 /** `?start&end&chain&method`, each optional (the metrics call, the token analytics and the exports). */
 export const PeriodQuery = z.strictObject({
@@ -26,7 +33,6 @@ export const PeriodQuery = z.strictObject({
   method: z.string().min(1).max(200).optional(),
 });
 
-const toMs = (ts: string): number => Date.parse(ts.length === 10 ? `${ts}T00:00:00Z` : ts);
 const iso = (ms: number): string => new Date(ms).toISOString();
 
 export interface ResolvedPeriod {
