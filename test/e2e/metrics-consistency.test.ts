@@ -370,6 +370,34 @@ describe('one story from a known mix of calls', () => {
   });
 });
 
+describe('one story after the fact', () => {
+  it('a revoked token keeps its usage in every figure; an unlimited plan says null, not a number', async () => {
+    const o = await ownerOn('unlimited');
+    const a = await createToken(o, { name: 'kept' });
+    const b = await createToken(o, { name: 'revoked' });
+    for (const x of [a, a, b, b, b]) expect((await rpc(x.token, call(1, 'eth_chainId'))).status).toBe(200);
+    await settled();
+    const before = await userMetrics(o);
+    const revoked = await client.DELETE('/api/v1/tokens/{id}', { headers: o.auth, params: { path: { id: b.id } } });
+    expect(revoked.response.status).toBe(200);
+    const after = await userMetrics(o);
+    expect(after.byToken).toEqual(before.byToken);
+    expect(after.totals).toEqual(before.totals);
+    const tb = await tokenMetrics(o, b.id);
+    expect([tb.token.status, tb.totals.requests]).toEqual(['revoked', 3]);
+    const list = (await client.GET('/api/v1/tokens', { headers: o.auth })).data?.tokens ?? [];
+    expect(Object.fromEntries(list.map((x) => [x.id, x.current_month_usage]))).toEqual({ [a.id]: 2, [b.id]: 3 });
+    const account = (await client.GET('/api/v1/account', { headers: o.auth })).data as Schemas['Account'];
+    expect(account.usage).toMatchObject({ requests: 5, monthly_limit: null, remaining: null });
+    expect(after.limits).toMatchObject({ monthlyLimit: null, used: 5, remaining: null });
+    expect(tb.limits).toMatchObject({ appliesTo: 'account', monthlyLimit: null, remaining: null, used: 5, tokenUsed: 3 });
+    // The series' averages, weighted by their calls, give the total average.
+    const weighted = sumOf(after.series, (p) => (p.avgResponseMs ?? 0) * p.requests) / after.totals.requests;
+    // Each rounded to 2 places: at most 0.005 off each.
+    expect(Math.abs(weighted - (after.totals.avgResponseMs as number))).toBeLessThanOrEqual(0.0100001);
+  });
+});
+
 describe('REST paths: the method filter takes the label byMethod names', () => {
   it('recent errors and the export filter by the label, as the totals and the error groups do', async () => {
     const o = await ownerOn('developer');
