@@ -150,15 +150,16 @@ function planRead(scope: CallScope, m: RpcCall): ReadPlan {
   return { key, cache, shape, epoch, sharedKey: null };
 }
 
-/** Keeps a read's answer when it may be kept (see keepableResult). */
-function keep(pool: CallScope['pool'], plan: ReadPlan, method: string, body: Buffer | string): void {
+/** Keeps a read's answer, given by node `upstream`, when it may be kept (see keepableResult). */
+function keep(pool: CallScope['pool'], plan: ReadPlan, method: string, body: Buffer | string, upstream: string): void {
   const heads = pool.heads;
   if (plan.key === null || plan.cache === null || heads === null) return;
-  const result = keepableResult(body, method, plan.shape, heads, plan.epoch);
+  const result = keepableResult(body, method, plan.shape, heads, plan.epoch, upstream);
   if (result === null) return;
   plan.cache.set(plan.key, result, plan.shape.kind === 'head' ? heads.tracking.pollMs * 2 : undefined);
   // Final (the shared level is asked only for calls that never change): for the other gateways, not awaited.
-  if (plan.sharedKey !== null && heads.generation === 0) plan.cache.shared?.set(plan.sharedKey, result);
+  const shared = plan.cache.shared;
+  if (plan.sharedKey !== null && shared !== null && heads.sharesFinal(shared.ttlMs)) shared.set(plan.sharedKey, result);
 }
 
 /**
@@ -172,8 +173,8 @@ function lookUpKept(scope: CallScope, m: RpcCall, plan: ReadPlan): MaybePromise<
   const kept = cache.get(key);
   if (kept !== undefined) return kept;
   const shared = cache.shared ?? null;
-  // A chain whose nodes rewound final blocks (a devnet): what the shared level holds for it may be of the dropped chain.
-  if (shared === null || !neverChanges(plan.shape) || (scope.pool.heads?.generation ?? 0) > 0) return undefined;
+  // A chain whose nodes rewound final blocks lately (a devnet): what the shared level holds for it may be of the dropped chain.
+  if (shared === null || !neverChanges(plan.shape) || scope.pool.heads?.sharesFinal(shared.ttlMs) === false) return undefined;
   if (scope.pool.coalesces && scope.pool.waiting.has(key)) return undefined;
   plan.sharedKey = sharedKey(scope.chain.id, m.method, m.paramsText);
   if (plan.sharedKey === null) return undefined;
@@ -225,7 +226,7 @@ function sendRead(scope: CallScope, m: RpcCall, admission: Admission, plan: Read
         setImmediate(() => {
           for (const w of waiting) w(outcome);
         });
-      if (outcome.ok && outcome.status === 200) keep(pool, plan, m.method, outcome.body);
+      if (outcome.ok && outcome.status === 200) keep(pool, plan, m.method, outcome.body, outcome.upstream);
     }
     return forwardedSingle(m, admission, outcome, outcome.hedged ? 'hedged' : 'miss');
   });
@@ -478,7 +479,7 @@ function forwardBatch(
     }
     for (const { m, plan } of leaders) {
       const answer = answers?.get(m.index);
-      if (outcome.ok && outcome.status === 200 && answer !== undefined && answer.error === null) keep(pool, plan, m.method, answer.text);
+      if (outcome.ok && outcome.status === 200 && answer !== undefined && answer.error === null) keep(pool, plan, m.method, answer.text, outcome.upstream);
     }
     return failure;
   });

@@ -1,6 +1,7 @@
 import { FetchRequest, JsonRpcProvider } from 'ethers';
 import { afterEach, describe, expect, it } from 'vitest';
-import { openSharedCache, sharedKey } from '../../src/gateway/cache/sharedCache.js';
+import { openSharedCache, sharedKey, sharedValue } from '../../src/gateway/cache/sharedCache.js';
+import type { UpstreamPoolOptions } from '../../src/gateway/upstream.js';
 import { closeClient, redisClient } from '../../src/infra/redis/client.js';
 import { until } from '../support/eventually.js';
 import { GANACHE_ACCOUNT_0, GANACHE_ACCOUNT_1, type GanacheNode, startGanache } from '../support/ganache.js';
@@ -60,10 +61,10 @@ interface Setup {
   lastUse(): string | undefined;
 }
 
-async function setUp(extra: Record<string, unknown>): Promise<Setup> {
+async function setUp(extra: Record<string, unknown>, pool?: UpstreamPoolOptions): Promise<Setup> {
   const node = await startGanache();
   opened.push(node);
-  const gateway = await startGateway({ gatekeeper, chains: [chainEntry('local', [node.url], { headPollMs: 600_000, ...extra })] });
+  const gateway = await startGateway({ gatekeeper, pool, chains: [chainEntry('local', [node.url], { headPollMs: 600_000, ...extra })] });
   opened.push(gateway);
   const endpoint = `${gateway.url}/local/${gatekeeper.token}`;
   const heads = gateway.pools.get('local')?.heads;
@@ -405,5 +406,114 @@ describe('final answers shared through Redis (RESPONSE_CACHE_REDIS) on a chain w
     await s.poll();
     await expectSameAnswers(s, readsAround(reorged, GANACHE_ACCOUNT_1));
     await expectSameAnswers(s, readsAround({ ...reorged, hashes: [await blockHash(s, 5)], txs: [kept] }, GANACHE_ACCOUNT_1));
+  });
+});
+
+describe("two nodes, one behind on a fork the other dropped (finality: 2 blocks under each node's head)", () => {
+  it("does not keep the behind node's answer at a height only the other node has finalized", async () => {
+    const forked = await startGanache();
+    opened.push(forked);
+    const canonical = await startGanache();
+    opened.push(canonical);
+    // 0: the first node (the forked one) takes the call; 0.99: the second.
+    let random = 0;
+    const gateway = await startGateway({
+      gatekeeper,
+      pool: { random: () => random, hedge: false },
+      chains: [chainEntry('local', [forked.url, canonical.url], { headPollMs: 600_000, finality: 2 })],
+    });
+    opened.push(gateway);
+    const endpoint = `${gateway.url}/local/${gatekeeper.token}`;
+    const heads = gateway.pools.get('local')?.heads;
+    if (!heads) throw new Error('the local chain should track heads');
+    // The same heights, other transactions: the forked node's blocks 1-6 are not the chain's.
+    for (let i = 0; i < 6; i++) await post(forked.url, 'eth_sendTransaction', [{ from: GANACHE_ACCOUNT_0, to: ACCOUNT_2, value: '0x1' }]);
+    for (let i = 0; i < 10; i++) await post(canonical.url, 'eth_sendTransaction', [{ from: GANACHE_ACCOUNT_0, to: ACCOUNT_2, value: '0x2' }]);
+    heads.touch();
+    await heads.poll();
+    expect(heads.upstreams.map((u) => [u.label, u.head, u.finalized])).toEqual([
+      ['local-1', 6, 4],
+      ['local-2', 10, 8],
+    ]);
+    expect(heads.finalized).toBe(8);
+    const lastUse = () => [gateway.usage.at(-1)?.upstream, gateway.usage.at(-1)?.cache];
+
+    const calls: Call[] = [
+      ['eth_getBlockByNumber', ['0x6', false]],
+      ['eth_getBalance', [ACCOUNT_2, '0x6']],
+      ['eth_getTransactionByBlockNumberAndIndex', ['0x5', '0x0']],
+    ];
+    for (const [method, params] of calls) {
+      // The forked node answers first: its block 6 is above the block it finalized (4).
+      random = 0;
+      const first = await post(endpoint, method, params);
+      expect(lastUse()).toEqual(['local-1', 'miss']);
+      expect(first.result).toEqual((await post(forked.url, method, params)).result);
+      // So it was not kept as final: the next caller gets the chain's answer, which is.
+      random = 0.99;
+      const again = await post(endpoint, method, params);
+      expect([method, lastUse()]).toEqual([method, ['local-2', 'miss']]);
+      expect(again.result).toEqual((await post(canonical.url, method, params)).result);
+      expect(again.result).not.toEqual(first.result);
+      random = 0;
+      expect((await post(endpoint, method, params)).result).toEqual(again.result);
+      expect(lastUse()).toEqual([null, 'hit']);
+    }
+  });
+});
+
+describe('the Redis level (RESPONSE_CACHE_REDIS) after a node rewound final blocks', () => {
+  it('stays off as long as the entries written before the rewind can live (their TTL), then is used again', async () => {
+    const redis = await startTestRedisServer();
+    opened.push({ close: () => redis.stop() });
+    const inspector = redisClient(redis.url);
+    opened.push({ close: () => closeClient(inspector) });
+    // The gateway's clock (head tracking's too): moved by the test.
+    let clock = Date.now();
+    const s = await setUp({}, { now: () => clock });
+    const shared = openSharedCache(redis.url);
+    opened.unshift(shared);
+    s.gateway.pools.cache?.shareWith(shared);
+    await until(() => inspector.status === 'ready');
+    await until(async () => (await Promise.resolve(shared.get('rc:warm-up'))) === undefined && shared.stats.misses > 0);
+    expect(shared.ttlMs).toBe(3_600_000);
+
+    for (let i = 0; i < 4; i++) await s.direct('evm_mine');
+    const snapshot = (await s.direct('evm_snapshot')).result as string;
+    const dropped = await sendLogging(s, GANACHE_ACCOUNT_1, '0xaaaa', '0x1');
+    await s.poll();
+    const reorged = { from: 5, to: 5, hashes: [await blockHash(s, 5)], txs: [dropped] };
+    await expectSameAnswers(s, readsAround(reorged, GANACHE_ACCOUNT_1));
+    const block5 = sharedKey('local', 'eth_getBlockByNumber', '["0x5",false]') as string;
+    await until(async () => (await inspector.exists(block5)) === 1);
+
+    // Rewound by a caller of its own, seen at the next poll: the rewind is dated then.
+    await s.direct('evm_revert', [snapshot]);
+    const kept = await sendLogging(s, GANACHE_ACCOUNT_1, '0xbbbbbb', '0x2');
+    await s.poll();
+    // A second short of the TTL: the dropped chain's entries may still be in Redis (they are): not read, nothing written.
+    clock += shared.ttlMs - 1000;
+    await s.poll();
+    const before = { ...shared.stats };
+    await expectSameAnswers(s, readsAround(reorged, GANACHE_ACCOUNT_1));
+    await expectSameAnswers(s, readsAround({ ...reorged, hashes: [await blockHash(s, 5)], txs: [kept] }, GANACHE_ACCOUNT_1));
+    expect(shared.stats).toEqual(before);
+
+    // The TTL since the rewind: every entry written before it has expired (Redis's clock is not the
+    // gateway's here: they are removed as their expiry would have), and the level is used again.
+    await inspector.flushdb();
+    clock += 1000;
+    await s.poll();
+    const block3 = sharedKey('local', 'eth_getBlockByNumber', '["0x3",false]') as string;
+    await s.via('eth_getBlockByNumber', ['0x3', false]);
+    expect(shared.stats.misses).toBe(before.misses + 1);
+    await until(async () => (await inspector.exists(block3)) === 1);
+    // Read again: an answer another gateway shared is served from Redis.
+    const block2 = (await s.direct('eth_getBlockByNumber', ['0x2', false])).result;
+    const block2Key = sharedKey('local', 'eth_getBlockByNumber', '["0x2",false]') as string;
+    await inspector.set(block2Key, sharedValue(block2Key, JSON.stringify(block2)), 'EX', 3600);
+    expect((await s.via('eth_getBlockByNumber', ['0x2', false])).result).toEqual(block2);
+    expect(s.lastUse()).toBe('hit');
+    expect(shared.stats.hits).toBe(before.hits + 1);
   });
 });

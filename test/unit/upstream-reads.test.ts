@@ -119,7 +119,7 @@ describe('what may be kept', () => {
   heads.observe(0, { head: 100, hash: '0xh100', finalized: 90 });
   const body = (result: unknown): Buffer => Buffer.from(JSON.stringify({ jsonrpc: '2.0', id: 1, result }));
   const keep = (method: string, params: string, result: unknown, epoch = heads.epoch): string | null =>
-    keepableResult(body(result), method, shapeOf(method, params), heads, epoch);
+    keepableResult(body(result), method, shapeOf(method, params), heads, epoch, 'a');
 
   it('keeps final data, head data of the current epoch, never nulls, errors or data above the finalized block', () => {
     expect(keep('eth_getBlockByNumber', '["0x5a",false]', { number: '0x5a' })).not.toBeNull();
@@ -131,7 +131,7 @@ describe('what may be kept', () => {
     expect(keep('eth_blockNumber', '[]', '0x65')).toBeNull();
     expect(keep('eth_getBalance', '["0x01"]', '0x1', heads.epoch - 1)).toBeNull();
     const error = Buffer.from('{"jsonrpc":"2.0","id":1,"error":{"code":-32000,"message":"x"}}');
-    expect(keepableResult(error, 'eth_chainId', shapeOf('eth_chainId', undefined), heads, heads.epoch)).toBeNull();
+    expect(keepableResult(error, 'eth_chainId', shapeOf('eth_chainId', undefined), heads, heads.epoch, 'a')).toBeNull();
   });
 
   it('keys head calls by epoch and final ones without it', () => {

@@ -135,10 +135,17 @@ function firstByte(body: Buffer): number {
 
 /**
  * The result an answer may be kept with, as JSON text; null when it may not: an error, a null
- * result, data not yet final (by the tracked finalized block), or an answer that depends on a
- * head that moved while it was asked.
+ * result, data not yet final (by the finalized block of `upstream`, the node that answered: see
+ * ChainHeads.finalizedBy), or an answer that depends on a head that moved while it was asked.
  */
-export function keepableResult(body: Buffer | string, method: string, shape: CallShape, heads: ChainHeads, epochAsked: number): string | null {
+export function keepableResult(
+  body: Buffer | string,
+  method: string,
+  shape: CallShape,
+  heads: ChainHeads,
+  epochAsked: number,
+  upstream: string,
+): string | null {
   if (!shape.cacheable) return null;
   let resultText: string;
   try {
@@ -153,7 +160,6 @@ export function keepableResult(body: Buffer | string, method: string, shape: Cal
     return null;
   }
   if (resultText === 'null') return null;
-  const finalized = heads.finalized;
   switch (shape.kind) {
     case 'static':
       return resultText;
@@ -161,9 +167,12 @@ export function keepableResult(body: Buffer | string, method: string, shape: Cal
       if (heads.best === null || heads.epoch !== epochAsked) return null;
       // A node ahead of the tracked head: the head moved and the next poll will say so.
       return method !== 'eth_blockNumber' || resultText === `"0x${heads.best.toString(16)}"` ? resultText : null;
-    case 'number':
+    case 'number': {
+      const finalized = heads.finalizedBy(upstream);
       return finalized !== null && shape.high <= finalized ? resultText : null;
+    }
     case 'hash': {
+      const finalized = heads.finalizedBy(upstream);
       if (finalized === null) return null;
       // The scans that judged the answer do not read into the result: it may still be malformed.
       let result: unknown;

@@ -19,6 +19,8 @@ export interface SharedCache {
   get(key: string): MaybePromise<string | undefined>;
   /** Keeps `resultText` under `key`; fire and forget, skipped while Redis is failing or too big. */
   set(key: string, resultText: string): void;
+  /** How long a value lives (ms): what a gateway whose chain rewound final blocks waits out before using the level again. */
+  readonly ttlMs: number;
   readonly stats: SharedCacheStats;
   close(): Promise<void>;
 }
@@ -141,6 +143,7 @@ export class RedisSharedCache implements SharedCache {
   };
   private readonly deadlineMs: number;
   private readonly ttlSeconds: number;
+  readonly ttlMs: number;
   private readonly maxValueChars: number;
   private readonly failuresToPause: number;
   private readonly pauseMs: number;
@@ -164,6 +167,7 @@ export class RedisSharedCache implements SharedCache {
   ) {
     this.deadlineMs = options.deadlineMs ?? SHARED_DEADLINE_MS;
     this.ttlSeconds = options.ttlSeconds ?? SHARED_TTL_SECONDS;
+    this.ttlMs = this.ttlSeconds * 1000;
     this.maxValueChars = options.maxValueChars ?? SHARED_MAX_VALUE_CHARS;
     this.failuresToPause = options.failuresToPause ?? 3;
     this.pauseMs = options.pauseMs ?? 1000;

@@ -93,6 +93,10 @@ export class ChainHeads {
    * kept as final before are other keys from then on.
    */
   generation = 0;
+  /** When `generation` last moved (ms, by `now`); null: never. */
+  private rewoundAt: number | null = null;
+  /** Each node's index by its label (labels are unique within a chain). */
+  private readonly byLabel: Map<string, number>;
   private timer: NodeJS.Timeout | null = null;
   private lastUsed = 0;
   private polling: Promise<void> | null = null;
@@ -120,6 +124,7 @@ export class ChainHeads {
     }));
     this.pushes = labels.map(() => null);
     this.pushedAt = labels.map(() => 0);
+    this.byLabel = new Map(labels.map((label, i) => [label, i]));
   }
 
   /** A call arrived: keeps polling going (and starts it, and the pushes, after a quiet spell). */
@@ -164,7 +169,7 @@ export class ChainHeads {
    */
   invalidate(rewrites = false): void {
     this.epoch++;
-    if (rewrites) this.generation++;
+    if (rewrites) this.rewound();
     void this.poll();
   }
 
@@ -235,7 +240,7 @@ export class ChainHeads {
     const u = this.upstreams[index];
     if (!u) return;
     if (this.rewinds(u, sample)) {
-      this.generation++;
+      this.rewound();
       this.epoch++;
     }
     u.head = sample.head;
@@ -244,6 +249,31 @@ export class ChainHeads {
     u.finalizedHash = sample.finalizedHash ?? null;
     u.okAt = this.now();
     this.recompute();
+  }
+
+  private rewound(): void {
+    this.generation++;
+    this.rewoundAt = this.now();
+  }
+
+  /**
+   * Whether final answers may be shared with other gateways (RESPONSE_CACHE_REDIS), whose entries
+   * are keyed without the generation and live `ttlMs`: not until that long after the last rewind
+   * seen here, when every entry written before it (maybe of the dropped chain) has expired.
+   */
+  sharesFinal(ttlMs: number): boolean {
+    return this.rewoundAt === null || this.now() - this.rewoundAt >= ttlMs;
+  }
+
+  /**
+   * The finalized block to judge node `label`'s answer by: its own (a node behind, still on a
+   * fork the others dropped, answers a height they finalized with its fork's block), never above
+   * the chain's. Null: not known.
+   */
+  finalizedBy(label: string): number | null {
+    const index = this.byLabel.get(label);
+    const own = index === undefined ? null : (this.upstreams[index]?.finalized ?? null);
+    return own === null || this.finalized === null ? null : Math.min(own, this.finalized);
   }
 
   /**
