@@ -27,8 +27,9 @@ const EXIT_CODES = `Exit codes:
   3  not found: no such account or token`;
 
 const STORES_NOTE = `Stores: DATA_DIR (the embedded default: stop the service first, one process at a time opens it),
-or EVENTSTORE_URL, MONGODB_URL and REDIS_URL beside a running service: a change shows once the
-service's projector has applied it and published it to the gateways (the command waits for that).`;
+or EVENTSTORE_URL and MONGODB_URL, or DATABASE_URL, beside a running service: a change shows once the
+service's projector has applied it and published it to the gateways (the command waits for that).
+Piping or redirecting stdout: npm run -s cli -- ... (without -s npm prints its own lines there first).`;
 
 const optionUse = (name: string, o: OptionSpec) => `--${name}${o.value ? ` ${o.value}` : ''}`;
 /** The command, its arguments and required options: what the list of commands shows. */
@@ -169,7 +170,8 @@ function parseCommandArgs(command: CommandSpec, rest: string[]): { args: string[
   try {
     parsed = parseArgs({ args: rest, options, allowPositionals: true, strict: true });
   } catch (error) {
-    throw usageError(error instanceof Error ? (error.message.split('\n')[0] ?? error.message) : String(error));
+    // parseArgs explains on later lines (an option value starting with a dash: --limit=-1): one line.
+    throw usageError(error instanceof Error ? error.message.replace(/\s*\n\s*/g, ' ') : String(error));
   }
   const { positionals } = parsed;
   if (positionals.length < command.args.length) throw usageError(`Missing ${command.args.slice(positionals.length).join(' ')}.`);

@@ -1,12 +1,14 @@
-import { existsSync } from 'node:fs';
+import { existsSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { loadConfig } from '../config.js';
 import type { PlanCatalog } from '../domain/plans.js';
 import { type ChainRegistry, loadChains } from '../gateway/chains.js';
 import { EventStoreError, openEventStore } from '../infra/eventstore/index.js';
 import type { EventStore, Position } from '../infra/eventstore/port.js';
+import { pingPostgres } from '../infra/postgres/database.js';
 import { openReadModels } from '../infra/readmodels/index.js';
 import type { ReadModelStore } from '../infra/readmodels/port.js';
+import { redactUrl } from '../infra/startup.js';
 import { PROJECTIONS } from '../projections/all.js';
 import { ProjectionRunner } from '../projections/runner.js';
 import { CliError, EXIT } from './command.js';
@@ -50,6 +52,20 @@ export function storesFromEnv(env: Record<string, string | undefined>): OpenStor
     if (!shared && !existsSync(join(config.dataDir, 'eventstore'))) {
       throw new CliError(EXIT.failed, 'no_data', `No event store in DATA_DIR=${config.dataDir}: set DATA_DIR to the service's data directory.`);
     }
+    if (!shared) refuseDamagedLog(join(config.dataDir, 'eventstore'));
+    // pg waits for a server that accepts the connection and never answers as long as TCP does (for ever): one ping with a deadline first.
+    if (config.databaseUrl && !(config.eventstoreUrl && config.mongodbUrl)) {
+      const url = config.databaseUrl;
+      await pingPostgres(url, POSTGRES_CONNECT_MS).catch((error: unknown) => {
+        const silent = error instanceof Error && /timeout/i.test(error.message);
+        throw unreachable(`PostgreSQL at ${redactUrl(url)} (DATABASE_URL)`, silent ? `no answer within ${POSTGRES_CONNECT_MS / 1000} s` : error);
+      });
+    }
+    const logName = config.eventstoreUrl
+      ? `the event store (EventStoreDB at ${redactUrl(config.eventstoreUrl)}, EVENTSTORE_URL)`
+      : config.databaseUrl
+        ? `the event store (PostgreSQL at ${redactUrl(config.databaseUrl)}, DATABASE_URL)`
+        : `the event store in ${join(config.dataDir, 'eventstore')}`;
     const store = await openEventStore({ eventstoreUrl: config.eventstoreUrl, databaseUrl: config.databaseUrl, dataDir: config.dataDir }).catch(
       (error: unknown) => {
         if (error instanceof EventStoreError && error.code === 'store_locked') {
@@ -59,9 +75,14 @@ export function storesFromEnv(env: Record<string, string | undefined>): OpenStor
             `${config.dataDir} is open in another process: stop the service first (on the embedded default one process at a time opens DATA_DIR).`,
           );
         }
-        throw error;
+        throw unreachable(`Cannot open ${logName}`, error);
       },
     );
+    const modelsName = config.mongodbUrl
+      ? `the read models (MongoDB at ${redactUrl(config.mongodbUrl)}, MONGODB_URL)`
+      : config.databaseUrl
+        ? `the read models (PostgreSQL at ${redactUrl(config.databaseUrl)}, DATABASE_URL)`
+        : `the read models in ${config.dataDir}`;
     let readModels: ReadModelStore;
     try {
       readModels = await openReadModels({
@@ -72,7 +93,7 @@ export function storesFromEnv(env: Record<string, string | undefined>): OpenStor
       });
     } catch (error) {
       await store.close();
-      throw error;
+      throw unreachable(`Cannot open ${modelsName}`, error);
     }
     return {
       store,
@@ -86,6 +107,44 @@ export function storesFromEnv(env: Record<string, string | undefined>): OpenStor
       },
     };
   };
+}
+
+/** How long the CLI waits for PostgreSQL to answer before it says it cannot reach it. */
+const POSTGRES_CONNECT_MS = 10_000;
+
+/** A store that could not be opened, as one line: what, where, and the driver's reason (LevelDB's is in its cause). */
+function unreachable(what: string, error: unknown): CliError {
+  if (error instanceof CliError) return error;
+  const reasons: string[] = [];
+  for (let e: unknown = error; e !== undefined && reasons.length < 3; e = e instanceof Error ? e.cause : undefined) {
+    const message = e instanceof Error ? e.message : String(e);
+    if (message && !reasons.includes(message)) reasons.push(message);
+  }
+  return new CliError(EXIT.failed, 'store_unavailable', `${what}: ${reasons.join(': ') || 'no reason given'}`);
+}
+
+/**
+ * LevelDB opens a directory whose CURRENT file is gone as a new, empty database, and deletes the
+ * table files the lost CURRENT named: the event log would be destroyed by a read. A log
+ * directory with LevelDB files but no CURRENT is refused instead, untouched.
+ */
+function refuseDamagedLog(eventstoreDir: string): void {
+  const oneStore = existsSync(join(eventstoreDir, 'CURRENT'));
+  for (const dir of oneStore ? [] : [eventstoreDir, join(eventstoreDir, 'log')]) {
+    let files: string[];
+    try {
+      files = readdirSync(dir);
+    } catch {
+      continue; // not there, or no directory: opening it says why
+    }
+    if (!files.includes('CURRENT') && files.some((f) => /^MANIFEST-\d+$|\.(ldb|sst)$/.test(f))) {
+      throw new CliError(
+        EXIT.failed,
+        'store_damaged',
+        `The event log in ${dir} is damaged (LevelDB files but no CURRENT file); left untouched: restore DATA_DIR from a backup (opening it would start an empty log).`,
+      );
+    }
+  }
 }
 
 /** Catches the read models up with the log: this process's change, and whatever the service left unprojected before it. */

@@ -34,14 +34,16 @@ export const maintenanceCommands: CommandSpec[] = [
     summary: 'replay the log into fresh read models and compare them with the live ones, document by document',
     details: [
       'Prints each difference as <collection>/<key>; exits 1 when there is one, 0 when the read models are what the log says.',
-      'Each projection is compared up to its own checkpoint. With EVENTSTORE_URL, stop the projector (ROLE=projector) first:',
+      'Each projection is compared up to its own checkpoint. With EVENTSTORE_URL or DATABASE_URL, stop the projector (ROLE=projector) first:',
       'read models that move during the comparison make it fail.',
     ].join('\n'),
     replays: true,
     options: { limit: { type: 'string', value: '<n>', description: 'print at most n differences (100 by default; all are counted)' } },
     async run({ options, out, open }) {
-      const limit = Number(options['limit'] ?? 100);
-      if (!Number.isSafeInteger(limit) || limit < 0) throw usageError(`--limit: "${String(options['limit'])}" is not a whole number.`);
+      const given = options['limit'] ?? '100';
+      // Digits only: Number('') is 0 (nothing printed) and Number('1e3') 1000.
+      const limit = typeof given === 'string' && /^\d+$/.test(given) ? Number(given) : Number.NaN;
+      if (!Number.isSafeInteger(limit)) throw usageError(`--limit: "${String(given)}" is not a whole number.`);
       const stores = await open();
       try {
         let printed = 0;
