@@ -17,6 +17,11 @@ async function run(argv: string[]): Promise<number> {
   return main(argv, { stdout: process.stdout, stderr: process.stderr, env: process.env });
 }
 
+// The reader of stdout has gone (`| head`, `| true`): nobody is left to read the rest or an error, as for any Unix filter.
+process.stdout.on('error', (error: NodeJS.ErrnoException) => {
+  if (error.code === 'EPIPE') process.exit(0);
+});
+
 run(process.argv.slice(2)).then(
   // Exits once stdout has taken everything (an export piped to a slow reader).
   (code) => process.stdout.write('', () => process.exit(code)),

@@ -112,6 +112,20 @@ describe("the README's CLI examples, pasted into a shell", () => {
   });
 });
 
+describe('the CLI as a process, its stdout piped to a reader that stops early', () => {
+  it('ends quietly with 0, as a Unix filter does, not "error: write EPIPE" and 1', { timeout: 60_000 }, () => {
+    for (const command of [`history ${tokenIds[0]} --json | true`, `tokens list | true`]) {
+      const r = spawnSync('bash', ['-o', 'pipefail', '-c', `node --import tsx src/cli.ts ${command}`], {
+        cwd: REPO,
+        env: { ...process.env, DATA_DIR: dataDir, LOCAL_DEVNET: 'off' },
+        encoding: 'utf8',
+      });
+      expect(r.stderr, command).toBe('');
+      expect(r.status, command).toBe(0);
+    }
+  });
+});
+
 describe('operator CLI: bad input, one line and the right exit code', () => {
   it('verify --limit takes digits only: an empty, signed or exponent value is a usage error on one line', async () => {
     for (const value of ['', '1e3', '-1', '0x10']) {
