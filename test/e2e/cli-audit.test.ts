@@ -230,6 +230,23 @@ describe('operator CLI: stores that cannot be opened', () => {
     expect(existsSync(join(log, 'CURRENT'))).toBe(false);
   });
 
+  it('verify on read models lost whole: not a bare "consistent", it names the projections behind the log', async () => {
+    const copy = copyOfData('gw-cli-lost-rm-');
+    for (const dir of ['readmodels', 'readmodels-rows']) rmSync(join(copy, dir), { recursive: true });
+    const text = await cli(['verify'], { DATA_DIR: copy });
+    expect(text.stdout).toMatch(
+      /^consistent: 0 documents equal, 0 differences; replayed core@none, .*; behind the log \(at \d+\), compared up to their checkpoint only: core, usage_totals, usage_metrics, alerts \(/,
+    );
+    const json = await cli(['verify', '--json'], { DATA_DIR: copy });
+    expect(JSON.parse(json.stdout).summary).toMatchObject({
+      differences: 0,
+      head: expect.any(String),
+      behind: ['core', 'usage_totals', 'usage_metrics', 'alerts'],
+    });
+    // Healthy: nothing behind.
+    expect(JSON.parse((await cli(['verify', '--json'])).stdout).summary).toMatchObject({ differences: 0, behind: [] });
+  });
+
   it('a data directory the running service holds: every command says to stop it first (exit 1), and works once it has stopped', {
     timeout: 90_000,
   }, async () => {
