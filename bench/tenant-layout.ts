@@ -33,6 +33,7 @@
  *
  *   npx tsx bench/tenant-layout.ts                      (~12 min: every layout, 1×1 and 10,000×10, 2 rounds)
  *   LAYOUTS=shardlog RAW_ROWS=none ROUNDS=3 npx tsx bench/tenant-layout.ts
+ *   CURRENT_LOG_ONLY=1 LAYOUTS=current,shardlog RAW_ROWS=none npx tsx bench/tenant-layout.ts   (the per-account log alone)
  */
 import { execFileSync } from 'node:child_process';
 import { rmSync } from 'node:fs';
@@ -58,6 +59,8 @@ const SHARDS = Number(process.env.SHARDS ?? 64);
 /** `current` over fewer calls: at 10,000 accounts it costs ~10× the others. */
 const CURRENT_SECONDS = Number(process.env.CURRENT_SECONDS ?? 30);
 const LAYOUTS = (process.env.LAYOUTS ?? 'current,tenant,shardlog').split(',');
+/** `current` without its projections: what the per-account usage streams alone cost (CURRENT_LOG_ONLY=1). */
+const CURRENT_LOG_ONLY = process.env.CURRENT_LOG_ONLY === '1';
 /** Rounds of every case, each case in a process of its own (alternated: layout by layout, hot then many). */
 const ROUNDS = Number(process.env.ROUNDS ?? 2);
 /** Set by the parent for the case a child runs. */
@@ -134,6 +137,7 @@ async function currentLayout(dir: string): Promise<Layout> {
       );
       appended.sort((a, b) => (a.position < b.position ? -1 : 1));
       const position = (appended[appended.length - 1] as StoredEvent).position;
+      if (CURRENT_LOG_ONLY) return;
       await readModels.commit('usage_metrics', position, usageMetricsProjection.projectBatch?.(appended) ?? []);
       await readModels.commit('usage_totals', position, usageTotalsProjection.projectBatch?.(appended) ?? []);
     },
