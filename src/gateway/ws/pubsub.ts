@@ -78,19 +78,26 @@ export class Recent {
 /**
  * Feeds by key, each `share()`d: the first client's subscription makes it (and opens the node's),
  * every later one joins it; when the last client leaves (refCount 0) the node's is cancelled and
- * the feed forgotten, so a later subscribe makes it anew.
+ * the feed forgotten, so a later subscribe makes it anew. A feed is made and kept only when a
+ * client subscribes: a subscribe call refused after its feed was looked up (over the cap, the rate
+ * limit, a client gone) holds nothing, or each distinct filter would be kept for the process's life.
  */
 export class SharedFeeds {
   private readonly feeds = new Map<string, Observable<FeedItem>>();
 
   get(key: string, make: () => Observable<FeedItem>): Observable<FeedItem> {
-    let feed = this.feeds.get(key);
-    if (!feed) {
-      // A feed that ends (a one-shot subscription's last notification) is forgotten as one nobody holds.
-      feed = make().pipe(share({ resetOnRefCountZero: () => this.forget(key), resetOnComplete: () => this.forget(key) }));
-      this.feeds.set(key, feed);
-    }
-    return feed;
+    return new Observable<FeedItem>((subscriber) => {
+      let feed = this.feeds.get(key);
+      if (!feed) {
+        // A feed that ends (a one-shot subscription's last notification) is forgotten as one nobody holds.
+        const made: Observable<FeedItem> = make().pipe(
+          share({ resetOnRefCountZero: () => this.forget(key, made), resetOnComplete: () => this.forget(key, made) }),
+        );
+        this.feeds.set(key, made);
+        feed = made;
+      }
+      return feed.subscribe(subscriber);
+    });
   }
 
   clear(): void {
@@ -98,8 +105,8 @@ export class SharedFeeds {
   }
 
   /** rxjs resets the share at once after this (an Observable that emits at once). */
-  private forget(key: string): Observable<void> {
-    this.feeds.delete(key);
+  private forget(key: string, feed: Observable<FeedItem>): Observable<void> {
+    if (this.feeds.get(key) === feed) this.feeds.delete(key);
     return new Observable<void>((s) => s.next());
   }
 }

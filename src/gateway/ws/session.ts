@@ -307,11 +307,14 @@ export class Session {
     }
   }
 
-  /** Sends a frame unless the client's unread frames would pass the bound: then the connection ends (1008). */
+  /**
+   * Sends a frame unless the client has more than the bound still unread: then the connection ends
+   * (1008). The frame's own size does not count: an answer larger than the bound (eth_getLogs, a
+   * block with its transactions) goes out as over HTTP, so the memory held is the bound plus one frame.
+   */
   private send(frame: string | Buffer | null): void {
     if (frame === null || this.socket.readyState !== WebSocket.OPEN) return;
-    const size = typeof frame === 'string' ? Buffer.byteLength(frame) : frame.length;
-    if (this.socket.bufferedAmount + size > this.host.maxSendBufferBytes) {
+    if (this.socket.bufferedAmount > this.host.maxSendBufferBytes) {
       this.close(WS_CLOSE.policyViolation, `send buffer over ${this.host.maxSendBufferBytes} bytes: the client does not read`);
       return;
     }
