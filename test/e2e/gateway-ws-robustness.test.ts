@@ -241,6 +241,28 @@ describe('with the fake node', () => {
     expect(heads.every((c) => c.charged !== false)).toBe(true);
   });
 
+  it('ends a subscription the node refuses with an error notification and frees it; the same filter later asks the node again', async () => {
+    const { token } = await newToken(g, 'unlimited');
+    const client = await WsClient.open(`${g.wsBase}/local/${token}`);
+    const filter = { address: `0x${'ab'.repeat(20)}` };
+    // The fake node serves newHeads only: it answers eth_subscribe("logs") with -32601, as a node without it would.
+    for (let attempt = 0; attempt < 2; attempt++) {
+      const id = (await client.call('eth_subscribe', ['logs', filter])).result;
+      expect(id).toEqual(expect.stringMatching(/^0x[0-9a-f]{32}$/));
+      await until(() => client.notifications(id).length === 1);
+      expect(client.notifications(id)[0]?.error).toMatchObject({ code: -32010, message: expect.stringContaining('does not exist') });
+      await until(() => sockets()?.subscriptions === 0);
+      expect(sockets()?.upstreamSubscriptions).toBe(0);
+      expect(await client.call('eth_unsubscribe', [id])).toMatchObject({ result: false });
+    }
+    const heads = (await client.call('eth_subscribe', ['newHeads'])).result;
+    node.mine();
+    await until(() => client.notifications(heads).length === 1);
+    expect(client.closed).toBeNull();
+    client.close();
+    await until(() => sockets()?.connections === 0);
+  });
+
   it('meters no notification beyond the monthly quota when many arrive at once, and closes with 4029', async () => {
     // Developer: 50 subscriptions per connection; the token's own monthly limit: 50 subscribes + 20 notifications.
     const o = await newToken(g, 'developer', { monthly_limit: 70 });

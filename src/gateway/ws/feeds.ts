@@ -2,7 +2,17 @@ import { randomBytes } from 'node:crypto';
 import { Observable } from 'rxjs';
 import type { Chain } from '../chains.js';
 import { RpcCode } from '../errors.js';
-import { type ChainFeeds, type FeedItem, type FeedRefusal, type OpenedFeed, type PubSubDialect, passthrough, Recent, SharedFeeds } from './pubsub.js';
+import {
+  type ChainFeeds,
+  type FeedItem,
+  type FeedRefusal,
+  FeedRefused,
+  type OpenedFeed,
+  type PubSubDialect,
+  passthrough,
+  Recent,
+  SharedFeeds,
+} from './pubsub.js';
 import { UpstreamSocket, type UpstreamSocketLog } from './upstreamSocket.js';
 
 /**
@@ -151,9 +161,13 @@ class EvmFeeds implements ChainFeeds {
         }
         deliver(text, head);
       };
-      return this.socket.subscribe({ ...EVM_SUBSCRIBE, params: ['newHeads'] }, (result, text) => {
-        queue = queue.then(() => handle(result, text)).catch(() => undefined);
-      });
+      return this.socket.subscribe(
+        { ...EVM_SUBSCRIBE, params: ['newHeads'] },
+        (result, text) => {
+          queue = queue.then(() => handle(result, text)).catch(() => undefined);
+        },
+        (message) => subscriber.error(new FeedRefused(message)),
+      );
     });
   }
 }

@@ -91,7 +91,11 @@ export class SharedFeeds {
       if (!feed) {
         // A feed that ends (a one-shot subscription's last notification) is forgotten as one nobody holds.
         const made: Observable<FeedItem> = make().pipe(
-          share({ resetOnRefCountZero: () => this.forget(key, made), resetOnComplete: () => this.forget(key, made) }),
+          share({
+            resetOnRefCountZero: () => this.forget(key, made),
+            resetOnComplete: () => this.forget(key, made),
+            resetOnError: () => this.forget(key, made),
+          }),
         );
         this.feeds.set(key, made);
         feed = made;
@@ -110,6 +114,9 @@ export class SharedFeeds {
     return new Observable<void>((s) => s.next());
   }
 }
+
+/** The node refused a feed's subscription: each client's subscription ends with an error notification. */
+export class FeedRefused extends Error {}
 
 /** Delivers a notification's result (parsed, and as JSON text) to a feed as if the node had sent it. */
 export type Deliver = (result: unknown, text: string) => void;
@@ -147,7 +154,11 @@ export function passthrough(
         subscriber.complete();
       }
     };
-    const cancel = socket.subscribe(request, (result, text) => deliver(result, text, true));
+    const cancel = socket.subscribe(
+      request,
+      (result, text) => deliver(result, text, true),
+      (message) => subscriber.error(new FeedRefused(message)),
+    );
     const unwatch = watch?.((result, text) => deliver(result, text, false));
     return () => {
       unwatch?.();

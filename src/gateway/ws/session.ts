@@ -203,7 +203,15 @@ export class Session {
         this.subscriptions.delete(o.id);
         this.host.subscriptionsChanged(this, -1);
       };
-      const subscription = o.opened.feed.subscribe({ next: (item) => this.notify(o.id, o.opened, item), complete: end });
+      // The node refused the subscription: the client hears why, in the subscription's own notification, and it ends.
+      const refused = (err: unknown): void => {
+        const message = `The node refused the subscription: ${err instanceof Error ? err.message.slice(0, 200) : 'unknown error'}`;
+        this.send(
+          `{"jsonrpc":"2.0","method":"${o.opened.notification}","params":{"subscription":${o.id},"error":{"code":${RpcCode.upstreamUnavailable},"message":${JSON.stringify(message)}}}}`,
+        );
+        end();
+      };
+      const subscription = o.opened.feed.subscribe({ next: (item) => this.notify(o.id, o.opened, item), complete: end, error: refused });
       if (ended) return;
       live = { subscription, notification: o.opened.notification };
       this.subscriptions.set(o.id, live);

@@ -20,10 +20,17 @@ type UpstreamId = string | number;
 /** A notification's result, parsed, and its JSON text as the node wrote it (what clients get). */
 type OnResult = (result: unknown, text: string) => void;
 
+/** The node answered with a JSON-RPC error (not a dropped socket or a timeout). */
+class UpstreamRefusal extends Error {}
+
+/** The node refused a subscription (its error message): it will not be asked again. */
+type OnRefused = (message: string) => void;
+
 /** One subscription the gateway wants from the node, kept across reconnects. */
 interface Wanted {
   request: UpstreamSubscription;
   onResult: OnResult;
+  onRefused: OnRefused;
   /** The node's id for it on the current connection; null until it answered. */
   upstreamId: UpstreamId | null;
 }
@@ -81,9 +88,11 @@ export class UpstreamSocket {
    * Asks the node for a subscription; `onResult` gets each notification's result, across
    * reconnects, until the returned function is called: it cancels the subscription on the node,
    * unless told the node ended it itself (Solana's signature subscriptions end with their status).
+   * A node that answers the subscribe call with an error (on the first connection or a later one)
+   * ends it: `onRefused` gets the node's message, and it is not asked for again.
    */
-  subscribe(request: UpstreamSubscription, onResult: OnResult): (endedByNode?: boolean) => void {
-    const wanted: Wanted = { request, onResult, upstreamId: null };
+  subscribe(request: UpstreamSubscription, onResult: OnResult, onRefused: OnRefused): (endedByNode?: boolean) => void {
+    const wanted: Wanted = { request, onResult, onRefused, upstreamId: null };
     this.wanted.add(wanted);
     if (this.open) this.sendSubscribe(wanted);
     else this.connect();
@@ -193,7 +202,13 @@ export class UpstreamSocket {
     const { method, params, unsubscribeMethod } = wanted.request;
     this.call(method, params, (err, id) => {
       if (err !== null || !(typeof id === 'string' || typeof id === 'number')) {
-        this.log.warn({ err: err?.message ?? `answered ${JSON.stringify(id)}`, params }, `upstream ${method} failed`);
+        const message = err?.message ?? `answered ${JSON.stringify(id)}`;
+        this.log.warn({ err: message, params }, `upstream ${method} failed`);
+        // A dropped socket or a timeout is asked again on the next connection; a refusal would be refused again.
+        if ((err instanceof UpstreamRefusal || err === null) && this.wanted.has(wanted)) {
+          this.unsubscribe(wanted, true);
+          wanted.onRefused(message);
+        }
         return;
       }
       if (!this.wanted.has(wanted)) {
@@ -225,7 +240,7 @@ export class UpstreamSocket {
       if (!p) return;
       this.pending.delete(m.id);
       clearTimeout(p.timer);
-      if (m.error) p.answered(new Error(String(m.error.message ?? 'upstream error')), undefined);
+      if (m.error) p.answered(new UpstreamRefusal(String(m.error.message ?? 'upstream error')), undefined);
       else p.answered(null, m.result);
       return;
     }
