@@ -3,6 +3,7 @@ import { startExpiryScheduler } from './commands/expiryScheduler.js';
 import { type Config, ConfigError, loadConfig } from './config.js';
 import { ChainConfigError } from './gateway/chains.js';
 import { type Devnet, startDevnet } from './infra/devnet.js';
+import { EventStoreError } from './infra/eventstore/errors.js';
 import { DependencyUnreachableError } from './infra/startup.js';
 import { openRuntime } from './runtime.js';
 import { buildServer } from './server.js';
@@ -87,6 +88,11 @@ main().catch((e: unknown) => {
   if (e instanceof ConfigError || e instanceof ChainConfigError) {
     console.error(`Configuration error: ${e.message}`);
     process.exit(2);
+  }
+  // A data directory another process holds, or whose log is damaged: the store's own one-line reason.
+  if (e instanceof EventStoreError && (e.code === 'store_locked' || e.code === 'store_damaged')) {
+    console.error(`Could not start: ${e.message}`);
+    process.exit(1);
   }
   if (e instanceof DependencyUnreachableError) {
     console.error(`Could not start: ${e.message}`);

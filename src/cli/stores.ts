@@ -1,4 +1,4 @@
-import { existsSync, readdirSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { loadConfig } from '../config.js';
 import type { PlanCatalog } from '../domain/plans.js';
@@ -52,7 +52,6 @@ export function storesFromEnv(env: Record<string, string | undefined>): OpenStor
     if (!shared && !existsSync(join(config.dataDir, 'eventstore'))) {
       throw new CliError(EXIT.failed, 'no_data', `No event store in DATA_DIR=${config.dataDir}: set DATA_DIR to the service's data directory.`);
     }
-    if (!shared) refuseDamagedLog(join(config.dataDir, 'eventstore'));
     // pg waits for a server that accepts the connection and never answers as long as TCP does (for ever): one ping with a deadline first.
     if (config.databaseUrl && !(config.eventstoreUrl && config.mongodbUrl)) {
       const url = config.databaseUrl;
@@ -68,6 +67,7 @@ export function storesFromEnv(env: Record<string, string | undefined>): OpenStor
         : `the event store in ${join(config.dataDir, 'eventstore')}`;
     const store = await openEventStore({ eventstoreUrl: config.eventstoreUrl, databaseUrl: config.databaseUrl, dataDir: config.dataDir }).catch(
       (error: unknown) => {
+        if (error instanceof EventStoreError && error.code === 'store_damaged') throw new CliError(EXIT.failed, 'store_damaged', error.message);
         if (error instanceof EventStoreError && error.code === 'store_locked') {
           throw new CliError(
             EXIT.failed,
@@ -121,30 +121,6 @@ function unreachable(what: string, error: unknown): CliError {
     if (message && !reasons.includes(message)) reasons.push(message);
   }
   return new CliError(EXIT.failed, 'store_unavailable', `${what}: ${reasons.join(': ') || 'no reason given'}`);
-}
-
-/**
- * LevelDB opens a directory whose CURRENT file is gone as a new, empty database, and deletes the
- * table files the lost CURRENT named: the event log would be destroyed by a read. A log
- * directory with LevelDB files but no CURRENT is refused instead, untouched.
- */
-function refuseDamagedLog(eventstoreDir: string): void {
-  const oneStore = existsSync(join(eventstoreDir, 'CURRENT'));
-  for (const dir of oneStore ? [] : [eventstoreDir, join(eventstoreDir, 'log')]) {
-    let files: string[];
-    try {
-      files = readdirSync(dir);
-    } catch {
-      continue; // not there, or no directory: opening it says why
-    }
-    if (!files.includes('CURRENT') && files.some((f) => /^MANIFEST-\d+$|\.(ldb|sst)$/.test(f))) {
-      throw new CliError(
-        EXIT.failed,
-        'store_damaged',
-        `The event log in ${dir} is damaged (LevelDB files but no CURRENT file); left untouched: restore DATA_DIR from a backup (opening it would start an empty log).`,
-      );
-    }
-  }
 }
 
 /** Catches the read models up with the log: this process's change, and whatever the service left unprojected before it. */

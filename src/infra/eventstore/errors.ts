@@ -6,6 +6,7 @@ export type EventStoreErrorCode =
   | 'invalid_position'
   | 'invalid_truncation'
   | 'store_locked'
+  | 'store_damaged'
   | 'store_closed'
   | 'store_failed'
   | 'subscription_in_use'

@@ -1,4 +1,4 @@
-import { existsSync } from 'node:fs';
+import { existsSync, readdirSync } from 'node:fs';
 import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { ClassicLevel } from 'classic-level';
@@ -127,6 +127,7 @@ export class LevelEventStore implements EventStore {
     await mkdir(directory, { recursive: true });
     // A LevelDB's own files right in the directory: a store made with the log and indexes in one.
     const oneStore = existsSync(join(directory, 'CURRENT'));
+    if (!oneStore) for (const logDir of [directory, join(directory, 'log')]) refuseLostCurrent(logDir);
     const log = await openDb(oneStore ? directory : join(directory, 'log'), directory);
     let index = log;
     try {
@@ -442,6 +443,28 @@ export class LevelEventStore implements EventStore {
   private assertOpen(): void {
     if (this.closed) throw new EventStoreError('store_closed', 'event store is closed');
     if (this.failure) throw this.failure;
+  }
+}
+
+/**
+ * LevelDB opens a directory whose CURRENT file is gone as a new, empty database and deletes the
+ * table files the lost CURRENT named: opening would destroy the log. A log directory with
+ * LevelDB's files but no CURRENT is refused, untouched. (The index store is not checked: it is
+ * rebuilt from the log when it comes back empty.)
+ */
+function refuseLostCurrent(logDir: string): void {
+  let files: string[];
+  try {
+    files = readdirSync(logDir);
+  } catch {
+    return; // not there, or no directory: opening it says why
+  }
+  if (!files.includes('CURRENT') && files.some((f) => /^MANIFEST-\d+$|\.(ldb|sst)$/.test(f))) {
+    throw new EventStoreError(
+      'store_damaged',
+      `The event log in ${logDir} is damaged (LevelDB files but no CURRENT file); left untouched: restore DATA_DIR from a backup (opening it would start an empty log).`,
+      { directory: logDir },
+    );
   }
 }
 
