@@ -40,11 +40,11 @@ const LOG = {
 
 beforeAll(async () => {
   node = await startFakeWsUpstream();
-  // The node's HTTP calls, but eth_getLogs answers 3,000 logs (~3.5 MB): more than a socket's send buffer bound (1 MiB).
+  // An HTTP node whose eth_getLogs answers 3,000 logs (~3.5 MB): more than a socket's send buffer bound (1 MiB).
   bigNode = await startFake((call) => {
     const req = JSON.parse(call.body) as { id: unknown; method: string };
     if (req.method === 'eth_getLogs') return { body: { jsonrpc: '2.0', id: req.id, result: Array.from({ length: 3000 }, () => LOG) } };
-    return forward(req);
+    return otherCall(req);
   });
   plansFile = join(mkdtempSync(join(tmpdir(), 'ws-robust-plans-')), 'plans.json');
   // Unlimited's rate high enough for a thousand subscribe calls at once.
@@ -56,7 +56,7 @@ afterAll(async () => {
 });
 
 /** Everything else on the big node: a chain id, a block number, null. */
-function forward(req: { id: unknown; method: string }): { body: unknown } {
+function otherCall(req: { id: unknown; method: string }): { body: unknown } {
   const result = req.method === 'eth_chainId' ? '0x539' : req.method === 'eth_blockNumber' ? '0x10' : null;
   return { body: { jsonrpc: '2.0', id: req.id, result } };
 }
