@@ -92,7 +92,10 @@ describe('an event log that lost its CURRENT file', () => {
     const before = readdirSync(log).sort();
     const service = startService({ DATA_DIR: dataDir, LOCAL_DEVNET: 'off', LOG_LEVEL: 'warn' });
     // Without the refusal it starts on an empty log: stop it rather than wait for it.
-    void service.ready.then(() => service.child.kill('SIGKILL'), () => undefined);
+    void service.ready.then(
+      () => service.child.kill('SIGKILL'),
+      () => undefined,
+    );
     expect(await service.exited).toBe(1);
     expect(service.output()).toMatch(
       /Could not start: The event log in \S+ is damaged \(LevelDB files but no CURRENT file\); left untouched: restore DATA_DIR from a backup/,
