@@ -42,14 +42,24 @@ const skipped = (error: string): DeliveryResult => ({ outcome: 'skipped', error 
 
 /**
  * Why a delivery still queued (being retried) is out of date, if it is: a late "fired" must
- * never reach a receiver after its "resolved", nor a stale "resolved" after a new "fired".
+ * never reach a receiver after its "resolved" (nor after a later "fired"). A "resolved" is never
+ * out of date: a receiver that tracks the incident must see it close before it opens again, so a
+ * later notification to the same channel waits for it instead (`dispatch`).
  */
 function supersededBy(alert: LiveAlert, d: DeliveryDoc): string | null {
-  if (d.kind === 'resolved') {
-    return alert.state === 'firing' && (alert.firedAt ?? '') > d.triggeredAt ? 'Superseded: the alert fired again since.' : null;
-  }
+  if (d.kind === 'resolved') return null;
   if (alert.status === 'deleted' || alert.state !== 'firing') return 'Superseded: the alert is no longer firing.';
   return (alert.lastNotifiedAt ?? '') > d.triggeredAt ? 'Superseded by a later notification.' : null;
+}
+
+/** The order of an alert's notifications: its stream's order (their times, for entries queued before it was kept). */
+const before = (a: DeliveryDoc, b: DeliveryDoc): boolean =>
+  a.revision !== undefined && b.revision !== undefined ? a.revision < b.revision : a.triggeredAt < b.triggeredAt;
+
+/** Deliveries that failed before an attempt could be recorded (the store unreachable…): retried on the notification backoff. */
+interface Stalled {
+  failures: number;
+  untilMs: number;
 }
 
 /**
@@ -61,23 +71,52 @@ function supersededBy(alert: LiveAlert, d: DeliveryDoc): string | null {
  */
 export class Notifier {
   private readonly inFlight = new Map<string, Promise<void>>();
+  private readonly stalled = new Map<string, Stalled>();
 
   constructor(private readonly deps: NotifierDeps) {}
 
-  /** Starts every due delivery not already under way, without waiting for them. */
+  /**
+   * Starts every due delivery not already under way, without waiting for them. A notification
+   * waits while a "resolved" of the same alert queued before it is still pending for the same
+   * channel (being retried), so a receiver gets "resolved" before the "fired" that follows it.
+   */
   async dispatch(): Promise<Array<Promise<void>>> {
-    const due = await this.deps.alerts.dueDeliveries(this.deps.now().toISOString());
+    const nowMs = this.deps.now().getTime();
+    const nowIso = new Date(nowMs).toISOString();
+    const pending = await this.deps.alerts.pendingDeliveries();
+    const resolves = pending.filter((r) => r.kind === 'resolved');
     const started: Array<Promise<void>> = [];
-    for (const d of due) {
+    for (const d of pending) {
+      if (d.nextAttemptAt > nowIso) continue;
+      if (resolves.some((r) => r.alertId === d.alertId && r.channelId === d.channelId && before(r, d))) continue;
       const key = `${d.notificationId}/${d.channelId}`;
-      if (this.inFlight.has(key)) continue;
+      if (this.inFlight.has(key) || (this.stalled.get(key)?.untilMs ?? 0) > nowMs) continue;
       const run = this.deliver(d)
-        .catch((e) => this.deps.onError?.(e))
+        .then(
+          () => void this.stalled.delete(key),
+          (e) => this.stall(key, d, e),
+        )
         .finally(() => this.inFlight.delete(key));
       this.inFlight.set(key, run);
       started.push(run);
     }
     return started;
+  }
+
+  /**
+   * A delivery that failed before its attempt was recorded (the stream or the read models
+   * unreachable, the record refused) is not due again at the next poll: it waits the notification
+   * backoff (NOTIFY_RETRY_BASE_MS × 3ⁿ, at most an hour), one log line per try, and is never
+   * given up (the notification is still owed; nothing recorded that it was tried).
+   */
+  private stall(key: string, d: DeliveryDoc, error: unknown): void {
+    const failures = (this.stalled.get(key)?.failures ?? 0) + 1;
+    const delayMs = retryDelayMs(this.deps.retry, failures, this.deps.random);
+    this.stalled.set(key, { failures, untilMs: this.deps.now().getTime() + delayMs });
+    const why = error instanceof Error ? error.message : String(error);
+    this.deps.onError?.(
+      new Error(`delivery ${key} of alert ${d.alertId} failed before an attempt was recorded (${why}); tried again in ${Math.ceil(delayMs / 1000)} s`),
+    );
   }
 
   /** One pass: starts the due deliveries and waits for them. Returns how many it started. */
@@ -96,7 +135,13 @@ export class Notifier {
   private async deliver(d: DeliveryDoc): Promise<void> {
     const attempt = d.attempts + 1;
     const { alert, notified, attemptsMade } = await this.deps.commands.forDelivery(d.alertId, d.notificationId, d.channelId);
-    if (alert.status === 'none') throw new Error(`delivery ${d.notificationId}/${d.channelId}: alert ${d.alertId} has no stream`);
+    if (alert.status === 'none') {
+      // Queued from events this log does not have (or cannot read): no attempt can ever be
+      // recorded, so none is made; it leaves the queue with one line instead of being tried for ever.
+      await this.deps.alerts.dropDelivery(d.notificationId, d.channelId);
+      this.deps.onError?.(new Error(`delivery ${d.notificationId}/${d.channelId} dropped: alert ${d.alertId} has no stream in the event store`));
+      return;
+    }
     // The queue is behind the stream (a crash before the projection of the last attempt, a
     // restart polling before catch-up): that attempt was made; the projection will move the entry on.
     if (attemptsMade >= attempt) return;

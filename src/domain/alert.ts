@@ -160,19 +160,36 @@ export type ChannelInput =
   | { type: 'incident'; routingKey: string }
   | { type: 'sms'; to: string };
 
+/** An existing channel given a new destination of its type: same id, same secret, active. */
+function pointedAt(c: AlertChannel, input: ChannelInput): AlertChannel {
+  if (c.type === 'webhook' && input.type === 'webhook') return { ...c, url: input.url, active: true };
+  if (c.type === 'chat' && input.type === 'chat') return { ...c, url: input.url, active: true };
+  if (c.type === 'incident' && input.type === 'incident') return { ...c, routingKey: input.routingKey, active: true };
+  if (c.type === 'email' && input.type === 'email') return { ...c, to: input.to, active: true };
+  if (c.type === 'sms' && input.type === 'sms') return { ...c, to: input.to, active: true };
+  throw new Error(`a ${c.type} channel cannot deliver to a ${input.type} destination`);
+}
+
 /**
  * The channels of an edit: one given again (same type and destination) keeps its id and secret
- * and is active again (giving it is how an owner re-enables an endpoint that answered 410);
- * new ones take an id and a secret from `fresh`, one per input, so this stays pure.
+ * and is active again (giving it is how an owner re-enables an endpoint that answered 410). A
+ * destination given in place of one the edit leaves out, of the same type, is that channel
+ * edited (a corrected URL or address): it keeps its id, its secret and so its pending
+ * deliveries, which go to the new destination; pairs are taken in list order. Other new ones
+ * take an id and a secret from `fresh`, one per input, so this stays pure.
  */
 export function resolveChannels(
   existing: readonly AlertChannel[],
   inputs: readonly ChannelInput[],
   fresh: ReadonlyArray<{ id: string; secret: string }>,
 ): AlertChannel[] {
+  const sameAs = inputs.map((input) => existing.find((c) => channelDestination(c) === channelDestination(input)));
+  const left = existing.filter((c) => !sameAs.includes(c));
   return inputs.map((input, i): AlertChannel => {
-    const same = existing.find((c) => channelDestination(c) === channelDestination(input));
+    const same = sameAs[i];
     if (same) return { ...same, active: true };
+    const edited = left.findIndex((c) => c.type === input.type);
+    if (edited >= 0) return pointedAt(left.splice(edited, 1)[0] as AlertChannel, input);
     const f = fresh[i];
     if (!f) throw new Error('resolveChannels needs one fresh id per input');
     return input.type === 'webhook' ? { ...input, id: f.id, active: true, secret: f.secret } : { ...input, id: f.id, active: true };

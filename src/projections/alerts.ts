@@ -54,6 +54,8 @@ export interface DeliveryDoc {
   threshold: number;
   summary: string;
   triggeredAt: string;
+  /** The notification's revision on the alert's stream: orders an alert's notifications (absent from entries queued before). */
+  revision?: number;
   /** Attempts made so far. */
   attempts: number;
   nextAttemptAt: string;
@@ -168,6 +170,7 @@ export const alertsProjection: Projection = {
               threshold,
               summary,
               triggeredAt: at,
+              revision: stored.revision,
               attempts: 0,
               nextAttemptAt: at,
             };

@@ -107,14 +107,17 @@ export class AlertQueries {
     }));
   }
 
-  /** Deliveries whose next attempt is due (the queue stays small: only unfinished ones are in it). */
-  async dueDeliveries(nowIso: string): Promise<DeliveryDoc[]> {
-    const rows = await this.rm.range<DeliveryDoc>(C.deliveries);
-    return rows.map((r) => r.doc).filter((d) => d.nextAttemptAt <= nowIso);
-  }
-
+  /** Deliveries not finished, due or not (the queue stays small: only unfinished ones are in it). */
   async pendingDeliveries(): Promise<DeliveryDoc[]> {
     return (await this.rm.range<DeliveryDoc>(C.deliveries)).map((r) => r.doc);
+  }
+
+  /**
+   * Takes a delivery whose alert has no stream off the queue. Written outside the projection:
+   * a rebuild cannot bring it back, since the events it came from are not in the log.
+   */
+  async dropDelivery(notificationId: string, channelId: string): Promise<void> {
+    await this.rm.write([{ op: 'delete', collection: C.deliveries, key: `${notificationId}/${channelId}` }]);
   }
 
   async recordObservations(observations: Array<{ alertId: string } & ObservationDoc>): Promise<void> {
