@@ -168,6 +168,8 @@ interface Incoming {
   isPost: boolean;
   body: RawBody | undefined;
   contentType: string | undefined;
+  /** The body's Content-Encoding header, when sent. */
+  contentEncoding: string | undefined;
   query: string;
   limits: GatewayLimits;
 }
@@ -196,6 +198,20 @@ const restIssue = (segments: string[], status: number, restCode: string, message
 
 const EMPTY_BODY = Buffer.alloc(0);
 
+/**
+ * A body sent compressed (`Content-Encoding: gzip`, `deflate`, `br`…) is refused, not read as if
+ * it were plain: RFC 9110 §15.5.16's 415, naming the one coding taken (docs/decisions.md, "Odd but
+ * legal HTTP on chain calls"). Undefined when the body is plain (no header, or `identity`).
+ */
+function unsupportedEncoding(contentEncoding: string | undefined): string | undefined {
+  if (contentEncoding === undefined) return undefined;
+  const codings = contentEncoding.trim().toLowerCase();
+  if (codings === '' || codings === 'identity') return undefined;
+  return `Unsupported Content-Encoding "${contentEncoding.trim().slice(0, 64)}": send the body uncompressed`;
+}
+
+const IDENTITY_ONLY = { 'accept-encoding': 'identity' };
+
 /** Which protocol handles the call, or which local error answers it. */
 function dispatch(scope: CallScope, req: Incoming): MaybePromise<Answer> {
   const { chain } = scope;
@@ -211,6 +227,8 @@ function dispatch(scope: CallScope, req: Incoming): MaybePromise<Answer> {
       );
     }
     if (tooLarge) return localError(scope, rpcIssue(413, `Request body larger than ${limits.maxBodyBytes} bytes`, null));
+    const encoding = unsupportedEncoding(req.contentEncoding);
+    if (encoding !== undefined) return localError(scope, { ...rpcIssue(415, encoding, idsOfBody(req.body, limits.maxBatch)), headers: IDENTITY_ONLY });
     if (!isJsonRpcMediaType(req.contentType))
       return localError(scope, rpcIssue(415, 'Unsupported media type: send application/json', idsOfBody(req.body, limits.maxBatch)));
     return handleJsonRpc(scope, raw, limits.maxBatch);
@@ -230,6 +248,8 @@ function dispatch(scope: CallScope, req: Incoming): MaybePromise<Answer> {
     );
   }
   if (tooLarge) return localError(scope, restIssue(segments, 413, 'payload_too_large', `Request body larger than ${limits.maxBodyBytes} bytes`));
+  const encoding = isPost ? unsupportedEncoding(req.contentEncoding) : undefined;
+  if (encoding !== undefined) return localError(scope, { ...restIssue(segments, 415, 'unsupported_content_encoding', encoding), headers: IDENTITY_ONLY });
   return handleRest(scope, { httpMethod: isPost ? 'POST' : 'GET', segments, query: req.query, body: isPost ? raw : null, contentType: req.contentType });
 }
 
@@ -359,8 +379,16 @@ export class ChainCalls {
 
   /** The call to its protocol handler. */
   private dispatch(req: ChainRequest, scope: CallScope, credentials: Credentials, query: string): MaybePromise<Answer> {
-    const contentType = req.headers['content-type'];
-    return dispatch(scope, { segments: credentials.segments, isPost: req.method === 'POST', body: req.body, contentType, query, limits: this.limits });
+    const { 'content-type': contentType, 'content-encoding': contentEncoding } = req.headers;
+    return dispatch(scope, {
+      segments: credentials.segments,
+      isPost: req.method === 'POST',
+      body: req.body,
+      contentType,
+      contentEncoding,
+      query,
+      limits: this.limits,
+    });
   }
 
   /** Whether the answer yielded usage records. */

@@ -59,9 +59,21 @@ export class ChainFront {
   readonly serverFactory: FastifyServerFactory = (fastifyHandler, opts): Server => {
     // What fastify does with a server it creates itself: node:http's options (its timeouts for slow clients among them), then its own.
     const server = createServer(serverOptionsOf(opts), (req, res) => {
-      if (!this.take(req, res)) fastifyHandler(req, res);
+      toOriginForm(req);
+      if (!this.take(req, res, false)) fastifyHandler(req, res);
+    });
+    // `Expect: 100-continue` (curl's for a body over 1 KB): what node would answer, except that a
+    // chain call whose declared body is over the limit gets its 413 without a 100 first, so the
+    // client does not send a body the gateway will not read (docs/decisions.md, "Odd but legal HTTP on chain calls").
+    server.on('checkContinue', (req: IncomingMessage, res: ServerResponse) => {
+      toOriginForm(req);
+      if (!this.take(req, res, true)) {
+        res.writeContinue();
+        fastifyHandler(req, res);
+      }
     });
     server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+      toOriginForm(req);
       if (this.sockets && !this.draining) this.sockets.upgrade(req, socket, head, this.clientIp(req));
       else socket.destroy();
     });
@@ -74,8 +86,11 @@ export class ChainFront {
     return server;
   };
 
-  /** Serves `req` if it is a known chain's GET or POST call; false leaves it to fastify. */
-  private take(req: IncomingMessage, res: ServerResponse): boolean {
+  /**
+   * Serves `req` if it is a known chain's GET or POST call; false leaves it to fastify.
+   * `expectsContinue`: the client waits for a 100 before it sends the body (node has sent none).
+   */
+  private take(req: IncomingMessage, res: ServerResponse, expectsContinue: boolean): boolean {
     const calls = this.calls;
     const method = req.method;
     if (calls === null || (method !== 'POST' && method !== 'GET')) return false;
@@ -104,10 +119,13 @@ export class ChainFront {
       }
     };
     if (method === 'GET') {
+      if (expectsContinue) res.writeContinue();
       req.resume(); // a GET's body, if any, is not read (as fastify does)
       calls.serve(call, answer);
       return true;
     }
+    // Over the limit by its Content-Length: readRawBody answers 413 without reading it, and the client need not send it.
+    if (expectsContinue && !(Number(req.headers['content-length']) > calls.limits.maxBodyBytes)) res.writeContinue();
     readRawBody(req, req.headers['content-length'], calls.limits.maxBodyBytes, (err, body) => {
       if (err) {
         // A caller that hung up mid-body is gone, not failed: nobody to answer, nothing to log.
@@ -148,6 +166,21 @@ export class ChainFront {
  */
 export const fastifyTrustProxy = (trustProxy: boolean): ((address: string, hop: number) => boolean) | false =>
   trustProxy ? (_address, hop) => hop === 0 : false;
+
+/**
+ * An absolute-form request target (`POST http://host/eth/gk_… HTTP/1.1`, what a client talking to
+ * a proxy sends, and which a server must accept, RFC 9112 §3.2.2) as its origin form, the path and
+ * query: node hands it on as written, and the chain was read from `http:`. The authority is not
+ * checked (the gateway answers whatever Host it is called by).
+ */
+function toOriginForm(req: IncomingMessage): void {
+  const url = req.url;
+  if (url === undefined || url.charCodeAt(0) === 47 /* / */) return;
+  const match = /^[a-z][a-z0-9+.-]*:\/\/[^/?#]*/i.exec(url);
+  if (match === null) return;
+  const rest = url.slice(match[0].length);
+  req.url = rest.charCodeAt(0) === 47 ? rest : `/${rest}`;
+}
 
 /** fastify's `http` option: what it gives node:http's createServer. */
 function serverOptionsOf(opts: Record<string, unknown>): ServerOptions {
