@@ -1,5 +1,5 @@
-import type { ChangeFeed } from '../infra/changefeed/port.js';
 import type { MaybePromise } from '../domain/maybePromise.js';
+import { type ChangeFeed, FEED_RESUMED } from '../infra/changefeed/port.js';
 import type { Queries } from '../projections/queries.js';
 import { INVALIDATION_TOPIC } from '../projections/runner.js';
 import { type CachedToken, TokenTable } from './tokenTable.js';
@@ -23,12 +23,13 @@ const ACCOUNT_IDS_MAX = 100_000;
 
 /**
  * Token lookups by hash from the read models, cached in process. Every change to a token or an
- * account's plan arrives through the change feed and drops the entry at once; the TTL is only a
- * safety net for a lost notification (e.g. while Redis was away).
+ * account's plan arrives through the change feed and drops the entry at once; when the feed may
+ * have lost some (its Redis connection came back) it drops them all; the TTL is only a safety net
+ * for a lost notification the feed cannot tell of (a Redis Cluster's subscriber moving).
  */
 export class TokenCache {
   /** The tokens, by hash; their expiry in whole seconds since the cache started (epochMs). */
-  private readonly table = new TokenTable();
+  private table = new TokenTable();
   private unknown = new Map<string, number>();
   /** One string per account id, shared by its tokens' entries (each read model lookup parses a new one). */
   private accountIds = new Map<string, string>();
@@ -55,9 +56,14 @@ export class TokenCache {
     this.unsubscribe = await feed.subscribe(INVALIDATION_TOPIC, (message) => this.invalidate(message));
   }
 
-  /** `token:<id>` or `account:<id>`. */
+  /** `token:<id>` or `account:<id>`; FEED_RESUMED (changes may have been lost) drops every entry. */
   invalidate(message: string): void {
     this.invalidations++;
+    if (message === FEED_RESUMED) {
+      this.table = new TokenTable();
+      this.unknown.clear();
+      return;
+    }
     const [kind, id] = message.split(':', 2) as [string, string];
     if (kind === 'token') {
       this.table.deleteById(id);

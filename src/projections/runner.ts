@@ -184,7 +184,16 @@ export class ProjectionRunner implements Projector {
     }
     this.processed = last.position;
     this.lastLagMs = Math.max(0, Date.now() - Date.parse(last.created));
-    if (this.feed) for (const m of new Set(messages)) await this.feed.publish(INVALIDATION_TOPIC, m);
+    if (this.feed) {
+      try {
+        for (const m of new Set(messages)) await this.feed.publish(INVALIDATION_TOPIC, m);
+      } catch {
+        // Redis is away: the rest of the batch's notifications would fail the same way. The batch
+        // is committed, so a failure here must not stop the projector (it would not publish them
+        // after a restart either); the gateways, whose subscriptions dropped too, drop their
+        // token caches once they are back on Redis (FEED_RESUMED).
+      }
+    }
     this.waiters = this.waiters.filter((w) => {
       if (w.position > last.position) return true;
       w.resolve();

@@ -3,14 +3,14 @@ import { performance } from 'node:perf_hooks';
 import type { Duplex } from 'node:stream';
 import { WebSocketServer } from 'ws';
 import type { PlanCatalog } from '../../domain/plans.js';
-import type { ChangeFeed } from '../../infra/changefeed/port.js';
+import { type ChangeFeed, FEED_RESUMED } from '../../infra/changefeed/port.js';
 import { MemoryConnectionCounter } from '../../infra/wsconnections/memory.js';
 import type { ConnectionCounter, ConnectionVerdict } from '../../infra/wsconnections/port.js';
 import { INVALIDATION_TOPIC } from '../../projections/runner.js';
 import type { Admission, Caller } from '../admission.js';
 import { type Answer, type CallScope, localError, refusedRpc } from '../answer.js';
-import type { Chain } from '../chains.js';
 import type { ChainCalls, ChainResponse } from '../chainCalls.js';
+import type { Chain } from '../chains.js';
 import { JSON_CONTENT_TYPE, RpcCode, rpcError } from '../errors.js';
 import { EVM_PUBSUB } from './feeds.js';
 import type { ChainFeeds, FeedRefusal, OpenedFeed, PubSubDialect } from './pubsub.js';
@@ -242,7 +242,8 @@ export class WebSocketGateway implements SessionHost {
   private tokenChanged(message: string): void {
     const [kind, id] = message.split(':', 2) as [string, string];
     const affected: Session[] = [];
-    if (kind === 'token') affected.push(...(this.tokens.get(id)?.sessions ?? []));
+    if (message === FEED_RESUMED) for (const e of this.tokens.values()) affected.push(...e.sessions);
+    else if (kind === 'token') affected.push(...(this.tokens.get(id)?.sessions ?? []));
     else if (kind === 'account') for (const e of this.tokens.values()) if (e.accountId === id) affected.push(...e.sessions);
     if (affected.length === 0) return;
     setImmediate(() => {
@@ -287,7 +288,7 @@ export class WebSocketGateway implements SessionHost {
 }
 
 /** The refused upgrade's HTTP answer, as a call would get it, and the connection closed. */
-function refuseUpgrade(socket: Duplex, response: ChainResponse): void {
+export function refuseUpgrade(socket: Duplex, response: ChainResponse): void {
   if (socket.destroyed) return;
   const body = response.body ?? '';
   const headers = { ...response.headers, 'content-length': String(Buffer.byteLength(body)), connection: 'close' };

@@ -2,8 +2,8 @@ import { MemoryChangeFeed } from './memory.js';
 import type { ChangeFeed } from './port.js';
 import { RedisChangeFeed } from './redis.js';
 
-export type { ChangeFeed } from './port.js';
 export { MemoryChangeFeed } from './memory.js';
+export { type ChangeFeed, FEED_RESUMED } from './port.js';
 export { RedisChangeFeed } from './redis.js';
 
 export interface OpenChangeFeedOptions {

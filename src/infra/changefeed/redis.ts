@@ -1,6 +1,6 @@
-import { closeClient, redisClient, waitForReady, type RedisClient } from '../redis/client.js';
+import { closeClient, type RedisClient, redisClient, waitForReady } from '../redis/client.js';
 import { safely } from './memory.js';
-import type { ChangeFeed } from './port.js';
+import { type ChangeFeed, FEED_RESUMED } from './port.js';
 
 type Handler = (message: string) => void;
 
@@ -11,7 +11,8 @@ const CHANNEL_PREFIX = 'changefeed:';
  * Change feed on Redis pub/sub. Subscribing takes a connection of its own (a subscribed RESP2
  * connection can do nothing else); ioredis subscribes it again to every channel after a
  * reconnect. Messages published while a subscriber is disconnected are lost (pub/sub keeps
- * nothing), so a cache fed by this should also expire its entries on its own.
+ * nothing): once subscribed again after a reconnect, every handler hears FEED_RESUMED, so a cache
+ * fed by this drops what it holds rather than serve a revoked token until its entry goes stale.
  *
  * On a Redis Cluster, plain PUBLISH, which the cluster bus carries to every node, not sharded
  * pub/sub (SPUBLISH/SSUBSCRIBE, Redis 7): the feed carries a few messages a minute (token and
@@ -35,6 +36,28 @@ export class RedisChangeFeed implements ChangeFeed {
       const handlers = this.handlers.get(channel.slice(CHANNEL_PREFIX.length));
       for (const handler of handlers ?? []) safely(handler, message);
     });
+    let connected = false;
+    this.subscriber.on('ready', () => {
+      if (connected) void this.resumed();
+      connected = true;
+    });
+  }
+
+  /**
+   * After a reconnect: ioredis has sent its SUBSCRIBE again; once ours, sent after it, is answered,
+   * every message published from now on arrives, and each handler hears that some may have been lost.
+   * (A Cluster's subscriber connection is ioredis's own and says nothing of a reconnect: there, only
+   * the cache's TTL covers a lost message.)
+   */
+  private async resumed(): Promise<void> {
+    const topics = [...this.handlers.keys()];
+    if (topics.length === 0) return;
+    try {
+      await this.subscriber.subscribe(...topics.map((topic) => CHANNEL_PREFIX + topic));
+    } catch {
+      return; // Gone again: the next 'ready' tries again.
+    }
+    for (const topic of topics) for (const handler of this.handlers.get(topic) ?? []) safely(handler, FEED_RESUMED);
   }
 
   async whenReady(timeoutMs = 5000): Promise<void> {
