@@ -18,7 +18,7 @@ import { PostgresReadModelStore, READ_SESSION_SETTINGS } from '../src/infra/read
 import { UsageQueries } from '../src/projections/metricsQueries.js';
 import { openRuntime } from '../src/runtime.js';
 import { buildServer } from '../src/server.js';
-import { seedAccounts, seedUsage, type SeededToken } from './lib/eventMix.js';
+import { type SeededToken, seedAccounts, seedUsage } from './lib/eventMix.js';
 import { sql, withBenchDatabase } from './lib/postgres.js';
 import { runMain, timeLimit } from './lib/processes.js';
 import { emit, log, median, round } from './lib/report.js';
@@ -217,7 +217,7 @@ async function compareCosts(url: string, accountId: string, now: number): Promis
           into.wall.push(performance.now() - started);
           const used = process.cpuUsage(cpu);
           into.nodeCpu.push((used.user + used.system) / 1000);
-          into.rows = report.series.length + groups.length + recent.length;
+          into.rows = report.series.length + groups.errors.length + recent.length;
         }
         const serverAfter = await serverCpuMs(url, database);
         if (serverBefore === null || serverAfter === null) into.pgKnown = false;

@@ -171,6 +171,26 @@ export const MethodFigures = UsageFigures.extend({ chain: z.string(), method: z.
 });
 export const TokenFigures = UsageFigures.extend({ tokenId: z.string() }).meta({ id: 'TokenFigures' });
 
+/** How many entries `byMethod` and `errors` hold at most: past that, `byMethodOther` and `errorsOther` sum the rest. */
+export const BY_METHOD_MAX = 100;
+export const ERROR_GROUPS_MAX = 50;
+
+export const OtherMethods = UsageFigures.extend({
+  methods: count.describe('How many (chain, method) entries are summed here: those past the first 100 of `byMethod`.'),
+}).meta({
+  id: 'OtherMethods',
+  description:
+    'The (chain, method) entries left out of `byMethod`, summed over every chain: `byMethod` and this add up to `totals` (counts; its rates, times and percentiles are those of the calls summed).',
+});
+
+export const OtherErrors = z
+  .object({
+    groups: count.describe('How many error groups are summed here: those past the first 50 of `errors`.'),
+    count: count.describe('Their errors: the counts of `errors` and this add up to `totals.errors`.'),
+    lastSeen: time.describe('The latest of their `lastSeen`.'),
+  })
+  .meta({ id: 'OtherErrors', description: 'The error groups left out of `errors`, summed.' });
+
 export const SeriesGranularity = z.enum(['minute', 'hour', 'day']);
 
 export const SeriesPoint = z
@@ -203,24 +223,47 @@ export const MonthlyLimits = z
 const periodMetricsShape = {
   period: z
     .object({ start: time, end: time })
-    .describe("What the figures cover: whole minutes (hours for a daily series), start clamped to the plan's retention."),
+    .describe(
+      "What the figures cover: whole minutes (hours for a daily series), start clamped to the plan's retention. A period wholly before the retention is empty: `start` equals `end` (see `retention`).",
+    ),
   chain: z.string().nullable(),
   granularity: SeriesGranularity,
   totals: UsageFigures,
   byChain: z.array(ChainFigures),
-  byMethod: z.array(MethodFigures),
+  byMethod: z
+    .array(MethodFigures)
+    .describe(
+      `Per chain and method, busiest first, at most ${BY_METHOD_MAX} entries: past that the rest are summed in \`byMethodOther\`, and only \`byMethod\` with \`byMethodOther\` adds up to \`totals\`.`,
+    ),
+  byMethodOther: OtherMethods.nullable().describe(
+    `The entries past the first ${BY_METHOD_MAX} of \`byMethod\`, summed; null when \`byMethod\` holds every (chain, method) of the period.`,
+  ),
   series: z.array(SeriesPoint),
-  recentErrors: z.array(RecentError),
+  recentErrors: z.array(RecentError).describe('The newest 20 failed calls, newest first.'),
   retention: z
     .object({ retentionDays: z.number(), clamped: z.boolean(), earliest: time })
-    .describe('`clamped`: the asked start was older than the plan keeps.'),
+    .describe(
+      '`clamped`: the asked `start` was older than the plan keeps (`earliest`), so the figures start at `earliest` instead (without a `start` they start there anyway, and `clamped` is false). An `end` not after `earliest` puts the whole period before the retention: the answer is an empty period, `period.start` equal to `period.end`, every count 0 and `series` empty, with `clamped` true when a `start` was given.',
+    ),
 };
 
 /** What both metrics calls answer. */
 export const PeriodMetrics = z.object(periodMetricsShape);
 
 export const UserMetrics = z
-  .object({ ...periodMetricsShape, byToken: z.array(TokenFigures), errors: z.array(ErrorGroup), limits: MonthlyLimits })
+  .object({
+    ...periodMetricsShape,
+    byToken: z.array(TokenFigures),
+    errors: z
+      .array(ErrorGroup)
+      .describe(
+        `Most frequent first, at most ${ERROR_GROUPS_MAX} groups: past that the rest are summed in \`errorsOther\`, and only the counts of \`errors\` with \`errorsOther.count\` add up to \`totals.errors\`.`,
+      ),
+    errorsOther: OtherErrors.nullable().describe(
+      `The groups past the first ${ERROR_GROUPS_MAX} of \`errors\`, summed; null when \`errors\` holds every group.`,
+    ),
+    limits: MonthlyLimits,
+  })
   .meta({ id: 'UserMetrics', description: "An account's usage, performance and errors over a period." });
 
 export const TokenMetrics = z

@@ -50,6 +50,10 @@ export type ChainFigures = z.infer<typeof S.ChainFigures>;
 /** `method`: a JSON-RPC method or a normalised REST path, named with its chain. */
 export type MethodFigures = z.infer<typeof S.MethodFigures>;
 export type TokenFigures = z.infer<typeof S.TokenFigures>;
+/** The (chain, method) entries past the first 100 of `byMethod`, summed. */
+export type OtherMethods = z.infer<typeof S.OtherMethods>;
+/** The error groups past the first 50 of `errors`, summed. */
+export type OtherErrors = z.infer<typeof S.OtherErrors>;
 export type SeriesGranularity = z.infer<typeof S.SeriesGranularity>;
 export type SeriesPoint = z.infer<typeof S.SeriesPoint>;
 /** Errors grouped by code, message, chain and method. */

@@ -1,4 +1,16 @@
-import type { ChainFigures, ClientIp, ErrorGroup, MethodFigures, RecentError, SeriesPoint, TokenFigures, UsageFigures } from '../api/types.js';
+import { BY_METHOD_MAX, ERROR_GROUPS_MAX } from '../api/schemas.js';
+import type {
+  ChainFigures,
+  ClientIp,
+  ErrorGroup,
+  MethodFigures,
+  OtherErrors,
+  OtherMethods,
+  RecentError,
+  SeriesPoint,
+  TokenFigures,
+  UsageFigures,
+} from '../api/types.js';
 import { decodeRawRow, type RawRowFields, type UsageCall } from '../domain/usage.js';
 import type { Doc, ReadModelStore } from '../infra/readmodels/port.js';
 import { bucketName, bucketStart, ceilTo, coverRange, floorTo, type SeriesGranularity, seriesBuckets } from './usageBuckets.js';
@@ -136,13 +148,19 @@ function figures(t: Tally): UsageFigures {
 export interface UsageReport {
   totals: UsageFigures;
   byChain: ChainFigures[];
+  /** The busiest BY_METHOD_MAX (chain, method) entries; the rest summed in byMethodOther (null when none are left out). */
   byMethod: MethodFigures[];
+  byMethodOther: OtherMethods | null;
   byToken: TokenFigures[];
   series: SeriesPoint[];
 }
 
-const BY_METHOD_MAX = 100;
-const ERROR_GROUPS_MAX = 50;
+/** The error groups of a scope: the ERROR_GROUPS_MAX most frequent, the rest summed in errorsOther (null when none are left out). */
+export interface ErrorReport {
+  errors: ErrorGroup[];
+  errorsOther: OtherErrors | null;
+}
+
 const CLIENT_IPS_MAX = 100;
 /**
  * Rows per read when streaming an export, at most about: bounds memory whatever the export's
@@ -229,13 +247,16 @@ export class UsageQueries {
       addTally(entry(tokens, tokenId, emptyTally), combo.tally);
       addTally(entry(methods, `${chain}\0${method}`, () => ({ chain, method, tally: emptyTally() })).tally, combo.tally);
     }
+    const byMethod = [...methods.values()].sort((a, b) => b.tally.requests - a.tally.requests);
+    // Past the cap, the rest are summed: byMethod and byMethodOther add up to the totals.
+    const left = byMethod.slice(BY_METHOD_MAX);
+    const other = emptyTally();
+    for (const m of left) addTally(other, m.tally);
     return {
       totals: figures(totals),
       byChain: [...chains].map(([chain, t]) => ({ chain, ...figures(t) })).sort(byRequestsDesc),
-      byMethod: [...methods.values()]
-        .map((m) => ({ chain: m.chain, method: m.method, ...figures(m.tally) }))
-        .sort(byRequestsDesc)
-        .slice(0, BY_METHOD_MAX),
+      byMethod: byMethod.slice(0, BY_METHOD_MAX).map((m) => ({ chain: m.chain, method: m.method, ...figures(m.tally) })),
+      byMethodOther: left.length === 0 ? null : { methods: left.length, ...figures(other) },
       byToken: [...tokens].map(([tokenId, t]) => ({ tokenId, ...figures(t) })).sort(byRequestsDesc),
       series: seriesBuckets(scope.start, scope.end, scope.granularity).map((t) => {
         const p = series.get(t);
@@ -249,8 +270,8 @@ export class UsageQueries {
     };
   }
 
-  /** Errors grouped by (code, message, chain, method) with counts and the last time seen, most frequent first. */
-  async errorGroups(scope: UsageScope): Promise<ErrorGroup[]> {
+  /** Errors grouped by (code, message, chain, method) with counts and the last time seen, most frequent first; past ERROR_GROUPS_MAX, the rest summed. */
+  async errorGroups(scope: UsageScope): Promise<ErrorReport> {
     const docs = await this.scanSpans(USAGE_METRICS.errorGroups, scope);
     const groups = new Map<string, ErrorGroup>();
     for (const { key, doc } of docs) {
@@ -268,7 +289,18 @@ export class UsageQueries {
         groups.set(id, { code: num(doc['code']), message: String(doc['message'] ?? ''), chain, method: method.join('/'), count: num(doc['count']), lastSeen });
       }
     }
-    return [...groups.values()].sort((a, b) => b.count - a.count || b.lastSeen.localeCompare(a.lastSeen)).slice(0, ERROR_GROUPS_MAX);
+    const sorted = [...groups.values()].sort((a, b) => b.count - a.count || b.lastSeen.localeCompare(a.lastSeen));
+    const left = sorted.slice(ERROR_GROUPS_MAX);
+    const errorsOther =
+      left.length === 0
+        ? null
+        : {
+            groups: left.length,
+            count: left.reduce((n, g) => n + g.count, 0),
+            // ISO times: the greatest string is the latest.
+            lastSeen: left.map((g) => g.lastSeen).sort()[left.length - 1] ?? '',
+          };
+    return { errors: sorted.slice(0, ERROR_GROUPS_MAX), errorsOther };
   }
 
   /** The latest failed calls in the scope, newest first. */

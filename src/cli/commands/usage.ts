@@ -65,7 +65,10 @@ export const usageCommands: CommandSpec[] = [
           throw error;
         }
         const rows = new UsageQueries(stores.readModels).requestRows(resolved.scope);
-        const chunks = format === 'csv' ? csvChunks(rows) : jsonChunks({ period: resolved.period, chain: resolved.chain, retention: resolved.retention }, rows);
+        const chunks =
+          format === 'csv'
+            ? csvChunks(rows)
+            : jsonChunks({ period: resolved.period, chain: resolved.chain, method: resolved.scope.method ?? null, retention: resolved.retention }, rows);
         for await (const chunk of chunks) await out.write(chunk);
         return EXIT.ok;
       } finally {

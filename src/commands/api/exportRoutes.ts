@@ -22,21 +22,28 @@ const ROW_COLUMNS =
 
 const DESCRIPTIONS: Record<ExportFormat, string> = {
   csv: `One row per call, with a header row; streamed. On every plan. ${ROW_COLUMNS}`,
-  json: `A header object (\`period\`, \`chain\`, \`retention\`) and \`rows\`, one per call; streamed. Developer plans and above. ${ROW_COLUMNS}`,
+  json: `A header object (\`period\`, \`chain\`, \`method\`, \`retention\`: what the rows cover and the filters they were made with) and \`rows\`, one per call; streamed. Developer plans and above. ${ROW_COLUMNS}`,
   pdf: "A snapshot of the dashboard's figures for the period. Professional plans and above.",
 };
 
 /** What the files hold, for the document (they are streamed, not checked against it). */
 const FILE_SCHEMAS: Record<ExportFormat, z.ZodType> = {
   csv: z.string(),
-  json: z.looseObject({ period: z.object({ start: z.string(), end: z.string() }), chain: z.string().nullable(), rows: z.array(z.looseObject({})) }),
+  json: z.looseObject({
+    period: z.object({ start: z.string(), end: z.string() }),
+    chain: z.string().nullable().describe('The `chain` filter the export was made with; null: every chain.'),
+    method: z.string().nullable().describe('The `method` filter the export was made with (a method label); null: every method.'),
+    rows: z.array(z.looseObject({})),
+  }),
   pdf: z.string().meta({ contentMediaType: 'application/pdf', format: 'binary' }),
 };
 
 const ATTACHMENT = z
   .string()
   .regex(/^attachment; filename="[^"]+"$/)
-  .describe('`attachment; filename="usage-<start>-<end>[-<chain>].<format>"` (times as YYYY-MM-DDTHHMM, UTC).');
+  .describe(
+    '`attachment; filename="usage-<start>-<end>[-<chain>][-method-<method>].<format>"` (times as YYYY-MM-DDTHHMM, UTC): the `chain` and `method` filters the file was made with, if any, the method with every run of characters other than letters, digits, `.`, `_` and `-` as one `_`, cut to 64 characters.',
+  );
 
 /** Refuses a format the plan does not include (403), naming the cheapest plan that has it. */
 function checkExportOnPlan(plans: PlanCatalog, plan: Plan, format: ExportFormat): void {
@@ -54,6 +61,13 @@ function checkExportOnPlan(plans: PlanCatalog, plan: Plan, format: ExportFormat)
 const STREAM_OPTIONS = { highWaterMark: 1 };
 
 const fileStamp = (iso: string): string => iso.slice(0, 16).replace(':', '');
+/** A method label as a file name can hold it (labels hold `/`, `{id}`, quotes, any Unicode): a hint; the JSON header says it exactly. */
+const fileMethod = (method: string): string => method.replace(/[^A-Za-z0-9._-]+/g, '_').slice(0, 64);
+
+/** The file's name: its period and the filters it was made with, so that a saved partial export says it is one. */
+export function exportFilename(period: { start: string; end: string }, chain: string | null, method: string | null, format: ExportFormat): string {
+  return `usage-${fileStamp(period.start)}-${fileStamp(period.end)}${chain ? `-${chain}` : ''}${method ? `-method-${fileMethod(method)}` : ''}.${format}`;
+}
 
 /**
  * Usage exports (spec: CSV for raw data, JSON for integrations, PDF for dashboard snapshots),
@@ -81,12 +95,13 @@ export const exportRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, deps) =>
       const { account, plan, resolved } = await periodFor(request, deps, accountId);
       checkExportOnPlan(deps.plans, plan, format);
       const { scope, period } = resolved;
-      const filename = `usage-${fileStamp(period.start)}-${fileStamp(period.end)}${resolved.chain ? `-${resolved.chain}` : ''}.${format}`;
+      const method = scope.method ?? null;
+      const filename = exportFilename(period, resolved.chain, method, format);
       reply.type(CONTENT_TYPES[format]).header('content-disposition', `attachment; filename="${filename}"`).header('cache-control', 'no-store');
 
       if (format === 'csv') return reply.send(Readable.from(csvChunks(deps.usage.requestRows(scope)), STREAM_OPTIONS));
       if (format === 'json') {
-        const header = { period, chain: resolved.chain, retention: resolved.retention };
+        const header = { period, chain: resolved.chain, method, retention: resolved.retention };
         return reply.send(Readable.from(jsonChunks(header, deps.usage.requestRows(scope)), STREAM_OPTIONS));
       }
       // pdfkit (~25 MB resident with its fonts) loads on the first PDF export, not at start-up.
@@ -102,10 +117,11 @@ export const exportRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, deps) =>
           planName: plan.name,
           period,
           chain: resolved.chain,
+          method,
           granularity: resolved.granularity,
           generatedAt: deps.now().toISOString(),
           report,
-          errors,
+          errors: errors.errors,
           limits,
         }),
       );

@@ -47,8 +47,8 @@ export interface ResolvedPeriod {
 /** What both metrics answers say of their period, from the resolved period and its figures. */
 function periodMetrics(resolved: ResolvedPeriod, report: UsageReport, recentErrors: RecentError[]): PeriodMetrics {
   const { period, chain, granularity, retention } = resolved;
-  const { totals, byChain, byMethod, series } = report;
-  return { period, chain, granularity, totals, byChain, byMethod, series, recentErrors, retention };
+  const { totals, byChain, byMethod, byMethodOther, series } = report;
+  return { period, chain, granularity, totals, byChain, byMethod, byMethodOther, series, recentErrors, retention };
 }
 
 /**
@@ -142,7 +142,7 @@ export const metricsRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, deps) =
       deps.usage.recentErrors(scope),
       accountLimits(deps, accountId, plan),
     ]);
-    return { ...periodMetrics(resolved, report, recentErrors), byToken: report.byToken, errors, limits };
+    return { ...periodMetrics(resolved, report, recentErrors), byToken: report.byToken, ...errors, limits };
   });
 
   const token = {

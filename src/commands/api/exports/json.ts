@@ -2,7 +2,7 @@ import type { UsageCall } from '../../../domain/usage.js';
 import { exportRow } from './rows.js';
 
 /**
- * The JSON export, streamed: `{"period":…,"chain":…,"retention":…,"rows":[{…},…]}`. One JSON
+ * The JSON export, streamed: `{"period":…,"chain":…,"method":…,"retention":…,"rows":[{…},…]}`. One JSON
  * document (not NDJSON) so that any JSON client reads it; the envelope says what the rows cover.
  */
 export async function* jsonChunks(header: Record<string, unknown>, pages: AsyncIterable<UsageCall[]>): AsyncGenerator<string> {

@@ -6,6 +6,8 @@ export interface PdfReportInput {
   planName: string;
   period: { start: string; end: string };
   chain: string | null;
+  /** The method filter, if any: the figures are that method's alone. */
+  method: string | null;
   granularity: string;
   generatedAt: string;
   report: UsageReport;
@@ -110,7 +112,9 @@ export function usagePdf(input: PdfReportInput): PDFKit.PDFDocument {
   const width = doc.page.width - 2 * MARGIN;
   doc.fillColor(INK).font('Helvetica-Bold').fontSize(20).text('Usage report');
   doc.font('Helvetica').fontSize(9).fillColor(MUTED);
-  doc.text(`${input.email} · ${input.planName} plan · ${input.chain ? `chain ${input.chain}` : 'all chains'}`);
+  doc.text(
+    `${input.email} · ${input.planName} plan · ${input.chain ? `chain ${input.chain}` : 'all chains'}${input.method ? ` · method ${input.method}` : ''}`,
+  );
   doc.text(`Period ${input.period.start} to ${input.period.end} (per ${input.granularity}) · generated ${input.generatedAt}`);
   doc.moveDown(1);
 

@@ -1,0 +1,295 @@
+import { Ajv2020, type ValidateFunction } from 'ajv/dist/2020.js';
+import ajvFormats from 'ajv-formats';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { components } from '../../clients/typescript/schema.js';
+import { EXPORT_COLUMNS } from '../../src/commands/api/exports/rows.js';
+import { USAGE_EVENT_TYPE, type UsageRecord, usageStream } from '../../src/domain/usage.js';
+import { usageEventId } from '../support/oneCallUsage.js';
+import { pdfText } from '../support/pdfText.js';
+import { ADMIN_TOKEN, owner, startTestApp, type TestApp } from '../support/testApp.js';
+
+/**
+ * What the metrics and the exports say about what they left out: `byMethod` (100 entries) and
+ * `errors` (50 groups) are capped, and past their caps `byMethodOther` and `errorsOther` sum the
+ * rest, so an integrator's sums add up to the totals again; an export says which filters it
+ * was made with (JSON header, file name, PDF); a period wholly before the retention is the
+ * documented empty period. Every answer is checked against the served openapi.json (ajv), as in
+ * metrics-consistency.test.ts.
+ */
+
+type Schemas = components['schemas'];
+type UserMetrics = Schemas['UserMetrics'];
+type TokenMetrics = Schemas['TokenMetrics'];
+type Figures = Schemas['UsageFigures'];
+type Auth = { auth: Record<string, string> };
+
+const MIN = 60_000;
+const iso = (ms: number) => new Date(ms).toISOString();
+
+let t: TestApp;
+const ajv = new Ajv2020({ strict: false, allErrors: true });
+ajvFormats.default(ajv);
+ajv.addFormat('binary', true);
+const COMPONENTS = 'https://chain-gateway.test/components';
+interface Described {
+  description?: string;
+  properties?: Record<string, Described>;
+}
+let doc: {
+  paths: Record<string, Record<string, { responses: Record<string, { content?: Record<string, { schema?: Described }> }> }>>;
+  components: { schemas: Record<string, Described> };
+};
+const validators = new Map<string, ValidateFunction>();
+
+beforeAll(async () => {
+  t = await startTestApp();
+  const served = await t.app.inject({ method: 'GET', url: '/api/v1/openapi.json' });
+  const text = served.body.replaceAll('"#/components/schemas/', `"${COMPONENTS}#/$defs/`);
+  doc = JSON.parse(text);
+  ajv.addSchema({ $id: COMPONENTS, $defs: doc.components.schemas });
+});
+afterAll(async () => {
+  await t?.close();
+});
+
+/** The answer must be one the document gives for this operation and status. */
+function conforms(path: string, status: number, mediaType: string, body: unknown): void {
+  const schema = doc.paths[path]?.get?.responses[String(status)]?.content?.[mediaType]?.schema;
+  expect(schema, `${path} ${status} has no ${mediaType} schema`).toBeDefined();
+  const key = `${path} ${status} ${mediaType}`;
+  let validate = validators.get(key);
+  if (!validate) {
+    validate = ajv.compile(schema as object);
+    validators.set(key, validate);
+  }
+  expect(validate(body), `${key}: ${ajv.errorsText(validate.errors)}`).toBe(true);
+}
+
+const get = (o: Auth, url: string) => t.app.inject({ method: 'GET', url, headers: o.auth });
+const q = (query: Record<string, string>) => `?${new URLSearchParams(query)}`;
+
+async function userMetrics(o: Auth, query: Record<string, string>): Promise<UserMetrics> {
+  const res = await get(o, `/api/v1/metrics/user${q(query)}`);
+  expect(res.statusCode, res.body).toBe(200);
+  conforms('/api/v1/metrics/user', 200, 'application/json', res.json());
+  return res.json();
+}
+
+async function tokenMetrics(o: Auth, id: string, query: Record<string, string>): Promise<TokenMetrics> {
+  const res = await get(o, `/api/v1/metrics/tokens/${id}${q(query)}`);
+  expect(res.statusCode, res.body).toBe(200);
+  conforms('/api/v1/metrics/tokens/{id}', 200, 'application/json', res.json());
+  return res.json();
+}
+
+async function ownerOn(plan: string) {
+  const o = await owner(t.app);
+  const res = await t.app.inject({
+    method: 'PUT',
+    url: `/api/v1/admin/accounts/${o.accountId}/plan`,
+    headers: { authorization: `Bearer ${ADMIN_TOKEN}` },
+    payload: { plan },
+  });
+  expect(res.statusCode).toBe(200);
+  return o;
+}
+
+async function createToken(o: Auth, name: string): Promise<string> {
+  const res = await t.app.inject({ method: 'POST', url: '/api/v1/tokens', headers: o.auth, payload: { name } });
+  expect(res.statusCode, res.body).toBe(201);
+  return res.json().id;
+}
+
+/** Appends the calls to the account's usage log (as the ingester would) and waits until they are projected. */
+async function record(accountId: string, records: UsageRecord[]): Promise<void> {
+  await t.runtime.store.append(
+    usageStream(accountId),
+    records.map((r) => ({ id: usageEventId(r), type: USAGE_EVENT_TYPE, data: { ...r } })),
+    'any',
+  );
+  const head = await t.runtime.store.headPosition();
+  if (head) await t.runtime.projector?.waitFor(head);
+}
+
+function usageCall(o: { accountId: string }, tokenId: string, n: number, at: number, fields: Partial<UsageRecord>): UsageRecord {
+  return {
+    requestId: `caps-${o.accountId}-${n}`,
+    at: iso(at),
+    accountId: o.accountId,
+    tokenId,
+    chain: 'eth',
+    method: 'eth_blockNumber',
+    status: 200,
+    rpcErrorCode: null,
+    errorMessage: null,
+    totalMs: 3,
+    upstreamMs: 2,
+    clientIp: '192.0.2.1',
+    upstream: 'x',
+    ...fields,
+  };
+}
+
+const COUNTS = ['requests', 'success', 'errors', 'cacheHits', 'coalesced', 'hedged'] as const;
+type Counts = Record<(typeof COUNTS)[number], number>;
+const countsOf = (f: Figures): Counts => Object.fromEntries(COUNTS.map((k) => [k, f[k]])) as Counts;
+function sumCounts(list: readonly Figures[]): Counts {
+  const out = Object.fromEntries(COUNTS.map((k) => [k, 0])) as Counts;
+  for (const f of list) for (const k of COUNTS) out[k] += f[k];
+  return out;
+}
+const sumOf = <T>(list: readonly T[], pick: (x: T) => number): number => list.reduce((s, x) => s + pick(x), 0);
+
+describe('byMethod and errors past their caps: the rest summed, so the sums add up to the totals', () => {
+  const METHODS = 105;
+  let o: Awaited<ReturnType<typeof ownerOn>>;
+  let tokenId: string;
+  let period: Record<string, string>;
+  let lastError: string;
+
+  beforeAll(async () => {
+    o = await ownerOn('professional');
+    tokenId = await createToken(o, 'many methods');
+    const at = Math.floor(Date.now() / MIN) * MIN - 30 * MIN;
+    period = { start: iso(at), end: iso(at + 20 * MIN) };
+    // 105 methods (two chains), each with a success and an error of its own message (105 error
+    // groups); the first 100 with one success more, so the 5 left out of byMethod are known.
+    const records: UsageRecord[] = [];
+    for (let i = 0; i < METHODS; i++) {
+      const method = `eth_method${String(i).padStart(3, '0')}`;
+      const chain = i % 2 === 0 ? 'eth' : 'bsc';
+      const when = at + (i % 10) * MIN + i;
+      records.push(usageCall(o, tokenId, records.length, when, { method, chain }));
+      if (i < 100) records.push(usageCall(o, tokenId, records.length, when, { method, chain, totalMs: 40 }));
+      records.push(usageCall(o, tokenId, records.length, when + 1, { method, chain, rpcErrorCode: -32000, errorMessage: `failure number ${i}`, totalMs: 9 }));
+    }
+    lastError = records
+      .filter((r) => r.errorMessage !== null)
+      .map((r) => r.at)
+      .sort()
+      .pop() as string;
+    await record(o.accountId, records);
+  });
+
+  it('the account: 100 methods and the 5 others summed; 50 error groups and the 55 others summed', async () => {
+    const m = await userMetrics(o, period);
+    expect(m.totals.requests).toBe(2 * METHODS + 100);
+    expect(m.totals.errors).toBe(METHODS);
+    expect(m.byMethod).toHaveLength(100);
+    expect(m.byMethodOther).toMatchObject({ methods: 5, requests: 10, errors: 5, success: 5 });
+    expect(m.byMethod.every((x) => x.requests === 3)).toBe(true);
+    const other = m.byMethodOther as Schemas['OtherMethods'];
+    expect(sumCounts([...m.byMethod, other])).toEqual(countsOf(m.totals));
+    // Its derived figures are those of the calls summed: 5 of 3 ms and 5 of 9 ms.
+    expect([other.errorRate, other.avgResponseMs]).toEqual([50, 6]);
+
+    expect(m.errors).toHaveLength(50);
+    expect(m.errorsOther).toEqual({ groups: METHODS - 50, count: METHODS - 50, lastSeen: expect.any(String) });
+    expect(sumOf(m.errors, (e) => e.count) + (m.errorsOther?.count ?? 0)).toBe(m.totals.errors);
+    const latest = [...m.errors.map((e) => e.lastSeen), m.errorsOther?.lastSeen ?? ''].sort().pop();
+    expect(latest).toBe(lastError);
+  });
+
+  it("the token's analytics cap byMethod the same way", async () => {
+    const tm = await tokenMetrics(o, tokenId, period);
+    expect(tm.byMethod).toHaveLength(100);
+    expect(tm.byMethodOther?.methods).toBe(5);
+    expect(sumCounts([...tm.byMethod, tm.byMethodOther as Figures])).toEqual(countsOf(tm.totals));
+  });
+
+  it('nothing left out: byMethodOther and errorsOther are null', async () => {
+    const one = await userMetrics(o, { ...period, method: 'eth_method004' });
+    expect([one.byMethod.length, one.byMethodOther, one.errors.length, one.errorsOther]).toEqual([1, null, 1, null]);
+    const chain = await userMetrics(o, { ...period, chain: 'bsc' });
+    expect([chain.byMethod.length, chain.byMethodOther, chain.errorsOther]).toEqual([52, null, expect.objectContaining({ groups: 2 })]);
+  });
+
+  it('the document says the caps and where the rest is', () => {
+    const user = doc.components.schemas['UserMetrics']?.properties ?? {};
+    expect(user['byMethod']?.description).toMatch(/at most 100 .*`byMethodOther`/);
+    expect(user['byMethodOther']?.description).toMatch(/null when/);
+    expect(user['errors']?.description).toMatch(/at most 50 .*`errorsOther`/);
+    expect(user['errorsOther']?.description).toMatch(/null when/);
+    expect(doc.components.schemas['TokenMetrics']?.properties?.['byMethod']?.description).toMatch(/at most 100/);
+  });
+});
+
+describe('an export says the filters it was made with', () => {
+  let o: Awaited<ReturnType<typeof ownerOn>>;
+  let period: Record<string, string>;
+  const REST = 'cosmos/bank/v1beta1/balances/cosmos1qypqxpq9qcrsszg2pvxq6rs0zqg3yyc5lzv7xu';
+  const REST_LABEL = 'cosmos/bank/v1beta1/balances/{id}';
+
+  beforeAll(async () => {
+    o = await ownerOn('professional');
+    const tokenId = await createToken(o, 'exports');
+    const at = Math.floor(Date.now() / MIN) * MIN - 10 * MIN;
+    period = { start: iso(at), end: iso(at + 2 * MIN) };
+    await record(o.accountId, [
+      usageCall(o, tokenId, 0, at + 1000, { method: 'eth_blockNumber' }),
+      usageCall(o, tokenId, 1, at + 2000, { method: 'eth_chainId' }),
+      usageCall(o, tokenId, 2, at + 3000, { method: REST, chain: 'atom' }),
+    ]);
+  });
+
+  const disposition = (res: { headers: Record<string, unknown> }) => String(res.headers['content-disposition']);
+
+  it('JSON: the header holds the method filter, null without one; the file name names it', async () => {
+    const filtered = await get(o, `/api/v1/exports/usage.json${q({ ...period, method: 'eth_blockNumber' })}`);
+    expect(filtered.statusCode).toBe(200);
+    const body = filtered.json();
+    expect(body).toMatchObject({ chain: null, method: 'eth_blockNumber' });
+    expect(body.rows.map((r: { method: string }) => r.method)).toEqual(['eth_blockNumber']);
+    expect(disposition(filtered)).toMatch(/^attachment; filename="usage-[0-9T-]+-method-eth_blockNumber\.json"$/);
+
+    const whole = await get(o, `/api/v1/exports/usage.json${q(period)}`);
+    expect(whole.json()).toMatchObject({ chain: null, method: null });
+    expect(whole.json().rows).toHaveLength(3);
+    expect(disposition(whole)).not.toMatch(/method/);
+
+    const both = await get(o, `/api/v1/exports/usage.json${q({ ...period, chain: 'eth', method: 'eth_chainId' })}`);
+    expect(both.json()).toMatchObject({ chain: 'eth', method: 'eth_chainId' });
+    expect(disposition(both)).toMatch(/-eth-method-eth_chainId\.json"$/);
+  });
+
+  it('CSV: the file name names the filter; the columns are unchanged', async () => {
+    const res = await get(o, `/api/v1/exports/usage.csv${q({ ...period, method: 'eth_blockNumber' })}`);
+    expect(res.statusCode).toBe(200);
+    expect(disposition(res)).toMatch(/-method-eth_blockNumber\.csv"$/);
+    const lines = res.body.split('\r\n');
+    expect(lines[0]).toBe(EXPORT_COLUMNS.join(','));
+    expect(lines.filter((l) => l !== '')).toHaveLength(2);
+  });
+
+  it('a label with characters a file name cannot hold is written with _ in the name, and exactly in the JSON header', async () => {
+    const rest = await get(o, `/api/v1/exports/usage.json${q({ ...period, method: REST_LABEL })}`);
+    expect(rest.json()).toMatchObject({ method: REST_LABEL, rows: [expect.objectContaining({ method: REST })] });
+    expect(disposition(rest)).toMatch(/-method-cosmos_bank_v1beta1_balances_id_\.json"$/);
+    // Quotes, a backslash, Unicode and control-free oddities: never a broken header or a 500.
+    const odd = 'a"b\\c é/ü\u{1F600};=x';
+    const res = await get(o, `/api/v1/exports/usage.csv${q({ ...period, method: odd })}`);
+    expect(res.statusCode, res.body).toBe(200);
+    expect(disposition(res)).toMatch(/^attachment; filename="usage-[0-9T-]+-method-a_b_c_x\.csv"$/);
+    const long = await get(o, `/api/v1/exports/usage.csv${q({ ...period, method: 'm'.repeat(200) })}`);
+    expect(disposition(long)).toMatch(new RegExp(`-method-${'m'.repeat(64)}\\.csv"$`));
+  });
+
+  it('PDF: the snapshot says the method it is limited to', async () => {
+    const res = await t.app.inject({ method: 'GET', url: `/api/v1/exports/usage.pdf${q({ ...period, method: 'eth_blockNumber' })}`, headers: o.auth });
+    expect(res.statusCode).toBe(200);
+    expect(disposition(res)).toMatch(/-method-eth_blockNumber\.pdf"$/);
+    expect(pdfText(res.rawPayload)).toMatch(/method eth_blockNumber/);
+  });
+});
+
+describe('a period wholly before the retention', () => {
+  it('is the documented empty period: start equals end, clamped, nothing counted', async () => {
+    const o = await ownerOn('developer');
+    const m = await userMetrics(o, { start: '2001-01-01T00:00:00Z', end: '2001-02-01T00:00:00Z' });
+    expect(m.period.start).toBe(m.period.end);
+    expect([m.retention.clamped, m.totals.requests, m.series, m.byMethodOther, m.errorsOther]).toEqual([true, 0, [], null, null]);
+    const props = doc.components.schemas['UserMetrics']?.properties ?? {};
+    expect(props['retention']?.description).toMatch(/empty period, `period.start` equal to `period.end`/);
+    expect(props['period']?.description).toMatch(/wholly before the retention is empty/);
+  });
+});
