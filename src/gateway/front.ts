@@ -4,7 +4,8 @@ import type { Duplex } from 'node:stream';
 import type { FastifyServerFactory } from 'fastify';
 import { readRawBody } from './body.js';
 import { type ChainCalls, type ChainRequest, type ChainResponse, chainIdOf } from './chainCalls.js';
-import { WebSocketGateway, type WebSocketOptions } from './ws/gateway.js';
+import { JSON_CONTENT_TYPE, RpcCode, rpcError } from './errors.js';
+import { refuseUpgrade, WebSocketGateway, type WebSocketOptions } from './ws/gateway.js';
 
 /**
  * The HTTP server of a process that serves chain calls: known chains' GET and POST calls are
@@ -74,8 +75,11 @@ export class ChainFront {
     });
     server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
       toOriginForm(req);
-      if (this.sockets && !this.draining) this.sockets.upgrade(req, socket, head, this.clientIp(req));
-      else socket.destroy();
+      if (this.sockets === null) socket.destroy();
+      else if (this.draining) {
+        // An answer still due on this connection says `Connection: close` and node closes it after: the client sends the upgrade again elsewhere.
+        if ((socket as Duplex & { _httpMessage?: unknown })._httpMessage == null) refuseUpgradeWhileDraining(socket);
+      } else this.sockets.upgrade(req, socket, head, this.clientIp(req));
     });
     const option = (name: string): number | undefined => (typeof opts[name] === 'number' ? opts[name] : undefined);
     server.keepAliveTimeout = option('keepAliveTimeout') ?? server.keepAliveTimeout;
@@ -180,6 +184,19 @@ function toOriginForm(req: IncomingMessage): void {
   if (match === null) return;
   const rest = url.slice(match[0].length);
   req.url = rest.charCodeAt(0) === 47 ? rest : `/${rest}`;
+}
+
+/**
+ * An upgrade on a connection still open while the server closes: a 503 that says so, and the
+ * connection closed (as the answer to each call of the drain), so the client connects again,
+ * to another instance. Not admitted nor metered: no socket was opened, nothing was served.
+ */
+function refuseUpgradeWhileDraining(socket: Duplex): void {
+  socket.on('error', () => socket.destroy());
+  const body = rpcError('null', RpcCode.internalError, 'The gateway is shutting down: connect again');
+  refuseUpgrade(socket, { status: 503, headers: { 'content-type': JSON_CONTENT_TYPE, 'retry-after': '1' }, body });
+  // A client that does not close its side would hold the drain.
+  setTimeout(() => socket.destroy(), 1000).unref();
 }
 
 /** fastify's `http` option: what it gives node:http's createServer. */

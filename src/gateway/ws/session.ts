@@ -7,6 +7,8 @@ import type { Admission, Caller } from '../admission.js';
 import { type Answer, type CallScope, draft, localError, refusedRpc, retryData } from '../answer.js';
 import type { ChainCalls, ChainRequest, ChainResponse } from '../chainCalls.js';
 import { JSON_CONTENT_TYPE, RpcCode, rpcError } from '../errors.js';
+import { parseJsonRpc, type RpcMember } from '../jsonrpc.js';
+import { arrayElements, documentStart, type Span } from '../jsonScan.js';
 import type { CallRole, FeedItem, FeedRefusal, OpenedFeed, PubSubDialect } from './pubsub.js';
 
 /** Close codes a client may see, documented for clients (docs: "WebSocket close codes"). */
@@ -55,6 +57,12 @@ interface Opening {
   id: string;
   opened: OpenedFeed;
 }
+
+/**
+ * Where a subscribe or unsubscribe call's answer goes: sent alone, or kept for its batch's answer.
+ * `start` opens the subscription, once its answer was sent (null: nothing to open).
+ */
+type LocalReply = (body: string | Buffer | null, start: (() => void) | null) => void;
 
 /** A client's live subscription: to its feed, and its notifications' method (for the error one at the end). */
 interface Live {
@@ -144,24 +152,83 @@ export class Session {
     }
     const local = localCall(data, this.dialect);
     if (local === null) {
-      this.host.calls.serve(this.request(data), (response) => this.send(response.body));
+      const batch = subscriptionBatch(data, this.dialect, this.host.calls.limits.maxBatch);
+      if (batch !== null) this.batch(batch);
+      else this.host.calls.serve(this.request(data), (response) => this.send(response.body));
       return;
     }
     // The client's heartbeat: it was heard (lastHeardAt), nothing else.
     if (local.role === 'keepAlive') return;
-    // A subscription method the gateway does not offer takes the subscribe path, where feedFor refuses it (-32601).
-    if (local.role === 'unsubscribe') this.unsubscribe(data, local);
-    else this.subscribe(data, local);
+    // A notification (no id) gets no answer, as JSON-RPC has it.
+    this.answerLocally(data, local, (body, start) => {
+      if (local.idText !== undefined) this.send(body);
+      start?.();
+    });
   }
 
-  private subscribe(data: Buffer, call: LocalCall): void {
+  /** A subscribe or unsubscribe call: a subscription method the gateway does not offer takes the subscribe path, where feedFor refuses it (-32601). */
+  private answerLocally(data: Buffer, call: LocalCall, reply: LocalReply): void {
+    if (call.role === 'unsubscribe') this.unsubscribe(data, call, reply);
+    else this.subscribe(data, call, reply);
+  }
+
+  /**
+   * A batch with subscribe or unsubscribe calls (geth takes them in a batch too): each such member
+   * is answered here as a single call would be (admitted and metered on its own), the other
+   * members go through ChainCalls as one batch, and the answers leave in one frame, in the
+   * members' order; the subscriptions open after it.
+   */
+  private batch({ text, spans, members }: SubscriptionBatch): void {
+    const local = new Map<number, { body: string | Buffer | null; start: (() => void) | null }>();
+    const others = members.filter((m) => localOf(m, this.dialect) === null);
+    let answered: string[] | null = others.length === 0 ? [] : null;
+    const finish = (): void => {
+      if (answered === null || local.size < members.length - others.length) return;
+      const fromBatch = answered;
+      const elements: string[] = [];
+      for (const m of members) {
+        const mine = local.get(m.index);
+        if (mine !== undefined) {
+          if (mine.body !== null && m.idText !== undefined) elements.push(mine.body.toString());
+        } else if (m.idText !== undefined && fromBatch.length > 0) elements.push(fromBatch.shift() as string);
+      }
+      elements.push(...fromBatch);
+      if (elements.length > 0) this.send(`[${elements.join(',')}]`);
+      for (const m of members) local.get(m.index)?.start?.();
+    };
+    for (const m of members) {
+      const call = localOf(m, this.dialect);
+      if (call === null) continue;
+      const span = spans[m.index] as Span;
+      this.answerLocally(Buffer.from(text.slice(span[0], span[1])), call, (body, start) => {
+        local.set(m.index, { body, start });
+        finish();
+      });
+    }
+    if (others.length > 0) {
+      const body = `[${others.map((m) => text.slice(...(spans[m.index] as Span))).join(',')}]`;
+      this.host.calls.serve(this.request(Buffer.from(body)), (response) => {
+        answered = elementsOf(response.body);
+        finish();
+      });
+    } else finish();
+  }
+
+  private subscribe(data: Buffer, call: LocalCall, reply: LocalReply): void {
     let opening: Opening | null = null;
     let reserved = false;
     const handler = (scope: CallScope): MaybePromise<Answer> => {
-      const idText = call.idText;
+      const idText = call.idText ?? 'null';
       const ids = { kind: 'single' as const, idText };
       const issue = (status: number, rpcCode: number, message: string) =>
         localError(scope, { shape: 'rpc', status, rpcCode, restCode: 'invalid_request', message, method: call.method, ids });
+      // Its answer alone names the subscription: one opened for a notification would be charged notifications the client cannot match.
+      if (call.idText === undefined)
+        return issue(
+          400,
+          RpcCode.invalidRequest,
+          `Invalid Request: ${call.method.slice(0, 64)} sent as a notification (no id) opens nothing: its answer carries the subscription id`,
+        );
       const found = this.host.feedFor(scope, this.dialect, call.method, call.params);
       if ('error' in found) return issue(found.code === RpcCode.invalidParams ? 400 : 405, found.code, found.error);
       const cap = Math.min(this.host.subscriptionCap(this.caller) ?? HARD_SUBSCRIPTION_CAP, HARD_SUBSCRIPTION_CAP);
@@ -191,40 +258,46 @@ export class Session {
     };
     this.host.calls.serveWith(this.request(data), handler, (response) => {
       if (reserved) this.opening--;
-      this.send(response.body);
       const o = opening as Opening | null;
-      if (o === null || response.status !== 200 || this.closing) return;
-      // A feed the node ended (a signature's one notification was its last): the id is free, as on the node.
-      let live: Live | null = null;
-      let ended = false;
-      const end = (): void => {
-        ended = true;
-        if (live === null || this.subscriptions.get(o.id) !== live) return;
-        this.subscriptions.delete(o.id);
-        this.host.subscriptionsChanged(this, -1);
-      };
-      // The node refused the subscription: the client hears why, in the subscription's own notification, and it ends.
-      const refused = (err: unknown): void => {
-        const message = `The node refused the subscription: ${err instanceof Error ? err.message.slice(0, 200) : 'unknown error'}`;
-        this.send(
-          `{"jsonrpc":"2.0","method":"${o.opened.notification}","params":{"subscription":${o.id},"error":{"code":${RpcCode.upstreamUnavailable},"message":${JSON.stringify(message)}}}}`,
-        );
-        end();
-      };
-      const subscription = o.opened.feed.subscribe({ next: (item) => this.notify(o.id, o.opened, item), complete: end, error: refused });
-      if (ended) return;
-      live = { subscription, notification: o.opened.notification };
-      this.subscriptions.set(o.id, live);
-      this.host.subscriptionsChanged(this, 1);
+      reply(response.body, o === null || response.status !== 200 ? null : () => this.open(o));
     });
   }
 
-  private unsubscribe(data: Buffer, call: LocalCall): void {
+  /** A granted subscription, once its id was sent: joins its feed. */
+  private open(o: Opening): void {
+    if (this.closing) return;
+    // A feed the node ended (a signature's one notification was its last): the id is free, as on the node.
+    let live: Live | null = null;
+    let ended = false;
+    const end = (): void => {
+      ended = true;
+      if (live === null || this.subscriptions.get(o.id) !== live) return;
+      this.subscriptions.delete(o.id);
+      this.host.subscriptionsChanged(this, -1);
+    };
+    // The node refused the subscription: the client hears why, in the subscription's own notification, and it ends.
+    const refused = (err: unknown): void => {
+      const message = `The node refused the subscription: ${err instanceof Error ? err.message.slice(0, 200) : 'unknown error'}`;
+      this.send(
+        `{"jsonrpc":"2.0","method":"${o.opened.notification}","params":{"subscription":${o.id},"error":{"code":${RpcCode.upstreamUnavailable},"message":${JSON.stringify(message)}}}}`,
+      );
+      end();
+    };
+    const subscription = o.opened.feed.subscribe({ next: (item) => this.notify(o.id, o.opened, item), complete: end, error: refused });
+    if (ended) return;
+    live = { subscription, notification: o.opened.notification };
+    this.subscriptions.set(o.id, live);
+    this.host.subscriptionsChanged(this, 1);
+  }
+
+  /** An unsubscribe call; as a notification (no id) it is done too, unanswered. */
+  private unsubscribe(data: Buffer, call: LocalCall, reply: LocalReply): void {
     const id = this.dialect.unsubscribeIdOf(call.params);
+    const idText = call.idText ?? 'null';
     const handler = (scope: CallScope): MaybePromise<Answer> => {
       const answered = (a: Admission): Answer => {
-        if (!a.ok) return refusedRpc(a, { kind: 'single', idText: call.idText }, call.method);
-        const reply = (status: number, body: string, code: number | null, message: string | null): Answer => ({
+        if (!a.ok) return refusedRpc(a, { kind: 'single', idText }, call.method);
+        const answer = (status: number, body: string, code: number | null, message: string | null): Answer => ({
           status,
           body,
           contentType: JSON_CONTENT_TYPE,
@@ -237,16 +310,16 @@ export class Session {
           live.subscription.unsubscribe();
           this.subscriptions.delete(id);
           this.host.subscriptionsChanged(this, -1);
-          return reply(200, `{"jsonrpc":"2.0","id":${call.idText},"result":true}`, null, null);
+          return answer(200, `{"jsonrpc":"2.0","id":${idText},"result":true}`, null, null);
         }
-        const answer = this.dialect.notSubscribed(id === null);
-        if ('result' in answer) return reply(200, `{"jsonrpc":"2.0","id":${call.idText},"result":false}`, null, null);
-        return reply(400, rpcError(call.idText, answer.code, answer.message), answer.code, answer.message);
+        const refusal = this.dialect.notSubscribed(id === null);
+        if ('result' in refusal) return answer(200, `{"jsonrpc":"2.0","id":${idText},"result":false}`, null, null);
+        return answer(400, rpcError(idText, refusal.code, refusal.message), refusal.code, refusal.message);
       };
       const admission = scope.admit(0);
       return admission instanceof Promise ? admission.then(answered) : answered(admission);
     };
-    this.host.calls.serveWith(this.request(data), handler, (response) => this.send(response.body));
+    this.host.calls.serveWith(this.request(data), handler, (response) => reply(response.body, null));
   }
 
   /** One notification for one of this client's subscriptions: admitted (one call against the quota), metered, then sent in order. */
@@ -349,8 +422,8 @@ interface LocalCall {
   method: string;
   role: CallRole | 'keepAlive';
   params: unknown;
-  /** The call's id as JSON text. */
-  idText: string;
+  /** The call's id as JSON text (`null` too, a call as in JSON-RPC); undefined: a notification. */
+  idText: string | undefined;
 }
 
 /** The longest heartbeat frame looked at: web3.js's is 33 bytes. */
@@ -374,9 +447,47 @@ function localCall(data: Buffer, dialect: PubSubDialect): LocalCall | null {
   if (typeof value !== 'object' || value === null || Array.isArray(value)) return null;
   const { method, params, id, jsonrpc } = value as { method?: unknown; params?: unknown; id?: unknown; jsonrpc?: unknown };
   if (typeof method !== 'string' || jsonrpc !== '2.0') return null;
-  if (method === keepAlive && id === undefined) return { method, role: 'keepAlive', params, idText: 'null' };
+  if (method === keepAlive && id === undefined) return { method, role: 'keepAlive', params, idText: undefined };
   const role = dialect.roleOf(method);
   if (role === null) return null;
-  if (!(typeof id === 'string' || typeof id === 'number')) return null;
-  return { method, role, params, idText: JSON.stringify(id) };
+  // An id of another type is the JSON-RPC path's -32600, with no node call.
+  if (!(typeof id === 'string' || typeof id === 'number' || id === null || id === undefined)) return null;
+  return { method, role, params, idText: id === undefined ? undefined : JSON.stringify(id) };
+}
+
+/** A batch frame, read, with where each member is in its text. */
+interface SubscriptionBatch {
+  text: string;
+  spans: Span[];
+  members: RpcMember[];
+}
+
+/**
+ * A batch with at least one subscribe or unsubscribe call of the dialect (its members read as
+ * over HTTP, within the batch limit); null for anything else (ChainCalls answers it, a batch
+ * over the limit or unreadable included).
+ */
+function subscriptionBatch(data: Buffer, dialect: PubSubDialect, maxBatch: number): SubscriptionBatch | null {
+  if (data.indexOf('ubscribe') < 0) return null;
+  const parsed = parseJsonRpc(data, maxBatch);
+  if (parsed.kind !== 'batch' || !parsed.members.some((m) => localOf(m, dialect) !== null)) return null;
+  const text = data.toString('utf8');
+  return { text, spans: arrayElements(text, documentStart(text)), members: parsed.members };
+}
+
+/** A batch member the socket answers itself, as `localCall` reads a single call; null: ChainCalls answers it. */
+function localOf(m: RpcMember, dialect: PubSubDialect): LocalCall | null {
+  if (m.kind !== 'call') return null;
+  const role = dialect.roleOf(m.method);
+  if (role === null) return null;
+  return { method: m.method, role, params: m.paramsText === undefined ? undefined : (JSON.parse(m.paramsText) as unknown), idText: m.idText };
+}
+
+/** The answers in a batch's answer, as JSON text each (one error for the whole batch is one). */
+function elementsOf(body: string | Buffer | null): string[] {
+  const text = body === null ? '' : body.toString();
+  if (text.trim() === '') return [];
+  const start = documentStart(text);
+  if (text.charCodeAt(start) !== 0x5b) return [text];
+  return arrayElements(text, start).map(([from, to]) => text.slice(from, to));
 }
