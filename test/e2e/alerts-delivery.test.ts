@@ -475,7 +475,7 @@ describe('a metric flapping around its threshold', () => {
     // Clear for a window, then breached again: resolved, then fired again at once (each crossing is told).
     advanceMs(6 * 60_000);
     await evaluator.runOnce();
-    // (Delivered before the next breach: a "resolved" still queued when the alert fires again is superseded.)
+    // (Delivered before the next breach here; one still queued would hold the next "fired" back until it is delivered: alerts-delivery-edges.test.ts.)
     await deliverAll(a.alertId);
     await recordUsage(a.o.accountId, a.tokenId, [429]);
     await evaluator.runOnce();
