@@ -137,6 +137,15 @@ const EXPOSED_HEADERS = [
 const SANDBOXED = { 'content-security-policy': "sandbox; default-src 'none'", 'x-content-type-options': 'nosniff' };
 const isJsonMediaType = (contentType: string): boolean => contentType === JSON_CONTENT_TYPE || /^application\/(?:[\w.-]+\+)?json\s*(?:;|$)/i.test(contentType);
 
+/**
+ * The unknown chain's name is repeated only when it looks like one: a path such as `/eth%2F<token>`
+ * or `/<token>` would otherwise echo the caller's token into the answer (and a log or proxy
+ * cache that keeps it).
+ */
+function unknownChainMessage(chainId: string): string {
+  return /^[A-Za-z0-9._-]{1,64}$/.test(chainId) && !/gka?_/i.test(chainId) ? `Unknown chain "${chainId}"` : 'Unknown chain';
+}
+
 /** The chain id: the URL's first path segment (still percent-encoded). */
 export function chainIdOf(url: string): string {
   let end = url.length;
@@ -294,7 +303,7 @@ export class ChainCalls {
     const chainId = chainIdOf(req.url);
     const chain = this.options.chains.get(chainId);
     if (!chain) {
-      reply(this.ownError(req, 404, RpcCode.methodNotFound, 'unknown_chain', `Unknown chain "${chainId.slice(0, 64)}"`));
+      reply(this.ownError(req, 404, RpcCode.methodNotFound, 'unknown_chain', unknownChainMessage(chainId)));
       return;
     }
     // One time for the call: a call arriving before midnight and admitted after it is the old month's in the limiter and in its record alike.

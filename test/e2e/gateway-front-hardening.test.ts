@@ -292,6 +292,15 @@ describe('header oddities', () => {
     expect(gateway.usage).toEqual([]);
   });
 
+  it('an unknown chain that holds the caller’s token is not echoed: the 404 never repeats the token', async () => {
+    for (const path of [`/eth%2F${T}`, `/${T}`, `/eth%2f${T}/x`]) {
+      const x = await exchange(post(path, rpc(1)), count(1));
+      expect(statuses(x.text), path).toEqual([404]);
+      expect(x.text, path).not.toContain(T.slice(3, 20));
+      expect(x.text, path).toContain('Unknown chain');
+    }
+  });
+
   it('a REST path with `..` or an empty segment is refused, never sent on', async () => {
     for (const path of [`/sol/${T}/getSlot/..`, `/sol/${T}/%2e%2e/getSlot`, `/sol/${T}//getSlot`]) {
       const x = await exchange(`GET ${path} HTTP/1.1\r\nHost: x\r\n\r\n`, count(1));
