@@ -6,7 +6,7 @@ import { problemErrorHandler } from './commands/api/problem.js';
 import { webRoutes } from './commands/api/webRoutes.js';
 import type { Config } from './config.js';
 import { maskToken } from './domain/tokenFormat.js';
-import { ChainFront, fastifyTrustProxy } from './gateway/front.js';
+import { ChainFront, clientErrorHandler, fastifyTrustProxy } from './gateway/front.js';
 import { gatewayRoutes } from './gateway/routes.js';
 import type { RedisState } from './infra/redisHealth.js';
 import { coreProjection } from './projections/core.js';
@@ -102,6 +102,7 @@ export async function buildServer(runtime: Runtime, options: { logger?: boolean 
     trustProxy: fastifyTrustProxy(runtime.config.trustProxy),
     genReqId: nextId,
     ...(front ? { serverFactory: front.serverFactory } : {}),
+    clientErrorHandler,
     // fastify gives `http` to node:http's createServer, then sets these two on the server itself.
     http: timeouts,
     requestTimeout: timeouts.requestTimeout,

@@ -1,4 +1,5 @@
-import { createServer, type IncomingMessage, type Server, type ServerOptions, type ServerResponse } from 'node:http';
+import { createServer, type IncomingMessage, type Server, type ServerOptions, type ServerResponse, STATUS_CODES } from 'node:http';
+import type { Socket } from 'node:net';
 import { performance } from 'node:perf_hooks';
 import type { Duplex } from 'node:stream';
 import type { FastifyServerFactory } from 'fastify';
@@ -197,6 +198,39 @@ function refuseUpgradeWhileDraining(socket: Duplex): void {
   refuseUpgrade(socket, { status: 503, headers: { 'content-type': JSON_CONTENT_TYPE, 'retry-after': '1' }, body });
   // A client that does not close its side would hold the drain.
   setTimeout(() => socket.destroy(), 1000).unref();
+}
+
+/**
+ * fastify's `clientErrorHandler`, for bytes that are not a request (400), a client too slow (408)
+ * or headers too large (431): answered as fastify does and the connection closed, but only once
+ * the answer still due on it has gone. A pipelined call ahead of the bad bytes was admitted and
+ * metered; fastify's own handler wrote the refusal into the middle of its answer, or cut it off.
+ */
+export function clientErrorHandler(error: Error & { code?: string }, socket: Socket): void {
+  if (error.code === 'ECONNRESET' || socket.destroyed) return;
+  const [status, message] =
+    error.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+      ? [408, 'Client Timeout']
+      : error.code === 'HPE_HEADER_OVERFLOW'
+        ? [431, 'Exceeded maximum allowed HTTP header size']
+        : [400, 'Client Error'];
+  let refused = false;
+  const refuse = (): void => {
+    if (refused) return;
+    refused = true;
+    if (socket.writable) {
+      const body = JSON.stringify({ error: STATUS_CODES[status], message, statusCode: status });
+      socket.write(
+        `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Length: ${Buffer.byteLength(body)}\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n${body}`,
+      );
+    }
+    socket.destroy();
+  };
+  // node's response on this socket, if one is still being written (an internal field, as in node's own clientError default),
+  // to a request read whole: the bad bytes came after it. A request cut off in its own body is the one refused, at once.
+  const due = (socket as Socket & { _httpMessage?: ServerResponse | null })._httpMessage;
+  if (due && !due.writableFinished && due.req.complete) due.once('finish', refuse).once('close', refuse);
+  else refuse();
 }
 
 /** fastify's `http` option: what it gives node:http's createServer. */

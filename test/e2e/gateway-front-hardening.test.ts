@@ -156,6 +156,15 @@ describe('request smuggling shapes', () => {
     expect(x.closed).toBe(false);
   });
 
+  it('answers a call in flight before the 400 for bytes behind it that are not a request, then closes', async () => {
+    // eth_blockNumber goes to the node (not cached): its answer is still due when the garbage is parsed.
+    const x = await exchange(Buffer.concat([post(`/eth/${T}`, rpc(1, 'eth_blockNumber')), Buffer.from('NOT HTTP AT ALL\r\n\r\n')]), () => false, 3_000);
+    expect(statuses(x.text)).toEqual([200, 400]);
+    expect(bodies(x.text)[0]).toMatchObject({ jsonrpc: '2.0', id: 1, result: expect.stringMatching(/^0x/) });
+    expect(x.closed).toBe(true);
+    expect(gateway.usage.map((u) => u.method)).toEqual(['eth_blockNumber']);
+  });
+
   it('reads the bytes after a body shorter than its Content-Length as the rest of it, never as a request; nothing admitted meanwhile', async () => {
     const body = rpc(1);
     const x = await open();

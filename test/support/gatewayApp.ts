@@ -4,7 +4,7 @@ import Fastify, { type FastifyInstance } from 'fastify';
 import type { UsageRecord } from '../../src/domain/usage.js';
 import type { Gatekeeper } from '../../src/gateway/admission.js';
 import { parseChainsConfig } from '../../src/gateway/chains.js';
-import { ChainFront, fastifyTrustProxy } from '../../src/gateway/front.js';
+import { ChainFront, clientErrorHandler, fastifyTrustProxy } from '../../src/gateway/front.js';
 import { type GatewayLimits, gatewayRoutes } from '../../src/gateway/routes.js';
 import { type UpstreamPoolOptions, UpstreamPools } from '../../src/gateway/upstream.js';
 
@@ -39,7 +39,13 @@ export async function startGateway(options: {
   const trustProxy = options.trustProxy ?? false;
   const front = new ChainFront({ trustProxy, nextId: () => `front-${randomUUID()}` });
   const logger = options.log ? { level: 'info', stream: options.log } : false;
-  const app = Fastify({ logger, trustProxy: fastifyTrustProxy(trustProxy), genReqId: () => `fastify-${randomUUID()}`, serverFactory: front.serverFactory });
+  const app = Fastify({
+    logger,
+    trustProxy: fastifyTrustProxy(trustProxy),
+    genReqId: () => `fastify-${randomUUID()}`,
+    serverFactory: front.serverFactory,
+    clientErrorHandler,
+  });
   await app.register(gatewayRoutes, {
     chains: registry,
     gatekeeper: options.gatekeeper,
