@@ -122,6 +122,7 @@ export const exportRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, deps) =>
           generatedAt: deps.now().toISOString(),
           report,
           errors: errors.errors,
+          errorsOther: errors.errorsOther,
           limits,
         }),
       );

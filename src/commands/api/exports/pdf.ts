@@ -1,4 +1,5 @@
 import PDFDocument from 'pdfkit';
+import type { OtherErrors } from '../../../api/types.js';
 import type { ErrorGroup, SeriesPoint, UsageFigures, UsageReport } from '../../../projections/metricsQueries.js';
 
 export interface PdfReportInput {
@@ -12,6 +13,8 @@ export interface PdfReportInput {
   generatedAt: string;
   report: UsageReport;
   errors: ErrorGroup[];
+  /** The error groups past those in `errors`, summed; null when `errors` holds every group. */
+  errorsOther: OtherErrors | null;
   limits: { monthlyLimit: number | null; used: number; remaining: number | null; resetsAt: string };
 }
 
@@ -102,6 +105,36 @@ function drawTable(doc: PDFKit.PDFDocument, title: string, header: string[], row
   }
 }
 
+/** The rows a table shows at most; past them, one line says how many more and their figures. */
+const TOP = 15;
+
+/**
+ * Under a table cut to its first rows: how many more there were and what they add up to, so a
+ * reader can tell the snapshot was cut and its rows still add up to the totals above.
+ */
+function drawMore(doc: PDFKit.PDFDocument, text: string): void {
+  if (doc.y > doc.page.height - MARGIN - 20) doc.addPage();
+  const y = doc.y;
+  doc
+    .font('Helvetica')
+    .fontSize(8)
+    .fillColor(MUTED)
+    .text(text, MARGIN, y, { width: doc.page.width - 2 * MARGIN, lineBreak: false, ellipsis: true });
+  doc.y = y + 13;
+}
+
+const plural = (n: number, one: string, many: string): string => `${count(n)} ${n === 1 ? one : many}`;
+
+/** The requests and errors of the entries past the first TOP, with those a list already left out (`other`). */
+function moreFigures(rest: UsageFigures[], other: (Pick<UsageFigures, 'requests' | 'errors'> & { entries: number }) | null) {
+  const requests = rest.reduce((s, f) => s + f.requests, other?.requests ?? 0);
+  const errors = rest.reduce((s, f) => s + f.errors, other?.errors ?? 0);
+  return { entries: rest.length + (other?.entries ?? 0), requests, errors, errorRate: requests === 0 ? null : (errors / requests) * 100 };
+}
+
+const moreText = (what: [string, string], m: ReturnType<typeof moreFigures>): string =>
+  `and ${count(m.entries)} more ${m.entries === 1 ? what[0] : what[1]}: ${plural(m.requests, 'request', 'requests')}, ${plural(m.errors, 'error', 'errors')} (error rate ${pct(m.errorRate)})`;
+
 /** The PDF snapshot of the dashboard: the summary figures, the usage chart and the top breakdowns. A readable stream. */
 export function usagePdf(input: PdfReportInput): PDFKit.PDFDocument {
   const doc = new PDFDocument({
@@ -149,27 +182,39 @@ export function usagePdf(input: PdfReportInput): PDFKit.PDFDocument {
   doc.y = chartTop + 170;
 
   const figureCells = (f: UsageFigures) => [count(f.requests), count(f.errors), pct(f.errorRate), msText(f.avgResponseMs), msText(f.p95ResponseMs)];
+  const { byChain, byMethod, byMethodOther } = input.report;
   drawTable(
     doc,
     'By chain',
     ['Chain', 'Requests', 'Errors', 'Error rate', 'Avg', 'p95'],
-    input.report.byChain.slice(0, 15).map((c) => [c.chain, ...figureCells(c)]),
+    byChain.slice(0, TOP).map((c) => [c.chain, ...figureCells(c)]),
     [0.25, 0.15, 0.15, 0.15, 0.15, 0.15],
   );
+  if (byChain.length > TOP) drawMore(doc, moreText(['chain', 'chains'], moreFigures(byChain.slice(TOP), null)));
   drawTable(
     doc,
     'Most used methods',
     ['Chain', 'Method', 'Requests', 'Errors', 'Error rate', 'Avg', 'p95'],
-    input.report.byMethod.slice(0, 15).map((m) => [m.chain, m.method, ...figureCells(m)]),
+    byMethod.slice(0, TOP).map((m) => [m.chain, m.method, ...figureCells(m)]),
     [0.1, 0.35, 0.11, 0.11, 0.11, 0.11, 0.11],
   );
+  // Past the first TOP: the rest of byMethod and the entries the report itself left out past its cap.
+  if (byMethod.length > TOP || byMethodOther) {
+    const other = byMethodOther && { entries: byMethodOther.methods, requests: byMethodOther.requests, errors: byMethodOther.errors };
+    drawMore(doc, moreText(['method', 'methods'], moreFigures(byMethod.slice(TOP), other)));
+  }
   drawTable(
     doc,
     'Errors',
     ['Code', 'Message', 'Chain', 'Method', 'Count', 'Last seen'],
-    input.errors.slice(0, 15).map((e) => [String(e.code), e.message, e.chain, e.method, count(e.count), e.lastSeen.replace('T', ' ').slice(0, 19)]),
+    input.errors.slice(0, TOP).map((e) => [String(e.code), e.message, e.chain, e.method, count(e.count), e.lastSeen.replace('T', ' ').slice(0, 19)]),
     [0.09, 0.33, 0.08, 0.2, 0.1, 0.2],
   );
+  if (input.errors.length > TOP || input.errorsOther) {
+    const groups = input.errors.length - Math.min(input.errors.length, TOP) + (input.errorsOther?.groups ?? 0);
+    const errors = input.errors.slice(TOP).reduce((s, e) => s + e.count, input.errorsOther?.count ?? 0);
+    drawMore(doc, `and ${count(groups)} more error ${groups === 1 ? 'group' : 'groups'}: ${plural(errors, 'error', 'errors')}`);
+  }
   doc.end();
   return doc;
 }
