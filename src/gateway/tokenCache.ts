@@ -24,8 +24,8 @@ const ACCOUNT_IDS_MAX = 100_000;
 /**
  * Token lookups by hash from the read models, cached in process. Every change to a token or an
  * account's plan arrives through the change feed and drops the entry at once; when the feed may
- * have lost some (its Redis connection came back) it drops them all; the TTL is only a safety net
- * for a lost notification the feed cannot tell of (a Redis Cluster's subscriber moving).
+ * have lost some (its Redis connection came back, or a cluster's subscriber moved) it drops them
+ * all; the TTL is only a safety net for a lost notification the feed cannot tell of.
  */
 export class TokenCache {
   /** The tokens, by hash; their expiry in whole seconds since the cache started (epochMs). */

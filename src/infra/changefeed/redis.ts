@@ -1,3 +1,4 @@
+import { Cluster, Redis } from 'ioredis';
 import { closeClient, type RedisClient, redisClient, waitForReady } from '../redis/client.js';
 import { safely } from './memory.js';
 import { type ChangeFeed, FEED_RESUMED } from './port.js';
@@ -11,8 +12,9 @@ const CHANNEL_PREFIX = 'changefeed:';
  * Change feed on Redis pub/sub. Subscribing takes a connection of its own (a subscribed RESP2
  * connection can do nothing else); ioredis subscribes it again to every channel after a
  * reconnect. Messages published while a subscriber is disconnected are lost (pub/sub keeps
- * nothing): once subscribed again after a reconnect, every handler hears FEED_RESUMED, so a cache
- * fed by this drops what it holds rather than serve a revoked token until its entry goes stale.
+ * nothing): once subscribed again after a reconnect (on a cluster, through a new subscriber
+ * connection), every handler hears FEED_RESUMED, so a cache fed by this drops what it holds
+ * rather than serve a revoked token until its entry goes stale.
  *
  * On a Redis Cluster, plain PUBLISH, which the cluster bus carries to every node, not sharded
  * pub/sub (SPUBLISH/SSUBSCRIBE, Redis 7): the feed carries a few messages a minute (token and
@@ -36,18 +38,55 @@ export class RedisChangeFeed implements ChangeFeed {
       const handlers = this.handlers.get(channel.slice(CHANNEL_PREFIX.length));
       for (const handler of handlers ?? []) safely(handler, message);
     });
+    const connection = this.subscriber instanceof Cluster ? subscriberConnection(this.subscriber) : null;
+    if (connection) {
+      this.followClusterSubscriber(this.subscriber as Cluster, connection);
+    } else {
+      // One server (or a cluster client without the internal below): its 'ready' after the first is a reconnect.
+      let connected = false;
+      this.subscriber.on('ready', () => {
+        if (connected) void this.resumed();
+        connected = true;
+      });
+    }
+  }
+
+  /** Looks for a new cluster subscriber connection to follow (nothing on one server). */
+  private followSubscriber: () => void = () => {};
+
+  /**
+   * On a cluster, SUBSCRIBE goes through one connection that ioredis's ClusterSubscriber owns: it
+   * does not reconnect it but, when it ends (killed, its node gone), makes a new one to a node
+   * it picks and subscribes that one to the channels, telling nobody; the Cluster client stays
+   * 'ready' throughout. So each connection it makes is followed here: the first to become ready
+   * subscribed us, each later one is a resubscription after a gap. A new connection is looked
+   * for when the followed one ends (ClusterSubscriber's own 'end' listener, registered first,
+   * has made the next one by then), when the cluster is ready again (it made one on connecting),
+   * when a node comes or goes (it picks another), and after each SUBSCRIBE of ours.
+   */
+  private followClusterSubscriber(cluster: Cluster, connection: () => Redis | null): void {
+    const followed = new WeakSet<Redis>();
     let connected = false;
-    this.subscriber.on('ready', () => {
-      if (connected) void this.resumed();
-      connected = true;
-    });
+    const follow = (): void => {
+      const current = connection();
+      if (!current || followed.has(current)) return;
+      followed.add(current);
+      current.on('ready', () => {
+        if (connected) void this.resumed();
+        connected = true;
+      });
+      current.on('end', follow);
+    };
+    this.followSubscriber = follow;
+    cluster.on('ready', follow);
+    // Emitted before ClusterSubscriber's own listener (on the pool) picks another connection.
+    const later = (): void => process.nextTick(follow);
+    cluster.on('+node', later).on('-node', later);
   }
 
   /**
    * After a reconnect: ioredis has sent its SUBSCRIBE again; once ours, sent after it, is answered,
    * every message published from now on arrives, and each handler hears that some may have been lost.
-   * (A Cluster's subscriber connection is ioredis's own and says nothing of a reconnect: there, only
-   * the cache's TTL covers a lost message.)
    */
   private async resumed(): Promise<void> {
     const topics = [...this.handlers.keys()];
@@ -74,6 +113,7 @@ export class RedisChangeFeed implements ChangeFeed {
       handlers = new Set();
       this.handlers.set(topic, handlers);
       this.subscribed.set(topic, this.subscriber.subscribe(CHANNEL_PREFIX + topic));
+      this.followSubscriber();
     }
     // A distinct wrapper per call: the same function subscribed twice is unsubscribed once each.
     const own: Handler = (message) => handler(message);
@@ -93,4 +133,22 @@ export class RedisChangeFeed implements ChangeFeed {
     this.subscribed.clear();
     await Promise.all([closeClient(this.publisher), closeClient(this.subscriber)]);
   }
+}
+
+/**
+ * The connection a cluster client subscribes through now, read from ioredis 5's internal
+ * ClusterSubscriber (`cluster.subscriber.getInstance()`, private in its types; it has no public
+ * event for a new one, only the sharded subscribers have). Null when that internal is not there
+ * (another ioredis): the feed then listens to the Cluster's own 'ready', as before, and a lost
+ * message while the subscriber moved is covered only by the cache's TTL.
+ */
+function subscriberConnection(cluster: Cluster): (() => Redis | null) | null {
+  const internal: unknown = Reflect.get(cluster, 'subscriber');
+  if (typeof internal !== 'object' || internal === null) return null;
+  const getInstance: unknown = Reflect.get(internal, 'getInstance');
+  if (typeof getInstance !== 'function') return null;
+  return () => {
+    const instance: unknown = getInstance.call(internal);
+    return instance instanceof Redis ? instance : null;
+  };
 }
