@@ -47,6 +47,7 @@ const delivery = (channelId: string, channel: string) => ({
   threshold: 5,
   summary: 'error rate 7.5 % ≥ 5 %',
   triggeredAt: T1,
+  revision: 1,
   attempts: 0,
   nextAttemptAt: T1,
 });
