@@ -1,20 +1,59 @@
-import type { ChainFigures } from '../../api/types.js';
-import { fmtCompact, fmtPct, rate } from '../format.js';
+import type { ChainFigures, MethodFigures, OtherMethods } from '../../api/types.js';
+import { fmtCompact, fmtInt, fmtPct, rate } from '../format.js';
 import { type Column, DataTable } from './dataTable.js';
 
-type Row = ChainFigures & { method?: string };
+/** What a cut list leaves out, summed: how many entries, their requests and errors. */
+export interface Others {
+  count: number;
+  requests: number;
+  errors: number;
+}
 
-/** Requests by network, or by method (a method is named with its network). */
-export function Breakdown(props: { rows: Row[]; by: 'chain' | 'method'; loaded: boolean }) {
+/** The row props of a cut list's last row: `data-testid="others"` marks it. */
+export const othersRowProps = <R extends { others?: number }>(r: R): Record<`data-${string}`, string> =>
+  r.others !== undefined ? { 'data-testid': 'others' } : {};
+
+type Row = Pick<ChainFigures, 'chain' | 'requests' | 'errors'> & { method?: string; others?: number };
+
+/**
+ * The first `shown` entries of `byMethod`, and the rest summed with those the API itself left
+ * out past its cap (`byMethodOther`): the rows then add up to the totals. `others` is null
+ * when nothing is left out.
+ */
+export function methodRows(byMethod: MethodFigures[], other: OtherMethods | null, shown: number): { rows: MethodFigures[]; others: Others | null } {
+  const rest = byMethod.slice(shown);
+  if (rest.length === 0 && other === null) return { rows: byMethod, others: null };
+  return {
+    rows: byMethod.slice(0, shown),
+    others: {
+      count: rest.length + (other?.methods ?? 0),
+      requests: rest.reduce((s, r) => s + r.requests, other?.requests ?? 0),
+      errors: rest.reduce((s, r) => s + r.errors, other?.errors ?? 0),
+    },
+  };
+}
+
+/**
+ * Requests by network, or by method (a method is named with its network); `others`, when the
+ * list was cut, is its last row ("12 other methods"), so the rows and shares add up.
+ */
+export function Breakdown(props: { rows: Row[]; by: 'chain' | 'method'; loaded: boolean; others?: Others | null }) {
   const heading = props.by === 'chain' ? 'Network' : 'Method';
-  const total = props.rows.reduce((s, r) => s + r.requests, 0) || 1;
+  const rows: Row[] = props.others
+    ? [...props.rows, { chain: '', requests: props.others.requests, errors: props.others.errors, others: props.others.count }]
+    : props.rows;
+  const total = rows.reduce((s, r) => s + r.requests, 0) || 1;
   const max = Math.max(...props.rows.map((r) => r.requests), 1);
   const columns: Column<Row>[] = [
     {
       header: heading,
       rowHeader: true,
       cell: (r) =>
-        props.by === 'chain' ? (
+        r.others !== undefined ? (
+          <span class="muted">
+            {fmtInt(r.others)} other {props.by === 'chain' ? (r.others === 1 ? 'network' : 'networks') : r.others === 1 ? 'method' : 'methods'}
+          </span>
+        ) : props.by === 'chain' ? (
           r.chain
         ) : (
           <>
@@ -27,7 +66,7 @@ export function Breakdown(props: { rows: Row[]; by: 'chain' | 'method'; loaded: 
       num: true,
       cell: (r) => (
         <>
-          <span class="inline-bar" aria-hidden="true" style={{ width: `${(r.requests / max) * 60}px` }} />
+          {r.others === undefined && <span class="inline-bar" aria-hidden="true" style={{ width: `${(r.requests / max) * 60}px` }} />}
           {fmtCompact(r.requests)}
         </>
       ),
@@ -38,9 +77,11 @@ export function Breakdown(props: { rows: Row[]; by: 'chain' | 'method'; loaded: 
   return (
     <DataTable
       label={`Requests by ${heading.toLowerCase()}`}
+      testId={`breakdown-${props.by}`}
       columns={columns}
-      rows={props.rows}
-      rowKey={(r) => `${r.chain}/${r.method}`}
+      rows={rows}
+      rowKey={(r) => (r.others !== undefined ? 'others' : `${r.chain}/${r.method}`)}
+      rowProps={othersRowProps}
       loading={!props.loaded}
       empty="No requests in this period."
     />

@@ -21,7 +21,7 @@ export function ErrorsPage() {
             errors and JSON-RPC error answers both count.
           </p>
         )}
-        <ErrorTable rows={m?.errors ?? []} loaded={m !== null} />
+        <ErrorTable rows={m?.errors ?? []} other={m?.errorsOther ?? null} loaded={m !== null} />
       </Panel>
       <Panel title="Latest failed calls">
         <RecentErrors rows={m?.recentErrors ?? []} loaded={m !== null} />

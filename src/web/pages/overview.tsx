@@ -1,6 +1,6 @@
 import { useEffect } from 'preact/hooks';
 import type { Account, PeriodMetrics } from '../../api/types.js';
-import { Breakdown } from '../components/breakdown.js';
+import { Breakdown, methodRows } from '../components/breakdown.js';
 import { FiltersBar } from '../components/filters.js';
 import { MetricCards } from '../components/metricCards.js';
 import { Empty, Panel } from '../components/ui.js';
@@ -48,7 +48,7 @@ export function OverviewPage() {
           <Breakdown rows={m?.byChain ?? []} by="chain" loaded={m !== null} />
         </Panel>
         <Panel title="Most used methods">
-          <Breakdown rows={(m?.byMethod ?? []).slice(0, 10)} by="method" loaded={m !== null} />
+          <TopMethods metrics={m} />
         </Panel>
       </div>
       <Panel title="Plan and limits">
@@ -56,6 +56,12 @@ export function OverviewPage() {
       </Panel>
     </>
   );
+}
+
+/** The 10 busiest methods, then the rest summed (those the API left out past its cap too), so the rows add up to the period's totals. */
+function TopMethods({ metrics }: { metrics: PeriodMetrics | null }) {
+  const { rows, others } = methodRows(metrics?.byMethod ?? [], metrics?.byMethodOther ?? null, 10);
+  return <Breakdown rows={rows} others={others} by="method" loaded={metrics !== null} />;
 }
 
 function BillingPeriod({ account }: { account: Account }) {

@@ -1,5 +1,6 @@
 import { useRef, useState } from 'preact/hooks';
 import type { MethodFigures, PeriodMetrics } from '../../api/types.js';
+import { othersRowProps } from '../components/breakdown.js';
 import { type Column, DataTable } from '../components/dataTable.js';
 import { FiltersBar } from '../components/filters.js';
 import { Empty, Field, Panel, Segmented } from '../components/ui.js';
@@ -47,23 +48,40 @@ export function UsagePage() {
   );
 }
 
-const GATEWAY_SERVED_COLUMNS: Column<MethodFigures>[] = [
+/** A method, or (with `others`, how many) the methods the API left out past its cap, summed. */
+type ServedRow = MethodFigures & { others?: number };
+
+const GATEWAY_SERVED_COLUMNS: Column<ServedRow>[] = [
   { header: 'Network', cell: (r) => r.chain },
-  { header: 'Method', cell: (r) => r.method },
+  {
+    header: 'Method',
+    cell: (r) =>
+      r.others !== undefined ? (
+        <span class="muted">
+          {fmtInt(r.others)} other {r.others === 1 ? 'method' : 'methods'}
+        </span>
+      ) : (
+        r.method
+      ),
+  },
   { header: 'Requests', num: true, cell: (r) => fmtInt(r.requests) },
   { header: 'Cache hits', num: true, cell: (r) => fmtInt(r.cacheHits) },
   { header: 'Coalesced', num: true, cell: (r) => fmtInt(r.coalesced) },
   { header: 'Hedged', num: true, cell: (r) => fmtInt(r.hedged) },
 ];
 
+const served = (r: { cacheHits: number; coalesced: number; hedged: number }): number => r.cacheHits + r.coalesced + r.hedged;
+
 /**
  * Calls the gateway answered from its response cache, by sharing an identical call in flight,
- * or hedged on a second node: in all and per method.
+ * or hedged on a second node: in all and per method, the methods the API left out past its
+ * cap summed in a last row when some of theirs were, so the columns add up to the figures above.
  */
 function GatewayServed({ metrics }: { metrics: PeriodMetrics | null }) {
   if (!metrics) return <Empty>Loading…</Empty>;
-  const { totals } = metrics;
-  const rows = metrics.byMethod.filter((r) => r.cacheHits + r.coalesced + r.hedged > 0);
+  const { totals, byMethodOther: other } = metrics;
+  const rows: ServedRow[] = metrics.byMethod.filter((r) => served(r) > 0);
+  if (other && served(other) > 0) rows.push({ ...other, chain: '', method: '', others: other.methods });
   return (
     <div data-testid="gateway-served">
       <p>
@@ -77,7 +95,8 @@ function GatewayServed({ metrics }: { metrics: PeriodMetrics | null }) {
           testId="gateway-served-methods"
           columns={GATEWAY_SERVED_COLUMNS}
           rows={rows}
-          rowKey={(r) => `${r.chain}/${r.method}`}
+          rowKey={(r) => (r.others !== undefined ? 'others' : `${r.chain}/${r.method}`)}
+          rowProps={othersRowProps}
         />
       )}
     </div>
