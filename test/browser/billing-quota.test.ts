@@ -3,10 +3,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { USAGE_EVENT_TYPE, type UsageRecord, usageStream } from '../../src/domain/usage.js';
 import { type Browser, buildDashboard, launchBrowser } from '../support/browser.js';
-import { usageEventId } from '../support/oneCallUsage.js';
-import { ADMIN_TOKEN, owner, startTestApp, type TestApp } from '../support/testApp.js';
+import { createToken, ownerOn } from '../support/planOwner.js';
+import { startTestApp, type TestApp } from '../support/testApp.js';
+import { usageCalls } from '../support/usageCall.js';
+import { recordUsage } from '../support/usageLog.js';
 
 /**
  * The overview's billing period shows the account's quota used as the API's remaining counts it
@@ -28,42 +29,15 @@ beforeAll(async () => {
   await buildDashboard();
   t = await startTestApp({ env: { PLANS_CONFIG: plans } });
   base = (await t.app.listen({ port: 0, host: '127.0.0.1' })).replace('localhost', '127.0.0.1');
-  const o = await owner(t.app);
+  const o = await ownerOn(t, 'professional');
   email = o.email;
-  await t.app.inject({
-    method: 'PUT',
-    url: `/api/v1/admin/accounts/${o.accountId}/plan`,
-    headers: { authorization: `Bearer ${ADMIN_TOKEN}` },
-    payload: { plan: 'professional' },
-  });
-  const token = async (payload: Record<string, unknown>) =>
-    (await t.app.inject({ method: 'POST', url: '/api/v1/tokens', headers: o.auth, payload })).json().id as string;
-  const own = await token({ name: 'own limit', monthly_limit: 50 });
-  const shared = await token({ name: 'account limit' });
-  const at = new Date().toISOString();
-  const call = (i: number, tokenId: string): UsageRecord => ({
-    requestId: `billing-${i}`,
-    at,
-    accountId: o.accountId,
-    tokenId,
-    chain: 'eth',
-    method: 'eth_blockNumber',
-    status: 200,
-    rpcErrorCode: null,
-    errorMessage: null,
-    totalMs: 5,
-    upstreamMs: 4,
-    clientIp: '127.0.0.1',
-    upstream: 'eth-1',
-  });
-  const records = [...Array.from({ length: 30 }, (_, i) => call(i, own)), ...Array.from({ length: 20 }, (_, i) => call(30 + i, shared))];
-  await t.runtime.store.append(
-    usageStream(o.accountId),
-    records.map((r) => ({ id: usageEventId(r), type: USAGE_EVENT_TYPE, data: r })),
-    'any',
-  );
-  const head = await t.runtime.store.headPosition();
-  if (head) await t.runtime.projector?.waitFor(head);
+  const own = await createToken(t, o, { name: 'own limit', monthly_limit: 50 });
+  const shared = await createToken(t, o, { name: 'account limit' });
+  const at = Date.now();
+  const calls = usageCalls('billing', o, own, { totalMs: 5, upstreamMs: 4, clientIp: '127.0.0.1', upstream: 'eth-1' });
+  for (let i = 0; i < 30; i++) calls.add(at);
+  for (let i = 0; i < 20; i++) calls.add(at, { tokenId: shared });
+  await recordUsage(t.runtime, calls.records);
   browser = await launchBrowser();
   page = await browser.newPage();
 }, 120_000);

@@ -1,10 +1,11 @@
 import type { Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { UserMetrics } from '../../src/api/types.js';
-import { USAGE_EVENT_TYPE, type UsageRecord, usageStream } from '../../src/domain/usage.js';
 import { type Browser, buildDashboard, launchBrowser } from '../support/browser.js';
-import { usageEventId } from '../support/oneCallUsage.js';
-import { ADMIN_TOKEN, owner, startTestApp, type TestApp } from '../support/testApp.js';
+import { createToken, ownerOn } from '../support/planOwner.js';
+import { startTestApp, type TestApp } from '../support/testApp.js';
+import { usageCalls } from '../support/usageCall.js';
+import { recordUsage } from '../support/usageLog.js';
 
 /**
  * Where a list of the metrics was cut, the dashboard says what it left out: the overview's 10
@@ -23,52 +24,15 @@ let t: TestApp;
 let base: string;
 let browser: Browser;
 let page: Page;
-type Owner = Awaited<ReturnType<typeof owner>>;
+type Owner = Awaited<ReturnType<typeof ownerOn>>;
 
 async function professional(): Promise<{ o: Owner; tokenId: string }> {
-  const o = await owner(t.app);
-  const plan = await t.app.inject({
-    method: 'PUT',
-    url: `/api/v1/admin/accounts/${o.accountId}/plan`,
-    headers: { authorization: `Bearer ${ADMIN_TOKEN}` },
-    payload: { plan: 'professional' },
-  });
-  expect(plan.statusCode, plan.body).toBe(200);
-  const token = await t.app.inject({ method: 'POST', url: '/api/v1/tokens', headers: o.auth, payload: { name: 'many methods' } });
-  expect(token.statusCode, token.body).toBe(201);
-  return { o, tokenId: token.json().id };
+  const o = await ownerOn(t, 'professional');
+  return { o, tokenId: await createToken(t, o, { name: 'many methods' }) };
 }
 
-/** Appends the calls to the account's usage log (as the ingester would) and waits until they are projected. */
-async function record(records: UsageRecord[]): Promise<void> {
-  const accountId = records[0]?.accountId as string;
-  await t.runtime.store.append(
-    usageStream(accountId),
-    records.map((r) => ({ id: usageEventId(r), type: USAGE_EVENT_TYPE, data: r })),
-    'any',
-  );
-  const head = await t.runtime.store.headPosition();
-  if (head) await t.runtime.projector?.waitFor(head);
-}
-
-function call(o: Owner, tokenId: string, n: number, at: number, fields: Partial<UsageRecord>): UsageRecord {
-  return {
-    requestId: `others-${o.accountId}-${n}`,
-    at: new Date(at).toISOString(),
-    accountId: o.accountId,
-    tokenId,
-    chain: 'eth',
-    method: 'eth_blockNumber',
-    status: 200,
-    rpcErrorCode: null,
-    errorMessage: null,
-    totalMs: 5,
-    upstreamMs: 4,
-    clientIp: '127.0.0.1',
-    upstream: 'eth-1',
-    ...fields,
-  };
-}
+/** This file's calls: 5 ms, 4 of them at the node, from 127.0.0.1. */
+const callsOf = (o: Owner, tokenId: string) => usageCalls('others', o, tokenId, { totalMs: 5, upstreamMs: 4, clientIp: '127.0.0.1', upstream: 'eth-1' });
 
 async function logIn(email: string): Promise<void> {
   if (page.url().startsWith(base)) {
@@ -130,19 +94,18 @@ describe('an account with more methods and error groups than the metrics list', 
     // every fifth method one more shared with an identical call in flight; the first 60 methods
     // with (i % 3) + 1 errors of a message of their own (60 groups). Figures differ, so a wrong
     // sum shows.
-    const records: UsageRecord[] = [];
-    const add = (when: number, fields: Partial<UsageRecord>) => records.push(call(o, seeded.tokenId, records.length, when, fields));
+    const calls = callsOf(o, seeded.tokenId);
     for (let i = 0; i < METHODS; i++) {
       const fields = { method: `eth_method${String(i).padStart(3, '0')}`, chain: i % 2 === 0 ? 'eth' : 'bsc' };
       const when = at + (i % 20) * MIN + i;
-      for (let k = 0; k <= i % 4; k++) add(when, { ...fields, ...(k === 0 ? { cache: 'hit' as const } : {}) });
-      if (i % 5 === 0) add(when, { ...fields, cache: 'coalesced' });
-      if (i < ERROR_METHODS) for (let k = 0; k <= i % 3; k++) add(when + 1, { ...fields, rpcErrorCode: -32000, errorMessage: `failure number ${i}` });
+      for (let k = 0; k <= i % 4; k++) calls.add(when, { ...fields, ...(k === 0 ? { cache: 'hit' as const } : {}) });
+      if (i % 5 === 0) calls.add(when, { ...fields, cache: 'coalesced' });
+      if (i < ERROR_METHODS) for (let k = 0; k <= i % 3; k++) calls.add(when + 1, { ...fields, rpcErrorCode: -32000, errorMessage: `failure number ${i}` });
     }
-    await record(records);
+    await recordUsage(t.runtime, calls.records);
     await logIn(o.email);
     m = await metrics();
-    expect(m.totals.requests).toBe(records.length);
+    expect(m.totals.requests).toBe(calls.records.length);
     expect([m.byMethod.length, m.byMethodOther?.methods, m.errors.length, m.errorsOther?.groups]).toEqual([100, METHODS - 100, 50, ERROR_METHODS - 50]);
   });
 
@@ -194,13 +157,13 @@ describe('an account whose lists are whole', () => {
   it('sees no "other" rows: byMethodOther and errorsOther are null and nothing was cut', async () => {
     const { o, tokenId } = await professional();
     const at = Date.now() - 20 * MIN;
-    const records: UsageRecord[] = [];
+    const calls = callsOf(o, tokenId);
     for (let i = 0; i < 5; i++) {
       const fields = { method: `eth_few${i}` };
-      records.push(call(o, tokenId, records.length, at + i, { ...fields, cache: 'hit' }));
-      records.push(call(o, tokenId, records.length, at + i, { ...fields, rpcErrorCode: -32000, errorMessage: `failure ${i}` }));
+      calls.add(at + i, { ...fields, cache: 'hit' });
+      calls.add(at + i, { ...fields, rpcErrorCode: -32000, errorMessage: `failure ${i}` });
     }
-    await record(records);
+    await recordUsage(t.runtime, calls.records);
     await logIn(o.email);
     const m = await metrics();
     expect([m.byMethod.length, m.byMethodOther, m.errors.length, m.errorsOther]).toEqual([5, null, 5, null]);

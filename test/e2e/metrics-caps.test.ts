@@ -3,10 +3,12 @@ import ajvFormats from 'ajv-formats';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { components } from '../../clients/typescript/schema.js';
 import { EXPORT_COLUMNS } from '../../src/commands/api/exports/rows.js';
-import { USAGE_EVENT_TYPE, type UsageRecord, usageStream } from '../../src/domain/usage.js';
-import { usageEventId } from '../support/oneCallUsage.js';
 import { pdfText } from '../support/pdfText.js';
-import { ADMIN_TOKEN, owner, startTestApp, type TestApp } from '../support/testApp.js';
+import { createToken, ownerOn } from '../support/planOwner.js';
+import { startTestApp, type TestApp } from '../support/testApp.js';
+import { usageCalls } from '../support/usageCall.js';
+import { countsOf, sumCounts, sumOf } from '../support/usageFigures.js';
+import { recordUsage } from '../support/usageLog.js';
 
 /**
  * What the metrics and the exports say about what they left out: `byMethod` (100 entries) and
@@ -22,6 +24,7 @@ type UserMetrics = Schemas['UserMetrics'];
 type TokenMetrics = Schemas['TokenMetrics'];
 type Figures = Schemas['UsageFigures'];
 type Auth = { auth: Record<string, string> };
+type Owner = Awaited<ReturnType<typeof ownerOn>>;
 
 const MIN = 60_000;
 const iso = (ms: number) => new Date(ms).toISOString();
@@ -82,93 +85,35 @@ async function tokenMetrics(o: Auth, id: string, query: Record<string, string>):
   return res.json();
 }
 
-async function ownerOn(plan: string) {
-  const o = await owner(t.app);
-  const res = await t.app.inject({
-    method: 'PUT',
-    url: `/api/v1/admin/accounts/${o.accountId}/plan`,
-    headers: { authorization: `Bearer ${ADMIN_TOKEN}` },
-    payload: { plan },
-  });
-  expect(res.statusCode).toBe(200);
-  return o;
-}
-
-async function createToken(o: Auth, name: string): Promise<string> {
-  const res = await t.app.inject({ method: 'POST', url: '/api/v1/tokens', headers: o.auth, payload: { name } });
-  expect(res.statusCode, res.body).toBe(201);
-  return res.json().id;
-}
-
-/** Appends the calls to the account's usage log (as the ingester would) and waits until they are projected. */
-async function record(accountId: string, records: UsageRecord[]): Promise<void> {
-  await t.runtime.store.append(
-    usageStream(accountId),
-    records.map((r) => ({ id: usageEventId(r), type: USAGE_EVENT_TYPE, data: { ...r } })),
-    'any',
-  );
-  const head = await t.runtime.store.headPosition();
-  if (head) await t.runtime.projector?.waitFor(head);
-}
-
-function usageCall(o: { accountId: string }, tokenId: string, n: number, at: number, fields: Partial<UsageRecord>): UsageRecord {
-  return {
-    requestId: `caps-${o.accountId}-${n}`,
-    at: iso(at),
-    accountId: o.accountId,
-    tokenId,
-    chain: 'eth',
-    method: 'eth_blockNumber',
-    status: 200,
-    rpcErrorCode: null,
-    errorMessage: null,
-    totalMs: 3,
-    upstreamMs: 2,
-    clientIp: '192.0.2.1',
-    upstream: 'x',
-    ...fields,
-  };
-}
-
-const COUNTS = ['requests', 'success', 'errors', 'cacheHits', 'coalesced', 'hedged'] as const;
-type Counts = Record<(typeof COUNTS)[number], number>;
-const countsOf = (f: Figures): Counts => Object.fromEntries(COUNTS.map((k) => [k, f[k]])) as Counts;
-function sumCounts(list: readonly Figures[]): Counts {
-  const out = Object.fromEntries(COUNTS.map((k) => [k, 0])) as Counts;
-  for (const f of list) for (const k of COUNTS) out[k] += f[k];
-  return out;
-}
-const sumOf = <T>(list: readonly T[], pick: (x: T) => number): number => list.reduce((s, x) => s + pick(x), 0);
-
 describe('byMethod and errors past their caps: the rest summed, so the sums add up to the totals', () => {
   const METHODS = 105;
-  let o: Awaited<ReturnType<typeof ownerOn>>;
+  let o: Owner;
   let tokenId: string;
   let period: Record<string, string>;
   let lastError: string;
 
   beforeAll(async () => {
-    o = await ownerOn('professional');
-    tokenId = await createToken(o, 'many methods');
+    o = await ownerOn(t, 'professional');
+    tokenId = await createToken(t, o, { name: 'many methods' });
     const at = Math.floor(Date.now() / MIN) * MIN - 30 * MIN;
     period = { start: iso(at), end: iso(at + 20 * MIN) };
     // 105 methods (two chains), each with a success and an error of its own message (105 error
     // groups); the first 100 with one success more, so the 5 left out of byMethod are known.
-    const records: UsageRecord[] = [];
+    const calls = usageCalls('caps', o, tokenId);
     for (let i = 0; i < METHODS; i++) {
       const method = `eth_method${String(i).padStart(3, '0')}`;
       const chain = i % 2 === 0 ? 'eth' : 'bsc';
       const when = at + (i % 10) * MIN + i;
-      records.push(usageCall(o, tokenId, records.length, when, { method, chain }));
-      if (i < 100) records.push(usageCall(o, tokenId, records.length, when, { method, chain, totalMs: 40 }));
-      records.push(usageCall(o, tokenId, records.length, when + 1, { method, chain, rpcErrorCode: -32000, errorMessage: `failure number ${i}`, totalMs: 9 }));
+      calls.add(when, { method, chain });
+      if (i < 100) calls.add(when, { method, chain, totalMs: 40 });
+      calls.add(when + 1, { method, chain, rpcErrorCode: -32000, errorMessage: `failure number ${i}`, totalMs: 9 });
     }
-    lastError = records
+    lastError = calls.records
       .filter((r) => r.errorMessage !== null)
       .map((r) => r.at)
       .sort()
       .pop() as string;
-    await record(o.accountId, records);
+    await recordUsage(t.runtime, calls.records);
   });
 
   it('the account: 100 methods and the 5 others summed; 50 error groups and the 55 others summed', async () => {
@@ -215,21 +160,21 @@ describe('byMethod and errors past their caps: the rest summed, so the sums add 
 });
 
 describe('an export says the filters it was made with', () => {
-  let o: Awaited<ReturnType<typeof ownerOn>>;
+  let o: Owner;
   let period: Record<string, string>;
   const REST = 'cosmos/bank/v1beta1/balances/cosmos1qypqxpq9qcrsszg2pvxq6rs0zqg3yyc5lzv7xu';
   const REST_LABEL = 'cosmos/bank/v1beta1/balances/{id}';
 
   beforeAll(async () => {
-    o = await ownerOn('professional');
-    const tokenId = await createToken(o, 'exports');
+    o = await ownerOn(t, 'professional');
+    const tokenId = await createToken(t, o, { name: 'exports' });
     const at = Math.floor(Date.now() / MIN) * MIN - 10 * MIN;
     period = { start: iso(at), end: iso(at + 2 * MIN) };
-    await record(o.accountId, [
-      usageCall(o, tokenId, 0, at + 1000, { method: 'eth_blockNumber' }),
-      usageCall(o, tokenId, 1, at + 2000, { method: 'eth_chainId' }),
-      usageCall(o, tokenId, 2, at + 3000, { method: REST, chain: 'atom' }),
-    ]);
+    const calls = usageCalls('caps', o, tokenId);
+    calls.add(at + 1000, { method: 'eth_blockNumber' });
+    calls.add(at + 2000, { method: 'eth_chainId' });
+    calls.add(at + 3000, { method: REST, chain: 'atom' });
+    await recordUsage(t.runtime, calls.records);
   });
 
   const disposition = (res: { headers: Record<string, unknown> }) => String(res.headers['content-disposition']);
@@ -284,7 +229,7 @@ describe('an export says the filters it was made with', () => {
 
 describe('a period wholly before the retention', () => {
   it('is the documented empty period: start equals end, clamped, nothing counted', async () => {
-    const o = await ownerOn('developer');
+    const o = await ownerOn(t, 'developer');
     const m = await userMetrics(o, { start: '2001-01-01T00:00:00Z', end: '2001-02-01T00:00:00Z' });
     expect(m.period.start).toBe(m.period.end);
     expect([m.retention.clamped, m.totals.requests, m.series, m.byMethodOther, m.errorsOther]).toEqual([true, 0, [], null, null]);

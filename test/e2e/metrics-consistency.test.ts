@@ -3,11 +3,13 @@ import ajvFormats from 'ajv-formats';
 import createClient from 'openapi-fetch';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { components, paths } from '../../clients/typescript/schema.js';
-import { USAGE_EVENT_TYPE, type UsageRecord, usageStream } from '../../src/domain/usage.js';
 import { histogramIndex, LATENCY_BOUNDS_MS } from '../../src/projections/usageHistogram.js';
 import { type GanacheNode, startGanache } from '../support/ganache.js';
-import { usageEventId } from '../support/oneCallUsage.js';
-import { ADMIN_TOKEN, owner, startTestApp, type TestApp } from '../support/testApp.js';
+import { ownerOn } from '../support/planOwner.js';
+import { startTestApp, type TestApp } from '../support/testApp.js';
+import { usageCalls } from '../support/usageCall.js';
+import { type Counts, countsOf, sumCounts, sumOf } from '../support/usageFigures.js';
+import { recordUsage } from '../support/usageLog.js';
 
 /**
  * The metrics API as an integrator reads it, against a real service (ganache behind the
@@ -120,16 +122,6 @@ async function settled(): Promise<void> {
   if (head) await t.runtime.projector?.waitFor(head);
 }
 
-const COUNTS = ['requests', 'success', 'errors', 'cacheHits', 'coalesced', 'hedged'] as const;
-type Counts = Record<(typeof COUNTS)[number], number>;
-const countsOf = (f: Figures): Counts => Object.fromEntries(COUNTS.map((k) => [k, f[k]])) as Counts;
-function sumCounts(list: readonly Figures[]): Counts {
-  const out = Object.fromEntries(COUNTS.map((k) => [k, 0])) as Counts;
-  for (const f of list) for (const k of COUNTS) out[k] += f[k];
-  return out;
-}
-const sumOf = <T>(list: readonly T[], pick: (x: T) => number): number => list.reduce((s, x) => s + pick(x), 0);
-
 /** The figures the export's rows give: what was served, call by call. */
 function rowCounts(rows: readonly ExportRow[]): Counts {
   const errors = rows.filter((r) => r.outcome === 'error').length;
@@ -160,18 +152,6 @@ function expectPercentilesWithin(f: Figures, rows: readonly ExportRow[]): void {
   expect(f.avgResponseMs).toBeCloseTo(meanUs / 1000, 2);
 }
 
-async function ownerOn(plan: string) {
-  const o = await owner(t.app);
-  const res = await t.app.inject({
-    method: 'PUT',
-    url: `/api/v1/admin/accounts/${o.accountId}/plan`,
-    headers: { authorization: `Bearer ${ADMIN_TOKEN}` },
-    payload: { plan },
-  });
-  expect(res.statusCode).toBe(200);
-  return o;
-}
-
 async function createToken(o: { auth: Record<string, string> }, body: Record<string, unknown>): Promise<{ id: string; token: string }> {
   const res = await client.POST('/api/v1/tokens', { headers: o.auth, body: body as Schemas['CreatedToken'] });
   expect(res.response.status, JSON.stringify(res.error)).toBe(201);
@@ -197,7 +177,7 @@ describe('one story from a known mix of calls', () => {
   const window = (): Record<string, string> => ({ start: iso(Math.floor(started / MIN) * MIN), end: iso(Math.ceil((Date.now() + 1) / MIN) * MIN) });
 
   beforeAll(async () => {
-    o = await ownerOn('professional');
+    o = await ownerOn(t, 'professional');
     // a draws on the account; b has a rate limit of 2 per second; c its own monthly quota of 3.
     a = await createToken(o, { name: 'a' });
     b = await createToken(o, { name: 'b', rate_limit: 2 });
@@ -372,7 +352,7 @@ describe('one story from a known mix of calls', () => {
 
 describe('one story after the fact', () => {
   it('a revoked token keeps its usage in every figure; an unlimited plan says null, not a number', async () => {
-    const o = await ownerOn('unlimited');
+    const o = await ownerOn(t, 'unlimited');
     const a = await createToken(o, { name: 'kept' });
     const b = await createToken(o, { name: 'revoked' });
     for (const x of [a, a, b, b, b]) expect((await rpc(x.token, call(1, 'eth_chainId'))).status).toBe(200);
@@ -400,31 +380,23 @@ describe('one story after the fact', () => {
 
 describe('REST paths: the method filter takes the label byMethod names', () => {
   it('recent errors and the export filter by the label, as the totals and the error groups do', async () => {
-    const o = await ownerOn('developer');
+    const o = await ownerOn(t, 'developer');
     const tok = await createToken(o, { name: 'rest' });
     const at = Math.floor(Date.now() / MIN) * MIN - 10 * MIN;
     // Two failed REST calls on two addresses: one label, `…/balances/{id}`.
-    const records: UsageRecord[] = ['cosmos1qypqxpq9qcrsszg2pvxq6rs0zqg3yyc5lzv7xu', 'cosmos1zg69v7ys40x77y352eufp27daufrg4ncnjqz7u'].map((address, i) => ({
-      requestId: `rest-${o.accountId}-${i}`,
-      at: iso(at + i * 1000),
-      accountId: o.accountId,
-      tokenId: tok.id,
+    const calls = usageCalls('rest', o, tok.id, {
       chain: 'atom',
-      method: `cosmos/bank/v1beta1/balances/${address}`,
       status: 502,
-      rpcErrorCode: null,
       errorMessage: 'upstream unavailable',
       totalMs: 12,
       upstreamMs: null,
       clientIp: '192.0.2.9',
       upstream: null,
-    }));
-    await t.runtime.store.append(
-      usageStream(o.accountId),
-      records.map((r) => ({ id: usageEventId(r), type: USAGE_EVENT_TYPE, data: { ...r } })),
-      'any',
-    );
-    await settled();
+    });
+    const addresses = ['cosmos1qypqxpq9qcrsszg2pvxq6rs0zqg3yyc5lzv7xu', 'cosmos1zg69v7ys40x77y352eufp27daufrg4ncnjqz7u'];
+    for (const [i, address] of addresses.entries()) calls.add(at + i * 1000, { method: `cosmos/bank/v1beta1/balances/${address}` });
+    const records = calls.records;
+    await recordUsage(t.runtime, records);
     const period = { start: iso(at), end: iso(at + 2 * MIN) };
     const all = await userMetrics(o, period);
     const label = 'cosmos/bank/v1beta1/balances/{id}';
@@ -442,7 +414,7 @@ describe('edges of the parameters: a 400 with a code and errors, or a documented
   let o: Awaited<ReturnType<typeof ownerOn>>;
   let tokenId: string;
   beforeAll(async () => {
-    o = await ownerOn('developer');
+    o = await ownerOn(t, 'developer');
     tokenId = (await createToken(o, { name: 'edges' })).id;
   });
 
@@ -548,34 +520,17 @@ describe('edges of the parameters: a 400 with a code and errors, or a documented
 
 describe('client IPs are counted per day, as the document says', () => {
   it('a period of one minute, or one chain, still shows the whole day of every chain', async () => {
-    const o = await ownerOn('developer');
+    const o = await ownerOn(t, 'developer');
     const tok = await createToken(o, { name: 'ips' });
     // Two calls an hour apart on two chains, from one address, inside one UTC day.
     const day = Date.UTC(new Date().getUTCFullYear(), new Date().getUTCMonth(), new Date().getUTCDate()) - DAY;
-    const records: UsageRecord[] = [0, 1].map((i) => ({
-      requestId: `ips-${o.accountId}-${i}`,
-      at: iso(day + (10 + i) * HOUR),
-      accountId: o.accountId,
-      tokenId: tok.id,
-      chain: i === 0 ? 'eth' : 'bsc',
-      method: 'eth_blockNumber',
-      status: 200,
-      rpcErrorCode: null,
-      errorMessage: null,
-      totalMs: 3,
-      upstreamMs: 2,
-      clientIp: '192.0.2.77',
-      upstream: 'x',
-    }));
-    await t.runtime.store.append(
-      usageStream(o.accountId),
-      records.map((r) => ({ id: usageEventId(r), type: USAGE_EVENT_TYPE, data: { ...r } })),
-      'any',
-    );
-    await settled();
+    const calls = usageCalls('ips', o, tok.id, { clientIp: '192.0.2.77' });
+    calls.add(day + 10 * HOUR, { chain: 'eth' });
+    calls.add(day + 11 * HOUR, { chain: 'bsc' });
+    await recordUsage(t.runtime, calls.records);
     const minute = await tokenMetrics(o, tok.id, { start: iso(day + 10 * HOUR), end: iso(day + 10 * HOUR + MIN), chain: 'eth' });
     expect(minute.totals.requests).toBe(1);
-    expect(minute.clientIps).toEqual([{ ip: '192.0.2.77', count: 2, lastSeen: records[1]?.at }]);
+    expect(minute.clientIps).toEqual([{ ip: '192.0.2.77', count: 2, lastSeen: calls.records[1]?.at }]);
     const described = (doc as unknown as { components: { schemas: Record<string, { properties: Record<string, { description?: string }> }> } }).components
       .schemas['TokenMetrics']?.properties['clientIps']?.description;
     expect(described).toMatch(/per UTC day/);

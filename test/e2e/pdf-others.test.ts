@@ -1,9 +1,10 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { UserMetrics } from '../../src/api/types.js';
-import { USAGE_EVENT_TYPE, type UsageRecord, usageStream } from '../../src/domain/usage.js';
-import { usageEventId } from '../support/oneCallUsage.js';
 import { pdfText } from '../support/pdfText.js';
-import { ADMIN_TOKEN, owner, startTestApp, type TestApp } from '../support/testApp.js';
+import { createToken, ownerOn } from '../support/planOwner.js';
+import { startTestApp, type TestApp } from '../support/testApp.js';
+import { usageCalls } from '../support/usageCall.js';
+import { recordUsage } from '../support/usageLog.js';
 
 /**
  * The PDF snapshot shows the 15 busiest methods and the 15 most frequent error groups; past
@@ -25,50 +26,11 @@ afterAll(async () => {
   await t?.close();
 });
 
-type Owner = Awaited<ReturnType<typeof owner>>;
+type Owner = Awaited<ReturnType<typeof ownerOn>>;
 
 async function professional(): Promise<{ o: Owner; tokenId: string }> {
-  const o = await owner(t.app);
-  const plan = await t.app.inject({
-    method: 'PUT',
-    url: `/api/v1/admin/accounts/${o.accountId}/plan`,
-    headers: { authorization: `Bearer ${ADMIN_TOKEN}` },
-    payload: { plan: 'professional' },
-  });
-  expect(plan.statusCode, plan.body).toBe(200);
-  const token = await t.app.inject({ method: 'POST', url: '/api/v1/tokens', headers: o.auth, payload: { name: 'pdf' } });
-  expect(token.statusCode, token.body).toBe(201);
-  return { o, tokenId: token.json().id };
-}
-
-/** Appends the calls to the account's usage log (as the ingester would) and waits until they are projected. */
-async function record(accountId: string, records: UsageRecord[]): Promise<void> {
-  await t.runtime.store.append(
-    usageStream(accountId),
-    records.map((r) => ({ id: usageEventId(r), type: USAGE_EVENT_TYPE, data: { ...r } })),
-    'any',
-  );
-  const head = await t.runtime.store.headPosition();
-  if (head) await t.runtime.projector?.waitFor(head);
-}
-
-function call(accountId: string, tokenId: string, n: number, at: number, fields: Partial<UsageRecord>): UsageRecord {
-  return {
-    requestId: `pdf-others-${accountId}-${n}`,
-    at: iso(at),
-    accountId,
-    tokenId,
-    chain: 'eth',
-    method: 'eth_blockNumber',
-    status: 200,
-    rpcErrorCode: null,
-    errorMessage: null,
-    totalMs: 3,
-    upstreamMs: 2,
-    clientIp: '192.0.2.1',
-    upstream: 'x',
-    ...fields,
-  };
+  const o = await ownerOn(t, 'professional');
+  return { o, tokenId: await createToken(t, o, { name: 'pdf' }) };
 }
 
 const q = (query: Record<string, string>) => `?${new URLSearchParams(query)}`;
@@ -97,18 +59,17 @@ describe('the PDF says how much its top-15 tables left out', () => {
     // method, two errors of a message of its own and one more of a message they share (groups
     // are per method too: 80 groups, 40 of 2 errors and 40 of 1), so the methods' figures
     // differ and both lists are cut by the metrics (100 methods, 50 groups) and by the PDF (15).
-    const records: UsageRecord[] = [];
+    const calls = usageCalls('pdf-others', o, tokenId);
     for (let i = 0; i < METHODS; i++) {
       const fields = { method: `eth_method${String(i).padStart(3, '0')}`, chain: i % 2 === 0 ? 'eth' : 'bsc' };
       const when = at + (i % 10) * MIN + i;
-      for (let k = 0; k <= i % 4; k++) records.push(call(o.accountId, tokenId, records.length, when, fields));
+      for (let k = 0; k <= i % 4; k++) calls.add(when, fields);
       if (i % 3 === 0) {
-        for (let k = 0; k < 2; k++)
-          records.push(call(o.accountId, tokenId, records.length, when + 1, { ...fields, rpcErrorCode: -32000, errorMessage: `failure number ${i}` }));
-        records.push(call(o.accountId, tokenId, records.length, when + 2, { ...fields, rpcErrorCode: -32005, errorMessage: 'limit exceeded' }));
+        for (let k = 0; k < 2; k++) calls.add(when + 1, { ...fields, rpcErrorCode: -32000, errorMessage: `failure number ${i}` });
+        calls.add(when + 2, { ...fields, rpcErrorCode: -32005, errorMessage: 'limit exceeded' });
       }
     }
-    await record(o.accountId, records);
+    await recordUsage(t.runtime, calls.records);
 
     const m = await metricsOf(o, period);
     expect(m.byMethod).toHaveLength(100);
@@ -125,7 +86,7 @@ describe('the PDF says how much its top-15 tables left out', () => {
     const shown = m.byMethod.slice(0, 15);
     expect(sum(shown, (x) => x.requests) + num(requests)).toBe(m.totals.requests);
     expect(sum(shown, (x) => x.errors) + num(errors)).toBe(m.totals.errors);
-    expect(m.totals.requests).toBe(records.length);
+    expect(m.totals.requests).toBe(calls.records.length);
 
     // Error groups: 15 shown, 65 more (35 of errors and the 30 it left out).
     const groups = text.match(/and ([\d,]+) more error groups: ([\d,]+) errors/);
@@ -140,13 +101,13 @@ describe('the PDF says how much its top-15 tables left out', () => {
     const { o, tokenId } = await professional();
     const at = Math.floor(Date.now() / MIN) * MIN - 30 * MIN;
     const period = { start: iso(at), end: iso(at + 20 * MIN) };
-    const records: UsageRecord[] = [];
+    const calls = usageCalls('pdf-others', o, tokenId);
     for (let i = 0; i < 15; i++) {
       const method = `eth_few${String(i).padStart(2, '0')}`;
-      records.push(call(o.accountId, tokenId, records.length, at + i * 1000, { method }));
-      records.push(call(o.accountId, tokenId, records.length, at + i * 1000 + 1, { method, rpcErrorCode: -32000, errorMessage: `failure ${i}` }));
+      calls.add(at + i * 1000, { method });
+      calls.add(at + i * 1000 + 1, { method, rpcErrorCode: -32000, errorMessage: `failure ${i}` });
     }
-    await record(o.accountId, records);
+    await recordUsage(t.runtime, calls.records);
     const m = await metricsOf(o, period);
     expect([m.byMethod.length, m.byMethodOther, m.errors.length, m.errorsOther]).toEqual([15, null, 15, null]);
     const text = await pdfOf(o, period);
