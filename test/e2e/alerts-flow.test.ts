@@ -1,25 +1,23 @@
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { InjectOptions } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { AlertEvaluator } from '../../src/alerts/evaluator.js';
-import type { Notifier } from '../../src/alerts/notifier.js';
-import { USAGE_EVENT_TYPE, type UsageRecord, usageStream } from '../../src/domain/usage.js';
+import { USAGE_EVENT_TYPE, usageStream } from '../../src/domain/usage.js';
 import { verifyWebhook } from '../../src/infra/notify/signing.js';
 import { LevelReadModelStore } from '../../src/infra/readmodels/level.js';
 import { alertsProjection } from '../../src/projections/alerts.js';
 import { ProjectionRunner } from '../../src/projections/runner.js';
+import { type AlertHarness, startAlertHarness } from '../support/alertHarness.js';
 import { type FakeUpstream, type ReceivedCall, startFake } from '../support/fakeUpstreams.js';
 import { usageEventId } from '../support/oneCallUsage.js';
-import { ADMIN_TOKEN, owner, startTestApp, type TestApp } from '../support/testApp.js';
+import { ADMIN_TOKEN } from '../support/testApp.js';
 
 /**
  * The whole path on the real service: usage events → usage read models → evaluator (run by hand
  * on an injected clock) → AlertFired on the alert's stream → notifier → a signed webhook to a
  * loopback receiver and an email in the outbox; every attempt an event; then recovery.
  */
-let t: TestApp;
+let t: AlertHarness;
 let clock = Date.parse('2026-11-21T12:00:30.000Z');
 const now = () => new Date(clock);
 const advance = (minutes: number) => {
@@ -37,23 +35,10 @@ const alertIdOf = (body: string): string => {
 };
 const outDir = mkdtempSync(join(tmpdir(), 'gw-alerts-'));
 const outbox = join(outDir, 'outbox.ndjson');
-let evaluator: AlertEvaluator;
-let notifier: Notifier;
 
 beforeAll(async () => {
   receiver = await startFake((call) => ({ status: scripts.get(alertIdOf(call.body))?.shift() ?? 200, body: { received: true } }));
-  t = await startTestApp({
-    now,
-    env: {
-      ALERT_EVALUATION_INTERVAL_SECONDS: '0',
-      NOTIFY_ALLOW_PRIVATE: 'true',
-      NOTIFY_OUTBOX: outbox,
-      NOTIFY_RETRY_BASE_MS: '1000',
-      NOTIFY_MAX_ATTEMPTS: '4',
-    },
-  });
-  evaluator = t.runtime.alerts.evaluator as AlertEvaluator;
-  notifier = t.runtime.alerts.notifier as Notifier;
+  t = await startAlertHarness({ now, requestIdPrefix: 'req', env: { NOTIFY_OUTBOX: outbox } });
 });
 afterAll(async () => {
   await t?.close();
@@ -61,39 +46,17 @@ afterAll(async () => {
   rmSync(outDir, { recursive: true, force: true });
 });
 
-const inject = (options: InjectOptions) => t.app.inject(options);
-let seq = 0;
-async function recordUsage(accountId: string, tokenId: string, calls: Array<{ status: number; totalMs?: number }>): Promise<void> {
-  const records: UsageRecord[] = calls.map((c) => ({
-    requestId: `req-${++seq}`,
-    at: now().toISOString(),
+/** Calls as the gateway meters them: a 5xx one carries the upstream's error. */
+const recordUsage = (accountId: string, tokenId: string, calls: Array<{ status: number; totalMs?: number }>) =>
+  t.recordUsage(
     accountId,
     tokenId,
-    chain: 'eth',
-    method: 'eth_blockNumber',
-    status: c.status,
-    rpcErrorCode: c.status >= 500 ? -32010 : null,
-    errorMessage: c.status >= 500 ? 'upstream unavailable' : null,
-    totalMs: c.totalMs ?? 20,
-    upstreamMs: 10,
-    clientIp: '127.0.0.1',
-    upstream: 'u1',
-  }));
-  await t.runtime.store.append(
-    usageStream(accountId),
-    records.map((r) => ({ id: usageEventId(r), type: USAGE_EVENT_TYPE, data: r })),
-    'any',
+    calls.map((c) => ({ ...c, rpcErrorCode: c.status >= 500 ? -32010 : null, errorMessage: c.status >= 500 ? 'upstream unavailable' : null })),
   );
-  await settleProjections();
-}
-async function settleProjections(): Promise<void> {
-  const head = await t.runtime.store.headPosition();
-  if (head) await t.runtime.projector?.waitFor(head);
-}
 /** Runs notifier passes, moving the clock past each retry's time, until nothing is pending. */
 async function deliverAll(): Promise<void> {
   for (let pass = 0; pass < 10; pass++) {
-    await notifier.runOnce();
+    await t.notifier.runOnce();
     if ((await t.runtime.alerts.queries.pendingDeliveries()).length === 0) return;
     advance(1);
   }
@@ -101,33 +64,17 @@ async function deliverAll(): Promise<void> {
 }
 /** Webhooks the receiver got for one alert (earlier tests' alerts keep being evaluated as the clock moves). */
 const hooks = (alertId: string): ReceivedCall[] => receiver.calls.filter((c) => c.url === '/hooks/alerts' && alertIdOf(c.body) === alertId);
-const alertEvents = async (alertId: string) => (await t.runtime.store.readStream(`alert-${alertId}`)).map((e) => ({ type: e.type, data: e.data }));
 
 async function developerWithAlert(payload: Record<string, unknown>) {
-  const o = await owner(t.app);
-  await inject({
-    method: 'PUT',
-    url: `/api/v1/admin/accounts/${o.accountId}/plan`,
-    headers: { authorization: `Bearer ${ADMIN_TOKEN}` },
-    payload: { plan: 'developer' },
+  const { o, tokenId, alert } = await t.developerWithAlert({
+    name: 'eth errors',
+    channels: [
+      { type: 'webhook', url: `${receiver.url}/hooks/alerts` },
+      { type: 'email', to: 'ops@example.com' },
+    ],
+    ...payload,
   });
-  const token = (await inject({ method: 'POST', url: '/api/v1/tokens', headers: o.auth, payload: { name: 'backend' } })).json();
-  const created = await inject({
-    method: 'POST',
-    url: '/api/v1/alerts',
-    headers: o.auth,
-    payload: {
-      name: 'eth errors',
-      channels: [
-        { type: 'webhook', url: `${receiver.url}/hooks/alerts` },
-        { type: 'email', to: 'ops@example.com' },
-      ],
-      ...payload,
-    },
-  });
-  expect(created.statusCode, created.body).toBe(201);
-  const alert = created.json();
-  return { o, tokenId: token.id as string, alert, secret: alert.channels[0].secret as string };
+  return { o, tokenId, alert, secret: alert.channels[0]?.secret as string };
 }
 
 describe('an error-rate alert, end to end', () => {
@@ -136,7 +83,7 @@ describe('an error-rate alert, end to end', () => {
     const { o, tokenId, alert, secret } = await developerWithAlert({ type: 'error_rate', threshold: 50, window_minutes: 5, min_requests: 4 });
     await recordUsage(o.accountId, tokenId, [{ status: 200 }, { status: 502 }, { status: 502 }, { status: 503 }, { status: 200 }, { status: 502 }]);
 
-    const report = await evaluator.runOnce();
+    const report = await t.evaluator.runOnce();
     expect(report.transitions).toContainEqual({ alertId: alert.id, event: 'AlertFired' });
     expect(hooks(alert.id)).toHaveLength(0); // evaluation only appends; delivery is the notifier's
     await deliverAll();
@@ -153,9 +100,9 @@ describe('an error-rate alert, end to end', () => {
       .find((m) => m.messageId === `<${body.data.notification_id}@chain-gateway>`);
     expect(email).toMatchObject({ to: 'ops@example.com', subject: '[FIRING] eth errors' });
 
-    const view = (await inject({ method: 'GET', url: `/api/v1/alerts/${alert.id}`, headers: o.auth })).json();
+    const view = (await t.inject({ method: 'GET', url: `/api/v1/alerts/${alert.id}`, headers: o.auth })).json();
     expect(view).toMatchObject({ state: 'firing', last_value: 66.67, fired_at: now().toISOString(), last_evaluation: { value: 66.67, breached: true } });
-    const attempts = (await inject({ method: 'GET', url: `/api/v1/alerts/${alert.id}/notifications`, headers: o.auth })).json().notifications;
+    const attempts = (await t.inject({ method: 'GET', url: `/api/v1/alerts/${alert.id}/notifications`, headers: o.auth })).json().notifications;
     expect(attempts.map((a: { channel: { type: string }; outcome: string; kind: string }) => [a.channel.type, a.kind, a.outcome]).sort()).toEqual([
       ['email', 'fired', 'delivered'],
       ['webhook', 'fired', 'delivered'],
@@ -163,22 +110,22 @@ describe('an error-rate alert, end to end', () => {
 
     // Still breached a minute later: no second notification within the hour.
     advance(1);
-    expect((await evaluator.runOnce()).transitions.filter((x) => x.alertId === alert.id)).toEqual([]);
+    expect((await t.evaluator.runOnce()).transitions.filter((x) => x.alertId === alert.id)).toEqual([]);
 
     // The window moves past the errors: resolved, and the resolution is delivered too.
     advance(6);
-    expect((await evaluator.runOnce()).transitions).toContainEqual({ alertId: alert.id, event: 'AlertResolved' });
+    expect((await t.evaluator.runOnce()).transitions).toContainEqual({ alertId: alert.id, event: 'AlertResolved' });
     await deliverAll();
     expect(JSON.parse(hooks(alert.id).at(-1)?.body ?? '{}')).toMatchObject({ type: 'alert.resolved', data: { state: 'resolved' } });
-    await settleProjections();
-    expect((await inject({ method: 'GET', url: `/api/v1/alerts/${alert.id}`, headers: o.auth })).json().state).toBe('resolved');
+    await t.settle();
+    expect((await t.inject({ method: 'GET', url: `/api/v1/alerts/${alert.id}`, headers: o.auth })).json().state).toBe('resolved');
 
     advance(6);
-    expect((await evaluator.runOnce()).transitions).toContainEqual({ alertId: alert.id, event: 'AlertReturnedToOk' });
-    await settleProjections();
-    expect((await inject({ method: 'GET', url: `/api/v1/alerts/${alert.id}`, headers: o.auth })).json().state).toBe('ok');
+    expect((await t.evaluator.runOnce()).transitions).toContainEqual({ alertId: alert.id, event: 'AlertReturnedToOk' });
+    await t.settle();
+    expect((await t.inject({ method: 'GET', url: `/api/v1/alerts/${alert.id}`, headers: o.auth })).json().state).toBe('ok');
 
-    const types = (await alertEvents(alert.id)).map((e) => e.type);
+    const types = (await t.alertEvents(alert.id)).map((e) => e.type);
     expect(types).toEqual([
       'AlertCreated',
       'AlertFired',
@@ -198,7 +145,7 @@ describe('delivery: retries, 410, plan gating', () => {
     const { o, tokenId, alert, secret } = await developerWithAlert({ type: 'rate_limiting', condition: 'hitting', threshold: 2, window_minutes: 5 });
     scripts.set(alert.id, [500, 503]);
     await recordUsage(o.accountId, tokenId, [{ status: 429 }, { status: 429 }, { status: 200 }]);
-    expect((await evaluator.runOnce()).transitions).toContainEqual({ alertId: alert.id, event: 'AlertFired' });
+    expect((await t.evaluator.runOnce()).transitions).toContainEqual({ alertId: alert.id, event: 'AlertFired' });
     await deliverAll();
 
     const calls = hooks(alert.id);
@@ -206,14 +153,14 @@ describe('delivery: retries, 410, plan gating', () => {
     expect(new Set(calls.map((c) => c.headers['webhook-id'])).size).toBe(1);
     for (const c of calls) expect(verifyWebhook(secret, c.headers, c.body, { nowSeconds: Math.floor(Date.now() / 1000) })).toBe(true);
 
-    const attempts = (await alertEvents(alert.id)).filter((e) => e.type === 'NotificationAttempted' && e.data['channel'] === 'webhook').map((e) => e.data);
+    const attempts = await t.attempts(alert.id);
     expect(attempts.map((a) => [a['attempt'], a['outcome'], a['status']])).toEqual([
       [1, 'retrying', 500],
       [2, 'retrying', 503],
       [3, 'delivered', 200],
     ]);
     expect(Date.parse(String(attempts[0]?.['nextAttemptAt'])) - Date.parse(String(attempts[0]?.['at']))).toBeGreaterThanOrEqual(500);
-    const listed = (await inject({ method: 'GET', url: `/api/v1/alerts/${alert.id}/notifications`, headers: o.auth })).json().notifications;
+    const listed = (await t.inject({ method: 'GET', url: `/api/v1/alerts/${alert.id}/notifications`, headers: o.auth })).json().notifications;
     expect(listed.filter((n: { channel: { type: string } }) => n.channel.type === 'webhook').map((n: { attempt: number }) => n.attempt)).toEqual([3, 2, 1]);
   });
 
@@ -222,11 +169,9 @@ describe('delivery: retries, 410, plan gating', () => {
     const { o, tokenId, alert } = await developerWithAlert({ type: 'rate_limiting', condition: 'hitting', threshold: 1, window_minutes: 5 });
     scripts.set(alert.id, [500, 500, 500, 500, 500]);
     await recordUsage(o.accountId, tokenId, [{ status: 429 }]);
-    await evaluator.runOnce();
+    await t.evaluator.runOnce();
     await deliverAll();
-    const outcomes = (await alertEvents(alert.id))
-      .filter((e) => e.type === 'NotificationAttempted' && e.data['channel'] === 'webhook')
-      .map((e) => e.data['outcome']);
+    const outcomes = (await t.attempts(alert.id)).map((a) => a.outcome);
     expect(outcomes).toEqual(['retrying', 'retrying', 'retrying', 'failed']);
   });
 
@@ -235,14 +180,13 @@ describe('delivery: retries, 410, plan gating', () => {
     const { o, tokenId, alert } = await developerWithAlert({ type: 'rate_limiting', condition: 'hitting', threshold: 1, window_minutes: 5 });
     scripts.set(alert.id, [503]);
     await recordUsage(o.accountId, tokenId, [{ status: 429 }]);
-    await evaluator.runOnce();
-    await notifier.runOnce(); // the first attempt fails; a retry is queued
+    await t.evaluator.runOnce();
+    await t.notifier.runOnce(); // the first attempt fails; a retry is queued
     advance(6);
-    expect((await evaluator.runOnce()).transitions).toContainEqual({ alertId: alert.id, event: 'AlertResolved' });
+    expect((await t.evaluator.runOnce()).transitions).toContainEqual({ alertId: alert.id, event: 'AlertResolved' });
     await deliverAll();
     expect(hooks(alert.id).map((c) => JSON.parse(c.body).type)).toEqual(['alert.fired', 'alert.resolved']);
-    const webhookAttempts = (await alertEvents(alert.id)).filter((e) => e.type === 'NotificationAttempted' && e.data['channel'] === 'webhook');
-    const outcomes = webhookAttempts.map((e) => `${e.data['kind']}/${e.data['outcome']}`);
+    const outcomes = (await t.attempts(alert.id)).map((a) => `${a.kind}/${a.outcome}`);
     // The retry and the resolution are due in the same pass: either may be recorded first.
     expect(outcomes[0]).toBe('fired/retrying');
     expect(outcomes.slice(1).sort()).toEqual(['fired/skipped', 'resolved/delivered']);
@@ -253,9 +197,9 @@ describe('delivery: retries, 410, plan gating', () => {
     const { o, tokenId, alert } = await developerWithAlert({ type: 'rate_limiting', condition: 'hitting', threshold: 1, window_minutes: 5 });
     scripts.set(alert.id, [410]);
     await recordUsage(o.accountId, tokenId, [{ status: 429 }]);
-    await evaluator.runOnce();
+    await t.evaluator.runOnce();
     await deliverAll();
-    const events = await alertEvents(alert.id);
+    const events = await t.alertEvents(alert.id);
     expect(events.map((e) => e.type)).toContain('AlertChannelDisabled');
     expect(events.find((e) => e.type === 'NotificationAttempted' && e.data['channel'] === 'webhook')?.data).toMatchObject({
       outcome: 'gone',
@@ -263,7 +207,7 @@ describe('delivery: retries, 410, plan gating', () => {
       attempt: 1,
       nextAttemptAt: null,
     });
-    const view = (await inject({ method: 'GET', url: `/api/v1/alerts/${alert.id}`, headers: o.auth })).json();
+    const view = (await t.inject({ method: 'GET', url: `/api/v1/alerts/${alert.id}`, headers: o.auth })).json();
     expect(view.channels.map((c: { type: string; status: string }) => [c.type, c.status])).toEqual([
       ['webhook', 'disabled'],
       ['email', 'active'],
@@ -271,13 +215,13 @@ describe('delivery: retries, 410, plan gating', () => {
 
     // The resolution goes by email only.
     advance(6);
-    await evaluator.runOnce();
-    const resolved = (await alertEvents(alert.id)).find((e) => e.type === 'AlertResolved');
+    await t.evaluator.runOnce();
+    const resolved = (await t.alertEvents(alert.id)).find((e) => e.type === 'AlertResolved');
     expect(resolved?.data['deliverTo']).toEqual([{ id: view.channels[1].id, type: 'email' }]);
     await deliverAll();
     expect(hooks(alert.id)).toHaveLength(1);
 
-    const again = await inject({
+    const again = await t.inject({
       method: 'PATCH',
       url: `/api/v1/alerts/${alert.id}`,
       headers: o.auth,
@@ -294,16 +238,16 @@ describe('delivery: retries, 410, plan gating', () => {
   it('after a downgrade, channels outside the plan are not notified', async () => {
     receiver.reset();
     const { o, tokenId, alert } = await developerWithAlert({ type: 'rate_limiting', condition: 'hitting', threshold: 1, window_minutes: 5 });
-    await inject({
+    await t.inject({
       method: 'PUT',
       url: `/api/v1/admin/accounts/${o.accountId}/plan`,
       headers: { authorization: `Bearer ${ADMIN_TOKEN}` },
       payload: { plan: 'free' },
     });
     await recordUsage(o.accountId, tokenId, [{ status: 429 }]);
-    await evaluator.runOnce();
+    await t.evaluator.runOnce();
     await deliverAll();
-    const fired = (await alertEvents(alert.id)).find((e) => e.type === 'AlertFired');
+    const fired = (await t.alertEvents(alert.id)).find((e) => e.type === 'AlertFired');
     expect(((fired?.data['deliverTo'] ?? []) as Array<{ type: string }>).map((c) => c.type)).toEqual(['email']);
     expect(hooks(alert.id)).toHaveLength(0);
   });
@@ -317,10 +261,10 @@ describe('other rule types on the read models', () => {
       alert: latency,
     } = await developerWithAlert({ type: 'response_time', condition: 'p95', threshold: 400, window_minutes: 5, min_requests: 5 });
     const auth = o.auth;
-    const limited = (await inject({ method: 'PATCH', url: `/api/v1/tokens/${tokenId}`, headers: auth, payload: { monthly_limit: 20 } })).json();
+    const limited = (await t.inject({ method: 'PATCH', url: `/api/v1/tokens/${tokenId}`, headers: auth, payload: { monthly_limit: 20 } })).json();
     expect(limited.monthly_limit).toBe(20);
     const tokenAlert = (
-      await inject({
+      await t.inject({
         method: 'POST',
         url: '/api/v1/alerts',
         headers: auth,
@@ -328,7 +272,7 @@ describe('other rule types on the read models', () => {
       })
     ).json();
     const unusual = (
-      await inject({
+      await t.inject({
         method: 'POST',
         url: '/api/v1/alerts',
         headers: auth,
@@ -349,10 +293,10 @@ describe('other rule types on the read models', () => {
       tokenId,
       Array.from({ length: 12 }, (_, i) => ({ status: 200, totalMs: i < 10 ? 50 : 2000 })),
     );
-    const fired = (await evaluator.runOnce()).transitions.filter((x) => x.event === 'AlertFired').map((x) => x.alertId);
+    const fired = (await t.evaluator.runOnce()).transitions.filter((x) => x.event === 'AlertFired').map((x) => x.alertId);
     expect(fired).toEqual(expect.arrayContaining([latency.id, tokenAlert.id, unusual.id]));
-    await settleProjections();
-    const views = (await inject({ method: 'GET', url: '/api/v1/alerts', headers: auth })).json().alerts;
+    await t.settle();
+    const views = (await t.inject({ method: 'GET', url: '/api/v1/alerts', headers: auth })).json().alerts;
     expect(views.find((a: { id: string }) => a.id === tokenAlert.id)).toMatchObject({ state: 'firing', last_value: 60 });
     expect(views.find((a: { id: string }) => a.id === unusual.id)).toMatchObject({ state: 'firing', last_value: 12 });
     expect(views.find((a: { id: string }) => a.id === latency.id).last_value).toBeGreaterThan(400);
@@ -387,7 +331,7 @@ describe('the evaluator never crashes on bad data', () => {
       'any',
     );
     await recordUsage(o.accountId, tokenId, [{ status: 429 }]);
-    const report = await evaluator.runOnce();
+    const report = await t.evaluator.runOnce();
     expect(report.skipped).toBeGreaterThanOrEqual(1);
     expect(report.failed).toBe(0);
     expect(report.transitions).toContainEqual({ alertId: alert.id, event: 'AlertFired' });
@@ -401,7 +345,7 @@ describe('the evaluator never crashes on bad data', () => {
 
 describe('the alert read models', () => {
   it('are rebuilt from the log exactly', async () => {
-    await settleProjections();
+    await t.settle();
     const dump = async (rm: { range: LevelReadModelStore['range'] }) =>
       Object.fromEntries(await Promise.all(alertsProjection.collections.map(async (c) => [c, await rm.range(c)] as const)));
     const live = await dump(t.runtime.readModels);

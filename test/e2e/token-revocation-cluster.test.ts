@@ -1,13 +1,9 @@
-import type { FastifyInstance } from 'fastify';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { loadConfig } from '../../src/config.js';
-import { openRuntime, type Runtime } from '../../src/runtime.js';
-import { buildServer } from '../../src/server.js';
 import { type GanacheNode, startGanache } from '../support/ganache.js';
 import { createTestDatabase, postgresUnavailable, type TestDatabase } from '../support/postgres.js';
 import { startTestRedisCluster, type TestRedisCluster } from '../support/redisCluster.js';
-import { newToken, startTestApp, type TestApp } from '../support/testApp.js';
+import { callChain as call, type Role, type Roles, startRoles } from '../support/roles.js';
 
 /**
  * token-revocation.test.ts's lost-subscription case on a Redis Cluster (`redis+cluster://`): there
@@ -18,21 +14,6 @@ import { newToken, startTestApp, type TestApp } from '../support/testApp.js';
 const unavailable = await postgresUnavailable();
 const WINDOW_MS = 1000;
 
-interface Role {
-  runtime: Runtime;
-  app: FastifyInstance;
-  base: string;
-  stop(): Promise<void>;
-}
-
-const blockNumber = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'eth_blockNumber', params: [] });
-
-async function call(base: string, token: string): Promise<number> {
-  const res = await fetch(`${base}/local/${token}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: blockNumber });
-  await res.arrayBuffer();
-  return res.status;
-}
-
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 const TITLE = 'token revocation on a Redis Cluster';
@@ -41,63 +22,24 @@ describe.skipIf(unavailable !== null)(unavailable ? `${TITLE} (skipped: ${unavai
   let db: TestDatabase;
   let cluster: TestRedisCluster;
   let ganache: GanacheNode;
-  let api: TestApp;
-  let projector: Role;
+  let roles: Roles;
   let gateway: Role;
-  let env: Record<string, string>;
-
-  async function startRole(role: 'gateway' | 'projector'): Promise<Role> {
-    const runtime = await openRuntime(loadConfig({ ...env, ROLE: role, DATA_DIR: api.dataDir }));
-    if (role === 'projector') {
-      await runtime.projector?.start();
-      runtime.ingester?.start();
-      await runtime.projector?.caughtUp;
-    }
-    const app = await buildServer(runtime);
-    await app.listen({ port: 0, host: '127.0.0.1' });
-    const address = app.server.address();
-    let stopped = false;
-    return {
-      runtime,
-      app,
-      base: `http://127.0.0.1:${typeof address === 'object' && address ? address.port : 0}`,
-      async stop() {
-        if (stopped) return;
-        stopped = true;
-        await app.close();
-        await runtime.close();
-      },
-    };
-  }
 
   beforeAll(async () => {
     [db, cluster, ganache] = await Promise.all([createTestDatabase(), startTestRedisCluster(), startGanache()]);
-    env = { DATABASE_URL: db.url, REDIS_URL: cluster.url, UPSTREAM_LOCAL: ganache.url, LOG_LEVEL: 'warn' };
-    api = await startTestApp({ env: { ...env, ROLE: 'api' } });
-    projector = await startRole('projector');
-    gateway = await startRole('gateway');
+    roles = await startRoles({ DATABASE_URL: db.url, REDIS_URL: cluster.url, UPSTREAM_LOCAL: ganache.url, LOG_LEVEL: 'warn' }, { gateways: 1 });
+    gateway = roles.gateways[0] as Role;
   }, 120_000);
   afterAll(async () => {
-    await gateway?.stop();
-    await projector?.stop();
-    await api?.close();
+    await roles?.stop();
     await ganache?.close();
     await cluster?.stop();
     await db?.drop();
   });
 
   /** A token on the unlimited plan, called once on the gateway so it is cached there. */
-  async function cachedToken() {
-    const o = await newToken(api, { plan: 'unlimited' });
-    expect(await call(gateway.base, o.token)).toBe(200);
-    return o;
-  }
-
-  async function revoke(o: { tokenId: string; auth: Record<string, string> }): Promise<number> {
-    const res = await api.app.inject({ method: 'DELETE', url: `/api/v1/tokens/${o.tokenId}`, headers: o.auth });
-    expect(res.statusCode).toBeLessThan(300);
-    return performance.now();
-  }
+  const cachedToken = () => roles.cachedToken();
+  const revoke = (o: { tokenId: string; auth: Record<string, string> }) => roles.revoke(o);
 
   /** From `since`, calls the gateway back to back until it answers other than 200: its status and the ms it took. */
   async function untilRefused(token: string, since: number, limitMs = 5000): Promise<{ status: number; ms: number }> {

@@ -1,13 +1,10 @@
-import type { FastifyInstance } from 'fastify';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { loadConfig } from '../../src/config.js';
-import { openRuntime, type Runtime } from '../../src/runtime.js';
-import { buildServer } from '../../src/server.js';
 import { type GanacheNode, startGanache } from '../support/ganache.js';
 import { createTestDatabase, postgresUnavailable, type TestDatabase } from '../support/postgres.js';
 import { startTestRedisServer, type TestRedisServer } from '../support/redisServer.js';
-import { ADMIN_TOKEN, newToken, startTestApp, type TestApp } from '../support/testApp.js';
+import { callChain as call, type Role, type Roles, startRoles } from '../support/roles.js';
+import { ADMIN_TOKEN } from '../support/testApp.js';
 
 /**
  * "A revoked token reaches every gateway's cache within a second" (docs/architecture.md), checked
@@ -18,85 +15,32 @@ import { ADMIN_TOKEN, newToken, startTestApp, type TestApp } from '../support/te
 const unavailable = await postgresUnavailable();
 const WINDOW_MS = 1000;
 
-interface Role {
-  runtime: Runtime;
-  app: FastifyInstance;
-  base: string;
-  stop(): Promise<void>;
-}
-
-const blockNumber = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'eth_blockNumber', params: [] });
-
-async function call(base: string, token: string, chain = 'local'): Promise<number> {
-  const res = await fetch(`${base}/${chain}/${token}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: blockNumber });
-  await res.arrayBuffer();
-  return res.status;
-}
-
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 describe.skipIf(unavailable !== null)(unavailable ? `token revocation across gateways (skipped: ${unavailable})` : 'token revocation across gateways', () => {
   let db: TestDatabase;
   let redis: TestRedisServer;
   let ganache: GanacheNode;
-  let api: TestApp;
-  let projector: Role;
+  let roles: Roles;
   let gateways: Role[] = [];
-  let env: Record<string, string>;
-
-  async function startRole(role: 'gateway' | 'projector'): Promise<Role> {
-    const config = loadConfig({ ...env, ROLE: role, DATA_DIR: api.dataDir });
-    const runtime = await openRuntime(config);
-    if (role === 'projector') {
-      await runtime.projector?.start();
-      runtime.ingester?.start();
-      await runtime.projector?.caughtUp;
-    }
-    const app = await buildServer(runtime);
-    await app.listen({ port: 0, host: '127.0.0.1' });
-    const address = app.server.address();
-    let stopped = false;
-    return {
-      runtime,
-      app,
-      base: `http://127.0.0.1:${typeof address === 'object' && address ? address.port : 0}`,
-      async stop() {
-        if (stopped) return;
-        stopped = true;
-        await app.close();
-        await runtime.close();
-      },
-    };
-  }
 
   beforeAll(async () => {
     [db, redis, ganache] = await Promise.all([createTestDatabase(), startTestRedisServer(), startGanache()]);
-    env = { DATABASE_URL: db.url, REDIS_URL: redis.url, UPSTREAM_LOCAL: ganache.url, UPSTREAM_ARB: ganache.url, LOG_LEVEL: 'warn' };
-    api = await startTestApp({ env: { ...env, ROLE: 'api' } });
-    projector = await startRole('projector');
-    gateways = [await startRole('gateway'), await startRole('gateway')];
+    roles = await startRoles(
+      { DATABASE_URL: db.url, REDIS_URL: redis.url, UPSTREAM_LOCAL: ganache.url, UPSTREAM_ARB: ganache.url, LOG_LEVEL: 'warn' },
+      { gateways: 2 },
+    );
+    gateways = roles.gateways;
   }, 120_000);
   afterAll(async () => {
-    for (const g of gateways) await g.stop();
-    await projector?.stop();
-    await api?.close();
+    await roles?.stop();
     await ganache?.close();
     await redis?.stop();
     await db?.drop();
   });
 
-  /** A token on the unlimited plan (no rate limit in the way), called once on each gateway so both have it cached. */
-  async function cachedToken(plan = 'unlimited') {
-    const o = await newToken(api, { plan });
-    for (const g of gateways) expect(await call(g.base, o.token)).toBe(200);
-    return o;
-  }
-
-  async function revoke(o: { tokenId: string; auth: Record<string, string> }): Promise<number> {
-    const res = await api.app.inject({ method: 'DELETE', url: `/api/v1/tokens/${o.tokenId}`, headers: o.auth });
-    expect(res.statusCode).toBeLessThan(300);
-    return performance.now();
-  }
+  const cachedToken = (plan?: string) => roles.cachedToken(plan);
+  const revoke = (o: { tokenId: string; auth: Record<string, string> }) => roles.revoke(o);
 
   /** From `since`, calls each gateway back to back until it answers other than 200: the ms until both did, and how many got 200 meanwhile. */
   async function untilBothRefuse(token: string, since: number, limitMs = 5000, chain = 'local'): Promise<{ ms: number; admitted: number; statuses: number[] }> {
@@ -209,7 +153,7 @@ describe.skipIf(unavailable !== null)(unavailable ? `token revocation across gat
   it('a disabled token is refused (403) and an enabled one admitted again on both gateways within the second', async () => {
     const o = await cachedToken();
     const patch = async (status: string) => {
-      const res = await api.app.inject({ method: 'PATCH', url: `/api/v1/tokens/${o.tokenId}`, headers: o.auth, payload: { status } });
+      const res = await roles.api.app.inject({ method: 'PATCH', url: `/api/v1/tokens/${o.tokenId}`, headers: o.auth, payload: { status } });
       expect(res.statusCode).toBe(200);
       return performance.now();
     };
@@ -220,7 +164,7 @@ describe.skipIf(unavailable !== null)(unavailable ? `token revocation across gat
   it('a plan downgrade that drops a chain is refused on that chain (403) on both gateways within the second', async () => {
     const o = await cachedToken('developer');
     for (const g of gateways) expect(await call(g.base, o.token, 'arb')).toBe(200);
-    const res = await api.app.inject({
+    const res = await roles.api.app.inject({
       method: 'PUT',
       url: `/api/v1/admin/accounts/${o.accountId}/plan`,
       headers: { authorization: `Bearer ${ADMIN_TOKEN}` },
