@@ -1,37 +1,13 @@
-import type { ChainFigures, MethodFigures, OtherMethods } from '../../api/types.js';
+import type { Others } from '../../api/cutList.js';
+import type { ChainFigures } from '../../api/types.js';
 import { fmtCompact, fmtInt, fmtPct, rate } from '../format.js';
 import { type Column, DataTable } from './dataTable.js';
-
-/** What a cut list leaves out, summed: how many entries, their requests and errors. */
-export interface Others {
-  count: number;
-  requests: number;
-  errors: number;
-}
 
 /** The row props of a cut list's last row: `data-testid="others"` marks it. */
 export const othersRowProps = <R extends { others?: number }>(r: R): Record<`data-${string}`, string> =>
   r.others !== undefined ? { 'data-testid': 'others' } : {};
 
 type Row = Pick<ChainFigures, 'chain' | 'requests' | 'errors'> & { method?: string; others?: number };
-
-/**
- * The first `shown` entries of `byMethod`, and the rest summed with those the API itself left
- * out past its cap (`byMethodOther`): the rows then add up to the totals. `others` is null
- * when nothing is left out.
- */
-export function methodRows(byMethod: MethodFigures[], other: OtherMethods | null, shown: number): { rows: MethodFigures[]; others: Others | null } {
-  const rest = byMethod.slice(shown);
-  if (rest.length === 0 && other === null) return { rows: byMethod, others: null };
-  return {
-    rows: byMethod.slice(0, shown),
-    others: {
-      count: rest.length + (other?.methods ?? 0),
-      requests: rest.reduce((s, r) => s + r.requests, other?.requests ?? 0),
-      errors: rest.reduce((s, r) => s + r.errors, other?.errors ?? 0),
-    },
-  };
-}
 
 /**
  * Requests by network, or by method (a method is named with its network); `others`, when the

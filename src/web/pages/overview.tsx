@@ -1,6 +1,7 @@
 import { useEffect } from 'preact/hooks';
+import { cutMethods } from '../../api/cutList.js';
 import type { Account, PeriodMetrics } from '../../api/types.js';
-import { Breakdown, methodRows } from '../components/breakdown.js';
+import { Breakdown } from '../components/breakdown.js';
 import { FiltersBar } from '../components/filters.js';
 import { MetricCards } from '../components/metricCards.js';
 import { Empty, Panel } from '../components/ui.js';
@@ -60,7 +61,7 @@ export function OverviewPage() {
 
 /** The 10 busiest methods, then the rest summed (those the API left out past its cap too), so the rows add up to the period's totals. */
 function TopMethods({ metrics }: { metrics: PeriodMetrics | null }) {
-  const { rows, others } = methodRows(metrics?.byMethod ?? [], metrics?.byMethodOther ?? null, 10);
+  const { rows, others } = cutMethods(metrics?.byMethod ?? [], metrics?.byMethodOther ?? null, 10);
   return <Breakdown rows={rows} others={others} by="method" loaded={metrics !== null} />;
 }
 

@@ -1,4 +1,5 @@
 import PDFDocument from 'pdfkit';
+import { cutList, cutMethods, type Others } from '../../../api/cutList.js';
 import type { OtherErrors } from '../../../api/types.js';
 import type { ErrorGroup, SeriesPoint, UsageFigures, UsageReport } from '../../../projections/metricsQueries.js';
 
@@ -125,15 +126,13 @@ function drawMore(doc: PDFKit.PDFDocument, text: string): void {
 
 const plural = (n: number, one: string, many: string): string => `${count(n)} ${n === 1 ? one : many}`;
 
-/** The requests and errors of the entries past the first TOP, with those a list already left out (`other`). */
-function moreFigures(rest: UsageFigures[], other: (Pick<UsageFigures, 'requests' | 'errors'> & { entries: number }) | null) {
-  const requests = rest.reduce((s, f) => s + f.requests, other?.requests ?? 0);
-  const errors = rest.reduce((s, f) => s + f.errors, other?.errors ?? 0);
-  return { entries: rest.length + (other?.entries ?? 0), requests, errors, errorRate: requests === 0 ? null : (errors / requests) * 100 };
+/** The requests, errors and error rate of what a table cut to TOP rows left out (see cutList). */
+function moreFigures(others: Others) {
+  return { ...others, errorRate: others.requests === 0 ? null : (others.errors / others.requests) * 100 };
 }
 
 const moreText = (what: [string, string], m: ReturnType<typeof moreFigures>): string =>
-  `and ${count(m.entries)} more ${m.entries === 1 ? what[0] : what[1]}: ${plural(m.requests, 'request', 'requests')}, ${plural(m.errors, 'error', 'errors')} (error rate ${pct(m.errorRate)})`;
+  `and ${plural(m.count, `more ${what[0]}`, `more ${what[1]}`)}: ${plural(m.requests, 'request', 'requests')}, ${plural(m.errors, 'error', 'errors')} (error rate ${pct(m.errorRate)})`;
 
 /** The PDF snapshot of the dashboard: the summary figures, the usage chart and the top breakdowns. A readable stream. */
 export function usagePdf(input: PdfReportInput): PDFKit.PDFDocument {
@@ -190,7 +189,8 @@ export function usagePdf(input: PdfReportInput): PDFKit.PDFDocument {
     byChain.slice(0, TOP).map((c) => [c.chain, ...figureCells(c)]),
     [0.25, 0.15, 0.15, 0.15, 0.15, 0.15],
   );
-  if (byChain.length > TOP) drawMore(doc, moreText(['chain', 'chains'], moreFigures(byChain.slice(TOP), null)));
+  const chainsLeft = cutList(byChain, null, TOP).others;
+  if (chainsLeft) drawMore(doc, moreText(['chain', 'chains'], moreFigures(chainsLeft)));
   drawTable(
     doc,
     'Most used methods',
@@ -199,10 +199,8 @@ export function usagePdf(input: PdfReportInput): PDFKit.PDFDocument {
     [0.1, 0.35, 0.11, 0.11, 0.11, 0.11, 0.11],
   );
   // Past the first TOP: the rest of byMethod and the entries the report itself left out past its cap.
-  if (byMethod.length > TOP || byMethodOther) {
-    const other = byMethodOther && { entries: byMethodOther.methods, requests: byMethodOther.requests, errors: byMethodOther.errors };
-    drawMore(doc, moreText(['method', 'methods'], moreFigures(byMethod.slice(TOP), other)));
-  }
+  const methodsLeft = cutMethods(byMethod, byMethodOther, TOP).others;
+  if (methodsLeft) drawMore(doc, moreText(['method', 'methods'], moreFigures(methodsLeft)));
   drawTable(
     doc,
     'Errors',
@@ -211,9 +209,10 @@ export function usagePdf(input: PdfReportInput): PDFKit.PDFDocument {
     [0.09, 0.33, 0.08, 0.2, 0.1, 0.2],
   );
   if (input.errors.length > TOP || input.errorsOther) {
-    const groups = input.errors.length - Math.min(input.errors.length, TOP) + (input.errorsOther?.groups ?? 0);
-    const errors = input.errors.slice(TOP).reduce((s, e) => s + e.count, input.errorsOther?.count ?? 0);
-    drawMore(doc, `and ${count(groups)} more error ${groups === 1 ? 'group' : 'groups'}: ${plural(errors, 'error', 'errors')}`);
+    const rest = input.errors.slice(TOP);
+    const groups = rest.length + (input.errorsOther?.groups ?? 0);
+    const errors = rest.reduce((s, e) => s + e.count, input.errorsOther?.count ?? 0);
+    drawMore(doc, `and ${plural(groups, 'more error group', 'more error groups')}: ${plural(errors, 'error', 'errors')}`);
   }
   doc.end();
   return doc;
