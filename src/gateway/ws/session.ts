@@ -178,9 +178,9 @@ export class Session {
    * members go through ChainCalls as one batch, and the answers leave in one frame, in the
    * members' order; the subscriptions open after it.
    */
-  private batch({ text, spans, members }: SubscriptionBatch): void {
+  private batch({ text, spans, members, calls }: SubscriptionBatch): void {
     const local = new Map<number, { body: string | Buffer | null; start: (() => void) | null }>();
-    const others = members.filter((m) => localOf(m, this.dialect) === null);
+    const others = members.filter((_, i) => calls[i] === null);
     let answered: string[] | null = others.length === 0 ? [] : null;
     const finish = (): void => {
       if (answered === null || local.size < members.length - others.length) return;
@@ -196,9 +196,9 @@ export class Session {
       if (elements.length > 0) this.send(`[${elements.join(',')}]`);
       for (const m of members) local.get(m.index)?.start?.();
     };
-    for (const m of members) {
-      const call = localOf(m, this.dialect);
-      if (call === null) continue;
+    for (const [i, m] of members.entries()) {
+      const call = calls[i];
+      if (call === null || call === undefined) continue;
       const span = spans[m.index] as Span;
       this.answerLocally(Buffer.from(text.slice(span[0], span[1])), call, (body, start) => {
         local.set(m.index, { body, start });
@@ -460,6 +460,8 @@ interface SubscriptionBatch {
   text: string;
   spans: Span[];
   members: RpcMember[];
+  /** Each member as the socket answers it, in the members' order; null: ChainCalls answers it. */
+  calls: Array<LocalCall | null>;
 }
 
 /**
@@ -470,9 +472,11 @@ interface SubscriptionBatch {
 function subscriptionBatch(data: Buffer, dialect: PubSubDialect, maxBatch: number): SubscriptionBatch | null {
   if (data.indexOf('ubscribe') < 0) return null;
   const parsed = parseJsonRpc(data, maxBatch);
-  if (parsed.kind !== 'batch' || !parsed.members.some((m) => localOf(m, dialect) !== null)) return null;
+  if (parsed.kind !== 'batch') return null;
+  const calls = parsed.members.map((m) => localOf(m, dialect));
+  if (calls.every((c) => c === null)) return null;
   const text = data.toString('utf8');
-  return { text, spans: arrayElements(text, documentStart(text)), members: parsed.members };
+  return { text, spans: arrayElements(text, documentStart(text)), members: parsed.members, calls };
 }
 
 /** A batch member the socket answers itself, as `localCall` reads a single call; null: ChainCalls answers it. */
