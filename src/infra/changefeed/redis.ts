@@ -43,12 +43,17 @@ export class RedisChangeFeed implements ChangeFeed {
       this.followClusterSubscriber(this.subscriber as Cluster, connection);
     } else {
       // One server (or a cluster client without the internal below): its 'ready' after the first is a reconnect.
-      let connected = false;
-      this.subscriber.on('ready', () => {
-        if (connected) void this.resumed();
-        connected = true;
-      });
+      this.subscriber.on('ready', this.resumeAfterFirstReady());
     }
+  }
+
+  /** A 'ready' listener: the first 'ready' it hears is the subscription made, every later one a resubscription after a gap. */
+  private resumeAfterFirstReady(): () => void {
+    let connected = false;
+    return () => {
+      if (connected) void this.resumed();
+      connected = true;
+    };
   }
 
   /** Looks for a new cluster subscriber connection to follow (nothing on one server). */
@@ -66,15 +71,13 @@ export class RedisChangeFeed implements ChangeFeed {
    */
   private followClusterSubscriber(cluster: Cluster, connection: () => Redis | null): void {
     const followed = new WeakSet<Redis>();
-    let connected = false;
+    // One listener for every connection: the first to become ready subscribed us, each later one resubscribed.
+    const onReady = this.resumeAfterFirstReady();
     const follow = (): void => {
       const current = connection();
       if (!current || followed.has(current)) return;
       followed.add(current);
-      current.on('ready', () => {
-        if (connected) void this.resumed();
-        connected = true;
-      });
+      current.on('ready', onReady);
       current.on('end', follow);
     };
     this.followSubscriber = follow;
