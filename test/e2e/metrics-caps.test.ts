@@ -1,10 +1,9 @@
-import { Ajv2020, type ValidateFunction } from 'ajv/dist/2020.js';
-import ajvFormats from 'ajv-formats';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { components } from '../../clients/typescript/schema.js';
 import { EXPORT_COLUMNS } from '../../src/commands/api/exports/rows.js';
 import { pdfText } from '../support/pdfText.js';
 import { createToken, ownerOn } from '../support/planOwner.js';
+import { type ServedDocument, servedOpenApi } from '../support/servedOpenApi.js';
 import { startTestApp, type TestApp } from '../support/testApp.js';
 import { usageCalls } from '../support/usageCall.js';
 import { countsOf, sumCounts, sumOf } from '../support/usageFigures.js';
@@ -30,43 +29,17 @@ const MIN = 60_000;
 const iso = (ms: number) => new Date(ms).toISOString();
 
 let t: TestApp;
-const ajv = new Ajv2020({ strict: false, allErrors: true });
-ajvFormats.default(ajv);
-ajv.addFormat('binary', true);
-const COMPONENTS = 'https://chain-gateway.test/components';
-interface Described {
-  description?: string;
-  properties?: Record<string, Described>;
-}
-let doc: {
-  paths: Record<string, Record<string, { responses: Record<string, { content?: Record<string, { schema?: Described }> }> }>>;
-  components: { schemas: Record<string, Described> };
-};
-const validators = new Map<string, ValidateFunction>();
+let doc: ServedDocument;
+let conforms: ReturnType<typeof servedOpenApi>['conforms'];
 
 beforeAll(async () => {
   t = await startTestApp();
   const served = await t.app.inject({ method: 'GET', url: '/api/v1/openapi.json' });
-  const text = served.body.replaceAll('"#/components/schemas/', `"${COMPONENTS}#/$defs/`);
-  doc = JSON.parse(text);
-  ajv.addSchema({ $id: COMPONENTS, $defs: doc.components.schemas });
+  ({ doc, conforms } = servedOpenApi(served.body));
 });
 afterAll(async () => {
   await t?.close();
 });
-
-/** The answer must be one the document gives for this operation and status. */
-function conforms(path: string, status: number, mediaType: string, body: unknown): void {
-  const schema = doc.paths[path]?.get?.responses[String(status)]?.content?.[mediaType]?.schema;
-  expect(schema, `${path} ${status} has no ${mediaType} schema`).toBeDefined();
-  const key = `${path} ${status} ${mediaType}`;
-  let validate = validators.get(key);
-  if (!validate) {
-    validate = ajv.compile(schema as object);
-    validators.set(key, validate);
-  }
-  expect(validate(body), `${key}: ${ajv.errorsText(validate.errors)}`).toBe(true);
-}
 
 const get = (o: Auth, url: string) => t.app.inject({ method: 'GET', url, headers: o.auth });
 const q = (query: Record<string, string>) => `?${new URLSearchParams(query)}`;

@@ -1,11 +1,11 @@
-import { Ajv2020, type ValidateFunction } from 'ajv/dist/2020.js';
-import ajvFormats from 'ajv-formats';
 import createClient from 'openapi-fetch';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { components, paths } from '../../clients/typescript/schema.js';
+import type { ExportRow } from '../../src/commands/api/exports/rows.js';
 import { histogramIndex, LATENCY_BOUNDS_MS } from '../../src/projections/usageHistogram.js';
 import { type GanacheNode, startGanache } from '../support/ganache.js';
 import { ownerOn } from '../support/planOwner.js';
+import { type ServedDocument, servedOpenApi } from '../support/servedOpenApi.js';
 import { startTestApp, type TestApp } from '../support/testApp.js';
 import { usageCalls } from '../support/usageCall.js';
 import { type Counts, countsOf, sumCounts, sumOf } from '../support/usageFigures.js';
@@ -26,20 +26,6 @@ type Schemas = components['schemas'];
 type UserMetrics = Schemas['UserMetrics'];
 type TokenMetrics = Schemas['TokenMetrics'];
 type Figures = Schemas['UsageFigures'];
-interface ExportRow {
-  time: string;
-  request_id: string;
-  token_id: string;
-  chain: string;
-  method: string;
-  status: number;
-  outcome: string;
-  rpc_error_code: number | null;
-  total_ms: number;
-  client_ip: string;
-  charged: boolean;
-  cache: string | null;
-}
 
 const MIN = 60_000;
 const HOUR = 60 * MIN;
@@ -50,12 +36,8 @@ let node: GanacheNode;
 let t: TestApp;
 let baseUrl: string;
 let client: ReturnType<typeof createClient<paths>>;
-const ajv = new Ajv2020({ strict: false, allErrors: true });
-ajvFormats.default(ajv);
-ajv.addFormat('binary', true);
-const COMPONENTS = 'https://chain-gateway.test/components';
-let doc: { paths: Record<string, Record<string, { responses: Record<string, { content?: Record<string, { schema?: object }> }> }>> };
-const validators = new Map<string, ValidateFunction>();
+let doc: ServedDocument;
+let conforms: ReturnType<typeof servedOpenApi>['conforms'];
 
 beforeAll(async () => {
   node = await startGanache();
@@ -66,32 +48,12 @@ beforeAll(async () => {
   client = createClient<paths>({ baseUrl });
   // The document as the service serves it (the committed client is checked against it elsewhere).
   const served = await fetch(`${baseUrl}/api/v1/openapi.json`);
-  const text = (await served.text()).replaceAll('"#/components/schemas/', `"${COMPONENTS}#/$defs/`);
-  const parsed = JSON.parse(text);
-  if (!parsed.components) throw new Error(`openapi.json: ${served.status} ${text.slice(0, 300)}`);
-  ajv.addSchema({ $id: COMPONENTS, $defs: parsed.components.schemas });
-  doc = parsed;
+  ({ doc, conforms } = servedOpenApi(await served.text()));
 });
 afterAll(async () => {
   await t?.close();
   await node?.close();
 });
-
-/** The answer must be one the document gives for this operation and status. */
-function conforms(path: string, status: number, mediaType: string, body: unknown): void {
-  const operation = doc.paths[path]?.get;
-  const response = operation?.responses[String(status)];
-  expect(response, `${path} does not document ${status}`).toBeDefined();
-  const schema = response?.content?.[mediaType]?.schema;
-  expect(schema, `${path} ${status} has no ${mediaType} schema`).toBeDefined();
-  const key = `${path} ${status} ${mediaType}`;
-  let validate = validators.get(key);
-  if (!validate) {
-    validate = ajv.compile(schema as object);
-    validators.set(key, validate);
-  }
-  expect(validate(body), `${key}: ${ajv.errorsText(validate.errors)}`).toBe(true);
-}
 
 const headersOf = (o: { auth: Record<string, string> }) => o.auth;
 
@@ -531,8 +493,7 @@ describe('client IPs are counted per day, as the document says', () => {
     const minute = await tokenMetrics(o, tok.id, { start: iso(day + 10 * HOUR), end: iso(day + 10 * HOUR + MIN), chain: 'eth' });
     expect(minute.totals.requests).toBe(1);
     expect(minute.clientIps).toEqual([{ ip: '192.0.2.77', count: 2, lastSeen: calls.records[1]?.at }]);
-    const described = (doc as unknown as { components: { schemas: Record<string, { properties: Record<string, { description?: string }> }> } }).components
-      .schemas['TokenMetrics']?.properties['clientIps']?.description;
+    const described = doc.components.schemas['TokenMetrics']?.properties?.['clientIps']?.description;
     expect(described).toMatch(/per UTC day/);
   });
 });
