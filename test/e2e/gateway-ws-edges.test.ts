@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { eventually, until } from '../support/eventually.js';
 import { type FakeUpstream, startFake } from '../support/fakeUpstreams.js';
 import { type FakeWsUpstream, startFakeWsUpstream } from '../support/fakeWsUpstream.js';
-import { newToken as newOwnerToken, startTestApp, type TestApp } from '../support/testApp.js';
+import { listen, newToken as newOwnerToken, startTestApp, type TestApp } from '../support/testApp.js';
 import { recordedCalls } from '../support/usageLog.js';
 import { WsClient } from '../support/wsClient.js';
 
@@ -52,9 +52,7 @@ describe('subscribe calls in a batch, with id null, or as notifications', () => 
   let wsBase: string;
   beforeAll(async () => {
     t = await startTestApp({ env: { UPSTREAM_LOCAL: httpNode.url, UPSTREAM_LOCAL_WS: wsNode.wsUrl } });
-    await t.app.listen({ port: 0, host: '127.0.0.1' });
-    const address = t.app.server.address();
-    wsBase = `ws://127.0.0.1:${typeof address === 'object' && address ? address.port : 0}`;
+    wsBase = (await listen(t)).wsBase;
   });
   afterAll(async () => {
     await t?.close();
@@ -146,9 +144,7 @@ describe('the drain (SIGTERM)', () => {
     const t = await startTestApp({ env: { UPSTREAM_LOCAL: httpNode.url, UPSTREAM_LOCAL_WS: wsNode.wsUrl } });
     try {
       const o = await newOwnerToken(t, { plan: 'unlimited' });
-      await t.app.listen({ port: 0, host: '127.0.0.1' });
-      const address = t.app.server.address();
-      const port = typeof address === 'object' && address ? address.port : 0;
+      const { port } = await listen(t);
       // A call is at the node (held there) when the close begins, so the server stays open; the upgrade's request, begun on another connection before, ends after that.
       httpNode.reset();
       httpNode.mode = 'slow';

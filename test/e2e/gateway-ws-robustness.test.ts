@@ -9,7 +9,7 @@ import { WS_CLOSE } from '../../src/gateway/ws/gateway.js';
 import { until } from '../support/eventually.js';
 import { type FakeUpstream, startFake } from '../support/fakeUpstreams.js';
 import { type FakeWsUpstream, startFakeWsUpstream } from '../support/fakeWsUpstream.js';
-import { newToken as newOwnerToken, startTestApp, type TestApp } from '../support/testApp.js';
+import { listen, newToken as newOwnerToken, startTestApp, type TestApp } from '../support/testApp.js';
 import { recordedCalls } from '../support/usageLog.js';
 import { WsClient } from '../support/wsClient.js';
 
@@ -68,10 +68,7 @@ interface Gateway {
 
 async function startGateway(env: Record<string, string> = {}): Promise<Gateway> {
   const t = await startTestApp({ env: { UPSTREAM_LOCAL: node.httpUrl, UPSTREAM_LOCAL_WS: node.wsUrl, PLANS_CONFIG: plansFile, ...env } });
-  await t.app.listen({ port: 0, host: '127.0.0.1' });
-  const address = t.app.server.address();
-  const port = typeof address === 'object' && address ? address.port : 0;
-  return { t, wsBase: `ws://127.0.0.1:${port}` };
+  return { t, wsBase: (await listen(t)).wsBase };
 }
 
 const newToken = ({ t }: Gateway, plan: string, fields: Record<string, unknown> = {}) => newOwnerToken(t, { plan, fields });
@@ -318,9 +315,7 @@ describe('answers larger than the send buffer bound', () => {
   let g: Gateway;
   beforeAll(async () => {
     const t = await startTestApp({ env: { UPSTREAM_LOCAL: bigNode.url, UPSTREAM_LOCAL_WS: node.wsUrl, PLANS_CONFIG: plansFile } });
-    await t.app.listen({ port: 0, host: '127.0.0.1' });
-    const address = t.app.server.address();
-    g = { t, wsBase: `ws://127.0.0.1:${typeof address === 'object' && address ? address.port : 0}` };
+    g = { t, wsBase: (await listen(t)).wsBase };
   });
   afterAll(async () => {
     await g?.t.close();

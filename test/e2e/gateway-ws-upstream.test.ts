@@ -4,9 +4,9 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import { WS_CLOSE } from '../../src/gateway/ws/gateway.js';
-import { type FakeWsUpstream, startFakeWsUpstream } from '../support/fakeWsUpstream.js';
-import { newToken as newOwnerToken, startTestApp, type TestApp } from '../support/testApp.js';
 import { until } from '../support/eventually.js';
+import { type FakeWsUpstream, startFakeWsUpstream } from '../support/fakeWsUpstream.js';
+import { listen, newToken as newOwnerToken, startTestApp, type TestApp } from '../support/testApp.js';
 import { WsClient } from '../support/wsClient.js';
 
 /**
@@ -34,10 +34,7 @@ interface Gateway {
 
 async function startGateway(env: Record<string, string> = {}): Promise<Gateway> {
   const t = await startTestApp({ env: { UPSTREAM_LOCAL: node.httpUrl, UPSTREAM_LOCAL_WS: node.wsUrl, PLANS_CONFIG: plansFile, ...env } });
-  await t.app.listen({ port: 0, host: '127.0.0.1' });
-  const address = t.app.server.address();
-  const port = typeof address === 'object' && address ? address.port : 0;
-  return { t, wsBase: `ws://127.0.0.1:${port}` };
+  return { t, wsBase: (await listen(t)).wsBase };
 }
 
 const newToken = ({ t }: Gateway, plan: string, fields: Record<string, unknown> = {}) => newOwnerToken(t, { plan, fields });

@@ -6,7 +6,7 @@ import { histogramIndex, LATENCY_BOUNDS_MS } from '../../src/projections/usageHi
 import { type GanacheNode, startGanache } from '../support/ganache.js';
 import { ownerOn } from '../support/planOwner.js';
 import { type ServedDocument, servedOpenApi } from '../support/servedOpenApi.js';
-import { startTestApp, type TestApp } from '../support/testApp.js';
+import { listen, startTestApp, type TestApp } from '../support/testApp.js';
 import { usageCalls } from '../support/usageCall.js';
 import { type Counts, countsOf, sumCounts, sumOf } from '../support/usageFigures.js';
 import { recordUsage } from '../support/usageLog.js';
@@ -42,9 +42,7 @@ let conforms: ReturnType<typeof servedOpenApi>['conforms'];
 beforeAll(async () => {
   node = await startGanache();
   t = await startTestApp({ env: { UPSTREAM_LOCAL: node.url, UPSTREAM_ETH: node.url, UPSTREAM_BSC: node.url } });
-  await t.app.listen({ port: 0, host: '127.0.0.1' });
-  const address = t.app.server.address();
-  baseUrl = `http://127.0.0.1:${typeof address === 'object' && address ? address.port : 0}`;
+  baseUrl = (await listen(t)).url;
   client = createClient<paths>({ baseUrl });
   // The document as the service serves it (the committed client is checked against it elsewhere).
   const served = await fetch(`${baseUrl}/api/v1/openapi.json`);

@@ -3,8 +3,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import { loadConfig } from '../../src/config.js';
-import { openRuntime, type Runtime } from '../../src/runtime.js';
 import { INVALIDATION_TOPIC } from '../../src/projections/runner.js';
+import { openRuntime, type Runtime } from '../../src/runtime.js';
 import { buildServer } from '../../src/server.js';
 import { until } from './eventually.js';
 
@@ -46,6 +46,14 @@ export async function startTestApp(options: { dataDir?: string; env?: Record<str
  * fields if given; resolves once its creation reached the gateway as an invalidation, so the
  * first call does not find it missing from a cache read made before.
  */
+/** Listens on a free loopback port: its number, and the base URLs for HTTP and WebSocket calls. */
+export async function listen(t: TestApp): Promise<{ port: number; url: string; wsBase: string }> {
+  await t.app.listen({ port: 0, host: '127.0.0.1' });
+  const address = t.app.server.address();
+  const port = typeof address === 'object' && address ? address.port : 0;
+  return { port, url: `http://127.0.0.1:${port}`, wsBase: `ws://127.0.0.1:${port}` };
+}
+
 export async function newToken(t: TestApp, options: { plan?: string; fields?: Record<string, unknown> } = {}) {
   const o = await owner(t.app);
   const heard: string[] = [];
