@@ -117,10 +117,14 @@ export function planCatalog(overrides: unknown = {}): PlanCatalog {
 
 export const planAllowsChain = (plan: Plan, chain: string): boolean => plan.chains === null || plan.chains.includes(chain);
 
+/** The stricter of two monthly limits, null being unlimited. */
+const atMost = (own: number | null, plan: number | null): number | null => (own === null ? plan : plan === null ? own : Math.min(own, plan));
+
 /**
  * The limits a token runs under: its own rate and monthly limits where the plan allows custom
- * limits, otherwise the plan's. `ownMonthly`: the token counts against its own quota, not the
- * account's (the spec: a token with its own limit does not count against the account's).
+ * limits, otherwise the plan's; the stricter of its own and the plan's, since a token's limits set
+ * on a bigger plan outlive a downgrade. `ownMonthly`: the token counts against its own quota, not
+ * the account's (the spec: a token with its own limit does not count against the account's).
  */
 export function effectiveTokenLimits(
   plan: Plan,
@@ -129,8 +133,8 @@ export function effectiveTokenLimits(
   const custom = plan.custom_limits;
   const ownMonthly = custom && token.monthlyLimit !== null;
   return {
-    rps: custom && token.rateLimit !== null ? token.rateLimit : plan.rps,
-    monthly: ownMonthly ? token.monthlyLimit : plan.monthly_requests,
+    rps: custom && token.rateLimit !== null ? Math.min(token.rateLimit, plan.rps) : plan.rps,
+    monthly: ownMonthly ? atMost(token.monthlyLimit, plan.monthly_requests) : plan.monthly_requests,
     ownMonthly,
   };
 }
