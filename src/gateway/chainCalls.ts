@@ -180,6 +180,8 @@ interface Incoming {
   /** The body's Content-Encoding header, when sent. */
   contentEncoding: string | undefined;
   query: string;
+  /** A Cosmos LCD's `x-cosmos-block-height` (a query at an older height), when sent. */
+  blockHeight: string | undefined;
   limits: GatewayLimits;
 }
 
@@ -259,7 +261,14 @@ function dispatch(scope: CallScope, req: Incoming): MaybePromise<Answer> {
   if (tooLarge) return localError(scope, restIssue(segments, 413, 'payload_too_large', `Request body larger than ${limits.maxBodyBytes} bytes`));
   const encoding = isPost ? unsupportedEncoding(req.contentEncoding) : undefined;
   if (encoding !== undefined) return localError(scope, { ...restIssue(segments, 415, 'unsupported_content_encoding', encoding), headers: IDENTITY_ONLY });
-  return handleRest(scope, { httpMethod: isPost ? 'POST' : 'GET', segments, query: req.query, body: isPost ? raw : null, contentType: req.contentType });
+  return handleRest(scope, {
+    httpMethod: isPost ? 'POST' : 'GET',
+    segments,
+    query: req.query,
+    body: isPost ? raw : null,
+    contentType: req.contentType,
+    blockHeight: req.blockHeight,
+  });
 }
 
 export class ChainCalls {
@@ -388,7 +397,7 @@ export class ChainCalls {
 
   /** The call to its protocol handler. */
   private dispatch(req: ChainRequest, scope: CallScope, credentials: Credentials, query: string): MaybePromise<Answer> {
-    const { 'content-type': contentType, 'content-encoding': contentEncoding } = req.headers;
+    const { 'content-type': contentType, 'content-encoding': contentEncoding, 'x-cosmos-block-height': blockHeight } = req.headers;
     return dispatch(scope, {
       segments: credentials.segments,
       isPost: req.method === 'POST',
@@ -396,6 +405,7 @@ export class ChainCalls {
       contentType,
       contentEncoding,
       query,
+      blockHeight: typeof blockHeight === 'string' ? blockHeight : undefined,
       limits: this.limits,
     });
   }

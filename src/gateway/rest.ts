@@ -22,6 +22,12 @@ export interface RestRequest {
   query: string;
   body: Buffer | null;
   contentType: string | undefined;
+  /**
+   * `x-cosmos-block-height`: a Cosmos LCD answers at that height instead of the latest. Passed on
+   * to the node (passthrough only): dropped, a historical query got the latest state as if it
+   * were the height's.
+   */
+  blockHeight?: string;
 }
 
 /** Solana methods whose result is a bare scalar, and the name it gets in the REST answer. */
@@ -43,8 +49,12 @@ const SOLANA_RESULT_NAMES: Record<string, string> = {
 };
 
 const METHOD_NAME = /^[A-Za-z][A-Za-z0-9_]{0,99}$/;
+/**
+ * `;` too: Jetty (java-tron) and other servlet servers route `/wallet/x;p=1` as `/wallet/x`, so a
+ * path parameter would take a denied endpoint past the deny list.
+ */
 // biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what it rejects
-const UNSAFE_SEGMENT = /[/\\\u0000-\u001f\u007f]/;
+const UNSAFE_SEGMENT = /[/\\;\u0000-\u001f\u007f]/;
 
 function decodeSegments(segments: string[]): string[] | null {
   const out: string[] = [];
@@ -86,7 +96,7 @@ export async function handleRest(scope: CallScope, req: RestRequest): Promise<An
       status: 400,
       rpcCode: RpcCode.invalidRequest,
       restCode: 'invalid_path',
-      message: 'the path has an empty, relative or malformed segment',
+      message: 'the path has an empty, relative or malformed segment, or a path parameter (;)',
       method: req.segments.join('/').slice(0, 200),
     });
   }
@@ -154,6 +164,7 @@ async function passthrough(scope: CallScope, req: RestRequest, decoded: string[]
     path: query === '' ? req.segments.join('/') : `${req.segments.join('/')}?${query}`,
     body: hasBody ? (req.body as Buffer) : undefined,
     contentType: req.contentType ?? 'application/json',
+    headers: req.blockHeight === undefined ? undefined : { 'x-cosmos-block-height': req.blockHeight },
     retriable: req.httpMethod === 'GET' || chain.isReadOnlyPost(path),
   });
   if (!outcome.ok) return failureAnswer(outcome, path, admission);

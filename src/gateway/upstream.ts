@@ -7,7 +7,7 @@ import { startsLikeJson } from './jsonScan.js';
 import type { CallShape } from './upstreams/evmCalls.js';
 import { ChainHeads, type HeadStatus } from './upstreams/heads.js';
 import { LatencyWindow } from './upstreams/latency.js';
-import { type NewHeadsHandlers, NewHeadsFeed } from './upstreams/newHeads.js';
+import { NewHeadsFeed, type NewHeadsHandlers } from './upstreams/newHeads.js';
 
 /**
  * Upstream pools: per chain, a weighted choice among healthy nodes scored by their recent latency
@@ -25,6 +25,8 @@ export interface UpstreamRequest {
   path: string;
   body?: string | Buffer;
   contentType?: string;
+  /** Request headers of the caller's passed on to the node (REST passthrough), beside the node's own. */
+  headers?: Record<string, string>;
   /** Reads may be retried (and hedged) on another upstream; submissions never are (they could land twice). */
   retriable: boolean;
   /** What the call depends on (EVM JSON-RPC): decides which nodes may take it. */
@@ -406,6 +408,7 @@ export class UpstreamPool {
   attempt(m: Member, request: UpstreamRequest, done: Settles): UpstreamCall {
     const hasBody = request.body !== undefined;
     const json = request.contentType === undefined || request.contentType === 'application/json';
+    const own = !hasBody ? m.headers : json ? m.jsonHeaders : { ...m.headers, 'content-type': request.contentType as string };
     const call = new UpstreamCall(m, this.chain.timeoutMs, this.maxResponseBytes, done);
     this.inFlight.add(call);
     try {
@@ -413,7 +416,7 @@ export class UpstreamPool {
         {
           method: request.method,
           path: request.path === '' ? m.rootPath : targetPath(m.upstream.url, request.path),
-          headers: !hasBody ? m.headers : json ? m.jsonHeaders : { ...m.headers, 'content-type': request.contentType as string },
+          headers: request.headers === undefined ? own : { ...own, ...request.headers },
           body: request.body,
         },
         call,
