@@ -4,7 +4,7 @@ import { z } from 'zod';
 import { TokenMetrics, UserMetrics } from '../../api/schemas.js';
 import type { MonthlyLimits, PeriodMetrics, RecentError } from '../../api/types.js';
 import { DomainError } from '../../domain/errors.js';
-import type { Plan } from '../../domain/plans.js';
+import { effectiveTokenLimits, type Plan } from '../../domain/plans.js';
 import type { UsageReport, UsageScope } from '../../projections/metricsQueries.js';
 import { retentionCutoff } from '../../projections/retention.js';
 import { ceilTo, DAY_MS, floorTo, nextBucket, seriesGranularity } from '../../projections/usageBuckets.js';
@@ -174,7 +174,11 @@ export const metricsRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, deps) =
       // A token without its own limit draws on the account's (spec: Authentication 6).
       limits: account
         ? { ...account, appliesTo: 'account' as const, tokenUsed: token.current_month_usage }
-        : { ...monthlyLimits(token.monthly_limit, token.current_month_usage, deps.now()), appliesTo: 'token' as const },
+        : {
+            // The limit the gateway holds it to: its own, or its plan's total where a downgrade made that the lower.
+            ...monthlyLimits(effectiveTokenLimits(plan, { monthlyLimit: token.monthly_limit, rateLimit: null }).monthly, token.current_month_usage, deps.now()),
+            appliesTo: 'token' as const,
+          },
     };
   });
 };
