@@ -1,7 +1,7 @@
 import { useCallback, useEffect, useMemo, useRef, useState } from 'preact/hooks';
 import type { Account } from '../api/types.js';
-import { ApiClient } from './api.js';
-import { BusyButton } from './components/ui.js';
+import { ApiClient, type ApiError, asApiError } from './api.js';
+import { BusyButton, ProblemMessage } from './components/ui.js';
 import { useFocusReturn } from './focus.js';
 import { type Filters, FiltersContext, initialFilters, type Session, SessionContext } from './hooks.js';
 import { AccessTokensPage } from './pages/accessTokens.js';
@@ -41,6 +41,7 @@ export function App() {
   const [account, setAccount] = useState<Account | null>(null);
   const [sessionLost, setSessionLost] = useState(false);
   const [loggingOut, setLoggingOut] = useState(false);
+  const [logoutError, setLogoutError] = useState<ApiError | null>(null);
   const [filters, setFilters] = useState<Filters>(() => initialFilters());
   const phaseRef = useRef(phase);
   phaseRef.current = phase;
@@ -98,18 +99,24 @@ export function App() {
 
   const logout = useCallback(async () => {
     setLoggingOut(true);
+    setLogoutError(null);
     try {
       await api.post('/api/v1/auth/logout');
+    } catch (error) {
+      // The server did not end the session: it still works in this browser, so the page must not look logged out.
+      setLogoutError(asApiError(error));
+      return;
     } finally {
       setLoggingOut(false);
-      hint.clear();
-      for (const resolve of waiting.current.splice(0)) resolve(false);
-      setSessionLost(false);
-      setAccount(null);
-      setPhase('anonymous');
-      navigate('/login');
     }
+    hint.clear();
+    for (const resolve of waiting.current.splice(0)) resolve(false);
+    setSessionLost(false);
+    setAccount(null);
+    setPhase('anonymous');
+    navigate('/login');
   }, [api]);
+  const logoutProblem = logoutError && `Not logged out: ${logoutError.message}`;
 
   if (phase === 'checking') {
     return (
@@ -158,10 +165,17 @@ export function App() {
             </ul>
           </nav>
         </header>
+        {logoutProblem && (
+          <div class="logout-problem">
+            <ProblemMessage error={logoutProblem} />
+          </div>
+        )}
         <main id="main" tabIndex={-1}>
           <Page route={route} />
         </main>
-        {sessionLost && <SessionLostDialog api={api} email={account.email} onDone={loggedInAgain} onLogout={logout} loggingOut={loggingOut} />}
+        {sessionLost && (
+          <SessionLostDialog api={api} email={account.email} onDone={loggedInAgain} onLogout={logout} loggingOut={loggingOut} logoutProblem={logoutProblem} />
+        )}
       </FiltersContext.Provider>
     </SessionContext.Provider>
   );
@@ -200,7 +214,14 @@ function Page({ route }: { route: Route }) {
 }
 
 /** The session ended mid-work: log in again in a dialog, the page beneath keeps its state. */
-function SessionLostDialog(props: { api: ApiClient; email: string; onDone(): Promise<void>; onLogout(): Promise<void>; loggingOut: boolean }) {
+function SessionLostDialog(props: {
+  api: ApiClient;
+  email: string;
+  onDone(): Promise<void>;
+  onLogout(): Promise<void>;
+  loggingOut: boolean;
+  logoutProblem: string | null;
+}) {
   const ref = useRef<HTMLDialogElement>(null);
   // Logged in again, the focus goes back to where the owner was: the control whose call the dialog interrupted.
   useFocusReturn();
@@ -220,6 +241,7 @@ function SessionLostDialog(props: { api: ApiClient; email: string; onDone(): Pro
           {props.loggingOut ? 'Logging out…' : 'Log out'}
         </BusyButton>
       </p>
+      <ProblemMessage error={props.logoutProblem} />
     </dialog>
   );
 }

@@ -67,6 +67,9 @@ export function usePolled<T>(load: (signal: AbortSignal) => Promise<T>, deps: un
   return { ...state, refresh };
 }
 
+/** Its load failed and nothing is shown from before, nor on its way: what `LoadFailed` tells the page's placeholders. */
+export const loadFailed = (polled: Polled<unknown>): boolean => polled.data === null && polled.error !== null && !polled.loading;
+
 /** A value that re-renders its component every `ms` (for "updated 12 s ago"). */
 export function useNow(ms = 1000): number {
   const [now, setNow] = useState(Date.now());

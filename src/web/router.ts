@@ -35,7 +35,14 @@ export function parseRoute(hash: string): Route {
         return { page: first };
     }
   }
-  if (first === 'tokens' && second && parts.length === 2) return { page: 'token', id: decodeURIComponent(second) };
+  if (first === 'tokens' && second && parts.length === 2) {
+    // A typed or pasted address with a broken %-escape names no token: a page not found, not a crash.
+    try {
+      return { page: 'token', id: decodeURIComponent(second) };
+    } catch {
+      return { page: 'not-found', path };
+    }
+  }
   return { page: 'not-found', path };
 }
 

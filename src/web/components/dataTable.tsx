@@ -1,5 +1,5 @@
 import { type ComponentChildren, Fragment } from 'preact';
-import { Empty, TableWrap } from './ui.js';
+import { Empty, Loading, TableWrap } from './ui.js';
 
 export interface Column<R> {
   header: string;
@@ -33,7 +33,7 @@ export function DataTable<R>(props: {
   /** A full-width row under a row, or nothing. */
   detail?(row: R): ComponentChildren;
 }) {
-  if (props.loading) return <Empty>Loading…</Empty>;
+  if (props.loading) return <Loading />;
   if (props.empty !== undefined && props.rows.length === 0) return <Empty>{props.empty}</Empty>;
   const { columns, stack } = props;
   const table = (

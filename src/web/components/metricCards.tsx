@@ -1,5 +1,7 @@
+import { useContext } from 'preact/hooks';
 import type { PeriodMetrics } from '../../api/types.js';
 import { rate, TARGETS, type Target } from '../format.js';
+import { LoadFailed } from './ui.js';
 
 /** The four performance figures, each judged against its target. */
 export function MetricCards({ metrics }: { metrics: PeriodMetrics | null }) {
@@ -21,14 +23,20 @@ export function MetricCards({ metrics }: { metrics: PeriodMetrics | null }) {
 
 function MetricCard({ target, value, loaded }: { target: Target; value: number | null; loaded: boolean }) {
   const verdict = value === null ? 'none' : target.meets(value) ? 'good' : 'bad';
+  const failed = useContext(LoadFailed);
   return (
     <article class={`metric metric-${verdict}`} data-testid={`metric-${target.label}`} aria-label={target.label}>
       <h3 title={target.help}>{target.label}</h3>
-      <p class="metric-value">{loaded ? target.format(value) : '…'}</p>
+      <p class="metric-value">{loaded ? target.format(value) : failed ? '—' : '…'}</p>
       <p class="metric-target">
         {verdict === 'good' && <span class="verdict good">✓ Meets target {target.goal}</span>}
         {verdict === 'bad' && <span class="verdict bad">✗ Misses target {target.goal}</span>}
-        {verdict === 'none' && <span class="verdict none">Target {target.goal} · no traffic</span>}
+        {verdict === 'none' && (
+          <span class="verdict none">
+            Target {target.goal}
+            {loaded ? ' · no traffic' : ''}
+          </span>
+        )}
       </p>
     </article>
   );

@@ -1,5 +1,5 @@
-import type { ButtonHTMLAttributes, ComponentChildren, JSX } from 'preact';
-import { useEffect, useId, useRef, useState } from 'preact/hooks';
+import { type ButtonHTMLAttributes, type ComponentChildren, createContext, type JSX } from 'preact';
+import { useContext, useEffect, useId, useRef, useState } from 'preact/hooks';
 import { ApiError } from '../api.js';
 import { useFocusReturn } from '../focus.js';
 import { fmtAgo } from '../format.js';
@@ -242,6 +242,18 @@ export function Segmented<T extends string>(props: {
 
 export function Empty({ children }: { children: ComponentChildren }) {
   return <p class="empty">{children}</p>;
+}
+
+/**
+ * True inside a page whose data failed to load with nothing loaded before (`loadFailed`): its
+ * placeholders stop saying "Loading…" when nothing is on its way, the error and its refresh
+ * button being shown above them.
+ */
+export const LoadFailed = createContext(false);
+
+/** The placeholder of what has not arrived: "Loading…", or, once the load failed, that it did not load. */
+export function Loading() {
+  return <Empty>{useContext(LoadFailed) ? 'Not loaded: see the error above.' : 'Loading…'}</Empty>;
 }
 
 /** Tables scroll sideways on a phone instead of squeezing their columns. */

@@ -3,7 +3,7 @@ import type { PeriodMetrics } from '../../api/types.js';
 import { fmtInt, fmtMs } from '../format.js';
 import { chartBuckets } from '../series.js';
 import { type ChartSeries, TimeChart } from './chart.js';
-import { Empty } from './ui.js';
+import { Loading } from './ui.js';
 
 /** Which requests the count chart shows. */
 export type Kind = 'total' | 'success' | 'errors';
@@ -28,7 +28,7 @@ export function UsageCharts({ metrics, kind = 'total', testId = 'usage-chart' }:
     return { times, counts, latency, sum, peak };
   }, [metrics, kind]);
 
-  if (!data) return <Empty>Loading…</Empty>;
+  if (!data) return <Loading />;
   const label = KINDS.find((k) => k.value === kind)?.label.toLowerCase() ?? 'requests';
   return (
     <div class="charts">

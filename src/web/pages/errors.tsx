@@ -1,14 +1,15 @@
 import { ErrorTable, RecentErrors } from '../components/errorTable.js';
 import { FiltersBar } from '../components/filters.js';
-import { Panel } from '../components/ui.js';
+import { LoadFailed, Panel } from '../components/ui.js';
 import { fmtInt, fmtPct, rate } from '../format.js';
+import { loadFailed } from '../hooks.js';
 import { RetentionNote, useUserMetrics } from '../metrics.js';
 
 export function ErrorsPage() {
   const metrics = useUserMetrics();
   const m = metrics.data;
   return (
-    <>
+    <LoadFailed.Provider value={loadFailed(metrics)}>
       <div class="page-head">
         <h1>Errors</h1>
         <FiltersBar seenChains={m?.byChain.flatMap((r) => (r.chain ? [r.chain] : []))} />
@@ -26,6 +27,6 @@ export function ErrorsPage() {
       <Panel title="Latest failed calls">
         <RecentErrors rows={m?.recentErrors ?? []} loaded={m !== null} />
       </Panel>
-    </>
+    </LoadFailed.Provider>
   );
 }

@@ -4,9 +4,9 @@ import type { Account, PeriodMetrics } from '../../api/types.js';
 import { Breakdown } from '../components/breakdown.js';
 import { FiltersBar } from '../components/filters.js';
 import { MetricCards } from '../components/metricCards.js';
-import { Empty, Panel } from '../components/ui.js';
+import { LoadFailed, Loading, Panel } from '../components/ui.js';
 import { CHANNEL_NAMES, fmtDate, fmtDateTime, fmtInt, fmtPct, rate } from '../format.js';
-import { usePolled, useSession } from '../hooks.js';
+import { loadFailed, usePolled, useSession } from '../hooks.js';
 import { RetentionNote, useUserMetrics } from '../metrics.js';
 import { hrefOf } from '../router.js';
 
@@ -27,7 +27,7 @@ export function OverviewPage() {
 
   const m = metrics.data;
   return (
-    <>
+    <LoadFailed.Provider value={loadFailed(metrics)}>
       <div class="page-head">
         <h1>Overview</h1>
         <FiltersBar seenChains={m?.byChain.flatMap((r) => (r.chain ? [r.chain] : []))} />
@@ -55,7 +55,7 @@ export function OverviewPage() {
       <Panel title="Plan and limits">
         <PlanLimits account={account} />
       </Panel>
-    </>
+    </LoadFailed.Provider>
   );
 }
 
@@ -96,7 +96,7 @@ function BillingPeriod({ account }: { account: Account }) {
 }
 
 function PeriodTotals({ metrics }: { metrics: PeriodMetrics | null }) {
-  if (!metrics) return <Empty>Loading…</Empty>;
+  if (!metrics) return <Loading />;
   const t = metrics.totals;
   return (
     <dl class="stats three">

@@ -7,10 +7,10 @@ import { RecentErrors } from '../components/errorTable.js';
 import { FiltersBar } from '../components/filters.js';
 import { MetricCards } from '../components/metricCards.js';
 import { TokenActions } from '../components/tokenActions.js';
-import { BusyButton, Empty, Field, Panel, ProblemMessage, StatusBadge } from '../components/ui.js';
+import { BusyButton, Empty, Field, LoadFailed, Panel, ProblemMessage, StatusBadge } from '../components/ui.js';
 import { UsageCharts } from '../components/usageCharts.js';
 import { fmtDateTime, fmtInt } from '../format.js';
-import { usePolled, useSession } from '../hooks.js';
+import { loadFailed, usePolled, useSession } from '../hooks.js';
 import { RetentionNote, useTokenMetrics } from '../metrics.js';
 import { hrefOf } from '../router.js';
 import { monthlyLimitProblem, parseLimit, rateLimitProblem } from '../tokenLimits.js';
@@ -25,12 +25,26 @@ export function TokenDetailPage({ id }: { id: string }) {
   const token = changed && changed.id === id ? changed : record.data;
 
   if (!token) {
+    // An id the API refuses (malformed: 400) or does not know (404) is a token this account does not have.
+    const missing = record.error?.status === 400 || (record.error?.status === 404 && !record.error.isMissingEndpoint);
     return (
       <>
         <p>
           <a href={hrefOf('/tokens')}>← Tokens</a>
         </p>
-        {record.error ? <ProblemMessage error={record.error} /> : <Empty>Loading…</Empty>}
+        <h1>{missing ? 'Token not found' : 'Token'}</h1>
+        {missing ? (
+          <p>There is no token with this address in your account.</p>
+        ) : record.error ? (
+          <>
+            <ProblemMessage error={record.error} />
+            <BusyButton type="button" class="button" onClick={record.refresh} busy={record.loading}>
+              Try again
+            </BusyButton>
+          </>
+        ) : (
+          <Empty>Loading…</Empty>
+        )}
       </>
     );
   }
@@ -59,28 +73,30 @@ export function TokenDetailPage({ id }: { id: string }) {
           )}
         </Panel>
       </div>
-      <div class="page-head">
-        <h2 class="section-title">Analytics</h2>
-        <FiltersBar seenChains={m?.byChain.flatMap((r) => (r.chain ? [r.chain] : []))} />
-      </div>
-      <RetentionNote metrics={m} />
-      <Panel title="Performance" polled={metrics}>
-        <MetricCards metrics={m} />
-      </Panel>
-      <Panel title="Usage over time">
-        <UsageCharts metrics={m} testId="token-chart" />
-      </Panel>
-      <div class="two-col">
-        <Panel title="By network">
-          <Breakdown rows={m?.byChain ?? []} by="chain" loaded={m !== null} />
+      <LoadFailed.Provider value={loadFailed(metrics)}>
+        <div class="page-head">
+          <h2 class="section-title">Analytics</h2>
+          <FiltersBar seenChains={m?.byChain.flatMap((r) => (r.chain ? [r.chain] : []))} />
+        </div>
+        <RetentionNote metrics={m} />
+        <Panel title="Performance" polled={metrics}>
+          <MetricCards metrics={m} />
         </Panel>
-        <Panel title="Client IP addresses">
-          <ClientIps rows={m?.clientIps ?? []} loaded={m !== null} />
+        <Panel title="Usage over time">
+          <UsageCharts metrics={m} testId="token-chart" />
         </Panel>
-      </div>
-      <Panel title="Recent errors">
-        <RecentErrors rows={m?.recentErrors ?? []} loaded={m !== null} />
-      </Panel>
+        <div class="two-col">
+          <Panel title="By network">
+            <Breakdown rows={m?.byChain ?? []} by="chain" loaded={m !== null} />
+          </Panel>
+          <Panel title="Client IP addresses">
+            <ClientIps rows={m?.clientIps ?? []} loaded={m !== null} />
+          </Panel>
+        </div>
+        <Panel title="Recent errors">
+          <RecentErrors rows={m?.recentErrors ?? []} loaded={m !== null} />
+        </Panel>
+      </LoadFailed.Provider>
       <History id={id} />
     </>
   );

@@ -3,9 +3,10 @@ import type { MethodFigures, PeriodMetrics } from '../../api/types.js';
 import { othersRowProps } from '../components/breakdown.js';
 import { type Column, DataTable } from '../components/dataTable.js';
 import { FiltersBar } from '../components/filters.js';
-import { Empty, Field, Panel, Segmented } from '../components/ui.js';
+import { Field, LoadFailed, Loading, Panel, Segmented } from '../components/ui.js';
 import { KINDS, type Kind, UsageCharts } from '../components/usageCharts.js';
 import { fmtInt } from '../format.js';
+import { loadFailed } from '../hooks.js';
 import { RetentionNote, useUserMetrics } from '../metrics.js';
 
 export function UsagePage() {
@@ -18,7 +19,7 @@ export function UsagePage() {
   const methods = [...knownMethods.current].sort();
 
   return (
-    <>
+    <LoadFailed.Provider value={loadFailed(metrics)}>
       <div class="page-head">
         <h1>Usage</h1>
         <FiltersBar seenChains={metrics.data?.byChain.flatMap((r) => (r.chain ? [r.chain] : []))}>
@@ -44,7 +45,7 @@ export function UsagePage() {
       <Panel title="Served without a node call" polled={metrics}>
         <GatewayServed metrics={metrics.data} />
       </Panel>
-    </>
+    </LoadFailed.Provider>
   );
 }
 
@@ -78,7 +79,7 @@ const served = (r: { cacheHits: number; coalesced: number; hedged: number }): nu
  * cap summed in a last row when some of theirs were, so the columns add up to the figures above.
  */
 function GatewayServed({ metrics }: { metrics: PeriodMetrics | null }) {
-  if (!metrics) return <Empty>Loading…</Empty>;
+  if (!metrics) return <Loading />;
   const { totals, byMethodOther: other } = metrics;
   const rows: ServedRow[] = metrics.byMethod.filter((r) => served(r) > 0);
   if (other && served(other) > 0) rows.push({ ...other, chain: '', method: '', others: other.methods });
