@@ -5,15 +5,12 @@ import { managementApi } from './commands/api/plugin.js';
 import { problemErrorHandler } from './commands/api/problem.js';
 import { webRoutes } from './commands/api/webRoutes.js';
 import type { Config } from './config.js';
-import { maskToken } from './domain/tokenFormat.js';
+import { redactTokens } from './domain/tokenFormat.js';
 import { ChainFront, clientErrorHandler, fastifyTrustProxy } from './gateway/front.js';
 import { gatewayRoutes } from './gateway/routes.js';
 import type { RedisState } from './infra/redisHealth.js';
 import { coreProjection } from './projections/core.js';
 import type { Runtime } from './runtime.js';
-
-const TOKEN_IN_TEXT = /gka?_[0-9A-Za-z]{38}/g;
-export const redactTokens = (text: string): string => text.replace(TOKEN_IN_TEXT, (t) => maskToken(t));
 
 const LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'];
 

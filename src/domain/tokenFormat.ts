@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
-import { sha256Hex } from './sha256.js';
 import { crc32 } from 'node:zlib';
+import { sha256Hex } from './sha256.js';
 
 /**
  * Token strings: prefix + 32 random base62 characters + a 6-character base62 CRC32 of the
@@ -65,3 +65,7 @@ export function maskToken(token: string): string {
   const prefix = token.startsWith(PREFIX.access) ? PREFIX.access : PREFIX.api;
   return `${prefix}${token.slice(prefix.length, prefix.length + 4)}…${token.slice(-4)}`;
 }
+
+const TOKEN_IN_TEXT = /gka?_[0-9A-Za-z]{38}/g;
+/** `text` with every token-shaped string in it masked: for logs, and answers that repeat what a caller sent. */
+export const redactTokens = (text: string): string => text.replace(TOKEN_IN_TEXT, (t) => maskToken(t));

@@ -16,11 +16,14 @@ export interface ServedDocument {
 const COMPONENTS = 'https://chain-gateway.test/components';
 
 /**
- * The OpenAPI document as the service served it (`text`), and `conforms`: a GET answer must be
- * one the document gives for its path, status and media type (ajv, JSON Schema 2020-12 as
+ * The OpenAPI document as the service served it (`text`), and `conforms`: an answer (to a GET
+ * unless `method` names another) must be one the document gives for its path, status and media type (ajv, JSON Schema 2020-12 as
  * OpenAPI 3.1 has it; each schema compiled once).
  */
-export function servedOpenApi(text: string): { doc: ServedDocument; conforms(path: string, status: number, mediaType: string, body: unknown): void } {
+export function servedOpenApi(text: string): {
+  doc: ServedDocument;
+  conforms(path: string, status: number, mediaType: string, body: unknown, method?: string): void;
+} {
   const doc = JSON.parse(text.replaceAll('"#/components/schemas/', `"${COMPONENTS}#/$defs/`)) as ServedDocument;
   if (!doc.components) throw new Error(`openapi.json: ${text.slice(0, 300)}`);
   const ajv = new Ajv2020({ strict: false, allErrors: true });
@@ -30,12 +33,12 @@ export function servedOpenApi(text: string): { doc: ServedDocument; conforms(pat
   const validators = new Map<string, ValidateFunction>();
   return {
     doc,
-    conforms(path, status, mediaType, body) {
-      const response = doc.paths[path]?.get?.responses[String(status)];
-      expect(response, `${path} does not document ${status}`).toBeDefined();
+    conforms(path, status, mediaType, body, method = 'get') {
+      const response = doc.paths[path]?.[method]?.responses[String(status)];
+      expect(response, `${method} ${path} does not document ${status}`).toBeDefined();
       const schema = response?.content?.[mediaType]?.schema;
       expect(schema, `${path} ${status} has no ${mediaType} schema`).toBeDefined();
-      const key = `${path} ${status} ${mediaType}`;
+      const key = `${method} ${path} ${status} ${mediaType}`;
       let validate = validators.get(key);
       if (!validate) {
         validate = ajv.compile(schema as object);

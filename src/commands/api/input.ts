@@ -39,6 +39,47 @@ export function invalidField(part: InputPart, field: string, message: string): n
   throw new InvalidInput(part, [{ code: 'custom', path: [field], message }]);
 }
 
+/** U+0000 or a surrogate without its pair: text PostgreSQL's jsonb cannot hold. */
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+const unstorable = (text: string): boolean => text.includes('\u0000') || LONE_SURROGATE.test(text);
+
+/**
+ * The path of the first string in a JSON body, a value or a key, that holds unstorable text, or
+ * null. Such a token name, appended to the event store, stopped the read models' projector on
+ * PostgreSQL for every account (and LevelDB silently turned a lone surrogate into U+FFFD).
+ */
+export function unstorableTextPath(body: unknown): PropertyKey[] | null {
+  interface Step {
+    value: unknown;
+    key: PropertyKey | null;
+    parent: Step | null;
+  }
+  const pathOf = (step: Step): PropertyKey[] => {
+    const path: PropertyKey[] = [];
+    for (let s: Step | null = step; s?.key != null; s = s.parent) path.unshift(s.key);
+    return path;
+  };
+  // A loop with parent links, not recursion or copied paths: JSON.parse takes nesting deeper than the call stack.
+  const pending: Step[] = [{ value: body, key: null, parent: null }];
+  for (let step = pending.pop(); step !== undefined; step = pending.pop()) {
+    const { value } = step;
+    if (typeof value === 'string' && unstorable(value)) return pathOf(step);
+    if (typeof value !== 'object' || value === null) continue;
+    const children = Object.entries(value).map(([key, item]): Step => ({ value: item, key: Array.isArray(value) ? Number(key) : key, parent: step }));
+    const badKey = children.find((child) => unstorable(String(child.key)));
+    if (badKey) return pathOf(badKey);
+    // Last first onto the stack, so the first field is looked at first; no spread (a body may hold 500,000 items).
+    for (let i = children.length - 1; i >= 0; i--) pending.push(children[i] as Step);
+  }
+  return null;
+}
+
+/** A body with text no store can hold (see unstorableTextPath) is refused before its schema is checked. */
+export function refuseUnstorableText(body: unknown): void {
+  const path = unstorableTextPath(body);
+  if (path) throw new InvalidInput('body', [{ code: 'custom', path, message: 'must not contain U+0000 or unpaired surrogates' }]);
+}
+
 const PART_OF: Record<string, InputPart> = { body: 'body', querystring: 'query', params: 'params' };
 
 /**

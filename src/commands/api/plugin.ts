@@ -4,12 +4,12 @@ import { accessTokenRoutes } from './accessTokenRoutes.js';
 import { accountRoutes } from './accountRoutes.js';
 import { alertRoutes } from './alertRoutes.js';
 import { authRoutes } from './authRoutes.js';
+import { answerSerializer, checkAnswerStatuses, completeRoutes } from './contract.js';
 import type { ApiDeps } from './deps.js';
 import { exportRoutes } from './exportRoutes.js';
-import { zodValidatorCompiler } from './input.js';
+import { refuseUnstorableText, zodValidatorCompiler } from './input.js';
 import { metricsRoutes } from './metricsRoutes.js';
 import { openApiOptions, openApiRoutes } from './openApiRoutes.js';
-import { answerSerializer, checkAnswerStatuses, completeRoutes } from './contract.js';
 import { problemErrorHandler } from './problem.js';
 import { tokenRoutes } from './tokenRoutes.js';
 
@@ -22,6 +22,8 @@ export const managementApi: FastifyPluginAsync<ApiDeps> = async (app, deps) => {
   app.removeContentTypeParser('text/plain');
   app.setErrorHandler(problemErrorHandler);
   app.setValidatorCompiler(zodValidatorCompiler);
+  // Before each route's schema: one check for every string of every body, whatever field it is in.
+  app.addHook('preValidation', async (request) => refuseUnstorableText(request.body));
   // Vitest sets NODE_ENV=test: the suite checks every answer against its documented schema.
   const checkAnswers = process.env.NODE_ENV === 'test';
   app.setSerializerCompiler(answerSerializer(checkAnswers));

@@ -1,6 +1,7 @@
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import type { Problem } from '../../api/types.js';
 import { DomainError, type ErrorCode } from '../../domain/errors.js';
+import { redactTokens } from '../../domain/tokenFormat.js';
 import { InvalidInput } from './input.js';
 
 /** The one place where error codes become HTTP statuses. */
@@ -46,8 +47,12 @@ export class UndocumentedAnswer extends Error {
   override name = 'UndocumentedAnswer';
 }
 
+/**
+ * A problem; its detail masks any token string in it: details repeat what the caller sent (a
+ * path, a key, a `chain`), and answers end up in clients' logs and error reports.
+ */
 export function problem(status: number, code: string, detail: string, extensions: Record<string, unknown> = {}): Problem {
-  return { type: `/problems/${code}`, title: TITLES[status] ?? 'Error', status, detail, code, ...extensions };
+  return { type: `/problems/${code}`, title: TITLES[status] ?? 'Error', status, detail: redactTokens(detail), code, ...extensions };
 }
 
 export function sendProblem(reply: FastifyReply, p: Problem): FastifyReply {
@@ -61,7 +66,7 @@ export function toProblem(error: unknown): Problem {
   }
   if (error instanceof InvalidInput) {
     // `in` names the part of the request (body, query, params); `path` the field in it, if any.
-    const errors = error.issues.map((i) => ({ in: error.part, path: i.path.join('.'), message: i.message }));
+    const errors = error.issues.map((i) => ({ in: error.part, path: redactTokens(i.path.join('.')), message: redactTokens(i.message) }));
     const first = errors[0];
     return problem(400, 'validation_failed', first ? `${[error.part, first.path].filter(Boolean).join('.')}: ${first.message}` : 'Invalid request.', {
       errors,
