@@ -1,8 +1,8 @@
+import type { MaybePromise } from '../domain/maybePromise.js';
 import type { Admission } from './admission.js';
 import type { Chain } from './chains.js';
 import { admissionRpcCode, JSON_CONTENT_TYPE, type RequestIds, restError, rpcErrorFor } from './errors.js';
 import type { UpstreamPool } from './upstream.js';
-import type { MaybePromise } from '../domain/maybePromise.js';
 
 /**
  * What a protocol handler hands back to the routes: the HTTP answer, the admission it got (for
@@ -46,6 +46,8 @@ export interface CallScope {
   chain: Chain;
   pool: UpstreamPool;
   admit(cost: number): MaybePromise<Admission>;
+  /** Where JSON-RPC goes on the node, relative to its URL (a passthrough chain's `jsonRpcPath`); absent: the URL itself. */
+  rpcPath?: string;
 }
 
 export type Refusal = Extract<Admission, { ok: false }>;

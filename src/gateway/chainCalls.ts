@@ -168,8 +168,15 @@ function splitUrl(url: string): { segments: string[]; query: string } {
   return { segments, query: q < 0 ? '' : url.slice(q + 1) };
 }
 
-/** JSON-RPC errors answer a POST without path (after the chain, at most the token); everything else the REST shape. */
-const isRpcShaped = (method: string, url: string): boolean => method === 'POST' && splitUrl(url).segments.length <= 1;
+/**
+ * JSON-RPC errors answer a POST without path (after the chain, at most the token) or to the
+ * chain's JSON-RPC path; everything else the REST shape.
+ */
+function isRpcShaped(method: string, url: string, rpcPath: string | null): boolean {
+  if (method !== 'POST') return false;
+  const { segments } = splitUrl(url);
+  return segments.length <= 1 || (rpcPath !== null && segments.length <= 2 && segments[segments.length - 1] === rpcPath);
+}
 
 interface Incoming {
   /** Path segments after the chain and the token. */
@@ -223,6 +230,20 @@ function unsupportedEncoding(contentEncoding: string | undefined): string | unde
 
 const IDENTITY_ONLY = { 'accept-encoding': 'identity' };
 
+/** A JSON-RPC POST's body checks, then the JSON-RPC handler. */
+function jsonRpcBody(scope: CallScope, req: Incoming, raw: Buffer, tooLarge: boolean): MaybePromise<Answer> {
+  const { limits } = req;
+  if (tooLarge) return localError(scope, rpcIssue(413, `Request body larger than ${limits.maxBodyBytes} bytes`, null));
+  const encoding = unsupportedEncoding(req.contentEncoding);
+  if (encoding !== undefined) return localError(scope, { ...rpcIssue(415, encoding, idsOfBody(req.body, limits.maxBatch)), headers: IDENTITY_ONLY });
+  if (!isJsonRpcMediaType(req.contentType))
+    return localError(scope, rpcIssue(415, 'Unsupported media type: send application/json', idsOfBody(req.body, limits.maxBatch)));
+  return handleJsonRpc(scope, raw, limits.maxBatch);
+}
+
+/** The call's scope, its JSON-RPC sent to `rpcPath` on the node (a passthrough chain's `jsonRpcPath`). */
+const atRpcPath = (scope: CallScope, rpcPath: string): CallScope => ({ chain: scope.chain, pool: scope.pool, admit: (cost) => scope.admit(cost), rpcPath });
+
 /** Which protocol handles the call, or which local error answers it. */
 function dispatch(scope: CallScope, req: Incoming): MaybePromise<Answer> {
   const { chain } = scope;
@@ -230,19 +251,23 @@ function dispatch(scope: CallScope, req: Incoming): MaybePromise<Answer> {
   const tooLarge = req.body instanceof BodyTooLarge;
   const raw = Buffer.isBuffer(req.body) ? req.body : EMPTY_BODY;
 
+  const rpcPath = chain.jsonRpcPath;
+  if (rpcPath !== null && segments.length === 1 && segments[0] === rpcPath) {
+    if (!isPost) {
+      return localError(scope, restIssue(segments, 400, 'protocol_mismatch', `/${chain.id}/<token>/${rpcPath} takes JSON-RPC: POST a JSON-RPC 2.0 body to it`));
+    }
+    // Its own JSON-RPC handling, not a path passed through: each batch member admitted and metered, the methods checked.
+    return jsonRpcBody(atRpcPath(scope, rpcPath), req, raw, tooLarge);
+  }
   if (segments.length === 0 && isPost) {
     if (!chain.acceptsJsonRpc) {
+      const elsewhere = rpcPath === null ? '' : `, or POST JSON-RPC to /${chain.id}/<token>/${rpcPath}`;
       return localError(
         scope,
-        rpcIssue(400, `${chain.id} speaks REST, not JSON-RPC: call /${chain.id}/<token>/<method_or_path>`, idsOfBody(req.body, limits.maxBatch)),
+        rpcIssue(400, `${chain.id} speaks REST, not JSON-RPC: call /${chain.id}/<token>/<method_or_path>${elsewhere}`, idsOfBody(req.body, limits.maxBatch)),
       );
     }
-    if (tooLarge) return localError(scope, rpcIssue(413, `Request body larger than ${limits.maxBodyBytes} bytes`, null));
-    const encoding = unsupportedEncoding(req.contentEncoding);
-    if (encoding !== undefined) return localError(scope, { ...rpcIssue(415, encoding, idsOfBody(req.body, limits.maxBatch)), headers: IDENTITY_ONLY });
-    if (!isJsonRpcMediaType(req.contentType))
-      return localError(scope, rpcIssue(415, 'Unsupported media type: send application/json', idsOfBody(req.body, limits.maxBatch)));
-    return handleJsonRpc(scope, raw, limits.maxBatch);
+    return jsonRpcBody(scope, req, raw, tooLarge);
   }
   if (segments.length === 0) {
     return localError(
@@ -467,7 +492,10 @@ export class ChainCalls {
   private ownError(req: OwnErrorRequest, status: number, rpcCode: number, restCode: string, message: string): ChainResponse {
     const headers = this.commonHeaders(req);
     headers['content-type'] = JSON_CONTENT_TYPE;
-    const body = isRpcShaped(req.method, req.url) ? rpcErrorFor(idsOfBody(req.body, this.limits.maxBatch), rpcCode, message) : restError(restCode, message);
+    const rpcPath = this.options.chains.get(chainIdOf(req.url))?.jsonRpcPath ?? null;
+    const body = isRpcShaped(req.method, req.url, rpcPath)
+      ? rpcErrorFor(idsOfBody(req.body, this.limits.maxBatch), rpcCode, message)
+      : restError(restCode, message);
     return { status, headers, body };
   }
 

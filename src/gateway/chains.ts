@@ -1,6 +1,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { z } from 'zod';
+import { ERROR_BODY_KINDS, type ErrorBodyKind } from './errorBody.js';
 import { compileGlobs, type Matcher } from './glob.js';
 
 /**
@@ -82,6 +83,17 @@ const ChainConfig = z
     rest: z.enum(['solana', 'sui', 'passthrough']).optional(),
     /** A REST chain that also takes JSON-RPC POSTs on `/<chain>/<token>` (Solana). */
     jsonRpcPost: z.boolean().optional(),
+    /**
+     * A passthrough chain whose nodes also serve JSON-RPC on this path of their URL (TRON's
+     * `jsonrpc`): `POST /<chain>/<token>/<path>` is handled as JSON-RPC, each batch member
+     * admitted and metered, `allowedMethods` naming what may reach the node.
+     */
+    jsonRpcPath: z
+      .string()
+      .regex(/^[A-Za-z0-9_-]{1,64}$/, { message: 'must be one path segment of letters, digits, _ or -' })
+      .optional(),
+    /** How a passthrough chain's nodes report an error in a 2xx answer ("tron": java-tron's `Error` and result codes). */
+    errorBody: z.enum(ERROR_BODY_KINDS).optional(),
     upstreams: z.array(UpstreamConfig).min(1, { message: 'at least one upstream is required' }),
     timeoutMs: z.number().int().min(1).max(300_000).default(10_000),
     allowedMethods: z.array(Glob).optional(),
@@ -110,6 +122,18 @@ const ChainConfig = z
     }
     if (c.protocol === 'jsonrpc' && c.rest !== undefined) {
       ctx.addIssue({ code: 'custom', path: ['rest'], message: 'only rest chains take a "rest" flavour' });
+    }
+    for (const key of ['jsonRpcPath', 'errorBody'] as const) {
+      if (c[key] !== undefined && c.rest !== 'passthrough') {
+        ctx.addIssue({ code: 'custom', path: [key], message: `only "rest": "passthrough" chains take "${key}"` });
+      }
+    }
+    if (c.jsonRpcPath !== undefined && c.allowedMethods === undefined) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['allowedMethods'],
+        message: 'a chain with "jsonRpcPath" needs "allowedMethods": the node methods callers may reach there',
+      });
     }
     const labels = new Set<string>();
     c.upstreams.forEach((u, i) => {
@@ -161,6 +185,10 @@ export interface Chain {
   restFlavour: RestFlavour | null;
   /** JSON-RPC bodies are accepted on `POST /<chain>[/<token>]`. */
   acceptsJsonRpc: boolean;
+  /** A passthrough chain's JSON-RPC endpoint: `POST /<chain>/<token>/<path>`, forwarded to the node's `<path>`; null: none. */
+  jsonRpcPath: string | null;
+  /** How its nodes report an error inside a 2xx answer (metered as an error); null: they do not. */
+  errorBody: ErrorBodyKind | null;
   upstreams: Upstream[];
   timeoutMs: number;
   heads: HeadTracking | null;
@@ -233,6 +261,8 @@ function toChain(c: ChainConfig): Chain {
     protocol: c.protocol,
     restFlavour: flavour,
     acceptsJsonRpc: c.protocol === 'jsonrpc' || c.jsonRpcPost === true,
+    jsonRpcPath: c.jsonRpcPath ?? null,
+    errorBody: c.errorBody ?? null,
     upstreams,
     timeoutMs: c.timeoutMs,
     heads:

@@ -14,6 +14,11 @@ export const RpcCode = {
   limitExceeded: -32005,
   upstreamUnavailable: -32010,
   upstreamTimeout: -32015,
+  /**
+   * A node's error inside a 2xx answer that has no JSON-RPC code of its own (java-tron's
+   * `{"Error": …}`): JSON-RPC's generic server error, so the call is metered as an error.
+   */
+  nodeError: -32000,
 } as const;
 
 export const JSON_CONTENT_TYPE = 'application/json; charset=utf-8';

@@ -1,5 +1,6 @@
 import { type Answer, type CallScope, draft, localError, refusedRest, type UsageDraft } from './answer.js';
 import { AUTH_QUERY_PARAMS } from './credentials.js';
+import { errorInBody } from './errorBody.js';
 import { JSON_CONTENT_TYPE, RpcCode, restError, upstreamFailureCodes } from './errors.js';
 import { decodeUtf8, errorInfoFrom } from './jsonrpc.js';
 import { arrayElements, documentStart, JsonScanError, objectMembers } from './jsonScan.js';
@@ -168,7 +169,12 @@ async function passthrough(scope: CallScope, req: RestRequest, decoded: string[]
     retriable: req.httpMethod === 'GET' || chain.isReadOnlyPost(path),
   });
   if (!outcome.ok) return failureAnswer(outcome, path, admission);
-  const d = forwardedDraft(path, null, outcome.status >= 400 ? upstreamErrorMessage(outcome) : null, outcome);
+  // A node that reports errors inside a 200 (java-tron): metered as an error, its answer passed on as it is.
+  const errorInside = outcome.status < 400 && chain.errorBody !== null ? errorInBody(chain.errorBody, outcome.body) : null;
+  const d =
+    errorInside !== null
+      ? forwardedDraft(path, RpcCode.nodeError, errorInside, outcome)
+      : forwardedDraft(path, null, outcome.status >= 400 ? upstreamErrorMessage(outcome) : null, outcome);
   return { status: outcome.status, body: outcome.body, contentType: outcome.contentType ?? JSON_CONTENT_TYPE, admission, usage: [d] };
 }
 

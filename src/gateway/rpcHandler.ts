@@ -116,7 +116,7 @@ function admittedSingle(scope: CallScope, m: RpcMember, allowed: boolean, admiss
   if (admission.granted < 1) return singleError(admission, m, 429, idText, RpcCode.limitExceeded, limitMessage(admission), retryData(admission));
   if (chain.isWriteMethod(m.method)) {
     return pool.sendThen(
-      { method: 'POST', path: '', body: singleUpstreamBody(m), retriable: false, judge: judgeSingle, answerId: answerIdOf(m) },
+      { method: 'POST', path: scope.rpcPath ?? '', body: singleUpstreamBody(m), retriable: false, judge: judgeSingle, answerId: answerIdOf(m) },
       (outcome) => {
         pool.heads?.invalidate(rewritesHistory(m.method));
         return forwardedSingle(m, admission, outcome, 'miss');
@@ -210,7 +210,7 @@ function sendRead(scope: CallScope, m: RpcCall, admission: Admission, plan: Read
   }
   const request = {
     method: 'POST' as const,
-    path: '',
+    path: scope.rpcPath ?? '',
     body: singleUpstreamBody(m),
     retriable: true,
     shape: plan.shape,
@@ -426,7 +426,7 @@ function forwardBatch(
   };
   const request = {
     method: 'POST' as const,
-    path: '',
+    path: scope.rpcPath ?? '',
     body: batchUpstreamBody(calls),
     retriable: !writes,
     shape: pool.heads === null ? undefined : shapeOfAll(leaders.map((l) => l.plan.shape)),

@@ -28,11 +28,55 @@ export const TRON_NODE = {
   txid: '7c2d4206c03a883dd9066d620335dc1be272a8dc733cfa3f6d10308faa37facc',
   /** What the node answers for the private-key endpoints the gateway must never reach. */
   signed: { signature: ['0b7fe3c5a1f2...'], txID: 'signed-with-a-private-key' },
+  /** A deployed contract (USDT's address): triggerconstantcontract on anything else fails validation. */
+  contract: 'TR7NHqjeKQxGTCi8q8ZY4pxL8otSzgjLj6t',
+  /** The Ethereum-compatible JSON-RPC (`/jsonrpc`): mainnet's chain id and a head block. */
+  chainId: '0x2b6653dc',
+  blockNumber: 66_987_627,
+  clientVersion: 'TRON/v4.7.7/Linux/Java1.8/GreatVoyage-v4.7.6',
 };
+
+/** java-tron prints a `Return`'s message as hex of its UTF-8 bytes unless the call asked `visible: true`. */
+const tronMessage = (text: string, visible: unknown): string => (visible === true ? text : Buffer.from(text, 'utf8').toString('hex'));
+
+type JsonRpcReply = { jsonrpc: '2.0'; id: unknown; result: unknown } | { jsonrpc: '2.0'; id: unknown; error: { code: number; message: string; data?: string } };
+
+/** One call to java-tron's `/jsonrpc` (jsonrpc4j): its answer in jsonrpc4j's member order. */
+function tronJsonRpc(call: unknown): JsonRpcReply {
+  const { id = null, method, params = [] } = (call ?? {}) as { id?: unknown; method?: unknown; params?: unknown[] };
+  const result = (value: unknown): JsonRpcReply => ({ jsonrpc: '2.0', id, result: value });
+  const error = (code: number, message: string, data?: string): JsonRpcReply => ({
+    jsonrpc: '2.0',
+    id,
+    error: data === undefined ? { code, message } : { code, message, data },
+  });
+  switch (method) {
+    case 'eth_chainId':
+    case 'net_version':
+      return result(TRON_NODE.chainId);
+    case 'eth_blockNumber':
+      return result(`0x${TRON_NODE.blockNumber.toString(16)}`);
+    case 'web3_clientVersion':
+      return result(TRON_NODE.clientVersion);
+    case 'eth_getBalance':
+    case 'eth_getCode': {
+      const address = params[0];
+      if (typeof address !== 'string' || !/^0x[0-9a-fA-F]{40}$/.test(address)) return error(-32602, 'invalid address hash value', '{}');
+      return result(method === 'eth_getBalance' ? `0x${TRON_NODE.balance.toString(16)}` : '0x');
+    }
+    case 'eth_sendRawTransaction':
+      return error(-32601, 'the method eth_sendRawTransaction does not exist/is not available', '{}');
+    default:
+      return error(-32601, 'method not found');
+  }
+}
 
 /**
  * Jetty maps a servlet on the path without its segments' `;` parameters (`/wallet/x;p=1` is
- * `/wallet/x`), and a wrong path is its HTML 404. java-tron's errors are 200 with `{"Error": …}`.
+ * `/wallet/x`), and a wrong path is its HTML 404. java-tron's errors are 200 with `{"Error": …}`,
+ * or a `Return` whose code is not SUCCESS (broadcasttransaction's at the top, the transaction
+ * builders' and triggerconstantcontract's under `result`). `/jsonrpc` is its Ethereum-compatible
+ * JSON-RPC (jsonrpc4j), as TronGrid serves it beside the HTTP API.
  */
 export function startJavaTronFake(): Promise<FakeUpstream> {
   return startFake((call): FakeReply => {
@@ -49,8 +93,36 @@ export function startJavaTronFake(): Promise<FakeUpstream> {
         return { body: { address: TRON_NODE.address, balance: TRON_NODE.balance, create_time: 1_577_836_800_000 } };
       case '/walletsolidity/gettransactioninfobyid':
         return { body: { id: args.value, blockNumber: 66_987_627, receipt: { net_usage: 345 } } };
-      case '/wallet/broadcasttransaction':
+      case '/wallet/broadcasttransaction': {
+        const signatures = args.signature;
+        if (!Array.isArray(signatures) || signatures.length === 0) {
+          const message = tronMessage('Validate signature error: miss sig or contract', false);
+          return { body: { code: 'SIGERROR', txid: TRON_NODE.txid, message } };
+        }
         return { body: { result: true, txid: TRON_NODE.txid } };
+      }
+      case '/wallet/triggerconstantcontract':
+        if (args.contract_address !== TRON_NODE.contract) {
+          return { body: { result: { code: 'CONTRACT_VALIDATE_ERROR', message: tronMessage('No contract or not a valid smart contract', args.visible) } } };
+        }
+        return {
+          body: {
+            result: { result: true },
+            energy_used: 936,
+            constant_result: ['0000000000000000000000000000000000000000000000000000000000000006'],
+            transaction: { ret: [{}], visible: args.visible === true, txID: TRON_NODE.txid },
+          },
+        };
+      case '/jsonrpc': {
+        if (call.method !== 'POST') return { status: 405, body: null, raw: '', contentType: 'text/plain' };
+        let request: unknown;
+        try {
+          request = JSON.parse(call.body);
+        } catch {
+          return { body: { jsonrpc: '2.0', id: null, error: { code: -32700, message: 'JSON parse error' } } };
+        }
+        return { body: Array.isArray(request) ? request.map(tronJsonRpc) : tronJsonRpc(request) };
+      }
       case '/wallet/gettransactionsign':
       case '/wallet/easytransferbyprivate':
       case '/wallet/generateaddress':

@@ -71,6 +71,16 @@ describe('the shipped config', () => {
     expect(sol.isWriteMethod('sendTransaction')).toBe(true);
     expect(sol.isRestMethodAllowed('admin_peers')).toBe(false);
   });
+
+  it('gives TRON its JSON-RPC path with the node’s read methods only, and java-tron’s way of reporting errors in a 200', () => {
+    const trx = loadChains({ env: {} }).get('trx')!;
+    expect(trx).toMatchObject({ jsonRpcPath: 'jsonrpc', errorBody: 'tron', acceptsJsonRpc: false });
+    for (const m of ['eth_blockNumber', 'eth_call', 'eth_getBalance', 'eth_getLogs', 'net_version', 'web3_clientVersion'])
+      expect(trx.isMethodAllowed(m), m).toBe(true);
+    for (const m of ['eth_sendRawTransaction', 'eth_newFilter', 'eth_subscribe', 'debug_traceTransaction', 'buildTransaction'])
+      expect(trx.isMethodAllowed(m), m).toBe(false);
+    expect(loadChains({ env: {} }).get('atom')).toMatchObject({ jsonRpcPath: null, errorBody: null });
+  });
 });
 
 describe('overrides', () => {
@@ -118,6 +128,20 @@ describe('errors name the bad field', () => {
     [{ chains: [jsonrpcChain({ id: 'ETH!' })] }, 'chains[0] (ETH!).id: must be lowercase'],
     [{ chains: [jsonrpcChain({ timeout: 5 })] }, 'Unrecognized key: "timeout"'],
     [{ chains: [] }, 'chains: at least one chain is required'],
+    [{ chains: [jsonrpcChain({ jsonRpcPath: 'jsonrpc', allowedMethods: ['eth_*'] })] }, 'chains[0] (eth).jsonRpcPath: only "rest": "passthrough" chains take'],
+    [{ chains: [jsonrpcChain({ errorBody: 'tron' })] }, 'chains[0] (eth).errorBody: only "rest": "passthrough" chains take'],
+    [
+      { chains: [jsonrpcChain({ protocol: 'rest', rest: 'passthrough', errorBody: 'geth' })] },
+      'chains[0] (eth).errorBody: Invalid input: expected "tron" (got "geth")',
+    ],
+    [
+      { chains: [jsonrpcChain({ protocol: 'rest', rest: 'passthrough', jsonRpcPath: 'jsonrpc' })] },
+      'chains[0] (eth).allowedMethods: a chain with "jsonRpcPath" needs',
+    ],
+    [
+      { chains: [jsonrpcChain({ protocol: 'rest', rest: 'passthrough', jsonRpcPath: 'a/b', allowedMethods: ['eth_*'] })] },
+      'chains[0] (eth).jsonRpcPath: must be one path segment',
+    ],
   ])('%#', (config, message) => {
     expect(errorOf(() => parseChainsConfig(config, 'test.json'))).toContain(message);
   });
