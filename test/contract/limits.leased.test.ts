@@ -23,9 +23,9 @@ class CountingSource implements LeaseSource {
     if (this.failTakes) return Promise.reject(new Error('Redis is away'));
     return this.redis.take(request);
   }
-  release(key: string, nowMs: number, units: number): Promise<void> {
+  release(key: string, tokenId: string, nowMs: number, units: number): Promise<void> {
     this.releases += 1;
-    return this.redis.release(key, nowMs, units);
+    return this.redis.release(key, tokenId, nowMs, units);
   }
   monthlyUsed(key: string, nowMs: number): Promise<number> {
     return this.redis.monthlyUsed(key, nowMs);

@@ -1,13 +1,13 @@
 import type { MaybePromise } from '../../domain/maybePromise.js';
-import type { LimitDecision, LimitRequest, Limiter } from './port.js';
+import { type LimitDecision, type Limiter, type LimitRequest, quotaBucket } from './port.js';
 import { decide, monthId, rateWindow } from './window.js';
 
 /** What the leasing limiter needs of the shared limiter under it (the Redis one). */
 export interface LeaseSource extends Limiter {
   readonly ready: boolean;
   whenReady(timeoutMs?: number): Promise<void>;
-  /** Gives back `units` of a monthly bucket's count (the unused part of a lease). */
-  release(monthlyKey: string, nowMs: number, units: number): Promise<void>;
+  /** Gives back `units` of a monthly bucket's count, and of the token's own month when the bucket is the account's (the unused part of a lease). */
+  release(monthlyKey: string, tokenId: string, nowMs: number, units: number): Promise<void>;
 }
 
 /** A token's calls of one second taken from the shared limiter but not yet used by this process. */
@@ -171,13 +171,13 @@ export class LeasedLimiter implements Limiter {
   private unused(tokenId: string, lease: Lease, units: number): void {
     if (units === 0) return;
     if (this.leases.get(tokenId) === lease) lease.left += units;
-    else void this.source.release(lease.monthlyKey, lease.second * 1000, units).catch(() => undefined);
+    else void this.source.release(lease.monthlyKey, tokenId, lease.second * 1000, units).catch(() => undefined);
   }
 
   /** Drops a lease and gives its unused calls back to the month (the second's window expires by itself). */
   private giveBack(tokenId: string, lease: Lease): void {
     this.leases.delete(tokenId);
-    if (lease.left > 0) void this.source.release(lease.monthlyKey, lease.second * 1000, lease.left).catch(() => undefined);
+    if (lease.left > 0) void this.source.release(lease.monthlyKey, tokenId, lease.second * 1000, lease.left).catch(() => undefined);
     lease.left = 0;
   }
 
@@ -193,16 +193,20 @@ export class LeasedLimiter implements Limiter {
     const used = await this.source.monthlyUsed(key, nowMs);
     const month = monthId(nowMs);
     let held = 0;
-    for (const lease of this.leases.values()) if (lease.monthlyKey === key && monthId(lease.second * 1000) === month) held += lease.left;
+    for (const [tokenId, lease] of this.leases) {
+      // A lease counts in its bucket and, under the account's, in its token's own month too.
+      const counted = lease.monthlyKey === key || quotaBucket.token(tokenId) === key;
+      if (counted && monthId(lease.second * 1000) === month) held += lease.left;
+    }
     return Math.max(used - held, 0);
   }
 
   async close(): Promise<void> {
     clearInterval(this.timer);
     await Promise.allSettled([...this.leases.values()].map((l) => l.leasing));
-    const leases = [...this.leases.values()];
+    const leases = [...this.leases];
     this.leases.clear();
-    await Promise.allSettled(leases.filter((l) => l.left > 0).map((l) => this.source.release(l.monthlyKey, l.second * 1000, l.left)));
+    await Promise.allSettled(leases.filter(([, l]) => l.left > 0).map(([tokenId, l]) => this.source.release(l.monthlyKey, tokenId, l.second * 1000, l.left)));
     await this.source.close();
   }
 }

@@ -1,6 +1,6 @@
 import type { MaybePromise } from '../../domain/maybePromise.js';
-import type { LimitDecision, LimitRequest, Limiter } from './port.js';
-import { MONTHLY_RETENTION_SECONDS, decide, monthId, nextMonthStart, rateWindow } from './window.js';
+import { type LimitDecision, type Limiter, type LimitRequest, ownBucketBesides } from './port.js';
+import { decide, MONTHLY_RETENTION_SECONDS, monthId, nextMonthStart, rateWindow } from './window.js';
 
 interface RateWindow {
   second: number;
@@ -21,7 +21,8 @@ export type QuotaUsedBefore = (bucket: string, nowMs: number) => Promise<number>
  * synchronous step (check and count), so concurrent calls in this process never over-admit.
  * Counts live as long as the process; with `usedBefore`, a bucket's month starts from what it
  * had used before (a restart gives no fresh quota): its first call waits for that read, the
- * others take the synchronous step.
+ * others take the synchronous step. A granted call also counts in its token's own month when
+ * its bucket is the account's (`ownBucketBesides`).
  */
 export class MemoryLimiter implements Limiter {
   private readonly rateWindows = new Map<string, RateWindow>();
@@ -34,10 +35,21 @@ export class MemoryLimiter implements Limiter {
   constructor(private readonly usedBefore: QuotaUsedBefore | null = null) {}
 
   take(request: LimitRequest): MaybePromise<LimitDecision> {
-    if (this.usedBefore === null) return this.takeNow(request);
-    const key = monthlyKey(request.monthly.key, request.nowMs);
-    if (this.monthly.has(key)) return this.takeNow(request);
-    return this.seed(key, request.monthly.key, request.nowMs, this.usedBefore).then(() => this.takeNow(request));
+    const usedBefore = this.usedBefore;
+    if (usedBefore === null) return this.takeNow(request);
+    const { nowMs } = request;
+    const key = monthlyKey(request.monthly.key, nowMs);
+    const own = ownBucketBesides(request.tokenId, request.monthly.key);
+    const ownKey = own === null ? null : monthlyKey(own, nowMs);
+    const bucketSeeded = this.monthly.has(key);
+    const ownSeeded = ownKey === null || this.monthly.has(ownKey);
+    if (bucketSeeded && ownSeeded) return this.takeNow(request);
+    // The token's own month is read with its first call whatever its bucket: counted from then
+    // on, it needs no read when a monthly limit is set on the token mid-month.
+    const seeds: Promise<void>[] = [];
+    if (!bucketSeeded) seeds.push(this.seed(key, request.monthly.key, nowMs, usedBefore));
+    if (own !== null && ownKey !== null && !ownSeeded) seeds.push(this.seed(ownKey, own, nowMs, usedBefore));
+    return Promise.all(seeds).then(() => this.takeNow(request));
   }
 
   private seed(key: string, bucket: string, nowMs: number, usedBefore: QuotaUsedBefore): Promise<void> {
@@ -69,11 +81,21 @@ export class MemoryLimiter implements Limiter {
         window.second = second;
         window.used = rateUsed + decision.granted;
       }
-      // The key holds the month, so an entry's expiry never changes.
-      if (month !== undefined) month.used += decision.granted;
-      else this.monthly.set(monthKey, { used: decision.granted, expireAt: nextMonthStart(request.nowMs) + MONTHLY_RETENTION_SECONDS });
+      this.count(month, monthKey, decision.granted, request.nowMs);
+      const own = ownBucketBesides(request.tokenId, request.monthly.key);
+      if (own !== null) {
+        const ownKey = monthlyKey(own, request.nowMs);
+        this.count(this.monthly.get(ownKey), ownKey, decision.granted, request.nowMs);
+      }
     }
     return decision;
+  }
+
+  /** Adds `granted` to a month's count, in place when it has one. */
+  private count(month: { used: number } | undefined, key: string, granted: number, nowMs: number): void {
+    // The key holds the month, so an entry's expiry never changes.
+    if (month !== undefined) month.used += granted;
+    else this.monthly.set(key, { used: granted, expireAt: nextMonthStart(nowMs) + MONTHLY_RETENTION_SECONDS });
   }
 
   async monthlyUsed(key: string, nowMs: number): Promise<number> {

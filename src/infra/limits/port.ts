@@ -12,7 +12,8 @@ export interface LimitRequest {
   /**
    * Monthly quota bucket: `token:<id>` when the token has its own monthly limit, otherwise
    * `account:<id>` (the spec: a token with its own limit does not count against the account's).
-   * `limit: null` is unlimited (still counted, for the headers and the dashboard).
+   * `limit: null` is unlimited (still counted, for the headers and the dashboard). Whatever the
+   * bucket, a granted call also counts in the token's own month (`ownBucketBesides`).
    */
   monthly: { key: string; limit: number | null };
   /** Calls asked for at once (a batch's size). Admission is partial: the first `granted` pass. */
@@ -25,6 +26,17 @@ export const quotaBucket = {
   token: (tokenId: string): string => `token:${tokenId}`,
   account: (accountId: string): string => `account:${accountId}`,
 } as const;
+
+/**
+ * The token's own month, which a granted call counts in besides its bucket when that bucket is
+ * the account's (null: the bucket is the token's own). A token's month is then its charged calls whatever its limit, so a
+ * monthly limit set, changed or turned back on mid-month (its bucket becoming `token:<id>`)
+ * finds the month already counted: a limit change moves the ceiling, never the count.
+ */
+export const ownBucketBesides = (tokenId: string, bucket: string): string | null => {
+  const own = quotaBucket.token(tokenId);
+  return own === bucket ? null : own;
+};
 
 export interface LimitDecision {
   /** How many of the `cost` calls are admitted (0..cost). */

@@ -1,7 +1,7 @@
 import { withinDeadline } from '../deadline.js';
 import { closeClient, FAIL_FAST, type RedisClient, type Reply, redisClient, replies, waitForReady } from '../redis/client.js';
 import type { LeaseSource } from './leased.js';
-import type { LimitDecision, LimitRequest } from './port.js';
+import { type LimitDecision, type LimitRequest, ownBucketBesides } from './port.js';
 import { decide, monthId, monthlyTtlSeconds, rateWindow } from './window.js';
 
 /**
@@ -31,6 +31,17 @@ end
 return {rateUsed, monthUsed, granted}
 `;
 
+/**
+ * Adds a granted call's units to the token's own month when its bucket is the account's:
+ * KEYS[1] the token's month. ARGV: units, month TTL (s). Its own command, after the take's
+ * reply: the two months hash to different slots in a cluster, and only the granted units count.
+ */
+const COUNT_LUA = `
+redis.call('INCRBY', KEYS[1], tonumber(ARGV[1]))
+redis.call('EXPIRE', KEYS[1], tonumber(ARGV[2]))
+return 1
+`;
+
 /** A window key outlives its second a little, so a slow clock on another gateway still sees it. */
 const RATE_WINDOW_TTL_MS = 2000;
 
@@ -38,6 +49,7 @@ type TakeReply = [number, number, number];
 
 interface LimiterCommands {
   limiterTake(rateKey: string, monthKey: string, ...args: (string | number)[]): Promise<unknown>;
+  limiterCount(monthKey: string, units: number, ttlSeconds: number): Promise<unknown>;
 }
 
 interface PendingTake {
@@ -53,6 +65,8 @@ interface PendingTake {
  * together:
  *   rate window  rl:{<bucket>}:<tokenId>:<unixSecond>   expires 2 s after its last use
  *   month        mq:{<bucket>}:<YYYYMM>                 expires 35 days after the month ends
+ * A call whose bucket is its account's also counts in its token's month, `mq:{token:<id>}:<YYYYMM>`
+ * (the bucket it has once given its own limit), by a second command after the take's reply.
  */
 export const rateKey = (bucket: string, tokenId: string, nowMs: number): string => `rl:{${bucket}}:${tokenId}:${rateWindow(nowMs)}`;
 export const monthKey = (bucket: string, nowMs: number): string => `mq:{${bucket}}:${monthId(nowMs)}`;
@@ -91,6 +105,7 @@ export class RedisLimiter implements LeaseSource {
     // Fail at once while disconnected instead of queueing calls until Redis is back.
     this.client = redisClient(redisUrl, { ...FAIL_FAST, commandTimeout: this.commandTimeoutMs * IOREDIS_TIMEOUT_FACTOR });
     this.client.defineCommand('limiterTake', { numberOfKeys: 2, lua: TAKE_LUA });
+    this.client.defineCommand('limiterCount', { numberOfKeys: 1, lua: COUNT_LUA });
   }
 
   /** True while the connection is up and commands can be sent. */
@@ -141,7 +156,8 @@ export class RedisLimiter implements LeaseSource {
             take.reject(error);
             continue;
           }
-          const [rateUsed, monthUsed] = reply as TakeReply;
+          const [rateUsed, monthUsed, granted] = reply as TakeReply;
+          this.countOwn(take.request, Number(granted));
           take.resolve(decide(take.request, Number(rateUsed), Number(monthUsed)));
         }
       },
@@ -150,6 +166,19 @@ export class RedisLimiter implements LeaseSource {
         void replied.then((late) => this.giveBackLate(takes, late));
       },
     );
+  }
+
+  /**
+   * Counts granted units in the token's own month when its bucket is the account's. Not waited
+   * for: sent on the same connection before the caller hears of the take, so anything this
+   * process asks of Redis later (a take on the token's own bucket included) comes after it.
+   * A failed count is lost, as a count is while Redis is unreachable (fail-open).
+   */
+  private countOwn(request: LimitRequest, granted: number): void {
+    const own = ownBucketBesides(request.tokenId, request.monthly.key);
+    if (own === null || granted <= 0) return;
+    const commands = this.client as unknown as LimiterCommands;
+    void commands.limiterCount(monthKey(own, request.nowMs), granted, monthlyTtlSeconds(request.nowMs)).catch(() => undefined);
   }
 
   /**
@@ -163,13 +192,17 @@ export class RedisLimiter implements LeaseSource {
     for (const [i, { request }] of takes.entries()) {
       const [error, reply] = late[i] ?? [null, null];
       const granted = error === null && Array.isArray(reply) ? Number(reply[2]) : 0;
-      if (granted > 0) void this.release(request.monthly.key, request.nowMs, granted).catch(() => undefined);
+      // The bucket only: the token's own month counts a take when its reply comes in time (countOwn).
+      if (granted > 0) void this.withinDeadline(this.client.decrby(monthKey(request.monthly.key, request.nowMs), granted)).catch(() => undefined);
     }
   }
 
-  /** Gives back `units` counted in a monthly bucket (a lease's unused part: see LeasedLimiter). */
-  async release(key: string, nowMs: number, units: number): Promise<void> {
-    await this.withinDeadline(this.client.decrby(monthKey(key, nowMs), units));
+  /** Gives back `units` counted in a monthly bucket, and in the token's own month when the bucket is the account's (a lease's unused part: see LeasedLimiter). */
+  async release(key: string, tokenId: string, nowMs: number, units: number): Promise<void> {
+    const own = ownBucketBesides(tokenId, key);
+    await this.withinDeadline(
+      Promise.all([this.client.decrby(monthKey(key, nowMs), units), own === null ? null : this.client.decrby(monthKey(own, nowMs), units)]),
+    );
   }
 
   async monthlyUsed(key: string, nowMs: number): Promise<number> {
