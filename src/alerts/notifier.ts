@@ -2,6 +2,7 @@ import type { AlertCommands } from '../commands/alertCommands.js';
 import type { LiveAlert } from '../domain/alert.js';
 import type { AlertChannel } from '../domain/alertEvents.js';
 import type { PlanCatalog } from '../domain/plans.js';
+import { cutText, storableText } from '../domain/storableText.js';
 import type { Position } from '../infra/eventstore/port.js';
 import type { AlertNotification, DeliveryResult, Senders } from '../infra/notify/port.js';
 import type { DeliveryDoc } from '../projections/alerts.js';
@@ -156,7 +157,8 @@ export class Notifier {
       attempt,
       outcome: retry ? 'retrying' : result.outcome,
       status: 'status' in result ? result.status : null,
-      error: 'error' in result ? result.error.slice(0, 500) : null,
+      // A receiver's answer is in it (`HTTP 400: <body>`): made text every store can hold, as usage text is.
+      error: 'error' in result ? storableText(cutText(result.error, 500)) : null,
       nextAttemptAt: retry ? new Date(at + retryDelayMs(this.deps.retry, attempt, this.deps.random)).toISOString() : null,
     });
     await this.deps.waitFor(position);

@@ -1,6 +1,7 @@
 import type { IncomingHttpHeaders } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import type { MaybePromise } from '../domain/maybePromise.js';
+import { cutText, storableText } from '../domain/storableText.js';
 import type { UsageRecord } from '../domain/usage.js';
 import type { Admission, Gatekeeper } from './admission.js';
 import { type Answer, type CallScope, INVALID_METHOD, type LocalError, localError } from './answer.js';
@@ -448,10 +449,11 @@ export class ChainCalls {
         accountId: caller.accountId,
         tokenId: caller.tokenId,
         chain: chainId,
-        method: d.method.slice(0, 200),
+        // Callers and nodes write these: made storable here, so no store or projection meets text it cannot hold.
+        method: storableText(cutText(d.method, 200)),
         status: answer.status,
         rpcErrorCode: d.rpcErrorCode,
-        errorMessage: d.errorMessage,
+        errorMessage: d.errorMessage === null ? null : storableText(d.errorMessage),
         totalMs,
         upstreamMs: d.upstreamMs,
         clientIp: req.ip,

@@ -1,3 +1,5 @@
+import { cutText } from '../domain/storableText.js';
+
 /**
  * The method label of usage roll-ups. JSON-RPC methods are a small set of names; REST
  * passthrough records whole paths, which carry addresses, hashes and heights
@@ -30,9 +32,10 @@ export function isIdentifierSegment(segment: string): boolean {
 export function methodLabel(method: string): string {
   const trimmed = method.trim();
   if (trimmed === '') return '(none)';
-  if (!trimmed.includes('/')) return (isIdentifierSegment(trimmed) ? '{id}' : trimmed).slice(0, MAX_LABEL);
+  if (!trimmed.includes('/')) return cutText(isIdentifierSegment(trimmed) ? '{id}' : trimmed, MAX_LABEL);
   const segments = trimmed.split('/').filter((s) => s !== '');
   const kept = segments.slice(0, MAX_SEGMENTS).map((s) => (isIdentifierSegment(s) ? '{id}' : s));
   if (segments.length > MAX_SEGMENTS) kept.push('…');
-  return kept.join('/').slice(0, MAX_LABEL);
+  // cutText: half an emoji is text PostgreSQL's jsonb refuses (src/domain/storableText.ts).
+  return cutText(kept.join('/'), MAX_LABEL);
 }

@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import { cutText } from '../domain/storableText.js';
 import { CANONICAL_ISO, encodeRawRow, isErrorUsage, type RawRowFields, type UsageRecord } from '../domain/usage.js';
 import type { StoredEvent } from '../infra/eventstore/port.js';
 import type { ReadModelWrite } from '../infra/readmodels/port.js';
@@ -106,7 +107,8 @@ export const clientIpKey = (accountId: string, tokenId: string, day: string, ip:
 /** The error code of a failed call: the JSON-RPC code when it carried one, else the HTTP status. */
 export const errorCodeOf = (r: Pick<UsageRecord, 'status' | 'rpcErrorCode'>): number => r.rpcErrorCode ?? r.status;
 
-export const errorMessageOf = (r: Pick<UsageRecord, 'errorMessage'>): string => (r.errorMessage ?? '').slice(0, MESSAGE_MAX);
+/** Cut where no pair is split: half an emoji is text PostgreSQL's jsonb refuses (src/domain/storableText.ts). */
+export const errorMessageOf = (r: Pick<UsageRecord, 'errorMessage'>): string => cutText(r.errorMessage ?? '', MESSAGE_MAX);
 
 /** Calls of one usage event per raw-row document (see USAGE_METRICS.requestBlocks): at most a few KB each. */
 export const RAW_ROWS_PER_DOC = 64;

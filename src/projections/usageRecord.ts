@@ -1,4 +1,5 @@
 import { isInt, isNonNegative, isStringOrNull } from '../domain/guards.js';
+import { hasUnstorableText, storableText } from '../domain/storableText.js';
 import { USAGE_EVENT_TYPE, type UsageRecord } from '../domain/usage.js';
 import { decodeUsageBatch, MAX_CALLS_PER_EVENT, USAGE_BATCH_EVENT_TYPE } from '../domain/usageBatch.js';
 import type { StoredEvent } from '../infra/eventstore/port.js';
@@ -58,13 +59,23 @@ export function usageRecordsOf(stored: StoredEvent): readonly UsageRecord[] {
   if (stored.type === USAGE_BATCH_EVENT_TYPE) {
     let records = decoded.get(stored);
     if (records === undefined) {
-      records = decodeUsageBatch(stored.data) ?? [];
+      records = (decodeUsageBatch(stored.data) ?? []).map(storableRecord);
       decoded.set(stored, records);
     }
     return records;
   }
   const one = usageRecordOf(stored);
-  return one === null ? [] : [one];
+  return one === null ? [] : [storableRecord(one)];
+}
+
+/**
+ * The record with text every read model can hold: the gateway makes it so when it records a call,
+ * but a log written before may hold a method or message with U+0000 or a lone surrogate, which
+ * stopped the projector on PostgreSQL for every account. The record itself when it has none.
+ */
+function storableRecord(r: UsageRecord): UsageRecord {
+  if (!hasUnstorableText(r.method) && (r.errorMessage === null || !hasUnstorableText(r.errorMessage))) return r;
+  return { ...r, method: storableText(r.method), errorMessage: r.errorMessage === null ? null : storableText(r.errorMessage) };
 }
 
 /**

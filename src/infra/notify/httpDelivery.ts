@@ -1,3 +1,4 @@
+import { cutText } from '../../domain/storableText.js';
 import type { DeliveryResult } from './port.js';
 import { addressRefusal, type HttpPoster } from './safeHttp.js';
 
@@ -24,7 +25,7 @@ export async function postForDelivery(
   try {
     const res = await poster.post(url, init);
     if (res.status >= 200 && res.status < 300) return { outcome: 'delivered', status: res.status };
-    const error = `HTTP ${res.status}${res.body ? `: ${res.body.slice(0, 200)}` : ''}`;
+    const error = `HTTP ${res.status}${res.body ? `: ${cutText(res.body, 200)}` : ''}`;
     if (res.status === 410 && options.goneDisables) return { outcome: 'gone', status: 410, error };
     return { outcome: 'failed', retryable: RETRYABLE(res.status), status: res.status, error };
   } catch (e) {
