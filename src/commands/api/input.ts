@@ -1,5 +1,6 @@
 import type { FastifySchemaCompiler } from 'fastify';
 import type { z } from 'zod';
+import { hasUnstorableText } from '../../domain/storableText.js';
 
 /** The part of a request a value came from: validation messages name it. */
 export type InputPart = 'body' | 'query' | 'params';
@@ -39,10 +40,6 @@ export function invalidField(part: InputPart, field: string, message: string): n
   throw new InvalidInput(part, [{ code: 'custom', path: [field], message }]);
 }
 
-/** U+0000 or a surrogate without its pair: text PostgreSQL's jsonb cannot hold. */
-const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
-const unstorable = (text: string): boolean => text.includes('\u0000') || LONE_SURROGATE.test(text);
-
 /**
  * The path of the first string in a JSON body, a value or a key, that holds unstorable text, or
  * null. Such a token name, appended to the event store, stopped the read models' projector on
@@ -63,10 +60,10 @@ export function unstorableTextPath(body: unknown): PropertyKey[] | null {
   const pending: Step[] = [{ value: body, key: null, parent: null }];
   for (let step = pending.pop(); step !== undefined; step = pending.pop()) {
     const { value } = step;
-    if (typeof value === 'string' && unstorable(value)) return pathOf(step);
+    if (typeof value === 'string' && hasUnstorableText(value)) return pathOf(step);
     if (typeof value !== 'object' || value === null) continue;
     const children = Object.entries(value).map(([key, item]): Step => ({ value: item, key: Array.isArray(value) ? Number(key) : key, parent: step }));
-    const badKey = children.find((child) => unstorable(String(child.key)));
+    const badKey = children.find((child) => hasUnstorableText(String(child.key)));
     if (badKey) return pathOf(badKey);
     // Last first onto the stack, so the first field is looked at first; no spread (a body may hold 500,000 items).
     for (let i = children.length - 1; i >= 0; i--) pending.push(children[i] as Step);
