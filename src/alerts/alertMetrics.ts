@@ -9,7 +9,7 @@ export interface WindowStats {
   avgMs: number | null;
   /** 95th percentile of the total response time in ms; null without requests. */
   p95Ms: number | null;
-  /** Calls refused by a limit (HTTP 429, or JSON-RPC -32005 inside a batch). */
+  /** Calls refused by a limit (HTTP 429, or JSON-RPC -32005 inside a batch); 0 unless asked for. */
   rateLimited: number;
   /** Mean requests per second of the busiest bucket the source resolves (the busiest minute for windows up to 6 h). */
   peakRps: number;
@@ -18,8 +18,12 @@ export interface WindowStats {
 export type UsageScope = { accountId: string } | { tokenId: string };
 
 export interface AlertMetrics {
-  /** Calls of the account (or of one of its tokens) with `from <= at < to`. */
-  windowStats(accountId: string, tokenId: string | null, from: Date, to: Date): Promise<WindowStats>;
+  /**
+   * Calls of the account (or of one of its tokens) with `from <= at <= to`, and those earlier in
+   * the source's bucket that holds `from` (the roll-ups resolve minutes). `refusalsNeeded` > 0:
+   * count the limit refusals too, at least that many when there are (costly: one read a refusal).
+   */
+  windowStats(accountId: string, tokenId: string | null, from: Date, to: Date, refusalsNeeded?: number): Promise<WindowStats>;
   /**
    * Quota used in the calendar month (UTC) that contains `at`: a token's charged calls; an
    * account's, less those of its tokens with their own limit (spec: Authentication 6).

@@ -6,6 +6,7 @@ import { effectiveTokenLimits, type Plan, type PlanCatalog } from '../domain/pla
 import type { Position } from '../infra/eventstore/port.js';
 import type { AlertQueries } from '../projections/alertsQueries.js';
 import type { Queries } from '../projections/queries.js';
+import { floorTo } from '../projections/usageBuckets.js';
 import type { AlertMetrics } from './alertMetrics.js';
 import { type Figures, measure } from './measure.js';
 
@@ -116,7 +117,7 @@ export class AlertEvaluator {
     if (rule.tokenId !== null && (!token || token.accountId !== accountId)) return { unavailable: `The token ${rule.tokenId} no longer exists.` };
     const to = now;
     const from = new Date(now.getTime() - (rule.windowMinutes ?? 0) * 60_000);
-    const window = () => metrics.windowStats(accountId, rule.tokenId, from, to);
+    const window = (refusalsNeeded = 0) => metrics.windowStats(accountId, rule.tokenId, from, to, refusalsNeeded);
 
     switch (rule.type) {
       case 'usage_threshold':
@@ -125,7 +126,7 @@ export class AlertEvaluator {
       case 'response_time':
         return { window: await window() };
       case 'rate_limiting': {
-        if (rule.condition !== 'approaching') return { window: await window() };
+        if (rule.condition !== 'approaching') return { window: await window(rule.threshold) };
         const watched = token
           ? [token]
           : (await queries.tokens(accountId))
@@ -149,8 +150,10 @@ export class AlertEvaluator {
           return { monthUsed: await metrics.monthUsage(scope, now), monthlyLimit: limits.monthly };
         }
         if (rule.condition === 'unusual_traffic' && rule.windowMinutes !== null && rule.baselineHours !== null) {
-          const baselineStart = new Date(from.getTime() - rule.baselineHours * 3_600_000);
-          const baseline = await metrics.windowStats(accountId, token.id, baselineStart, from);
+          // The baseline ends where the window's first minute starts, so no call is in both.
+          const windowStart = floorTo(from.getTime(), 'minute');
+          const baselineStart = new Date(windowStart - rule.baselineHours * 3_600_000);
+          const baseline = await metrics.windowStats(accountId, token.id, baselineStart, new Date(windowStart - 1));
           return { window: await window(), baselinePerWindow: baseline.requests / ((rule.baselineHours * 60) / rule.windowMinutes) };
         }
         return { window: await window() };

@@ -40,7 +40,8 @@ export function measure(rule: AlertRule, f: Figures): Measurement {
 
   const errorRate = (): Measurement => {
     if (!w || !enough(rule.minRequests) || !finite(w.errors) || w.errors < 0) return tooFew();
-    const rate = (w.errors / w.requests) * 100;
+    // Multiplied before dividing: (29 / 100) * 100 is 28.999…, under a 29% threshold it meets.
+    const rate = (w.errors * 100) / w.requests;
     return judged(rate, t, `Error rate of ${who(rule)} is ${pct(rate)} over ${span(rule)} (${w.errors} of ${w.requests} requests; threshold ${pct(t)}).`);
   };
   const monthShare = (subject: string): Measurement => {
@@ -48,7 +49,7 @@ export function measure(rule: AlertRule, f: Figures): Measurement {
     const limit = f.monthlyLimit;
     if (!finite(used) || used < 0) return nothing(`No usage figure for ${subject} this month.`);
     if (!finite(limit) || limit <= 0) return nothing(`${subject} has no monthly limit to measure against.`);
-    const share = (used / limit) * 100;
+    const share = (used * 100) / limit;
     return judged(share, t, `${subject} has used ${pct(share)} of its monthly limit (${used} of ${limit} requests; threshold ${pct(t)}).`);
   };
 

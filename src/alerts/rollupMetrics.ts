@@ -1,11 +1,11 @@
 import type { PlanCatalog } from '../domain/plans.js';
 import type { UsageQueries } from '../projections/metricsQueries.js';
 import type { Queries } from '../projections/queries.js';
-import { ceilTo, MINUTE_MS, seriesGranularity } from '../projections/usageBuckets.js';
+import { ceilTo, floorTo, MINUTE_MS, seriesGranularity } from '../projections/usageBuckets.js';
 import { monthOf } from '../projections/usageTotals.js';
 import { type AlertMetrics, LIMIT_EXCEEDED_RPC_CODE, type UsageScope, type WindowStats } from './alertMetrics.js';
 
-/** Failed calls read to count limit refusals in one window; past it the count is a floor (and far above any sane threshold). */
+/** Failed calls read to count limit refusals in one window (or the rule's threshold, when higher); past it the count is a floor. */
 const REFUSALS_SCANNED_MAX = 10_000;
 
 /**
@@ -26,15 +26,22 @@ export class RollupAlertMetrics implements AlertMetrics {
   }
 
   /**
-   * The roll-ups are per minute: the window is the same number of whole minutes ending with the
-   * minute that holds `to` (so the calls of the last seconds count at once).
+   * The roll-ups are per minute: the window is every minute from the one that holds `from` to the
+   * one that holds `to`, so every call of the last N minutes counts (and the calls of the last
+   * seconds at once). Ending N whole minutes with `to`'s minute left a 1-minute window a second
+   * long just after the minute turned: a steady breach resolved and fired again every minute.
+   * Limit refusals are read from the recent-errors log, one row per failed call, so only when
+   * asked (`refusalsNeeded`, at least that many are counted when there are).
    */
-  async windowStats(accountId: string, tokenId: string | null, from: Date, to: Date): Promise<WindowStats> {
-    const end = ceilTo(to.getTime() + 1, 'minute');
-    const start = end - Math.max(1, Math.round((to.getTime() - from.getTime()) / MINUTE_MS)) * MINUTE_MS;
+  async windowStats(accountId: string, tokenId: string | null, from: Date, to: Date, refusalsNeeded = 0): Promise<WindowStats> {
+    const start = floorTo(from.getTime(), 'minute');
+    const end = Math.max(ceilTo(to.getTime() + 1, 'minute'), start + MINUTE_MS);
     const granularity = seriesGranularity(end - start);
     const scope = { accountId, start, end, granularity, chain: null, tokenId };
-    const [report, failures] = await Promise.all([this.usage.usage(scope), this.usage.recentErrors(scope, REFUSALS_SCANNED_MAX)]);
+    const [report, failures] = await Promise.all([
+      this.usage.usage(scope),
+      refusalsNeeded > 0 ? this.usage.recentErrors(scope, Math.max(refusalsNeeded, REFUSALS_SCANNED_MAX)) : [],
+    ]);
     const { totals } = report;
     const bucketSeconds = (granularity === 'minute' ? MINUTE_MS : granularity === 'hour' ? 60 * MINUTE_MS : 1440 * MINUTE_MS) / 1000;
     const busiest = report.series.reduce((max, p) => Math.max(max, p.requests), 0);
