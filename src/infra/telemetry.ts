@@ -1,7 +1,7 @@
 import { type IntervalHistogram, monitorEventLoopDelay } from 'node:perf_hooks';
 import { Counter, collectDefaultMetrics, Gauge, Registry } from 'prom-client';
-import type { UsageRecord } from '../domain/usage.js';
 import type { MaybePromise } from '../domain/maybePromise.js';
+import type { UsageRecord } from '../domain/usage.js';
 import type { LimitDecision, Limiter, LimitRequest } from './limits/port.js';
 import type { RedisHealthSnapshot, RedisState } from './redisHealth.js';
 
@@ -443,7 +443,8 @@ export class Telemetry {
     let cls = this.methodClasses.get(method);
     if (cls === undefined) {
       cls = classOf(method);
-      if (this.methodClasses.size < METHOD_CLASSES_MAX) this.methodClasses.set(method, cls);
+      // A copy: the method may be a slice of the whole request path or body, which a key would keep alive.
+      if (this.methodClasses.size < METHOD_CLASSES_MAX) this.methodClasses.set(JSON.parse(JSON.stringify(method)) as string, cls);
     }
     return cls;
   }
