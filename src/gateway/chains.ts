@@ -21,6 +21,9 @@ export const DEFAULT_WRITE_METHODS = [
   'eth_sendRawTransaction',
   'eth_sendTransaction',
   'eth_sendRawTransactionConditional',
+  // EIP-7966 (a submission that waits for its receipt) and ERC-4337 bundlers' user operations.
+  'eth_sendRawTransactionSync',
+  'eth_sendUserOperation',
   'eth_sendBundle',
   'eth_sendPrivateTransaction',
   'eth_sendPrivateRawTransaction',

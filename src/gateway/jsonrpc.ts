@@ -26,7 +26,10 @@ export interface RpcCall {
   kind: 'call';
   index: number;
   idText: string | undefined;
-  /** A number id a node could round (beyond 2^53, fractional): sent upstream as a stand-in. */
+  /**
+   * An id a node may echo in another spelling (a number beyond 2^53, `1.0`, `-0`, `1e2`; a string
+   * with escapes or other than plain characters): sent upstream as a stand-in.
+   */
   idIsFragile: boolean;
   method: string;
   paramsText: string | undefined;
@@ -50,6 +53,13 @@ export type ParsedRpc =
   | { kind: 'batch'; members: RpcMember[] };
 
 const MAX_METHOD_LENGTH = 200;
+/**
+ * Ids a node echoes byte for byte even when it parses and re-serialises the call (ganache,
+ * Nethermind, Besu): an integer as JSON writes it, or a string of plain characters. ganache
+ * answers `1.0` as `1` and `"\u0041"` as `"A"`: judged another call's answer, the node was
+ * counted as failed (and ejected after three) and the caller got -32010.
+ */
+const PLAIN_ID = /^(?:0|-?[1-9][0-9]{0,15}|"[A-Za-z0-9 _.:-]*")$/;
 const utf8 = new TextDecoder('utf-8', { fatal: true });
 
 export function decodeUtf8(body: Buffer): string | null {
@@ -129,7 +139,7 @@ function callFrom(text: string, found: CallMembers, index: number): RpcMember {
     kind: 'call',
     index,
     idText,
-    idIsFragile: idIsNumber && !Number.isSafeInteger(Number(idText)),
+    idIsFragile: idText !== undefined && idText !== 'null' && !(PLAIN_ID.test(idText) && (!idIsNumber || Number.isSafeInteger(Number(idText)))),
     method,
     paramsText: paramsFirst < 0 ? undefined : text.slice(found.paramsStart, found.paramsEnd),
   };

@@ -17,7 +17,8 @@ import type { ChainHeads } from '../upstreams/heads.js';
  */
 export function readKey(chainId: string, method: string, paramsText: string | undefined, shape: CallShape, epoch: number, generation = 0): string {
   const context = shape.kind === 'head' || shape.kind === 'volatile' ? epoch : `g${generation}`;
-  return `${chainId}\u0001${method}\u0001${paramsText ?? ''}\u0001${context}`;
+  // No params is `[]` to a node (ethers sends `[]`, other clients leave them out): one key.
+  return `${chainId}\u0001${method}\u0001${paramsText ?? '[]'}\u0001${context}`;
 }
 
 /**
@@ -136,7 +137,8 @@ function firstByte(body: Buffer): number {
 /**
  * The result an answer may be kept with, as JSON text; null when it may not: an error, a null
  * result, data not yet final (by the finalized block of `upstream`, the node that answered: see
- * ChainHeads.finalizedBy), or an answer that depends on a head that moved while it was asked.
+ * ChainHeads.finalizedBy), or an answer that depends on a head that moved while it was asked or
+ * that `upstream` had not reached.
  */
 export function keepableResult(
   body: Buffer | string,
@@ -164,7 +166,8 @@ export function keepableResult(
     case 'static':
       return resultText;
     case 'head':
-      if (heads.best === null || heads.epoch !== epochAsked) return null;
+      // Kept for every caller until the head moves: only the head's own answer (not a node's a few blocks behind).
+      if (heads.best === null || heads.epoch !== epochAsked || !heads.isAtBest(upstream)) return null;
       // A node ahead of the tracked head: the head moved and the next poll will say so.
       return method !== 'eth_blockNumber' || resultText === `"0x${heads.best.toString(16)}"` ? resultText : null;
     case 'number': {

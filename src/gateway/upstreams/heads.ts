@@ -277,6 +277,17 @@ export class ChainHeads {
   }
 
   /**
+   * Whether node `label`'s tracked head is the chain's best (or past it): its answer to a call on
+   * the head is the head's, and may be kept for it. A node a few blocks behind (within
+   * maxLagBlocks) still takes head calls, but its `latest` is an older block.
+   */
+  isAtBest(label: string): boolean {
+    const index = this.byLabel.get(label);
+    const head = index === undefined ? null : (this.upstreams[index]?.head ?? null);
+    return head !== null && this.best !== null && head >= this.best;
+  }
+
+  /**
    * Whether a believed node dropped a block it had called final: its head is now under its last
    * finalized block, or that block has another hash (a devnet rewound by evm_revert; a real
    * chain's finality does not do this).
