@@ -25,6 +25,8 @@ export type ErrorCode =
   | 'alert_not_applicable'
   /** Log-in failures or sign-ups over their limit for an email or a client address, until the window ends. */
   | 'too_many_attempts'
+  /** An account's streamed exports at once are capped (each holds memory while its client reads). */
+  | 'too_many_exports'
   /** More password hashing waiting than the process queues; the client may retry shortly. */
   | 'overloaded';
 

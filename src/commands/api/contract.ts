@@ -18,7 +18,7 @@ const MEANINGS: Record<number, string> = {
   413: 'The body is larger than 1 MiB (`body_too_large`).',
   415: 'The body is not `application/json` (`unsupported_media_type`).',
   422: "Well-formed but not applicable (e.g. a limit above the account's).",
-  429: 'Too many attempts from this address or for this email; see `Retry-After`.',
+  429: 'Too many attempts from this address or for this email, or too many exports of the account at once; see `Retry-After`.',
   500: 'Something went wrong on our side; it has been logged (`internal_error`).',
   503: 'Too busy to check a password right now; see `Retry-After` (`overloaded`).',
 };

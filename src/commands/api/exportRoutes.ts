@@ -57,6 +57,16 @@ function checkExportOnPlan(plans: PlanCatalog, plan: Plan, format: ExportFormat)
   );
 }
 
+/**
+ * Exports an account may have running at once. Each holds a page or two of rows (~1–2 MB) for as long as its client
+ * takes to read it, and a client that stops reading is only cut off by a proxy: uncapped, one access token opened
+ * hundreds of stalled exports. A dashboard opens one at a time.
+ */
+export const EXPORTS_PER_ACCOUNT = 3;
+const EXPORT_RETRY_AFTER_SECONDS = 10;
+/** Exports running per account, in this process: taken before the first read, given back when the answer's connection closes. */
+const runningExports = new Map<string, number>();
+
 /** One page of rows buffered ahead of the socket: a slow client slows the reads instead of filling memory. */
 const STREAM_OPTIONS = { highWaterMark: 1 };
 
@@ -87,13 +97,24 @@ export const exportRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, deps) =>
           headers: { 'Content-Disposition': ATTACHMENT },
           content: { [CONTENT_TYPES[format].split(';')[0] as string]: { schema: FILE_SCHEMAS[format] } },
         },
-        ...problems(403, 404),
+        ...problems(403, 404, 429),
       },
     };
     app.get(`/api/v1/exports/usage.${format}`, { config: { auth: 'owner' }, schema }, async (request, reply) => {
       const { accountId } = ownerOf(request);
       const { account, plan, resolved } = await periodFor(request, deps, accountId);
       checkExportOnPlan(deps.plans, plan, format);
+      const running = runningExports.get(accountId) ?? 0;
+      if (running >= EXPORTS_PER_ACCOUNT) {
+        reply.header('retry-after', String(EXPORT_RETRY_AFTER_SECONDS));
+        fail('too_many_exports', `This account has ${running} exports running; at most ${EXPORTS_PER_ACCOUNT} at once. Retry once one has finished.`);
+      }
+      runningExports.set(accountId, running + 1);
+      reply.raw.once('close', () => {
+        const left = (runningExports.get(accountId) ?? 1) - 1;
+        if (left > 0) runningExports.set(accountId, left);
+        else runningExports.delete(accountId);
+      });
       const { scope, period } = resolved;
       const method = scope.method ?? null;
       const filename = exportFilename(period, resolved.chain, method, format);

@@ -24,6 +24,7 @@ export const STATUS_OF: Record<ErrorCode, number> = {
   limit_above_account: 422,
   alert_not_applicable: 422,
   too_many_attempts: 429,
+  too_many_exports: 429,
   overloaded: 503,
 };
 

@@ -25,6 +25,26 @@ const MUTED = '#6b7280';
 const OK_COLOUR = '#2563eb';
 const ERROR_COLOUR = '#dc2626';
 
+/** Beyond Latin-1, the characters Helvetica's WinAnsi encoding draws (as pdfkit maps them). */
+const WIN_ANSI_EXTRA = new Set('ƒ–—‘’‚“”„†‡•…€‰‹›ˆ™ŒœŠšŸŽž˜');
+
+/**
+ * Text as the PDF's standard fonts can draw it. pdfkit writes any other character as its UTF-16
+ * units' bytes, i.e. wrong Latin glyphs (`调` drew `Œ` and a control): a caller's CJK, Arabic or
+ * emoji method read as garbage. Each such character is written `[U+XXXX]` instead (exact, and
+ * the CSV and JSON exports hold the text itself); line breaks and tabs become spaces.
+ */
+function drawable(text: string): string {
+  let out = '';
+  for (const char of text) {
+    const code = char.codePointAt(0) ?? 0;
+    if ((code >= 0x20 && code <= 0x7e) || (code >= 0xa0 && code <= 0xff) || WIN_ANSI_EXTRA.has(char)) out += char;
+    else if (char === '\t' || char === '\r' || char === '\n') out += ' ';
+    else out += `[U+${code.toString(16).toUpperCase().padStart(4, '0')}]`;
+  }
+  return out;
+}
+
 const count = (n: number): string => n.toLocaleString('en-US');
 const pct = (v: number | null): string => (v === null ? '–' : `${v.toFixed(2)} %`);
 const msText = (v: number | null): string => (v === null ? '–' : `${v.toFixed(1)} ms`);
@@ -93,7 +113,7 @@ function drawTable(doc: PDFKit.PDFDocument, title: string, header: string[], row
       .fillColor(bold ? MUTED : INK);
     cells.forEach((cell, i) => {
       const w = width * (fractions[i] ?? 0);
-      doc.text(cell, x, y, { width: w - 6, lineBreak: false, ellipsis: true });
+      doc.text(drawable(cell), x, y, { width: w - 6, lineBreak: false, ellipsis: true });
       x += w;
     });
     doc.y = y + 13;
@@ -145,7 +165,9 @@ export function usagePdf(input: PdfReportInput): PDFKit.PDFDocument {
   doc.fillColor(INK).font('Helvetica-Bold').fontSize(20).text('Usage report');
   doc.font('Helvetica').fontSize(9).fillColor(MUTED);
   doc.text(
-    `${input.email} · ${input.planName} plan · ${input.chain ? `chain ${input.chain}` : 'all chains'}${input.method ? ` · method ${input.method}` : ''}`,
+    drawable(
+      `${input.email} · ${input.planName} plan · ${input.chain ? `chain ${input.chain}` : 'all chains'}${input.method ? ` · method ${input.method}` : ''}`,
+    ),
   );
   doc.text(`Period ${input.period.start} to ${input.period.end} (per ${input.granularity}) · generated ${input.generatedAt}`);
   doc.moveDown(1);
