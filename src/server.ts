@@ -8,7 +8,9 @@ import type { Config } from './config.js';
 import { redactTokens } from './domain/tokenFormat.js';
 import { ChainFront, clientErrorHandler, fastifyTrustProxy } from './gateway/front.js';
 import { gatewayRoutes } from './gateway/routes.js';
+import { withinDeadline } from './infra/deadline.js';
 import type { RedisState } from './infra/redisHealth.js';
+import { storeUnreachableReason } from './infra/storeErrors.js';
 import { coreProjection } from './projections/core.js';
 import type { Runtime } from './runtime.js';
 
@@ -147,8 +149,13 @@ interface Readiness {
     status: 'ready' | 'catching_up' | 'degraded' | 'unavailable';
     /** Present when the process uses Redis. */
     redis?: { state: RedisState; since: string; reason?: string };
+    /** Present while the event store or the read models cannot be read. */
+    database?: { state: 'down'; reason: string };
   };
 }
+
+/** /readyz gives up on the stores after this long, inside the manifests' probe timeout (3 s). */
+const DATABASE_PROBE_MS = 2000;
 
 /**
  * Ready once the token read model has caught up with the log: the projector's own state where
@@ -161,7 +168,17 @@ interface Readiness {
 async function readiness(runtime: Runtime): Promise<Readiness> {
   const health = runtime.redis?.snapshot();
   const redis = health && { state: health.state, since: new Date(health.sinceMs).toISOString(), ...(health.reason === null ? {} : { reason: health.reason }) };
-  if (!(await caughtUp(runtime))) return { ready: false, body: { status: 'catching_up', redis } };
+  let caught: boolean;
+  try {
+    caught = await withinDeadline(caughtUp(runtime), DATABASE_PROBE_MS, () => new Error(`no answer within ${DATABASE_PROBE_MS} ms`));
+  } catch (error) {
+    // The stores are unreachable: a gateway still serves the tokens it has cached and refuses the
+    // others (it stays in its load balancer, as for Redis); the API would only refuse calls.
+    const reason = storeUnreachableReason(error) ?? (error instanceof Error ? error.message : String(error));
+    const serves = runtime.gateway !== null;
+    return { ready: serves, body: { status: serves ? 'degraded' : 'unavailable', redis, database: { state: 'down', reason } } };
+  }
+  if (!caught) return { ready: false, body: { status: 'catching_up', redis } };
   if (!redis || redis.state === 'up') return { ready: true, body: { status: 'ready', redis } };
   const refusesCalls = runtime.gateway !== null && runtime.config.limitsFailClosed;
   return { ready: !refusesCalls, body: { status: refusesCalls ? 'unavailable' : 'degraded', redis } };

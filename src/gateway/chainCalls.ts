@@ -3,6 +3,7 @@ import { performance } from 'node:perf_hooks';
 import type { MaybePromise } from '../domain/maybePromise.js';
 import { cutText, storableText } from '../domain/storableText.js';
 import type { UsageRecord } from '../domain/usage.js';
+import { storeUnreachableReason } from '../infra/storeErrors.js';
 import type { Admission, Gatekeeper } from './admission.js';
 import { type Answer, type CallScope, INVALID_METHOD, type LocalError, localError } from './answer.js';
 import { BodyTooLarge, isJsonRpcMediaType, type RawBody } from './body.js';
@@ -297,6 +298,11 @@ function dispatch(scope: CallScope, req: Incoming): MaybePromise<Answer> {
   });
 }
 
+/** What a caller is told to wait when the read models are unreachable (as the management API's `store_unavailable`). */
+const STORE_RETRY_AFTER_SECONDS = 5;
+/** While the read models are unreachable, failed token lookups are logged at most this often. */
+const STORE_OUTAGE_LOG_MS = 10_000;
+
 export class ChainCalls {
   readonly limits: GatewayLimits;
   private readonly clock = new IsoClock();
@@ -385,9 +391,38 @@ export class ChainCalls {
   /** A call that failed on our side: logged, and a 500 (503 while the gatekeeper is unavailable) in the call's shape. */
   failed(req: OwnErrorRequest, err: unknown): ChainResponse {
     const unavailable = err instanceof GatekeeperUnavailable;
+    const unreachable = unavailable ? storeUnreachableReason(err) : null;
+    if (unreachable !== null) {
+      this.storeOutageLog(unreachable);
+      const answer = this.ownError(req, 503, RpcCode.internalError, 'service_unavailable', 'Service temporarily unavailable');
+      answer.headers['retry-after'] = String(STORE_RETRY_AFTER_SECONDS);
+      return answer;
+    }
     this.log.error({ err }, unavailable ? 'gatekeeper failed' : 'chain call failed');
     if (unavailable) return this.ownError(req, 503, RpcCode.internalError, 'service_unavailable', 'Service temporarily unavailable');
     return this.ownError(req, 500, RpcCode.internalError, 'internal_error', 'Internal error');
+  }
+
+  private storeOutageLoggedAtMs = Number.NEGATIVE_INFINITY;
+  private storeOutageUnlogged = 0;
+
+  /**
+   * While the read models are unreachable every uncached token's call fails alike: one warning
+   * every STORE_OUTAGE_LOG_MS with the count of the others, not a line (and a stack) a call.
+   */
+  private storeOutageLog(reason: string): void {
+    const now = performance.now();
+    if (now - this.storeOutageLoggedAtMs < STORE_OUTAGE_LOG_MS) {
+      this.storeOutageUnlogged++;
+      return;
+    }
+    const others = this.storeOutageUnlogged;
+    this.storeOutageLoggedAtMs = now;
+    this.storeOutageUnlogged = 0;
+    this.log.error(
+      { reason, others },
+      `token lookup failed, the read models are unreachable: answering 503 to tokens not cached${others > 0 ? `; ${others} more such calls since the last line` : ''}`,
+    );
   }
 
   /** A call the HTTP server refused before it reached `serve` (an unreadable Content-Type...). */

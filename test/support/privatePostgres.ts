@@ -17,6 +17,8 @@ export interface PrivatePostgres {
   /** The `postgres` database as the `postgres` superuser, trust auth. */
   url: string;
   stop(): Promise<void>;
+  /** Stops the server as a crash does: every backend quits at once, open transactions are lost, recovery runs at the next start. */
+  crash(): Promise<void>;
   start(): Promise<void>;
   /** Stops the server and removes its directory. */
   destroy(): Promise<void>;
@@ -58,6 +60,9 @@ export async function startPrivatePostgres(): Promise<PrivatePostgres> {
     },
     async stop() {
       await asPostgres('pg_ctl', ['-D', dir, 'stop', '-m', 'fast', '-w']);
+    },
+    async crash() {
+      await asPostgres('pg_ctl', ['-D', dir, 'stop', '-m', 'immediate', '-w']);
     },
     async destroy() {
       await asPostgres('pg_ctl', ['-D', dir, 'stop', '-m', 'immediate', '-w']).catch(() => undefined);

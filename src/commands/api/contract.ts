@@ -20,7 +20,7 @@ const MEANINGS: Record<number, string> = {
   422: "Well-formed but not applicable (e.g. a limit above the account's).",
   429: 'Too many attempts from this address or for this email, or too many exports of the account at once; see `Retry-After`.',
   500: 'Something went wrong on our side; it has been logged (`internal_error`).',
-  503: 'Too busy to check a password right now; see `Retry-After` (`overloaded`).',
+  503: 'Too busy to check a password right now (`overloaded`), or the database is not answering (`store_unavailable`); see `Retry-After`.',
 };
 
 /** Headers an answer always carries, as the document lists them (the handler sets them; fastify does not read these). */
@@ -77,7 +77,8 @@ export function completeRoutes(app: FastifyInstance, deps: ApiDeps): void {
     if (!scope) throw new Error(`${String(route.method)} ${route.url}: declare who may call it (config.auth)`);
     const methods = [route.method].flat();
     const schema = route.schema ?? {};
-    const statuses = [500];
+    // Any route reads a store, and any store may be unreachable for a while (503 `store_unavailable`).
+    const statuses = [500, 503];
     if (scope !== 'public') statuses.push(401);
     if (scope === 'metrics') statuses.push(403);
     if (schema.params || schema.querystring || schema.body) statuses.push(400);

@@ -2,6 +2,7 @@ import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import type { Problem } from '../../api/types.js';
 import { DomainError, type ErrorCode } from '../../domain/errors.js';
 import { redactTokens } from '../../domain/tokenFormat.js';
+import { storeUnreachableReason } from '../../infra/storeErrors.js';
 import { InvalidInput } from './input.js';
 
 /** The one place where error codes become HTTP statuses. */
@@ -87,11 +88,20 @@ export function toProblem(error: unknown): Problem {
             : 'invalid_request';
     return problem(fe.statusCode, code, fe.message ?? 'Invalid request.');
   }
+  // A store that cannot be reached is an outage to wait out, not a fault of ours or the caller's.
+  if (storeUnreachableReason(error) !== null) return problem(503, 'store_unavailable', 'The database is not answering right now; retry shortly.');
   return problem(500, 'internal_error', 'Something went wrong on our side; it has been logged.');
 }
 
+/** How long a caller is told to wait when a store is unreachable: about what a database restart takes. */
+export const STORE_RETRY_AFTER_SECONDS = 5;
+
 export function problemErrorHandler(error: unknown, request: FastifyRequest, reply: FastifyReply): FastifyReply {
   const p = toProblem(error);
-  if (p.status >= 500) request.log.error({ err: error }, 'unhandled error');
+  if (p.code === 'store_unavailable') {
+    // One short line a call, no stack: every call fails alike for as long as the outage lasts.
+    request.log.warn(`store unreachable: ${storeUnreachableReason(error)}`);
+    reply.header('retry-after', String(STORE_RETRY_AFTER_SECONDS));
+  } else if (p.status >= 500) request.log.error({ err: error }, 'unhandled error');
   return sendProblem(reply, p);
 }

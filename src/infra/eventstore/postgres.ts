@@ -1,5 +1,5 @@
 import pg from 'pg';
-import { isRetryable, migrate, openPool } from '../postgres/database.js';
+import { isRetryable, migrate, openPool, POSTGRES_CONNECT_TIMEOUT_MS } from '../postgres/database.js';
 import { checkExpectedRevision, validateAppend, validateTruncation } from './appendRules.js';
 import { EventStoreError } from './errors.js';
 import { MAX_APPEND_BYTES } from './levelAppendPlan.js';
@@ -328,7 +328,7 @@ class Listener implements Wakeups {
 
   private async connect(): Promise<void> {
     const generation = this.generation;
-    const client = new pg.Client({ connectionString: this.url });
+    const client = new pg.Client({ connectionString: this.url, connectionTimeoutMillis: POSTGRES_CONNECT_TIMEOUT_MS });
     const lost = (): void => {
       if (this.generation === generation && this.client === client) {
         this.client = null;

@@ -28,6 +28,11 @@ export interface Migration {
  */
 const MIGRATION_LOCK = 4_244_000_001;
 
+/** A new connection (or a wait for a free one) fails after this long. */
+export const POSTGRES_CONNECT_TIMEOUT_MS = 5000;
+/** A query unanswered this long fails and its connection is dropped; well above any one statement of ours (a catch-up batch's commit takes well under a second). */
+export const POSTGRES_QUERY_TIMEOUT_MS = 30_000;
+
 /**
  * `options` are the sessions' settings (`-c name=value …`); an `options` in `url` takes their
  * place. Connections are kept however long they sit idle (pg closes them after 10 s by
@@ -36,7 +41,16 @@ const MIGRATION_LOCK = 4_244_000_001;
  * eight (bench/postgres-metrics.ts: the first call after 11 s quiet).
  */
 export function openPool(url: string, max: number, options?: string): pg.Pool {
-  const pool = new pg.Pool({ connectionString: url, max, idleTimeoutMillis: 0, ...(options === undefined ? {} : { options }) });
+  const pool = new pg.Pool({
+    connectionString: url,
+    max,
+    idleTimeoutMillis: 0,
+    // A server that accepts connections but never answers (a stalled host, a half-open proxy) must
+    // not hold a call for ever: the caller gets a store-unreachable error instead (503 on the API).
+    connectionTimeoutMillis: POSTGRES_CONNECT_TIMEOUT_MS,
+    query_timeout: POSTGRES_QUERY_TIMEOUT_MS,
+    ...(options === undefined ? {} : { options }),
+  });
   // An idle client whose server went away: the pool drops it, and the next query reconnects.
   pool.on('error', () => undefined);
   return pool;

@@ -1,4 +1,5 @@
 import pg from 'pg';
+import { POSTGRES_CONNECT_TIMEOUT_MS } from './database.js';
 
 /** The session advisory lock that the one projector of a PostgreSQL deployment holds. */
 const PROJECTOR_LOCK = 4_244_000_002;
@@ -20,7 +21,7 @@ export async function acquireProjectorLock(
   url: string,
   options: { log: (message: string) => void; onLost: (error: Error) => void; signal?: AbortSignal },
 ): Promise<ProjectorLock> {
-  const client = new pg.Client({ connectionString: url });
+  const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: POSTGRES_CONNECT_TIMEOUT_MS });
   let released = false;
   const lost = (error: Error): void => {
     if (released) return;
