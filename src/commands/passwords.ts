@@ -71,6 +71,16 @@ function parseStoredHash(stored: string): StoredHash | null {
   return { params, salt: saltBytes, hash: hashBytes };
 }
 
+/**
+ * The forms a password is tried in: NFC first (RFC 8265's OpaqueString), so `é` typed as one code
+ * point or as `e` + U+0301 is one password; then as sent, when that differs, for a hash made
+ * before passwords were normalized from a password that was not NFC.
+ */
+function passwordForms(password: string): string[] {
+  const nfc = password.normalize('NFC');
+  return nfc === password ? [nfc] : [nfc, password];
+}
+
 export interface PasswordHasherOptions {
   /** At most this many scrypt computations at once in the process; the others wait their turn, first come first served. */
   concurrency?: number;
@@ -105,10 +115,10 @@ export class PasswordHasher {
     this.scrypt = options.scrypt ?? nodeScrypt;
   }
 
-  /** `scrypt$N$r$p$<salt b64>$<hash b64>`. */
+  /** `scrypt$N$r$p$<salt b64>$<hash b64>`, of the password's NFC form. */
   async hash(password: string): Promise<string> {
     const salt = randomBytes(SALT_LENGTH);
-    const hash = await this.compute(password, salt, KEY_LENGTH, this.params);
+    const hash = await this.compute(password.normalize('NFC'), salt, KEY_LENGTH, this.params);
     const { N, r, p } = this.params;
     return `scrypt$${N}$${r}$${p}$${salt.toString('base64')}$${hash.toString('base64')}`;
   }
@@ -119,18 +129,23 @@ export class PasswordHasher {
    * which emails have an account. A malformed stored hash answers false.
    */
   async verify(password: string, stored: string | null): Promise<boolean> {
+    const forms = passwordForms(password);
     if (stored === null) {
-      await this.compute(password, this.noAccountSalt, KEY_LENGTH, this.params);
+      for (const form of forms) await this.compute(form, this.noAccountSalt, KEY_LENGTH, this.params);
       return false;
     }
     const parsed = parseStoredHash(stored);
     if (!parsed) return false;
-    const actual = await this.compute(password, parsed.salt, parsed.hash.length, parsed.params).catch((error: unknown) => {
-      // Parameters node refuses (above the memory bound): no password matches them.
-      if (error instanceof DomainError) throw error;
-      return null;
-    });
-    return actual !== null && timingSafeEqual(actual, parsed.hash);
+    for (const form of forms) {
+      const actual = await this.compute(form, parsed.salt, parsed.hash.length, parsed.params).catch((error: unknown) => {
+        // Parameters node refuses (above the memory bound): no password matches them.
+        if (error instanceof DomainError) throw error;
+        return null;
+      });
+      if (actual === null) return false;
+      if (timingSafeEqual(actual, parsed.hash)) return true;
+    }
+    return false;
   }
 
   private async compute(password: string, salt: Buffer, keyLength: number, params: ScryptParams): Promise<Buffer> {

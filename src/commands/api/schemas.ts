@@ -8,8 +8,14 @@ const text = (max: number) => z.string().max(max, `at most ${max} characters`);
 const name = text(100).trim().min(1, 'required');
 const limit = z.number().int().positive().max(MAX_TOKEN_LIMIT).nullable();
 
+/**
+ * zod's default email pattern, but a top-level domain may be an IDN's A-label (`xn--p1ai`, .рф):
+ * a browser's email field sends an IDN domain so, and zod's letters-only TLD refused those owners.
+ */
+const EMAIL = /^(?:[A-Za-z0-9_'+-]+\.)*[A-Za-z0-9_'+-]*[A-Za-z0-9_+-]@(?:[A-Za-z0-9][A-Za-z0-9-]*\.)+(?:[A-Za-z]{2,}|[Xx][Nn]--[A-Za-z0-9-]+)$/;
+
 export const Credentials = z.strictObject({
-  email: z.email().max(254),
+  email: z.email({ pattern: EMAIL }).max(254),
   password: z.string().min(8, 'at least 8 characters').max(200),
 });
 
