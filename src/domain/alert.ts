@@ -220,10 +220,15 @@ export type LiveAlert = AlertDefinition & {
 };
 export type Alert = { status: 'none' } | LiveAlert;
 
+/** Why a rule on a token stops: its token takes no more calls. */
+export type TokenEnd = 'token_revoked' | 'token_expired';
+
 export interface Measurement {
   breached: boolean;
   value: number | null;
   summary: string;
+  /** Set instead of a measure when the rule's token is revoked or expired: a firing alert resolves for that reason, nothing else changes. */
+  ended?: TokenEnd | undefined;
 }
 
 /** Ids and plan facts a command that may notify needs (decided outside: random ids, the plan). */
@@ -313,7 +318,7 @@ export const alertDecider: Decider<Alert, AlertCommand, AlertEvent> = {
       if (command.type === 'EvaluateAlert') return [];
       return fail('not_found', 'No such alert.');
     }
-    const resolveNow = (reason: 'disabled' | 'deleted', ctx: NoticeContext): AlertEvent => ({
+    const resolveNow = (reason: 'disabled' | 'deleted' | TokenEnd, ctx: NoticeContext): AlertEvent => ({
       type: 'AlertResolved',
       version: 1,
       data: {
@@ -323,7 +328,10 @@ export const alertDecider: Decider<Alert, AlertCommand, AlertEvent> = {
         value: null,
         threshold: alert.rule.threshold,
         reason,
-        summary: `The alert "${alert.name}" was ${reason}; it no longer watches this condition.`,
+        summary:
+          reason === 'disabled' || reason === 'deleted'
+            ? `The alert "${alert.name}" was ${reason}; it no longer watches this condition.`
+            : `The token ${alert.rule.tokenId} ${reason === 'token_revoked' ? 'was revoked' : 'has expired'}; the alert "${alert.name}" no longer watches it.`,
         deliverTo: deliverableChannels(alert, ctx.allowedChannels),
         at,
       },
@@ -343,6 +351,7 @@ export const alertDecider: Decider<Alert, AlertCommand, AlertEvent> = {
         return [...(alert.state === 'firing' ? [resolveNow('deleted', command)] : []), { type: 'AlertDeleted', version: 1, data: { alertId, accountId, at } }];
       case 'EvaluateAlert': {
         const { measurement: m } = command;
+        if (m.ended) return alert.state === 'firing' ? [resolveNow(m.ended, command)] : [];
         const step = evaluationStep(alert, m.breached, at);
         if (step === null) return [];
         if (step === 'return_to_ok') return [{ type: 'AlertReturnedToOk', version: 1, data: { alertId, at } }];

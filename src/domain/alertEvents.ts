@@ -64,7 +64,7 @@ export const AlertDeleted = event('AlertDeleted', { alertId: Id, accountId: Id }
 export const AlertFired = event('AlertFired', Notice);
 /** Still firing after the re-notification interval: notified again. */
 export const AlertRenotified = event('AlertRenotified', Notice);
-export const AlertResolved = event('AlertResolved', { ...Notice, reason: z.enum(['recovered', 'disabled', 'deleted']) });
+export const AlertResolved = event('AlertResolved', { ...Notice, reason: z.enum(['recovered', 'disabled', 'deleted', 'token_revoked', 'token_expired']) });
 /** A resolved alert stayed clear for a while: its state is ok again. */
 export const AlertReturnedToOk = event('AlertReturnedToOk', { alertId: Id });
 /** One delivery attempt of one notification to one channel. `nextAttemptAt` is set when it will be retried. */
