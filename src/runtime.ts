@@ -41,8 +41,7 @@ import { type JournaledUsageSink, openJournaledSink } from './infra/usage/journa
 import type { UsageSink } from './infra/usage/port.js';
 import { type ConnectionCounter, openConnectionCounter } from './infra/wsconnections/index.js';
 import { AlertQueries } from './projections/alertsQueries.js';
-import { startProjecting } from './projections/all.js';
-import { coreProjection } from './projections/core.js';
+import { PROJECTIONS, startProjecting } from './projections/all.js';
 import { UsageQueries } from './projections/metricsQueries.js';
 import { Queries } from './projections/queries.js';
 import type { RetentionJob } from './projections/retention.js';
@@ -243,11 +242,12 @@ export async function openRuntime(config: Config, clock?: () => Date, options: R
   const waitFor = async (position: Position | null): Promise<void> => {
     if (position === null) return;
     if (projector) return projector.waitFor(position);
-    // Another process projects: poll its checkpoint.
+    // Another process projects: poll its checkpoints, every projection's (it commits them one
+    // after the other, core first: an alert read right after core's had it was not there yet).
     const deadline = Date.now() + 5000;
     while (Date.now() < deadline) {
-      const checkpoint = await readModels.checkpoint(coreProjection.name);
-      if (checkpoint !== null && checkpoint >= position) return;
+      const checkpoints = await Promise.all(PROJECTIONS.map((p) => readModels.checkpoint(p.name)));
+      if (checkpoints.every((checkpoint) => checkpoint !== null && checkpoint >= position)) return;
       await new Promise((r) => setTimeout(r, 20));
     }
   };

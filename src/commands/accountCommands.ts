@@ -161,23 +161,32 @@ export class AccountCommands {
     return state;
   }
 
-  async updateApiToken(accountId: string, tokenId: string, patch: TokenPatch): Promise<Position | null> {
-    const current = await this.apiToken(accountId, tokenId);
+  /**
+   * The position of the token's last event, also when the patch changed nothing: a concurrent
+   * request may have made the same change, and the answer must wait for the read models to show it.
+   */
+  async updateApiToken(accountId: string, tokenId: string, patch: TokenPatch): Promise<Position> {
+    await this.apiToken(accountId, tokenId);
     const at = this.at();
-    const commands: ApiTokenCommand[] = [];
-    if (patch.name !== undefined) commands.push({ type: 'RenameApiToken', name: patch.name, at });
-    if (patch.description !== undefined) commands.push({ type: 'ChangeApiTokenDescription', description: patch.description, at });
-    if (patch.monthlyLimit !== undefined || patch.rateLimit !== undefined) {
-      const monthlyLimit = patch.monthlyLimit === undefined ? current.monthlyLimit : patch.monthlyLimit;
-      const rateLimit = patch.rateLimit === undefined ? current.rateLimit : patch.rateLimit;
-      const account = await this.account(accountId);
-      checkTokenOptions(this.plans, account.plan, { monthlyLimit, rateLimit }, at);
-      commands.push({ type: 'ChangeApiTokenLimits', monthlyLimit, rateLimit, at });
-    }
-    if (patch.status === 'disabled') commands.push({ type: 'DisableApiToken', at });
-    if (patch.status === 'active') commands.push({ type: 'EnableApiToken', at });
-    const r = await this.aggregates.execute(STREAM.token(tokenId), apiTokenDecider, (state) => decideAll(apiTokenDecider, commands, state));
-    return r.position;
+    const changesLimits = patch.monthlyLimit !== undefined || patch.rateLimit !== undefined;
+    const plan = changesLimits ? (await this.account(accountId)).plan : null;
+    const r = await this.aggregates.execute(STREAM.token(tokenId), apiTokenDecider, (state) => {
+      const commands: ApiTokenCommand[] = [];
+      if (patch.name !== undefined) commands.push({ type: 'RenameApiToken', name: patch.name, at });
+      if (patch.description !== undefined) commands.push({ type: 'ChangeApiTokenDescription', description: patch.description, at });
+      if (plan !== null && state.status !== 'none') {
+        // The limit not given is the token's as decided on (on each retry), not as first read: a
+        // concurrent change of the other limit is kept, not overwritten with its old value.
+        const monthlyLimit = patch.monthlyLimit === undefined ? state.monthlyLimit : patch.monthlyLimit;
+        const rateLimit = patch.rateLimit === undefined ? state.rateLimit : patch.rateLimit;
+        checkTokenOptions(this.plans, plan, { monthlyLimit, rateLimit }, at);
+        commands.push({ type: 'ChangeApiTokenLimits', monthlyLimit, rateLimit, at });
+      }
+      if (patch.status === 'disabled') commands.push({ type: 'DisableApiToken', at });
+      if (patch.status === 'active') commands.push({ type: 'EnableApiToken', at });
+      return decideAll(apiTokenDecider, commands, state);
+    });
+    return r.position ?? (await this.headOf(STREAM.token(tokenId)));
   }
 
   async revokeApiToken(accountId: string, tokenId: string): Promise<Position> {
@@ -230,11 +239,12 @@ export class AccountCommands {
     return { token, accessTokenId, position: r.position as Position };
   }
 
-  async revokeAccessToken(accountId: string, accessTokenId: string): Promise<Position | null> {
+  async revokeAccessToken(accountId: string, accessTokenId: string): Promise<Position> {
     const { state } = await this.aggregates.load(STREAM.accessToken(accessTokenId), accessTokenDecider);
     if (!isOwnedAccessToken(state, accountId)) return fail('not_found', 'No such access token.');
     const r = await this.aggregates.run(STREAM.accessToken(accessTokenId), accessTokenDecider, { type: 'RevokeAccessToken', at: this.at() });
-    return r.position;
+    // Revoked already (perhaps by a concurrent request): the answer waits for the read models to show it.
+    return r.position ?? (await this.headOf(STREAM.accessToken(accessTokenId)));
   }
 
   private async headOf(streamId: string): Promise<Position> {

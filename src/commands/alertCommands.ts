@@ -1,3 +1,4 @@
+import { isDeepStrictEqual } from 'node:util';
 import { accountDecider } from '../domain/account.js';
 import {
   type Alert,
@@ -34,6 +35,8 @@ const newNotificationId = () => `ntf_${randomBase62(16)}`;
  * between its two appends (one takes milliseconds): the repair frees it.
  */
 export const ABANDONED_SLOT_MS = 5 * 60_000;
+/** Times an edit patches the rule again after concurrent edits changed it under it, before a 409 `concurrency_conflict`. */
+const MAX_RULE_ATTEMPTS = 10;
 
 /** What alert commands need to know about the rest of the account (strongly consistent reads). */
 export interface AlertLookups {
@@ -121,24 +124,40 @@ export class AlertCommands {
     return { alertId, position: r.position, secrets: secretsOf(channels, fresh) };
   }
 
+  /**
+   * Every part of the definition the patch leaves out is the alert's as decided on, so a
+   * concurrent edit of another part is kept. A rule patch is checked (asynchronously) against the
+   * rule first read: when another edit changed the rule meanwhile, it is patched and checked again.
+   */
   async update(accountId: string, alertId: string, patch: AlertPatch): Promise<AlertWritten> {
-    const current = await this.owned(accountId, alertId);
-    const planId = await this.lookups.planOf(accountId);
-    const rule = patch.rule ? await this.checkedRule(accountId, planId, patchRule(current.rule, patch.rule)) : current.rule;
-    if (patch.channels) checkChannelsOnPlan(this.plans, planId, patch.channels);
-    const fresh = freshChannels(patch.channels?.length ?? 0);
-    const r = await this.execute(alertId, (alert) => {
-      if (alert.status !== 'live' || alert.accountId !== accountId) return fail('not_found', 'No such alert.');
-      const definition: AlertDefinition = {
-        name: patch.name ?? alert.name,
-        rule,
-        channels: patch.channels ? resolveChannels(alert.channels, patch.channels, fresh) : alert.channels,
-        enabled: patch.enabled ?? alert.enabled,
-      };
-      return alertDecider.decide({ type: 'UpdateAlert', definition, ...this.notice(planId), at: this.at() }, alert);
-    });
-    const channels = r.alert.status === 'none' ? [] : r.alert.channels;
-    return { alertId, position: r.position, secrets: secretsOf(channels, fresh) };
+    for (let attempt = 1; ; attempt++) {
+      const current = await this.owned(accountId, alertId);
+      const planId = await this.lookups.planOf(accountId);
+      const patchedRule = patch.rule ? await this.checkedRule(accountId, planId, patchRule(current.rule, patch.rule)) : null;
+      if (patch.channels) checkChannelsOnPlan(this.plans, planId, patch.channels);
+      const fresh = freshChannels(patch.channels?.length ?? 0);
+      let ruleMoved = false;
+      const r = await this.execute(alertId, (alert) => {
+        if (alert.status !== 'live' || alert.accountId !== accountId) return fail('not_found', 'No such alert.');
+        ruleMoved = patchedRule !== null && !isDeepStrictEqual(alert.rule, current.rule);
+        if (ruleMoved) return [];
+        const definition: AlertDefinition = {
+          name: patch.name ?? alert.name,
+          rule: patchedRule ?? alert.rule,
+          channels: patch.channels ? resolveChannels(alert.channels, patch.channels, fresh) : alert.channels,
+          enabled: patch.enabled ?? alert.enabled,
+        };
+        return alertDecider.decide({ type: 'UpdateAlert', definition, ...this.notice(planId), at: this.at() }, alert);
+      });
+      if (ruleMoved) {
+        if (attempt >= MAX_RULE_ATTEMPTS) fail('concurrency_conflict', 'Too many concurrent changes; try again.');
+        continue;
+      }
+      const channels = r.alert.status === 'none' ? [] : r.alert.channels;
+      // Unchanged (perhaps a concurrent request made the same edit): the answer waits for the read models to show the alert as it is.
+      const position = r.position ?? (await this.aggregates.lastPosition(ALERT_STREAM(alertId)));
+      return { alertId, position, secrets: secretsOf(channels, fresh) };
+    }
   }
 
   async delete(accountId: string, alertId: string): Promise<Position | null> {
