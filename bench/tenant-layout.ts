@@ -17,7 +17,10 @@
  * - `shardlog`: no deltas; the log itself is sharded by account (`usageshard-<n>`), and each
  *   shard's tail is folded per account and minute when it reaches FOLD_CALLS calls or its oldest
  *   minute has closed (see shardLogLayout). After the run, 50 queries of an account's last hour
- *   (its minute documents and its calls in its shard's tail) are timed.
+ *   (its minute documents and its calls in its shard's tail) are timed. With INTERN=1 its ids are
+ *   interned to numbers (internedShardLogLayout): an in-memory dictionary whose new ids are
+ *   appended to `usagedict` as events, integer account and token columns in the shard events,
+ *   the fold reading the columns into builders keyed by numbers (RAW_ROWS=fold or none).
  *
  * In the last two, hour, day and month documents would be folded the same way from minute
  * documents when their bucket closes (a read per account and minute, a write per account and
@@ -33,14 +36,17 @@
  *
  *   npx tsx bench/tenant-layout.ts                      (~12 min: every layout, 1×1 and 10,000×10, 2 rounds)
  *   LAYOUTS=shardlog RAW_ROWS=none ROUNDS=3 npx tsx bench/tenant-layout.ts
+ *   INTERN=1 LAYOUTS=shardlog RAW_ROWS=none ROUNDS=3 npx tsx bench/tenant-layout.ts     (ids interned to numbers)
  *   CURRENT_LOG_ONLY=1 LAYOUTS=current,shardlog RAW_ROWS=none npx tsx bench/tenant-layout.ts   (the per-account log alone)
  */
 import { execFileSync } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
 import { rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { UsageRecord } from '../src/domain/usage.js';
+import { isInt, isIntOrNull, isString, isStringOrNull } from '../src/domain/guards.js';
+import { CANONICAL_ISO, type UsageRecord } from '../src/domain/usage.js';
 import { decodeUsageBatch, encodeUsageBatch, MAX_CALLS_PER_EVENT, USAGE_BATCH_EVENT_TYPE, usageBatchEventId } from '../src/domain/usageBatch.js';
 import { LevelEventStore } from '../src/infra/eventstore/level.js';
 import type { StoredEvent } from '../src/infra/eventstore/port.js';
@@ -604,6 +610,617 @@ async function shardLogLayout(dir: string): Promise<Layout & { query(accountId: 
   };
 }
 
+/**
+ * INTERN=1 (`shardlog` only): token, account and (chain, method) ids interned to numbers. The
+ * dictionary lives in memory, as a real build would keep it, and each new id is persisted as a
+ * small event of its own on `usagedict` (appended before the calls that use it: none at steady
+ * state, every one of them inside the warm-up here). The shard event carries integer `acc` and
+ * `tok` columns, so its shapes (chain, method, status…) repeat across tokens; the fold reads the
+ * columns straight into builders keyed by numbers (per-shard arrays indexed by the account's slot,
+ * integer-keyed series and client IPs), with no record object per call. Same shards, events, fold
+ * triggers and documents as `shardlog`, ids as numbers in them.
+ */
+const INTERN = process.env.INTERN === '1';
+/** (chain, method) numbers stay below this, so that token × method is one integer key. */
+const METHOD_LIMIT = 4096;
+/** Dictionary events per append. */
+const DICTIONARY_APPEND = 1000;
+
+class IdDictionary {
+  private readonly accounts = new Map<string, number>();
+  /** Shard of each account number, and its slot among its shard's accounts (dense per shard). */
+  readonly accountShard: number[] = [];
+  readonly accountSlot: number[] = [];
+  private readonly slotsPerShard: number[] = new Array<number>(SHARDS).fill(0);
+  private readonly tokens = new Map<string, number>();
+  private readonly methods = new Map<string, Map<string, number>>();
+  private methodCount = 0;
+  /** Client IPs, for the fold's keys only (documents keep the text): not persisted. */
+  private readonly ips = new Map<string, number>();
+  /** Ids new since the last `takeNew`, one dictionary event each. */
+  private pending: Array<{ kind: 'account' | 'token' | 'method'; id: string; n: number }> = [];
+
+  account(id: string): number {
+    let n = this.accounts.get(id);
+    if (n === undefined) {
+      n = this.accountShard.length;
+      const shard = shardOf(id);
+      this.accountShard.push(shard);
+      this.accountSlot.push(this.slotsPerShard[shard] as number);
+      this.slotsPerShard[shard] = (this.slotsPerShard[shard] as number) + 1;
+      this.accounts.set(id, n);
+      this.pending.push({ kind: 'account', id, n });
+    }
+    return n;
+  }
+
+  accountOrNull(id: string): number | null {
+    return this.accounts.get(id) ?? null;
+  }
+
+  token(id: string): number {
+    let n = this.tokens.get(id);
+    if (n === undefined) {
+      n = this.tokens.size;
+      this.tokens.set(id, n);
+      this.pending.push({ kind: 'token', id, n });
+    }
+    return n;
+  }
+
+  method(chain: string, method: string): number {
+    let byMethod = this.methods.get(chain);
+    if (byMethod === undefined) {
+      byMethod = new Map();
+      this.methods.set(chain, byMethod);
+    }
+    let n = byMethod.get(method);
+    if (n === undefined) {
+      n = this.methodCount++;
+      if (n >= METHOD_LIMIT) throw new Error('more (chain, method) pairs than METHOD_LIMIT');
+      byMethod.set(method, n);
+      this.pending.push({ kind: 'method', id: `${chain}/${method}`, n });
+    }
+    return n;
+  }
+
+  ip(text: string): number {
+    let n = this.ips.get(text);
+    if (n === undefined) {
+      n = this.ips.size;
+      this.ips.set(text, n);
+    }
+    return n;
+  }
+
+  takeNew(): Array<{ kind: 'account' | 'token' | 'method'; id: string; n: number }> {
+    const taken = this.pending;
+    this.pending = [];
+    return taken;
+  }
+}
+
+/** A call's shape in the interned event: encodeUsageBatch's without the token (a column of its own). */
+type CallShape = [
+  chain: string,
+  method: string,
+  status: number,
+  rpcErrorCode: number | null,
+  errorMessage: string | null,
+  upstream: string | null,
+  retentionDays: number | null,
+  charged: boolean | null,
+  cache: NonNullable<UsageRecord['cache']> | null,
+];
+
+interface OddCall {
+  requestId?: string;
+  at?: string;
+  totalMs?: number;
+  upstreamMs?: number;
+}
+
+/** encodeUsageBatch's columns, with `acc` and `tok` (account and token numbers) per call. */
+interface InternedBatch {
+  first: number;
+  calls: number;
+  acc: number[];
+  tok: number[];
+  shapes: CallShape[];
+  shape: number[];
+  ips: string[];
+  ip: number[];
+  stems: string[];
+  stem: number[];
+  num: number[];
+  member?: number[];
+  at: number[];
+  totalMs: number[];
+  upstreamMs: Array<number | null>;
+  odd?: Record<string, OddCall>;
+}
+
+// biome-ignore lint/suspicious/noControlCharactersInRegex: they are what it looks for
+const SHAPE_KEY_MARKS = /[\u0000-\u0004]/;
+const shapeKeyPart = (v: string | number | boolean | null): string =>
+  v === null ? '\u0001' : typeof v === 'string' ? v : typeof v === 'number' ? `\u0002${v}` : v ? '\u0003' : '\u0004';
+/** As src/domain/usageBatch.ts keys its shapes. */
+function callShapeKey(s: CallShape): string {
+  for (const v of s) if (typeof v === 'string' && SHAPE_KEY_MARKS.test(v)) return JSON.stringify(s);
+  return s.map(shapeKeyPart).join('\u0000');
+}
+const REQUEST_ID = /^(.*-)([0-9a-z]{1,10})(?::(\d{1,6}))?$/;
+/** As src/domain/usageBatch.ts reads a time: ms when `toISOString()` gives the text back exactly. */
+function canonicalAt(at: string): number | null {
+  if (CANONICAL_ISO.test(at)) return Date.parse(at);
+  const ms = Date.parse(at);
+  return Number.isFinite(ms) && new Date(ms).toISOString() === at ? ms : null;
+}
+const centiOf = (ms: number): number | null => {
+  const c = Math.round(ms * 100);
+  return c / 100 === ms ? c : null;
+};
+function dictIndex<K>(index: Map<K, number>, list: unknown[], key: K, value: unknown): number {
+  let i = index.get(key);
+  if (i === undefined) {
+    i = list.length;
+    list.push(value);
+    index.set(key, i);
+  }
+  return i;
+}
+
+/** encodeUsageBatch, call for call, with the account and token as numbers (`acc[i]`, `tok[i]`). */
+function encodeInterned(records: readonly UsageRecord[], acc: number[], tok: number[], first: number): InternedBatch {
+  const shapes: CallShape[] = [];
+  const shapeIndex = new Map<string, number>();
+  const ips: string[] = [];
+  const ipIndex = new Map<string, number>();
+  const stems: string[] = [];
+  const stemIndex = new Map<string, number>();
+  const shape: number[] = [];
+  const ip: number[] = [];
+  const stem: number[] = [];
+  const num: number[] = [];
+  const member: number[] = [];
+  const at: number[] = [];
+  const totalMs: number[] = [];
+  const upstreamMs: Array<number | null> = [];
+  const odd: Record<string, OddCall> = {};
+  let anyMember = false;
+  let anyOdd = false;
+  let previousNum = 0;
+  let previousAt = 0;
+  for (let i = 0; i < records.length; i++) {
+    const r = records[i] as UsageRecord;
+    const oddFields: OddCall = {};
+    const s: CallShape = [r.chain, r.method, r.status, r.rpcErrorCode, r.errorMessage, r.upstream, r.retentionDays ?? null, r.charged ?? null, r.cache ?? null];
+    shape.push(dictIndex(shapeIndex, shapes, callShapeKey(s), s));
+    ip.push(dictIndex(ipIndex, ips, r.clientIp, r.clientIp));
+    const id = REQUEST_ID.exec(r.requestId);
+    const counter = id === null ? Number.NaN : Number.parseInt(id[2] as string, 36);
+    if (id !== null && counter.toString(36) === id[2]) {
+      stem.push(dictIndex(stemIndex, stems, id[1] as string, id[1]));
+      num.push(counter - previousNum);
+      previousNum = counter;
+      const m = id[3] === undefined ? 0 : Number(id[3]) + 1;
+      if (m !== 0 && String(m - 1) !== id[3]) {
+        oddFields.requestId = r.requestId;
+        member.push(0);
+      } else {
+        member.push(m);
+        if (m !== 0) anyMember = true;
+      }
+    } else {
+      oddFields.requestId = r.requestId;
+      stem.push(0);
+      num.push(0);
+      member.push(0);
+    }
+    const ms = canonicalAt(r.at);
+    if (ms !== null) {
+      at.push(ms - previousAt);
+      previousAt = ms;
+    } else {
+      oddFields.at = r.at;
+      at.push(0);
+    }
+    const total = centiOf(r.totalMs);
+    totalMs.push(total ?? 0);
+    if (total === null) oddFields.totalMs = r.totalMs;
+    if (r.upstreamMs === null) upstreamMs.push(null);
+    else {
+      const upstream = centiOf(r.upstreamMs);
+      upstreamMs.push(upstream ?? 0);
+      if (upstream === null) oddFields.upstreamMs = r.upstreamMs;
+    }
+    if (oddFields.requestId !== undefined || oddFields.at !== undefined || oddFields.totalMs !== undefined || oddFields.upstreamMs !== undefined) {
+      odd[i] = oddFields;
+      anyOdd = true;
+    }
+  }
+  return {
+    first,
+    calls: records.length,
+    acc,
+    tok,
+    shapes,
+    shape,
+    ips,
+    ip,
+    stems,
+    stem,
+    num,
+    ...(anyMember ? { member } : {}),
+    at,
+    totalMs,
+    upstreamMs,
+    ...(anyOdd ? { odd } : {}),
+  };
+}
+
+const isIntColumn = (v: unknown, length: number, below = Number.MAX_SAFE_INTEGER, min = Number.MIN_SAFE_INTEGER): v is number[] => {
+  if (!Array.isArray(v) || v.length !== length) return false;
+  for (const x of v) if (!Number.isSafeInteger(x) || x < min || x >= below) return false;
+  return true;
+};
+const isCallShape = (v: unknown): v is CallShape =>
+  Array.isArray(v) &&
+  v.length === 9 &&
+  isString(v[0]) &&
+  isString(v[1]) &&
+  isInt(v[2]) &&
+  isIntOrNull(v[3]) &&
+  isStringOrNull(v[4]) &&
+  isStringOrNull(v[5]) &&
+  (v[6] === null || (isInt(v[6]) && v[6] > 0)) &&
+  (v[7] === null || typeof v[7] === 'boolean');
+
+/** An interned event's data, checked as decodeUsageBatch checks its columns (no record made), or null. */
+function checkInterned(data: Record<string, unknown>): InternedBatch | null {
+  const d = data as unknown as InternedBatch;
+  const calls = d.calls;
+  if (!isInt(calls) || calls < 0 || calls > MAX_CALLS_PER_EVENT) return null;
+  if (!Array.isArray(d.shapes) || !d.shapes.every(isCallShape)) return null;
+  if (!Array.isArray(d.ips) || !d.ips.every(isString) || !Array.isArray(d.stems) || !d.stems.every(isString)) return null;
+  if (!isIntColumn(d.acc, calls, Number.MAX_SAFE_INTEGER, 0) || !isIntColumn(d.tok, calls, Number.MAX_SAFE_INTEGER, 0)) return null;
+  if (!isIntColumn(d.shape, calls, d.shapes.length, 0) || !isIntColumn(d.ip, calls, d.ips.length, 0)) return null;
+  if (!isIntColumn(d.stem, calls, Math.max(1, d.stems.length), 0) || !isIntColumn(d.num, calls) || !isIntColumn(d.at, calls)) return null;
+  if (d.member !== undefined && !isIntColumn(d.member, calls, Number.MAX_SAFE_INTEGER, 0)) return null;
+  if (!isIntColumn(d.totalMs, calls, Number.MAX_SAFE_INTEGER, 0)) return null;
+  if (!Array.isArray(d.upstreamMs) || d.upstreamMs.length !== calls) return null;
+  for (const u of d.upstreamMs) if (u !== null && !(isInt(u) && u >= 0)) return null;
+  return d;
+}
+
+/** One account's minute with ids as numbers: `ShardDelta`'s columns, series as (token, method) number pairs, client IPs with their token. */
+interface InternedMinute {
+  acc: number[];
+  ser: number[];
+  v: number[];
+  h: number[];
+  ipt: number[];
+  ipk: string[];
+  ip: number[];
+}
+
+class InternedMinuteBuilder {
+  readonly delta: InternedMinute;
+  /** The fold that last added to it (documents are written for those a fold touched). */
+  stamp = -1;
+  /** token × METHOD_LIMIT + method → entry index. */
+  private readonly entries = new Map<number, number>();
+  private readonly histogram = new Map<number, number>();
+  /** token × 2^21 + ip number → position of its triple in `ip`. */
+  private readonly ips = new Map<number, number>();
+
+  constructor(readonly account: number) {
+    this.delta = { acc: [account], ser: [], v: [], h: [], ipt: [], ipk: [], ip: [] };
+  }
+
+  add(token: number, method: number, failed: boolean, totalMs: number, upstreamMs: number | null, ipNumber: number, ipText: string): void {
+    const key = token * METHOD_LIMIT + method;
+    let entry = this.entries.get(key);
+    const v = this.delta.v;
+    if (entry === undefined) {
+      entry = v.length / DELTA_WIDTH;
+      v.push(0, this.delta.ser.length / 2, 0, 0, 0, 0, 0);
+      this.delta.ser.push(token, method);
+      this.entries.set(key, entry);
+    }
+    const at = entry * DELTA_WIDTH;
+    v[at + 2] = (v[at + 2] as number) + 1;
+    if (failed) v[at + 3] = (v[at + 3] as number) + 1;
+    v[at + 4] = (v[at + 4] as number) + Math.round(totalMs * 1000);
+    if (upstreamMs !== null) {
+      v[at + 5] = (v[at + 5] as number) + Math.round(upstreamMs * 1000);
+      v[at + 6] = (v[at + 6] as number) + 1;
+    }
+    const hKey = entry * 64 + histogramIndex(totalMs);
+    const h = this.histogram.get(hKey);
+    if (h === undefined) {
+      this.histogram.set(hKey, this.delta.h.length);
+      this.delta.h.push(entry, hKey % 64, 1);
+    } else this.delta.h[h + 2] = (this.delta.h[h + 2] as number) + 1;
+    const ipKey = token * 2_097_152 + ipNumber;
+    const ipAt = this.ips.get(ipKey);
+    if (ipAt === undefined) {
+      this.ips.set(ipKey, this.delta.ip.length);
+      this.delta.ip.push(0, this.delta.ipk.length, 1);
+      this.delta.ipt.push(token);
+      this.delta.ipk.push(ipText);
+    } else this.delta.ip[ipAt + 2] = (this.delta.ip[ipAt + 2] as number) + 1;
+  }
+}
+
+/** One account's calls of a minute and fold, re-encoded in the interned form (raw rows, RAW_ROWS=fold), in documents of MAX_CALLS_PER_EVENT calls. */
+class InternedRowsBuilder {
+  readonly docs: InternedBatch[] = [];
+  private doc!: InternedBatch;
+  private shapeIndex = new Map<string, number>();
+  private ipIndex = new Map<string, number>();
+  private stemIndex = new Map<string, number>();
+  private previousNum = 0;
+  private previousAt = 0;
+
+  /** Call `i` of `d`, whose request counter is `counter`, time `ms`, shape key `shapeKey`. */
+  add(d: InternedBatch, i: number, counter: number, ms: number, shapeKey: string): void {
+    if (this.docs.length === 0 || this.doc.calls === MAX_CALLS_PER_EVENT) {
+      const first = this.docs.length * MAX_CALLS_PER_EVENT;
+      this.doc = {
+        first,
+        calls: 0,
+        acc: [],
+        tok: [],
+        shapes: [],
+        shape: [],
+        ips: [],
+        ip: [],
+        stems: [],
+        stem: [],
+        num: [],
+        at: [],
+        totalMs: [],
+        upstreamMs: [],
+      };
+      this.docs.push(this.doc);
+      this.shapeIndex = new Map();
+      this.ipIndex = new Map();
+      this.stemIndex = new Map();
+      this.previousNum = 0;
+      this.previousAt = 0;
+    }
+    const doc = this.doc;
+    doc.calls++;
+    doc.acc.push(d.acc[i] as number);
+    doc.tok.push(d.tok[i] as number);
+    doc.shape.push(dictIndex(this.shapeIndex, doc.shapes, shapeKey, d.shapes[d.shape[i] as number]));
+    const ipText = d.ips[d.ip[i] as number] as string;
+    doc.ip.push(dictIndex(this.ipIndex, doc.ips, ipText, ipText));
+    const stemText = d.stems[d.stem[i] as number] ?? '';
+    doc.stem.push(dictIndex(this.stemIndex, doc.stems, stemText, stemText));
+    doc.num.push(counter - this.previousNum);
+    this.previousNum = counter;
+    const member = d.member?.[i] ?? 0;
+    if (member !== 0 && doc.member === undefined) doc.member = new Array<number>(doc.calls - 1).fill(0);
+    doc.member?.push(member);
+    doc.at.push(ms - this.previousAt);
+    this.previousAt = ms;
+    doc.totalMs.push(d.totalMs[i] as number);
+    doc.upstreamMs.push(d.upstreamMs[i] as number | null);
+    const odd = d.odd?.[i];
+    if (odd !== undefined) {
+      doc.odd ??= {};
+      doc.odd[doc.calls - 1] = odd;
+    }
+  }
+}
+
+/** A minute number (minutes since 1970) as a key part that sorts. */
+const minuteKey = (minute: number): string => String(minute).padStart(9, '0');
+
+/** One shard's open minutes: builders by the account's slot in its shard, and the list of them. */
+interface InternedMinuteState {
+  bySlot: Array<InternedMinuteBuilder | undefined>;
+  builders: InternedMinuteBuilder[];
+}
+
+interface InternedShardTail {
+  revisions: number[];
+  calls: number;
+  oldestMinute: string | null;
+  minutes: Map<number, InternedMinuteState>;
+}
+
+/** `shardlog` with ids interned (INTERN=1, see above): same shards, events, fold triggers and documents. */
+async function internedShardLogLayout(dir: string): Promise<Layout & { query(accountId: string): Promise<number> }> {
+  if (RAW_ROWS === 'minute') throw new Error('INTERN=1 models RAW_ROWS=fold or none');
+  const events = await LevelEventStore.open(join(dir, 'events'));
+  const readModels = await LevelReadModelStore.open(join(dir, 'readmodels'));
+  const dictionary = new IdDictionary();
+  const calls = new Map<number, number>();
+  const tails = new Map<number, InternedShardTail>();
+  let position = '';
+  let folds = 0;
+
+  const tailOf = (shard: number): InternedShardTail => {
+    let tail = tails.get(shard);
+    if (tail === undefined) {
+      tail = { revisions: [], calls: 0, oldestMinute: null, minutes: new Map() };
+      tails.set(shard, tail);
+    }
+    return tail;
+  };
+
+  async function fold(shard: number, tail: InternedShardTail, openMinute: number): Promise<void> {
+    const stamp = folds++;
+    const writes: ReadModelWrite[] = [];
+    const read = await events.readStream(`usageshard-${shard}`, { fromRevision: tail.revisions[0], maxCount: tail.revisions.length });
+    /** minute → rows builders by account slot (RAW_ROWS=fold). */
+    const rows = new Map<number, Array<InternedRowsBuilder | undefined>>();
+    const rowBuilders: Array<[number, number, InternedRowsBuilder]> = [];
+    for (const event of read) {
+      const d = checkInterned(event.data);
+      if (d === null) continue;
+      // Per event, not per call: each shape's method number and failure, each IP's number.
+      const shapeMethod = d.shapes.map((s) => dictionary.method(s[0], s[1]));
+      const shapeFailed = d.shapes.map((s) => s[2] >= 400 || s[3] !== null);
+      const ipNumbers = d.ips.map((ip) => dictionary.ip(ip));
+      const shapeKeys = RAW_ROWS === 'fold' ? d.shapes.map(callShapeKey) : [];
+      let ms = 0;
+      let counter = 0;
+      let state: InternedMinuteState | undefined;
+      let stateMinute = Number.NaN;
+      for (let i = 0; i < d.calls; i++) {
+        ms += d.at[i] as number;
+        counter += d.num[i] as number;
+        const odd = d.odd?.[i];
+        const callMs = odd?.at === undefined ? ms : Date.parse(odd.at);
+        const minute = Math.floor(callMs / 60_000);
+        const account = d.acc[i] as number;
+        if (minute !== stateMinute) {
+          stateMinute = minute;
+          state = tail.minutes.get(minute);
+          if (state === undefined) {
+            state = { bySlot: [], builders: [] };
+            tail.minutes.set(minute, state);
+          }
+        }
+        const slot = dictionary.accountSlot[account] as number;
+        const minuteState = state as InternedMinuteState;
+        let builder = minuteState.bySlot[slot];
+        if (builder === undefined) {
+          builder = new InternedMinuteBuilder(account);
+          while (minuteState.bySlot.length < slot) minuteState.bySlot.push(undefined);
+          minuteState.bySlot[slot] = builder;
+          minuteState.builders.push(builder);
+        }
+        builder.stamp = stamp;
+        const s = d.shape[i] as number;
+        const up = d.upstreamMs[i] as number | null;
+        builder.add(
+          d.tok[i] as number,
+          shapeMethod[s] as number,
+          shapeFailed[s] as boolean,
+          odd?.totalMs ?? (d.totalMs[i] as number) / 100,
+          up === null ? null : (odd?.upstreamMs ?? up / 100),
+          ipNumbers[d.ip[i] as number] as number,
+          d.ips[d.ip[i] as number] as string,
+        );
+        if (RAW_ROWS !== 'fold') continue;
+        let bySlot = rows.get(minute);
+        if (bySlot === undefined) {
+          bySlot = [];
+          rows.set(minute, bySlot);
+        }
+        let rowBuilder = bySlot[slot];
+        if (rowBuilder === undefined) {
+          rowBuilder = new InternedRowsBuilder();
+          while (bySlot.length < slot) bySlot.push(undefined);
+          bySlot[slot] = rowBuilder;
+          rowBuilders.push([account, minute, rowBuilder]);
+        }
+        rowBuilder.add(d, i, counter, callMs, shapeKeys[s] as string);
+      }
+    }
+    for (const [minute, state] of tail.minutes) {
+      for (const builder of state.builders) {
+        if (builder.stamp === stamp)
+          writes.push({ op: 'put', collection: 'usage_minutes', key: `${builder.account}/${minuteKey(minute)}`, doc: builder.delta as unknown as Doc });
+      }
+      if (minute < openMinute) tail.minutes.delete(minute);
+    }
+    const first = String(tail.revisions[0]).padStart(10, '0');
+    for (const [account, minute, rowBuilder] of rowBuilders) {
+      for (const doc of rowBuilder.docs) {
+        writes.push({ op: 'put', collection: 'usage_rows', key: `${account}/${minuteKey(minute)}/${first}/${doc.first}`, doc: doc as unknown as Doc });
+      }
+    }
+    tail.revisions = [];
+    tail.calls = 0;
+    tail.oldestMinute = null;
+    await readModels.commit(`tenant_fold_${shard}`, position, writes);
+  }
+
+  return {
+    async batch(records) {
+      const byShard = new Map<number, { list: UsageRecord[]; acc: number[]; tok: number[] }>();
+      for (const r of records) {
+        const account = dictionary.account(r.accountId);
+        const token = dictionary.token(r.tokenId);
+        dictionary.method(r.chain, r.method);
+        const shard = dictionary.accountShard[account] as number;
+        const of = byShard.get(shard);
+        if (of === undefined) byShard.set(shard, { list: [r], acc: [account], tok: [token] });
+        else {
+          of.list.push(r);
+          of.acc.push(account);
+          of.tok.push(token);
+        }
+      }
+      // New ids first, one small event each, so that the log never holds a number the dictionary does not.
+      // In appends of DICTIONARY_APPEND events: a cold start's first batch brings thousands of ids, past an append's size limit.
+      const added = dictionary.takeNew();
+      for (let from = 0; from < added.length; from += DICTIONARY_APPEND) {
+        const chunk = added.slice(from, from + DICTIONARY_APPEND);
+        await events.append(
+          'usagedict',
+          chunk.map((data) => ({ id: randomUUID(), type: 'UsageIdInterned', data })),
+          'any',
+        );
+      }
+      const minute = (records[0] as UsageRecord).at.slice(0, 16);
+      const results = await Promise.all(
+        [...byShard].map(async ([shard, { list, acc, tok }]) => {
+          const first = calls.get(shard) ?? 0;
+          calls.set(shard, first + list.length);
+          const data = encodeInterned(list, acc, tok, first) as unknown as Record<string, unknown>;
+          const result = await events.append(`usageshard-${shard}`, [{ id: usageBatchEventId(list), type: USAGE_BATCH_EVENT_TYPE, data }], 'any');
+          return [shard, result, list.length] as const;
+        }),
+      );
+      for (const [shard, result, count] of results) {
+        if (result.position > position) position = result.position;
+        const tail = tailOf(shard);
+        tail.revisions.push(result.nextExpectedRevision);
+        tail.calls += count;
+        tail.oldestMinute ??= minute;
+      }
+      const openMinute = Math.floor(Date.parse(`${minute}:00.000Z`) / 60_000);
+      for (const [shard, tail] of tails) {
+        if (tail.calls > 0 && (tail.calls >= FOLD_CALLS || (tail.oldestMinute !== null && tail.oldestMinute < minute))) await fold(shard, tail, openMinute);
+      }
+    },
+    async finish() {
+      for (const [shard, tail] of tails) if (tail.calls > 0) await fold(shard, tail, Number.POSITIVE_INFINITY);
+    },
+    /** As `shardlog`'s: the account's minute documents, plus its calls in its shard's tail (columns scanned, no record made). */
+    async query(accountId) {
+      const account = dictionary.accountOrNull(accountId);
+      if (account === null) return 0;
+      let counted = 0;
+      const minutes = await readModels.range<Doc>('usage_minutes', { prefix: `${account}/` });
+      for (const { doc } of minutes.slice(-60)) {
+        const v = (doc as unknown as InternedMinute).v;
+        for (let at = 2; at < v.length; at += DELTA_WIDTH) counted += v[at] as number;
+      }
+      const shard = dictionary.accountShard[account] as number;
+      const tail = tails.get(shard);
+      if (tail !== undefined && tail.revisions.length > 0) {
+        for (const event of await events.readStream(`usageshard-${shard}`, { fromRevision: tail.revisions[0], maxCount: tail.revisions.length })) {
+          const d = checkInterned(event.data);
+          if (d !== null) for (const a of d.acc) if (a === account) counted++;
+        }
+      }
+      return counted;
+    },
+    async close() {
+      await events.close();
+      await readModels.close();
+    },
+  };
+}
+
 const cpuSeconds = (): number => {
   const { user, system } = process.cpuUsage();
   return (user + system) / 1e6;
@@ -621,7 +1238,12 @@ function generatorCost(tenants: Tenants, count: number): number {
 async function run(name: string, tenants: Tenants, seconds: number): Promise<number> {
   const dir = join(tmpdir(), `bench-tenant-layout-${process.pid}-${name}-${tenants.accounts}`);
   rmSync(dir, { recursive: true, force: true });
-  const layout = name === 'current' ? await currentLayout(dir) : name === 'shardlog' ? await shardLogLayout(dir) : await tenantLayout(dir);
+  const layout =
+    name === 'current'
+      ? await currentLayout(dir)
+      : name === 'shardlog'
+        ? await (INTERN ? internedShardLogLayout(dir) : shardLogLayout(dir))
+        : await tenantLayout(dir);
   const perBatch = Math.round((RATE * BATCH_MS) / 1000);
   const total = Math.round(RATE * seconds);
   const warmup = Math.round(RATE * WARMUP_SECONDS);
@@ -685,7 +1307,7 @@ async function main(): Promise<void> {
     return;
   }
   log(
-    `RATE=${RATE} BATCH_MS=${BATCH_MS} MINUTES=${MINUTES} SHARDS=${SHARDS} FOLD_CALLS=${FOLD_CALLS} RAW_ROWS=${RAW_ROWS} CURRENT_SECONDS=${CURRENT_SECONDS} ROUNDS=${ROUNDS}`,
+    `RATE=${RATE} BATCH_MS=${BATCH_MS} MINUTES=${MINUTES} SHARDS=${SHARDS} FOLD_CALLS=${FOLD_CALLS} RAW_ROWS=${RAW_ROWS} INTERN=${INTERN ? 1 : 0} CURRENT_SECONDS=${CURRENT_SECONDS} ROUNDS=${ROUNDS}`,
   );
   const results = new Map<string, { hot: number[]; many: number[] }>(LAYOUTS.map((name) => [name, { hot: [], many: [] }]));
   for (let round = 0; round < ROUNDS; round++) {
