@@ -495,7 +495,10 @@ describe('an owner walks through the dashboard', () => {
     // Emptied, the token draws on the account's limits again.
     await monthly.fill('');
     await rate.fill('');
+    // The page's own answer, not only the API's state: leaving the page before it came aborted the PATCH (a failed load below).
+    const saved = page.waitForResponse((r) => r.request().method() === 'PATCH' && new URL(r.url()).pathname === `/api/v1/tokens/${tokenId}`);
     await edit.getByRole('button', { name: 'Save' }).click();
+    expect((await saved).status()).toBe(200);
     await until(
       'the limits cleared',
       async () => (await api<TokenRecord>(`/api/v1/tokens/${tokenId}`)).body,

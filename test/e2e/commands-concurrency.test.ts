@@ -52,10 +52,22 @@ async function eventTypes(c: Cluster, stream: string): Promise<string[]> {
   return (await c.store.readStream(stream)).map((e) => e.type);
 }
 
+/**
+ * The read models replayed from the events equal the live ones. The projector keeps running here
+ * (a revoke frees its slot after its answer): a comparison a commit overlapped is made again.
+ */
 async function expectReplayEqual(c: Cluster): Promise<void> {
-  const found: Difference[] = [];
-  await verifyReadModels({ store: c.store, live: c.readModels, projections: PROJECTIONS, plans: DEFAULT_PLANS, report: async (d) => void found.push(d) });
-  expect(found).toEqual([]);
+  for (let attempt = 1; ; attempt++) {
+    const found: Difference[] = [];
+    try {
+      await verifyReadModels({ store: c.store, live: c.readModels, projections: PROJECTIONS, plans: DEFAULT_PLANS, report: async (d) => void found.push(d) });
+    } catch (error) {
+      if (attempt < 5 && error instanceof Error && error.message.startsWith('The read models changed while they were compared')) continue;
+      throw error;
+    }
+    expect(found).toEqual([]);
+    return;
+  }
 }
 
 const alert = (i: number) => ({ name: `a${i}`, type: 'error_rate', threshold: 5, window_minutes: 10, channels: [{ type: 'email', to: 'ops@example.com' }] });
