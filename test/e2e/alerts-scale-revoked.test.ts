@@ -5,7 +5,7 @@ import type { ReadModelStore } from '../../src/infra/readmodels/port.js';
 import { AlertQueries } from '../../src/projections/alertsQueries.js';
 import { UsageQueries } from '../../src/projections/metricsQueries.js';
 import { Queries } from '../../src/projections/queries.js';
-import { type AlertHarness, type MeteredCall, startAlertHarness } from '../support/alertHarness.js';
+import { type AlertHarness, callsWith, EMAIL_CHANNEL, startAlertHarness } from '../support/alertHarness.js';
 import { ADMIN_TOKEN } from '../support/testApp.js';
 
 /**
@@ -27,13 +27,10 @@ afterAll(async () => {
   await t?.close();
 });
 
-const email = [{ type: 'email', to: 'ops@example.com' }];
-const calls = (n: number, status: number): MeteredCall[] => Array.from({ length: n }, () => status);
-const evaluate = async (alertId: string) => (await t.evaluator.runOnce()).transitions.filter((x) => x.alertId === alertId).map((x) => x.event);
-const view = async (auth: Record<string, string>, alertId: string) => {
-  await t.settle();
-  return t.inject({ method: 'GET', url: `/api/v1/alerts/${alertId}`, headers: auth });
-};
+const email = EMAIL_CHANNEL;
+const calls = callsWith;
+const evaluate = (alertId: string) => t.evaluate(alertId);
+const view = (auth: Record<string, string>, alertId: string) => t.alertView(auth, alertId);
 const post = async (auth: Record<string, string>, url: string, payload: Record<string, unknown>) => {
   const res = await t.inject({ method: 'POST', url, headers: auth, payload });
   expect(res.statusCode, res.body).toBe(201);

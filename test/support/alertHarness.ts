@@ -37,6 +37,11 @@ export interface CreatedAlert {
 /** A call as the gateway meters it: its status, or its status and what differs from a 20 ms eth_blockNumber without error. */
 export type MeteredCall = number | (Partial<UsageRecord> & { status: number });
 
+/** One email channel, for rules whose notifications the test does not read. */
+export const EMAIL_CHANNEL = [{ type: 'email', to: 'ops@example.com' }];
+/** `n` calls answered with `status`. */
+export const callsWith = (n: number, status: number): MeteredCall[] => Array.from({ length: n }, () => status);
+
 /** Waits until the projections have caught up with everything appended so far. */
 export async function settle(t: TestApp): Promise<void> {
   const head = await t.runtime.store.headPosition();
@@ -72,6 +77,10 @@ export interface AlertHarness extends TestApp {
   webhookAlert(name: string, url: string): Promise<{ o: Owner; tokenId: string; token: string; alertId: string; channelId: string; secret: string }>;
   /** Fires the alert: one refused call, one evaluation that must fire it. */
   fire(a: { o: { accountId: string }; tokenId: string; alertId: string }): Promise<void>;
+  /** One evaluation round: the events it recorded for `alertId`. */
+  evaluate(alertId: string): Promise<string[]>;
+  /** `GET /api/v1/alerts/:id` as `auth` sees it, once the projections have settled. */
+  alertView(auth: Record<string, string>, alertId: string): Promise<LightMyRequestResponse>;
 }
 
 /**
@@ -160,6 +169,13 @@ export async function startAlertHarness(options: { now: () => Date; env?: Record
     async fire(a) {
       await recordUsage(a.o.accountId, a.tokenId, [429]);
       expect((await evaluator.runOnce()).transitions).toContainEqual({ alertId: a.alertId, event: 'AlertFired' });
+    },
+    async evaluate(alertId) {
+      return (await evaluator.runOnce()).transitions.filter((x) => x.alertId === alertId).map((x) => x.event);
+    },
+    async alertView(auth, alertId) {
+      await settle(t);
+      return inject({ method: 'GET', url: `/api/v1/alerts/${alertId}`, headers: auth });
     },
   };
 }
