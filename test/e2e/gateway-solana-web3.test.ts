@@ -162,7 +162,8 @@ describe('Connection over WebSocket', () => {
     const subscribedBefore = node.subscribeCalls.length;
     const unsubscribedBefore = node.unsubscribeCalls.length;
     const listeners = [one.onSlotChange((s) => seen[0].push(s.slot)), two.onSlotChange((s) => seen[1].push(s.slot))];
-    await until(() => sockets()?.subscriptions === 2);
+    // The gateway counts a client's subscription at once; the node's subscribe follows the upstream socket's open.
+    await until(() => sockets()?.subscriptions === 2 && node.activeSubscriptions === 1);
     expect(node.subscribeCalls.slice(subscribedBefore)).toEqual([{ method: 'slotSubscribe', params: [] }]);
     expect(sockets()).toMatchObject({ connections: 2, upstreamSubscriptions: 1 });
 

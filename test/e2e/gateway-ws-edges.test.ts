@@ -82,7 +82,7 @@ describe('subscribe calls in a batch, with id null, or as notifications', () => 
     expect(byId.get('c')).toMatchObject({ error: { code: -32602 } });
     // The subscription is live: a head reaches it (once the node has the feed's own subscription: a head before it reaches no one).
     await until(() => sockets()?.subscriptions === 1);
-    await until(() => wsNode.subscribeCalls > nodeSubscribes);
+    await until(() => wsNode.subscribeCalls > nodeSubscribes, 15_000);
     wsNode.mine();
     await until(() => client.notifications(id).length === 1);
 
