@@ -3,7 +3,7 @@ import { performance } from 'node:perf_hooks';
 import type { MaybePromise } from '../domain/maybePromise.js';
 import { cutText, storableText } from '../domain/storableText.js';
 import type { UsageRecord } from '../domain/usage.js';
-import { storeUnreachableReason } from '../infra/storeErrors.js';
+import { STORE_RETRY_AFTER_SECONDS, storeUnreachableReason } from '../infra/storeErrors.js';
 import type { Admission, Gatekeeper } from './admission.js';
 import { type Answer, type CallScope, INVALID_METHOD, type LocalError, localError } from './answer.js';
 import { BodyTooLarge, isJsonRpcMediaType, type RawBody } from './body.js';
@@ -298,8 +298,6 @@ function dispatch(scope: CallScope, req: Incoming): MaybePromise<Answer> {
   });
 }
 
-/** What a caller is told to wait when the read models are unreachable (as the management API's `store_unavailable`). */
-const STORE_RETRY_AFTER_SECONDS = 5;
 /** While the read models are unreachable, failed token lookups are logged at most this often. */
 const STORE_OUTAGE_LOG_MS = 10_000;
 

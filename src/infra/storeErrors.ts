@@ -4,6 +4,9 @@
  * answers with 503 and `Retry-After` instead of a 500, and what /readyz reports.
  */
 
+/** How long a caller is told to wait while a store is unreachable (`Retry-After`): about what a database restart takes. */
+export const STORE_RETRY_AFTER_SECONDS = 5;
+
 /** Socket errors of a connection that could not be made or was cut. */
 const NETWORK_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOTFOUND', 'EAI_AGAIN']);
 

@@ -64,8 +64,6 @@ function checkExportOnPlan(plans: PlanCatalog, plan: Plan, format: ExportFormat)
  */
 export const EXPORTS_PER_ACCOUNT = 3;
 const EXPORT_RETRY_AFTER_SECONDS = 10;
-/** Exports running per account, in this process: taken before the first read, given back when the answer's connection closes. */
-const runningExports = new Map<string, number>();
 
 /** One page of rows buffered ahead of the socket: a slow client slows the reads instead of filling memory. */
 const STREAM_OPTIONS = { highWaterMark: 1 };
@@ -85,6 +83,8 @@ export function exportFilename(period: { start: string; end: string }, chain: st
  * calls holds one page in memory; both start answering before the last row is read.
  */
 export const exportRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, deps) => {
+  /** Exports running per account on this server: taken before the first read, given back when the answer's connection closes. */
+  const runningExports = new Map<string, number>();
   for (const format of EXPORT_FORMATS) {
     const schema = {
       summary: `The raw calls of a period as ${format.toUpperCase()} (an attachment)`,

@@ -2,7 +2,7 @@ import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import type { Problem } from '../../api/types.js';
 import { DomainError, type ErrorCode } from '../../domain/errors.js';
 import { redactTokens } from '../../domain/tokenFormat.js';
-import { storeUnreachableReason } from '../../infra/storeErrors.js';
+import { STORE_RETRY_AFTER_SECONDS, storeUnreachableReason } from '../../infra/storeErrors.js';
 import { InvalidInput } from './input.js';
 
 /** The one place where error codes become HTTP statuses. */
@@ -92,9 +92,6 @@ export function toProblem(error: unknown): Problem {
   if (storeUnreachableReason(error) !== null) return problem(503, 'store_unavailable', 'The database is not answering right now; retry shortly.');
   return problem(500, 'internal_error', 'Something went wrong on our side; it has been logged.');
 }
-
-/** How long a caller is told to wait when a store is unreachable: about what a database restart takes. */
-export const STORE_RETRY_AFTER_SECONDS = 5;
 
 export function problemErrorHandler(error: unknown, request: FastifyRequest, reply: FastifyReply): FastifyReply {
   const p = toProblem(error);
