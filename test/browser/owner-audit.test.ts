@@ -259,6 +259,12 @@ describe("an owner's audit of the dashboard", () => {
         () => page.getByTestId('freshness').first().textContent(),
         (v) => v === 'Not loaded',
       );
+      // The billing panel reads the account on its own: its load may still be going when the analytics' failed.
+      await until(
+        'every panel to end its load',
+        () => page.getByTestId('freshness').allTextContents(),
+        (v) => !v.includes('Loading…'),
+      );
       const main = ((await page.locator('main').textContent()) ?? '').replace(/\s+/g, ' ');
       expect(main).not.toContain('Loading…');
       expect(main).not.toContain('no traffic');
