@@ -234,3 +234,26 @@ describe('session ids the client brings', () => {
     expect((await accountWith(sessionOf(overOther))).json().id).toBe(signedUp.json().id);
   });
 });
+
+describe('two session cookies of one name', () => {
+  it('a stale or foreign gw_session sent first (a sibling subdomain or another path set it) does not hide the live one; log-out ends every one sent', async () => {
+    const email = unique('two-cookies');
+    const live = sessionOf(await signUp(email));
+    const stale = sessionOf(await logIn(email));
+    await inject({ method: 'POST', url: '/api/v1/auth/logout', headers: { cookie: stale } });
+    const foreign = 'gw_session=%E0%A4%A'; // not percent-encoding: someone else's value
+
+    for (const cookie of [`${stale}; ${live}`, `${foreign}; ${live}`, `other=1; ${stale}; ${foreign}; ${live}`]) {
+      const res = await accountWith(cookie);
+      expect(res.statusCode, cookie).toBe(200);
+      expect(res.json().email).toBe(email);
+    }
+    expect((await accountWith(`${stale}; ${foreign}`)).statusCode).toBe(401);
+
+    const second = sessionOf(await logIn(email));
+    const out = await inject({ method: 'POST', url: '/api/v1/auth/logout', headers: { cookie: `${live}; ${second}` } });
+    expect(out.statusCode).toBe(204);
+    expect((await accountWith(live)).statusCode).toBe(401);
+    expect((await accountWith(second)).statusCode).toBe(401);
+  });
+});

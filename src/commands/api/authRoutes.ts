@@ -8,7 +8,7 @@ import { jsonWithHeaders, problems } from './contract.js';
 import type { ApiDeps } from './deps.js';
 import { invalidField } from './input.js';
 import { Credentials } from './schemas.js';
-import { readCookie, SESSION_COOKIE, sessionCookie } from './sessions.js';
+import { MAX_SESSION_COOKIES, readCookies, SESSION_COOKIE, sessionCookie } from './sessions.js';
 
 /** A refusal that says when to come back (too many attempts, a full hashing queue) carries `Retry-After`. */
 async function retryAfter<T>(reply: FastifyReply, work: Promise<T>): Promise<T> {
@@ -106,8 +106,9 @@ export const authRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, deps) => {
       schema: { ...logOut, response: { 204: { description: 'Logged out; the session cookie is cleared.', headers: SESSION_CLEARED_COOKIE } } },
     },
     async (request, reply) => {
-      const sessionId = readCookie(request.headers.cookie, SESSION_COOKIE);
-      if (sessionId) await deps.sessions.close(sessionId);
+      for (const sessionId of readCookies(request.headers.cookie, SESSION_COOKIE).slice(0, MAX_SESSION_COOKIES)) {
+        await deps.sessions.close(sessionId);
+      }
       reply.header('set-cookie', sessionCookie('', null, secure(request)));
       return reply.code(204).send();
     },

@@ -3,7 +3,7 @@ import type { FastifyRequest, onRequestAsyncHookHandler } from 'fastify';
 import { DomainError } from '../../domain/errors.js';
 import { hashToken, isWellFormedToken } from '../../domain/tokenFormat.js';
 import type { ApiDeps } from './deps.js';
-import { readCookie, SESSION_COOKIE } from './sessions.js';
+import { MAX_SESSION_COOKIES, readCookies, SESSION_COOKIE } from './sessions.js';
 
 export type OwnerCredential = 'session' | 'access_token' | 'api_token';
 
@@ -110,10 +110,13 @@ async function owner(request: FastifyRequest, deps: ApiDeps, allowed: OwnerCrede
     if (takesApiToken(allowed) && !bearer.startsWith('gka_')) throw unauthorized('The API token is not valid.');
     throw unauthorized(allowed.includes('access_token') ? 'The access token is not valid.' : 'This call needs a dashboard session.');
   }
-  const sessionId = readCookie(request.headers.cookie, SESSION_COOKIE);
-  if (sessionId && allowed.includes('session')) {
-    const accountId = await deps.sessions.accountOf(sessionId);
-    if (accountId) return { accountId, via: 'session' };
+  const sessionIds = readCookies(request.headers.cookie, SESSION_COOKIE);
+  if (sessionIds.length > 0 && allowed.includes('session')) {
+    // Tried in turn, a few at most: a stale or foreign cookie of the same name must not hide ours.
+    for (const sessionId of sessionIds.slice(0, MAX_SESSION_COOKIES)) {
+      const accountId = await deps.sessions.accountOf(sessionId);
+      if (accountId) return { accountId, via: 'session' };
+    }
     throw unauthorized('The session has ended; log in again.');
   }
   if (takesApiToken(allowed)) throw unauthorized('Pass an API token as "Authorization: Bearer gk_…" (or an access token gka_…, or log in).');

@@ -4,6 +4,8 @@ import type { ReadModelStore } from '../../infra/readmodels/port.js';
 
 const COLLECTION = 'sessions';
 export const SESSION_COOKIE = 'gw_session';
+/** How many same-named session cookies one request may have tried (each is one read). */
+export const MAX_SESSION_COOKIES = 4;
 const TTL_MS = 7 * 86_400_000;
 
 const keyOf = (sessionId: string) => sha256Hex(sessionId);
@@ -33,20 +35,24 @@ export class Sessions {
   }
 }
 
-export function readCookie(header: string | undefined, name: string): string | null {
-  if (!header) return null;
+/**
+ * Every value of the cookie `name`, in header order. A browser sends two of one name when a sibling
+ * subdomain (or a path) set its own: the first is not necessarily ours, so callers try each.
+ */
+export function readCookies(header: string | undefined, name: string): string[] {
+  if (!header) return [];
+  const values: string[] = [];
   for (const part of header.split(';')) {
     const eq = part.indexOf('=');
     if (eq > 0 && part.slice(0, eq).trim() === name) {
       try {
-        return decodeURIComponent(part.slice(eq + 1).trim());
+        values.push(decodeURIComponent(part.slice(eq + 1).trim()));
       } catch {
-        // Not percent-encoding (a cookie of this name set elsewhere, or mangled): no session, not a 500.
-        return null;
+        // Not percent-encoding (a cookie of this name set elsewhere, or mangled): not a session, not a 500.
       }
     }
   }
-  return null;
+  return values.filter((value) => value !== '');
 }
 
 export function sessionCookie(value: string, expiresAt: Date | null, secure: boolean): string {
