@@ -83,8 +83,10 @@ export function resolvePeriod(query: unknown, context: { accountId: string; plan
   const granularity = byLength === 'minute' && pastMinutes ? 'hour' : byLength;
   const unit = granularity === 'day' || pastMinutes ? 'hour' : 'minute';
   const endAligned = ceilTo(end, unit);
-  // Rounding the retention cutoff down would show data from before it: round it up instead.
-  const startAligned = Math.min(start === earliest ? ceilTo(start, unit) : floorTo(start, unit), endAligned);
+  // Rounding down to before the retention cutoff would show data from before it (the cutoff, or a
+  // start in the cutoff's hour, is rounded to that hour's start): round up instead.
+  const floored = floorTo(start, unit);
+  const startAligned = Math.min(floored < earliest ? ceilTo(start, unit) : floored, endAligned);
   const chain = q.chain ?? null;
   return {
     scope: { accountId: context.accountId, start: startAligned, end: endAligned, granularity, chain, method: q.method ?? null },
