@@ -1,4 +1,5 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
+import { z } from 'zod';
 import { CreatedToken, TokenHistory, TokenList, TokenRecord } from '../../api/schemas.js';
 import type { TokenRecord as TokenRecordType } from '../../api/types.js';
 import { DomainError } from '../../domain/errors.js';
@@ -80,7 +81,14 @@ export const tokenRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, deps) => 
     return record(accountId, id);
   });
 
-  const history = { summary: 'The audit history of an API token', tags, params: TokenParams, response: { 200: TokenHistory, ...problems(404) } };
+  // No parameters, and none ignored: an auditor's `?since=` or `?limit=` is a 400, not silently the whole history.
+  const history = {
+    summary: 'The audit history of an API token',
+    tags,
+    params: TokenParams,
+    querystring: z.strictObject({}),
+    response: { 200: TokenHistory, ...problems(404) },
+  };
   app.get('/api/v1/tokens/:id/history', { config, schema: history }, async (request) => {
     const { accountId } = ownerOf(request);
     const { id } = request.params;
