@@ -236,7 +236,8 @@ describe('a leap day and a month’s first midnight, asked in UTC and with offse
     }
   });
 
-  it('a repeated parameter is a 400 naming it, whatever its values; an unknown one (a cursor, a granularity, a page size) is a 400 too', async () => {
+  it('a repeated parameter is a 400 that says it was repeated, whatever its values; an unknown one (a cursor, a granularity, a page size) is a 400 too', async () => {
+    // Two valid times were refused as "must be an ISO 8601 timestamp": a client would look for a bad time, not a second one.
     for (const [query, field] of [
       ['?start=2028-02-29&start=2028-03-01', 'start'],
       ['?start=2028-02-29&start=2028-02-29', 'start'],
@@ -247,9 +248,21 @@ describe('a leap day and a month’s first midnight, asked in UTC and with offse
       for (const template of ['/api/v1/metrics/user', '/api/v1/metrics/tokens/{id}', '/api/v1/exports/usage.csv']) {
         const res = await get(o, template, tokA, query);
         expect(res.status, `${template}${query}`).toBe(400);
-        expect(res.body).toMatchObject({ code: 'validation_failed', errors: [expect.objectContaining({ in: 'query', path: field })] });
+        expect(res.body).toMatchObject({
+          code: 'validation_failed',
+          detail: `query.${field}: must be given once, not repeated`,
+          errors: [{ in: 'query', path: field, message: 'must be given once, not repeated' }],
+        });
       }
     }
+    // The alert notifications' `limit` alike.
+    const alert = await client.POST('/api/v1/alerts', {
+      headers: o.auth,
+      body: { name: 'errors', type: 'error_rate', threshold: 5, channels: [{ type: 'email', to: 'ops@example.com' }] },
+    });
+    expect(alert.response.status, JSON.stringify(alert.error)).toBe(201);
+    const limit = await get(o, '/api/v1/alerts/{id}/notifications', (alert.data as Schemas['Alert']).id, '?limit=1&limit=2');
+    expect(limit.body).toMatchObject({ status: 400, errors: [{ in: 'query', path: 'limit', message: 'must be given once, not repeated' }] });
     for (const query of [
       '?granularity=second',
       '?bucket=1ms',

@@ -24,10 +24,26 @@ const MESSAGES: z.core.ParseContext<z.core.$ZodIssue> = {
   error: (issue) => (issue.code === 'invalid_type' && issue.input === undefined ? 'required' : undefined),
 };
 
+const REPEATED = 'must be given once, not repeated';
+
+/**
+ * The issues of a query, a parameter given more than once (`?start=…&start=…`, an array to the
+ * schema) said to be repeated: the schema's own message, for a wrong value ("must be an ISO 8601
+ * timestamp", "expected string, received array"), sent a client looking for a bad value.
+ */
+function inputIssues(part: InputPart, value: unknown, issues: readonly z.core.$ZodIssue[]): z.core.$ZodIssue[] {
+  const query = part === 'query' && typeof value === 'object' && value !== null ? (value as Record<string, unknown>) : null;
+  return issues.map((issue) => {
+    const key = issue.path[0];
+    const repeated = query !== null && issue.path.length === 1 && typeof key === 'string' && Object.hasOwn(query, key) && Array.isArray(query[key]);
+    return repeated ? { code: 'custom', path: issue.path, message: REPEATED, input: query[key] } : issue;
+  });
+}
+
 /** `value` checked against `schema` at the edge; a mismatch says where it was (`query: Unrecognized key: "foo"`). */
 export function parseInput<S extends z.ZodType>(part: InputPart, schema: S, value: unknown): z.output<S> {
   const result = schema.safeParse(value, MESSAGES);
-  if (!result.success) throw new InvalidInput(part, result.error.issues);
+  if (!result.success) throw new InvalidInput(part, inputIssues(part, value, result.error.issues));
   return result.data;
 }
 
@@ -90,6 +106,6 @@ export const zodValidatorCompiler: FastifySchemaCompiler<z.ZodType> = ({ schema,
   if (!part) throw new Error(`no zod validation for the request's ${httpPart}`);
   return (value) => {
     const result = schema.safeParse(value, MESSAGES);
-    return result.success ? { value: result.data } : { error: new InvalidInput(part, result.error.issues) };
+    return result.success ? { value: result.data } : { error: new InvalidInput(part, inputIssues(part, value, result.error.issues)) };
   };
 };
