@@ -33,6 +33,7 @@ import {
 import { startsLikeJson } from './jsonScan.js';
 import type { UpstreamAnswer, UpstreamFailure, UpstreamOutcome, Verdict } from './upstream.js';
 import { type CallShape, isShareable, rewritesHistory, shapeOf, shapeOfAll } from './upstreams/evmCalls.js';
+import { createsFilter, filterRoute, tagFilterAnswer, usesFilter } from './upstreams/filters.js';
 import type { ChainHeads } from './upstreams/heads.js';
 
 /**
@@ -46,6 +47,8 @@ const deniedMessage = (method: string, chainId: string): string => `Method not f
 const limitMessage = (a: Admission): string => (a.ok ? 'Limit exceeded: this call was refused by the rate or monthly limit' : a.message);
 /** What a call on a chain without head tracking depends on, as far as the gateway reads it: nothing it knows. */
 const OTHER_CALL: CallShape = { kind: 'other', low: -1, high: -1, cacheable: false };
+/** What a filter's creation depends on: the head (never cached). */
+const NEW_FILTER: CallShape = { kind: 'head', low: -1, high: -1, cacheable: false };
 const methodOf = (m: RpcMember): string => (m.kind === 'call' ? m.method : (m.method ?? INVALID_METHOD));
 
 export function handleJsonRpc(scope: CallScope, body: Buffer, maxBatch: number): MaybePromise<Answer> {
@@ -114,6 +117,7 @@ function admittedSingle(scope: CallScope, m: RpcMember, allowed: boolean, admiss
   const idText = m.idText ?? 'null';
   if (!allowed) return singleError(admission, m, 403, idText, RpcCode.methodNotFound, deniedMessage(m.method, chain.id));
   if (admission.granted < 1) return singleError(admission, m, 429, idText, RpcCode.limitExceeded, limitMessage(admission), retryData(admission));
+  if (usesFilter(m.method) || createsFilter(m.method)) return filterCall(scope, m, admission);
   if (chain.isWriteMethod(m.method)) {
     return pool.sendThen(
       { method: 'POST', path: scope.rpcPath ?? '', body: singleUpstreamBody(m), retriable: false, judge: judgeSingle, answerId: answerIdOf(m) },
@@ -124,6 +128,38 @@ function admittedSingle(scope: CallScope, m: RpcMember, allowed: boolean, admiss
     );
   }
   return read(scope, m, admission);
+}
+
+/**
+ * A filter's call (docs/decisions.md, "Filters live on the node that made them"): its creation's
+ * answer carries an id naming the node that made it, and each call on that id goes to that
+ * node alone, with the node's own id, never retried nor hedged on another (eth_getFilterChanges
+ * hands over the changes it returns: another node's answer would lose them). An id the gateway
+ * did not give goes as it is, to any node.
+ */
+function filterCall(scope: CallScope, m: RpcCall, admission: Admission): Promise<Answer> {
+  const { pool } = scope;
+  const route = usesFilter(m.method) ? filterRoute(m.paramsText, pool.filterTags) : null;
+  const sent: RpcCall = route === null ? m : { ...m, paramsText: route.paramsText };
+  const request = {
+    method: 'POST' as const,
+    path: scope.rpcPath ?? '',
+    body: singleUpstreamBody(sent),
+    retriable: route === null,
+    pinned: route?.node,
+    // A new filter on a node at the head (one behind would report late); the calls on one go to its node, wherever its head.
+    shape: createsFilter(m.method) ? NEW_FILTER : undefined,
+    judge: judgeSingle,
+    answerId: answerIdOf(m),
+  };
+  return pool.sendThen(request, (outcome) => {
+    const use: CacheUse = outcome.hedged ? 'hedged' : 'miss';
+    if (outcome.ok && createsFilter(m.method)) {
+      const tag = pool.filterTags[pool.chain.upstreams.findIndex((u) => u.label === outcome.upstream)];
+      if (tag !== undefined) return forwardedSingle(m, admission, { ...outcome, body: tagFilterAnswer(outcome.body, tag) }, use);
+    }
+    return forwardedSingle(m, admission, outcome, use);
+  });
 }
 
 /** The id the node's answer carries: the one sent upstream. */
@@ -300,6 +336,15 @@ function asMember(m: RpcCall, answer: Answer): MemberServed {
   return { element: body === null ? null : typeof body === 'string' ? body : body.toString('utf8'), usage };
 }
 
+/** A member the gateway failed to answer (an exception of its own): -32603 for it alone. */
+function unanswerable(m: RpcCall, err: unknown): MemberServed {
+  const message = `the gateway could not answer this call: ${err instanceof Error ? err.message : String(err)}`;
+  return {
+    element: m.idText === undefined ? null : rpcError(m.idText, RpcCode.internalError, message),
+    usage: draft(m.method, RpcCode.internalError, message, m.index),
+  };
+}
+
 /** A member that leads an upstream call: sent in this batch's upstream batch, its answer shared with the callers waiting on its key. */
 interface Leader {
   m: RpcCall;
@@ -367,6 +412,17 @@ async function serveMembers(
   let failure: UpstreamFailure | null;
   try {
     for (const m of calls) {
+      if (usesFilter(m.method) || createsFilter(m.method)) {
+        // Each to the node its filter is on, on its own (a batch goes to one node).
+        sharing.push(
+          filterCall(scope, m, admission).then(
+            (answer) => void served.set(m.index, asMember(m, answer)),
+            // Handled at once (it is awaited only after the batch's upstream call): the member's own error.
+            (err: unknown) => void served.set(m.index, unanswerable(m, err)),
+          ),
+        );
+        continue;
+      }
       if (chain.isWriteMethod(m.method)) {
         writes = true;
         upstream.push(m);

@@ -5,6 +5,7 @@ import { DEFAULT_CACHE_BYTES, ResponseCache } from './cache/responseCache.js';
 import type { Chain, ChainRegistry, Upstream } from './chains.js';
 import { startsLikeJson } from './jsonScan.js';
 import type { CallShape } from './upstreams/evmCalls.js';
+import { filterTags } from './upstreams/filters.js';
 import { ChainHeads, type HeadStatus } from './upstreams/heads.js';
 import { LatencyWindow } from './upstreams/latency.js';
 import { NewHeadsFeed, type NewHeadsHandlers } from './upstreams/newHeads.js';
@@ -39,6 +40,8 @@ export interface UpstreamRequest {
   judge?: (body: Buffer, answerId: string | undefined) => Verdict;
   /** The id text a single JSON-RPC answer must carry, passed to `judge` (a module-level function: no closure per call). */
   answerId?: string;
+  /** The one upstream (its index) that may take the call: the node holding the state it acts on (a filter). Give with `retriable: false`. */
+  pinned?: number;
 }
 
 export type Verdict = 'ok' | 'bad' | 'archive';
@@ -206,6 +209,8 @@ export class UpstreamPool {
   private reads = 0;
   private hedgesRecent = 0;
   private readonly counters: PoolStats = { hedges: 0, hedgeWins: 0 };
+  /** Each upstream's tag in the filter ids it made (src/gateway/upstreams/filters.ts), in order. */
+  readonly filterTags: readonly string[];
   /** Answers kept for reads (shared by every pool of the process); null: none. */
   readonly cache: ResponseCache | null;
   /** Reads in flight by key: callers of an identical read wait here for its answer (coalescing). */
@@ -236,6 +241,7 @@ export class UpstreamPool {
         effectiveWeight: upstream.weight,
       };
     });
+    this.filterTags = filterTags(chain.upstreams.map((u) => u.label));
     this.ejectAfter = options.ejectAfterFailures ?? 3;
     this.coolDownMs = options.coolDownMs ?? 5_000;
     this.maxAttempts = options.maxAttempts ?? 3;
@@ -305,6 +311,7 @@ export class UpstreamPool {
    */
   private isEligible(m: Member, call: PoolCall, now: number, strict: boolean): boolean {
     if (call.hasTried(m) || !isInRotation(m, now)) return false;
+    if (call.request.pinned !== undefined) return m.index === call.request.pinned;
     const heads = this.heads;
     const shape = call.request.shape;
     if (heads === null) return !call.archiveOnly || m.upstream.archive;
@@ -427,6 +434,14 @@ export class UpstreamPool {
     return call;
   }
 
+  /** Why no upstream took `request`: none is healthy, or the one it is pinned to rests after failing. */
+  unavailableFor(request: UpstreamRequest): UpstreamFailure {
+    const pinned = request.pinned === undefined ? undefined : this.members[request.pinned];
+    if (pinned === undefined) return noUpstream(this.chain.id);
+    const message = `upstream ${pinned.upstream.label}, the node holding this filter, is resting after failures: try again shortly`;
+    return { ok: false, kind: 'unavailable', message, upstreamMs: null, upstream: null };
+  }
+
   /** A head poll to upstream `index`: its answer's bytes, or null when it failed. Not counted in the node's health. */
   private probe(index: number, body: string): Promise<Buffer | null> {
     const m = this.members[index] as Member;
@@ -500,7 +515,7 @@ class PoolCall implements Settles {
   private launch(): boolean {
     const member = this.attemptsLeft > 0 ? this.pool.pick(this) : null;
     if (member === null) {
-      if (this.live === null && this.hedgeCall === null) this.finish(this.last ?? noUpstream(this.pool.chain.id));
+      if (this.live === null && this.hedgeCall === null) this.finish(this.last ?? this.pool.unavailableFor(this.request));
       return false;
     }
     this.attemptsLeft--;
