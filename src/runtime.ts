@@ -28,7 +28,7 @@ import { openLimiter } from './infra/limits/index.js';
 import type { Limiter } from './infra/limits/port.js';
 import { createSenders } from './infra/notify/index.js';
 import { pingPostgres } from './infra/postgres/database.js';
-import { acquireProjectorLock, type ProjectorLock } from './infra/postgres/projectorLock.js';
+import { acquireProjectorLock, type HeldProjectorLock, holdProjectorLock, type ProjectorLock } from './infra/postgres/projectorLock.js';
 import { openReadModels } from './infra/readmodels/index.js';
 import type { ReadModelStore } from './infra/readmodels/port.js';
 import { type HealthLog, RedisHealth } from './infra/redisHealth.js';
@@ -126,6 +126,8 @@ export async function openRuntime(config: Config, clock?: () => Date, options: R
   let ingester: Ingester | null = null;
   let retention: RetentionJob | null = null;
   let projectorLock: ProjectorLock | null = null;
+  /** ROLE=all's lock, taken again when lost (the same as projectorLock). */
+  let heldLock: HeldProjectorLock | null = null;
   /** What must answer before this process goes on, when Redis is configured. */
   const redisClients: Array<{ whenReady(timeoutMs?: number): Promise<void> }> = [];
   if (storage) {
@@ -148,26 +150,42 @@ export async function openRuntime(config: Config, clock?: () => Date, options: R
     feed = openedFeed;
     usageQueue = openedQueue;
     redisClients.push(openedFeed, openedQueue);
+    const project = (): void => {
+      const parts = startProjecting({ store, readModels, feed, usageQueue: openedQueue, plans: config.plans, now });
+      ({ projector, ingester, retention } = parts);
+      // ROLE=all on PostgreSQL: a projection stopped by a store error starts anew once its lock is taken again.
+      const held = heldLock;
+      if (held) {
+        parts.projector.onFailure((error) => {
+          if (projector === parts.projector) void held.restart(error);
+        });
+      }
+    };
     if (projects && postgresUrl) {
       // One projector per database: a second one started by mistake waits here, saying so.
-      projectorLock = await acquireProjectorLock(postgresUrl, {
-        log: (message) => console.error(message),
-        onLost: (error) => {
-          console.error(`projector lock lost (${error.message}): stopping, so that another projector can take over`);
-          process.exit(1);
-        },
-      });
+      const log = (message: string) => console.error(message);
+      if (config.role === 'all') {
+        // It also serves chain calls and the API: those go on while projecting waits for the lock again.
+        heldLock = await holdProjectorLock(postgresUrl, {
+          log,
+          onLost: () => stopProjecting(),
+          onRegained: async () => {
+            project();
+            await resumeProjecting();
+          },
+        });
+        projectorLock = heldLock;
+      } else {
+        projectorLock = await acquireProjectorLock(postgresUrl, {
+          log,
+          onLost: (error) => {
+            console.error(`projector lock lost (${error.message}): stopping, so that another projector can take over`);
+            process.exit(1);
+          },
+        });
+      }
     }
-    if (projects) {
-      ({ projector, ingester, retention } = startProjecting({
-        store,
-        readModels,
-        feed,
-        usageQueue: openedQueue,
-        plans: config.plans,
-        now,
-      }));
-    }
+    if (projects) project();
   }
   // The embedded default journals each record before its call is answered (a kill loses none).
   let journaled: JournaledUsageSink | null = null;
@@ -296,8 +314,22 @@ export async function openRuntime(config: Config, clock?: () => Date, options: R
         metrics: new RollupAlertMetrics(new UsageQueries(readModels), queries, config.plans),
       })
     : null;
-  const alertScheduler =
+  const scheduleAlerts = () =>
     evaluator && notifier ? startAlertScheduler(evaluator, notifier, { evaluateEveryMs: config.alerts.evaluateEveryMs, onError: reportAlertError }) : null;
+  let alertScheduler = scheduleAlerts();
+  /** Everything that works as the one projector of the database; stopped while ROLE=all has lost its lock. */
+  const stopProjecting = async (): Promise<void> => {
+    await alertScheduler?.stop();
+    alertScheduler = null;
+    await ingester?.stop();
+    await retention?.stop();
+    await projector?.stop();
+  };
+  const resumeProjecting = async (): Promise<void> => {
+    await projector?.start();
+    ingester?.start();
+    alertScheduler = scheduleAlerts();
+  };
 
   return {
     config,
@@ -308,8 +340,13 @@ export async function openRuntime(config: Config, clock?: () => Date, options: R
     usageQueue,
     queries,
     commands,
-    projector,
-    ingester,
+    // Getters: ROLE=all on PostgreSQL starts new ones after taking its lost projector lock again.
+    get projector() {
+      return projector;
+    },
+    get ingester() {
+      return ingester;
+    },
     gateway,
     wsConnections,
     telemetry,
@@ -338,6 +375,8 @@ export async function openRuntime(config: Config, clock?: () => Date, options: R
       },
     },
     async close() {
+      // Not taken again (nor projecting started) while the rest stops.
+      await heldLock?.stopRegaining();
       // Deliveries under way finish (bounded) while the stores are still open; the rest resume after a restart.
       await alertScheduler?.stop();
       await notify?.close();

@@ -52,6 +52,7 @@ export class ProjectionRunner implements Projector {
   private caughtUpOnce = false;
   private caughtUpResolve!: () => void;
   private loop: Promise<void> | null = null;
+  private failureHandler: ((error: Error) => void) | null = null;
   /** The batch being committed while the next one is read and projected; at most one. */
   private committing: Promise<void> | null = null;
   /** Resolves once the projections have caught up with the log as it was at start. */
@@ -76,6 +77,14 @@ export class ProjectionRunner implements Projector {
     private readonly lingering: Lingering = NO_LINGERING,
   ) {}
 
+  /**
+   * Who hears of the loop's failure (a store error it could not read or commit past). Without one
+   * the failure is an unhandled rejection, which stops the process for its supervisor to restart.
+   */
+  onFailure(handler: (error: Error) => void): void {
+    this.failureHandler = handler;
+  }
+
   get isCaughtUp(): boolean {
     return this.caughtUpOnce;
   }
@@ -92,6 +101,8 @@ export class ProjectionRunner implements Projector {
     const subscription = this.store.subscribeToAll(from ? { after: from } : {});
     this.subscription = subscription;
     this.loop = this.run(subscription);
+    const handler = this.failureHandler;
+    if (handler) this.loop.catch((error: unknown) => handler(error instanceof Error ? error : new Error(String(error))));
   }
 
   private async run(subscription: Subscription): Promise<void> {

@@ -103,6 +103,28 @@ export function usageQueueContract(name: string, newHarness: () => Promise<Queue
       await after.close();
     });
 
+    it('hands out again at once what it held when told its consumer restarts on the same queue (an ingester stopped and started anew)', async () => {
+      const queue = await (await newHarness()).connect('a');
+      for (let i = 0; i < 3; i++) queue.enqueue(usageRecord());
+      await queue.flush();
+      const held = await readAll(queue, 3);
+      await queue.ack([held[0]!.ackId]);
+      expect(await queue.read(10)).toEqual([]);
+
+      queue.redeliverHeld();
+      const again = await readAll(queue, 2, 2000);
+      expect(again.map((item) => item.record.requestId).sort()).toEqual(
+        held
+          .slice(1)
+          .map((item) => item.record.requestId)
+          .sort(),
+      );
+      await queue.ack(again.map((item) => item.ackId));
+      expect(await queue.depth()).toBe(0);
+      expect(await queue.read(10)).toEqual([]);
+      await queue.close();
+    });
+
     it('hands records held too long by a silent consumer to another one', async () => {
       const harness = await newHarness();
       const crashed = await harness.connect('crashed');

@@ -53,6 +53,10 @@ export function openPool(url: string, max: number, options?: string): pg.Pool {
   });
   // An idle client whose server went away: the pool drops it, and the next query reconnects.
   pool.on('error', () => undefined);
+  // A client checked out (a transaction between two statements) when its server goes away emits
+  // 'error' with no listener of the pool's: that would stop the process. Its next statement fails
+  // instead, and the transaction's caller sees that.
+  pool.on('connect', (client) => client.on('error', () => undefined));
   return pool;
 }
 

@@ -62,3 +62,98 @@ export async function acquireProjectorLock(
     },
   };
 }
+
+export interface HeldProjectorLock {
+  /**
+   * What the lock guards failed on its own (a projection could not read or commit past a store
+   * error): the lock is let go and taken again, which stops it and starts it anew.
+   */
+  restart(error: Error): Promise<void>;
+  /** Stops taking the lock again (waits for an attempt under way); what it guards stays as it is. */
+  stopRegaining(): Promise<void>;
+  /** Stops taking it again and lets it go. */
+  release(): Promise<void>;
+}
+
+/**
+ * Takes the lock as `acquireProjectorLock` does, and keeps it for a process that serves more than
+ * projections (`ROLE=all`): when its connection is lost (PostgreSQL restarted or away), `onLost`
+ * stops what the lock guards, the lock is taken again in the background, retried every second
+ * while PostgreSQL is unreachable (and waited for while another projector holds it), and
+ * `onRegained` starts it again. Chain calls and the API go on meanwhile.
+ */
+export async function holdProjectorLock(
+  url: string,
+  options: { log: (message: string) => void; onLost: () => Promise<void>; onRegained: () => Promise<void> },
+): Promise<HeldProjectorLock> {
+  const stopping = new AbortController();
+  let regaining: Promise<void> | null = null;
+  /** False from a loss until the lock is taken again and what it guards has started. */
+  let holding = true;
+  const take = async (): Promise<ProjectorLock> => {
+    // A connection lost before it held the lock fails the attempt (retried); only a held lock's loss stops projecting.
+    let held = false;
+    const lock = await acquireProjectorLock(url, { log: options.log, onLost: (error) => held && lost(error), signal: stopping.signal });
+    held = true;
+    return lock;
+  };
+  let current: ProjectorLock = await take();
+
+  async function regain(): Promise<void> {
+    // Let go first: a lock this process still holds on another connection would make it wait for itself.
+    await current.release();
+    await options.onLost();
+    let saidWaiting = false;
+    while (!stopping.signal.aborted) {
+      try {
+        current = await take();
+      } catch (error) {
+        if (stopping.signal.aborted) return;
+        if (!saidWaiting) options.log(`projector lock: PostgreSQL not reachable yet (${(error as Error).message}); retrying every ${RETRY_MS / 1000} s`);
+        saidWaiting = true;
+        await new Promise((resolve) => setTimeout(resolve, RETRY_MS));
+        continue;
+      }
+      if (stopping.signal.aborted) return current.release();
+      holding = true; // a loss from here on is this lock's: it queues the next round
+      try {
+        await options.onRegained();
+        options.log('projector lock taken again: projecting resumed');
+        return;
+      } catch (error) {
+        // PostgreSQL went away again while projecting started: let the lock go, stop what started, try again.
+        options.log(`projector lock: projecting could not resume (${(error as Error).message}); trying again`);
+        holding = false;
+        await current.release();
+        await options.onLost();
+        await new Promise((resolve) => setTimeout(resolve, RETRY_MS));
+      }
+    }
+  }
+
+  function lost(error: Error): void {
+    if (stopping.signal.aborted || !holding) return;
+    holding = false;
+    options.log(`projector lock lost (${error.message}): projecting stops until it is taken again; chain calls and the API go on`);
+    // One after the other: a lock lost again while projecting resumes waits for that to finish.
+    regaining = (regaining ?? Promise.resolve()).then(regain).catch((e: unknown) => options.log(`projector lock: resuming failed (${(e as Error).message})`));
+  }
+
+  const stopRegaining = async (): Promise<void> => {
+    stopping.abort();
+    await regaining;
+  };
+  return {
+    async restart(error) {
+      // Already lost (what failed stopped with it, or is being started again): nothing more to do.
+      if (stopping.signal.aborted || !holding) return;
+      await current.release(); // its connection's loss is not reported twice
+      lost(error);
+    },
+    stopRegaining,
+    async release() {
+      await stopRegaining();
+      await current.release();
+    },
+  };
+}

@@ -109,6 +109,8 @@ export class UsageIngester implements Ingester {
   start(): void {
     if (this.running) return;
     this.running = true;
+    // Another ingester on this queue may have stopped holding records it could not append.
+    this.queue.redeliverHeld();
     this.loop = this.run();
   }
 

@@ -141,6 +141,10 @@ export class MemoryUsageQueue implements UsageQueue {
     this.backend.ack(ackIds);
   }
 
+  redeliverHeld(): void {
+    this.backend.release(this.consumer);
+  }
+
   async depth(): Promise<number> {
     return this.backend.size;
   }

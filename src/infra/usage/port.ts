@@ -28,6 +28,11 @@ export interface UsageQueue {
   /** Up to `max` records not yet acknowledged, including ones a crashed consumer left pending. */
   read(max: number, blockMs?: number): Promise<QueuedUsage[]>;
   ack(ackIds: string[]): Promise<void>;
+  /**
+   * A consumer (re)starting on this queue: what it read before and did not acknowledge (a stopped
+   * ingester's abandoned batch) is handed out again by the next read, not after a timeout.
+   */
+  redeliverHeld(): void;
   /** Records enqueued but not yet acknowledged (approximate for Redis). */
   depth(): Promise<number>;
   /** Sends what is buffered in memory to the backend; resolves when it is there. */

@@ -145,6 +145,14 @@ interface Shard {
  * - A Redis that comes back empty (restarted without persistence) loses the groups: each is
  *   created again on its first NOGROUP.
  */
+/** An entry read and not wholly acknowledged: its records left, those acknowledged, and whether it is handed out now. */
+interface UnackedEntry {
+  left: number;
+  counted: number;
+  acked: number[];
+  out: boolean;
+}
+
 export class RedisUsageQueue implements UsageQueue {
   private readonly writer: RedisClient;
   /** Blocking reads get their own connection, so they never delay sends and acks. */
@@ -165,7 +173,7 @@ export class RedisUsageQueue implements UsageQueue {
   /** Records of entries read but not yet handed out. */
   private held: QueuedUsage[] = [];
   /** Entries read by this process (`<shard>:<entry id>`): their records not yet acknowledged, and whether the count key counts them. */
-  private readonly unacked = new Map<string, { left: number; counted: number }>();
+  private readonly unacked = new Map<string, UnackedEntry>();
   /** The next send, at the end of this turn; or after a failed one, its retry. */
   private nextSend: NodeJS.Immediate | null = null;
   private retryTimer: NodeJS.Timeout | null = null;
@@ -372,6 +380,14 @@ export class RedisUsageQueue implements UsageQueue {
     return shard.present;
   }
 
+  redeliverHeld(): void {
+    // Everything read and not acknowledged is in this consumer's pending list: read it again from
+    // the start, each entry's records not yet acknowledged handed out anew.
+    this.held = [];
+    for (const entry of this.unacked.values()) entry.out = false;
+    for (const shard of this.shards) shard.ownPendingCursor = '0';
+  }
+
   async ack(ackIds: string[]): Promise<void> {
     const done = new Map<Shard, { entryIds: string[]; counted: number }>();
     for (const ackId of ackIds) {
@@ -386,7 +402,10 @@ export class RedisUsageQueue implements UsageQueue {
         if (slash >= 0) continue;
       } else {
         entry.left -= 1;
-        if (entry.left > 0) continue;
+        if (entry.left > 0) {
+          entry.acked.push(Number(ackId.slice(slash + 1)));
+          continue;
+        }
         this.unacked.delete(key);
         counted = entry.counted;
       }
@@ -584,10 +603,15 @@ export class RedisUsageQueue implements UsageQueue {
         continue;
       }
       const key = `${shard.index}:${id}`;
+      const known = this.unacked.get(key);
       // Already handed out or held (this consumer's pending list read again after a failure).
-      if (this.unacked.has(key)) continue;
-      this.unacked.set(key, { left: records.length, counted });
-      for (let i = 0; i < records.length; i++) accepted.push({ ackId: `${key}/${i}`, record: records[i] as UsageRecord });
+      if (known?.out) continue;
+      // Handed out again after redeliverHeld: only its records not acknowledged yet.
+      const acked = known?.acked ?? [];
+      this.unacked.set(key, known === undefined ? { left: records.length, counted, acked, out: true } : { ...known, out: true });
+      for (let i = 0; i < records.length; i++) {
+        if (!acked.includes(i)) accepted.push({ ackId: `${key}/${i}`, record: records[i] as UsageRecord });
+      }
     }
     await this.acknowledge(shard, rejected, rejectedCounted);
     return accepted;
