@@ -78,6 +78,49 @@ describe('GET /api/v1/openapi.json', () => {
     for (const op of bodies) expect(closedUnder(op.requestBody), JSON.stringify(op.requestBody).slice(0, 200)).toBeGreaterThan(0);
   });
 
+  it('uses only formats generators know (JSON Schema 2020-12 and the OpenAPI registry): an invented one makes strict validators refuse the document', () => {
+    const KNOWN = new Set([
+      'date-time',
+      'date',
+      'time',
+      'duration',
+      'email',
+      'idn-email',
+      'hostname',
+      'idn-hostname',
+      'ipv4',
+      'ipv6',
+      'uri',
+      'uri-reference',
+      'iri',
+      'iri-reference',
+      'uuid',
+      'uri-template',
+      'json-pointer',
+      'relative-json-pointer',
+      'regex',
+      'int32',
+      'int64',
+      'float',
+      'double',
+      'byte',
+      'binary',
+      'password',
+    ]);
+    const formats = new Set<string>();
+    const collect = (value: unknown): void => {
+      if (Array.isArray(value)) value.forEach(collect);
+      else if (typeof value === 'object' && value !== null) {
+        for (const [k, v] of Object.entries(value)) {
+          if (k === 'format' && typeof v === 'string') formats.add(v);
+          else collect(v);
+        }
+      }
+    };
+    collect(document);
+    expect([...formats].filter((f) => !KNOWN.has(f))).toEqual([]);
+  });
+
   it('is the one the committed TypeScript client was made from (run npm run generate:client when this fails)', () => {
     const committed = readFileSync(join(CLIENT, 'openapi.json'), 'utf8');
     expect(JSON.parse(committed), 'clients/typescript/openapi.json is stale').toEqual(document);

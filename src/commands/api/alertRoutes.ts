@@ -46,7 +46,7 @@ const Channels = z
     });
   });
 
-const TokenId = z.string().regex(ID_PATTERN, 'not a token id').startsWith('tok_', 'not a tok_ id');
+const TokenId = z.string().regex(ID_PATTERN, 'not a token id').regex(/^tok_/, 'not a tok_ id'); // not startsWith: see schemas.ts
 const ruleFields = {
   type: z.enum(ALERT_TYPES),
   condition: z.string().max(40).nullable().optional(),
