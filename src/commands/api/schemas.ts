@@ -42,7 +42,11 @@ export const ChangePlan = z.strictObject({ plan: PlanId });
 
 // The prefix as a pattern, not zod's startsWith: that is written as `format: starts_with`, a format no
 // validator or generator knows (strict ones refuse the document).
-const id = (prefix: string) => z.string().regex(ID_PATTERN).regex(new RegExp(`^${prefix}_`), `not a ${prefix}_ id`);
+const id = (prefix: string) =>
+  z
+    .string()
+    .regex(ID_PATTERN)
+    .regex(new RegExp(`^${prefix}_`), `not a ${prefix}_ id`);
 export const TokenParams = z.strictObject({ id: id('tok') });
 export const AccessTokenParams = z.strictObject({ id: id('key') });
 export const AccountParams = z.strictObject({ id: id('acc') });
