@@ -9,7 +9,7 @@ import { type FakeUpstream, startFake } from '../support/fakeUpstreams.js';
 import { type PrivatePostgres, privatePostgresUnavailable, startPrivatePostgres } from '../support/privatePostgres.js';
 import { type ServiceProcess, startService } from '../support/serviceProcess.js';
 import { textSink } from '../support/textSink.js';
-import { recordedCalls } from '../support/usageLog.js';
+import { expectEachRecordedOnce } from '../support/usageLog.js';
 
 /**
  * The whole service in one process (ROLE=all) on PostgreSQL, which restarts under load: the
@@ -130,20 +130,7 @@ describe.skipIf(unavailable !== null)(
       // Every served call, before, during and after, recorded exactly once, and counted in the read models.
       const store = await PostgresEventStore.open(pg.url, { poolSize: 2 });
       try {
-        const ids = await eventually(
-          async () => (await recordedCalls(store, accountId)).map((c) => c.requestId),
-          (seen) => {
-            const kept = new Set(seen);
-            return served.every((id) => kept.has(id));
-          },
-          20_000,
-        );
-        const kept = new Set(ids);
-        expect(
-          served.filter((id) => !kept.has(id)),
-          `every served call is recorded; the service said: ${service.output().slice(linesBefore)}`,
-        ).toEqual([]);
-        expect(ids.length, 'no call recorded twice').toBe(kept.size);
+        const ids = await expectEachRecordedOnce(store, accountId, served, { describe: () => `the service said: ${service.output().slice(linesBefore)}` });
         const counted = async (): Promise<number> => {
           const { tokens } = (await (await api('/api/v1/tokens')).json()) as { tokens: Array<{ current_month_usage: number }> };
           return tokens.reduce((sum, t) => sum + t.current_month_usage, 0);

@@ -1,7 +1,9 @@
+import { expect } from 'vitest';
 import { USAGE_EVENT_TYPE, type UsageRecord, usageStream } from '../../src/domain/usage.js';
 import type { EventStore } from '../../src/infra/eventstore/port.js';
 import { usageRecordsOf } from '../../src/projections/usageRecord.js';
 import type { Runtime } from '../../src/runtime.js';
+import { eventually } from './eventually.js';
 import { usageEventId } from './oneCallUsage.js';
 
 /** The calls an account's usage stream records, in order, whatever events hold them (one call each, or batches). */
@@ -24,4 +26,31 @@ export async function recordUsage(runtime: Pick<Runtime, 'store' | 'projector'>,
   }
   const head = await runtime.store.headPosition();
   if (head) await runtime.projector?.waitFor(head);
+}
+
+/**
+ * Waits until every one of `served` (request ids) is in the account's usage log, then checks that
+ * none is missing and none recorded twice; gives the recorded ids.
+ */
+export async function expectEachRecordedOnce(
+  store: Pick<EventStore, 'readStream'>,
+  accountId: string,
+  served: readonly string[],
+  options: { timeoutMs?: number; describe?: () => string } = {},
+): Promise<string[]> {
+  const ids = await eventually(
+    async () => (await recordedCalls(store, accountId)).map((c) => c.requestId),
+    (seen) => {
+      const kept = new Set(seen);
+      return served.every((id) => kept.has(id));
+    },
+    options.timeoutMs ?? 20_000,
+  );
+  const kept = new Set(ids);
+  expect(
+    served.filter((id) => !kept.has(id)),
+    `every served call is recorded${options.describe ? `; ${options.describe()}` : ''}`,
+  ).toEqual([]);
+  expect(ids.length, 'no call recorded twice').toBe(kept.size);
+  return ids;
 }
