@@ -57,9 +57,11 @@ const MAX_METHOD_LENGTH = 200;
  * Ids a node echoes byte for byte even when it parses and re-serialises the call (ganache,
  * Nethermind, Besu): an integer as JSON writes it, or a string of plain characters. ganache
  * answers `1.0` as `1` and `"\u0041"` as `"A"`: judged another call's answer, the node was
- * counted as failed (and ejected after three) and the caller got -32010.
+ * counted as failed (and ejected after three) and the caller got -32010. Not a negative
+ * integer: Agave (Solana's jsonrpc-core) and Sui's jsonrpsee take only an unsigned one and
+ * answer `-1` with a parse error, so the call never ran.
  */
-const PLAIN_ID = /^(?:0|-?[1-9][0-9]{0,15}|"[A-Za-z0-9 _.:-]*")$/;
+const PLAIN_ID = /^(?:0|[1-9][0-9]{0,15}|"[A-Za-z0-9 _.:-]*")$/;
 const utf8 = new TextDecoder('utf-8', { fatal: true });
 
 export function decodeUtf8(body: Buffer): string | null {
