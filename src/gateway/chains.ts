@@ -195,6 +195,12 @@ export interface Chain {
   upstreams: Upstream[];
   timeoutMs: number;
   heads: HeadTracking | null;
+  /**
+   * Whether its nodes take a JSON-RPC batch. A Sui full node does not (it answers any batch with
+   * one -32005 "Batched requests are not supported by this server"): a caller's batch is then
+   * sent member by member.
+   */
+  upstreamBatches: boolean;
   isMethodAllowed: Matcher;
   isWriteMethod: Matcher;
   isRestMethodAllowed: Matcher;
@@ -272,6 +278,7 @@ function toChain(c: ChainConfig): Chain {
       c.protocol === 'jsonrpc' && c.finality !== 'none'
         ? { finality: c.finality, maxLagBlocks: c.maxLagBlocks, fullNodeHistoryBlocks: c.fullNodeHistoryBlocks, pollMs: c.headPollMs }
         : null,
+    upstreamBatches: flavour !== 'sui',
     isMethodAllowed,
     isWriteMethod: compileGlobs(c.writeMethods ?? DEFAULT_WRITE_METHODS),
     isRestMethodAllowed: (m) => restAllowed(m) && isMethodAllowed(m),

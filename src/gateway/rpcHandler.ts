@@ -409,9 +409,15 @@ async function serveMembers(
   };
   /** Final members looked up in the shared level, answered or routed once every lookup is back. */
   const lookups: Array<{ m: RpcCall; plan: ReadPlan; found: Promise<string | undefined> }> = [];
+  /** The answers of members sent alone (the chain's nodes take no batch). */
+  const alone: Answer[] = [];
   let failure: UpstreamFailure | null;
   try {
     for (const m of calls) {
+      if (!chain.upstreamBatches) {
+        sharing.push(sendAlone(scope, m, admission, served, alone));
+        continue;
+      }
       if (usesFilter(m.method) || createsFilter(m.method)) {
         // Each to the node its filter is on, on its own (a batch goes to one node).
         sharing.push(
@@ -457,7 +463,38 @@ async function serveMembers(
     throw err;
   }
   await Promise.all(sharing);
+  if (alone.length === calls.length) failure = failureOfAll(alone);
   return { served, failure };
+}
+
+/**
+ * A batch member on a chain whose nodes take no batch (a Sui full node answers any batch with one
+ * -32005 "Batched requests are not supported by this server", which every member then got, with
+ * the gateway's own limit code): the single call it would be alone, a write never retried nor
+ * hedged, a read shared or hedged as ever. Its answer is kept in `alone`.
+ */
+function sendAlone(scope: CallScope, m: RpcCall, admission: Admission, served: Map<number, MemberServed>, alone: Answer[]): Promise<void> {
+  return Promise.resolve()
+    .then(() => admittedSingle(scope, m, true, admission))
+    .then(
+      (answer) => {
+        alone.push(answer);
+        const member = asMember(m, answer);
+        // A notification gets no element, whatever befell it.
+        served.set(m.index, m.idText === undefined ? { ...member, element: null } : member);
+      },
+      (err: unknown) => void served.set(m.index, unanswerable(m, err)),
+    );
+}
+
+/** The nodes' failure, when it is every member sent alone's answer (the batch then keeps its status, as one sent whole). */
+function failureOfAll(answers: Answer[]): UpstreamFailure | null {
+  const first = answers[0];
+  if (first === undefined || (first.status !== 502 && first.status !== 504)) return null;
+  const kind = first.status === 504 ? 'timeout' : 'unavailable';
+  const code = upstreamFailureCodes(kind).rpc;
+  if (!answers.every((a) => a.status === first.status && a.usage[0]?.rpcErrorCode === code)) return null;
+  return { ok: false, kind, message: first.usage[0]?.errorMessage ?? 'upstream failed', upstreamMs: null, upstream: null };
 }
 
 /**

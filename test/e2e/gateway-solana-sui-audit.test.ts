@@ -53,7 +53,11 @@ function idTextOf(raw: string): string | null {
 
 const PARSE_ERROR = { jsonrpc: '2.0', error: { code: -32700, message: 'Parse error' }, id: null };
 
-async function startNode(methods: Methods): Promise<Node> {
+/** What Sui's full node answers a batch (its axum_router: jsonrpsee's "batches not supported", under a null id). */
+const BATCHES_NOT_SUPPORTED = { jsonrpc: '2.0', error: { code: -32005, message: 'Batched requests are not supported by this server' }, id: null };
+
+/** `batches: false`: a Sui full node, which answers any batch with BATCHES_NOT_SUPPORTED. */
+async function startNode(methods: Methods, options: { batches: boolean } = { batches: true }): Promise<Node> {
   const open = new Set<ServerResponse>();
   const answerOne = (call: unknown, raw: string | null): unknown => {
     const c = call as { id?: unknown; method?: unknown; params?: unknown };
@@ -86,6 +90,10 @@ async function startNode(methods: Methods): Promise<Node> {
       parsed = JSON.parse(text);
     } catch {
       res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(PARSE_ERROR));
+      return;
+    }
+    if (Array.isArray(parsed) && !options.batches) {
+      res.writeHead(200, { 'content-type': 'application/json; charset=utf-8' }).end(JSON.stringify(BATCHES_NOT_SUPPORTED));
       return;
     }
     const calls = Array.isArray(parsed) ? parsed : [parsed];
@@ -287,7 +295,7 @@ let caller: Caller;
 
 beforeAll(async () => {
   sol = [await startNode(SOLANA_METHODS), await startNode(SOLANA_METHODS)];
-  sui = [await startNode(SUI_METHODS), await startNode(SUI_METHODS)];
+  sui = [await startNode(SUI_METHODS, { batches: false }), await startNode(SUI_METHODS, { batches: false })];
   t = await startTestApp({ env: { UPSTREAM_SOL: sol.map((n) => n.url).join(','), UPSTREAM_SUI: sui.map((n) => n.url).join(',') } });
   base = (await listen(t)).url;
   caller = await newToken(t, { plan: 'unlimited' });
@@ -664,5 +672,78 @@ describe('bad input', () => {
     expect(await xml.json()).toEqual({ jsonrpc: '2.0', error: { code: -32600, message: 'Unsupported media type: send application/json' }, id: 'ct' });
     const plain = await send(call, 'text/plain;charset=UTF-8');
     expect(await plain.json()).toEqual({ jsonrpc: '2.0', result: SOL.slot.finalized, id: 'ct' });
+  });
+});
+
+describe('Sui batches, which Sui full nodes refuse', () => {
+  it('a batch is answered member by member in its order, each member sent to a node alone and metered by its method', async () => {
+    const o = await fresh();
+    const requestsBefore = sui.reduce((n, node) => n + node.requests, 0);
+    const res = await post(
+      `${base}/sui/${o.token}`,
+      JSON.stringify([
+        { jsonrpc: '2.0', id: 1, method: 'sui_getLatestCheckpointSequenceNumber', params: [] },
+        { jsonrpc: '2.0', id: 'balance', method: 'suix_getBalance', params: [SUI.owner] },
+        { jsonrpc: '2.0', method: 'sui_getLatestCheckpointSequenceNumber', params: [] },
+        { jsonrpc: '2.0', id: -7, method: 'sui_getObject', params: [SUI.coin.objectId] },
+        { jsonrpc: '2.0', id: 4, method: 'sui_getTransactionBlock', params: ['nowhere'] },
+        { jsonrpc: '2.0', id: 5, method: 'getSlot', params: [] },
+      ]),
+    );
+    expect(res.status).toBe(200);
+    expect(await res.json()).toEqual([
+      { jsonrpc: '2.0', result: String(SUI.checkpoint), id: 1 },
+      { jsonrpc: '2.0', result: expect.objectContaining({ totalBalance: String(SUI.coin.balance) }), id: 'balance' },
+      { jsonrpc: '2.0', result: { data: expect.objectContaining({ objectId: SUI.coin.objectId }) }, id: -7 },
+      { jsonrpc: '2.0', error: { code: -32602, message: expect.stringContaining('Could not find the referenced transaction') }, id: 4 },
+      { jsonrpc: '2.0', error: { code: -32601, message: 'Method not found: getSlot is not available on sui' }, id: 5 },
+    ]);
+    // Four calls of their own (the notification too); the method outside Sui's namespaces reached no node.
+    expect(sui.reduce((n, node) => n + node.requests, 0)).toBe(requestsBefore + 5);
+    expect((await records(o, 6)).map((r) => [r.method, r.status, r.rpcErrorCode, r.charged])).toEqual([
+      ['sui_getLatestCheckpointSequenceNumber', 200, null, true],
+      ['suix_getBalance', 200, null, true],
+      ['sui_getLatestCheckpointSequenceNumber', 200, null, true],
+      ['sui_getObject', 200, null, true],
+      ['sui_getTransactionBlock', 200, -32602, true],
+      ['getSlot', 200, -32601, false],
+    ]);
+  });
+
+  it('a batch holding sui_executeTransactionBlock sends it once; the nodes stay in rotation however many batches come', async () => {
+    const bytes = Buffer.from(createHash('sha256').update('batched transaction').digest()).toString('base64');
+    const executed = seen(sui, 'sui_executeTransactionBlock');
+    for (let i = 0; i < 4; i++) {
+      const res = await post(
+        suiUrl(),
+        JSON.stringify([
+          { jsonrpc: '2.0', id: 1, method: 'sui_getLatestCheckpointSequenceNumber', params: [] },
+          ...(i === 0 ? [{ jsonrpc: '2.0', id: 2, method: 'sui_executeTransactionBlock', params: [bytes, ['AQID']] }] : []),
+        ]),
+      );
+      expect((await res.json())[0]).toEqual({ jsonrpc: '2.0', result: String(SUI.checkpoint), id: 1 });
+    }
+    expect(seen(sui, 'sui_executeTransactionBlock')).toBe(executed + 1);
+    expect(t.runtime.gateway?.pools.health().sui?.map((h) => h.healthy)).toEqual([true, true]);
+  });
+
+  it('a batch whose every member the nodes fail keeps the failure status (502), each member with its error', async () => {
+    for (const n of sui) n.hangUpOn.add('sui_getLatestCheckpointSequenceNumber');
+    try {
+      const res = await post(
+        suiUrl(),
+        JSON.stringify([
+          { jsonrpc: '2.0', id: 1, method: 'sui_getLatestCheckpointSequenceNumber', params: [] },
+          { jsonrpc: '2.0', id: 2, method: 'sui_getLatestCheckpointSequenceNumber', params: [[]] },
+        ]),
+      );
+      expect(res.status).toBe(502);
+      expect(await res.json()).toEqual([
+        { jsonrpc: '2.0', error: { code: -32010, message: expect.stringMatching(/upstream/) }, id: 1 },
+        { jsonrpc: '2.0', error: { code: -32010, message: expect.stringMatching(/upstream/) }, id: 2 },
+      ]);
+    } finally {
+      for (const n of sui) n.hangUpOn.clear();
+    }
   });
 });
