@@ -134,8 +134,10 @@ function callFrom(text: string, found: CallMembers, index: number): RpcMember {
   if (method === null || method === '') return invalidMember(index, echoId, RpcCode.invalidRequest, 'Invalid Request: method must be a non-empty string');
   if (method.length > MAX_METHOD_LENGTH) return invalidMember(index, echoId, RpcCode.invalidRequest, 'Invalid Request: method name too long');
   const paramsFirst = found.paramsStart < 0 ? -1 : text.charCodeAt(found.paramsStart);
-  if (paramsFirst >= 0 && paramsFirst !== 0x7b && paramsFirst !== 0x5b) {
-    return invalidMember(index, echoId, RpcCode.invalidParams, 'Invalid params: params must be an array or an object', method);
+  // `"params": null` is no params, as geth and ganache take it (older Go and ethers-rs clients send it): forwarded as [].
+  const paramsNull = paramsFirst === 0x6e;
+  if (paramsFirst >= 0 && paramsFirst !== 0x7b && paramsFirst !== 0x5b && !paramsNull) {
+    return invalidMember(index, echoId, RpcCode.invalidParams, 'Invalid params: params must be an array, an object or null', method);
   }
   return {
     kind: 'call',
@@ -143,7 +145,7 @@ function callFrom(text: string, found: CallMembers, index: number): RpcMember {
     idText,
     idIsFragile: idText !== undefined && idText !== 'null' && !(PLAIN_ID.test(idText) && (!idIsNumber || Number.isSafeInteger(Number(idText)))),
     method,
-    paramsText: paramsFirst < 0 ? undefined : text.slice(found.paramsStart, found.paramsEnd),
+    paramsText: paramsFirst < 0 ? undefined : paramsNull ? '[]' : text.slice(found.paramsStart, found.paramsEnd),
   };
 }
 

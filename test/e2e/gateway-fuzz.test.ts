@@ -85,7 +85,7 @@ function generator(random: () => number) {
     const kind = int(5);
     if (kind === 0) return `{"jsonrpc":"2.0","id":${weirdId()},"method":${weirdMethod()}}`;
     if (kind === 1) return `{"jsonrpc":"${pick(['1.0', '2', '', '2.0 '])}","id":${weirdId()},"method":"eth_blockNumber"}`;
-    if (kind === 2) return `{"jsonrpc":"2.0","id":1,"method":"eth_call","params":${pick(['"x"', '5', 'null', 'true'])}}`;
+    if (kind === 2) return `{"jsonrpc":"2.0","id":1,"method":"eth_call","params":${pick(['"x"', '5', 'false', 'true'])}}`;
     if (kind === 3) return `{"id":${weirdId()},"method":"eth_blockNumber"}`;
     return `{"jsonrpc":"2.0","id":[${weirdId()}],"method":"eth_chainId"}`;
   };

@@ -28,6 +28,8 @@ describe('parseJsonRpc', () => {
     expect(single('{"jsonrpc":"2.0","id":null,"method":"m"}')).toMatchObject({ idText: 'null', idIsFragile: false });
     expect(single('{"jsonrpc":"2.0","method":"m"}')).toMatchObject({ kind: 'call', idText: undefined });
     expect(single('\ufeff {"jsonrpc":"2.0","id":1,"method":"m","params":{"a":1}}')).toMatchObject({ paramsText: '{"a":1}' });
+    // `"params": null` is no params (geth and ganache take it), forwarded as [].
+    expect(single('{"jsonrpc":"2.0","id":5,"method":"m","params":null}')).toMatchObject({ kind: 'call', paramsText: '[]' });
   });
 
   it('takes the last of duplicate keys, as JSON.parse does, so a deny list cannot be dodged', () => {
@@ -46,7 +48,6 @@ describe('parseJsonRpc', () => {
     ['{"jsonrpc":"2.0","id":5,"method":""}', '5', -32600],
     [`{"jsonrpc":"2.0","id":5,"method":"${'x'.repeat(201)}"}`, '5', -32600],
     ['{"jsonrpc":"2.0","id":5,"method":"m","params":"x"}', '5', -32602],
-    ['{"jsonrpc":"2.0","id":5,"method":"m","params":null}', '5', -32602],
   ])('refuses %s as invalid, echoing id %s', (text, idText, code) => {
     const p = parse(text);
     const member = p.kind === 'single' ? p.member : p.kind === 'batch' ? p.members[0] : null;
@@ -268,8 +269,9 @@ describe('checked JSON', () => {
       const v = value as Record<string, unknown>;
       if (Object.hasOwn(v, 'id') && v.id !== null && typeof v.id !== 'string' && typeof v.id !== 'number') return { kind: 'invalid', code: -32600 };
       if (v.jsonrpc !== '2.0' || typeof v.method !== 'string' || v.method === '') return { kind: 'invalid', code: -32600 };
-      if (Object.hasOwn(v, 'params') && (typeof v.params !== 'object' || v.params === null)) return { kind: 'invalid', code: -32602, method: v.method };
-      return { kind: 'call', method: v.method, id: v.id, params: v.params };
+      if (Object.hasOwn(v, 'params') && typeof v.params !== 'object') return { kind: 'invalid', code: -32602, method: v.method };
+      // `"params": null` is no params, forwarded as [].
+      return { kind: 'call', method: v.method, id: v.id, params: v.params === null ? [] : v.params };
     };
     const read = (m: ReturnType<typeof single>) =>
       m.kind === 'invalid'
