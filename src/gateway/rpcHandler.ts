@@ -33,7 +33,7 @@ import {
 import { startsLikeJson } from './jsonScan.js';
 import type { UpstreamAnswer, UpstreamFailure, UpstreamOutcome, Verdict } from './upstream.js';
 import { type CallShape, isShareable, rewritesHistory, shapeOf, shapeOfAll } from './upstreams/evmCalls.js';
-import { createsFilter, filterRoute, tagFilterAnswer, usesFilter } from './upstreams/filters.js';
+import { createsFilter, FILTER_NOT_FOUND, filterRoute, tagFilterAnswer, usesFilter } from './upstreams/filters.js';
 import type { ChainHeads } from './upstreams/heads.js';
 
 /**
@@ -50,6 +50,22 @@ const OTHER_CALL: CallShape = { kind: 'other', low: -1, high: -1, cacheable: fal
 /** What a filter's creation depends on: the head (never cached). */
 const NEW_FILTER: CallShape = { kind: 'head', low: -1, high: -1, cacheable: false };
 const methodOf = (m: RpcMember): string => (m.kind === 'call' ? m.method : (m.method ?? INVALID_METHOD));
+
+/**
+ * eth_subscribe and eth_unsubscribe on an EVM chain: a subscription lives on a socket, so over
+ * HTTP the gateway answers them itself, uncharged, as geth does ("notifications not supported",
+ * -32601), saying where to subscribe (docs/decisions.md, "Follow-ups of the EVM audit"). Over
+ * the WebSocket the socket answers them before they reach this handler.
+ */
+const needsSocket = (chain: CallScope['chain'], method: string): boolean =>
+  chain.protocol === 'jsonrpc' && (method === 'eth_subscribe' || method === 'eth_unsubscribe');
+
+function socketOnlyMessage(chain: CallScope['chain'], method: string): string {
+  if (chain.upstreams.some((u) => u.ws !== null)) {
+    return `notifications not supported over HTTP: ${method} needs a WebSocket, on this same URL with wss:// (ws:// for http://): wss://<host>/${chain.id}/<token>`;
+  }
+  return `notifications not supported: ${chain.id} offers no subscriptions (its nodes have no WebSocket endpoint); poll with eth_newBlockFilter or eth_newFilter and eth_getFilterChanges`;
+}
 
 export function handleJsonRpc(scope: CallScope, body: Buffer, maxBatch: number): MaybePromise<Answer> {
   const parsed = parseJsonRpc(body, maxBatch);
@@ -70,7 +86,7 @@ export function handleJsonRpc(scope: CallScope, body: Buffer, maxBatch: number):
 /** A batch: admitted as a whole (one cost per forwardable member), each granted member served as a single read would be. */
 async function batchCall(scope: CallScope, members: RpcMember[]): Promise<Answer> {
   const { chain } = scope;
-  const forwardable = members.filter((m): m is RpcCall => m.kind === 'call' && chain.isMethodAllowed(m.method));
+  const forwardable = members.filter((m): m is RpcCall => m.kind === 'call' && chain.isMethodAllowed(m.method) && !needsSocket(chain, m.method));
   const admission = await scope.admit(forwardable.length);
   if (!admission.ok) return refuseBatch(admission, members);
   const granted = new Set(forwardable.slice(0, admission.granted).map((c) => c.index));
@@ -106,7 +122,7 @@ function singleError(admission: Admission, m: RpcMember, status: number, idText:
  */
 function single(scope: CallScope, m: RpcMember): MaybePromise<Answer> {
   const allowed = m.kind === 'call' && scope.chain.isMethodAllowed(m.method);
-  const admission = scope.admit(allowed ? 1 : 0);
+  const admission = scope.admit(allowed && !needsSocket(scope.chain, m.method) ? 1 : 0);
   return admission instanceof Promise ? admission.then((a) => admittedSingle(scope, m, allowed, a)) : admittedSingle(scope, m, allowed, admission);
 }
 
@@ -116,6 +132,7 @@ function admittedSingle(scope: CallScope, m: RpcMember, allowed: boolean, admiss
   if (m.kind === 'invalid') return singleError(admission, m, 400, m.idText, m.code, m.message);
   const idText = m.idText ?? 'null';
   if (!allowed) return singleError(admission, m, 403, idText, RpcCode.methodNotFound, deniedMessage(m.method, chain.id));
+  if (needsSocket(chain, m.method)) return singleError(admission, m, 200, idText, RpcCode.methodNotFound, socketOnlyMessage(chain, m.method));
   if (admission.granted < 1) return singleError(admission, m, 429, idText, RpcCode.limitExceeded, limitMessage(admission), retryData(admission));
   if (usesFilter(m.method) || createsFilter(m.method)) return filterCall(scope, m, admission);
   if (chain.isWriteMethod(m.method)) {
@@ -131,15 +148,19 @@ function admittedSingle(scope: CallScope, m: RpcMember, allowed: boolean, admiss
 }
 
 /**
- * A filter's call (docs/decisions.md, "Filters live on the node that made them"): its creation's
- * answer carries an id naming the node that made it, and each call on that id goes to that
- * node alone, with the node's own id, never retried nor hedged on another (eth_getFilterChanges
- * hands over the changes it returns: another node's answer would lose them). An id the gateway
- * did not give goes as it is, to any node.
+ * A filter's call (docs/decisions.md, "Filters live on the node that made them" and "Follow-ups
+ * of the EVM audit"): its creation's answer carries an id naming the node that made it and the
+ * token that asked, and each call on that id by that token goes to that node alone, with the
+ * node's own id, never retried nor hedged on another (eth_getFilterChanges hands over the
+ * changes it returns: another node's answer would lose them). An id that is not the caller's
+ * reaches no node: "filter not found", as a node says.
  */
 function filterCall(scope: CallScope, m: RpcCall, admission: Admission): Promise<Answer> {
   const { pool } = scope;
-  const route = usesFilter(m.method) ? filterRoute(m.paramsText, pool.filterTags) : null;
+  const tokenId = admission.ok ? admission.caller.tokenId : '';
+  const found = usesFilter(m.method) ? filterRoute(m.paramsText, pool.filterKeys, tokenId) : 'none';
+  if (found === 'unknown') return Promise.resolve(unknownFilter(m, admission));
+  const route = found === 'none' ? null : found;
   const sent: RpcCall = route === null ? m : { ...m, paramsText: route.paramsText };
   const request = {
     method: 'POST' as const,
@@ -155,11 +176,23 @@ function filterCall(scope: CallScope, m: RpcCall, admission: Admission): Promise
   return pool.sendThen(request, (outcome) => {
     const use: CacheUse = outcome.hedged ? 'hedged' : 'miss';
     if (outcome.ok && createsFilter(m.method)) {
-      const tag = pool.filterTags[pool.chain.upstreams.findIndex((u) => u.label === outcome.upstream)];
-      if (tag !== undefined) return forwardedSingle(m, admission, { ...outcome, body: tagFilterAnswer(outcome.body, tag) }, use);
+      const key = pool.filterKeys[pool.chain.upstreams.findIndex((u) => u.label === outcome.upstream)];
+      if (key !== undefined) return forwardedSingle(m, admission, { ...outcome, body: tagFilterAnswer(outcome.body, key, tokenId) }, use);
     }
     return forwardedSingle(m, admission, outcome, use);
   });
+}
+
+/**
+ * A call on a filter id that is not the caller's (another token's, a guessed number, an id in
+ * another form): the answer a node gives for a filter it does not hold, at 200, sent to no node.
+ * Charged: it was admitted as a call, and a node would have answered it.
+ */
+function unknownFilter(m: RpcCall, admission: Admission): Answer {
+  const d = draft(m.method, FILTER_NOT_FOUND.code, FILTER_NOT_FOUND.message);
+  d.charged = true;
+  const body = m.idText === undefined ? null : rpcError(m.idText, FILTER_NOT_FOUND.code, FILTER_NOT_FOUND.message);
+  return { status: body === null ? 204 : 200, body, contentType: JSON_CONTENT_TYPE, admission, usage: [d] };
 }
 
 /** The id the node's answer carries: the one sent upstream. */
@@ -604,12 +637,15 @@ async function batch(scope: CallScope, members: RpcMember[], granted: Set<number
       usage.push(mine.usage);
     } else if (m.kind === 'invalid') local(m, m.code, m.message);
     else if (!chain.isMethodAllowed(m.method)) local(m, RpcCode.methodNotFound, deniedMessage(m.method, chain.id));
+    else if (needsSocket(chain, m.method)) local(m, RpcCode.methodNotFound, socketOnlyMessage(chain, m.method));
     else local(m, RpcCode.limitExceeded, limitMessage(admission), retryData(admission));
   }
+  // A subscription answered here is answered as the node would: the batch was served.
+  const answeredHere = members.some((m) => m.kind === 'call' && chain.isMethodAllowed(m.method) && needsSocket(chain, m.method));
   const failed = failure === null ? null : upstreamFailureCodes(failure.kind);
   // The failure's status only when no member got an answer: clients drop a whole batch answered 5xx.
-  const failedAlone = failed !== null && [...served.values()].every((s) => s.usage.rpcErrorCode === failed.rpc);
-  const status = failedAlone ? failed.status : calls.length > 0 ? 200 : localBatchStatus(members, granted, chain);
+  const failedAlone = failed !== null && !answeredHere && [...served.values()].every((s) => s.usage.rpcErrorCode === failed.rpc);
+  const status = failedAlone ? failed.status : calls.length > 0 || answeredHere ? 200 : localBatchStatus(members, granted, chain);
   if (elements.length === 0) {
     const body = failed && failure ? rpcError('null', failed.rpc, failure.message) : null;
     return { status: body === null ? 204 : status, body, contentType: JSON_CONTENT_TYPE, admission, usage };

@@ -5,7 +5,7 @@ import { DEFAULT_CACHE_BYTES, ResponseCache } from './cache/responseCache.js';
 import type { Chain, ChainRegistry, Upstream } from './chains.js';
 import { startsLikeJson } from './jsonScan.js';
 import type { CallShape } from './upstreams/evmCalls.js';
-import { filterTags } from './upstreams/filters.js';
+import { filterKeys } from './upstreams/filters.js';
 import { ChainHeads, type HeadStatus } from './upstreams/heads.js';
 import { LatencyWindow } from './upstreams/latency.js';
 import { NewHeadsFeed, type NewHeadsHandlers } from './upstreams/newHeads.js';
@@ -209,8 +209,8 @@ export class UpstreamPool {
   private reads = 0;
   private hedgesRecent = 0;
   private readonly counters: PoolStats = { hedges: 0, hedgeWins: 0 };
-  /** Each upstream's tag in the filter ids it made (src/gateway/upstreams/filters.ts), in order. */
-  readonly filterTags: readonly string[];
+  /** Each upstream's key of the tags in the filter ids it made (src/gateway/upstreams/filters.ts), in order. */
+  readonly filterKeys: readonly Buffer[];
   /** Answers kept for reads (shared by every pool of the process); null: none. */
   readonly cache: ResponseCache | null;
   /** Reads in flight by key: callers of an identical read wait here for its answer (coalescing). */
@@ -241,7 +241,7 @@ export class UpstreamPool {
         effectiveWeight: upstream.weight,
       };
     });
-    this.filterTags = filterTags(chain.upstreams.map((u) => u.label));
+    this.filterKeys = filterKeys(chain.upstreams);
     this.ejectAfter = options.ejectAfterFailures ?? 3;
     this.coolDownMs = options.coolDownMs ?? 5_000;
     this.maxAttempts = options.maxAttempts ?? 3;

@@ -1,14 +1,19 @@
-import { createHash } from 'node:crypto';
+import { createHash, createHmac, timingSafeEqual } from 'node:crypto';
+import type { Upstream } from '../chains.js';
 import { documentStart, objectMembers } from '../jsonScan.js';
 
 /**
  * EVM filters (eth_newFilter, eth_newBlockFilter, eth_newPendingTransactionFilter) are state of
  * the one node that made them: a poll answered by another node is "filter not found", or
  * another caller's filter where nodes number them 0x1, 0x2… (ganache, Nethermind, Hardhat).
- * The filter id the caller gets names its node: `0x` + a tag of 4 hex digits (from the node's
- * label, so a reordered config keeps it) + the node's own id's digits. The calls that use the
- * id are sent to that node alone, with the node's own id. No state in the gateway: any
- * instance routes a poll, and a restart loses nothing. Pure.
+ * The filter id the caller gets names its node and its caller: `0x` + a tag of 8 hex digits + the
+ * node's own id's digits, the tag a keyed hash of the calling token's id and the node's id under
+ * a key of the node's configuration (its label, URL and headers: so a reordered config keeps it,
+ * and a caller cannot compute it for a node whose address it does not know). A call that uses
+ * the id is sent to the node whose tag it carries for the calling token, with the node's own
+ * id; an id that carries no tag of this caller's reaches no node (docs/decisions.md, "Follow-ups
+ * of the EVM audit"). No state in the gateway: any instance routes a poll, and a restart loses
+ * nothing. Pure.
  */
 
 const CREATES = new Set(['eth_newFilter', 'eth_newBlockFilter', 'eth_newPendingTransactionFilter']);
@@ -19,60 +24,88 @@ export const createsFilter = (method: string): boolean => CREATES.has(method);
 /** Whether a method acts on a filter by its id (sent to the node that holds it). */
 export const usesFilter = (method: string): boolean => USES.has(method);
 
-const tagOf = (text: string): string => createHash('sha256').update(text).digest('hex').slice(0, 4);
+/** What a node answers for a filter it does not hold (geth's code and words): the answer to an id that is not the caller's. */
+export const FILTER_NOT_FOUND = { code: -32000, message: 'filter not found' } as const;
+
+/** Hex digits of a tag: ~32 bits, so a guessed tag is right about once in 4 billion tries. */
+const TAG_DIGITS = 8;
 
 /**
- * The tags of a chain's nodes, in order: 4 hex digits of their label's hash (a label another
- * node's tag already took, one in 65,536, hashes again with a count).
+ * The key of each node's tags, in order: a hash of what the configuration says of it (label,
+ * URL, headers: a provider's key, Basic credentials), none of which a caller is shown but the label.
  */
-export function filterTags(labels: readonly string[]): string[] {
-  const tags: string[] = [];
-  for (const label of labels) {
-    let tag = tagOf(label);
-    for (let n = 1; tags.includes(tag); n++) tag = tagOf(`${label}\u0000${n}`);
-    tags.push(tag);
-  }
-  return tags;
+export function filterKeys(upstreams: ReadonlyArray<Pick<Upstream, 'label' | 'url' | 'headers'>>): Buffer[] {
+  return upstreams.map((u) => {
+    const headers = Object.entries(u.headers)
+      .map(([name, value]): [string, string] => [name.toLowerCase(), value])
+      .sort(([x], [y]) => (x < y ? -1 : x > y ? 1 : 0));
+    return createHash('sha256')
+      .update(JSON.stringify(['chain-gateway filter id', u.label, u.url.href, headers]))
+      .digest();
+  });
+}
+
+/**
+ * The tag of filter `digits` (the node's id, without 0x) made by token `tokenId` on the node of
+ * `key` (the digits in either case). Its first digit is never 0: web3.js (v4) reads a filter id as
+ * a number and sends it back as `0x` + its digits without leading zeros, in lower case.
+ */
+export function filterTag(key: Buffer, tokenId: string, digits: string): string {
+  const hex = createHmac('sha256', key).update(`${tokenId}\u0000${digits.toLowerCase()}`).digest('hex');
+  return hex.charCodeAt(0) === 0x30 ? `1${hex.slice(1, TAG_DIGITS)}` : hex.slice(0, TAG_DIGITS);
 }
 
 const NODE_ID = /^"0x([0-9a-fA-F]{1,128})"$/;
-const TAGGED_ID = /^0x([0-9a-f]{4})([0-9a-fA-F]{1,128})$/;
+const TAGGED_ID = new RegExp(`^0x([1-9a-f][0-9a-f]{${TAG_DIGITS - 1}})([0-9a-fA-F]{1,128})$`);
 
 /**
- * A node's answer to a filter's creation with the id tagged as the node's; unchanged when it is
- * not a result holding a hex id (an error, or a node with ids of another form: polls of those
- * go to any node, as before).
+ * A node's answer to a filter's creation with the id tagged for the caller and the node (`key`);
+ * unchanged when it is not a result holding a hex id (an error, or a node with ids of another
+ * form, which no call can then use: none is known).
  */
-export function tagFilterAnswer(body: Buffer, tag: string): Buffer {
+export function tagFilterAnswer(body: Buffer, key: Buffer, tokenId: string): Buffer {
   const text = body.toString('utf8');
   try {
     const span = objectMembers(text, documentStart(text)).get('result');
     if (span === undefined) return body;
     const digits = NODE_ID.exec(text.slice(span[0], span[1]))?.[1];
     if (digits === undefined) return body;
-    return Buffer.from(`${text.slice(0, span[0])}"0x${tag}${digits}"${text.slice(span[1])}`);
+    return Buffer.from(`${text.slice(0, span[0])}"0x${filterTag(key, tokenId, digits)}${digits}"${text.slice(span[1])}`);
   } catch {
     return body;
   }
 }
 
 /**
- * Where a call on a filter goes: the index of the node its id names (among `tags`, the pool's
- * nodes in order) and its params with the node's own id; null when the id names no node of the
- * pool (not one the gateway gave): the call goes as it is.
+ * Where a call on a filter goes: `none` when it names no filter (no params, or `[]`: the node
+ * says what is missing), the node (its index among `keys`, the pool's nodes in order) and the
+ * params with the node's own id when the id carries the tag `tokenId` got from that node, and
+ * `unknown` otherwise (another caller's id, a guessed one, an id in another form: ganache takes
+ * `1` and `"0x01"` for its filter 0x1): answered as the node answers an unknown filter, sent to
+ * no node. Cost: one HMAC per node of the pool.
  */
-export function filterRoute(paramsText: string | undefined, tags: readonly string[]): { node: number; paramsText: string } | null {
-  if (paramsText === undefined) return null;
+export function filterRoute(
+  paramsText: string | undefined,
+  keys: readonly Buffer[],
+  tokenId: string,
+): { node: number; paramsText: string } | 'none' | 'unknown' {
+  if (paramsText === undefined) return 'none';
   let params: unknown;
   try {
     params = JSON.parse(paramsText);
   } catch {
-    return null;
+    return 'unknown';
   }
-  if (!Array.isArray(params) || typeof params[0] !== 'string') return null;
+  if (Array.isArray(params) && params.length === 0) return 'none';
+  if (!Array.isArray(params) || typeof params[0] !== 'string') return 'unknown';
   const match = TAGGED_ID.exec(params[0]);
-  if (match === null) return null;
-  const node = tags.indexOf(match[1] as string);
-  if (node < 0) return null;
-  return { node, paramsText: JSON.stringify([`0x${match[2]}`, ...params.slice(1)]) };
+  if (match === null) return 'unknown';
+  const given = Buffer.from(match[1] as string);
+  const digits = match[2] as string;
+  for (const [node, key] of keys.entries()) {
+    if (timingSafeEqual(Buffer.from(filterTag(key, tokenId, digits)), given)) {
+      return { node, paramsText: JSON.stringify([`0x${digits}`, ...params.slice(1)]) };
+    }
+  }
+  return 'unknown';
 }
