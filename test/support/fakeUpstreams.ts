@@ -307,27 +307,36 @@ const invalidParams = (message: string): RpcResult => ({ error: { code: -32602, 
  */
 export function startSuiNodeFake(): Promise<FakeUpstream> {
   const params = (p: unknown): unknown[] => (Array.isArray(p) ? p : []);
+  // As Sui's full node (jsonrpsee without batches): any batch gets one error under a null id.
+  const refuseBatches =
+    (route: Route): Route =>
+    (call) =>
+      call.body.trimStart().startsWith('[')
+        ? { body: { jsonrpc: '2.0', error: { code: -32005, message: 'Batched requests are not supported by this server' }, id: null } }
+        : route(call);
   return startFake(
-    jsonRpcRoute({
-      sui_getLatestCheckpointSequenceNumber: () => ({ result: SUI_NODE.checkpoint }),
-      suix_getBalance: (p) => {
-        const [owner, coinType] = params(p);
-        if (typeof owner !== 'string' || !SUI_ADDRESS.test(owner)) return invalidParams('owner must be a Sui address');
-        const type = typeof coinType === 'string' ? coinType : '0x2::sui::SUI';
-        const empty = { coinType: type, coinObjectCount: 0, totalBalance: '0', lockedBalance: {}, fundsInAddressBalance: '0' };
-        return { result: suiAddress(owner) === SUI_NODE.owner ? (SUI_NODE.balances[type] ?? empty) : empty };
-      },
-      sui_getObject: (p) => {
-        const [id, options] = params(p);
-        if (typeof id !== 'string' || !SUI_ADDRESS.test(id)) return invalidParams('object_id must be an object id');
-        return { result: objectResponse(id, options) };
-      },
-      sui_multiGetObjects: (p) => {
-        const [ids, options] = params(p);
-        if (!Array.isArray(ids) || !ids.every((id) => typeof id === 'string' && SUI_ADDRESS.test(id))) return invalidParams('object_ids must be object ids');
-        return { result: ids.map((id: string) => objectResponse(id, options)) };
-      },
-    }),
+    refuseBatches(
+      jsonRpcRoute({
+        sui_getLatestCheckpointSequenceNumber: () => ({ result: SUI_NODE.checkpoint }),
+        suix_getBalance: (p) => {
+          const [owner, coinType] = params(p);
+          if (typeof owner !== 'string' || !SUI_ADDRESS.test(owner)) return invalidParams('owner must be a Sui address');
+          const type = typeof coinType === 'string' ? coinType : '0x2::sui::SUI';
+          const empty = { coinType: type, coinObjectCount: 0, totalBalance: '0', lockedBalance: {}, fundsInAddressBalance: '0' };
+          return { result: suiAddress(owner) === SUI_NODE.owner ? (SUI_NODE.balances[type] ?? empty) : empty };
+        },
+        sui_getObject: (p) => {
+          const [id, options] = params(p);
+          if (typeof id !== 'string' || !SUI_ADDRESS.test(id)) return invalidParams('object_id must be an object id');
+          return { result: objectResponse(id, options) };
+        },
+        sui_multiGetObjects: (p) => {
+          const [ids, options] = params(p);
+          if (!Array.isArray(ids) || !ids.every((id) => typeof id === 'string' && SUI_ADDRESS.test(id))) return invalidParams('object_ids must be object ids');
+          return { result: ids.map((id: string) => objectResponse(id, options)) };
+        },
+      }),
+    ),
   );
 }
 
