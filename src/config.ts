@@ -36,9 +36,30 @@ const url = (protocols: string[]) =>
     `must be a URL (${protocols.join(' or ')})`,
   );
 
+/**
+ * A whole number as an operator writes one: decimal digits (surrounding spaces ignored). Not
+ * `z.coerce.number()`, which reads "" as 0 (PORT= listened on a random port, an empty
+ * ALERT_EVALUATION_INTERVAL_SECONDS never evaluated), and "1e3" or "0x50" as numbers.
+ */
+const wholeNumber = (min: number, max: number) => {
+  const message = `must be a whole number from ${min} to ${max}`;
+  return z.string().trim().regex(/^\d+$/, message).transform(Number).pipe(z.number().min(min, message).max(max, message));
+};
+
+/** A number of decimal digits with an optional fraction (RESPONSE_CACHE_MB=0.5). */
+const decimalNumber = (min: number, max: number) => {
+  const message = `must be a number from ${min} to ${max}`;
+  return z
+    .string()
+    .trim()
+    .regex(/^\d+(\.\d+)?$/, message)
+    .transform(Number)
+    .pipe(z.number().min(min, message).max(max, message));
+};
+
 const Env = z.object({
   ROLE: z.enum(ROLES).default('all'),
-  PORT: z.coerce.number().int().min(0).max(65535).default(8080),
+  PORT: wholeNumber(0, 65535).default(8080),
   HOST: z.string().default('127.0.0.1'),
   DATA_DIR: z.string().default('./data'),
   EVENTSTORE_URL: url(['esdb:', 'esdb+discover:', 'kurrentdb:', 'kurrentdb+discover:', 'kdb:']).optional(),
@@ -48,7 +69,7 @@ const Env = z.object({
   /** One Redis (redis://, rediss://) or a Redis Cluster by some of its nodes (redis+cluster://host:port[,host:port…]). */
   REDIS_URL: redisUrl.optional(),
   /** Usage records are spread over this many Redis streams by account (default 1 on one Redis, 16 on a cluster); never lower it while records wait. */
-  USAGE_STREAMS: z.coerce.number().int().min(1).max(1024).optional(),
+  USAGE_STREAMS: wholeNumber(1, 1024).optional(),
   PLANS_CONFIG: z.string().optional(),
   ADMIN_TOKEN: z.string().min(16, 'must be at least 16 characters').optional(),
   /** `off` to not start the embedded EVM devnet for the `local` chain. */
@@ -65,7 +86,7 @@ const Env = z.object({
    * should the process be killed meanwhile (the usage journal has them). Redis mode sends at the
    * end of each event-loop turn whatever it says: answers wait for Redis's acknowledgement.
    */
-  USAGE_SEND_MS: z.coerce.number().int().min(1).max(10_000).default(20),
+  USAGE_SEND_MS: wholeNumber(1, 10_000).default(20),
   /**
    * The embedded default's usage journal (DATA_DIR/usage-journal) outlives a killed process as
    * it is; `always` syncs each event-loop turn's write to the disk, so it outlives a power loss too.
@@ -75,29 +96,20 @@ const Env = z.object({
    * Slow clients are cut off (answered 408, connection closed): the time a client has to send a
    * request's headers, and the whole request with its body. The latter includes the former.
    */
-  HEADERS_TIMEOUT_MS: z.coerce.number().int().min(100).max(600_000).default(10_000),
-  REQUEST_TIMEOUT_MS: z.coerce.number().int().min(100).max(3_600_000).default(30_000),
+  HEADERS_TIMEOUT_MS: wholeNumber(100, 600_000).default(10_000),
+  REQUEST_TIMEOUT_MS: wholeNumber(100, 3_600_000).default(30_000),
   /**
    * How long a keep-alive connection may stay idle between requests. Behind a proxy or load
    * balancer it must exceed the proxy's own idle timeout for its upstream connections (nginx's
    * `keepalive_timeout` and AWS ALB's: 60 s), or the proxy may send a request on a connection
    * this server is closing and answer its client 502.
    */
-  KEEP_ALIVE_TIMEOUT_MS: z.coerce.number().int().min(100).max(3_600_000).default(72_000),
+  KEEP_ALIVE_TIMEOUT_MS: wholeNumber(100, 3_600_000).default(72_000),
   /** Chain calls: the calls one JSON-RPC batch may hold, and the bytes of one request body or WebSocket frame; beyond, 413 (1009 on a socket). */
-  MAX_BATCH_CALLS: z.coerce.number().int().min(1).max(10_000).default(DEFAULT_GATEWAY_LIMITS.maxBatch),
-  MAX_BODY_BYTES: z.coerce
-    .number()
-    .int()
-    .min(1024)
-    .max(64 * MIB)
-    .default(DEFAULT_GATEWAY_LIMITS.maxBodyBytes),
+  MAX_BATCH_CALLS: wholeNumber(1, 10_000).default(DEFAULT_GATEWAY_LIMITS.maxBatch),
+  MAX_BODY_BYTES: wholeNumber(1024, 64 * MIB).default(DEFAULT_GATEWAY_LIMITS.maxBodyBytes),
   /** Bytes (MiB) of the gateway's in-process response cache of chain answers; 0 turns it off. */
-  RESPONSE_CACHE_MB: z.coerce
-    .number()
-    .min(0)
-    .max(1_048_576)
-    .default(DEFAULT_CACHE_BYTES / MIB),
+  RESPONSE_CACHE_MB: decimalNumber(0, 1_048_576).default(DEFAULT_CACHE_BYTES / MIB),
   /**
    * `on`: gateways also share the answers that can never change (final blocks, by hash, chain id)
    * through Redis, a second level under the in-process cache (src/gateway/cache/sharedCache.ts).
@@ -106,36 +118,26 @@ const Env = z.object({
   /** The shared cache's own Redis (e.g. one evicting least recently used keys); REDIS_URL by default. */
   RESPONSE_CACHE_REDIS_URL: redisUrl.optional(),
   /** WebSocket: a ping this often (a socket that missed the previous pong is cut off), and a socket with no subscription that sent nothing this long is closed (4000). */
-  WS_PING_INTERVAL_MS: z.coerce.number().int().min(100).max(600_000).default(30_000),
-  WS_IDLE_TIMEOUT_MS: z.coerce.number().int().min(100).max(86_400_000).default(300_000),
+  WS_PING_INTERVAL_MS: wholeNumber(100, 600_000).default(30_000),
+  WS_IDLE_TIMEOUT_MS: wholeNumber(100, 86_400_000).default(300_000),
   /** With Redis: a gateway instance that stops (a crash) has its WebSocket connections uncounted within this; each live one refreshes its counts every third of it. */
-  WS_INSTANCE_TTL_MS: z.coerce.number().int().min(300).max(600_000).default(15_000),
-  /** How long to wait at start for Redis, EventStoreDB and MongoDB to answer before giving up. */
-  STARTUP_TIMEOUT_SECONDS: z.coerce.number().int().min(1).max(3600).default(60),
+  WS_INSTANCE_TTL_MS: wholeNumber(300, 600_000).default(15_000),
+  /** How long to wait at start for Redis, EventStoreDB, MongoDB and PostgreSQL to answer before giving up. */
+  STARTUP_TIMEOUT_SECONDS: wholeNumber(1, 3600).default(60),
   SECURE_COOKIES: z.enum(['true', 'false']).default('false'),
   /** Behind a reverse proxy: take the client IP from X-Forwarded-For. */
   TRUST_PROXY: z.enum(['true', 'false']).default('false'),
   /** Failed log-ins allowed per email and, apart, per client address within LOGIN_WINDOW_SECONDS; then 429 until the window ends. */
-  LOGIN_MAX_FAILURES: z.coerce.number().int().min(1).max(1_000_000).default(DEFAULT_AUTH_LIMITS.loginFailures.limit),
-  LOGIN_WINDOW_SECONDS: z.coerce
-    .number()
-    .int()
-    .min(1)
-    .max(86_400)
-    .default(DEFAULT_AUTH_LIMITS.loginFailures.windowMs / 1000),
+  LOGIN_MAX_FAILURES: wholeNumber(1, 1_000_000).default(DEFAULT_AUTH_LIMITS.loginFailures.limit),
+  LOGIN_WINDOW_SECONDS: wholeNumber(1, 86_400).default(DEFAULT_AUTH_LIMITS.loginFailures.windowMs / 1000),
   /** Sign-ups allowed per client address within SIGNUP_WINDOW_SECONDS. */
-  SIGNUP_MAX_PER_ADDRESS: z.coerce.number().int().min(1).max(1_000_000).default(DEFAULT_AUTH_LIMITS.signUps.limit),
-  SIGNUP_WINDOW_SECONDS: z.coerce
-    .number()
-    .int()
-    .min(1)
-    .max(86_400)
-    .default(DEFAULT_AUTH_LIMITS.signUps.windowMs / 1000),
+  SIGNUP_MAX_PER_ADDRESS: wholeNumber(1, 1_000_000).default(DEFAULT_AUTH_LIMITS.signUps.limit),
+  SIGNUP_WINDOW_SECONDS: wholeNumber(1, 86_400).default(DEFAULT_AUTH_LIMITS.signUps.windowMs / 1000),
   /** Password hashes (scrypt) computed at once by the process; the others queue, leaving libuv's other pool threads to the stores. */
-  PASSWORD_HASH_CONCURRENCY: z.coerce.number().int().min(1).max(64).default(DEFAULT_HASH_CONCURRENCY),
+  PASSWORD_HASH_CONCURRENCY: wholeNumber(1, 64).default(DEFAULT_HASH_CONCURRENCY),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   /** Alerts: seconds between evaluations (0: only on demand, as the tests do). */
-  ALERT_EVALUATION_INTERVAL_SECONDS: z.coerce.number().int().min(0).max(3600).default(30),
+  ALERT_EVALUATION_INTERVAL_SECONDS: wholeNumber(0, 3600).default(30),
   /** Email notifications go through this SMTP server; without it they are appended to the outbox file. */
   SMTP_URL: url(['smtp:', 'smtps:']).optional(),
   NOTIFY_EMAIL_FROM: z.string().min(3).default('Chain Gateway <alerts@localhost>'),
@@ -143,10 +145,10 @@ const Env = z.object({
   NOTIFY_OUTBOX: z.string().optional(),
   /** Let owner-given notification URLs reach private, loopback and link-local addresses (tests, closed networks). */
   NOTIFY_ALLOW_PRIVATE: z.enum(['true', 'false']).default('false'),
-  NOTIFY_TIMEOUT_MS: z.coerce.number().int().min(100).max(60_000).default(10_000),
-  NOTIFY_MAX_ATTEMPTS: z.coerce.number().int().min(1).max(20).default(8),
+  NOTIFY_TIMEOUT_MS: wholeNumber(100, 60_000).default(10_000),
+  NOTIFY_MAX_ATTEMPTS: wholeNumber(1, 20).default(8),
   /** Delay before the first retry; each later one is 3× longer (with jitter), up to an hour. */
-  NOTIFY_RETRY_BASE_MS: z.coerce.number().int().min(1).max(3_600_000).default(5000),
+  NOTIFY_RETRY_BASE_MS: wholeNumber(1, 3_600_000).default(5000),
   /** A PagerDuty Events API v2 compatible service for the incident channel. */
   INCIDENT_EVENTS_URL: url(['http:', 'https:']).default('https://events.pagerduty.com'),
   /** A Twilio-compatible Messages API for the SMS channel; SMS is skipped until the three credentials are set. */
@@ -211,6 +213,16 @@ export class ConfigError extends Error {
 
 /** Reads and checks the whole configuration at start: a bad value stops the process with its name. */
 export function loadConfig(env: Record<string, string | undefined> = process.env, roleArg?: string): Config {
+  // Set but empty (`PORT=`, an unset variable expanded in a unit or compose file) is a mistake, not
+  // a value: "" listened on every interface as HOST, put the data in the working directory as DATA_DIR.
+  const empty = [...Object.keys(Env.shape), 'CHAINS_CONFIG'].filter(
+    (name) => env[name] !== undefined && env[name]?.trim() === '' && !(name === 'ROLE' && roleArg !== undefined),
+  );
+  if (empty.length > 0) {
+    throw new ConfigError(
+      `${empty.join(', ')} ${empty.length === 1 ? 'is' : 'are'} set but empty: give ${empty.length === 1 ? 'it a value' : 'each a value'}, or unset ${empty.length === 1 ? 'it' : 'them'} for the default.`,
+    );
+  }
   const parsed = Env.safeParse({ ...env, ROLE: roleArg ?? env.ROLE });
   if (!parsed.success) {
     throw new ConfigError(parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; '));
@@ -220,7 +232,14 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
   try {
     plans = planCatalog(e.PLANS_CONFIG ? JSON.parse(readFileSync(resolve(e.PLANS_CONFIG), 'utf8')) : {});
   } catch (err) {
-    throw new ConfigError(`PLANS_CONFIG (${e.PLANS_CONFIG}): ${err instanceof Error ? err.message : String(err)}`);
+    // A zod error's message is its issues as indented JSON: one line, each issue by its place in the file.
+    const reason =
+      err instanceof z.ZodError
+        ? err.issues.map((i) => `${i.path.length === 0 ? '(the whole file)' : i.path.join('.')}: ${i.message}`).join('; ')
+        : err instanceof Error
+          ? err.message
+          : String(err);
+    throw new ConfigError(`PLANS_CONFIG (${e.PLANS_CONFIG}): ${reason}`);
   }
   if (e.HEADERS_TIMEOUT_MS > e.REQUEST_TIMEOUT_MS) {
     throw new ConfigError(
@@ -228,10 +247,17 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     );
   }
   // The embedded stores are LevelDB directories that one process at a time can open.
-  if (e.ROLE !== 'all' && (!(e.EVENTSTORE_URL || e.DATABASE_URL) || !(e.MONGODB_URL || e.DATABASE_URL) || !e.REDIS_URL)) {
-    throw new ConfigError(
-      `ROLE=${e.ROLE} runs beside other roles and needs EVENTSTORE_URL, MONGODB_URL and REDIS_URL (DATABASE_URL may stand for either of the first two); the embedded default runs only as ROLE=all.`,
-    );
+  if (e.ROLE !== 'all') {
+    const missing = [
+      ...(e.EVENTSTORE_URL || e.DATABASE_URL ? [] : ['an event store (EVENTSTORE_URL or DATABASE_URL)']),
+      ...(e.MONGODB_URL || e.DATABASE_URL ? [] : ['read models (MONGODB_URL or DATABASE_URL)']),
+      ...(e.REDIS_URL ? [] : ['REDIS_URL']),
+    ];
+    if (missing.length > 0) {
+      throw new ConfigError(
+        `ROLE=${e.ROLE} runs beside other roles and needs EVENTSTORE_URL, MONGODB_URL and REDIS_URL (DATABASE_URL may stand for either of the first two); missing: ${missing.join(', ')}. The embedded default runs only as ROLE=all.`,
+      );
+    }
   }
   const responseCacheRedisUrl = e.RESPONSE_CACHE_REDIS === 'on' ? (e.RESPONSE_CACHE_REDIS_URL ?? e.REDIS_URL ?? null) : null;
   if (e.RESPONSE_CACHE_REDIS === 'on' && responseCacheRedisUrl === null) {
