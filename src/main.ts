@@ -1,3 +1,4 @@
+import { accessSync, constants, mkdirSync, statSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { startExpiryScheduler } from './commands/expiryScheduler.js';
 import { type Config, ConfigError, loadConfig } from './config.js';
@@ -38,8 +39,47 @@ function usesDataDir(config: Config): boolean {
   return ownEventStore || ownReadModels || !config.redisUrl;
 }
 
+/** A start-up failure the operator fixes outside the program (a port, a directory): one line, exit 1. */
+class StartupError extends Error {
+  override name = 'StartupError';
+}
+
+/** A Node system error (`EADDRINUSE`, `EACCES`, …) as one line: its message already names the call and the address or path. */
+function systemError(e: unknown): (Error & { code: string }) | null {
+  const code: unknown = e instanceof Error ? (e as Error & { code?: unknown }).code : undefined;
+  return typeof code === 'string' && /^E[A-Z0-9]+$/.test(code) ? (e as Error & { code: string }) : null;
+}
+
+/**
+ * DATA_DIR is checked before anything opens in it: the stores would otherwise fail on a storage
+ * thread, as a stack trace that names neither the setting nor the directory the operator gave.
+ */
+function checkDataDir(dir: string): void {
+  try {
+    mkdirSync(dir, { recursive: true });
+  } catch (e) {
+    const reason = systemError(e)?.code === 'EEXIST' || systemError(e)?.code === 'ENOTDIR' ? 'it is a file, not a directory' : (e as Error).message;
+    throw new StartupError(`DATA_DIR (${dir}) cannot be used: ${reason}`);
+  }
+  if (!statSync(dir).isDirectory()) throw new StartupError(`DATA_DIR (${dir}) cannot be used: it is a file, not a directory`);
+  try {
+    accessSync(dir, constants.W_OK);
+  } catch (e) {
+    throw new StartupError(`DATA_DIR (${dir}) cannot be used: this process may not write there (${(e as Error).message})`);
+  }
+}
+
+/** What to do on SIGTERM or SIGINT: until the service is up, stop at once (nothing is served yet); then drain. */
+let onStopSignal = (signal: NodeJS.Signals): void => {
+  console.error(`Stopped by ${signal} while starting: nothing was served.`);
+  process.exit(0);
+};
+process.on('SIGTERM', () => onStopSignal('SIGTERM'));
+process.on('SIGINT', () => onStopSignal('SIGINT'));
+
 async function main(): Promise<void> {
   const config = loadConfig(process.env, process.argv[2]);
+  if (usesDataDir(config)) checkDataDir(config.dataDir);
   const devnet = await maybeStartDevnet(config);
   const runtime = await openRuntime(config);
   const app = await buildServer(runtime, { logger: true });
@@ -49,7 +89,7 @@ async function main(): Promise<void> {
     config.role === 'all' || config.role === 'projector'
       ? startExpiryScheduler(runtime.queries, runtime.commands, { onError: (e) => app.log.error({ err: e }, 'expiry scheduler') })
       : null;
-  // Before listening: a SIGTERM right after "ready" must drain, not kill (no handler means the default: exit at once).
+  // Before listening: a SIGTERM right after "ready" must drain, not stop at once as it does while starting.
   let stopping = false;
   const stop = async (signal: string) => {
     if (stopping) return;
@@ -67,9 +107,17 @@ async function main(): Promise<void> {
     app.log.info('stopped');
     process.exit(0);
   };
-  process.on('SIGTERM', () => void stop('SIGTERM'));
-  process.on('SIGINT', () => void stop('SIGINT'));
-  await app.listen({ port: config.port, host: config.host });
+  onStopSignal = (signal) => void stop(signal);
+  try {
+    await app.listen({ port: config.port, host: config.host });
+  } catch (e) {
+    const failure = systemError(e);
+    if (failure?.code === 'EADDRINUSE') throw new StartupError(`PORT ${config.port} on HOST ${config.host} is in use by another process`);
+    if (failure?.code === 'EACCES')
+      throw new StartupError(`PORT ${config.port} on HOST ${config.host} needs privileges this process lacks: ${failure.message}`);
+    if (failure) throw new StartupError(`cannot listen on HOST ${config.host}, PORT ${config.port}: ${failure.message}`);
+    throw e;
+  }
   const address = app.server.address();
   const port = typeof address === 'object' && address ? address.port : config.port;
   const base = `http://${config.host === '0.0.0.0' ? 'localhost' : config.host}:${port}`;
@@ -94,7 +142,7 @@ main().catch((e: unknown) => {
     console.error(`Could not start: ${e.message}`);
     process.exit(1);
   }
-  if (e instanceof DependencyUnreachableError) {
+  if (e instanceof DependencyUnreachableError || e instanceof StartupError) {
     console.error(`Could not start: ${e.message}`);
     process.exit(1);
   }
