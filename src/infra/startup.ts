@@ -34,17 +34,38 @@ export interface WaitOptions {
 const seconds = (ms: number): number => Math.round(ms / 1000);
 const describe = (e: unknown): string => (e instanceof Error ? e.message : String(e)) || 'no answer';
 
-/** A URL as it may be logged: without credentials. A URL of several hosts (a Redis Cluster's seeds) is no WHATWG URL, and is redacted as text. */
+/**
+ * Query parameters that carry a secret in a store URL: PostgreSQL's `password` and `sslpassword`,
+ * MongoDB's `authMechanismProperties` (an AWS session token), any `…token`, `…key`, `…secret`.
+ */
+const SECRET_PARAMETER = /pass|pwd|secret|token|key|credential|signature|mechanismproperties/i;
+
+/** `?a=1&password=x` with the secret parameters' values masked; the rest (a database, `tls=false`) kept, since it helps. */
+function redactQuery(query: string): string {
+  return query.replace(/([?&])([^=&#]*)=([^&#]*)/g, (whole, sep: string, name: string) => {
+    let decoded = name;
+    try {
+      decoded = decodeURIComponent(name);
+    } catch {}
+    return SECRET_PARAMETER.test(decoded) ? `${sep}${name}=***` : whole;
+  });
+}
+
+/** A URL as it may be logged: without credentials, in its user part or its query. A URL of several hosts (a Redis Cluster's seeds) is no WHATWG URL, and is redacted as text. */
 export function redactUrl(url: string): string {
   try {
     const u = new URL(url);
     if (u.password) u.password = '***';
-    return u.toString();
+    const text = u.toString();
+    const query = text.indexOf('?');
+    return query < 0 ? text : text.slice(0, query) + redactQuery(text.slice(query));
   } catch {
-    const several = /^([a-z][a-z0-9+.-]*:\/\/)(?:([^:@/]*):[^@/]*@)?([^@/]*(?:\/.*)?)$/i.exec(url);
+    const several = /^([a-z][a-z0-9+.-]*:\/\/)(?:([^:@/]*):[^@/]*@)?([^@/?]*)(.*)$/i.exec(url);
     if (!several) return '(unparsable URL)';
-    const [, scheme, user, rest] = several;
-    return user === undefined ? url : `${scheme}${user}:***@${rest}`;
+    const [, scheme, user, hosts, rest = ''] = several;
+    const query = rest.indexOf('?');
+    const tail = query < 0 ? rest : rest.slice(0, query) + redactQuery(rest.slice(query));
+    return `${scheme}${user === undefined ? '' : `${user}:***@`}${hosts}${tail}`;
   }
 }
 
