@@ -64,6 +64,35 @@ const isWsUrl = (value: string): boolean => {
 
 const Glob = z.string().min(1).max(200);
 
+/**
+ * First path segments the service answers itself. A known chain's GET and POST calls are taken
+ * before any other route (src/gateway/front.ts), so a chain of one of these ids would take the
+ * management API (`/api/v1/...`), the dashboard's files or the health and metrics endpoints.
+ */
+export const RESERVED_CHAIN_IDS: readonly string[] = ['api', 'assets', 'healthz', 'readyz', 'metrics'];
+
+/**
+ * A node URL as an error message may show it: node URLs carry API keys (`https://user:key@…`,
+ * Infura's `/v3/<key>`, `?apikey=…`), and start-up errors end in logs. The user part and every
+ * query value are masked, and so is each path segment long enough to be a key (16 characters
+ * or more of letters, digits, `_` or `-`); the scheme, host and port stay, to find the entry.
+ * Text, not a parsed URL: the URLs shown are the ones that do not parse.
+ */
+export function redactNodeUrl(text: string): string {
+  const masked = text.replace(/[^/@\s]+@/, '***@');
+  // The path begins at the first `/`, `?` or `#` after the host (after `//` when there is one).
+  const authority = masked.indexOf('//');
+  const from = authority < 0 ? 0 : authority + 2;
+  const offset = masked.slice(from).search(/[/?#]/);
+  if (offset < 0) return masked;
+  const pathAt = from + offset;
+  const tail = masked
+    .slice(pathAt)
+    .replace(/\/[A-Za-z0-9_-]{16,}(?=[/?#]|$)/g, '/***')
+    .replace(/([?&][^=&#]*)=[^&#]*/g, '$1=***');
+  return masked.slice(0, pathAt) + tail;
+}
+
 const UpstreamConfig = z
   .object({
     url: z.string().refine(isHttpUrl, { message: 'must be an absolute http:// or https:// URL' }),
@@ -80,7 +109,12 @@ const UpstreamConfig = z
 
 const ChainConfig = z
   .object({
-    id: z.string().regex(/^[a-z][a-z0-9]{0,31}$/, { message: 'must be lowercase letters and digits, starting with a letter' }),
+    id: z
+      .string()
+      .regex(/^[a-z][a-z0-9]{0,31}$/, { message: 'must be lowercase letters and digits, starting with a letter' })
+      .refine((id) => !RESERVED_CHAIN_IDS.includes(id), {
+        message: `is a path the service serves itself (${RESERVED_CHAIN_IDS.join(', ')}): the chain would take its calls`,
+      }),
     name: z.string().min(1),
     protocol: z.enum(['jsonrpc', 'rest']),
     rest: z.enum(['solana', 'sui', 'passthrough']).optional(),
@@ -304,11 +338,15 @@ function describePath(path: readonly PropertyKey[], raw: unknown): string {
 export function parseChainsConfig(raw: unknown, source: string): ChainRegistry {
   const result = ChainsFile.safeParse(raw, { reportInput: true });
   if (!result.success) {
-    const lines = result.error.issues.map((issue) => {
-      const input = 'input' in issue && issue.input !== undefined && typeof issue.input !== 'object' ? ` (got ${JSON.stringify(issue.input)})` : '';
-      return `  ${describePath(issue.path, raw)}: ${issue.message}${input}`;
+    const issues = result.error.issues.map((issue) => {
+      // What was there helps find it, except a secret: header values never, node URLs masked.
+      const shown = 'input' in issue && issue.input !== undefined && typeof issue.input !== 'object' && !issue.path.includes('headers');
+      const last = issue.path[issue.path.length - 1];
+      const value = shown && typeof issue.input === 'string' && (last === 'url' || last === 'ws') ? redactNodeUrl(issue.input) : issue.input;
+      return `${describePath(issue.path, raw)}: ${issue.message}${shown ? ` (got ${JSON.stringify(value)})` : ''}`;
     });
-    throw new ChainConfigError(`invalid chain config ${source}:\n${lines.join('\n')}`);
+    // One line (a log line each, as every other start-up error), each issue by its place in the file.
+    throw new ChainConfigError(`invalid chain config ${source}: ${issues.join('; ')}`);
   }
   return new ChainRegistry(result.data.chains.map(toChain));
 }
@@ -336,12 +374,21 @@ function applyUpstreamOverrides(raw: unknown, env: Record<string, string | undef
       .split(',')
       .map((s) => s.trim())
       .filter((s) => s !== '');
+    if (urls.length === 0) throw new ChainConfigError(`${key} lists no URL (give url[,url…], or unset it for the chain config's nodes)`);
     const bad = urls.find((u) => !isHttpUrl(u));
-    if (bad !== undefined) throw new ChainConfigError(`${key}: ${JSON.stringify(bad)} is not an absolute http:// or https:// URL`);
+    if (bad !== undefined) throw new ChainConfigError(`${key}: ${JSON.stringify(redactNodeUrl(bad))} is not an absolute http:// or https:// URL`);
     const wsUrls = (env[`${key}${WS_SUFFIX}`] ?? '')
       .split(',')
       .map((s) => s.trim())
       .filter((s) => s !== '');
+    const badWs = wsUrls.find((u) => !isWsUrl(u));
+    if (badWs !== undefined) throw new ChainConfigError(`${key}${WS_SUFFIX}: ${JSON.stringify(redactNodeUrl(badWs))} is not an absolute ws:// or wss:// URL`);
+    // The n-th WebSocket endpoint is the n-th node's: one more than there are nodes would be dropped unseen.
+    if (wsUrls.length > urls.length) {
+      throw new ChainConfigError(
+        `${key}${WS_SUFFIX} lists ${wsUrls.length} WebSocket endpoints for the ${urls.length} node${urls.length === 1 ? '' : 's'} of ${key} (the n-th is the n-th node's)`,
+      );
+    }
     target.upstreams = urls.map((url, i) => ({ url, weight: 1, label: `${target.id}-env-${i + 1}`, ...(wsUrls[i] ? { ws: wsUrls[i] } : {}) }));
   }
   const orphan = wsOverrides.find(([key]) => !overrides.some(([k]) => `${k}${WS_SUFFIX}` === key));
@@ -359,17 +406,19 @@ export function defaultChainsPath(): string {
 export function loadChains(options: { configPath?: string; env?: Record<string, string | undefined> } = {}): ChainRegistry {
   const env = options.env ?? process.env;
   const path = options.configPath ?? env.CHAINS_CONFIG ?? defaultChainsPath();
+  // Named as the operator gave it: the variable, when it came from one.
+  const source = options.configPath === undefined && env.CHAINS_CONFIG !== undefined ? `${path} (CHAINS_CONFIG)` : path;
   let text: string;
   try {
     text = readFileSync(path, 'utf8');
   } catch (err) {
-    throw new ChainConfigError(`cannot read chain config ${path}: ${(err as Error).message}`);
+    throw new ChainConfigError(`cannot read chain config ${source}: ${(err as Error).message}`);
   }
   let raw: unknown;
   try {
     raw = JSON.parse(text);
   } catch (err) {
-    throw new ChainConfigError(`chain config ${path} is not valid JSON: ${(err as Error).message}`);
+    throw new ChainConfigError(`chain config ${source} is not valid JSON: ${(err as Error).message}`);
   }
-  return parseChainsConfig(applyUpstreamOverrides(raw, env), path);
+  return parseChainsConfig(applyUpstreamOverrides(raw, env), source);
 }
