@@ -47,3 +47,39 @@ export function chartBuckets(series: SeriesPoint[], period: { start: string; end
   });
   return out;
 }
+
+const DAY_S = 86_400;
+/** uPlot's month and year steps (30 and 365 days). */
+const MONTH_S = 30 * DAY_S;
+const YEAR_S = 365 * DAY_S;
+
+/**
+ * Where the time axis puts its ticks (Unix seconds) for uPlot's chosen step: whole steps of UTC,
+ * like the labels. uPlot's own ticks are found in the browser's zone (its UTC is the local clock
+ * moved by the offset of the day it starts from), so on a day the owner's clock changes for
+ * daylight saving they went off the step: "1 Nov, 03:00, 05:00, 07:00, 10:00" in Los Angeles.
+ * Steps under a day divide it, and so fall on the same instants in every zone; longer ones start
+ * at the first UTC midnight, months on the 1st.
+ */
+export function utcTicks(min: number, max: number, step: number): number[] {
+  if (!Number.isFinite(min) || !Number.isFinite(max) || !(step > 0) || max < min) return [];
+  const ticks: number[] = [];
+  if (step >= MONTH_S) {
+    const months = step >= YEAR_S ? 12 * Math.round(step / YEAR_S) : Math.round(step / MONTH_S);
+    const first = new Date(min * 1000);
+    const year = first.getUTCFullYear();
+    let month = first.getUTCMonth() + (Date.UTC(year, first.getUTCMonth(), 1) < min * 1000 ? 1 : 0);
+    for (let t = Date.UTC(year, month, 1) / 1000; t <= max && ticks.length < 1000; t = Date.UTC(year, month, 1) / 1000) {
+      ticks.push(t);
+      month += months;
+    }
+    return ticks;
+  }
+  const first = step >= DAY_S ? Math.ceil(min / DAY_S) * DAY_S : Math.ceil(min / step) * step;
+  for (let i = 0; ticks.length < 1000; i++) {
+    const t = Math.round((first + i * step) * 1000) / 1000;
+    if (t > max) break;
+    ticks.push(t);
+  }
+  return ticks;
+}

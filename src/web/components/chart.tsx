@@ -1,6 +1,7 @@
 import { useEffect, useRef, useState } from 'preact/hooks';
 import type uPlotType from 'uplot';
 import { fmtChartTime, fmtCompact, fmtTick } from '../format.js';
+import { utcTicks } from '../series.js';
 
 export interface ChartSeries {
   label: string;
@@ -41,6 +42,8 @@ export function TimeChart(props: { times: number[]; series: ChartSeries[]; summa
               stroke: '#5b6573',
               grid: { stroke: '#eceef1' },
               ticks: { stroke: '#d5d9df' },
+              // Ticks on whole UTC steps, whatever the browser's zone and its daylight saving.
+              splits: (_u, _axis, min, max, step) => utcTicks(min, max, step),
               values: (_u, splits, _axis, _space, step) => splits.map((s) => fmtTick(s, step)),
             },
             { stroke: '#5b6573', grid: { stroke: '#eceef1' }, ticks: { stroke: '#d5d9df' }, size: 56, values: (_u, splits) => splits.map((v) => format(v)) },
