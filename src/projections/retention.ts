@@ -3,14 +3,14 @@ import type { EventStore } from '../infra/eventstore/port.js';
 import type { Doc, ReadModelStore, ReadModelWrite } from '../infra/readmodels/port.js';
 import { type AccountDoc, COLLECTIONS } from './core.js';
 import { type LogRetentionReport, runLogRetentionPass } from './logRetention.js';
-import { bucketName, bucketStart, DAY_MS, floorTo, GRANULARITIES, type Granularity } from './usageBuckets.js';
-import { bucketEnd, granularityRetention, usageExpiry } from './usageExpiry.js';
+import { bucketName, bucketStart, DAY_MS, GRANULARITIES, type Granularity } from './usageBuckets.js';
+import { bucketEnd, granularityRetention, retentionStart, usageExpiry } from './usageExpiry.js';
 import { ERROR_GROUP_GRANULARITIES, granularityPrefix, USAGE_METRICS } from './usageMetrics.js';
 
 const PAGE = 1000;
 
 /** The oldest time a plan still shows: `now` minus its retention, to the minute. */
-export const retentionCutoff = (now: Date, retentionDays: number): number => floorTo(now.getTime() - retentionDays * DAY_MS, 'minute');
+export const retentionCutoff = (now: Date, retentionDays: number): number => retentionStart(now.getTime(), retentionDays);
 
 /** Deletes the keys of [gte, lt) page by page; returns how many. */
 async function deleteRange(rm: ReadModelStore, collection: string, gte: string, lt: string): Promise<number> {

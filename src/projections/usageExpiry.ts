@@ -13,12 +13,15 @@ export const bucketEnd = (t: number, g: Granularity): number => nextBucket(floor
 
 /**
  * Minute roll-ups (and minute error groups) are kept this many days at most, whatever the plan:
- * past that, a period is counted in whole hours (src/commands/api/metricsRoutes.ts), as
+ * past that, a period is counted in whole hours (src/api/period.ts), as
  * time-series stores downsample. A minute document per token, chain and method is most of what
  * usage costs to store and to rebuild; a year of them for every combination is of no use to a
  * chart. Eight days, so that the dashboard's "last 7 days" stays exact to the minute.
  */
 export const MINUTE_RETENTION_DAYS = 8;
+
+/** The oldest time a plan keeping `retentionDays` still shows, as of `nowMs`: to the minute. */
+export const retentionStart = (nowMs: number, retentionDays: number): number => floorTo(nowMs - retentionDays * DAY_MS, 'minute');
 
 /** The days documents of granularity `g` (null: per-call documents) are kept under a plan that keeps usage `retentionDays`. */
 export const granularityRetention = (g: Granularity | null, retentionDays: number): number =>

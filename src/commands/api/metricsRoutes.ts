@@ -1,14 +1,13 @@
 import type { FastifyRequest } from 'fastify';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
+import { coveredPeriod } from '../../api/period.js';
 import { TokenMetrics, UserMetrics } from '../../api/schemas.js';
 import type { MonthlyLimits, PeriodMetrics, RecentError } from '../../api/types.js';
 import { DomainError } from '../../domain/errors.js';
 import { effectiveTokenLimits, type Plan } from '../../domain/plans.js';
 import type { UsageReport, UsageScope } from '../../projections/metricsQueries.js';
-import { retentionCutoff } from '../../projections/retention.js';
-import { ceilTo, DAY_MS, floorTo, nextBucket, seriesGranularity } from '../../projections/usageBuckets.js';
-import { MINUTE_RETENTION_DAYS } from '../../projections/usageExpiry.js';
+import { DAY_MS, floorTo, nextBucket } from '../../projections/usageBuckets.js';
 import { problems } from './contract.js';
 import type { ApiDeps } from './deps.js';
 import { invalidField, parseInput } from './input.js';
@@ -53,12 +52,10 @@ function periodMetrics(resolved: ResolvedPeriod, report: UsageReport, recentErro
 
 /**
  * Reads `start`, `end` and `chain`: no `start` is the plan's whole retention window, no `end`
- * is now; a `start` older than the retention is clamped (and said so). Figures count whole
- * minutes, or whole hours when the series is per day (over 14 days) or the period starts
- * before the minute roll-ups' MINUTE_RETENTION_DAYS (then a series is at least hourly):
- * `start` is rounded down and `end` up, and `period` says exactly what is covered. Whole
- * hours keep a 30-day query to about 75 documents per (token, chain, method) instead of
- * about 200.
+ * is now; a `start` older than the retention is clamped (and said so). What the period covers,
+ * in whole minutes or hours, is `coveredPeriod`'s (src/api/period.ts, which the dashboard's
+ * exports page uses too), and `period` says it exactly. Whole hours keep a 30-day query to
+ * about 75 documents per (token, chain, method) instead of about 200.
  */
 export function resolvePeriod(query: unknown, context: { accountId: string; plan: Plan; now: Date; chainIds: readonly string[] }): ResolvedPeriod {
   const q = parseInput('query', PeriodQuery, query ?? {});
@@ -74,23 +71,12 @@ export function resolvePeriod(query: unknown, context: { accountId: string; plan
   if (q.chain !== undefined && !context.chainIds.includes(q.chain)) {
     invalidField('query', 'chain', `unknown chain "${q.chain}"; known chains: ${context.chainIds.join(', ')}.`);
   }
-  const earliest = retentionCutoff(context.now, context.plan.retention_days);
-  const clamped = requestedStart !== null && requestedStart < earliest;
-  const start = Math.max(requestedStart ?? earliest, earliest);
-  // Minute roll-ups are kept MINUTE_RETENTION_DAYS: a period starting before that counts whole hours.
-  const pastMinutes = floorTo(start, 'minute') < retentionCutoff(context.now, MINUTE_RETENTION_DAYS);
-  const byLength = seriesGranularity(ceilTo(end, 'minute') - floorTo(start, 'minute'));
-  const granularity = byLength === 'minute' && pastMinutes ? 'hour' : byLength;
-  const unit = granularity === 'day' || pastMinutes ? 'hour' : 'minute';
-  const endAligned = ceilTo(end, unit);
-  // Rounding down to before the retention cutoff would show data from before it (the cutoff, or a
-  // start in the cutoff's hour, is rounded to that hour's start): round up instead.
-  const floored = floorTo(start, unit);
-  const startAligned = Math.min(floored < earliest ? ceilTo(start, unit) : floored, endAligned);
+  const covered = coveredPeriod({ start: requestedStart, end }, now, context.plan.retention_days);
+  const { granularity, clamped, earliest } = covered;
   const chain = q.chain ?? null;
   return {
-    scope: { accountId: context.accountId, start: startAligned, end: endAligned, granularity, chain, method: q.method ?? null },
-    period: { start: iso(startAligned), end: iso(endAligned) },
+    scope: { accountId: context.accountId, start: covered.start, end: covered.end, granularity, chain, method: q.method ?? null },
+    period: { start: iso(covered.start), end: iso(covered.end) },
     chain,
     granularity,
     retention: { retentionDays: context.plan.retention_days, clamped, earliest: iso(earliest) },

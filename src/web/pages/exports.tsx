@@ -1,10 +1,11 @@
 import { useState } from 'preact/hooks';
+import { coveredPeriod } from '../../api/period.js';
 import type { ExportFormat } from '../../api/types.js';
 import { query } from '../api.js';
 import { FiltersBar } from '../components/filters.js';
 import { BusyButton, Panel, ProblemMessage } from '../components/ui.js';
 import { fmtDateTime } from '../format.js';
-import { periodOf, useFilters, useSession } from '../hooks.js';
+import { type Filters, periodOf, useFilters, useNow, useSession } from '../hooks.js';
 
 const FORMATS: { format: ExportFormat; title: string; what: string; defaultPlans: string }[] = [
   { format: 'csv', title: 'CSV', what: 'Raw data: one row per call, for spreadsheets.', defaultPlans: 'every plan' },
@@ -12,11 +13,29 @@ const FORMATS: { format: ExportFormat; title: string; what: string; defaultPlans
   { format: 'pdf', title: 'PDF', what: 'A snapshot of the dashboard: metrics, breakdowns and errors.', defaultPlans: 'Professional and Unlimited' },
 ];
 
+/** A period sent to the exports, as `?start&end`. */
+interface Period {
+  start: string;
+  end: string;
+}
+
+/**
+ * The period a file made now covers: the filters' period as the API resolves it (clamped to the
+ * plan's retention, in whole minutes or hours), sent as is so the file holds what the page says.
+ */
+function exportPeriod(filters: Filters, nowMs: number, retentionDays: number): Period {
+  const asked = periodOf(filters, nowMs);
+  const covered = coveredPeriod({ start: Date.parse(asked.start), end: Date.parse(asked.end) }, nowMs, retentionDays);
+  return { start: new Date(covered.start).toISOString(), end: new Date(covered.end).toISOString() };
+}
+
 /** Usage exports for the shared period and network, in the formats the plan offers. */
 export function ExportsPage() {
   const { account } = useSession();
   const [filters] = useFilters();
-  const { start, end } = periodOf(filters);
+  // A relative range slides: what the page states follows the clock, and a download sends what it states.
+  const period = exportPeriod(filters, useNow(10_000), account.plan.retention_days);
+  const { start, end } = period;
   return (
     <>
       <div class="page-head">
@@ -29,14 +48,14 @@ export function ExportsPage() {
       </p>
       <div class="export-grid">
         {FORMATS.map((f) => (
-          <ExportCard key={f.format} {...f} allowed={account.plan.exports.includes(f.format)} planName={account.plan.name} />
+          <ExportCard key={f.format} {...f} period={period} allowed={account.plan.exports.includes(f.format)} planName={account.plan.name} />
         ))}
       </div>
     </>
   );
 }
 
-function ExportCard(props: { format: ExportFormat; title: string; what: string; defaultPlans: string; allowed: boolean; planName: string }) {
+function ExportCard(props: { format: ExportFormat; title: string; what: string; defaultPlans: string; period: Period; allowed: boolean; planName: string }) {
   const { api } = useSession();
   const [filters] = useFilters();
   const [busy, setBusy] = useState(false);
@@ -49,7 +68,7 @@ function ExportCard(props: { format: ExportFormat; title: string; what: string; 
     setError(null);
     setDone(null);
     try {
-      const { start, end } = periodOf(filters);
+      const { start, end } = props.period;
       const file = await api.download(`/api/v1/exports/usage.${props.format}${query({ start, end, chain: filters.chain })}`, `usage.${props.format}`);
       const url = URL.createObjectURL(file.blob);
       const a = document.createElement('a');
