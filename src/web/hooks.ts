@@ -2,6 +2,7 @@ import { createContext } from 'preact';
 import { useCallback, useContext, useEffect, useRef, useState } from 'preact/hooks';
 import type { Account } from '../api/types.js';
 import { type ApiClient, type ApiError, asApiError } from './api.js';
+import { fmtDateTime } from './format.js';
 
 /** Panels refresh every 60 s (spec: dashboard freshness). */
 export const REFRESH_MS = 60_000;
@@ -128,12 +129,17 @@ export function periodOf(f: Filters, now = Date.now()): { start: string; end: st
   return { start: new Date(now - hours * 3_600_000).toISOString(), end: new Date(now).toISOString() };
 }
 
-export function customRangeProblem(f: Filters): string | null {
+/** How far ahead a period may end (the API refuses more with a 400). */
+const MAX_AHEAD_MS = 86_400_000;
+
+export function customRangeProblem(f: Filters, now = Date.now()): string | null {
   if (f.range !== 'custom') return null;
   const start = fromLocalInput(f.customStart);
   const end = fromLocalInput(f.customEnd);
   if (!Number.isFinite(start) || !Number.isFinite(end)) return 'Give both a start and an end.';
   if (start >= end) return 'The start must be before the end.';
+  // The times are UTC: one typed in a zone ahead of UTC (its "today") can be further ahead than the API takes.
+  if (end > now + MAX_AHEAD_MS) return `The end must be at most a day after now, ${fmtDateTime(new Date(now).toISOString())}.`;
   return null;
 }
 
