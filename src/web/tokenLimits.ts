@@ -1,5 +1,6 @@
 import { type Account, MAX_TOKEN_LIMIT } from '../api/types.js';
 import { fmtInt } from './format.js';
+import { parseTypedNumber } from './numbers.js';
 
 /**
  * A token's own limits as typed in the token forms. The fields are text, not `type="number"`: a
@@ -7,12 +8,14 @@ import { fmtInt } from './format.js';
  * and save a token without the limit its owner typed.
  */
 
-/** The typed count: null when empty, NaN when not a whole number 1 or more (thousands separators allowed). */
+/**
+ * The typed count: null when empty, NaN when not a whole number 1 or more. Thousands separators
+ * as the owner writes them ("1,000,000", "1.000.000", "1 000 000"); "1,5" is not fifteen.
+ */
 export function parseLimit(typed: string): number | null {
-  const digits = typed.trim().replace(/[\s,_]/g, '');
-  if (digits === '') return null;
-  const n = /^\d+$/.test(digits) ? Number(digits) : Number.NaN;
-  return n >= 1 ? n : Number.NaN;
+  if (typed.trim() === '') return null;
+  const n = parseTypedNumber(typed, { integer: true });
+  return Number.isInteger(n) && n >= 1 ? n : Number.NaN;
 }
 
 export function monthlyLimitProblem(typed: string, plan: Account['plan']): string | null {

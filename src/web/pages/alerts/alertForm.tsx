@@ -79,23 +79,23 @@ export function AlertForm(props: { account: Account; alert: Alert | null; tokens
         </Field>
       )}
       <Field label={UNIT_LABEL[unit]} error={errors.threshold} hint="Notify when the measured value reaches this.">
-        {(c) => <input {...c} type="number" inputMode="decimal" step="any" value={draft.threshold} onInput={set('threshold')} />}
+        {(c) => <input {...c} inputMode="decimal" autoComplete="off" value={draft.threshold} onInput={set('threshold')} />}
       </Field>
       {monthly ? (
         <p class="hint field">Measured over the calendar month (UTC).</p>
       ) : (
         <Field label="Window (minutes)" error={errors.windowMinutes}>
-          {(c) => <input {...c} type="number" inputMode="numeric" min={1} max={1440} value={draft.windowMinutes} onInput={set('windowMinutes')} />}
+          {(c) => <input {...c} inputMode="numeric" autoComplete="off" value={draft.windowMinutes} onInput={set('windowMinutes')} />}
         </Field>
       )}
       {usesMinRequests(draft.type, condition) && (
         <Field label="Minimum requests" error={errors.minRequests} hint="Windows with fewer calls are not judged.">
-          {(c) => <input {...c} type="number" inputMode="numeric" min={1} value={draft.minRequests} onInput={set('minRequests')} />}
+          {(c) => <input {...c} inputMode="numeric" autoComplete="off" value={draft.minRequests} onInput={set('minRequests')} />}
         </Field>
       )}
       {usesBaseline(draft.type, condition) && (
         <Field label="Baseline (hours)" error={errors.baselineHours} hint="The usual traffic is measured over this many hours.">
-          {(c) => <input {...c} type="number" inputMode="numeric" min={1} max={168} value={draft.baselineHours} onInput={set('baselineHours')} />}
+          {(c) => <input {...c} inputMode="numeric" autoComplete="off" value={draft.baselineHours} onInput={set('baselineHours')} />}
         </Field>
       )}
       {tokens !== 'none' && (
