@@ -14,6 +14,9 @@ const DAY = 86_400_000;
 const utcToday = (): number => Math.floor(Date.now() / DAY) * DAY;
 const daysUntil = (date: string): number => Math.round((Date.parse(`${date}T00:00:00Z`) - utcToday()) / DAY);
 const isoDate = (ms: number): string => new Date(ms).toISOString().slice(0, 10);
+/** When a token made now with `expires_in_days` stops: the API counts whole days from its creation. */
+const expiryHint = (days: number): string =>
+  `Expires in ${days} day${days === 1 ? '' : 's'}, on ${fmtDateTime(new Date(Date.now() + days * DAY).toISOString())}.`;
 
 export function TokensPage() {
   const { api, account } = useSession();
@@ -107,7 +110,8 @@ function TokenTable(props: { tokens: TokenRecord[]; loaded: boolean; onChanged(t
         </span>
       ),
     },
-    { header: 'Expires', class: 'nowrap', cell: (t) => (t.expires_at ? fmtDate(t.expires_at) : '—') },
+    // The instant, in UTC like every time here: a date alone read as the owner's own day can be a day late.
+    { header: 'Expires', class: 'nowrap', cell: (t) => (t.expires_at ? fmtDateTime(t.expires_at) : '—') },
     { header: 'Status', cell: (t) => <StatusBadge status={t.status} /> },
     { header: 'Actions', cell: (t) => <TokenActions token={t} onChanged={props.onChanged} onError={props.onError} /> },
   ];
@@ -141,7 +145,7 @@ function validate(d: Draft, account: Account): Partial<Record<keyof Draft, strin
   if (d.expiresOn) {
     const days = daysUntil(d.expiresOn);
     if (!Number.isFinite(days)) e.expiresOn = 'Pick a date.';
-    else if (days < 1) e.expiresOn = 'Pick a date after today.';
+    else if (days < 1) e.expiresOn = `Pick a date after today, ${fmtDate(new Date(utcToday()).toISOString())} in UTC.`;
     else if (days > 3650) e.expiresOn = 'At most 10 years ahead.';
   }
   return e;
@@ -197,9 +201,9 @@ function CreateTokenForm(props: { account: Account; atMax: string | null; onCanc
         {(c) => <input {...c} inputMode="numeric" value={draft.monthlyLimit} onInput={set('monthlyLimit')} disabled={!plan.custom_limits} />}
       </Field>
       <Field
-        label="Expiration date"
+        label="Expiration date (UTC)"
         error={errors.expiresOn}
-        hint={plan.expiration ? (days !== null && days > 0 ? `Expires in ${days} day${days === 1 ? '' : 's'} (UTC).` : 'Empty: never expires.') : planReason}
+        hint={plan.expiration ? (days !== null && days > 0 ? expiryHint(days) : 'Empty: never expires.') : planReason}
       >
         {(c) => <input {...c} type="date" min={isoDate(utcToday() + DAY)} value={draft.expiresOn} onInput={set('expiresOn')} disabled={!plan.expiration} />}
       </Field>
