@@ -18,8 +18,9 @@ export function ErrorsPage() {
       <Panel title="Error analysis" polled={metrics}>
         {m && (
           <p class="chart-total">
-            <strong>{fmtInt(m.totals.errors)}</strong> errors in {fmtInt(m.totals.requests)} requests ({fmtPct(rate(m.totals.errors, m.totals.requests))}). HTTP
-            errors and JSON-RPC error answers both count.
+            <strong>{fmtInt(m.totals.errors)}</strong> {m.totals.errors === 1 ? 'error' : 'errors'} in {fmtInt(m.totals.requests)}{' '}
+            {m.totals.requests === 1 ? 'request' : 'requests'} ({fmtPct(rate(m.totals.errors, m.totals.requests))}). HTTP errors and JSON-RPC error answers both
+            count.
           </p>
         )}
         <ErrorTable rows={m?.errors ?? []} other={m?.errorsOther ?? null} loaded={m !== null} />
