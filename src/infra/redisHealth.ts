@@ -1,6 +1,6 @@
 import { Cluster, Redis } from 'ioredis';
 import { withinDeadline } from './deadline.js';
-import { FAIL_FAST, closeClient, masterNodes, nodeName, nodeOptions, redisClient, waitForReady } from './redis/client.js';
+import { closeClient, FAIL_FAST, masterNodes, nodeName, nodeOptions, redisClient, waitForReady } from './redis/client.js';
 import { redactUrl } from './startup.js';
 
 /** `stalled`: connected, but a PING has gone unanswered past the threshold (a frozen or overloaded server). */
@@ -52,8 +52,12 @@ interface Probe {
  * On a cluster, every master of the slot map gets such a connection: one master down loses the
  * commands of its slots (a third of the limits and usage streams of a 3-master cluster) while the
  * cluster client itself stays ready, so the cluster is as healthy as its worst master, named in
- * the reason. The masters are taken again from the cluster client's slot map at every PING, so a
- * failover's new master is watched from then on.
+ * the reason. The slot map is asked for again at every round of PINGs (one CLUSTER SLOTS a
+ * second) and the masters taken from it, so a failover's new master is watched from the next
+ * round on. The cluster client's own refresh (every 5 s) was too late: after a graceful failover
+ * the watcher kept PINGing the former master, alive as a replica, and said `up` through the new
+ * master's death; after a replica took over from a dead master it said `down` (and a fail-closed
+ * gateway's /readyz 503) for up to 5 s while every slot was served again.
  */
 export class RedisHealth {
   private readonly cluster: Cluster | null;
@@ -79,6 +83,7 @@ export class RedisHealth {
     if (client instanceof Cluster) {
       this.cluster = client;
       client.on('ready', () => this.watchMasters());
+      client.on('refresh', () => this.watchMasters());
       client.on('close', () => this.assess());
     } else {
       this.cluster = null;
@@ -141,6 +146,8 @@ export class RedisHealth {
   }
 
   private pingAll(): void {
+    // The map comes back with the 'refresh' event, which watches its masters.
+    if (this.cluster?.status === 'ready') this.cluster.refreshSlotsCache();
     this.watchMasters();
     for (const probe of this.probes.values()) this.ping(probe);
   }
