@@ -138,20 +138,32 @@ export async function replies(sent: Array<Promise<unknown>>): Promise<Reply[]> {
   return settled.map((r): Reply => (r.status === 'fulfilled' ? [null, r.value] : [r.reason instanceof Error ? r.reason : new Error(String(r.reason)), null]));
 }
 
+/** At most this long of a cluster's wait for 'ready' goes to finding out why it is not (a quarter of a shorter wait). */
+const DESCRIBE_MS = 1000;
+
 /**
- * Resolves when the client is ready for commands, or rejects after `timeoutMs`. On a cluster,
+ * Resolves when the client is ready for commands, or rejects within `timeoutMs`. On a cluster,
  * ready means every master answers a PING: a master that does not would lose its slots'
  * commands; the error names it (and, when the cluster client is not ready at all, every seed or
  * known node that cannot be reached).
+ *
+ * The error comes within `timeoutMs`, its reason found out in the last part of it: the startup
+ * wait gives each attempt `timeoutMs` and then gives up on it as "no answer", so a reason looked
+ * for after the wait was never told. A cluster with a master down and not replaced (its state
+ * `fail`) never gets ready, and every "Waiting for Redis" line and the final error said "no
+ * answer within 5000 ms" instead of naming the master.
  */
 export async function waitForReady(client: RedisClient, timeoutMs: number): Promise<void> {
   const started = Date.now();
   if (client.status !== 'ready') {
+    const describeMs = client instanceof Cluster ? Math.min(DESCRIBE_MS, Math.floor(timeoutMs / 4)) : 0;
     try {
-      await untilEvent(client, 'ready', timeoutMs);
+      await untilEvent(client, 'ready', timeoutMs - describeMs);
     } catch (error) {
       if (!(client instanceof Cluster)) throw error;
-      throw new Error(`redis cluster not ready after ${timeoutMs} ms${await describeUnreachable(client, Math.min(1000, timeoutMs))}`);
+      // Half of what is left for the probes, whose connections may hang: the error still comes in time.
+      const why = await describeUnreachable(client, Math.max(1, Math.floor(describeMs / 2)));
+      throw new Error(`redis cluster not ready after ${Date.now() - started} ms${why}`);
     }
   }
   if (client instanceof Cluster) await everyMasterAnswers(client, Math.max(1, timeoutMs - (Date.now() - started)));
@@ -193,8 +205,9 @@ export function nodeOptions(cluster: Cluster, node: RedisNode, overrides: RedisO
   return { ...node, ...(username ? { username } : {}), ...(password ? { password } : {}), ...(tls ? { tls } : {}), ...overrides };
 }
 
-/** What a one-off connection to the node finds: its cluster_state, or why it could not ask. */
+/** What a one-off connection to the node finds within `timeoutMs` in all: its cluster_state, or why it could not ask. */
 async function probeNode(cluster: Cluster, node: RedisNode, timeoutMs: number): Promise<{ state: string } | { error: string }> {
+  const deadline = Date.now() + timeoutMs;
   const probe = new Redis(nodeOptions(cluster, node, { lazyConnect: true, retryStrategy: () => null, maxRetriesPerRequest: 0, connectTimeout: timeoutMs }));
   // The socket's error (ECONNREFUSED…) says more than the rejected connect's "Connection is closed.".
   let socketError: string | null = null;
@@ -203,7 +216,7 @@ async function probeNode(cluster: Cluster, node: RedisNode, timeoutMs: number): 
   });
   try {
     await withinDeadline(probe.connect(), timeoutMs, () => new Error('no answer'));
-    const info = String(await withinDeadline(probe.cluster('INFO'), timeoutMs, () => new Error('no answer to CLUSTER INFO')));
+    const info = String(await withinDeadline(probe.cluster('INFO'), Math.max(1, deadline - Date.now()), () => new Error('no answer to CLUSTER INFO')));
     return { state: /cluster_state:(\w+)/.exec(info)?.[1] ?? 'unknown' };
   } catch (error) {
     return { error: socketError ?? ((error instanceof Error ? error.message : String(error)) || 'no answer') };
