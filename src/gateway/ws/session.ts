@@ -43,6 +43,26 @@ export interface SessionHost {
   closed(session: Session): void;
 }
 
+/** A close frame's reason holds at most 123 bytes of UTF-8: ws throws on a longer one. */
+const MAX_CLOSE_REASON_BYTES = 123;
+
+/**
+ * The reason cut to what a close frame holds, on a character boundary. A reason can carry an
+ * operator's text (the plan's name in "The <plan> plan does not include…"): a long or non-ASCII
+ * one made ws throw, in a callback where nothing catches it, and left the socket open.
+ */
+function closeReason(reason: string): string {
+  if (Buffer.byteLength(reason) <= MAX_CLOSE_REASON_BYTES) return reason;
+  let bytes = 0;
+  let cut = '';
+  for (const ch of reason) {
+    bytes += Buffer.byteLength(ch);
+    if (bytes > MAX_CLOSE_REASON_BYTES) break;
+    cut += ch;
+  }
+  return cut;
+}
+
 /** Subscriptions a connection holds at most, whatever the plan (an unlimited plan included): each is memory on the gateway. */
 const HARD_SUBSCRIPTION_CAP = 10_000;
 
@@ -114,7 +134,7 @@ export class Session {
     if (this.closing) return;
     this.closing = true;
     this.stopSubscriptions();
-    this.socket.close(code, reason.slice(0, 120));
+    this.socket.close(code, closeReason(reason));
     setTimeout(() => this.socket.terminate(), 1000).unref();
   }
 
