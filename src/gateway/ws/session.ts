@@ -8,7 +8,7 @@ import { type Answer, type CallScope, draft, localError, refusedRpc, retryData }
 import type { ChainCalls, ChainRequest, ChainResponse } from '../chainCalls.js';
 import { JSON_CONTENT_TYPE, RpcCode, rpcError } from '../errors.js';
 import { parseJsonRpc, type RpcMember } from '../jsonrpc.js';
-import { arrayElements, documentStart, type Span } from '../jsonScan.js';
+import { arrayElements, documentStart, objectMembers, type Span } from '../jsonScan.js';
 import type { CallRole, FeedItem, FeedRefusal, OpenedFeed, PubSubDialect } from './pubsub.js';
 
 /** Close codes a client may see, documented for clients (docs: "WebSocket close codes"). */
@@ -458,9 +458,10 @@ function localCall(data: Buffer, dialect: PubSubDialect): LocalCall | null {
   const keepAlive = dialect.keepAlive;
   const maybeKeepAlive = keepAlive !== undefined && data.length <= MAX_KEEP_ALIVE_BYTES && data.indexOf(keepAlive) >= 0;
   if (!maybeKeepAlive && data.indexOf('ubscribe') < 0) return null;
+  const text = data.toString('utf8');
   let value: unknown;
   try {
-    value = JSON.parse(data.toString('utf8'));
+    value = JSON.parse(text);
   } catch {
     return null;
   }
@@ -472,7 +473,17 @@ function localCall(data: Buffer, dialect: PubSubDialect): LocalCall | null {
   if (role === null) return null;
   // An id of another type is the JSON-RPC path's -32600, with no node call.
   if (!(typeof id === 'string' || typeof id === 'number' || id === null || id === undefined)) return null;
-  return { method, role, params, idText: id === undefined ? undefined : JSON.stringify(id) };
+  return { method, role, params, idText: id === undefined ? undefined : rawIdText(text, id) };
+}
+
+/**
+ * The call's id as the client wrote it, as over HTTP: serialized again, an integer beyond 2^53
+ * changed (12345678901234567890 came back as 12345678901234567000), 1e400 came back as null,
+ * 1.0 as 1, and a client matching answers by id never saw its subscribe call answered.
+ */
+function rawIdText(text: string, id: unknown): string {
+  const span = objectMembers(text, documentStart(text)).get('id');
+  return span === undefined ? JSON.stringify(id) : text.slice(span[0], span[1]);
 }
 
 /** A batch frame, read, with where each member is in its text. */
