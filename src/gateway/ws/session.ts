@@ -69,6 +69,8 @@ const HARD_SUBSCRIPTION_CAP = 10_000;
 interface Pending {
   frame: string | Buffer | null;
   done: boolean;
+  /** What follows once the frames before it are sent: the connection's end after a refused notification. */
+  after?: () => void;
 }
 
 /** A subscribe call's reply: the subscription to open once its answer was sent. */
@@ -376,17 +378,13 @@ export class Session {
     };
     this.host.calls.serveWith(this.request(undefined), handler, (response: ChainResponse) => {
       const r = refusal as Admission | null;
-      if (r !== null && !r.ok && r.status !== 429) {
-        slot.frame = null;
-        slot.done = true;
-        this.flush();
-        this.close(r.status === 401 ? WS_CLOSE.unauthorized : WS_CLOSE.forbidden, r.message);
-        return;
-      }
-      slot.frame = response.body;
       slot.done = true;
+      // A refused notification is not sent: the connection ends after the notifications before it,
+      // and on the quota every subscription, this one included, gets its error once (it got two).
+      if (r === null) slot.frame = response.body;
+      else if (!r.ok && r.status !== 429) slot.after = () => this.close(r.status === 401 ? WS_CLOSE.unauthorized : WS_CLOSE.forbidden, r.message);
+      else slot.after = () => this.quotaExhausted();
       this.flush();
-      if (r !== null) this.quotaExhausted();
     });
   }
 
@@ -403,8 +401,9 @@ export class Session {
 
   private flush(): void {
     while (this.outbox.length > 0 && (this.outbox[0] as Pending).done) {
-      const { frame } = this.outbox.shift() as Pending;
+      const { frame, after } = this.outbox.shift() as Pending;
       this.send(frame);
+      after?.();
     }
   }
 
