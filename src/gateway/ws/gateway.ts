@@ -251,14 +251,22 @@ export class WebSocketGateway implements SessionHost {
     });
   }
 
+  /**
+   * Closes the socket if its token is refused now; otherwise the session takes the token as it
+   * is now: a plan changed since the upgrade sets the cap on its next subscribe calls (it kept
+   * the upgrade's plan's for the socket's life: 10 after an upgrade to 50, none after a downgrade
+   * from Unlimited).
+   */
   private recheck(session: Session): void {
     let refusal: Admission | null = null;
+    let caller: Caller | null = null;
     this.calls.serveWith(
       session.request(undefined),
       (scope) => {
         const admission = scope.admit(0);
         const answer = (a: Admission): Answer => {
           if (!a.ok && a.status !== 429) refusal = a;
+          else caller = a.caller;
           return { status: 200, body: null, contentType: JSON_CONTENT_TYPE, admission: a, usage: [] };
         };
         return admission instanceof Promise ? admission.then(answer) : answer(admission);
@@ -266,6 +274,8 @@ export class WebSocketGateway implements SessionHost {
       () => {
         const r = refusal as Admission | null;
         if (r !== null && !r.ok) session.close(r.status === 401 ? WS_CLOSE.unauthorized : WS_CLOSE.forbidden, r.message);
+        const c = caller as Caller | null;
+        if (c !== null && c.tokenId === session.caller.tokenId) session.caller = c;
       },
     );
   }

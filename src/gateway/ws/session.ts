@@ -120,7 +120,8 @@ export class Session {
     private readonly url: string,
     authorization: string | undefined,
     private readonly ip: string,
-    readonly caller: Caller,
+    /** The token as last admitted: its plan's subscription cap (the gateway's re-admission after a change refreshes it). */
+    public caller: Caller,
   ) {
     this.headers = authorization === undefined ? { 'content-type': JSON_CONTENT_TYPE } : { 'content-type': JSON_CONTENT_TYPE, authorization };
     socket.on('message', (data, isBinary) => this.received(data as Buffer, isBinary));
