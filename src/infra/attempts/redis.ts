@@ -25,12 +25,20 @@ redis.call('PEXPIRE', KEYS[1], e - now)
 return {1, 0}
 `;
 
-/** ARGV now ms: one attempt fewer in a window that has not ended. */
+/**
+ * ARGV now ms: one attempt fewer in a window that has not ended; a window left with none is
+ * deleted, as the in-process counter drops it (memory.ts: a flood refused with 503 otherwise
+ * leaves a key per address and email for the whole window).
+ */
 const GIVE_BACK_LUA = `
 local w = redis.call('HMGET', KEYS[1], 'n', 'e')
 local n = tonumber(w[1]) or 0
 if n > 0 and (tonumber(w[2]) or 0) > tonumber(ARGV[1]) then
-  redis.call('HINCRBY', KEYS[1], 'n', -1)
+  if n == 1 then
+    redis.call('DEL', KEYS[1])
+  else
+    redis.call('HINCRBY', KEYS[1], 'n', -1)
+  end
 end
 return 0
 `;
