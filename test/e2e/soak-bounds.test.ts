@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { InjectOptions } from 'fastify';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { SESSION_SWEEP_BATCH } from '../../src/commands/api/sessions.js';
 import { MemoryAttemptCounter, RedisAttemptCounter } from '../../src/infra/attempts/index.js';
 import { startTestApp, type TestApp } from '../support/testApp.js';
 
@@ -11,10 +12,13 @@ import { startTestApp, type TestApp } from '../support/testApp.js';
  * a bounded cache. Each test drives the traffic and counts what is left behind.
  */
 const PASSWORD = 'correct horse battery';
+const DAY_MS = 86_400_000;
 
 let t: TestApp;
+/** The service's clock, moved by the tests: sessions last 7 days. */
+let offsetMs = 0;
 beforeAll(async () => {
-  t = await startTestApp();
+  t = await startTestApp({ now: () => new Date(Date.now() + offsetMs) });
 });
 afterAll(() => t.close());
 
@@ -27,6 +31,7 @@ const address = () => {
 const api = (options: InjectOptions) => t.app.inject({ remoteAddress: address(), ...options });
 const logIn = (email: string, password = PASSWORD, remoteAddress = address()) =>
   t.app.inject({ method: 'POST', url: '/api/v1/auth/login', payload: { email, password }, remoteAddress });
+const cookieOf = (res: { headers: Record<string, unknown> }) => String(res.headers['set-cookie']).split(';')[0] as string;
 
 /** The in-process attempt counter behind the service's log-in and sign-up limits. */
 function attemptWindows(): number {
@@ -34,6 +39,8 @@ function attemptWindows(): number {
   if (!(counter instanceof MemoryAttemptCounter)) throw new Error('expected the embedded default: attempts counted in process');
   return counter.size;
 }
+
+const storedSessions = async () => (await t.runtime.readModels.range('sessions')).length;
 
 describe('log-in attempt windows', () => {
   it('a log-in that succeeds, or is refused for a full hashing queue, leaves no window behind', async () => {
@@ -84,5 +91,28 @@ describe('log-in attempt windows', () => {
       await counter.close();
       raw.disconnect();
     }
+  });
+});
+
+describe('dashboard sessions', () => {
+  it('expired sessions are deleted as new ones open; live ones stay and still log in', async () => {
+    const email = `sessions-${randomUUID()}@example.com`;
+    expect((await api({ method: 'POST', url: '/api/v1/auth/signup', payload: { email, password: PASSWORD } })).statusCode).toBe(201);
+    // Browsers that log in and never log out (the tab closed): each leaves its session.
+    for (let i = 0; i < 40; i++) expect((await logIn(email)).statusCode).toBe(200);
+    const before = await storedSessions();
+    expect(before).toBeGreaterThanOrEqual(41);
+
+    // Five days on, one more: still live two days later.
+    offsetMs += 5 * DAY_MS;
+    const recent = cookieOf(await logIn(email));
+    // Three days more: the first 41 (and the earlier tests') have expired.
+    offsetMs += 3 * DAY_MS;
+    const fresh = cookieOf(await logIn(email));
+    // Every expired one is gone within a pass of the sweep over what is stored.
+    for (let i = 0; i * SESSION_SWEEP_BATCH < before; i++) expect((await logIn(email)).statusCode).toBe(200);
+    const left = await storedSessions();
+    expect(left).toBeLessThanOrEqual(2 + Math.ceil(before / SESSION_SWEEP_BATCH));
+    for (const cookie of [recent, fresh]) expect((await api({ method: 'GET', url: '/api/v1/account', headers: { cookie } })).statusCode).toBe(200);
   });
 });
