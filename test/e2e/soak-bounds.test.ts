@@ -1,10 +1,16 @@
 import { randomUUID } from 'node:crypto';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { getHeapSnapshot } from 'node:v8';
 import type { InjectOptions } from 'fastify';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { SESSION_SWEEP_BATCH } from '../../src/commands/api/sessions.js';
 import { MemoryAttemptCounter, RedisAttemptCounter } from '../../src/infra/attempts/index.js';
-import { startTestApp, type TestApp } from '../support/testApp.js';
+import { listen, newToken, startTestApp, type TestApp } from '../support/testApp.js';
 
 /**
  * What the service keeps as traffic goes by, found by bench/soak.ts (a service driven for minutes
@@ -14,13 +20,64 @@ import { startTestApp, type TestApp } from '../support/testApp.js';
 const PASSWORD = 'correct horse battery';
 const DAY_MS = 86_400_000;
 
+/** An EVM node: its head and final blocks for the gateway's head tracking, a balance for any account. */
+const HEAD = 0x1000000;
+function startNode(): Promise<Server> {
+  const block = (n: number) => ({
+    number: `0x${n.toString(16)}`,
+    hash: `0x${n.toString(16).padStart(64, '0')}`,
+    parentHash: `0x${(n - 1).toString(16).padStart(64, '0')}`,
+    timestamp: '0x6553f100',
+    transactions: [],
+  });
+  const answer = (call: { id?: unknown; method?: string; params?: unknown[] }) => {
+    const tag = call.params?.[0];
+    const result =
+      call.method === 'eth_getBlockByNumber'
+        ? block(tag === 'finalized' || tag === 'safe' ? HEAD - 64 : HEAD)
+        : call.method === 'eth_chainId'
+          ? '0x1'
+          : `0x${'ab'.repeat(16)}`;
+    return { jsonrpc: '2.0', id: call.id ?? null, result };
+  };
+  /** A balance's answer, padded as a big answer is: what the gateway keeps of it is the result alone. */
+  const padded = (call: { id?: unknown }) =>
+    `{"node":"soak-answer","jsonrpc":"2.0","id":${JSON.stringify(call.id ?? null)},"result":"0x${'ab'.repeat(16)}"}${' '.repeat(200_000)}`;
+  const server = createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => {
+      const body = JSON.parse(Buffer.concat(chunks).toString('utf8')) as { id?: unknown; method?: string; params?: unknown[] };
+      const out = Array.isArray(body)
+        ? JSON.stringify(body.map(answer))
+        : body.method === 'eth_getBalance'
+          ? padded(body)
+          : JSON.stringify(answer(body as Parameters<typeof answer>[0]));
+      res.writeHead(200, { 'content-type': 'application/json' }).end(out);
+    });
+  });
+  return new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve(server)));
+}
+
 let t: TestApp;
+let node: Server;
 /** The service's clock, moved by the tests: sessions last 7 days. */
 let offsetMs = 0;
 beforeAll(async () => {
-  t = await startTestApp({ now: () => new Date(Date.now() + offsetMs) });
+  node = await startNode();
+  const dir = mkdtempSync(join(tmpdir(), 'soak-bounds-'));
+  const chains = join(dir, 'chains.json');
+  const url = `http://127.0.0.1:${(node.address() as AddressInfo).port}`;
+  writeFileSync(
+    chains,
+    JSON.stringify({ chains: [{ id: 'eth', name: 'Ethereum', protocol: 'jsonrpc', upstreams: [{ url, label: 'node' }], headPollMs: 200 }] }),
+  );
+  t = await startTestApp({ now: () => new Date(Date.now() + offsetMs), env: { CHAINS_CONFIG: chains } });
 });
-afterAll(() => t.close());
+afterAll(async () => {
+  await t.close();
+  node.close();
+});
 
 let addresses = 0;
 /** An address of its own per use. */
@@ -114,5 +171,62 @@ describe('dashboard sessions', () => {
     const left = await storedSessions();
     expect(left).toBeLessThanOrEqual(2 + Math.ceil(before / SESSION_SWEEP_BATCH));
     for (const cookie of [recent, fresh]) expect((await api({ method: 'GET', url: '/api/v1/account', headers: { cookie } })).statusCode).toBe(200);
+  });
+});
+
+/** Strings of 100 KB or more alive in this process (after the full collection a heap snapshot starts with) that begin with `prefix`. */
+async function bigStringsAlive(prefix: string): Promise<number> {
+  const chunks: string[] = [];
+  for await (const chunk of getHeapSnapshot()) chunks.push(String(chunk));
+  const snap = JSON.parse(chunks.join('')) as { snapshot: { meta: { node_fields: string[]; node_types: [string[]] } }; nodes: number[]; strings: string[] };
+  const { node_fields: fields, node_types: types } = snap.snapshot.meta;
+  const width = fields.length;
+  const typeAt = fields.indexOf('type');
+  const nameAt = fields.indexOf('name');
+  const sizeAt = fields.indexOf('self_size');
+  const stringType = types[0].indexOf('string');
+  let alive = 0;
+  for (let i = 0; i < snap.nodes.length; i += width) {
+    if (snap.nodes[i + typeAt] !== stringType || (snap.nodes[i + sizeAt] as number) < 100_000) continue;
+    if ((snap.strings[snap.nodes[i + nameAt] as number] as string).startsWith(prefix)) alive++;
+  }
+  return alive;
+}
+
+describe('response cache', () => {
+  it('keeps its own copy of each key and answer, not the request body and node answer they were cut from', async () => {
+    const { url } = await listen(t);
+    const { token } = await newToken(t, { plan: 'unlimited' });
+    const cache = t.runtime.gateway?.pools.cache;
+    if (!cache) throw new Error('expected a response cache');
+    // Reads at a final block, each of another account: each answer is kept. Each request is
+    // padded to 200 KB, as a batch member beside a big one is (or a client's whitespace), and so
+    // is each of the node's answers.
+    const marker = `{"jsonrpc":"2.0","id":1,"method":"eth_getBalance","params":["0x5a5a`;
+    const call = (i: number) =>
+      fetch(`${url}/eth/${token}`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: `${marker}${i.toString(16).padStart(36, '0')}","0x10"]}${' '.repeat(200_000)}`,
+      });
+    // Once the gateway knows the final block, the answer is kept.
+    for (let i = 0; cache.size === 0 && i < 100; i++) {
+      const res = await call(-1 >>> 0);
+      expect(res.status).toBe(200);
+      await res.arrayBuffer();
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    const before = cache.size;
+    for (let i = 0; i < 20; i++) {
+      const res = await call(i);
+      expect(res.status).toBe(200);
+      expect(await res.json()).toMatchObject({ jsonrpc: '2.0', id: 1, result: `0x${'ab'.repeat(16)}` });
+    }
+    expect(cache.size).toBe(before + 20);
+    // Before: every one of the 20 request bodies (and the first calls') stayed alive behind its
+    // entry's key, and every answer of the node behind its entry's result. Now: the last call's
+    // at most, wherever this process (the client too) still holds it.
+    expect(await bigStringsAlive(marker)).toBeLessThanOrEqual(1);
+    expect(await bigStringsAlive('{"node":"soak-answer"')).toBeLessThanOrEqual(1);
   });
 });
