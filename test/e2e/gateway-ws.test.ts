@@ -2,13 +2,12 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import WebSocket from 'ws';
 import { WS_CLOSE } from '../../src/gateway/ws/gateway.js';
-import { recordedCalls } from '../support/usageLog.js';
+import { until } from '../support/eventually.js';
 import { type GanacheNode, startGanache } from '../support/ganache.js';
 import { newToken as newOwnerToken, startTestApp, type TestApp } from '../support/testApp.js';
-import { until } from '../support/eventually.js';
-import { WsClient } from '../support/wsClient.js';
+import { recordedCalls } from '../support/usageLog.js';
+import { refusedUpgrade, WsClient } from '../support/wsClient.js';
 
 /** WebSocket on the chain port: real tokens from the management API, the real gatekeeper and metering, ganache behind (HTTP and WebSocket). */
 let node: GanacheNode;
@@ -37,22 +36,6 @@ const newToken = (plan = 'unlimited') => newOwnerToken(t, { plan });
 
 /** A client on this file's gateway: the path after the host (chain and token). */
 const Client = { open: (path: string, headers: Record<string, string> = {}) => WsClient.open(`${wsBase}${path}`, { headers }) };
-
-/** An upgrade refused: its HTTP status and body. */
-function refusedUpgrade(path: string, headers: Record<string, string> = {}): Promise<{ status: number; body: string }> {
-  return new Promise((resolve, reject) => {
-    const ws = new WebSocket(`${wsBase}${path}`, { headers });
-    ws.once('unexpected-response', (_req, res) => {
-      let body = '';
-      res.on('data', (c: Buffer) => {
-        body += c.toString();
-      });
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
-    });
-    ws.once('open', () => reject(new Error('the upgrade was accepted')));
-    ws.once('error', () => undefined);
-  });
-}
 
 const mine = () =>
   node.url &&
@@ -86,7 +69,7 @@ describe('the upgrade', () => {
       return { status: r.status, body: await r.text() };
     };
     for (const path of ['/nochain/x', '/local/gk_not_a_token', `/local/${disabled.token}`, `/avax/${free.token}`]) {
-      const upgrade = await refusedUpgrade(path);
+      const upgrade = await refusedUpgrade(`${wsBase}${path}`);
       expect(upgrade, path).toEqual(await httpOf(path));
       expect(upgrade.status, path).toBeGreaterThanOrEqual(400);
     }
@@ -203,7 +186,7 @@ describe('subscriptions', () => {
     const { token } = await newToken('free');
     const first = await Client.open(`/local/${token}`);
     const second = await Client.open(`/local/${token}`);
-    const refused = await refusedUpgrade(`/local/${token}`);
+    const refused = await refusedUpgrade(`${wsBase}/local/${token}`);
     expect(refused.status).toBe(429);
     expect(JSON.parse(refused.body)).toMatchObject({ error: { code: -32005 } });
     // Free: 10 subscriptions per connection (5 calls a second, so in two rounds).

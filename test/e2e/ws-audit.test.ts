@@ -11,6 +11,7 @@ import { eventually, until } from '../support/eventually.js';
 import { type GanacheNode, startGanache } from '../support/ganache.js';
 import { ADMIN_TOKEN, listen, newToken as newOwnerToken, startTestApp, type TestApp } from '../support/testApp.js';
 import { recordedCalls } from '../support/usageLog.js';
+import { refusedUpgrade } from '../support/wsClient.js';
 
 /**
  * The WebSocket surface as a dApp developer and a billing owner meet it: real clients (ethers,
@@ -210,22 +211,6 @@ class Client {
   }
 }
 
-/** An upgrade refused: its HTTP status and body. */
-function refusedUpgrade(token: string): Promise<{ status: number; body: string }> {
-  return new Promise((resolve, reject) => {
-    const ws = new WebSocket(`${wsBase}/local/${token}`);
-    ws.once('unexpected-response', (_req, res) => {
-      let body = '';
-      res.on('data', (c: Buffer) => {
-        body += c.toString();
-      });
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
-    });
-    ws.once('open', () => reject(new Error('the upgrade was accepted')));
-    ws.once('error', () => undefined);
-  });
-}
-
 describe('ids', () => {
   it('echoes each id exactly as written on subscribe and unsubscribe calls, alone and in a batch; notifications carry the id the client got', async () => {
     const { token } = await newToken();
@@ -406,7 +391,7 @@ describe('bad input', () => {
     // Free: 10 subscriptions a socket, 2 sockets a token.
     for (let i = 0; i < 10; i++) await client.subscribe(['logs', { address: `0x${String(i).padStart(40, '0')}` }]);
     expect((await client.call('eth_subscribe', ['newHeads'])).error).toMatchObject({ code: -32005, message: expect.stringContaining('at most 10') });
-    const third = await refusedUpgrade(o.token);
+    const third = await refusedUpgrade(`${wsBase}/local/${o.token}`);
     expect(third.status).toBe(429);
     expect(JSON.parse(third.body)).toMatchObject({ error: { code: -32005, message: expect.stringContaining('at most 2') } });
     expect(client.closed).toBeNull();
@@ -443,7 +428,7 @@ describe('clients that leave', () => {
     await until(() => sockets()?.connections === 0 && relay.connections === 0);
     expect(sockets()).toMatchObject({ subscriptions: 0, upstreamSubscriptions: 0, byToken: [] });
     const again = [await Client.open(o.token), await Client.open(o.token)];
-    expect((await refusedUpgrade(o.token)).status).toBe(429);
+    expect((await refusedUpgrade(`${wsBase}/local/${o.token}`)).status).toBe(429);
     for (const c of again) c.ws.close();
     await until(() => sockets()?.connections === 0);
   });

@@ -55,3 +55,19 @@ export class WsClient {
     this.ws.close();
   }
 }
+
+/** An upgrade to `url` the server refused: its HTTP status and body (rejects if it was accepted). */
+export function refusedUpgrade(url: string, headers: Record<string, string> = {}): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    const ws = new WebSocket(url, { headers });
+    ws.once('unexpected-response', (_req, res) => {
+      let body = '';
+      res.on('data', (c: Buffer) => {
+        body += c.toString();
+      });
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+    });
+    ws.once('open', () => reject(new Error('the upgrade was accepted')));
+    ws.once('error', () => undefined);
+  });
+}
