@@ -222,7 +222,8 @@ describe('owners outside UTC and outside English', () => {
     await customRange(page, '2026-12-01T00:00', '2026-12-01T23:59');
     expect(asked).not.toContain('2026-12-02T23:59:00.000Z');
     expect(asked.at(-1)).toBe('2026-12-01T23:59:00.000Z');
-    expect(await mainText(page)).toContain('4 requests in the period');
+    // The answer is in; the page draws it a moment later.
+    await expect.poll(() => mainText(page), { timeout: 10_000 }).toContain('4 requests in the period');
     expect(refusals).toEqual([]);
     await page.context().close();
   });
