@@ -122,9 +122,15 @@ describe('with the default timeouts', () => {
     const client = await WsClient.open(`${g.wsBase}/local/${token}`);
     const other = await WsClient.open(`${g.wsBase}/local/${token}`);
     const otherId = (await other.call('eth_subscribe', ['newHeads'])).result;
-    // All sent at once: the ceiling holds even with every call in flight together.
-    const sent = Array.from({ length: 10_050 }, () => client.send('eth_subscribe', ['newHeads']));
-    await until(() => client.frames.length >= sent.length, 60_000);
+    // In five bursts, each read before the next (client and gateway share this process: one burst
+    // of 10,050 answers could fill the socket before the client read any, and the gateway then
+    // closes it with 1008 as it would a client that does not read). The last burst crosses the
+    // ceiling with all its calls in flight together.
+    const sent: number[] = [];
+    for (let burst = 0; burst < 5; burst++) {
+      sent.push(...Array.from({ length: 2_010 }, () => client.send('eth_subscribe', ['newHeads'])));
+      await until(() => client.frames.length >= sent.length, 60_000);
+    }
     const answers = sent.map((id) => client.frames.find((f) => f.id === id) as Record<string, unknown>);
     expect(answers.filter((a) => typeof a.result === 'string')).toHaveLength(10_000);
     const refused = answers.filter((a) => a.error !== undefined);
