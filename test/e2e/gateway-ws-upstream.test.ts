@@ -122,15 +122,9 @@ describe('with the default timeouts', () => {
     const client = await WsClient.open(`${g.wsBase}/local/${token}`);
     const other = await WsClient.open(`${g.wsBase}/local/${token}`);
     const otherId = (await other.call('eth_subscribe', ['newHeads'])).result;
-    // In five bursts, each read before the next (client and gateway share this process: one burst
-    // of 10,050 answers could fill the socket before the client read any, and the gateway then
-    // closes it with 1008 as it would a client that does not read). The last burst crosses the
-    // ceiling with all its calls in flight together.
-    const sent: number[] = [];
-    for (let burst = 0; burst < 5; burst++) {
-      sent.push(...Array.from({ length: 2_010 }, () => client.send('eth_subscribe', ['newHeads'])));
-      await until(() => client.frames.length >= sent.length, 60_000);
-    }
+    // All sent at once: the ceiling holds even with every call in flight together.
+    const sent = Array.from({ length: 10_050 }, () => client.send('eth_subscribe', ['newHeads']));
+    await until(() => client.frames.length >= sent.length, 60_000);
     const answers = sent.map((id) => client.frames.find((f) => f.id === id) as Record<string, unknown>);
     expect(answers.filter((a) => typeof a.result === 'string')).toHaveLength(10_000);
     const refused = answers.filter((a) => a.error !== undefined);
@@ -138,9 +132,13 @@ describe('with the default timeouts', () => {
     expect(refused[0]?.error).toMatchObject({ code: -32005, message: expect.stringContaining('10000') });
     expect(sockets()?.subscriptions).toBe(10_001);
     expect(await client.call('eth_chainId')).toMatchObject({ result: '0x539' });
+    expect(client.closed).toBeNull();
+    // A block now sends this client 10,000 notifications (~6 MB) at once: over the 1 MiB send
+    // buffer a client in this same busy process may not have read yet, the gateway may close it
+    // with 1008 by design. The other client is served either way.
     node.mine();
     await until(() => other.notifications(otherId).length === 1);
-    expect(client.closed).toBeNull();
+    expect(other.closed).toBeNull();
     client.close();
     other.close();
     await until(() => sockets()?.connections === 0, 20_000);
