@@ -447,19 +447,9 @@ async function serveMembers(
   let failure: UpstreamFailure | null;
   try {
     for (const m of calls) {
-      if (!chain.upstreamBatches) {
-        sharing.push(sendAlone(scope, m, admission, served, alone));
-        continue;
-      }
-      if (usesFilter(m.method) || createsFilter(m.method)) {
-        // Each to the node its filter is on, on its own (a batch goes to one node).
-        sharing.push(
-          filterCall(scope, m, admission).then(
-            (answer) => void served.set(m.index, asMember(m, answer)),
-            // Handled at once (it is awaited only after the batch's upstream call): the member's own error.
-            (err: unknown) => void served.set(m.index, unanswerable(m, err)),
-          ),
-        );
+      if (!chain.upstreamBatches || usesFilter(m.method) || createsFilter(m.method)) {
+        // On its own: to a node that takes no batch, or a filter's call to the node its filter is on (a batch goes to one node).
+        sharing.push(sendAlone(scope, m, admission, served, chain.upstreamBatches ? null : alone));
         continue;
       }
       if (chain.isWriteMethod(m.method)) {
@@ -504,14 +494,15 @@ async function serveMembers(
  * A batch member on a chain whose nodes take no batch (a Sui full node answers any batch with one
  * -32005 "Batched requests are not supported by this server", which every member then got, with
  * the gateway's own limit code): the single call it would be alone, a write never retried nor
- * hedged, a read shared or hedged as ever. Its answer is kept in `alone`.
+ * hedged, a read shared or hedged as ever; or a filter's call (to its filter's node). Its answer is
+ * kept in `alone` when given (a batch of members all sent alone keeps the nodes' failure status).
  */
-function sendAlone(scope: CallScope, m: RpcCall, admission: Admission, served: Map<number, MemberServed>, alone: Answer[]): Promise<void> {
+function sendAlone(scope: CallScope, m: RpcCall, admission: Admission, served: Map<number, MemberServed>, alone: Answer[] | null): Promise<void> {
   return Promise.resolve()
     .then(() => admittedSingle(scope, m, true, admission))
     .then(
       (answer) => {
-        alone.push(answer);
+        alone?.push(answer);
         const member = asMember(m, answer);
         // A notification gets no element, whatever befell it.
         served.set(m.index, m.idText === undefined ? { ...member, element: null } : member);
