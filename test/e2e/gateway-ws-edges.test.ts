@@ -84,7 +84,7 @@ describe('subscribe calls in a batch, with id null, or as notifications', () => 
     await until(() => sockets()?.subscriptions === 1);
     await until(() => wsNode.subscribeCalls > nodeSubscribes, 15_000);
     wsNode.mine();
-    await until(() => client.notifications(id).length === 1);
+    await until(() => client.notifications(id).length === 1, 15_000);
 
     client.ws.send(JSON.stringify([{ jsonrpc: '2.0', id: 7, method: 'eth_unsubscribe', params: [id] }]));
     await until(() => client.frames.length >= 3);

@@ -23,6 +23,8 @@ export interface FakeWsUpstream {
   drop(): void;
   /** Sends the latest head again to a new subscription at once, as some providers do. */
   replayLatestOnSubscribe: boolean;
+  /** Answers the next eth_subscribe calls this much later (a node busy for a while); 0: at once. */
+  subscribeAnswerDelayMs: number;
   close(): Promise<void>;
 }
 
@@ -116,8 +118,14 @@ export async function startFakeWsUpstream(): Promise<FakeWsUpstream> {
   wss.on('connection', (socket) => {
     fake.connectionsAccepted++;
     socket.on('message', (data) => {
-      socket.send(reply(data.toString(), socket));
-      for (const send of followUps.splice(0)) send();
+      const text = data.toString();
+      const answer = reply(text, socket);
+      const send = () => {
+        if (socket.readyState === WebSocket.OPEN) socket.send(answer);
+        for (const followUp of followUps.splice(0)) followUp();
+      };
+      if (fake.subscribeAnswerDelayMs > 0 && text.includes('"eth_subscribe"')) setTimeout(send, fake.subscribeAnswerDelayMs);
+      else send();
     });
     socket.on('close', () => {
       for (const [id, s] of subscriptions) if (s === socket) subscriptions.delete(id);
@@ -132,6 +140,7 @@ export async function startFakeWsUpstream(): Promise<FakeWsUpstream> {
     connectionsAccepted: 0,
     subscribeCalls: 0,
     replayLatestOnSubscribe: false,
+    subscribeAnswerDelayMs: 0,
     mine(options = {}) {
       const parent = chain.at(-1) as Block;
       const block = blockAt(chain.length, parent.hash);

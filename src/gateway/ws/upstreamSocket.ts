@@ -23,6 +23,9 @@ type OnResult = (result: unknown, text: string) => void;
 /** The node answered with a JSON-RPC error (not a dropped socket or a timeout). */
 class UpstreamRefusal extends Error {}
 
+/** The node did not answer a call within the chain's timeout. */
+class UpstreamTimeout extends Error {}
+
 /** The node refused a subscription (its error message): it will not be asked again. */
 type OnRefused = (message: string) => void;
 
@@ -113,7 +116,7 @@ export class UpstreamSocket {
     const id = this.nextRequestId++;
     const timer = setTimeout(() => {
       this.pending.delete(id);
-      answered(new Error(`upstream ${method} timed out after ${this.timeoutMs} ms`), undefined);
+      answered(new UpstreamTimeout(`upstream ${method} timed out after ${this.timeoutMs} ms`), undefined);
     }, this.timeoutMs);
     this.pending.set(id, { answered, timer });
     socket.send(JSON.stringify({ jsonrpc: '2.0', id, method, params }));
@@ -209,6 +212,9 @@ export class UpstreamSocket {
           this.unsubscribe(wanted, true);
           wanted.onRefused(message);
         }
+        // A timed-out subscribe would never be asked again while this socket stays up (its late answer
+        // is dropped, so the node's heads go to no one): the socket is ended and the next one asks.
+        if (err instanceof UpstreamTimeout && this.wanted.has(wanted)) this.socket?.terminate();
         return;
       }
       if (!this.wanted.has(wanted)) {
