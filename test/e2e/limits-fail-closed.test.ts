@@ -1,4 +1,5 @@
 import type { FastifyInstance } from 'fastify';
+import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { until } from '../support/eventually.js';
 import { type FakeWsUpstream, startFakeWsUpstream } from '../support/fakeWsUpstream.js';
@@ -42,6 +43,24 @@ async function post(token: string, body: unknown) {
 }
 
 const limitHeaders = (headers: Headers) => [...headers.keys()].filter((k) => k.startsWith('x-ratelimit-') || k.startsWith('x-monthlylimit-'));
+
+describe('limits checked by a slow Redis (fail-closed)', () => {
+  it('waits for a lease Redis answers late (a graceful failover, a busy host) instead of refusing the call', async () => {
+    const { token } = await newToken(t, { plan: 'developer' });
+    const pauser = new Redis(redis.url);
+    try {
+      // Redis answers nothing for 150 ms: longer than fail-open's 50 ms deadline, an ordinary pause for a failover.
+      for (let round = 0; round < 3; round++) {
+        await pauser.client('PAUSE', 150, 'ALL');
+        const answer = await post(token, call(20 + round));
+        expect(answer.status).toBe(200);
+        expect(answer.body).toMatchObject({ id: 20 + round, result: expect.any(String) });
+      }
+    } finally {
+      pauser.disconnect();
+    }
+  });
+});
 
 describe('limits that cannot be checked (fail-closed, Redis away)', () => {
   it('answer 503 with Retry-After, not a 429 that says the caller exceeded a limit; subscriptions still get their notifications', async () => {

@@ -25,9 +25,18 @@ export interface OpenLimiterOptions {
 /** `whenReady` resolves once the backend is connected (at startup; rejects after the timeout). */
 export type OpenedLimiter = Limiter & { whenReady(timeoutMs?: number): Promise<void> };
 
+/**
+ * How long a fail-closed gateway waits for a lease. Fail-open's 50 ms suits a gateway that then
+ * counts in process; one that refuses instead would answer 503 for any pause longer than that (a
+ * graceful failover moves a master in 20–215 ms), and a wait is better than a refusal.
+ */
+const FAIL_CLOSED_LEASE_DEADLINE_MS = 500;
+
 export function openLimiter(options: OpenLimiterOptions = {}): OpenedLimiter {
   if (options.redisUrl) {
-    return new ResilientLimiter(new LeasedLimiter(new RedisLimiter(options.redisUrl)), { failClosed: options.failClosed ?? false });
+    const failClosed = options.failClosed ?? false;
+    const redis = new RedisLimiter(options.redisUrl, failClosed ? { commandTimeoutMs: FAIL_CLOSED_LEASE_DEADLINE_MS } : {});
+    return new ResilientLimiter(new LeasedLimiter(redis), { failClosed });
   }
   // In process: the runtime opens one and hands it to every role of the process.
   return Object.assign(new MemoryLimiter(options.usedBefore ?? null), { whenReady: async () => {} });
