@@ -38,6 +38,8 @@ export interface TelemetrySources {
   usageQueueDepth?(): Promise<number>;
   projectionLagMs?(): number | null;
   cachedTokens?(): number;
+  /** The in-process response cache, when on (RESPONSE_CACHE_MB > 0): what it holds and its bound. */
+  responseCache?(): { entries: number; bytes: number; maxBytes: number } | null;
   /** The response cache shared through Redis, when on (RESPONSE_CACHE_REDIS): its counters since start. */
   sharedCache?(): SharedCacheCounts | null;
   upstreams?(): Record<string, UpstreamSnapshot[]>;
@@ -298,6 +300,31 @@ export class Telemetry {
       registers,
       collect() {
         if (sources.cachedTokens) this.set(sources.cachedTokens());
+      },
+    });
+    const cache = () => sources.responseCache?.() ?? null;
+    new Gauge({
+      name: 'gateway_response_cache_entries',
+      help: "Answers in this gateway's response cache",
+      registers,
+      collect() {
+        this.set(cache()?.entries ?? 0);
+      },
+    });
+    new Gauge({
+      name: 'gateway_response_cache_bytes',
+      help: 'Bytes the response cache holds, keys and results, as it counts them against its bound',
+      registers,
+      collect() {
+        this.set(cache()?.bytes ?? 0);
+      },
+    });
+    new Gauge({
+      name: 'gateway_response_cache_max_bytes',
+      help: "The response cache's bound (RESPONSE_CACHE_MB); 0: no cache",
+      registers,
+      collect() {
+        this.set(cache()?.maxBytes ?? 0);
       },
     });
     const counted = new Map<string, number>();

@@ -363,6 +363,13 @@ describe.each(['on', 'off'])('STORAGE_THREAD=%s', (storageThread) => {
       expect(after).toMatch(/gateway_usage_queue_depth \d+/);
       expect(after).toMatch(/gateway_projection_lag_seconds [\d.e-]+/);
       expect(after).toMatch(/gateway_cached_tokens [1-9]\d*/);
+      // A static answer is kept: the response cache's gauges show it, against the default 64 MiB bound.
+      const chainId = { jsonrpc: '2.0', id: 1, method: 'eth_chainId', params: [] };
+      expect((await rpc(`/local/${o.token}`, chainId)).status).toBe(200);
+      const cached = await scrape();
+      expect(count(cached, /gateway_response_cache_entries (\d+)/)).toBeGreaterThan(0);
+      expect(count(cached, /gateway_response_cache_bytes (\d+)/)).toBeGreaterThan(0);
+      expect(cached).toMatch(/gateway_response_cache_max_bytes 67108864\n/);
     });
 
     it('is healthy and ready once the projections have caught up', async () => {
