@@ -169,6 +169,22 @@ describe('LeasedLimiter over Redis', () => {
     await limiter.close();
   });
 
+  it('fails the calls waiting behind a failed lease request with it, instead of each asking Redis again in turn', async () => {
+    const { clock, source, limiter, request } = await withLease(Date.UTC(2025, 4, 10, 14, 0, 0));
+    source.failTakes = true;
+    const before = source.takes;
+    // Each needs more than the lease holds: the first asks Redis (with more for the lease); the others wait for it.
+    // Asking again one after another, the last would wait one deadline per call ahead of it (1.5 s seen with 500 ms).
+    const calls = Array.from({ length: 6 }, (_, i) => limiter.take(request(clock.now + 1001 + i, 45)));
+    const settled = await Promise.allSettled(calls);
+    expect(settled.map((s) => (s.status === 'rejected' ? String(s.reason) : 'granted'))).toEqual(Array(6).fill('Error: Redis is away'));
+    expect(source.takes - before).toBe(1);
+    source.failTakes = false;
+    // The lease is intact: a call it covers is still granted from it.
+    expect(await limiter.take(request(clock.now + 1010))).toMatchObject({ granted: 1 });
+    await limiter.close();
+  });
+
   it('two processes sharing a token never admit more than its rate together', async () => {
     const [a, b] = [await open(), await open()];
     const id = randomUUID();

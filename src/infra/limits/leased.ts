@@ -83,7 +83,15 @@ export class LeasedLimiter implements Limiter {
       const lease = this.leaseFor(request);
       if (lease.leasing === null) return this.takeWith(lease, request);
       // One lease request per token at a time: the calls behind it use what it brings.
-      await lease.leasing.catch(() => undefined);
+      const failure = await lease.leasing.then(
+        () => null,
+        (error: unknown) => error,
+      );
+      if (failure === null) continue;
+      // Redis just failed for this token: a call the lease cannot decide fails with it. Asking
+      // again one after another, the last of N waiting calls would wait N deadlines.
+      const after = this.leaseFor(request);
+      if (after.leasing === null && !decidedByLease(after, request)) throw failure;
     }
   }
 
@@ -118,15 +126,12 @@ export class LeasedLimiter implements Limiter {
   }
 
   private takeWith(lease: Lease, request: LimitRequest): MaybePromise<LimitDecision> {
+    const decided = decidedByLease(lease, request);
     lease.asked += request.cost;
     const fromLease = Math.min(lease.left, request.cost);
     lease.left -= fromLease;
-    const rest = request.cost - fromLease;
-    // Granted from the lease, or refused because this second has nothing more to give (the
-    // window cannot refill; the month only through other processes' leases coming back, for at
-    // most a second): decided here, from what the last answer left.
-    if (lease.answered && (rest === 0 || lease.exhausted)) return this.remember(lease, decideFromLeft(request, lease.rateRemaining, lease.monthRemaining));
-    return this.askShared(lease, request, fromLease, rest);
+    if (decided) return this.remember(lease, decideFromLeft(request, lease.rateRemaining, lease.monthRemaining));
+    return this.askShared(lease, request, fromLease, request.cost - fromLease);
   }
 
   /** Asks Redis for the call's rest and the lease's next units. */
@@ -212,6 +217,15 @@ export class LeasedLimiter implements Limiter {
 }
 
 /** The decision of a single counter that has `rateLeft` calls left this second and `monthLeft` this month (null: unlimited). */
+/**
+ * Granted from the lease, or refused because this second has nothing more to give (the window
+ * cannot refill; the month only through other processes' leases coming back, for at most a
+ * second): decided here, from what the last answer left, without asking Redis.
+ */
+function decidedByLease(lease: Lease, request: LimitRequest): boolean {
+  return lease.answered && (request.cost <= lease.left || lease.exhausted);
+}
+
 function decideFromLeft(request: LimitRequest, rateLeft: number, monthLeft: number | null): LimitDecision {
   const limit = request.monthly.limit;
   return decide(request, request.rps - rateLeft, monthLeft === null || limit === null ? 0 : limit - monthLeft);
