@@ -58,7 +58,7 @@ export interface UpstreamSnapshot {
   state?: string | null;
 }
 
-const REDIS_STATES: readonly RedisState[] = ['up', 'down', 'stalled'];
+const REDIS_STATES: readonly RedisState[] = ['up', 'down', 'stalled', 'refusing'];
 const HEAD_STATES = ['ok', 'lagging', 'liar', 'unknown'] as const;
 /** How a served read was answered, in the order of the counts kept per chain. */
 const CACHE_RESULTS = ['hit', 'miss', 'coalesced', 'hedged'] as const;
@@ -420,7 +420,7 @@ export class Telemetry {
     if (redis) {
       new Gauge({
         name: 'gateway_redis_up',
-        help: '1 while Redis is connected and answers PING in time, 0 while it is unreachable or stalled',
+        help: '1 while Redis is connected, answers PING and takes writes in time, 0 while it is unreachable, stalled or refusing writes',
         registers,
         collect() {
           this.set(redis().state === 'up' ? 1 : 0);
@@ -428,7 +428,7 @@ export class Telemetry {
       });
       new Gauge({
         name: 'gateway_redis_state',
-        help: '1 for the state Redis is in (up, down: unreachable, stalled: connected but not answering)',
+        help: '1 for the state Redis is in (up, down: unreachable, stalled: connected but not answering, refusing: answering but refusing writes)',
         labelNames: ['state'],
         registers,
         collect() {
@@ -438,7 +438,7 @@ export class Telemetry {
       });
       new Counter({
         name: 'gateway_redis_outages_total',
-        help: 'Times Redis went from up to unreachable or stalled',
+        help: 'Times Redis went from up to unreachable, stalled or refusing writes',
         registers,
         collect() {
           this.reset();

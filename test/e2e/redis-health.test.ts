@@ -77,6 +77,7 @@ describe('Redis trouble is visible', () => {
       'gateway_redis_state{state="up"}': 1,
       'gateway_redis_state{state="down"}': 0,
       'gateway_redis_state{state="stalled"}': 0,
+      'gateway_redis_state{state="refusing"}': 0,
       gateway_redis_outages_total: 0,
     });
 
