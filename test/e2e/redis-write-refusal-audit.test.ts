@@ -2,15 +2,17 @@ import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { loadConfig } from '../../src/config.js';
+import { RedisUsageQueue } from '../../src/infra/usage/redis.js';
 import { openRuntime, type Runtime } from '../../src/runtime.js';
 import { buildServer } from '../../src/server.js';
 import { until } from '../support/eventually.js';
 import { type FakeUpstream, startEvmFake } from '../support/fakeUpstreams.js';
 import { startTestRedisServer, type TestRedisServer } from '../support/redisServer.js';
 import { ADMIN_TOKEN, newToken, type TestApp } from '../support/testApp.js';
-import { expectEachRecordedOnce } from '../support/usageLog.js';
+import { usageCall } from '../support/usageCall.js';
+import { expectEachRecordedOnce, recordedCalls } from '../support/usageLog.js';
 
 /**
  * Redis up but refusing or losing writes, as an operator meets it: `maxmemory` reached under
@@ -144,6 +146,10 @@ describe('a Redis that refuses writes', () => {
     closed = await startService(`${redis.url}/1`, { LIMITS_FAIL_CLOSED: 'true' });
     openToken = await newToken(open, { plan: 'unlimited' });
     closedToken = await newToken(closed, { plan: 'unlimited' });
+  });
+  afterAll(async () => {
+    await open?.close();
+    await closed?.close();
   });
 
   /**
@@ -301,8 +307,104 @@ describe('REDIS_URL at a replica (READONLY)', () => {
         served.map((a) => a.requestId),
       );
       expect(service.infos()).toEqual([expect.stringMatching(/accepts writes again/)]);
+      await service.close();
     } finally {
       replicaAdmin.disconnect();
+    }
+  });
+});
+
+describe('a Redis flushed, or restarted without persistence', () => {
+  it('loses the records its stream held, says so in one line, and records every call after', async () => {
+    const service = await startService(`${redis.url}/3`);
+    const { token, accountId } = await newToken(service, { plan: 'unlimited' });
+    const said = vi.spyOn(console, 'error');
+    const lostLines = () => said.mock.calls.map((args) => String(args[0])).filter((line) => line.startsWith('usage queue: Redis lost'));
+    try {
+      const recorded = await calls(service, token, 10);
+      await expectEachRecordedOnce(
+        service.runtime.store,
+        accountId,
+        recorded.map((a) => a.requestId),
+      );
+      /** Calls whose records Redis acknowledged and holds in the stream (the ingester stopped meanwhile) when `empty` runs. */
+      const lostTo = async (empty: () => Promise<void>): Promise<Answer[]> => {
+        await service.runtime.ingester?.stop();
+        const held = await calls(service, token, 10);
+        expect(statuses(held)).toEqual({ 200: 10 });
+        await empty();
+        service.runtime.ingester?.start();
+        return held;
+      };
+
+      const flushed = await lostTo(async () => {
+        await admin.flushall();
+      });
+      const afterFlush = await calls(service, token, 10);
+      await expectEachRecordedOnce(
+        service.runtime.store,
+        accountId,
+        [...recorded, ...afterFlush].map((a) => a.requestId),
+      );
+      expect(lostLines()).toEqual([
+        'usage queue: Redis lost the consumer group of usage (flushed, or restarted without persistence): the usage records it held that were not yet in the event store are lost; made again, reading on from what arrives now',
+      ]);
+
+      const restarted = await lostTo(async () => {
+        await redis.stop();
+        await redis.start();
+      });
+      await until(async () => (await redisState(service)) === 'up', 10_000);
+      const afterRestart = await calls(service, token, 10);
+      expect(statuses(afterRestart)).toEqual({ 200: 10 });
+      await expectEachRecordedOnce(
+        service.runtime.store,
+        accountId,
+        [...recorded, ...afterFlush, ...afterRestart].map((a) => a.requestId),
+      );
+      expect(lostLines()).toHaveLength(2);
+      // What Redis held when it was emptied is gone: the line is all an operator gets of it.
+      const kept = new Set((await recordedCalls(service.runtime.store, accountId)).map((c) => c.requestId));
+      expect([...flushed, ...restarted].filter((a) => kept.has(a.requestId))).toEqual([]);
+      await service.close();
+    } finally {
+      said.mockRestore();
+    }
+  });
+});
+
+describe('records Redis refuses for longer than the buffer holds', () => {
+  it('are dropped past the bound, told in one line when it fills and one with the count when Redis takes them again', async () => {
+    const lines: string[] = [];
+    // Database 4, a bound of 5 records: what a long refusal does to a gateway's 1,000,000.
+    const queue = new RedisUsageQueue(`${redis.url}/4`, { consumer: 'bound', bufferCapacity: 5, log: (line) => lines.push(line) });
+    const db = new Redis(`${redis.url}/4`);
+    try {
+      await queue.whenReady();
+      await admin.config('SET', 'maxmemory-policy', 'noeviction');
+      await admin.config('SET', 'maxmemory', '1');
+      try {
+        const at = Date.parse('2026-03-01T00:00:00Z');
+        for (let i = 0; i < 8; i++) queue.enqueue(usageCall('a-bound', 't-bound', new Date(at + i).toISOString(), { requestId: `bound-${i}` }));
+        expect(queue.buffered).toBe(5);
+        expect(queue.dropped).toBe(3);
+        expect(lines).toEqual([
+          'usage queue: 5 usage records wait in memory for Redis, its bound: the records of further calls are dropped (served and never recorded) until Redis takes them again',
+        ]);
+      } finally {
+        await admin.config('SET', 'maxmemory', '0');
+      }
+      await queue.flush();
+      expect(lines.slice(1)).toEqual(['usage queue: Redis takes usage records again; 3 were dropped meanwhile (served and never recorded)']);
+      const entries = await db.xrange('usage', '-', '+');
+      const records = entries.map(([, fields]) => Number(fields[fields.indexOf('n') + 1]));
+      expect(
+        records.reduce((a, b) => a + b, 0),
+        'the 5 records kept reach Redis',
+      ).toBe(5);
+    } finally {
+      db.disconnect();
+      await queue.close();
     }
   });
 });

@@ -1,6 +1,6 @@
 import type { UsageRecord } from '../../domain/usage.js';
 import { withinDeadline } from '../deadline.js';
-import { FAIL_FAST, closeClient, parseRedisUrl, redisClient, replies, waitForReady, type RedisClient } from '../redis/client.js';
+import { closeClient, FAIL_FAST, parseRedisUrl, type RedisClient, redisClient, replies, waitForReady } from '../redis/client.js';
 import { type Entry, EntryBuffer } from './buffer.js';
 import { DEFAULT_QUEUE_CAPACITY } from './memory.js';
 import type { QueuedUsage, UsageQueue } from './port.js';
@@ -24,6 +24,8 @@ export interface RedisUsageQueueOptions {
   handoverTimeoutMs?: number;
   /** `close` waits this long at most for the buffer to reach Redis. */
   closeTimeoutMs?: number;
+  /** Where a loss is told, one line each time (stderr by default): records dropped, a stream's group gone. */
+  log?: (message: string) => void;
 }
 
 /**
@@ -43,7 +45,15 @@ const ENTRY_RECORDS = 100;
 const FRESH_READ_ROUNDS = 8;
 /** XAUTOCLAIM scans at most this often: claiming is for crashed consumers, not the hot path. */
 const CLAIM_SCAN_INTERVAL_MS = 1000;
+/**
+ * A failed send is tried again after RETRY_SEND_MS, doubling up to MAX_RETRY_SEND_MS while sends
+ * keep failing, and while failing a send carries one entry per stream until one is taken: a
+ * Redis that refuses writes (OOM, READONLY, MISCONF…) was sent up to `flushBatch` records per
+ * stream ten times a second (5 s of OOM with 2,000 records buffered: 250 XADDs refused, 3.0 MB
+ * sent to a Redis short of memory).
+ */
 const RETRY_SEND_MS = 100;
+const MAX_RETRY_SEND_MS = 1000;
 /** A scrape of /metrics must not hang on a stalled Redis: past this, `depth` counts the buffer alone. */
 const DEPTH_TIMEOUT_MS = 1000;
 /**
@@ -116,6 +126,8 @@ interface Shard {
   /** For the earlier version's stream: whether it was there when last looked for, and when that was. */
   present: boolean;
   checkedAt: number;
+  /** Its consumer group was there (read through, or made) in this process's life: a NOGROUP now means Redis lost it. */
+  grouped: boolean;
 }
 
 /**
@@ -184,6 +196,10 @@ export class RedisUsageQueue implements UsageQueue {
   private waiters: Array<{ through: number; done: () => void }> = [];
   /** The last send failed or got no reply in time: answers do not wait until one succeeds. */
   private failing = false;
+  /** The next retry's delay: doubles while sends fail. */
+  private retryDelayMs = RETRY_SEND_MS;
+  /** Records dropped since the buffer filled (told when it does, and when a send succeeds again). */
+  private droppedUntold = 0;
   private sending: Promise<void> | null = null;
   /** Where the next read starts among the streams, so that none waits behind the others. */
   private nextShard = 0;
@@ -192,6 +208,9 @@ export class RedisUsageQueue implements UsageQueue {
   private disconnected = false;
   /** Stream entries that were not a valid record: acknowledged and deleted, and counted. */
   malformed = 0;
+  private readonly log: (message: string) => void;
+  /** Streams whose group Redis lost, told once the read that found them is over. */
+  private lostGroups: string[] = [];
 
   constructor(redisUrl: string, options: RedisUsageQueueOptions) {
     const base = options.stream ?? 'usage';
@@ -203,6 +222,7 @@ export class RedisUsageQueue implements UsageQueue {
     this.flushBatch = options.flushBatch ?? 500;
     this.closeTimeoutMs = options.closeTimeoutMs ?? 2000;
     this.bufferCapacity = options.bufferCapacity ?? DEFAULT_QUEUE_CAPACITY;
+    this.log = options.log ?? ((message) => console.error(message));
     const shard = (index: number, stream: string, countKey: string, written: boolean): Shard => ({
       index,
       stream,
@@ -214,6 +234,7 @@ export class RedisUsageQueue implements UsageQueue {
       lastClaimScan: 0,
       present: written,
       checkedAt: 0,
+      grouped: false,
     });
     this.shards =
       streams === 1
@@ -252,6 +273,12 @@ export class RedisUsageQueue implements UsageQueue {
   enqueue(record: UsageRecord): void {
     if (this.closed || this.bufferedRecords >= this.bufferCapacity) {
       this.droppedRecords += 1;
+      if (!this.closed && this.droppedUntold++ === 0) {
+        this.log(
+          `usage queue: ${this.bufferCapacity} usage records wait in memory for Redis, its bound: the records of further calls ` +
+            'are dropped (served and never recorded) until Redis takes them again',
+        );
+      }
       return;
     }
     let serialized: string;
@@ -348,8 +375,24 @@ export class RedisUsageQueue implements UsageQueue {
       // the entries it already has).
       for (const shard of this.shards) shard.ownPendingCursor = '0';
       throw error;
+    } finally {
+      this.tellLostGroups();
     }
     return taken;
+  }
+
+  /**
+   * One line for the streams whose group Redis lost (flushed, or restarted without persistence):
+   * what they held and the ingester had not appended is gone, and nothing else would tell.
+   */
+  private tellLostGroups(): void {
+    if (this.lostGroups.length === 0) return;
+    const streams = this.lostGroups.join(', ');
+    this.lostGroups = [];
+    this.log(
+      `usage queue: Redis lost the consumer group of ${streams} (flushed, or restarted without persistence): ` +
+        'the usage records it held that were not yet in the event store are lost; made again, reading on from what arrives now',
+    );
   }
 
   /**
@@ -493,7 +536,8 @@ export class RedisUsageQueue implements UsageQueue {
         this.retryTimer = setTimeout(() => {
           this.retryTimer = null;
           this.sendSoon();
-        }, RETRY_SEND_MS);
+        }, this.retryDelayMs);
+        this.retryDelayMs = Math.min(this.retryDelayMs * 2, MAX_RETRY_SEND_MS);
       },
     );
   };
@@ -506,6 +550,11 @@ export class RedisUsageQueue implements UsageQueue {
       .then(
         () => {
           this.failing = false;
+          this.retryDelayMs = RETRY_SEND_MS;
+          if (this.droppedUntold > 0) {
+            this.log(`usage queue: Redis takes usage records again; ${this.droppedUntold} were dropped meanwhile (served and never recorded)`);
+            this.droppedUntold = 0;
+          }
         },
         (error: unknown) => {
           this.fail();
@@ -533,12 +582,14 @@ export class RedisUsageQueue implements UsageQueue {
   private async sendAll(): Promise<void> {
     const left = this.shards.map((shard) => shard.buffer?.length ?? 0);
     let failure: unknown = null;
+    // After a failed send, one entry per stream until Redis takes one.
+    let probing = this.failing;
     while (failure === null && left.some((n) => n > 0)) {
       const sending: Array<Promise<unknown>> = [];
       const batches: Array<{ shard: Shard; entries: Entry[]; from: number }> = [];
       for (const [i, shard] of this.shards.entries()) {
         if ((left[i] as number) <= 0 || shard.buffer === null) continue;
-        const entries = shard.buffer.peek(Math.min(this.flushBatch, left[i] as number));
+        const entries = shard.buffer.peek(Math.min(probing ? ENTRY_RECORDS : this.flushBatch, left[i] as number));
         batches.push({ shard, entries, from: sending.length });
         for (const entry of entries) {
           left[i] = (left[i] as number) - entry.count;
@@ -558,6 +609,7 @@ export class RedisUsageQueue implements UsageQueue {
       }
       this.acknowledged = Math.min(this.accepted, Math.min(...this.shards.map((shard) => shard.sequence.first())) - 1);
       this.release(false);
+      probing = false;
     }
     if (failure !== null) throw failure;
   }
@@ -620,10 +672,15 @@ export class RedisUsageQueue implements UsageQueue {
   /** Runs a group command on a stream, creating its group first when Redis does not know it. */
   private async withGroup<T>(shard: Shard, command: () => Promise<T>): Promise<T> {
     try {
-      return await command();
+      const result = await command();
+      shard.grouped = true;
+      return result;
     } catch (error) {
       if (!(error instanceof Error) || !error.message.includes('NOGROUP')) throw error;
+      if (shard.grouped) this.lostGroups.push(shard.stream);
+      shard.grouped = false;
       await this.createGroup(shard);
+      shard.grouped = true;
       return command();
     }
   }
