@@ -1,3 +1,4 @@
+import calculateSlot from 'cluster-key-slot';
 import { Cluster, Redis, type RedisOptions } from 'ioredis';
 import { withinDeadline } from '../deadline.js';
 
@@ -53,24 +54,8 @@ function parseNode(hostPort: string): RedisNode {
 
 export const nodeName = (node: RedisNode): string => (node.host.includes(':') ? `[${node.host}]:${node.port}` : `${node.host}:${node.port}`);
 
-/**
- * The cluster slot of a key, as Redis computes it: CRC16 (XMODEM) of its hash tag (the first
- * `{…}` with something inside) or of the whole key, modulo 16384.
- */
-export function keySlot(key: string): number {
-  let bytes = Buffer.from(key);
-  const open = bytes.indexOf(0x7b); // {
-  if (open >= 0) {
-    const close = bytes.indexOf(0x7d, open + 1); // }
-    if (close > open + 1) bytes = bytes.subarray(open + 1, close);
-  }
-  let crc = 0;
-  for (const byte of bytes) {
-    crc ^= byte << 8;
-    for (let bit = 0; bit < 8; bit++) crc = crc & 0x8000 ? ((crc << 1) ^ 0x1021) & 0xffff : (crc << 1) & 0xffff;
-  }
-  return crc % 16384;
-}
+/** The cluster slot of a key, as Redis computes it (its hash tag's or its own CRC16, modulo 16384): ioredis's own function. */
+export const keySlot = (key: string): number => calculateSlot(key);
 
 /** Every node a cluster client has heard of, its seeds first: one that is down at start may be gone from its slot map by the time the error is told. */
 const seenNodes = new WeakMap<Cluster, Map<string, RedisNode>>();
