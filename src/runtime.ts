@@ -122,6 +122,8 @@ export async function openRuntime(config: Config, clock?: () => Date, options: R
   let readModels: ReadModelStore;
   let feed: ChangeFeed;
   let usageQueue: UsageSink;
+  /** Records the usage queue dropped at its bound, where this process's queue is one (not behind the storage thread). */
+  let droppedUsageRecords: (() => number) | undefined;
   let projector: Projector | null = null;
   let ingester: Ingester | null = null;
   let retention: RetentionJob | null = null;
@@ -149,6 +151,7 @@ export async function openRuntime(config: Config, clock?: () => Date, options: R
     const openedQueue = openUsageQueue({ redisUrl: config.redisUrl, consumer, streams: config.usageStreams });
     feed = openedFeed;
     usageQueue = openedQueue;
+    droppedUsageRecords = () => openedQueue.dropped;
     redisClients.push(openedFeed, openedQueue);
     const project = (): void => {
       const parts = startProjecting({ store, readModels, feed, usageQueue: openedQueue, plans: config.plans, now });
@@ -247,6 +250,7 @@ export async function openRuntime(config: Config, clock?: () => Date, options: R
     upstreams: () => gateway?.pools.health() ?? {},
     redis: redis ? () => redis.snapshot() : undefined,
     unjournaledRecords: journaled ? () => journaled.journal.unjournaled : undefined,
+    droppedUsageRecords,
   });
   if (config.role === 'all' || config.role === 'gateway') {
     const chains = loadChains({ env: config.env });

@@ -47,6 +47,8 @@ export interface TelemetrySources {
   redis?(): RedisHealthSnapshot;
   /** Present on the embedded default: usage records the journal failed to write (answered anyway). */
   unjournaledRecords?(): number;
+  /** Present where this process's usage queue buffers records in memory (Redis, or in process without the storage thread): records dropped at its bound. */
+  droppedUsageRecords?(): number;
 }
 
 /** An upstream as the scrape sees it; head, lag and state where its chain's heads are tracked (EVM). */
@@ -262,6 +264,18 @@ export class Telemetry {
         collect() {
           this.reset();
           this.inc(unjournaled());
+        },
+      });
+    }
+    if (sources.droppedUsageRecords) {
+      const dropped = sources.droppedUsageRecords;
+      new Counter({
+        name: 'gateway_usage_dropped_total',
+        help: 'Usage records dropped because the in-memory buffer was full (Redis away or refusing too long): their calls were answered, never recorded',
+        registers,
+        collect() {
+          this.reset();
+          this.inc(dropped());
         },
       });
     }

@@ -2,6 +2,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import type { UsageRecord } from '../../src/domain/usage.js';
 import type { LimitDecision, Limiter, LimitRequest } from '../../src/infra/limits/port.js';
 import { Telemetry, type TelemetrySources } from '../../src/infra/telemetry.js';
+import { MemoryUsageBackend, MemoryUsageQueue } from '../../src/infra/usage/memory.js';
 
 const record = (chain: string, method: string, status: number, upstream = 'u1'): UsageRecord => ({
   requestId: `r-${Math.random()}`,
@@ -132,6 +133,15 @@ describe('telemetry: the usage journal', () => {
     failed = 3;
     expect(await t.metrics()).toMatch(/^gateway_usage_unjournaled_total 3$/m);
     expect(await telemetry().metrics()).not.toContain('gateway_usage_unjournaled_total');
+  });
+
+  it('counts the usage records a queue dropped at its bound, where the process has such a queue', async () => {
+    const queue = new MemoryUsageQueue(new MemoryUsageBackend({ capacity: 2 }), 'gateway');
+    const t = telemetry({ droppedUsageRecords: () => queue.dropped });
+    expect(await t.metrics()).toMatch(/^gateway_usage_dropped_total 0$/m);
+    for (let i = 0; i < 5; i++) queue.enqueue(record('eth', 'eth_blockNumber', 200));
+    expect(await t.metrics()).toMatch(/^gateway_usage_dropped_total 3$/m);
+    expect(await telemetry().metrics()).not.toContain('gateway_usage_dropped_total');
   });
 });
 

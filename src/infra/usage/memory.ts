@@ -116,6 +116,10 @@ export class MemoryUsageQueue implements UsageQueue {
     backend.release(consumer);
   }
 
+  get dropped(): number {
+    return this.backend.dropped;
+  }
+
   enqueue(record: UsageRecord): void {
     this.backend.add(record);
   }

@@ -35,6 +35,8 @@ export interface UsageQueue {
   redeliverHeld(): void;
   /** Records enqueued but not yet acknowledged (approximate for Redis). */
   depth(): Promise<number>;
+  /** Records `enqueue` dropped since start: its in-memory bound was full (their calls were served, never recorded). */
+  readonly dropped: number;
   /** Sends what is buffered in memory to the backend; resolves when it is there. */
   flush(): Promise<void>;
   close(): Promise<void>;
