@@ -367,8 +367,13 @@ export class UpstreamPool {
     this.score(m, ms, 1);
   }
 
-  /** A call given up on (another node answered first): its wait so far counts as its latency. */
+  /**
+   * A call given up on (another node answered first): its wait so far counts as its latency. A
+   * resting node's trial call given up on so tells nothing of its health: the next call may try
+   * it again (left marked as on trial, it was never picked again, and never came back).
+   */
   recordAbandoned(m: Member, ms: number): void {
+    m.probing = false;
     this.score(m, ms, null);
   }
 

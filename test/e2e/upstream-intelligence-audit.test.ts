@@ -1,0 +1,153 @@
+/**
+ * The gateway's node-side intelligence as a caller comparing RPC providers meets it, through the
+ * whole service (startTestApp, the nodes given as UPSTREAM_EVM, real metering and /metrics) in
+ * front of two or three fake nodes serving one moving chain (test/support/fakeUpstreams.ts):
+ * a resting node's return, the head never going back between two calls, answers cut short or
+ * over the size cap, and writes that time out. What gateway-upstream-intelligence, -upstreams and
+ * -reorg cover is not repeated here.
+ */
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import type { UsageRecord } from '../../src/domain/usage.js';
+import { until } from '../support/eventually.js';
+import { type EvmNodeFake, FakeEvmChain, startEvmNodeFake } from '../support/fakeUpstreams.js';
+import { listen, newToken, startTestApp, type TestApp } from '../support/testApp.js';
+import { recordedCalls } from '../support/usageLog.js';
+
+const opened: Array<{ close(): Promise<void> }> = [];
+const dirs: string[] = [];
+afterEach(async () => {
+  for (const o of opened.splice(0).reverse()) await o.close();
+  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
+});
+
+interface Setup {
+  t: TestApp;
+  url: string;
+  accountId: string;
+  chain: FakeEvmChain;
+  nodes: EvmNodeFake[];
+}
+
+async function setUp(count: number, chainExtra: Record<string, unknown> = {}): Promise<Setup> {
+  const chain = new FakeEvmChain(200, 8);
+  const nodes = await Promise.all(Array.from({ length: count }, () => startEvmNodeFake(chain)));
+  opened.push(...nodes);
+  const dir = mkdtempSync(join(tmpdir(), 'gw-upstream-audit-'));
+  dirs.push(dir);
+  const chains = join(dir, 'chains.json');
+  writeFileSync(
+    chains,
+    JSON.stringify({
+      chains: [{ id: 'evm', name: 'EVM', protocol: 'jsonrpc', timeoutMs: 1_000, headPollMs: 200, upstreams: [{ url: 'http://127.0.0.1:1' }], ...chainExtra }],
+    }),
+  );
+  const plans = join(dir, 'plans.json');
+  writeFileSync(plans, JSON.stringify({ unlimited: { rps: 1_000_000 } }));
+  const t = await startTestApp({ env: { CHAINS_CONFIG: chains, PLANS_CONFIG: plans, UPSTREAM_EVM: nodes.map((n) => n.url).join(',') } });
+  opened.push(t);
+  const { url } = await listen(t);
+  const token = await newToken(t, { plan: 'unlimited' });
+  return { t, url: `${url}/evm/${token.token}`, accountId: token.accountId, chain, nodes };
+}
+
+let nextId = 1;
+async function rpc(
+  url: string,
+  method: string,
+  params: unknown[] = [],
+): Promise<{ status: number; body: { result?: unknown; error?: { code: number; message: string } } }> {
+  const r = await fetch(url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ jsonrpc: '2.0', id: nextId++, method, params }),
+  });
+  const text = await r.text();
+  let body: { result?: unknown; error?: { code: number; message: string } };
+  try {
+    body = JSON.parse(text);
+  } catch {
+    body = { error: { code: 0, message: `not JSON: ${text.slice(0, 200)}` } };
+  }
+  return { status: r.status, body };
+}
+
+/** The account's usage records, once `count` are in the log. */
+async function records(t: TestApp, accountId: string, count: number): Promise<UsageRecord[]> {
+  await until(async () => (await recordedCalls(t.runtime.store, accountId)).length >= count, 15_000);
+  return recordedCalls(t.runtime.store, accountId);
+}
+
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+describe('a resting node', () => {
+  it('comes back after its trial call lost to a hedge: the next call may try it again', async () => {
+    const { t, url, nodes, accountId } = await setUp(2);
+    const [a, b] = nodes as [EvmNodeFake, EvmNodeFake];
+    const pool = t.runtime.gateway!.pools.get('evm')!;
+    // Enough answers for a hedge delay (and budget): both nodes answer at once.
+    for (let i = 0; i < 60; i++) expect((await rpc(url, 'eth_getBalance', [`0x${i.toString(16)}`, 'pending'])).status).toBe(200);
+    a.mode = 'fail';
+    await until(async () => {
+      expect((await rpc(url, 'eth_getBalance', ['0x01', 'pending'])).status).toBe(200);
+      return pool.health()[0]!.ejectedUntil !== null;
+    });
+    // Back, but slow at first: after the 5 s rest its trial call is hedged to the other node, which answers first.
+    a.mode = 'ok';
+    a.latency = () => 1_000;
+    await sleep(5_100);
+    const before = a.calls.length;
+    await until(async () => {
+      expect((await rpc(url, 'eth_getBalance', ['0x02', 'pending'])).status).toBe(200);
+      return a.calls.length > before;
+    }, 10_000);
+    // Now the other node dies and this one is quick: it must take the calls (it was never tried again: 502 for good).
+    a.latency = () => 0;
+    b.mode = 'fail';
+    const statuses: number[] = [];
+    for (let i = 0; i < 5; i++) statuses.push((await rpc(url, 'eth_getBalance', ['0x03', 'pending'])).status);
+    expect(statuses).toEqual([200, 200, 200, 200, 200]);
+    expect(pool.health()[0]).toMatchObject({ label: 'evm-env-1', healthy: true, consecutiveFailures: 0 });
+    const metrics = await (await fetch(`${url.split('/evm/')[0]}/metrics`)).text();
+    expect(metrics).toContain('gateway_upstream_healthy{chain="evm",upstream="evm-env-1"} 1');
+    // Each call metered once, by the node that answered it.
+    const seen = await records(t, accountId, 70);
+    const last = seen.filter((r) => r.method === 'eth_getBalance').slice(-5);
+    expect(last.map((r) => [r.status, r.upstream, r.charged])).toEqual(Array.from({ length: 5 }, () => [200, 'evm-env-1', true]));
+    expect(new Set(seen.map((r) => r.requestId)).size).toBe(seen.length);
+  }, 30_000);
+});
+
+describe('writes', () => {
+  it('sends a write that times out to one node only, alone or in a batch, even with hedging warmed up', async () => {
+    const { t, url, nodes, accountId } = await setUp(2, { timeoutMs: 300 });
+    for (let i = 0; i < 60; i++) await rpc(url, 'eth_getBalance', [`0x${i.toString(16)}`, 'pending']);
+    for (const n of nodes) {
+      n.calls.length = 0;
+      n.latency = () => 600;
+    }
+    const single = await rpc(url, 'eth_sendRawTransaction', ['0x02']);
+    expect(single.status).toBe(504);
+    const batch = await fetch(url, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify([
+        { jsonrpc: '2.0', id: 1, method: 'eth_sendRawTransaction', params: ['0x03'] },
+        { jsonrpc: '2.0', id: 2, method: 'eth_chainId' },
+      ]),
+    });
+    expect(batch.status).toBe(504);
+    await sleep(700);
+    const sent = nodes.flatMap((n) => n.calls.map((c) => c.body)).filter((b) => b.includes('eth_sendRawTransaction'));
+    expect(sent).toHaveLength(2);
+    expect(sent.filter((b) => b.includes('0x02'))).toHaveLength(1);
+    const seen = (await records(t, accountId, 63)).slice(-3);
+    expect(seen.map((r) => [r.method, r.status, r.rpcErrorCode, r.cache])).toEqual([
+      ['eth_sendRawTransaction', 504, -32015, 'miss'],
+      ['eth_sendRawTransaction', 504, -32015, 'miss'],
+      ['eth_chainId', 504, -32015, 'miss'],
+    ]);
+  });
+});
