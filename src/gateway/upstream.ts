@@ -65,6 +65,11 @@ export interface UpstreamFailure {
   upstreamMs: number | null;
   upstream: string | null;
   hedged?: boolean;
+  /**
+   * The answer passed the size cap: the call's doing, not the node's (every node would answer
+   * the same), so it is neither counted against the node nor tried on another.
+   */
+  tooLarge?: boolean;
 }
 
 export type UpstreamOutcome = UpstreamAnswer | UpstreamFailure;
@@ -154,6 +159,24 @@ export function isNodeFailure(status: number, body: Buffer): boolean {
 }
 
 class ResponseTooLarge extends Error {}
+
+/**
+ * Whether a JSON answer was cut short: it opens an object or array and does not close one (a
+ * proxy or node that ended the answer early, with a well-formed HTTP message). Its last bytes only:
+ * the answer is not parsed here. An empty answer (a notification's) is not cut short.
+ */
+export function cutShort(body: Buffer): boolean {
+  let first = 0;
+  while (first < body.length && isSpace(body[first] as number)) first++;
+  if (first === body.length) return false;
+  const open = body[first];
+  if (open !== 0x7b && open !== 0x5b) return false;
+  let last = body.length - 1;
+  while (last > first && isSpace(body[last] as number)) last--;
+  return body[last] !== (open === 0x7b ? 0x7d : 0x5d);
+}
+
+const isSpace = (c: number): boolean => c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09;
 class UpstreamTimeout extends Error {}
 
 /** The upstream URL's path joined with the call's path; both query strings kept. */
@@ -377,6 +400,11 @@ export class UpstreamPool {
     this.score(m, ms, null);
   }
 
+  /** A node's answer that says nothing of its health (one over the size cap): a trial call may be made again. */
+  recordUnjudged(m: Member): void {
+    m.probing = false;
+  }
+
   /** Updates a node's moving averages and every node's weight (a score is relative to the fastest). */
   private score(m: Member, ms: number | null, failed: 0 | 1 | null): void {
     if (ms !== null) m.latencyMs = m.latencyMs === null ? ms : m.latencyMs + LATENCY_ALPHA * (ms - m.latencyMs);
@@ -551,8 +579,17 @@ class PoolCall implements Settles {
     if (this.live === call) this.live = null;
     else if (this.hedgeCall === call) this.hedgeCall = null;
     const member = call.member;
+    if (!outcome.ok && outcome.tooLarge === true) {
+      // Another node would send as much: the caller gets the failure now, and no node is blamed.
+      this.pool.recordUnjudged(member);
+      this.finish(outcome);
+      return;
+    }
     const failure = outcome.ok ? (isNodeFailure(outcome.status, outcome.body) ? 'status' : null) : 'failed';
-    const verdict: Verdict = failure !== null ? 'bad' : this.request.judge && outcome.ok ? this.request.judge(outcome.body, this.request.answerId) : 'ok';
+    const judge = this.request.judge;
+    // A JSON-RPC answer cut short is no answer, whatever its first bytes say.
+    const verdict: Verdict =
+      failure !== null ? 'bad' : judge && outcome.ok ? (cutShort(outcome.body) ? 'bad' : judge(outcome.body, this.request.answerId)) : 'ok';
     if (outcome.ok && (verdict === 'ok' || (verdict === 'archive' && (this.archiveOnly || !this.pool.hasArchive)))) {
       this.pool.recordSuccess(member, outcome.upstreamMs);
       if (call === this.hedgeLaunched) this.pool.hedgeWon();
@@ -673,7 +710,11 @@ class UpstreamCall implements Dispatcher.DispatchHandler {
     if (this.settled) return;
     this.size += chunk.length;
     if (this.size > this.maxBytes) {
-      controller.abort(new ResponseTooLarge(`answer larger than ${this.maxBytes} bytes`));
+      controller.abort(
+        new ResponseTooLarge(
+          `answer larger than ${this.maxBytes} bytes (${Math.round((this.maxBytes / 1_048_576) * 10) / 10} MiB), the most the gateway passes on: ask for less (a narrower block range, fewer calls in a batch)`,
+        ),
+      );
       return;
     }
     this.chunks.push(chunk);
@@ -687,12 +728,14 @@ class UpstreamCall implements Dispatcher.DispatchHandler {
 
   onResponseError(_controller: Dispatcher.DispatchController | null, error: Error): void {
     if (this.settled) return;
+    const tooLarge = error instanceof ResponseTooLarge;
     this.settle({
       ok: false,
       kind: 'unavailable',
       message: `upstream ${this.label}: ${describeError(error)}`,
       upstreamMs: this.elapsed(),
       upstream: this.label,
+      ...(tooLarge ? { tooLarge } : {}),
     });
   }
 

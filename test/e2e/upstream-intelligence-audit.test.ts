@@ -120,6 +120,55 @@ describe('a resting node', () => {
   }, 30_000);
 });
 
+describe('answers a node gets wrong', () => {
+  it('takes an answer cut short after its id for no answer: another node answers, or -32010 in well-formed JSON', async () => {
+    const { t, url, nodes, accountId } = await setUp(2);
+    const [cut, good] = nodes as [EvmNodeFake, EvmNodeFake];
+    // As geth writes it (id before result), ended early by something between: an HTTP message complete in itself.
+    const truncate = (body: string): string => {
+      const o = JSON.parse(body) as { id: unknown };
+      return `{"jsonrpc":"2.0","id":${JSON.stringify(o.id)},"result":"0x12`;
+    };
+    cut.rewrite = truncate;
+    for (let i = 0; i < 6; i++) {
+      const r = await rpc(url, 'eth_getBalance', ['0x01', 'pending']);
+      expect([r.status, r.body.error]).toEqual([200, undefined]);
+      expect(r.body.result).toMatch(/^0x[0-9a-f]{64}$/);
+    }
+    const seen = await records(t, accountId, 6);
+    expect(seen.map((r) => r.upstream)).toEqual(Array.from({ length: 6 }, () => 'evm-env-2'));
+    good.rewrite = truncate;
+    const r = await rpc(url, 'eth_getBalance', ['0x01', 'pending']);
+    // Before: 200 and `{"jsonrpc":"2.0","id":…,"result":"0x12`, charged as a success.
+    expect(r.status).toBe(502);
+    expect(r.body.error).toMatchObject({ code: -32010, message: expect.stringContaining('invalid answer') });
+    const last = (await records(t, accountId, 7)).at(-1)!;
+    expect([last.status, last.rpcErrorCode]).toEqual([502, -32010]);
+  });
+
+  it('gives up an answer over the size cap at once: one node asked, none blamed, other callers served', async () => {
+    const { t, url, nodes } = await setUp(3);
+    // 65 MiB of result: over the 64 MiB every node answer is capped at.
+    const big = 'a'.repeat(65 * 1024 * 1024);
+    for (const n of nodes)
+      n.rewrite = (body, call) =>
+        call.body.includes('eth_getLogs') ? `{"jsonrpc":"2.0","id":${(JSON.parse(call.body) as { id: number }).id},"result":"0x${big}"}` : body;
+    for (let i = 0; i < 3; i++) {
+      const r = await rpc(url, 'eth_getLogs', [{ fromBlock: '0x0', toBlock: 'latest' }]);
+      expect(r.status).toBe(502);
+      expect(r.body.error).toMatchObject({ code: -32010, message: expect.stringContaining('ask for less') });
+    }
+    // Before: each call went to every node (three 64 MiB transfers) and three such calls ejected them all: "no healthy upstream" for everyone.
+    expect(nodes.reduce((n, f) => n + f.calls.length, 0)).toBe(3);
+    expect(t.runtime.gateway!.pools.health().evm!.map((h) => [h.healthy, h.consecutiveFailures])).toEqual([
+      [true, 0],
+      [true, 0],
+      [true, 0],
+    ]);
+    expect((await rpc(url, 'eth_getBalance', ['0x01', 'pending'])).status).toBe(200);
+  }, 30_000);
+});
+
 describe('writes', () => {
   it('sends a write that times out to one node only, alone or in a batch, even with hedging warmed up', async () => {
     const { t, url, nodes, accountId } = await setUp(2, { timeoutMs: 300 });
