@@ -329,8 +329,8 @@ export class UpstreamPool {
   }
 
   /**
-   * Whether `m` may take `call` now. `strict` adds what is preferred but not required: a node that
-   * has the blocks asked, an archive node for old state.
+   * Whether `m` may take `call` now. `strict` adds what is preferred but not required: a node at
+   * the best head for the head or a hash, a node that has the blocks asked, an archive node for old state.
    */
   private isEligible(m: Member, call: PoolCall, now: number, strict: boolean): boolean {
     if (call.hasTried(m) || !isInRotation(m, now)) return false;
@@ -343,6 +343,10 @@ export class UpstreamPool {
     if (shape === undefined) return true;
     if ((shape.kind === 'head' || shape.kind === 'volatile') && !heads.servesHead(m.index)) return false;
     if (!strict) return true;
+    // The head, and blocks named by hash (maybe the newest), from a node at the best head while one can take it: a
+    // node a few blocks behind would answer an older `latest` than the caller saw a call before (the head going back)
+    // and not find the newest block or its transactions.
+    if ((shape.kind === 'head' || shape.kind === 'volatile' || shape.kind === 'hash') && !heads.reachesBest(m.index)) return false;
     if (shape.high >= 0 && heads.lacksBlock(m.index, shape.high)) return false;
     return !this.hasArchive || m.upstream.archive || !heads.needsArchive(shape.low);
   }

@@ -94,9 +94,10 @@ describe('a resting node', () => {
       expect((await rpc(url, 'eth_getBalance', ['0x01', 'pending'])).status).toBe(200);
       return pool.health()[0]!.ejectedUntil !== null;
     });
-    // Back, but slow at first: after the 5 s rest its trial call is hedged to the other node, which answers first.
+    // Back, but slow at first: after the 5 s rest its trial call is hedged to the other node, which answers first
+    // (under the 1 s timeout: a trial call that timed out would rest it again, rightly).
     a.mode = 'ok';
-    a.latency = () => 1_000;
+    a.latency = () => 900;
     await sleep(5_100);
     const before = a.calls.length;
     await until(async () => {
@@ -118,6 +119,41 @@ describe('a resting node', () => {
     expect(last.map((r) => [r.status, r.upstream, r.charged])).toEqual(Array.from({ length: 5 }, () => [200, 'evm-env-1', true]));
     expect(new Set(seen.map((r) => r.requestId)).size).toBe(seen.length);
   }, 30_000);
+});
+
+describe('the head across nodes at different heights', () => {
+  it('never goes back between two calls, and the newest block is found, while a node a few blocks behind is in rotation', async () => {
+    const { t, url, nodes, chain } = await setUp(2);
+    const [, behind] = nodes as [EvmNodeFake, EvmNodeFake];
+    // 3 blocks behind: within maxLagBlocks (10), so not "lagging".
+    behind.behaviour = 'behind';
+    behind.lagBlocks = 3;
+    const heads = t.runtime.gateway!.pools.get('evm')!.heads!;
+    await rpc(url, 'eth_chainId');
+    await until(() => heads.upstreams.every((u) => u.head !== null) && heads.best === chain.head);
+    expect(t.runtime.gateway!.pools.health().evm!.map((h) => h.state)).toEqual(['ok', 'ok']);
+    const numbers: number[] = [];
+    const newest: unknown[] = [];
+    for (let round = 0; round < 8; round++) {
+      chain.advance();
+      await until(() => heads.best === chain.head);
+      for (let i = 0; i < 3; i++) {
+        numbers.push(Number((await rpc(url, 'eth_blockNumber')).body.result));
+        // The block the caller was just told is the head, by its hash: a node behind answers null.
+        newest.push((await rpc(url, 'eth_getBlockByHash', [chain.block(chain.head)!.hash, false])).body.result === null ? 'null' : 'found');
+        numbers.push(Number(((await rpc(url, 'eth_getBlockByNumber', ['latest', false])).body.result as { number: string }).number));
+      }
+    }
+    // Before: 202 202 200 203 … (the node behind answered every other epoch's first call).
+    expect(numbers.every((n, i) => i === 0 || n >= (numbers[i - 1] as number))).toBe(true);
+    expect(numbers.at(-1)).toBe(chain.head);
+    expect(newest.filter((r) => r === 'null')).toEqual([]);
+    // None of those reached the node behind; it still serves what it has: an explicit older block.
+    expect(behind.calls.filter((c) => /eth_blockNumber|eth_getBlockByHash|"latest"/.test(c.body))).toEqual([]);
+    behind.calls.length = 0;
+    for (let i = 0; i < 6; i++) expect((await rpc(url, 'eth_getBlockByNumber', [`0x${(chain.head - 20 - i).toString(16)}`, false])).status).toBe(200);
+    expect(behind.calls.length).toBeGreaterThan(0);
+  });
 });
 
 describe('answers a node gets wrong', () => {

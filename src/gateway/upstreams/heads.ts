@@ -283,7 +283,12 @@ export class ChainHeads {
    */
   isAtBest(label: string): boolean {
     const index = this.byLabel.get(label);
-    const head = index === undefined ? null : (this.upstreams[index]?.head ?? null);
+    return index !== undefined && this.reachesBest(index);
+  }
+
+  /** Whether upstream `index`'s tracked head is the chain's best (or past it). */
+  reachesBest(index: number): boolean {
+    const head = this.upstreams[index]?.head ?? null;
     return head !== null && this.best !== null && head >= this.best;
   }
 
