@@ -7,7 +7,7 @@ import WebSocket, { WebSocketServer } from 'ws';
  * An EVM node on a loopback port, over HTTP and WebSocket, that the test drives: `mine()` makes a
  * block and sends its header to every `newHeads` subscriber (shapes as geth's), `drop()` cuts
  * every WebSocket connection, and `quiet` mines without notifying (the blocks a client misses
- * while the gateway reconnects). Answers eth_chainId, eth_blockNumber, eth_getBlockByNumber,
+ * while the gateway reconnects). Answers eth_chainId, net_version, eth_blockNumber, eth_getBlockByNumber,
  * eth_subscribe("newHeads") and eth_unsubscribe; anything else gets -32601.
  */
 export interface FakeWsUpstream {
@@ -17,6 +17,8 @@ export interface FakeWsUpstream {
   connectionsAccepted: number;
   /** eth_subscribe calls received so far. */
   subscribeCalls: number;
+  /** The methods of the calls received over HTTP so far, in order. */
+  httpMethods: string[];
   /** Mines one block; its header goes to each newHeads subscription unless `quiet`. */
   mine(options?: { quiet?: boolean }): Block;
   /** Terminates every WebSocket connection (the node restarting, or the network cut). */
@@ -79,6 +81,7 @@ export async function startFakeWsUpstream(): Promise<FakeWsUpstream> {
   const followUps: Array<() => void> = [];
   const answer = (method: string, params: unknown[], socket: WebSocket | null): { result?: unknown; error?: { code: number; message: string } } => {
     if (method === 'eth_chainId') return { result: '0x539' };
+    if (method === 'net_version') return { result: '1337' };
     if (method === 'eth_blockNumber') return { result: (chain.at(-1) as Block).number };
     if (method === 'eth_getBlockByNumber') {
       const tag = params[0];
@@ -111,7 +114,9 @@ export async function startFakeWsUpstream(): Promise<FakeWsUpstream> {
     req.on('data', (c: Buffer) => chunks.push(c));
     req.on('end', () => {
       res.setHeader('content-type', 'application/json');
-      res.end(reply(Buffer.concat(chunks).toString('utf8'), null));
+      const text = Buffer.concat(chunks).toString('utf8');
+      fake.httpMethods.push((JSON.parse(text) as { method: string }).method);
+      res.end(reply(text, null));
     });
   });
   const wss = new WebSocketServer({ server });
@@ -141,6 +146,7 @@ export async function startFakeWsUpstream(): Promise<FakeWsUpstream> {
     subscribeCalls: 0,
     replayLatestOnSubscribe: false,
     subscribeAnswerDelayMs: 0,
+    httpMethods: [],
     mine(options = {}) {
       const parent = chain.at(-1) as Block;
       const block = blockAt(chain.length, parent.hash);

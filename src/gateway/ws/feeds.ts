@@ -92,6 +92,7 @@ export const EVM_PUBSUB: PubSubDialect = {
   newSubscriptionId: () => `"0x${randomBytes(16).toString('hex')}"`,
   unsubscribeIdOf: (params) => (Array.isArray(params) && typeof params[0] === 'string' ? JSON.stringify(params[0]) : null),
   notSubscribed: () => ({ result: false }),
+  heartbeatCalls: ['net_version', 'eth_chainId'],
   feedsFor: (chain, log) => new EvmFeeds(chain, log),
 };
 

@@ -80,6 +80,7 @@ export class WebSocketGateway implements SessionHost {
   private readonly timer: NodeJS.Timeout;
   private unsubscribe: Promise<() => Promise<void>> | null = null;
   readonly maxSendBufferBytes: number;
+  readonly freeHeartbeatEveryMs: number;
   private readonly idleTimeoutMs: number;
   private readonly connections: ConnectionCounter;
   /** `close` was called: a connection counted after it is released and its socket destroyed, never opened. */
@@ -91,6 +92,8 @@ export class WebSocketGateway implements SessionHost {
     private readonly options: WebSocketOptions,
   ) {
     this.maxSendBufferBytes = options.maxSendBufferBytes ?? 1024 * 1024;
+    // A client's heartbeat as often as the gateway's own ping is free; 80 %: a 30 s one arrives a little early or late.
+    this.freeHeartbeatEveryMs = Math.floor((options.pingEveryMs ?? 30_000) * 0.8);
     this.idleTimeoutMs = options.idleTimeoutMs ?? 300_000;
     this.connections = options.connections ?? new MemoryConnectionCounter();
     // A frame over the body limit closes with 1009; ws checks it while the frame arrives.

@@ -57,6 +57,12 @@ export interface PubSubDialect {
    * of it only keeps the socket alive, as on the chain's nodes: no answer, not forwarded, not metered.
    */
   keepAlive?: string;
+  /**
+   * Calls the chain's clients send with an id as a heartbeat (viem's WebSocket transport asks
+   * `net_version` every 30 s), whose answers never change on a chain: once the socket has the
+   * node's answer, one such call per heartbeat interval is answered from it, metered, uncharged.
+   */
+  heartbeatCalls?: readonly string[];
   feedsFor(chain: Chain, log: UpstreamSocketLog): ChainFeeds;
 }
 

@@ -39,6 +39,8 @@ export interface SessionHost {
   feedFor(scope: CallScope, dialect: PubSubDialect, method: string, params: unknown): OpenedFeed | FeedRefusal;
   subscriptionCap(caller: Caller): number | null;
   maxSendBufferBytes: number;
+  /** A heartbeat call (PubSubDialect.heartbeatCalls) is uncharged at most this often per socket. */
+  freeHeartbeatEveryMs: number;
   subscriptionsChanged(session: Session, delta: number): void;
   closed(session: Session): void;
 }
@@ -110,6 +112,10 @@ export class Session {
   private closing = false;
   /** performance.now() of the client's last frame (a call or a pong). */
   lastHeardAt = performance.now();
+  /** The node's answers to the dialect's heartbeat calls on this socket, as result JSON text by method. */
+  private readonly heartbeatAnswers = new Map<string, string>();
+  /** performance.now() of the last heartbeat call answered uncharged. */
+  private freeHeartbeatAt = Number.NEGATIVE_INFINITY;
   alive = true;
 
   constructor(
@@ -177,7 +183,7 @@ export class Session {
     if (local === null) {
       const batch = subscriptionBatch(data, this.dialect, this.host.calls.limits.maxBatch);
       if (batch !== null) this.batch(batch);
-      else this.host.calls.serve(this.request(data), (response) => this.send(response.body));
+      else this.serve(data);
       return;
     }
     // The client's heartbeat: it was heard (lastHeardAt), nothing else.
@@ -187,6 +193,52 @@ export class Session {
       if (local.idText !== undefined) this.send(body);
       start?.();
     });
+  }
+
+  /**
+   * A call ChainCalls answers, but a heartbeat call (viem's `net_version` every 30 s): charged as
+   * any call, each would take ~86,400 calls a month per idle socket (86 % of Free's quota). One
+   * per heartbeat interval is answered from the node's answer this socket already had, metered
+   * and uncharged; more often, or before the node answered one, it is an ordinary call.
+   */
+  private serve(data: Buffer): void {
+    const heartbeat = heartbeatCall(data, this.dialect);
+    if (heartbeat === null) {
+      this.host.calls.serve(this.request(data), (response) => this.send(response.body));
+      return;
+    }
+    const kept = this.heartbeatAnswers.get(heartbeat.method);
+    const now = performance.now();
+    if (kept !== undefined && now - this.freeHeartbeatAt >= this.host.freeHeartbeatEveryMs) {
+      this.freeHeartbeatAt = now;
+      this.answerHeartbeat(data, heartbeat, kept);
+      return;
+    }
+    this.host.calls.serve(this.request(data), (response) => {
+      const result = response.status === 200 ? stringResultOf(response.body) : null;
+      if (result !== null) this.heartbeatAnswers.set(heartbeat.method, result);
+      this.send(response.body);
+    });
+  }
+
+  private answerHeartbeat(data: Buffer, call: HeartbeatCall, resultText: string): void {
+    const handler = (scope: CallScope): MaybePromise<Answer> => {
+      const answered = (a: Admission): Answer => {
+        if (!a.ok) return refusedRpc(a, { kind: 'single', idText: call.idText }, call.method);
+        const usage = draft(call.method, null, null);
+        usage.cache = 'hit';
+        return {
+          status: 200,
+          body: `{"jsonrpc":"2.0","id":${call.idText},"result":${resultText}}`,
+          contentType: JSON_CONTENT_TYPE,
+          admission: a,
+          usage: [usage],
+        };
+      };
+      const admission = scope.admit(0);
+      return admission instanceof Promise ? admission.then(answered) : answered(admission);
+    };
+    this.host.calls.serveWith(this.request(data), handler, (response) => this.send(response.body));
   }
 
   /** A subscribe or unsubscribe call: a subscription method the gateway does not offer takes the subscribe path, where feedFor refuses it (-32601). */
@@ -444,6 +496,44 @@ interface LocalCall {
   params: unknown;
   /** The call's id as JSON text (`null` too, a call as in JSON-RPC); undefined: a notification. */
   idText: string | undefined;
+}
+
+interface HeartbeatCall {
+  method: string;
+  idText: string;
+}
+
+/** The longest heartbeat call looked at: viem's `net_version` with a 10-digit id is ~60 bytes. */
+const MAX_HEARTBEAT_CALL_BYTES = 256;
+
+/** A single call, with an id and no params, of one of the dialect's heartbeat methods; null for anything else. */
+function heartbeatCall(data: Buffer, dialect: PubSubDialect): HeartbeatCall | null {
+  const methods = dialect.heartbeatCalls;
+  if (methods === undefined || data.length > MAX_HEARTBEAT_CALL_BYTES || !methods.some((m) => data.indexOf(m) >= 0)) return null;
+  const text = data.toString('utf8');
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch {
+    return null;
+  }
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) return null;
+  const { method, params, id, jsonrpc } = value as { method?: unknown; params?: unknown; id?: unknown; jsonrpc?: unknown };
+  if (jsonrpc !== '2.0' || typeof method !== 'string' || !methods.includes(method)) return null;
+  if (!(typeof id === 'string' || typeof id === 'number' || id === null)) return null;
+  if (!(params === undefined || (Array.isArray(params) && params.length === 0))) return null;
+  return { method, idText: rawIdText(text, id) };
+}
+
+/** A single answer's result when it is a JSON string (`"0x539"`, `"1337"`), as JSON text; null otherwise. */
+function stringResultOf(body: string | Buffer | null): string | null {
+  if (body === null || body.length > MAX_HEARTBEAT_CALL_BYTES) return null;
+  try {
+    const answer = JSON.parse(body.toString()) as { result?: unknown; error?: unknown };
+    return typeof answer.result === 'string' && answer.error === undefined ? JSON.stringify(answer.result) : null;
+  } catch {
+    return null;
+  }
 }
 
 /** The longest heartbeat frame looked at: web3.js's is 33 bytes. */
