@@ -521,7 +521,7 @@ function heartbeatCall(data: Buffer, dialect: PubSubDialect): HeartbeatCall | nu
   const { method, params, id, jsonrpc } = value as { method?: unknown; params?: unknown; id?: unknown; jsonrpc?: unknown };
   if (jsonrpc !== '2.0' || typeof method !== 'string' || !methods.includes(method)) return null;
   if (!(typeof id === 'string' || typeof id === 'number' || id === null)) return null;
-  if (!(params === undefined || (Array.isArray(params) && params.length === 0))) return null;
+  if (!(params === undefined || params === null || (Array.isArray(params) && params.length === 0))) return null;
   return { method, idText: rawIdText(text, id) };
 }
 
