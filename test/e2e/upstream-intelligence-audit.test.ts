@@ -115,7 +115,11 @@ describe('a resting node', () => {
     expect(metrics).toContain('gateway_upstream_healthy{chain="evm",upstream="evm-env-1"} 1');
     // Each call metered once, by the node that answered it.
     const seen = await records(t, accountId, 70);
-    const last = seen.filter((r) => r.method === 'eth_getBalance').slice(-5);
+    // The last five by time: the log holds records in the order they were handed over, not answered.
+    const last = seen
+      .filter((r) => r.method === 'eth_getBalance')
+      .sort((x, y) => x.at.localeCompare(y.at))
+      .slice(-5);
     expect(last.map((r) => [r.status, r.upstream, r.charged])).toEqual(Array.from({ length: 5 }, () => [200, 'evm-env-1', true]));
     expect(new Set(seen.map((r) => r.requestId)).size).toBe(seen.length);
   }, 30_000);
