@@ -511,15 +511,9 @@ function heartbeatCall(data: Buffer, dialect: PubSubDialect): HeartbeatCall | nu
   const methods = dialect.heartbeatCalls;
   if (methods === undefined || data.length > MAX_HEARTBEAT_CALL_BYTES || !methods.some((m) => data.indexOf(m) >= 0)) return null;
   const text = data.toString('utf8');
-  let value: unknown;
-  try {
-    value = JSON.parse(text);
-  } catch {
-    return null;
-  }
-  if (typeof value !== 'object' || value === null || Array.isArray(value)) return null;
-  const { method, params, id, jsonrpc } = value as { method?: unknown; params?: unknown; id?: unknown; jsonrpc?: unknown };
-  if (jsonrpc !== '2.0' || typeof method !== 'string' || !methods.includes(method)) return null;
+  const call = singleCallIn(text);
+  if (call === null || !methods.includes(call.method)) return null;
+  const { method, params, id } = call;
   if (!(typeof id === 'string' || typeof id === 'number' || id === null)) return null;
   if (!(params === undefined || params === null || (Array.isArray(params) && params.length === 0))) return null;
   return { method, idText: rawIdText(text, id) };
@@ -536,6 +530,19 @@ function stringResultOf(body: string | Buffer | null): string | null {
   }
 }
 
+/** A frame's text as one JSON-RPC 2.0 call object (not a batch): its method, and its params and id as parsed; null for anything else. */
+function singleCallIn(text: string): { method: string; params: unknown; id: unknown } | null {
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch {
+    return null;
+  }
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) return null;
+  const { method, params, id, jsonrpc } = value as { method?: unknown; params?: unknown; id?: unknown; jsonrpc?: unknown };
+  return typeof method === 'string' && jsonrpc === '2.0' ? { method, params, id } : null;
+}
+
 /** The longest heartbeat frame looked at: web3.js's is 33 bytes. */
 const MAX_KEEP_ALIVE_BYTES = 128;
 
@@ -549,15 +556,9 @@ function localCall(data: Buffer, dialect: PubSubDialect): LocalCall | null {
   const maybeKeepAlive = keepAlive !== undefined && data.length <= MAX_KEEP_ALIVE_BYTES && data.indexOf(keepAlive) >= 0;
   if (!maybeKeepAlive && data.indexOf('ubscribe') < 0) return null;
   const text = data.toString('utf8');
-  let value: unknown;
-  try {
-    value = JSON.parse(text);
-  } catch {
-    return null;
-  }
-  if (typeof value !== 'object' || value === null || Array.isArray(value)) return null;
-  const { method, params, id, jsonrpc } = value as { method?: unknown; params?: unknown; id?: unknown; jsonrpc?: unknown };
-  if (typeof method !== 'string' || jsonrpc !== '2.0') return null;
+  const call = singleCallIn(text);
+  if (call === null) return null;
+  const { method, params, id } = call;
   if (method === keepAlive && id === undefined) return { method, role: 'keepAlive', params, idText: undefined };
   const role = dialect.roleOf(method);
   if (role === null) return null;
