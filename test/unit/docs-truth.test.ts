@@ -7,6 +7,7 @@ import WebSocket from 'ws';
 import { COMMANDS, main } from '../../src/cli/main.js';
 import { until } from '../support/eventually.js';
 import { type EvmNodeFake, FakeEvmChain, startEvmNodeFake } from '../support/fakeUpstreams.js';
+import { cells } from '../support/markdownTable.js';
 import { startTestRedisServer, type TestRedisServer } from '../support/redisServer.js';
 import { listen, newToken, startTestApp, type TestApp } from '../support/testApp.js';
 
@@ -29,21 +30,6 @@ interface MetricRow {
   types: string[];
   labels: string[];
   line: number;
-}
-
-/** A table row's cells, `|` inside code spans kept. */
-function cells(row: string): string[] {
-  const out: string[] = [];
-  let cell = '';
-  let code = false;
-  for (const ch of row.trim().replace(/^\|/, '').replace(/\|$/, '')) {
-    if (ch === '`') code = !code;
-    if (ch === '|' && !code) {
-      out.push(cell.trim());
-      cell = '';
-    } else cell += ch;
-  }
-  return [...out, cell.trim()];
 }
 
 /** The rows of operations.md's `| Metric | Type | Labels | What |` table. */

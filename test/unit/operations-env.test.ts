@@ -4,6 +4,7 @@ import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { type Config, loadConfig } from '../../src/config.js';
 import { loadChains } from '../../src/gateway/chains.js';
+import { cells } from '../support/markdownTable.js';
 
 /**
  * An operator has README.md and docs/operations.md in hand. Every environment variable the code
@@ -114,21 +115,6 @@ interface Setting {
   default: string | null;
   what: string;
   where: string;
-}
-
-/** A table row's cells, `|` inside code spans kept. */
-function cells(row: string): string[] {
-  const out: string[] = [];
-  let cell = '';
-  let code = false;
-  for (const ch of row.trim().replace(/^\|/, '').replace(/\|$/, '')) {
-    if (ch === '`') code = !code;
-    if (ch === '|' && !code) {
-      out.push(cell.trim());
-      cell = '';
-    } else cell += ch;
-  }
-  return [...out, cell.trim()];
 }
 
 /** The rows of every `| variable | default | what |` table. */
