@@ -242,10 +242,7 @@ export async function openRuntime(config: Config, clock?: () => Date, options: R
     usageQueueDepth: () => usageQueue.depth(),
     projectionLagMs: () => projector?.lastLagMs ?? null,
     cachedTokens: () => gateway?.tokens.size ?? 0,
-    responseCache: () => {
-      const c = gateway?.pools.cache;
-      return c ? { entries: c.size, bytes: c.bytes, maxBytes: c.maxBytes } : null;
-    },
+    responseCache: () => gateway?.pools.cache ?? null,
     sharedCache: () => sharedCache?.stats ?? null,
     upstreams: () => gateway?.pools.health() ?? {},
     redis: redis ? () => redis.snapshot() : undefined,

@@ -159,24 +159,6 @@ export function isNodeFailure(status: number, body: Buffer): boolean {
 }
 
 class ResponseTooLarge extends Error {}
-
-/**
- * Whether a JSON answer was cut short: it opens an object or array and does not close one (a
- * proxy or node that ended the answer early, with a well-formed HTTP message). Its last bytes only:
- * the answer is not parsed here. An empty answer (a notification's) is not cut short.
- */
-export function cutShort(body: Buffer): boolean {
-  let first = 0;
-  while (first < body.length && isSpace(body[first] as number)) first++;
-  if (first === body.length) return false;
-  const open = body[first];
-  if (open !== 0x7b && open !== 0x5b) return false;
-  let last = body.length - 1;
-  while (last > first && isSpace(body[last] as number)) last--;
-  return body[last] !== (open === 0x7b ? 0x7d : 0x5d);
-}
-
-const isSpace = (c: number): boolean => c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09;
 class UpstreamTimeout extends Error {}
 
 /** The upstream URL's path joined with the call's path; both query strings kept. */
@@ -590,10 +572,7 @@ class PoolCall implements Settles {
       return;
     }
     const failure = outcome.ok ? (isNodeFailure(outcome.status, outcome.body) ? 'status' : null) : 'failed';
-    const judge = this.request.judge;
-    // A JSON-RPC answer cut short is no answer, whatever its first bytes say.
-    const verdict: Verdict =
-      failure !== null ? 'bad' : judge && outcome.ok ? (cutShort(outcome.body) ? 'bad' : judge(outcome.body, this.request.answerId)) : 'ok';
+    const verdict: Verdict = failure !== null ? 'bad' : this.request.judge && outcome.ok ? this.request.judge(outcome.body, this.request.answerId) : 'ok';
     if (outcome.ok && (verdict === 'ok' || (verdict === 'archive' && (this.archiveOnly || !this.pool.hasArchive)))) {
       this.pool.recordSuccess(member, outcome.upstreamMs);
       if (call === this.hedgeLaunched) this.pool.hedgeWon();

@@ -39,7 +39,7 @@ export interface TelemetrySources {
   projectionLagMs?(): number | null;
   cachedTokens?(): number;
   /** The in-process response cache, when on (RESPONSE_CACHE_MB > 0): what it holds and its bound. */
-  responseCache?(): { entries: number; bytes: number; maxBytes: number } | null;
+  responseCache?(): { readonly size: number; readonly bytes: number; readonly maxBytes: number } | null;
   /** The response cache shared through Redis, when on (RESPONSE_CACHE_REDIS): its counters since start. */
   sharedCache?(): SharedCacheCounts | null;
   upstreams?(): Record<string, UpstreamSnapshot[]>;
@@ -255,29 +255,31 @@ export class Telemetry {
         if (lag !== null && lag !== undefined) this.set(lag / 1000);
       },
     });
-    if (sources.unjournaledRecords) {
-      const unjournaled = sources.unjournaledRecords;
+    /** A counter showing a running total kept elsewhere, read at each scrape. */
+    const totalOf = (name: string, help: string, total: () => number): void => {
       new Counter({
-        name: 'gateway_usage_unjournaled_total',
-        help: 'Usage records the journal could not write (disk errors): their calls were answered anyway',
+        name,
+        help,
         registers,
         collect() {
           this.reset();
-          this.inc(unjournaled());
+          this.inc(total());
         },
       });
+    };
+    if (sources.unjournaledRecords) {
+      totalOf(
+        'gateway_usage_unjournaled_total',
+        'Usage records the journal could not write (disk errors): their calls were answered anyway',
+        sources.unjournaledRecords,
+      );
     }
     if (sources.droppedUsageRecords) {
-      const dropped = sources.droppedUsageRecords;
-      new Counter({
-        name: 'gateway_usage_dropped_total',
-        help: 'Usage records dropped because the in-memory buffer was full (Redis away or refusing too long): their calls were answered, never recorded',
-        registers,
-        collect() {
-          this.reset();
-          this.inc(dropped());
-        },
-      });
+      totalOf(
+        'gateway_usage_dropped_total',
+        'Usage records dropped because the in-memory buffer was full (Redis away or refusing too long): their calls were answered, never recorded',
+        sources.droppedUsageRecords,
+      );
     }
     const sockets = () => this.webSockets();
     new Gauge({
@@ -322,7 +324,7 @@ export class Telemetry {
       help: "Answers in this gateway's response cache",
       registers,
       collect() {
-        this.set(cache()?.entries ?? 0);
+        this.set(cache()?.size ?? 0);
       },
     });
     new Gauge({
@@ -450,15 +452,7 @@ export class Telemetry {
           for (const s of REDIS_STATES) this.set({ state: s }, s === state ? 1 : 0);
         },
       });
-      new Counter({
-        name: 'gateway_redis_outages_total',
-        help: 'Times Redis went from up to unreachable, stalled or refusing writes',
-        registers,
-        collect() {
-          this.reset();
-          this.inc(redis().outages);
-        },
-      });
+      totalOf('gateway_redis_outages_total', 'Times Redis went from up to unreachable, stalled or refusing writes', () => redis().outages);
     }
   }
 

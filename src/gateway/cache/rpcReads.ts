@@ -107,7 +107,8 @@ export function judgeSingle(body: Buffer, sentIdText: string | undefined): Verdi
   const start = firstByte(body);
   // A notification: a JSON-RPC 2.0 node (geth) answers nothing, with an empty body.
   if (start === -1 && sentIdText === undefined) return 'ok';
-  if (start !== 0x7b) return 'bad';
+  // Not an object, or one cut short (a proxy or node that ended the answer early, in a well-formed HTTP message).
+  if (start !== 0x7b || lastByte(body) !== 0x7d) return 'bad';
   const end = sentIdText === undefined ? -1 : idEnd(body, sentIdText);
   if (sentIdText !== undefined && end < 0 && !answersCall(body, sentIdText)) return 'bad';
   // `"id":…,"result":` (as nodes write it): no search of the whole answer for an error.
@@ -126,11 +127,15 @@ export function judgeBatch(answers: ReadonlyMap<number, MemberAnswer> | null): V
   return 'ok';
 }
 
+const isBlank = (c: number): boolean => c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09;
+
 function firstByte(body: Buffer): number {
-  for (let i = 0; i < body.length; i++) {
-    const c = body[i] as number;
-    if (c !== 0x20 && c !== 0x0a && c !== 0x0d && c !== 0x09) return c;
-  }
+  for (let i = 0; i < body.length; i++) if (!isBlank(body[i] as number)) return body[i] as number;
+  return -1;
+}
+
+function lastByte(body: Buffer): number {
+  for (let i = body.length - 1; i >= 0; i--) if (!isBlank(body[i] as number)) return body[i] as number;
   return -1;
 }
 

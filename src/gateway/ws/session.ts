@@ -215,7 +215,7 @@ export class Session {
       return;
     }
     this.host.calls.serve(this.request(data), (response) => {
-      const result = response.status === 200 ? stringResultOf(response.body) : null;
+      const result = kept === undefined && response.status === 200 ? stringResultOf(response.body) : null;
       if (result !== null) this.heartbeatAnswers.set(heartbeat.method, result);
       this.send(response.body);
     });

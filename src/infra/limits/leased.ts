@@ -216,7 +216,6 @@ export class LeasedLimiter implements Limiter {
   }
 }
 
-/** The decision of a single counter that has `rateLeft` calls left this second and `monthLeft` this month (null: unlimited). */
 /**
  * Granted from the lease, or refused because this second has nothing more to give (the window
  * cannot refill; the month only through other processes' leases coming back, for at most a
@@ -226,6 +225,7 @@ function decidedByLease(lease: Lease, request: LimitRequest): boolean {
   return lease.answered && (request.cost <= lease.left || lease.exhausted);
 }
 
+/** The decision of a single counter that has `rateLeft` calls left this second and `monthLeft` this month (null: unlimited). */
 function decideFromLeft(request: LimitRequest, rateLeft: number, monthLeft: number | null): LimitDecision {
   const limit = request.monthly.limit;
   return decide(request, request.rps - rateLeft, monthLeft === null || limit === null ? 0 : limit - monthLeft);
