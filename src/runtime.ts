@@ -25,6 +25,7 @@ import type { ChangeFeed } from './infra/changefeed/port.js';
 import { openEventStore } from './infra/eventstore/index.js';
 import type { EventStore, Position } from './infra/eventstore/port.js';
 import { openLimiter } from './infra/limits/index.js';
+import { PlanChangeCounts } from './infra/limits/planChange.js';
 import type { Limiter } from './infra/limits/port.js';
 import { createSenders } from './infra/notify/index.js';
 import { pingPostgres } from './infra/postgres/database.js';
@@ -130,6 +131,8 @@ export async function openRuntime(config: Config, clock?: () => Date, options: R
   let projectorLock: ProjectorLock | null = null;
   /** ROLE=all's lock, taken again when lost (the same as projectorLock). */
   let heldLock: HeldProjectorLock | null = null;
+  /** Where this process projects on Redis: the account's monthly count at a plan change that turns custom limits off or on. */
+  let planChanges: PlanChangeCounts | null = null;
   /** What must answer before this process goes on, when Redis is configured. */
   const redisClients: Array<{ whenReady(timeoutMs?: number): Promise<void> }> = [];
   if (storage) {
@@ -153,9 +156,19 @@ export async function openRuntime(config: Config, clock?: () => Date, options: R
     usageQueue = openedQueue;
     droppedUsageRecords = () => openedQueue.dropped;
     redisClients.push(openedFeed, openedQueue);
+    if (projects && config.redisUrl) {
+      const tokens = new Queries(readModels, now);
+      planChanges = new PlanChangeCounts(config.redisUrl, {
+        plans: config.plans,
+        ownLimitTokens: (accountId) => tokens.tokenIdsWithOwnMonthlyLimit(accountId),
+        now: () => now().getTime(),
+      });
+      redisClients.push(planChanges);
+    }
     const project = (): void => {
       const parts = startProjecting({ store, readModels, feed, usageQueue: openedQueue, plans: config.plans, now });
       ({ projector, ingester, retention } = parts);
+      if (planChanges) parts.projector.follow(planChanges);
       // ROLE=all on PostgreSQL: a projection stopped by a store error starts anew once its lock is taken again.
       const held = heldLock;
       if (held) {
@@ -395,6 +408,7 @@ export async function openRuntime(config: Config, clock?: () => Date, options: R
       }
       await retention?.stop();
       await projector?.stop();
+      await planChanges?.close();
       await projectorLock?.release();
       await usageQueue.close();
       await limiter.close();

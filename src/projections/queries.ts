@@ -49,10 +49,20 @@ export class Queries {
   async accountQuotaUsage(accountId: string, plans: PlanCatalog, month = monthOf(this.now().toISOString())): Promise<number> {
     const [used, account] = await Promise.all([this.accountMonthUsage(accountId, month), this.account(accountId)]);
     if (!account || !plans[account.plan]?.custom_limits) return used;
+    const ids = await this.tokenIdsWithOwnMonthlyLimit(accountId);
+    const apart = await Promise.all(ids.map((id) => this.tokenMonthUsage(id, month)));
+    return Math.max(0, used - apart.reduce((sum, n) => sum + n, 0));
+  }
+
+  /**
+   * The account's tokens with their own monthly limit, whatever their status: on a plan with
+   * custom limits they count apart from the account (accountQuotaUsage), and a plan change that
+   * turns custom limits off or on moves their months into or out of Redis's account bucket.
+   */
+  async tokenIdsWithOwnMonthlyLimit(accountId: string): Promise<string[]> {
     const refs = await this.rm.range<{ tokenId: string }>(C.tokensByAccount, { prefix: `${accountId}/` });
     const docs = await Promise.all(refs.map((r) => this.tokenDoc(r.doc.tokenId)));
-    const apart = await Promise.all(docs.filter((d): d is TokenDoc => d !== null && d.monthlyLimit !== null).map((d) => this.tokenMonthUsage(d.id, month)));
-    return Math.max(0, used - apart.reduce((sum, n) => sum + n, 0));
+    return docs.filter((d): d is TokenDoc => d !== null && d.monthlyLimit !== null).map((d) => d.id);
   }
 
   /** Requests of the month that used the token's quota (its own limit's, or the account's share). */

@@ -40,6 +40,17 @@ export interface Projector {
 }
 
 /**
+ * Acts on events of some types once their batch is committed, before its change notifications go
+ * out (Redis's account counts at a plan change: src/infra/limits/planChange.ts). Not a projection:
+ * what it does is outside the read models, so it must be idempotent (a replay hands it the events
+ * again) and handle its own failures.
+ */
+export interface CommitFollower {
+  readonly types: ReadonlySet<string>;
+  committed(events: readonly StoredEvent[]): Promise<void>;
+}
+
+/**
  * Follows the log from the oldest checkpoint of its projections, commits each batch per
  * projection with that projection's checkpoint, then publishes change notifications. A crash
  * between commits is harmless: each projection skips what its checkpoint already covers.
@@ -53,6 +64,7 @@ export class ProjectionRunner implements Projector {
   private caughtUpResolve!: () => void;
   private loop: Promise<void> | null = null;
   private failureHandler: ((error: Error) => void) | null = null;
+  private follower: CommitFollower | null = null;
   /** The batch being committed while the next one is read and projected; at most one. */
   private committing: Promise<void> | null = null;
   /** Resolves once the projections have caught up with the log as it was at start. */
@@ -83,6 +95,11 @@ export class ProjectionRunner implements Projector {
    */
   onFailure(handler: (error: Error) => void): void {
     this.failureHandler = handler;
+  }
+
+  /** Who acts on a committed batch's events of its types (see CommitFollower). */
+  follow(follower: CommitFollower): void {
+    this.follower = follower;
   }
 
   get isCaughtUp(): boolean {
@@ -175,8 +192,10 @@ export class ProjectionRunner implements Projector {
       for (const e of mine) for (const w of p.project(e)) writes.push(w);
       return unexpired(writes, nowMs);
     });
+    const follower = this.follower;
+    const followed = follower === null ? [] : events.filter((e) => follower.types.has(e.type));
     await this.settle();
-    const committing = this.apply(last, writesByProjection, messages);
+    const committing = this.apply(last, writesByProjection, messages, followed);
     committing.catch(() => undefined); // awaited by the next settle(); not an unhandled rejection meanwhile
     this.committing = committing;
   }
@@ -188,11 +207,13 @@ export class ProjectionRunner implements Projector {
     await committing;
   }
 
-  private async apply(last: StoredEvent, writesByProjection: ReadModelWrite[][], messages: string[]): Promise<void> {
+  private async apply(last: StoredEvent, writesByProjection: ReadModelWrite[][], messages: string[], followed: StoredEvent[]): Promise<void> {
     for (const [i, p] of this.projections.entries()) {
       await this.readModels.commit(p.name, last.position, writesByProjection[i] ?? []);
       this.checkpoints.set(p.name, last.position);
     }
+    // Before the notifications: a gateway that hears of the change finds what follows it done.
+    if (followed.length > 0) await this.follower?.committed(followed).catch(() => undefined);
     this.processed = last.position;
     this.lastLagMs = Math.max(0, Date.now() - Date.parse(last.created));
     if (this.feed) {

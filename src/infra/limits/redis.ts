@@ -67,6 +67,8 @@ interface PendingTake {
  *   month        mq:{<bucket>}:<YYYYMM>                 expires 35 days after the month ends
  * A call whose bucket is its account's also counts in its token's month, `mq:{token:<id>}:<YYYYMM>`
  * (the bucket it has once given its own limit), by a second command after the take's reply.
+ * A plan change that turns custom limits off or on moves those months into or out of the
+ * account's once, marked by `pc:{account:<id>}:<YYYYMM>:<eventId>` (planChange.ts).
  */
 export const rateKey = (bucket: string, tokenId: string, nowMs: number): string => `rl:{${bucket}}:${tokenId}:${rateWindow(nowMs)}`;
 export const monthKey = (bucket: string, nowMs: number): string => `mq:{${bucket}}:${monthId(nowMs)}`;
