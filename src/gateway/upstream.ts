@@ -35,7 +35,9 @@ export interface UpstreamRequest {
   /**
    * Judges an answer the node gave (not a node failure by its status): 'bad' when it is not a
    * valid answer to this call (counted against the node, another one tried), 'archive' when a
-   * full node lacks the state asked (an archive node tried, when the chain has one).
+   * full node lacks the state asked (an archive node tried, when the chain has one), 'busy' when
+   * the node refused it for want of capacity (counted against the node, another one tried; the
+   * last such answer is the caller's when no node answered better).
    */
   judge?: (body: Buffer, answerId: string | undefined) => Verdict;
   /** The id text a single JSON-RPC answer must carry, passed to `judge` (a module-level function: no closure per call). */
@@ -44,7 +46,7 @@ export interface UpstreamRequest {
   pinned?: number;
 }
 
-export type Verdict = 'ok' | 'bad' | 'archive';
+export type Verdict = 'ok' | 'bad' | 'archive' | 'busy';
 
 export interface UpstreamAnswer {
   ok: true;
@@ -502,6 +504,8 @@ class PoolCall implements Settles {
   private live: UpstreamCall | null = null;
   private hedgeCall: UpstreamCall | null = null;
   private last: UpstreamFailure | null = null;
+  /** The last node's refusal for want of capacity: its own answer, passed on when no node answers better. */
+  private busy: UpstreamAnswer | null = null;
   private hedged = false;
   private hedgeLaunched: UpstreamCall | null = null;
   private finished = false;
@@ -534,7 +538,7 @@ class PoolCall implements Settles {
   private launch(): boolean {
     const member = this.attemptsLeft > 0 ? this.pool.pick(this) : null;
     if (member === null) {
-      if (this.live === null && this.hedgeCall === null) this.finish(this.last ?? this.pool.unavailableFor(this.request));
+      if (this.live === null && this.hedgeCall === null) this.finish(this.busy ?? this.last ?? this.pool.unavailableFor(this.request));
       return false;
     }
     this.attemptsLeft--;
@@ -586,15 +590,20 @@ class PoolCall implements Settles {
     } else {
       this.pool.recordFailure(member, outcome.upstreamMs);
     }
-    this.last = !outcome.ok
-      ? outcome
-      : {
-          ok: false,
-          kind: 'unavailable',
-          message: `upstream ${member.upstream.label} ${failure === 'status' ? `answered HTTP ${outcome.status}` : `sent an invalid answer (HTTP ${outcome.status})`}`,
-          upstreamMs: outcome.upstreamMs,
-          upstream: member.upstream.label,
-        };
+    // A busy node's answer is its own, which clients know and back off on: the caller's if no node answers better (a write's at once).
+    if (verdict === 'busy' && outcome.ok) {
+      this.busy = outcome;
+    } else {
+      this.last = !outcome.ok
+        ? outcome
+        : {
+            ok: false,
+            kind: 'unavailable',
+            message: `upstream ${member.upstream.label} ${failure === 'status' ? `answered HTTP ${outcome.status}` : `sent an invalid answer (HTTP ${outcome.status})`}`,
+            upstreamMs: outcome.upstreamMs,
+            upstream: member.upstream.label,
+          };
+    }
     if (this.live !== null || this.hedgeCall !== null) return;
     // The next attempt starts outside the finished one's undici callback.
     queueMicrotask(() => {

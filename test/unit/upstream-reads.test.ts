@@ -81,6 +81,37 @@ describe('judging an answer', () => {
     const trace = '{"jsonrpc":"2.0","id":1,"result":{"calls":[{"error":"call failed: historical state is not available"}]}}';
     expect(judgeSingle(answer(trace), '1')).toBe('ok');
   });
+
+  it("calls a node's refusal for want of capacity inside a 200 busy, and a complaint about the call's size the node's answer", () => {
+    const refusal = (code: number, message: string) => answer(`{"jsonrpc":"2.0","id":1,"error":{"code":${code},"message":${JSON.stringify(message)}}}`);
+    for (const [code, message] of [
+      [-32005, 'daily request count exceeded, request rate limited'],
+      [-32005, 'project ID request rate exceeded'],
+      [429, 'Your app has exceeded its compute units per second capacity. If you have retries enabled, you can safely ignore this message.'],
+      [-32000, 'Monthly capacity limit exceeded.'],
+      [-32000, 'Too many requests, try again later'],
+      [-32000, 'You have exceeded the quota of requests'],
+      [-32007, 'request limit reached'],
+      [-32603, 'the server is under too much load'],
+      [429, 'Too many requests for a specific RPC call, contact your app developer or support@rpcpool.com.'],
+      [429, ''],
+    ] as const)
+      expect(judgeSingle(refusal(code, message), '1'), message).toBe('busy');
+    for (const [code, message] of [
+      [-32005, 'query returned more than 10000 results'],
+      [-32005, 'block range too large'],
+      [-32602, 'Log response size exceeded. You can make eth_getLogs requests with up to a 2K block range'],
+      [-32005, 'limit the query to 10000 blocks'],
+      [3, 'execution reverted: rate limit exceeded'],
+      [-32000, 'sender is over rate limit'],
+      [-32005, 'Batched requests are not supported by this server'],
+      [-32000, 'too many requests in batch, max 100'],
+      [-32600, 'batch request limit exceeded'],
+      [-32005, 'limit exceeded'],
+      [-32000, 'nonce too low'],
+    ] as const)
+      expect(judgeSingle(refusal(code, message), '1'), message).toBe('ok');
+  });
 });
 
 describe('judging a batch answer', () => {
@@ -110,6 +141,15 @@ describe('judging a batch answer', () => {
     );
     expect(
       judge('[{"jsonrpc":"2.0","id":0,"result":"0x2"},{"jsonrpc":"2.0","id":1,"error":{"code":3,"message":"execution reverted: missing trie node"}}]'),
+    ).toBe('ok');
+  });
+
+  it('calls a batch busy when any member was refused for want of capacity, or the whole batch was', () => {
+    const limited = '{"code":-32005,"message":"daily request count exceeded, request rate limited"}';
+    expect(judge(`[{"jsonrpc":"2.0","id":0,"result":"0x2"},{"jsonrpc":"2.0","id":1,"error":${limited}}]`)).toBe('busy');
+    expect(judge(`{"jsonrpc":"2.0","id":null,"error":${limited}}`)).toBe('busy');
+    expect(
+      judge('[{"jsonrpc":"2.0","id":0,"result":"0x2"},{"jsonrpc":"2.0","id":1,"error":{"code":-32005,"message":"query returned more than 10000 results"}}]'),
     ).toBe('ok');
   });
 });

@@ -1,4 +1,4 @@
-import { type MemberAnswer, rpcErrorOf } from '../jsonrpc.js';
+import { type MemberAnswer, type RpcErrorInfo, rpcErrorOf } from '../jsonrpc.js';
 import { documentStart, objectMembers } from '../jsonScan.js';
 import type { Verdict } from '../upstream.js';
 import { blockOfResult, type CallShape } from '../upstreams/evmCalls.js';
@@ -41,6 +41,80 @@ function asksForArchive(message: string | null | undefined): boolean {
   const lower = message.toLowerCase();
   if (lower.startsWith('execution reverted') || lower.startsWith('reverted')) return false;
   return ARCHIVE_ERRORS.some((e) => lower.includes(e));
+}
+
+/**
+ * A node's error about the call's own size or range (eth_getLogs over too many blocks or results,
+ * an answer over the node's cap): every node would say the same, so it is the node's answer even
+ * under a capacity code (Infura's -32005 "query returned more than 10000 results").
+ */
+const CALL_TOO_LARGE = [
+  'returned more than',
+  'block range',
+  'range too large',
+  'range is too large',
+  'range too wide',
+  'range is too wide',
+  'limit the query to',
+  'response size',
+  'too many results',
+  'max results',
+  'query exceeds',
+  'response too large',
+  'is too big',
+  'blocks distance',
+  'logs over more',
+  'try paginating',
+  // A batch over the node's size ("too many requests in batch" is not a rate limit).
+  'batch size',
+  'batch too large',
+  'batch is too large',
+  'batch limit',
+  'batch request limit',
+  'in batch',
+  'in a batch',
+];
+
+/**
+ * A node's words for refusing a call for want of capacity: its provider's rate limit, quota or plan
+ * (Infura's "daily request count exceeded, request rate limited", Alchemy's "compute units per
+ * second capacity", QuickNode's "request limit reached", Solana RPC pools' "Too many requests for a
+ * specific RPC call"). Another node (another provider) may well answer.
+ */
+const NODE_BUSY = [
+  'rate limit',
+  'rate exceeded',
+  'too many requests',
+  'quota',
+  'request limit',
+  'requests limited to',
+  'under too much load',
+  'capacity limit',
+  'compute units per second',
+  'limit for your current plan',
+  'reached the free tier',
+];
+
+/**
+ * Whether a node's error says the node is busy: code 429 (Solana RPC pools answer so inside a 200)
+ * or one of NODE_BUSY in its message, and not a complaint about the call's size (CALL_TOO_LARGE),
+ * not a revert (a contract's own reason may say anything), and not the OP Stack sequencer's limit
+ * on one sender (every node forwards to the same sequencer: the sender's limit, not the node's).
+ */
+export function refusesForCapacity(error: RpcErrorInfo): boolean {
+  const message = error.message;
+  if (message === null || message === '') return error.code === 429;
+  const lower = message.toLowerCase();
+  if (lower.startsWith('execution reverted') || lower.startsWith('reverted') || lower.includes('sender is over rate limit')) return false;
+  if (CALL_TOO_LARGE.some((e) => lower.includes(e))) return false;
+  return error.code === 429 || NODE_BUSY.some((e) => lower.includes(e));
+}
+
+/** The verdict on a node's error: it lacks old state, it is busy, or its answer stands (the caller's to read). */
+function judgeError(error: RpcErrorInfo | null | undefined): Verdict {
+  if (error === null || error === undefined) return 'ok';
+  if (asksForArchive(error.message)) return 'archive';
+  return refusesForCapacity(error) ? 'busy' : 'ok';
 }
 
 /**
@@ -101,7 +175,8 @@ function answersCall(body: Buffer, idText: string): boolean {
  * Judges a node's answer to a single call sent with id `sentIdText` (undefined: a notification,
  * which an empty answer fits): not a JSON object, or another call's id (an error's null id is
  * not one), is a failed node (another one is tried, nothing is kept); an error saying
- * the node lacks old state asks for an archive node.
+ * the node lacks old state asks for an archive node; one refusing the call for want of capacity
+ * (a rate limit inside a 200) is a busy node. Only an answer holding an error has its message read.
  */
 export function judgeSingle(body: Buffer, sentIdText: string | undefined): Verdict {
   const start = firstByte(body);
@@ -113,18 +188,25 @@ export function judgeSingle(body: Buffer, sentIdText: string | undefined): Verdi
   if (sentIdText !== undefined && end < 0 && !answersCall(body, sentIdText)) return 'bad';
   // `"id":…,"result":` (as nodes write it): no search of the whole answer for an error.
   if (end > 0 && resultFollows(body, end)) return 'ok';
-  return asksForArchive(rpcErrorOf(body)?.message) ? 'archive' : 'ok';
+  return judgeError(rpcErrorOf(body));
 }
 
 /**
  * Judges a node's answer to a batch, as split by splitBatchAnswer (null: not a batch answer, or
  * an answer under an id that is not one of the calls sent): a failed node (another one is
- * tried, nothing is kept), or a call that asks for an archive node.
+ * tried, nothing is kept), a call that asks for an archive node, or a busy node when any member
+ * was refused for want of capacity (a provider's limit often cuts a batch part way: another node
+ * may answer it whole; the pool re-sends no batch holding a write).
  */
 export function judgeBatch(answers: ReadonlyMap<number, MemberAnswer> | null): Verdict {
   if (answers === null) return 'bad';
-  for (const a of answers.values()) if (asksForArchive(a.error?.message)) return 'archive';
-  return 'ok';
+  let busy = false;
+  for (const a of answers.values()) {
+    const verdict = judgeError(a.error);
+    if (verdict === 'archive') return 'archive';
+    if (verdict === 'busy') busy = true;
+  }
+  return busy ? 'busy' : 'ok';
 }
 
 const isBlank = (c: number): boolean => c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09;
