@@ -379,6 +379,23 @@ export class UpstreamPool {
   }
 
   /**
+   * A node that refused a call for want of capacity (a 'busy' answer): a failure, but it rests
+   * only while another node is up. The last node standing keeps taking calls, so its callers get
+   * its own refusal, which clients back off on, instead of 502 "no healthy upstream" for the
+   * whole rest: a provider's rate limit is per second, a rest 5 s.
+   */
+  recordBusy(m: Member, ms: number): void {
+    const now = this.now();
+    if (this.members.some((o) => o !== m && (o.ejectedUntil === null || o.ejectedUntil <= now))) {
+      this.recordFailure(m, ms);
+      return;
+    }
+    m.consecutiveFailures++;
+    m.probing = false;
+    this.score(m, ms, 1);
+  }
+
+  /**
    * A call given up on (another node answered first): its wait so far counts as its latency. A
    * resting node's trial call given up on so tells nothing of its health: the next call may try
    * it again (left marked as on trial, it was never picked again, and never came back).
@@ -587,11 +604,12 @@ class PoolCall implements Settles {
       // The node answered: it is healthy, it just does not keep that state.
       this.archiveOnly = true;
       this.attemptsLeft = Math.max(this.attemptsLeft, 1);
-    } else {
+    } else if (verdict !== 'busy') {
       this.pool.recordFailure(member, outcome.upstreamMs);
     }
-    // A busy node's answer is its own, which clients know and back off on: the caller's if no node answers better (a write's at once).
     if (verdict === 'busy' && outcome.ok) {
+      this.pool.recordBusy(member, outcome.upstreamMs);
+      // A busy node's answer is its own, which clients know and back off on: the caller's if no node answers better (a write's at once).
       this.busy = outcome;
     } else {
       this.last = !outcome.ok

@@ -31,9 +31,9 @@ interface Setup {
   nodes: [EvmNodeFake, EvmNodeFake];
 }
 
-async function setUp(): Promise<Setup> {
+async function setUp(nodeCount = 2): Promise<Setup> {
   const chain = new FakeEvmChain(200, 8);
-  const nodes = await Promise.all([startEvmNodeFake(chain), startEvmNodeFake(chain)]);
+  const nodes = await Promise.all(Array.from({ length: nodeCount }, () => startEvmNodeFake(chain)));
   opened.push(...nodes);
   const dir = mkdtempSync(join(tmpdir(), 'gw-busy-node-'));
   dirs.push(dir);
@@ -132,6 +132,22 @@ describe('a node rate-limited inside a 200', () => {
     const [record] = await records(t, accountId, 1);
     expect(record).toMatchObject({ status: 200, rpcErrorCode: -32005, errorMessage: RATE_LIMITED.message, charged: true });
     expect(['evm-env-1', 'evm-env-2']).toContain(record!.upstream);
+  });
+
+  it("keeps the last node standing at work: a chain's only node never rests for refusing, its callers get its refusal, not a 502", async () => {
+    const { t, url, nodes } = await setUp(1);
+    const [only] = nodes;
+    refuse(only, RATE_LIMITED);
+    for (let i = 0; i < 6; i++) {
+      const r = await rpc(url, 'eth_getBalance', ['0x01', 'pending']);
+      // Before: rested after its third refusal, the node's callers got 502 "no healthy upstream" for 5 s.
+      expect([r.status, r.body.error]).toEqual([200, RATE_LIMITED]);
+    }
+    expect(balanceCalls(only)).toBe(6);
+    expect(t.runtime.gateway!.pools.health().evm![0]).toMatchObject({ consecutiveFailures: 6, ejectedUntil: null });
+    // Back to answering: its calls are results again at once.
+    only.rewrite = undefined;
+    expect((await rpc(url, 'eth_getBalance', ['0x01', 'pending'])).body.result).toMatch(/^0x/);
   });
 
   it('retries a read batch one member of which was refused, and hands the caller a whole answer', async () => {
