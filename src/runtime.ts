@@ -24,7 +24,7 @@ import { openChangeFeed } from './infra/changefeed/index.js';
 import type { ChangeFeed } from './infra/changefeed/port.js';
 import { openEventStore } from './infra/eventstore/index.js';
 import type { EventStore, Position } from './infra/eventstore/port.js';
-import { openLimiter } from './infra/limits/index.js';
+import { MemoryLimiter, openLimiter } from './infra/limits/index.js';
 import { PlanChangeCounts } from './infra/limits/planChange.js';
 import type { Limiter } from './infra/limits/port.js';
 import { createSenders } from './infra/notify/index.js';
@@ -46,7 +46,7 @@ import { PROJECTIONS, startProjecting } from './projections/all.js';
 import { UsageQueries } from './projections/metricsQueries.js';
 import { Queries } from './projections/queries.js';
 import type { RetentionJob } from './projections/retention.js';
-import type { Projector } from './projections/runner.js';
+import { INVALIDATION_TOPIC, type Projector } from './projections/runner.js';
 
 export interface GatewayParts {
   chains: ChainRegistry;
@@ -221,8 +221,27 @@ export async function openRuntime(config: Config, clock?: () => Date, options: R
       await projector?.caughtUp;
       return queries.bucketMonthUsage(bucket, nowMs, config.plans);
     },
+    accounts: {
+      customLimits: async (accountId) => {
+        await projector?.caughtUp;
+        const account = await queries.account(accountId);
+        return account !== null && (config.plans[account.plan]?.custom_limits ?? false);
+      },
+      ownLimitTokens: (accountId) => queries.tokenIdsWithOwnMonthlyLimit(accountId),
+    },
   });
   redisClients.push(limiter);
+  // In process, an account's month follows a plan change that turns custom limits off or on when
+  // the change notice arrives (with Redis the projector moves it before: planChange.ts).
+  const unfollowPlanChanges =
+    limiter instanceof MemoryLimiter
+      ? await feed.subscribe(INVALIDATION_TOPIC, (message) => {
+          if (!message.startsWith('account:')) return;
+          limiter.accountPlanChanged(message.slice('account:'.length), now().getTime()).catch((error: unknown) => {
+            console.warn(`limits: the account's monthly count did not follow its plan change (${error instanceof Error ? error.message : String(error)})`);
+          });
+        })
+      : null;
   // Counted in Redis only where the management API is served; elsewhere nothing asks.
   const servesApi = config.role === 'all' || config.role === 'api';
   const attempts = openAttemptCounter({ redisUrl: servesApi ? config.redisUrl : undefined });
@@ -411,6 +430,7 @@ export async function openRuntime(config: Config, clock?: () => Date, options: R
       await planChanges?.close();
       await projectorLock?.release();
       await usageQueue.close();
+      await unfollowPlanChanges?.();
       await limiter.close();
       await attempts.close();
       await wsConnections.close();

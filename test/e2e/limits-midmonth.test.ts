@@ -180,9 +180,9 @@ describe.each(['embedded', 'redis'] as const)('on the %s limiter', (backend) => 
       [200, '3'],
     ]);
     await unprojected(async () => {
-      // On Free the token counts against the account's 10, its own limit off. What the account's
-      // count starts from there is not settled (docs/decisions.md, "A token's month is counted
-      // whatever its limit"), so not asserted.
+      // On Free the token counts against the account's 10, its own limit off, and the account's
+      // count takes in the token's month (limits-plan-change-embedded and -redis test it); here
+      // the token's own month is followed.
       await tk.setPlan('free');
       expect((await calls(tk.token, 2)).map(([status]) => status)).toEqual([200, 200]);
       // Back on Developer: its own 5, of which 4 are used.

@@ -1,12 +1,12 @@
 import { LeasedLimiter } from './leased.js';
-import { MemoryLimiter, type QuotaUsedBefore } from './memory.js';
+import { type AccountPlanReads, MemoryLimiter, type QuotaUsedBefore } from './memory.js';
 import type { Limiter } from './port.js';
 import { RedisLimiter } from './redis.js';
 import { ResilientLimiter } from './resilient.js';
 
-export type { LimitDecision, LimitRequest, Limiter } from './port.js';
 export { LeasedLimiter } from './leased.js';
 export { MemoryLimiter } from './memory.js';
+export type { LimitDecision, Limiter, LimitRequest } from './port.js';
 export { RedisLimiter } from './redis.js';
 export { ResilientLimiter } from './resilient.js';
 
@@ -20,6 +20,11 @@ export interface OpenLimiterOptions {
    * gives no fresh quota (with Redis the counts live there).
    */
   usedBefore?: QuotaUsedBefore;
+  /**
+   * In process: what an account's month needs to follow a plan change that turns custom limits
+   * off or on (MemoryLimiter.accountPlanChanged; with Redis the projector moves it, planChange.ts).
+   */
+  accounts?: AccountPlanReads;
 }
 
 /** `whenReady` resolves once the backend is connected (at startup; rejects after the timeout). */
@@ -39,5 +44,5 @@ export function openLimiter(options: OpenLimiterOptions = {}): OpenedLimiter {
     return new ResilientLimiter(new LeasedLimiter(redis), { failClosed });
   }
   // In process: the runtime opens one and hands it to every role of the process.
-  return Object.assign(new MemoryLimiter(options.usedBefore ?? null), { whenReady: async () => {} });
+  return Object.assign(new MemoryLimiter(options.usedBefore ?? null, options.accounts ?? null), { whenReady: async () => {} });
 }

@@ -1,0 +1,310 @@
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type AccountPlanReads, MemoryLimiter } from '../../src/infra/limits/memory.js';
+import type { LimitDecision, LimitRequest } from '../../src/infra/limits/port.js';
+import { INVALIDATION_TOPIC } from '../../src/projections/runner.js';
+import { eventually, until } from '../support/eventually.js';
+import { type FakeUpstream, startEvmFake } from '../support/fakeUpstreams.js';
+import { ownerOn } from '../support/planOwner.js';
+import { ADMIN_TOKEN, startTestApp, type TestApp } from '../support/testApp.js';
+
+/**
+ * On the embedded default (no Redis, the in-process limiter) the account's monthly count follows
+ * a plan change that turns its tokens' own limits off (Free: every call of the month counts
+ * against the account) or on (a token with its own limit counts apart again, for its whole
+ * month), as the account view (`Queries.accountQuotaUsage`) and Redis's bucket
+ * (limits-plan-change-redis.test.ts) do, though the account's bucket was read before the change.
+ */
+
+/** Small quotas, a rate no test reaches. Free has no custom limits. */
+const FREE = 10;
+const DEVELOPER = 20;
+/** A token's own monthly limit on Developer. */
+const OWN = 15;
+
+const dir = mkdtempSync(join(tmpdir(), 'gw-limits-plan-change-embedded-'));
+const plansFile = join(dir, 'plans.json');
+writeFileSync(plansFile, JSON.stringify({ free: { rps: 100, monthly_requests: FREE }, developer: { rps: 100, monthly_requests: DEVELOPER } }));
+
+let evm: FakeUpstream;
+
+beforeAll(async () => {
+  evm = await startEvmFake();
+});
+afterAll(async () => {
+  await evm?.close();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+type Answer = [status: number, monthlyRemaining: string | undefined];
+
+/** `n` calls through the service, one after another: each one's status and `X-MonthlyLimit-Remaining`. */
+async function calls(t: TestApp, token: string, n: number): Promise<Answer[]> {
+  const out: Answer[] = [];
+  for (let i = 0; i < n; i++) {
+    const res = await t.app.inject({
+      method: 'POST',
+      url: `/local/${token}`,
+      headers: { 'content-type': 'application/json' },
+      payload: { jsonrpc: '2.0', id: 1, method: 'eth_blockNumber', params: [] },
+    });
+    out.push([res.statusCode, res.headers['x-monthlylimit-remaining'] as string | undefined]);
+  }
+  return out;
+}
+
+/** Runs `change` and waits until the gateway heard `topic` invalidated. */
+async function heard(t: TestApp, topic: (body: unknown) => string, change: () => Promise<{ statusCode: number; body: string }>) {
+  const topics: string[] = [];
+  const unsubscribe = await t.runtime.feed.subscribe(INVALIDATION_TOPIC, (m) => topics.push(m));
+  try {
+    const res = await change();
+    expect(res.statusCode, res.body).toBeLessThan(300);
+    const awaited = topic(JSON.parse(res.body));
+    await until(() => topics.includes(awaited));
+    return JSON.parse(res.body) as unknown;
+  } finally {
+    await unsubscribe();
+  }
+}
+
+/** An owner on Developer with a token of its own limit (`own`) and one counted on the account (`shared`). */
+async function account(t: TestApp) {
+  const o = await ownerOn(t, 'developer');
+  const made = async (payload: { name: string } & Record<string, unknown>) =>
+    (await heard(
+      t,
+      (body) => `token:${(body as { id: string }).id}`,
+      () => t.app.inject({ method: 'POST', url: '/api/v1/tokens', headers: o.auth, payload }),
+    )) as { id: string; token: string };
+  const own = await made({ name: 'own', monthly_limit: OWN });
+  const shared = await made({ name: 'shared' });
+  return { o, own, shared, ...onApp(t, o.accountId, o.auth) };
+}
+
+/** The account's plan changes and its view, on `t` (an app on the account's data). */
+function onApp(t: TestApp, accountId: string, auth: Record<string, string>) {
+  /** Moves the account to `plan`; resolves once the gateway heard of it. */
+  const setPlan = (plan: string) =>
+    heard(
+      t,
+      () => `account:${accountId}`,
+      () =>
+        t.app.inject({
+          method: 'PUT',
+          url: `/api/v1/admin/accounts/${accountId}/plan`,
+          headers: { authorization: `Bearer ${ADMIN_TOKEN}` },
+          payload: { plan },
+        }),
+    );
+  /** The account view's `usage.remaining` once the usage totals hold `requests` calls. */
+  const viewRemaining = async (requests: number): Promise<number> => {
+    const usage = await eventually(
+      async () => (await t.app.inject({ method: 'GET', url: '/api/v1/account', headers: auth })).json().usage as { requests: number; remaining: number },
+      (u) => u.requests === requests,
+    );
+    expect(usage.requests).toBe(requests);
+    return usage.remaining;
+  };
+  return { setPlan, viewRemaining };
+}
+
+/** Runs `body` with the ingester stopped: calls made meanwhile are handed over but not in the totals. */
+async function unprojected(t: TestApp, body: () => Promise<void>): Promise<void> {
+  const ingester = t.runtime.ingester;
+  if (!ingester) throw new Error('no ingester');
+  await ingester.stop();
+  try {
+    await body();
+  } finally {
+    ingester.start();
+  }
+}
+
+describe.each(['on', 'off'])('the embedded limiter (STORAGE_THREAD=%s) at a plan change that turns custom limits off or on', (storageThread) => {
+  let t: TestApp;
+  beforeAll(async () => {
+    t = await startTestApp({ env: { UPSTREAM_LOCAL: evm.url, PLANS_CONFIG: plansFile, STORAGE_THREAD: storageThread } });
+  });
+  afterAll(async () => {
+    await t?.close();
+  });
+
+  it('down to Free, the calls of a token with its own limit count against the account; back up, they leave it again', async () => {
+    const a = await account(t);
+    expect((await calls(t, a.own.token, 8)).map(([, left]) => left)).toEqual(['14', '13', '12', '11', '10', '9', '8', '7']);
+    // The account's bucket read here, before the change.
+    expect(await calls(t, a.shared.token, 1)).toEqual([[200, '19']]);
+    expect(await a.viewRemaining(9)).toBe(DEVELOPER - 1);
+
+    // Free: no custom limits; the account's 10 count all 9 calls of the month.
+    await a.setPlan('free');
+    expect(await a.viewRemaining(9)).toBe(FREE - 9);
+    expect(await calls(t, a.shared.token, 2)).toEqual([
+      [200, '0'],
+      [429, '0'],
+    ]);
+    expect(await calls(t, a.own.token, 1)).toEqual([[429, '0']]);
+    expect(await a.viewRemaining(10)).toBe(0);
+
+    // Developer again: the token counts apart for its whole month (8), the account its other 2.
+    await a.setPlan('developer');
+    expect(await a.viewRemaining(10)).toBe(DEVELOPER - 2);
+    expect(await calls(t, a.shared.token, 1)).toEqual([[200, String(DEVELOPER - 3)]]);
+    expect(await calls(t, a.own.token, 1)).toEqual([[200, String(OWN - 9)]]);
+    expect(await a.viewRemaining(12)).toBe(DEVELOPER - 3);
+  });
+
+  it('up from Free, the calls a token with its own limit made there leave the account’s count', async () => {
+    const a = await account(t);
+    await a.setPlan('free');
+    expect((await calls(t, a.own.token, 6)).map(([, left]) => left)).toEqual(['9', '8', '7', '6', '5', '4']);
+    expect(await calls(t, a.shared.token, 1)).toEqual([[200, '3']]);
+    expect(await a.viewRemaining(7)).toBe(FREE - 7);
+
+    await a.setPlan('developer');
+    expect(await a.viewRemaining(7)).toBe(DEVELOPER - 1);
+    expect(await calls(t, a.shared.token, 1)).toEqual([[200, String(DEVELOPER - 2)]]);
+    expect(await calls(t, a.own.token, 1)).toEqual([[200, String(OWN - 7)]]);
+  });
+
+  it('moves the calls handed over but not yet in the totals too: the limiter counts them, the view catches up', async () => {
+    const a = await account(t);
+    expect(await calls(t, a.shared.token, 1)).toEqual([[200, '19']]);
+    expect(await a.viewRemaining(1)).toBe(DEVELOPER - 1);
+    await unprojected(t, async () => {
+      expect((await calls(t, a.own.token, 5)).map(([, left]) => left)).toEqual(['14', '13', '12', '11', '10']);
+      await a.setPlan('free');
+      // The totals lack the 5: the view says 9 left; the limiter counts them, 1 + 5 + this one.
+      expect(await calls(t, a.shared.token, 1)).toEqual([[200, String(FREE - 7)]]);
+    });
+    expect(await a.viewRemaining(7)).toBe(FREE - 7);
+
+    await unprojected(t, async () => {
+      expect(await calls(t, a.own.token, 2)).toEqual([
+        [200, '2'],
+        [200, '1'],
+      ]);
+      await a.setPlan('developer');
+      // The token's whole month (7) is apart again; the account keeps its shared token's 2, and this one.
+      expect(await calls(t, a.shared.token, 1)).toEqual([[200, String(DEVELOPER - 3)]]);
+      expect(await calls(t, a.own.token, 1)).toEqual([[200, String(OWN - 8)]]);
+    });
+    expect(await a.viewRemaining(11)).toBe(DEVELOPER - 3);
+  });
+});
+
+describe('after a restart, a token whose month this process never counted', () => {
+  it('is moved from the totals', async () => {
+    const dataDir = mkdtempSync(join(dir, 'data-'));
+    const env = { UPSTREAM_LOCAL: evm.url, PLANS_CONFIG: plansFile };
+    let t = await startTestApp({ dataDir, env });
+    const a = await account(t);
+    expect((await calls(t, a.own.token, 5)).map(([status]) => status)).toEqual([200, 200, 200, 200, 200]);
+    expect(await calls(t, a.shared.token, 1)).toEqual([[200, '19']]);
+    expect(await a.viewRemaining(6)).toBe(DEVELOPER - 1);
+    await t.close({ keepData: true });
+
+    t = await startTestApp({ dataDir, env });
+    try {
+      const again = onApp(t, a.o.accountId, a.o.auth);
+      // The account's bucket read again, the token with its own limit not called in this process.
+      expect(await calls(t, a.shared.token, 1)).toEqual([[200, '18']]);
+      await again.setPlan('free');
+      // Its 5 from the totals, the shared token's 2, this one.
+      expect(await calls(t, a.shared.token, 1)).toEqual([[200, String(FREE - 8)]]);
+      expect(await again.viewRemaining(8)).toBe(FREE - 8);
+    } finally {
+      await t.close();
+    }
+  });
+});
+
+describe('the in-process limiter while it moves an account’s month', () => {
+  const NOW = Date.UTC(2026, 10, 16, 12);
+  const request = (tokenId: string, key: string, limit: number | null): LimitRequest => ({ tokenId, rps: 100, monthly: { key, limit }, cost: 1, nowMs: NOW });
+
+  /** An account `a` whose plan's custom limits the test sets, its token `x` with its own limit; each plan read waits for `release` when held. */
+  function accountReads(custom: boolean) {
+    const state = { custom, planReads: 0, tokenReads: 0, held: null as Promise<void> | null };
+    const reads: AccountPlanReads = {
+      customLimits: async () => {
+        state.planReads++;
+        if (state.held) await state.held;
+        return state.custom;
+      },
+      ownLimitTokens: async () => {
+        state.tokenReads++;
+        return ['x'];
+      },
+    };
+    return { state, reads };
+  }
+
+  it('holds the account’s calls until the move is done: a call counted meanwhile on the token’s own bucket moves with it', async () => {
+    const { state, reads } = accountReads(true);
+    const limiter = new MemoryLimiter(async () => 0, reads);
+    for (let i = 0; i < 3; i++) expect((await limiter.take(request('x', 'token:x', 15))).granted).toBe(1);
+    expect(await limiter.take(request('s', 'account:a', 10))).toMatchObject({ granted: 1, monthly: { remaining: 9 } });
+
+    state.custom = false;
+    let release!: () => void;
+    state.held = new Promise((resolve) => {
+      release = resolve;
+    });
+    const moved = limiter.accountPlanChanged('a', NOW);
+    // A call on the account's bucket waits; one that still has the old plan counts on the token's bucket at once.
+    const waiting = limiter.take(request('s', 'account:a', 10));
+    expect(waiting).toBeInstanceOf(Promise);
+    const early = limiter.take(request('x', 'token:x', 15));
+    expect(early).not.toBeInstanceOf(Promise);
+    expect((early as LimitDecision).granted).toBe(1);
+    release();
+    await moved;
+    // 1 of the account's, the token's 4, this one.
+    expect(await waiting).toMatchObject({ granted: 1, monthly: { remaining: 10 - 6 } });
+    const after = limiter.take(request('x', 'account:a', 10));
+    expect(after).not.toBeInstanceOf(Promise);
+    expect(after).toMatchObject({ granted: 1, monthly: { remaining: 10 - 7 } });
+
+    // Back to custom limits: the token's month (5) leaves the account's.
+    state.held = null;
+    state.custom = true;
+    await limiter.accountPlanChanged('a', NOW);
+    expect(await limiter.monthlyUsed('account:a', NOW)).toBe(2);
+    expect(await limiter.monthlyUsed('token:x', NOW)).toBe(5);
+  });
+
+  it('a change that keeps custom limits as they were moves nothing and reads no tokens; nor does an account never counted here', async () => {
+    const { state, reads } = accountReads(true);
+    const limiter = new MemoryLimiter(async (bucket) => (bucket === 'account:a' ? 4 : 2), reads);
+    await limiter.take(request('s', 'account:a', 10));
+    const planReadsAtSeed = state.planReads;
+    await limiter.accountPlanChanged('a', NOW);
+    await limiter.accountPlanChanged('b', NOW);
+    expect(state.planReads).toBe(planReadsAtSeed + 1);
+    expect(state.tokenReads).toBe(0);
+    expect(await limiter.monthlyUsed('account:a', NOW)).toBe(5);
+    expect(limiter.take(request('s', 'account:a', 10))).not.toBeInstanceOf(Promise);
+  });
+
+  it('reads the account again when its plan’s custom limits changed while it was read', async () => {
+    const { state, reads } = accountReads(true);
+    let viewReads = 0;
+    const limiter = new MemoryLimiter(async (bucket) => {
+      if (bucket !== 'account:a') return 0;
+      viewReads++;
+      // The plan changes while the totals are read: the first read's figure may be either plan's.
+      if (viewReads === 1) state.custom = false;
+      return viewReads === 1 ? 3 : 7;
+    }, reads);
+    expect(await limiter.take(request('s', 'account:a', 10))).toMatchObject({ granted: 1, monthly: { remaining: 10 - 8 } });
+    expect(viewReads).toBe(2);
+    // Its count is known to be Free's: the change's notice then moves nothing.
+    await limiter.accountPlanChanged('a', NOW);
+    expect(state.tokenReads).toBe(0);
+    expect(await limiter.monthlyUsed('account:a', NOW)).toBe(8);
+  });
+});
