@@ -70,6 +70,10 @@ const Env = z.object({
   REDIS_URL: redisUrl.optional(),
   /** Usage records are spread over this many Redis streams by account (default 1 on one Redis, 16 on a cluster); never lower it while records wait. */
   USAGE_STREAMS: wholeNumber(1, 1024).optional(),
+  /** With Redis: a turn's usage records must reach this many replicas of their master (WAIT) before their calls are answered; 0: the master's acknowledgement. */
+  REDIS_USAGE_WAIT_REPLICAS: wholeNumber(0, 64).default(0),
+  /** How long that WAIT waits at most; short of replicas by then, the answers leave all the same (counted). */
+  REDIS_USAGE_WAIT_MS: wholeNumber(1, 10_000).default(100),
   PLANS_CONFIG: z.string().optional(),
   ADMIN_TOKEN: z.string().min(16, 'must be at least 16 characters').optional(),
   /** `off` to not start the embedded EVM devnet for the `local` chain. */
@@ -170,6 +174,8 @@ export interface Config {
   redisUrl: string | undefined;
   /** Redis streams the usage records are spread over (USAGE_STREAMS); unset: the default for REDIS_URL's kind. */
   usageStreams?: number;
+  /** Replicas a turn's usage records must reach before their calls are answered (REDIS_USAGE_WAIT_REPLICAS; 0: none), and the WAIT's bound (REDIS_USAGE_WAIT_MS). */
+  redisUsageWait: { replicas: number; timeoutMs: number };
   plans: PlanCatalog;
   adminToken: string | null;
   localDevnet: boolean;
@@ -278,6 +284,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     databaseUrl: e.DATABASE_URL,
     redisUrl: e.REDIS_URL,
     ...(e.USAGE_STREAMS === undefined ? {} : { usageStreams: e.USAGE_STREAMS }),
+    redisUsageWait: { replicas: e.REDIS_USAGE_WAIT_REPLICAS, timeoutMs: e.REDIS_USAGE_WAIT_MS },
     plans,
     adminToken: e.ADMIN_TOKEN ?? null,
     localDevnet: e.LOCAL_DEVNET === 'on',

@@ -36,7 +36,7 @@ import { type HealthLog, RedisHealth } from './infra/redisHealth.js';
 import { untilReachable } from './infra/startup.js';
 import { openStorageThread } from './infra/storagethread/index.js';
 import { Telemetry } from './infra/telemetry.js';
-import { openUsageQueue } from './infra/usage/index.js';
+import { openUsageQueue, RedisUsageQueue } from './infra/usage/index.js';
 import type { Ingester } from './infra/usage/ingester.js';
 import { type JournaledUsageSink, openJournaledSink } from './infra/usage/journal.js';
 import type { UsageSink } from './infra/usage/port.js';
@@ -125,6 +125,8 @@ export async function openRuntime(config: Config, clock?: () => Date, options: R
   let usageQueue: UsageSink;
   /** Records the usage queue dropped at its bound, where this process's queue is one (not behind the storage thread). */
   let droppedUsageRecords: (() => number) | undefined;
+  /** With Redis: records answered without the replicas REDIS_USAGE_WAIT_REPLICAS asks for confirming them. */
+  let unreplicatedUsageRecords: (() => number) | undefined;
   let projector: Projector | null = null;
   let ingester: Ingester | null = null;
   let retention: RetentionJob | null = null;
@@ -151,10 +153,11 @@ export async function openRuntime(config: Config, clock?: () => Date, options: R
         })
       : await openReadModels({ databaseUrl: postgresUrl, dataDir: config.dataDir });
     const openedFeed = openChangeFeed({ redisUrl: config.redisUrl });
-    const openedQueue = openUsageQueue({ redisUrl: config.redisUrl, consumer, streams: config.usageStreams });
+    const openedQueue = openUsageQueue({ redisUrl: config.redisUrl, consumer, streams: config.usageStreams, replicaWait: config.redisUsageWait });
     feed = openedFeed;
     usageQueue = openedQueue;
     droppedUsageRecords = () => openedQueue.dropped;
+    if (openedQueue instanceof RedisUsageQueue) unreplicatedUsageRecords = () => openedQueue.unreplicated;
     redisClients.push(openedFeed, openedQueue);
     if (projects && config.redisUrl) {
       const tokens = new Queries(readModels, now);
@@ -280,6 +283,7 @@ export async function openRuntime(config: Config, clock?: () => Date, options: R
     redis: redis ? () => redis.snapshot() : undefined,
     unjournaledRecords: journaled ? () => journaled.journal.unjournaled : undefined,
     droppedUsageRecords,
+    unreplicatedUsageRecords,
   });
   if (config.role === 'all' || config.role === 'gateway') {
     const chains = loadChains({ env: config.env });

@@ -49,6 +49,8 @@ export interface TelemetrySources {
   unjournaledRecords?(): number;
   /** Present where this process's usage queue buffers records in memory (Redis, or in process without the storage thread): records dropped at its bound. */
   droppedUsageRecords?(): number;
+  /** Present with Redis: usage records answered without the replicas REDIS_USAGE_WAIT_REPLICAS asks for confirming them. */
+  unreplicatedUsageRecords?(): number;
 }
 
 /** An upstream as the scrape sees it; head, lag and state where its chain's heads are tracked (EVM). */
@@ -279,6 +281,13 @@ export class Telemetry {
         'gateway_usage_dropped_total',
         'Usage records dropped because the in-memory buffer was full (Redis away or refusing too long): their calls were answered, never recorded',
         sources.droppedUsageRecords,
+      );
+    }
+    if (sources.unreplicatedUsageRecords) {
+      totalOf(
+        'gateway_usage_unreplicated_total',
+        'Usage records whose calls were answered without REDIS_USAGE_WAIT_REPLICAS replicas confirming them (a failover of their master may lose them)',
+        sources.unreplicatedUsageRecords,
       );
     }
     const sockets = () => this.webSockets();

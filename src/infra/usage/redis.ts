@@ -1,6 +1,7 @@
+import { Cluster, type Redis } from 'ioredis';
 import type { UsageRecord } from '../../domain/usage.js';
 import { withinDeadline } from '../deadline.js';
-import { closeClient, FAIL_FAST, parseRedisUrl, type RedisClient, redisClient, replies, waitForReady } from '../redis/client.js';
+import { closeClient, FAIL_FAST, keySlot, parseRedisUrl, type RedisClient, type Reply, redisClient, replies, waitForReady } from '../redis/client.js';
 import { type Entry, EntryBuffer } from './buffer.js';
 import { DEFAULT_QUEUE_CAPACITY } from './memory.js';
 import type { QueuedUsage, UsageQueue } from './port.js';
@@ -24,8 +25,16 @@ export interface RedisUsageQueueOptions {
   handoverTimeoutMs?: number;
   /** `close` waits this long at most for the buffer to reach Redis. */
   closeTimeoutMs?: number;
-  /** Where a loss is told, one line each time (stderr by default): records dropped, a stream's group gone. */
+  /** Where a loss is told, one line each time (stderr by default): records dropped, a stream's group gone, replicas short. */
   log?: (message: string) => void;
+  /**
+   * Replicas that must have a send's records before its answers leave (REDIS_USAGE_WAIT_REPLICAS):
+   * after each send's XADDs, `WAIT <n> <replicaWaitMs>` on the connection that carried them, to
+   * each master written. 0 (default): answers leave on the master's acknowledgement, no WAIT sent.
+   */
+  waitReplicas?: number;
+  /** How long such a WAIT waits at most (REDIS_USAGE_WAIT_MS, default REPLICA_WAIT_MS); short of replicas by then, the answers leave all the same. */
+  replicaWaitMs?: number;
 }
 
 /**
@@ -62,6 +71,18 @@ const DEPTH_TIMEOUT_MS = 1000;
  * Well above a loaded machine's round trip to Redis, well below a client's patience.
  */
 const HANDOVER_TIMEOUT_MS = 250;
+/**
+ * How long a WAIT for replicas waits at most when none is given: a replica's acknowledgement takes
+ * a round trip between master and replica (well under a millisecond on one machine, a few across
+ * zones); this is for a replica lagging behind a burst, not a dead one.
+ */
+export const REPLICA_WAIT_MS = 100;
+/**
+ * A master whose replicas fell short of a WAIT is asked again this often, not after every send:
+ * meanwhile its answers leave on the master's acknowledgement (counted), instead of each waiting
+ * `replicaWaitMs` for replicas that are gone.
+ */
+const SHORT_REPLICAS_RETRY_MS = 1000;
 
 type StreamEntry = [id: string, fields: string[] | null];
 
@@ -77,7 +98,7 @@ const LEGACY_CHECK_MS = 1000;
  * The stream a record goes to: a hash of its account (FNV-1a), so one account's records keep
  * their order in one stream and the ingester appends them as they came.
  */
-function streamIndexOf(accountId: string, streams: number): number {
+export function streamIndexOf(accountId: string, streams: number): number {
   if (streams === 1) return 0;
   let hash = 0x811c9dc5;
   for (let i = 0; i < accountId.length; i++) hash = Math.imul(hash ^ accountId.charCodeAt(i), 0x01000193);
@@ -114,6 +135,8 @@ class Sequence {
 interface Shard {
   index: number;
   stream: string;
+  /** The stream's cluster slot: its WAIT goes to that slot's master. */
+  slot: number;
   /** Records in the stream and not yet acknowledged (approximate: see depth). Same hash slot as the stream. */
   countKey: string;
   /** Null for a stream an earlier version wrote (`usage` before there were several): read until empty, never written. */
@@ -130,6 +153,15 @@ interface Shard {
   grouped: boolean;
 }
 
+/** A WAIT sent to one master after a send's XADDs there: its streams, and its reply (null: not asked, the master is short of replicas). */
+interface ReplicaWait {
+  master: string;
+  shards: Shard[];
+  reply: Promise<Reply> | null;
+}
+
+const NOT_ASKED: Promise<Reply> = Promise.resolve([null, null]);
+
 /**
  * The usage queue on Redis streams with a consumer group each.
  *
@@ -145,6 +177,10 @@ interface Shard {
  *   and drain when it is back; answers do not wait meanwhile. A send cut mid-way is re-sent from
  *   each stream's first unconfirmed XADD, so a record may reach a stream twice: the ingester's
  *   deterministic event ids absorb that.
+ * - With `waitReplicas` > 0, each send ends with a WAIT per master written, on the connection that
+ *   carried its XADDs, and its answers leave once that returns: a failover of the master right
+ *   after an answer does not lose the record. Short of replicas by `replicaWaitMs`, the answers
+ *   leave all the same, counted (`unreplicated`) and told once per master (see askReplicas).
  * - Records are handed out and acknowledged one by one, as the port says: a read hands out at
  *   most `max` (the rest of an entry waits for the next read), and an entry is acknowledged
  *   once every record of it was. A consumer that restarts gets its entries again whole.
@@ -211,6 +247,12 @@ export class RedisUsageQueue implements UsageQueue {
   private readonly log: (message: string) => void;
   /** Streams whose group Redis lost, told once the read that found them is over. */
   private lostGroups: string[] = [];
+  private readonly waitReplicas: number;
+  private readonly replicaWaitMs: number;
+  /** Records whose answers left without `waitReplicas` replicas confirming them (WAIT short or failed, or not asked while short). */
+  private unreplicatedRecords = 0;
+  /** Masters (host:port) whose replicas fell short: since when, when a WAIT was last sent there, records answered unconfirmed since. */
+  private readonly shortMasters = new Map<string, { since: number; askedAt: number; records: number }>();
 
   constructor(redisUrl: string, options: RedisUsageQueueOptions) {
     const base = options.stream ?? 'usage';
@@ -223,9 +265,16 @@ export class RedisUsageQueue implements UsageQueue {
     this.closeTimeoutMs = options.closeTimeoutMs ?? 2000;
     this.bufferCapacity = options.bufferCapacity ?? DEFAULT_QUEUE_CAPACITY;
     this.log = options.log ?? ((message) => console.error(message));
+    this.waitReplicas = options.waitReplicas ?? 0;
+    this.replicaWaitMs = options.replicaWaitMs ?? REPLICA_WAIT_MS;
+    if (!Number.isInteger(this.waitReplicas) || this.waitReplicas < 0)
+      throw new Error(`usage queue: waitReplicas must be a whole number ≥ 0, not ${this.waitReplicas}`);
+    if (!Number.isInteger(this.replicaWaitMs) || this.replicaWaitMs < 1)
+      throw new Error(`usage queue: replicaWaitMs must be a whole number ≥ 1, not ${this.replicaWaitMs}`);
     const shard = (index: number, stream: string, countKey: string, written: boolean): Shard => ({
       index,
       stream,
+      slot: keySlot(stream),
       countKey,
       buffer: written ? new EntryBuffer(this.bufferCapacity, ENTRY_RECORDS) : null,
       sequence: new Sequence(),
@@ -264,6 +313,11 @@ export class RedisUsageQueue implements UsageQueue {
   /** Records waiting in memory to be sent. */
   get buffered(): number {
     return this.bufferedRecords;
+  }
+
+  /** Records whose calls were answered without the replicas asked for (`waitReplicas`) confirming them; always 0 without. */
+  get unreplicated(): number {
+    return this.unreplicatedRecords;
   }
 
   async whenReady(timeoutMs = 5000): Promise<void> {
@@ -545,7 +599,8 @@ export class RedisUsageQueue implements UsageQueue {
   /** One send at a time. */
   private send(): Promise<void> {
     if (this.sending) return this.sending;
-    const stalled = setTimeout(this.fail, this.handoverTimeoutMs);
+    // A WAIT for replicas may take its whole bound on top of the XADDs' reply.
+    const stalled = setTimeout(this.fail, this.handoverTimeoutMs + (this.waitReplicas > 0 ? this.replicaWaitMs : 0));
     this.sending = this.sendAll()
       .then(
         () => {
@@ -596,7 +651,11 @@ export class RedisUsageQueue implements UsageQueue {
           sending.push(this.writer.xadd(shard.stream, '*', COUNT_FIELD, entry.count, BATCH_FIELD, entry.body), this.writer.incrby(shard.countKey, entry.count));
         }
       }
+      // Sent right behind the XADDs, on their connections, before any reply: a WAIT covers what its connection wrote before it.
+      const waits = this.waitReplicas > 0 ? this.askReplicas(batches.map((batch) => batch.shard)) : null;
       const answered = await replies(sending);
+      // Without WAIT, the path is as it was: nothing more allocated per send.
+      const confirmedRecords = waits === null ? null : new Map<Shard, number>();
       for (const { shard, entries, from } of batches) {
         // Only the unbroken run of confirmed XADDs leaves the buffer; the rest is sent again.
         let confirmed = 0;
@@ -605,13 +664,97 @@ export class RedisUsageQueue implements UsageQueue {
         (shard.buffer as EntryBuffer).drop(confirmed);
         shard.sequence.drop(records);
         this.bufferedRecords -= records;
+        confirmedRecords?.set(shard, records);
         if (confirmed < entries.length) failure ??= answered[from + 2 * confirmed]?.[0] ?? new Error('usage queue: XADD not confirmed');
+      }
+      if (waits !== null && confirmedRecords !== null) {
+        const waited = await Promise.all(waits.map((wait) => wait.reply ?? NOT_ASKED));
+        for (const [i, wait] of waits.entries()) this.noteReplicas(wait, waited[i] as Reply, confirmedRecords);
       }
       this.acknowledged = Math.min(this.accepted, Math.min(...this.shards.map((shard) => shard.sequence.first())) - 1);
       this.release(false);
       probing = false;
     }
     if (failure !== null) throw failure;
+  }
+
+  /**
+   * One `WAIT waitReplicas replicaWaitMs` per master that the XADDs just sent went to, on the
+   * connection that carried them (WAIT counts the replicas that have what its own connection
+   * wrote): on a cluster, the connection of the streams' slot's master in the client's slot map,
+   * the one the XADDs were just routed through. A master short of replicas is asked again only
+   * every SHORT_REPLICAS_RETRY_MS (`reply` null meanwhile).
+   */
+  private askReplicas(written: Shard[]): ReplicaWait[] {
+    const byMaster = new Map<string, ReplicaWait>();
+    const now = Date.now();
+    for (const shard of written) {
+      const master = this.masterOf(shard);
+      const known = byMaster.get(master.name);
+      if (known) {
+        known.shards.push(shard);
+        continue;
+      }
+      const short = this.shortMasters.get(master.name);
+      let reply: Promise<Reply> | null = null;
+      if (short === undefined || now - short.askedAt >= SHORT_REPLICAS_RETRY_MS) {
+        if (short) short.askedAt = now;
+        // Settled into a Reply at once: the XADDs' replies are awaited first, and a rejection must not go unhandled meanwhile.
+        reply = master.connection
+          ? master.connection.wait(this.waitReplicas, this.replicaWaitMs).then(
+              (count): Reply => [null, count],
+              (error: unknown): Reply => [error instanceof Error ? error : new Error(String(error)), null],
+            )
+          : Promise.resolve([new Error("the client's slot map names no master for it"), null]);
+      }
+      byMaster.set(master.name, { master: master.name, shards: [shard], reply });
+    }
+    return [...byMaster.values()];
+  }
+
+  /** The connection a stream's XADD went through, and its master's host:port. */
+  private masterOf(shard: Shard): { name: string; connection: Redis | null } {
+    const writer = this.writer;
+    if (!(writer instanceof Cluster)) return { name: `${writer.options.host}:${writer.options.port}`, connection: writer };
+    // As ioredis routes a keyed write: the first node of the slot's entry in the slot map (its pool's key is host:port).
+    const name = writer.slots[shard.slot]?.[0];
+    if (name === undefined) return { name: `the master of slot ${shard.slot}`, connection: null };
+    return { name, connection: writer.nodes('master').find((node) => `${node.options.host}:${node.options.port}` === name) ?? null };
+  }
+
+  /**
+   * What a WAIT said of the records its master confirmed this round: enough replicas, or not (too
+   * few by the bound, an error, or not asked while the master is short). Short, they are counted;
+   * a master's shortfall is told when it starts and when its replicas confirm again, not per send.
+   */
+  private noteReplicas(wait: ReplicaWait, reply: Reply, confirmedRecords: Map<Shard, number>): void {
+    const records = wait.shards.reduce((sum, shard) => sum + (confirmedRecords.get(shard) ?? 0), 0);
+    // Nothing written there this round (the XADDs failed: Redis away, told elsewhere): the WAIT says nothing.
+    if (records === 0) return;
+    const short = this.shortMasters.get(wait.master);
+    const [error, value] = reply;
+    if (wait.reply !== null && error === null && Number(value) >= this.waitReplicas) {
+      if (short) {
+        this.shortMasters.delete(wait.master);
+        this.log(
+          `usage queue: ${this.waitReplicas} replica(s) of ${wait.master} confirm usage records again after ${((Date.now() - short.since) / 1000).toFixed(1)} s; ` +
+            `the answers of ${short.records} records left meanwhile without their confirmation`,
+        );
+      }
+      return;
+    }
+    this.unreplicatedRecords += records;
+    if (short) {
+      short.records += records;
+      return;
+    }
+    const now = Date.now();
+    this.shortMasters.set(wait.master, { since: now, askedAt: now, records });
+    const why = error ? `WAIT failed (${error.message})` : `WAIT found ${Number(value)} of ${this.waitReplicas} replica(s) within ${this.replicaWaitMs} ms`;
+    this.log(
+      `usage queue: ${why} on ${wait.master}: answers leave without their usage records' replication confirmed there ` +
+        `(a failover of it may lose them; counted in gateway_usage_unreplicated_total), asking again every ${SHORT_REPLICAS_RETRY_MS / 1000} s`,
+    );
   }
 
   private async readGroup(shard: Shard, count: number, blockMs: number, from: string): Promise<StreamEntry[]> {
