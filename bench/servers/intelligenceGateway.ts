@@ -15,6 +15,6 @@ setInterval(() => {
 process.stdout.write(`${JSON.stringify({ url: gateway.url, token: gatekeeper.token })}\n`);
 process.on('SIGTERM', () => {
   for (const u of gateway.usage.splice(0)) tally[u.cache ?? 'none'] = (tally[u.cache ?? 'none'] ?? 0) + 1;
-  process.stdout.write(`${JSON.stringify({ tally, stats: gateway.pools.stats() })}\n`);
+  process.stdout.write(`${JSON.stringify({ tally })}\n`);
   void gateway.close().finally(() => process.exit(0));
 });

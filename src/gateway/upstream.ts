@@ -122,13 +122,19 @@ export interface UpstreamHealth {
   /** Recent latency (ms, moving average) and error rate (0..1) that weigh its share of calls. */
   latencyMs: number | null;
   errorRate: number;
+  /** Calls sent to it that failed, by why, since start (`gateway_upstream_attempt_failures_total`). */
+  failures: Record<AttemptFailure, number>;
 }
 
-/** A pool's counters since start, for /metrics. */
-export interface PoolStats {
-  hedges: number;
-  hedgeWins: number;
-}
+/**
+ * Why a call sent to a node got no answer the caller could be given from it: no answer in time,
+ * no connection or a broken one, a status saying the node failed (429, 502–504, a 5xx without
+ * JSON), an answer that is not one to the call (or cut short), or a refusal for want of capacity
+ * inside a 200. An attempt another node then answered counts too: a provider's failures show
+ * before its callers see any.
+ */
+export const ATTEMPT_FAILURES = ['timeout', 'unreachable', 'status', 'invalid', 'busy'] as const;
+export type AttemptFailure = (typeof ATTEMPT_FAILURES)[number];
 
 interface Member {
   index: number;
@@ -147,6 +153,7 @@ interface Member {
   errorRate: number;
   /** Its configured weight times its score (latency and errors): what the weighted choice uses. */
   effectiveWeight: number;
+  failures: Record<AttemptFailure, number>;
 }
 
 /**
@@ -215,7 +222,6 @@ export class UpstreamPool {
   /** Reads and hedges, halved together now and then: the hedge share is over recent traffic. */
   private reads = 0;
   private hedgesRecent = 0;
-  private readonly counters: PoolStats = { hedges: 0, hedgeWins: 0 };
   /** Each upstream's key of the tags in the filter ids it made (src/gateway/upstreams/filters.ts), in order. */
   readonly filterKeys: readonly Buffer[];
   /** Answers kept for reads (shared by every pool of the process); null: none. */
@@ -241,6 +247,7 @@ export class UpstreamPool {
         headers,
         jsonHeaders: { ...headers, 'content-type': 'application/json' },
         consecutiveFailures: 0,
+        failures: { timeout: 0, unreachable: 0, status: 0, invalid: 0, busy: 0 },
         ejectedUntil: null,
         probing: false,
         latencyMs: null,
@@ -304,12 +311,9 @@ export class UpstreamPool {
         state: h?.status ?? null,
         latencyMs: m.latencyMs === null ? null : Math.round(m.latencyMs * 100) / 100,
         errorRate: Math.round(m.errorRate * 1000) / 1000,
+        failures: { ...m.failures },
       };
     });
-  }
-
-  stats(): PoolStats {
-    return { ...this.counters };
   }
 
   /**
@@ -371,7 +375,8 @@ export class UpstreamPool {
     this.score(m, ms, 0);
   }
 
-  recordFailure(m: Member, ms: number | null): void {
+  recordFailure(m: Member, ms: number | null, why: AttemptFailure): void {
+    m.failures[why]++;
     m.consecutiveFailures++;
     if (m.probing || m.consecutiveFailures >= this.ejectAfter) m.ejectedUntil = this.now() + this.coolDownMs;
     m.probing = false;
@@ -387,9 +392,10 @@ export class UpstreamPool {
   recordBusy(m: Member, ms: number): void {
     const now = this.now();
     if (this.members.some((o) => o !== m && (o.ejectedUntil === null || o.ejectedUntil <= now))) {
-      this.recordFailure(m, ms);
+      this.recordFailure(m, ms, 'busy');
       return;
     }
+    m.failures.busy++;
     m.consecutiveFailures++;
     m.probing = false;
     this.score(m, ms, 1);
@@ -442,12 +448,7 @@ export class UpstreamPool {
   takeHedge(): boolean {
     if (this.hedge === null || this.hedgesRecent + 1 > this.hedge.maxShare * this.reads) return false;
     this.hedgesRecent++;
-    this.counters.hedges++;
     return true;
-  }
-
-  hedgeWon(): void {
-    this.counters.hedgeWins++;
   }
 
   attempt(m: Member, request: UpstreamRequest, done: Settles): UpstreamCall {
@@ -524,7 +525,6 @@ class PoolCall implements Settles {
   /** The last node's refusal for want of capacity: its own answer, passed on when no node answers better. */
   private busy: UpstreamAnswer | null = null;
   private hedged = false;
-  private hedgeLaunched: UpstreamCall | null = null;
   private finished = false;
   private timer: NodeJS.Timeout | null = null;
   /** A full node lacked the state: only archive nodes from now on. */
@@ -578,7 +578,6 @@ class PoolCall implements Settles {
     if (!this.pool.takeHedge()) return;
     if (!this.launch()) return;
     this.hedged = true;
-    this.hedgeLaunched = this.hedgeCall;
   }
 
   settled(outcome: UpstreamOutcome, call: UpstreamCall): void {
@@ -596,7 +595,6 @@ class PoolCall implements Settles {
     const verdict: Verdict = failure !== null ? 'bad' : this.request.judge && outcome.ok ? this.request.judge(outcome.body, this.request.answerId) : 'ok';
     if (outcome.ok && (verdict === 'ok' || (verdict === 'archive' && (this.archiveOnly || !this.pool.hasArchive)))) {
       this.pool.recordSuccess(member, outcome.upstreamMs);
-      if (call === this.hedgeLaunched) this.pool.hedgeWon();
       this.finish(outcome);
       return;
     }
@@ -605,7 +603,7 @@ class PoolCall implements Settles {
       this.archiveOnly = true;
       this.attemptsLeft = Math.max(this.attemptsLeft, 1);
     } else if (verdict !== 'busy') {
-      this.pool.recordFailure(member, outcome.upstreamMs);
+      this.pool.recordFailure(member, outcome.upstreamMs, whyFailed(outcome, failure === 'status'));
     }
     if (verdict === 'busy' && outcome.ok) {
       this.pool.recordBusy(member, outcome.upstreamMs);
@@ -647,6 +645,12 @@ class PoolCall implements Settles {
     other.cancel();
     this.pool.recordAbandoned(other.member, other.elapsed());
   }
+}
+
+/** Why an attempt judged 'bad' failed: `failedStatus` when its status said the node failed. */
+function whyFailed(outcome: UpstreamOutcome, failedStatus: boolean): AttemptFailure {
+  if (!outcome.ok) return outcome.kind === 'timeout' ? 'timeout' : 'unreachable';
+  return failedStatus ? 'status' : 'invalid';
 }
 
 /** setTimeout's callback for a hedge, with the call as its argument: no closure per call. */
@@ -870,10 +874,6 @@ export class UpstreamPools {
 
   health(): Record<string, UpstreamHealth[]> {
     return Object.fromEntries([...this.pools].map(([id, pool]) => [id, pool.health()]));
-  }
-
-  stats(): Record<string, PoolStats> {
-    return Object.fromEntries([...this.pools].map(([id, pool]) => [id, pool.stats()]));
   }
 
   async close(): Promise<void> {

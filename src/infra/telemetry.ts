@@ -60,6 +60,8 @@ export interface UpstreamSnapshot {
   head?: number | null;
   lag?: number | null;
   state?: string | null;
+  /** Calls sent to it that failed, by why, since start. */
+  failures?: Readonly<Record<string, number>>;
 }
 
 const REDIS_STATES: readonly RedisState[] = ['up', 'down', 'stalled', 'refusing'];
@@ -426,6 +428,18 @@ export class Telemetry {
             if (u.state === null || u.state === undefined) continue;
             for (const state of HEAD_STATES) this.set({ chain, upstream: u.label, state }, u.state === state ? 1 : 0);
           }
+        }
+      },
+    });
+    new Counter({
+      name: 'gateway_upstream_attempt_failures_total',
+      help: 'Calls sent to the upstream that failed, by reason (timeout, unreachable, status: 429/5xx, invalid: not an answer to the call, busy: a rate limit inside a 200), another upstream then answering or not',
+      labelNames: ['chain', 'upstream', 'reason'],
+      registers,
+      collect() {
+        this.reset();
+        for (const [chain, list] of Object.entries(sources.upstreams?.() ?? {})) {
+          for (const u of list) for (const [reason, n] of Object.entries(u.failures ?? {})) this.inc({ chain, upstream: u.label, reason }, n);
         }
       },
     });

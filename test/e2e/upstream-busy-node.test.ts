@@ -106,6 +106,10 @@ describe('a node rate-limited inside a 200', () => {
     }, 15_000);
     expect(balanceCalls(busy)).toBe(3);
     expect(pool.health()[0]).toMatchObject({ healthy: false, consecutiveFailures: 3 });
+    // Seen by the operator though every caller got a result.
+    const metrics = await (await fetch(`${url.split('/evm/')[0]}/metrics`)).text();
+    expect(metrics).toContain('gateway_upstream_attempt_failures_total{chain="evm",upstream="evm-env-1",reason="busy"} 3');
+    expect(metrics).toContain('gateway_upstream_attempt_failures_total{chain="evm",upstream="evm-env-2",reason="busy"} 0');
     expect(pool.health()[0]!.errorRate).toBeGreaterThan(0);
     // Resting: the next calls go to the other node alone.
     for (let i = 0; i < 10; i++) {
@@ -195,6 +199,31 @@ describe('a node rate-limited inside a 200', () => {
       [true, 0],
     ]);
   });
+});
+
+describe("a node's failed attempts", () => {
+  it('are counted by reason on /metrics, though another node answered every caller', async () => {
+    for (const [mode, reason] of [
+      ['fail', 'status'],
+      ['garbage', 'invalid'],
+      ['hangup', 'unreachable'],
+    ] as const) {
+      const { t, url, nodes } = await setUp();
+      nodes[0].mode = mode;
+      const pool = t.runtime.gateway!.pools.get('evm')!;
+      await until(async () => {
+        // A call that needs no head: the failing node (its head polls failing too) stays eligible.
+        const r = await rpc(url, 'eth_accounts');
+        // The other node's own answer (it knows no such method), never the gateway's 502.
+        expect([r.status, r.body.error?.code]).toEqual([200, -32601]);
+        return pool.health()[0]!.failures[reason] > 0;
+      }, 10_000);
+      const failures = pool.health()[0]!.failures;
+      expect(Object.entries(failures).filter(([, n]) => n > 0).map(([why]) => why)).toEqual([reason]);
+      const metrics = await (await fetch(`${url.split('/evm/')[0]}/metrics`)).text();
+      expect(metrics).toContain(`gateway_upstream_attempt_failures_total{chain="evm",upstream="evm-env-1",reason="${reason}"} ${failures[reason]}`);
+    }
+  }, 40_000);
 });
 
 describe('a write answered busy', () => {
