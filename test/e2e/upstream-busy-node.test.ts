@@ -219,7 +219,11 @@ describe("a node's failed attempts", () => {
         return pool.health()[0]!.failures[reason] > 0;
       }, 10_000);
       const failures = pool.health()[0]!.failures;
-      expect(Object.entries(failures).filter(([, n]) => n > 0).map(([why]) => why)).toEqual([reason]);
+      expect(
+        Object.entries(failures)
+          .filter(([, n]) => n > 0)
+          .map(([why]) => why),
+      ).toEqual([reason]);
       const metrics = await (await fetch(`${url.split('/evm/')[0]}/metrics`)).text();
       expect(metrics).toContain(`gateway_upstream_attempt_failures_total{chain="evm",upstream="evm-env-1",reason="${reason}"} ${failures[reason]}`);
     }

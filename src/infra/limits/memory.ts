@@ -133,7 +133,10 @@ export class MemoryLimiter implements Limiter {
       this.seeding.delete(key);
     });
     // The held calls go on whether the move succeeded or not.
-    this.seeding.set(key, moving.catch(() => undefined));
+    this.seeding.set(
+      key,
+      moving.catch(() => undefined),
+    );
     return moving;
   }
 
