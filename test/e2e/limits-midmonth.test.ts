@@ -12,6 +12,7 @@ import { INVALIDATION_TOPIC } from '../../src/projections/runner.js';
 import { eventually, until } from '../support/eventually.js';
 import { type FakeUpstream, startEvmFake } from '../support/fakeUpstreams.js';
 import { ownerOn } from '../support/planOwner.js';
+import { quotaCalls, unprojected } from '../support/quotaCalls.js';
 import { startTestRedisServer, type TestRedisServer } from '../support/redisServer.js';
 import { ADMIN_TOKEN, startTestApp, type TestApp } from '../support/testApp.js';
 
@@ -62,24 +63,6 @@ describe.each(['embedded', 'redis'] as const)('on the %s limiter', (backend) => 
     await t?.close();
   });
 
-  const rpc = (token: string) =>
-    t.app.inject({
-      method: 'POST',
-      url: `/local/${token}`,
-      headers: { 'content-type': 'application/json' },
-      payload: { jsonrpc: '2.0', id: 1, method: 'eth_blockNumber', params: [] },
-    });
-
-  /** `n` calls one after another: each one's status and `X-MonthlyLimit-Remaining`. */
-  async function calls(token: string, n: number): Promise<Array<[number, string | undefined]>> {
-    const out: Array<[number, string | undefined]> = [];
-    for (let i = 0; i < n; i++) {
-      const res = await rpc(token);
-      out.push([res.statusCode, res.headers['x-monthlylimit-remaining'] as string | undefined]);
-    }
-    return out;
-  }
-
   /** Runs `change` and waits until the gateway heard `topic` invalidated (the change feed follows the API's answer). */
   async function heard(
     topic: string | ((res: LightMyRequestResponse) => string),
@@ -125,39 +108,27 @@ describe.each(['embedded', 'redis'] as const)('on the %s limiter', (backend) => 
     return { o, token, tokenId, setLimit, setPlan, projected };
   }
 
-  /** Runs `body` with the ingester stopped: calls made meanwhile are handed over but not in the totals. */
-  async function unprojected(body: () => Promise<void>): Promise<void> {
-    const ingester = t.runtime.ingester;
-    if (!ingester) throw new Error('no ingester');
-    await ingester.stop();
-    try {
-      await body();
-    } finally {
-      ingester.start();
-    }
-  }
-
   it('a limit set mid-month counts the calls before it, the unprojected ones too; raising and lowering it keep the count', async () => {
     const tk = await tokenOn('developer');
-    expect((await calls(tk.token, 4)).map(([status]) => status)).toEqual([200, 200, 200, 200]);
+    expect((await quotaCalls(t, tk.token, 4)).map(([status]) => status)).toEqual([200, 200, 200, 200]);
     expect(await eventually(tk.projected, (n) => n === 4)).toBe(4);
-    await unprojected(async () => {
-      expect((await calls(tk.token, 3)).map(([status]) => status)).toEqual([200, 200, 200]);
+    await unprojected(t, async () => {
+      expect((await quotaCalls(t, tk.token, 3)).map(([status]) => status)).toEqual([200, 200, 200]);
       expect(await tk.projected()).toBe(4);
       // 7 used: a limit of 8 leaves one.
       await tk.setLimit(8);
-      expect(await calls(tk.token, 2)).toEqual([
+      expect(await quotaCalls(t, tk.token, 2)).toEqual([
         [200, '0'],
         [429, '0'],
       ]);
       await tk.setLimit(10);
-      expect(await calls(tk.token, 3)).toEqual([
+      expect(await quotaCalls(t, tk.token, 3)).toEqual([
         [200, '1'],
         [200, '0'],
         [429, '0'],
       ]);
       await tk.setLimit(6);
-      expect(await calls(tk.token, 1)).toEqual([[429, '0']]);
+      expect(await quotaCalls(t, tk.token, 1)).toEqual([[429, '0']]);
     });
     // The totals agree with what the limiter charged: 10.
     expect(await eventually(tk.projected, (n) => n === 10)).toBe(10);
@@ -165,29 +136,29 @@ describe.each(['embedded', 'redis'] as const)('on the %s limiter', (backend) => 
 
   it('a limit set below the month’s calls so far refuses at once, however recent those calls', async () => {
     const tk = await tokenOn('developer');
-    await unprojected(async () => {
-      expect((await calls(tk.token, 7)).every(([status]) => status === 200)).toBe(true);
+    await unprojected(t, async () => {
+      expect((await quotaCalls(t, tk.token, 7)).every(([status]) => status === 200)).toBe(true);
       expect(await tk.projected()).toBe(0);
       await tk.setLimit(5);
-      expect(await calls(tk.token, 1)).toEqual([[429, '0']]);
+      expect(await quotaCalls(t, tk.token, 1)).toEqual([[429, '0']]);
     });
   });
 
   it('a plan without custom limits in between: the token’s own limit, back on, counts the calls made meanwhile', async () => {
     const tk = await tokenOn('developer', { monthly_limit: 5 });
-    expect(await calls(tk.token, 2)).toEqual([
+    expect(await quotaCalls(t, tk.token, 2)).toEqual([
       [200, '4'],
       [200, '3'],
     ]);
-    await unprojected(async () => {
+    await unprojected(t, async () => {
       // On Free the token counts against the account's 10, its own limit off, and the account's
       // count takes in the token's month (limits-plan-change-embedded and -redis test it); here
       // the token's own month is followed.
       await tk.setPlan('free');
-      expect((await calls(tk.token, 2)).map(([status]) => status)).toEqual([200, 200]);
+      expect((await quotaCalls(t, tk.token, 2)).map(([status]) => status)).toEqual([200, 200]);
       // Back on Developer: its own 5, of which 4 are used.
       await tk.setPlan('developer');
-      expect(await calls(tk.token, 2)).toEqual([
+      expect(await quotaCalls(t, tk.token, 2)).toEqual([
         [200, '0'],
         [429, '0'],
       ]);
@@ -196,13 +167,13 @@ describe.each(['embedded', 'redis'] as const)('on the %s limiter', (backend) => 
 
   it('the account’s month is kept across an upgrade and a downgrade, the unprojected calls too', async () => {
     const tk = await tokenOn('developer');
-    expect((await calls(tk.token, 4)).every(([status]) => status === 200)).toBe(true);
-    await unprojected(async () => {
-      expect((await calls(tk.token, 3)).every(([status]) => status === 200)).toBe(true);
+    expect((await quotaCalls(t, tk.token, 4)).every(([status]) => status === 200)).toBe(true);
+    await unprojected(t, async () => {
+      expect((await quotaCalls(t, tk.token, 3)).every(([status]) => status === 200)).toBe(true);
       await tk.setPlan('professional');
-      expect(await calls(tk.token, 1)).toEqual([[200, String(PROFESSIONAL - 8)]]);
+      expect(await quotaCalls(t, tk.token, 1)).toEqual([[200, String(PROFESSIONAL - 8)]]);
       await tk.setPlan('developer');
-      expect(await calls(tk.token, 1)).toEqual([[200, String(DEVELOPER - 9)]]);
+      expect(await quotaCalls(t, tk.token, 1)).toEqual([[200, String(DEVELOPER - 9)]]);
     });
   });
 });

@@ -8,6 +8,7 @@ import { INVALIDATION_TOPIC } from '../../src/projections/runner.js';
 import { eventually, until } from '../support/eventually.js';
 import { type FakeUpstream, startEvmFake } from '../support/fakeUpstreams.js';
 import { ownerOn } from '../support/planOwner.js';
+import { quotaCalls, unprojected } from '../support/quotaCalls.js';
 import { ADMIN_TOKEN, startTestApp, type TestApp } from '../support/testApp.js';
 
 /**
@@ -37,23 +38,6 @@ afterAll(async () => {
   await evm?.close();
   rmSync(dir, { recursive: true, force: true });
 });
-
-type Answer = [status: number, monthlyRemaining: string | undefined];
-
-/** `n` calls through the service, one after another: each one's status and `X-MonthlyLimit-Remaining`. */
-async function calls(t: TestApp, token: string, n: number): Promise<Answer[]> {
-  const out: Answer[] = [];
-  for (let i = 0; i < n; i++) {
-    const res = await t.app.inject({
-      method: 'POST',
-      url: `/local/${token}`,
-      headers: { 'content-type': 'application/json' },
-      payload: { jsonrpc: '2.0', id: 1, method: 'eth_blockNumber', params: [] },
-    });
-    out.push([res.statusCode, res.headers['x-monthlylimit-remaining'] as string | undefined]);
-  }
-  return out;
-}
 
 /** Runs `change` and waits until the gateway heard `topic` invalidated. */
 async function heard(t: TestApp, topic: (body: unknown) => string, change: () => Promise<{ statusCode: number; body: string }>) {
@@ -111,18 +95,6 @@ function onApp(t: TestApp, accountId: string, auth: Record<string, string>) {
   return { setPlan, viewRemaining };
 }
 
-/** Runs `body` with the ingester stopped: calls made meanwhile are handed over but not in the totals. */
-async function unprojected(t: TestApp, body: () => Promise<void>): Promise<void> {
-  const ingester = t.runtime.ingester;
-  if (!ingester) throw new Error('no ingester');
-  await ingester.stop();
-  try {
-    await body();
-  } finally {
-    ingester.start();
-  }
-}
-
 describe.each(['on', 'off'])('the embedded limiter (STORAGE_THREAD=%s) at a plan change that turns custom limits off or on', (storageThread) => {
   let t: TestApp;
   beforeAll(async () => {
@@ -134,63 +106,63 @@ describe.each(['on', 'off'])('the embedded limiter (STORAGE_THREAD=%s) at a plan
 
   it('down to Free, the calls of a token with its own limit count against the account; back up, they leave it again', async () => {
     const a = await account(t);
-    expect((await calls(t, a.own.token, 8)).map(([, left]) => left)).toEqual(['14', '13', '12', '11', '10', '9', '8', '7']);
+    expect((await quotaCalls(t, a.own.token, 8)).map(([, left]) => left)).toEqual(['14', '13', '12', '11', '10', '9', '8', '7']);
     // The account's bucket read here, before the change.
-    expect(await calls(t, a.shared.token, 1)).toEqual([[200, '19']]);
+    expect(await quotaCalls(t, a.shared.token, 1)).toEqual([[200, '19']]);
     expect(await a.viewRemaining(9)).toBe(DEVELOPER - 1);
 
     // Free: no custom limits; the account's 10 count all 9 calls of the month.
     await a.setPlan('free');
     expect(await a.viewRemaining(9)).toBe(FREE - 9);
-    expect(await calls(t, a.shared.token, 2)).toEqual([
+    expect(await quotaCalls(t, a.shared.token, 2)).toEqual([
       [200, '0'],
       [429, '0'],
     ]);
-    expect(await calls(t, a.own.token, 1)).toEqual([[429, '0']]);
+    expect(await quotaCalls(t, a.own.token, 1)).toEqual([[429, '0']]);
     expect(await a.viewRemaining(10)).toBe(0);
 
     // Developer again: the token counts apart for its whole month (8), the account its other 2.
     await a.setPlan('developer');
     expect(await a.viewRemaining(10)).toBe(DEVELOPER - 2);
-    expect(await calls(t, a.shared.token, 1)).toEqual([[200, String(DEVELOPER - 3)]]);
-    expect(await calls(t, a.own.token, 1)).toEqual([[200, String(OWN - 9)]]);
+    expect(await quotaCalls(t, a.shared.token, 1)).toEqual([[200, String(DEVELOPER - 3)]]);
+    expect(await quotaCalls(t, a.own.token, 1)).toEqual([[200, String(OWN - 9)]]);
     expect(await a.viewRemaining(12)).toBe(DEVELOPER - 3);
   });
 
   it('up from Free, the calls a token with its own limit made there leave the account’s count', async () => {
     const a = await account(t);
     await a.setPlan('free');
-    expect((await calls(t, a.own.token, 6)).map(([, left]) => left)).toEqual(['9', '8', '7', '6', '5', '4']);
-    expect(await calls(t, a.shared.token, 1)).toEqual([[200, '3']]);
+    expect((await quotaCalls(t, a.own.token, 6)).map(([, left]) => left)).toEqual(['9', '8', '7', '6', '5', '4']);
+    expect(await quotaCalls(t, a.shared.token, 1)).toEqual([[200, '3']]);
     expect(await a.viewRemaining(7)).toBe(FREE - 7);
 
     await a.setPlan('developer');
     expect(await a.viewRemaining(7)).toBe(DEVELOPER - 1);
-    expect(await calls(t, a.shared.token, 1)).toEqual([[200, String(DEVELOPER - 2)]]);
-    expect(await calls(t, a.own.token, 1)).toEqual([[200, String(OWN - 7)]]);
+    expect(await quotaCalls(t, a.shared.token, 1)).toEqual([[200, String(DEVELOPER - 2)]]);
+    expect(await quotaCalls(t, a.own.token, 1)).toEqual([[200, String(OWN - 7)]]);
   });
 
   it('moves the calls handed over but not yet in the totals too: the limiter counts them, the view catches up', async () => {
     const a = await account(t);
-    expect(await calls(t, a.shared.token, 1)).toEqual([[200, '19']]);
+    expect(await quotaCalls(t, a.shared.token, 1)).toEqual([[200, '19']]);
     expect(await a.viewRemaining(1)).toBe(DEVELOPER - 1);
     await unprojected(t, async () => {
-      expect((await calls(t, a.own.token, 5)).map(([, left]) => left)).toEqual(['14', '13', '12', '11', '10']);
+      expect((await quotaCalls(t, a.own.token, 5)).map(([, left]) => left)).toEqual(['14', '13', '12', '11', '10']);
       await a.setPlan('free');
       // The totals lack the 5: the view says 9 left; the limiter counts them, 1 + 5 + this one.
-      expect(await calls(t, a.shared.token, 1)).toEqual([[200, String(FREE - 7)]]);
+      expect(await quotaCalls(t, a.shared.token, 1)).toEqual([[200, String(FREE - 7)]]);
     });
     expect(await a.viewRemaining(7)).toBe(FREE - 7);
 
     await unprojected(t, async () => {
-      expect(await calls(t, a.own.token, 2)).toEqual([
+      expect(await quotaCalls(t, a.own.token, 2)).toEqual([
         [200, '2'],
         [200, '1'],
       ]);
       await a.setPlan('developer');
       // The token's whole month (7) is apart again; the account keeps its shared token's 2, and this one.
-      expect(await calls(t, a.shared.token, 1)).toEqual([[200, String(DEVELOPER - 3)]]);
-      expect(await calls(t, a.own.token, 1)).toEqual([[200, String(OWN - 8)]]);
+      expect(await quotaCalls(t, a.shared.token, 1)).toEqual([[200, String(DEVELOPER - 3)]]);
+      expect(await quotaCalls(t, a.own.token, 1)).toEqual([[200, String(OWN - 8)]]);
     });
     expect(await a.viewRemaining(11)).toBe(DEVELOPER - 3);
   });
@@ -202,8 +174,8 @@ describe('after a restart, a token whose month this process never counted', () =
     const env = { UPSTREAM_LOCAL: evm.url, PLANS_CONFIG: plansFile };
     let t = await startTestApp({ dataDir, env });
     const a = await account(t);
-    expect((await calls(t, a.own.token, 5)).map(([status]) => status)).toEqual([200, 200, 200, 200, 200]);
-    expect(await calls(t, a.shared.token, 1)).toEqual([[200, '19']]);
+    expect((await quotaCalls(t, a.own.token, 5)).map(([status]) => status)).toEqual([200, 200, 200, 200, 200]);
+    expect(await quotaCalls(t, a.shared.token, 1)).toEqual([[200, '19']]);
     expect(await a.viewRemaining(6)).toBe(DEVELOPER - 1);
     await t.close({ keepData: true });
 
@@ -211,10 +183,10 @@ describe('after a restart, a token whose month this process never counted', () =
     try {
       const again = onApp(t, a.o.accountId, a.o.auth);
       // The account's bucket read again, the token with its own limit not called in this process.
-      expect(await calls(t, a.shared.token, 1)).toEqual([[200, '18']]);
+      expect(await quotaCalls(t, a.shared.token, 1)).toEqual([[200, '18']]);
       await again.setPlan('free');
       // Its 5 from the totals, the shared token's 2, this one.
-      expect(await calls(t, a.shared.token, 1)).toEqual([[200, String(FREE - 8)]]);
+      expect(await quotaCalls(t, a.shared.token, 1)).toEqual([[200, String(FREE - 8)]]);
       expect(await again.viewRemaining(8)).toBe(FREE - 8);
     } finally {
       await t.close();

@@ -16,6 +16,7 @@ import { INVALIDATION_TOPIC } from '../../src/projections/runner.js';
 import { eventually, until } from '../support/eventually.js';
 import { type FakeUpstream, startEvmFake } from '../support/fakeUpstreams.js';
 import { ownerOn } from '../support/planOwner.js';
+import { type QuotaAnswer, quotaCalls } from '../support/quotaCalls.js';
 import { startTestRedisServer, type TestRedisServer } from '../support/redisServer.js';
 import { ADMIN_TOKEN, startTestApp, type TestApp } from '../support/testApp.js';
 
@@ -55,23 +56,6 @@ afterAll(async () => {
   await redis?.stop();
   rmSync(dir, { recursive: true, force: true });
 });
-
-type Answer = [status: number, monthlyRemaining: string | undefined];
-
-/** `n` calls through the service, one after another: each one's status and `X-MonthlyLimit-Remaining`. */
-async function calls(token: string, n: number): Promise<Answer[]> {
-  const out: Answer[] = [];
-  for (let i = 0; i < n; i++) {
-    const res = await t.app.inject({
-      method: 'POST',
-      url: `/local/${token}`,
-      headers: { 'content-type': 'application/json' },
-      payload: { jsonrpc: '2.0', id: 1, method: 'eth_blockNumber', params: [] },
-    });
-    out.push([res.statusCode, res.headers['x-monthlylimit-remaining'] as string | undefined]);
-  }
-  return out;
-}
 
 /** An owner on Developer with a token of its own limit (`own`) and one counted on the account (`shared`). */
 async function account() {
@@ -129,43 +113,43 @@ async function account() {
 describe('a plan change on Redis moves the account’s monthly count as the account view does', () => {
   it('down to Free, the calls of a token with its own limit count against the account; back up, they leave it again', async () => {
     const a = await account();
-    expect((await calls(a.own.token, 8)).map(([, left]) => left)).toEqual(['14', '13', '12', '11', '10', '9', '8', '7']);
-    expect(await calls(a.shared.token, 1)).toEqual([[200, '19']]);
+    expect((await quotaCalls(t, a.own.token, 8)).map(([, left]) => left)).toEqual(['14', '13', '12', '11', '10', '9', '8', '7']);
+    expect(await quotaCalls(t, a.shared.token, 1)).toEqual([[200, '19']]);
     await a.settled(8, 1);
     expect(await a.viewRemaining(9)).toBe(DEVELOPER - 1);
 
     // Free: no custom limits; the account's 10 count all 9 calls of the month.
     await a.setPlan('free');
     expect(await a.viewRemaining(9)).toBe(FREE - 9);
-    expect(await calls(a.shared.token, 2)).toEqual([
+    expect(await quotaCalls(t, a.shared.token, 2)).toEqual([
       [200, '0'],
       [429, '0'],
     ]);
-    expect(await calls(a.own.token, 1)).toEqual([[429, '0']]);
+    expect(await quotaCalls(t, a.own.token, 1)).toEqual([[429, '0']]);
     expect(await a.viewRemaining(10)).toBe(0);
 
     // Developer again: the token counts apart for its whole month (8), the account its other 2.
     await a.setPlan('developer');
     expect(await a.viewRemaining(10)).toBe(DEVELOPER - 2);
-    expect(await calls(a.shared.token, 1)).toEqual([[200, String(DEVELOPER - 3)]]);
-    expect(await calls(a.own.token, 1)).toEqual([[200, String(OWN - 9)]]);
+    expect(await quotaCalls(t, a.shared.token, 1)).toEqual([[200, String(DEVELOPER - 3)]]);
+    expect(await quotaCalls(t, a.own.token, 1)).toEqual([[200, String(OWN - 9)]]);
     expect(await a.viewRemaining(12)).toBe(DEVELOPER - 3);
   });
 
   it('up from Free, the calls a token with its own limit made there leave the account’s count', async () => {
     const a = await account();
     await a.setPlan('free');
-    expect((await calls(a.own.token, 6)).map(([, left]) => left)).toEqual(['9', '8', '7', '6', '5', '4']);
+    expect((await quotaCalls(t, a.own.token, 6)).map(([, left]) => left)).toEqual(['9', '8', '7', '6', '5', '4']);
     // Its lease's unused calls back first: within their second they are the account's too.
     await a.settled(6, 6);
-    expect(await calls(a.shared.token, 1)).toEqual([[200, '3']]);
+    expect(await quotaCalls(t, a.shared.token, 1)).toEqual([[200, '3']]);
     await a.settled(6, 7);
     expect(await a.viewRemaining(7)).toBe(FREE - 7);
 
     await a.setPlan('developer');
     expect(await a.viewRemaining(7)).toBe(DEVELOPER - 1);
-    expect(await calls(a.shared.token, 1)).toEqual([[200, String(DEVELOPER - 2)]]);
-    expect(await calls(a.own.token, 1)).toEqual([[200, String(OWN - 7)]]);
+    expect(await quotaCalls(t, a.shared.token, 1)).toEqual([[200, String(DEVELOPER - 2)]]);
+    expect(await quotaCalls(t, a.own.token, 1)).toEqual([[200, String(OWN - 7)]]);
   });
 
   it('a plan change seen again (a replay, a second projector) moves nothing more; two gateways count alike', async () => {
@@ -182,12 +166,12 @@ describe('a plan change on Redis moves the account’s monthly count as the acco
       await Promise.all([feed.whenReady(), limiter.whenReady(), replay.whenReady()]);
       await cache.listen(feed);
       const second = new TokenGatekeeper(cache, limiter, t.runtime.config.plans);
-      const admit = async (token: string): Promise<Answer> => {
+      const admit = async (token: string): Promise<QuotaAnswer> => {
         const request: AdmissionRequest = { chain: 'local', token, via: 'path', cost: 1, nowMs: Date.now() };
         const admission = await second.admit(request);
         return [admission.ok ? 200 : admission.status, admission.headers['x-monthlylimit-remaining']];
       };
-      expect((await calls(a.own.token, 5)).map(([status]) => status)).toEqual([200, 200, 200, 200, 200]);
+      expect((await quotaCalls(t, a.own.token, 5)).map(([status]) => status)).toEqual([200, 200, 200, 200, 200]);
       await a.settled(5, 0);
       expect(await admit(a.own.token)).toEqual([200, String(OWN - 6)]);
       await a.settled(6, 0);
@@ -202,7 +186,7 @@ describe('a plan change on Redis moves the account’s monthly count as the acco
       expect(await replay.move(change)).toEqual({ kind: 'skipped', why: 'moved already' });
       await replay.committed([change, change]);
       await a.settled(6, 6);
-      expect(await calls(a.shared.token, 1)).toEqual([[200, String(FREE - 7)]]);
+      expect(await quotaCalls(t, a.shared.token, 1)).toEqual([[200, String(FREE - 7)]]);
       expect(await admit(a.shared.token)).toEqual([200, String(FREE - 8)]);
       // The second gateway is a bare gatekeeper: its 2 admissions are counted, not metered.
       expect(await a.viewRemaining(6)).toBe(FREE - 6);
