@@ -1,15 +1,13 @@
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type AccountPlanReads, MemoryLimiter } from '../../src/infra/limits/memory.js';
 import type { LimitDecision, LimitRequest } from '../../src/infra/limits/port.js';
-import { INVALIDATION_TOPIC } from '../../src/projections/runner.js';
-import { eventually, until } from '../support/eventually.js';
 import { type FakeUpstream, startEvmFake } from '../support/fakeUpstreams.js';
-import { ownerOn } from '../support/planOwner.js';
+import { accountOnApp, DEVELOPER, downToFreeAndBack, FREE, OWN, planChangeAccount, upFromFree, writePlanChangePlans } from '../support/planChangeAccount.js';
 import { quotaCalls, unprojected } from '../support/quotaCalls.js';
-import { ADMIN_TOKEN, startTestApp, type TestApp } from '../support/testApp.js';
+import { startTestApp, type TestApp } from '../support/testApp.js';
 
 /**
  * On the embedded default (no Redis, the in-process limiter) the account's monthly count follows
@@ -19,15 +17,8 @@ import { ADMIN_TOKEN, startTestApp, type TestApp } from '../support/testApp.js';
  * (limits-plan-change-redis.test.ts) do, though the account's bucket was read before the change.
  */
 
-/** Small quotas, a rate no test reaches. Free has no custom limits. */
-const FREE = 10;
-const DEVELOPER = 20;
-/** A token's own monthly limit on Developer. */
-const OWN = 15;
-
 const dir = mkdtempSync(join(tmpdir(), 'gw-limits-plan-change-embedded-'));
-const plansFile = join(dir, 'plans.json');
-writeFileSync(plansFile, JSON.stringify({ free: { rps: 100, monthly_requests: FREE }, developer: { rps: 100, monthly_requests: DEVELOPER } }));
+const plansFile = writePlanChangePlans(dir);
 
 let evm: FakeUpstream;
 
@@ -39,62 +30,6 @@ afterAll(async () => {
   rmSync(dir, { recursive: true, force: true });
 });
 
-/** Runs `change` and waits until the gateway heard `topic` invalidated. */
-async function heard(t: TestApp, topic: (body: unknown) => string, change: () => Promise<{ statusCode: number; body: string }>) {
-  const topics: string[] = [];
-  const unsubscribe = await t.runtime.feed.subscribe(INVALIDATION_TOPIC, (m) => topics.push(m));
-  try {
-    const res = await change();
-    expect(res.statusCode, res.body).toBeLessThan(300);
-    const awaited = topic(JSON.parse(res.body));
-    await until(() => topics.includes(awaited));
-    return JSON.parse(res.body) as unknown;
-  } finally {
-    await unsubscribe();
-  }
-}
-
-/** An owner on Developer with a token of its own limit (`own`) and one counted on the account (`shared`). */
-async function account(t: TestApp) {
-  const o = await ownerOn(t, 'developer');
-  const made = async (payload: { name: string } & Record<string, unknown>) =>
-    (await heard(
-      t,
-      (body) => `token:${(body as { id: string }).id}`,
-      () => t.app.inject({ method: 'POST', url: '/api/v1/tokens', headers: o.auth, payload }),
-    )) as { id: string; token: string };
-  const own = await made({ name: 'own', monthly_limit: OWN });
-  const shared = await made({ name: 'shared' });
-  return { o, own, shared, ...onApp(t, o.accountId, o.auth) };
-}
-
-/** The account's plan changes and its view, on `t` (an app on the account's data). */
-function onApp(t: TestApp, accountId: string, auth: Record<string, string>) {
-  /** Moves the account to `plan`; resolves once the gateway heard of it. */
-  const setPlan = (plan: string) =>
-    heard(
-      t,
-      () => `account:${accountId}`,
-      () =>
-        t.app.inject({
-          method: 'PUT',
-          url: `/api/v1/admin/accounts/${accountId}/plan`,
-          headers: { authorization: `Bearer ${ADMIN_TOKEN}` },
-          payload: { plan },
-        }),
-    );
-  /** The account view's `usage.remaining` once the usage totals hold `requests` calls. */
-  const viewRemaining = async (requests: number): Promise<number> => {
-    const usage = await eventually(
-      async () => (await t.app.inject({ method: 'GET', url: '/api/v1/account', headers: auth })).json().usage as { requests: number; remaining: number },
-      (u) => u.requests === requests,
-    );
-    expect(usage.requests).toBe(requests);
-    return usage.remaining;
-  };
-  return { setPlan, viewRemaining };
-}
-
 describe.each(['on', 'off'])('the embedded limiter (STORAGE_THREAD=%s) at a plan change that turns custom limits off or on', (storageThread) => {
   let t: TestApp;
   beforeAll(async () => {
@@ -104,46 +39,12 @@ describe.each(['on', 'off'])('the embedded limiter (STORAGE_THREAD=%s) at a plan
     await t?.close();
   });
 
-  it('down to Free, the calls of a token with its own limit count against the account; back up, they leave it again', async () => {
-    const a = await account(t);
-    expect((await quotaCalls(t, a.own.token, 8)).map(([, left]) => left)).toEqual(['14', '13', '12', '11', '10', '9', '8', '7']);
-    // The account's bucket read here, before the change.
-    expect(await quotaCalls(t, a.shared.token, 1)).toEqual([[200, '19']]);
-    expect(await a.viewRemaining(9)).toBe(DEVELOPER - 1);
+  it('down to Free, the calls of a token with its own limit count against the account; back up, they leave it again', () => downToFreeAndBack(t));
 
-    // Free: no custom limits; the account's 10 count all 9 calls of the month.
-    await a.setPlan('free');
-    expect(await a.viewRemaining(9)).toBe(FREE - 9);
-    expect(await quotaCalls(t, a.shared.token, 2)).toEqual([
-      [200, '0'],
-      [429, '0'],
-    ]);
-    expect(await quotaCalls(t, a.own.token, 1)).toEqual([[429, '0']]);
-    expect(await a.viewRemaining(10)).toBe(0);
-
-    // Developer again: the token counts apart for its whole month (8), the account its other 2.
-    await a.setPlan('developer');
-    expect(await a.viewRemaining(10)).toBe(DEVELOPER - 2);
-    expect(await quotaCalls(t, a.shared.token, 1)).toEqual([[200, String(DEVELOPER - 3)]]);
-    expect(await quotaCalls(t, a.own.token, 1)).toEqual([[200, String(OWN - 9)]]);
-    expect(await a.viewRemaining(12)).toBe(DEVELOPER - 3);
-  });
-
-  it('up from Free, the calls a token with its own limit made there leave the account’s count', async () => {
-    const a = await account(t);
-    await a.setPlan('free');
-    expect((await quotaCalls(t, a.own.token, 6)).map(([, left]) => left)).toEqual(['9', '8', '7', '6', '5', '4']);
-    expect(await quotaCalls(t, a.shared.token, 1)).toEqual([[200, '3']]);
-    expect(await a.viewRemaining(7)).toBe(FREE - 7);
-
-    await a.setPlan('developer');
-    expect(await a.viewRemaining(7)).toBe(DEVELOPER - 1);
-    expect(await quotaCalls(t, a.shared.token, 1)).toEqual([[200, String(DEVELOPER - 2)]]);
-    expect(await quotaCalls(t, a.own.token, 1)).toEqual([[200, String(OWN - 7)]]);
-  });
+  it('up from Free, the calls a token with its own limit made there leave the account’s count', () => upFromFree(t));
 
   it('moves the calls handed over but not yet in the totals too: the limiter counts them, the view catches up', async () => {
-    const a = await account(t);
+    const a = await planChangeAccount(t);
     expect(await quotaCalls(t, a.shared.token, 1)).toEqual([[200, '19']]);
     expect(await a.viewRemaining(1)).toBe(DEVELOPER - 1);
     await unprojected(t, async () => {
@@ -173,7 +74,7 @@ describe('after a restart, a token whose month this process never counted', () =
     const dataDir = mkdtempSync(join(dir, 'data-'));
     const env = { UPSTREAM_LOCAL: evm.url, PLANS_CONFIG: plansFile };
     let t = await startTestApp({ dataDir, env });
-    const a = await account(t);
+    const a = await planChangeAccount(t);
     expect((await quotaCalls(t, a.own.token, 5)).map(([status]) => status)).toEqual([200, 200, 200, 200, 200]);
     expect(await quotaCalls(t, a.shared.token, 1)).toEqual([[200, '19']]);
     expect(await a.viewRemaining(6)).toBe(DEVELOPER - 1);
@@ -181,7 +82,7 @@ describe('after a restart, a token whose month this process never counted', () =
 
     t = await startTestApp({ dataDir, env });
     try {
-      const again = onApp(t, a.o.accountId, a.o.auth);
+      const again = accountOnApp(t, a.o.accountId, a.o.auth);
       // The account's bucket read again, the token with its own limit not called in this process.
       expect(await quotaCalls(t, a.shared.token, 1)).toEqual([[200, '18']]);
       await again.setPlan('free');
