@@ -61,6 +61,7 @@ function grantingEverything(): Limiter {
   const monthly = { limit: null, remaining: null, resetAt: 0 };
   return {
     take: (request): LimitDecision => ({ granted: request.cost, refusedBy: null, rate, monthly, retryAfterSeconds: null }),
+    refund: () => undefined,
     monthlyUsed: async () => 0,
     close: async () => undefined,
   };

@@ -43,6 +43,8 @@ export type Admission =
       granted: number;
       headers: LimitHeaders;
       retryAfterSeconds: number | null;
+      /** The monthly bucket the granted calls were counted in, for `Gatekeeper.refund` (absent: nothing was counted). */
+      bucket?: string;
     }
   | {
       ok: false;
@@ -56,7 +58,15 @@ export type Admission =
       retryAfterSeconds: number | null;
     };
 
+export type Granted = Extract<Admission, { ok: true }>;
+
 export interface Gatekeeper {
   /** At once when nothing needs I/O (a cached token, a limit decided in process). */
   admit(request: AdmissionRequest): Admission | Promise<Admission>;
+  /**
+   * Gives back `units` of an admission's granted calls that the gateway failed to serve (their
+   * usage records say `charged: false`): the monthly quota only, not the rate window. `nowMs` is
+   * the admission's. Not waited for. Absent: a gatekeeper that counts nothing.
+   */
+  refund?(admission: Granted, units: number, nowMs: number): void;
 }

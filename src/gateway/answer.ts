@@ -2,7 +2,7 @@ import type { MaybePromise } from '../domain/maybePromise.js';
 import type { Admission } from './admission.js';
 import type { Chain } from './chains.js';
 import { admissionRpcCode, JSON_CONTENT_TYPE, type RequestIds, restError, rpcErrorFor } from './errors.js';
-import type { UpstreamPool } from './upstream.js';
+import type { UpstreamFailure, UpstreamPool } from './upstream.js';
 
 /**
  * What a protocol handler hands back to the routes: the HTTP answer, the admission it got (for
@@ -18,7 +18,11 @@ export interface UsageDraft {
   errorMessage: string | null;
   upstreamMs: number | null;
   upstream: string | null;
-  /** The limiter granted this call: it used quota (set where a granted call is answered). */
+  /**
+   * The limiter granted this call and it used quota (set where a granted call is answered). A
+   * granted call left uncharged (the gateway failed to serve it: `chargedFailure`) gets its unit
+   * back (ChainCalls), so the limiter's month counts exactly the records that say charged.
+   */
   charged: boolean;
   /** How a read was served: from the cache, sharing another caller's call, hedged, or its own call (miss); null: not a served read. */
   cache: CacheUse | null;
@@ -65,6 +69,15 @@ export const draft = (method: string, rpcErrorCode: number | null, errorMessage:
   charged: false,
   cache: null,
 });
+
+/**
+ * Whether a granted call the nodes failed is charged (docs/decisions.md, "A call the gateway
+ * failed to serve is not charged"): a 504 is (a node worked on it until the deadline, and a caller
+ * could make heavy calls time out on purpose), and so is an answer over the size cap (the call's
+ * doing: every node would send as much); a 502 the nodes failed, refused, hung up on or answered
+ * with garbage, or "no healthy upstream", is not.
+ */
+export const chargedFailure = (failure: Pick<UpstreamFailure, 'kind' | 'tooLarge'>): boolean => failure.kind === 'timeout' || failure.tooLarge === true;
 
 export const retryData = (a: Admission): { retryAfter: number } | undefined => (a.retryAfterSeconds === null ? undefined : { retryAfter: a.retryAfterSeconds });
 

@@ -4,7 +4,7 @@ import type { MaybePromise } from '../domain/maybePromise.js';
 import { cutText, storableText } from '../domain/storableText.js';
 import type { UsageRecord } from '../domain/usage.js';
 import { STORE_RETRY_AFTER_SECONDS, storeUnreachableReason } from '../infra/storeErrors.js';
-import type { Admission, Gatekeeper } from './admission.js';
+import type { Admission, Gatekeeper, Granted } from './admission.js';
 import { type Answer, type CallScope, INVALID_METHOD, type LocalError, localError } from './answer.js';
 import { BodyTooLarge, isJsonRpcMediaType, type RawBody } from './body.js';
 import type { ChainRegistry } from './chains.js';
@@ -96,6 +96,11 @@ class RequestScope implements CallScope {
 
   admit(cost: number): MaybePromise<Admission> {
     this.admission ??= this.ask(cost);
+    return this.admission;
+  }
+
+  /** The admission asked for, if any (a call that failed after it gives its granted calls back). */
+  asked(): MaybePromise<Admission> | null {
     return this.admission;
   }
 
@@ -298,6 +303,14 @@ function dispatch(scope: CallScope, req: Incoming): MaybePromise<Answer> {
   });
 }
 
+/** X-MonthlyLimit-Remaining with `units` given back (never above the limit); an unlimited month says so as it did. */
+function refundedRemaining(headers: Record<string, string>, units: number): void {
+  const remaining = Number(headers['x-monthlylimit-remaining']);
+  const limit = Number(headers['x-monthlylimit-limit']);
+  if (!Number.isFinite(remaining) || !Number.isFinite(limit)) return;
+  headers['x-monthlylimit-remaining'] = String(Math.min(remaining + units, limit));
+}
+
 /** While the read models are unreachable, failed token lookups are logged at most this often. */
 const STORE_OUTAGE_LOG_MS = 10_000;
 
@@ -348,20 +361,26 @@ export class ChainCalls {
     // One time for the call: a call arriving before midnight and admitted after it is the old month's in the limiter and in its record alike.
     const arrivedAtMs = Date.now() - (performance.now() - req.arrivedAt);
     let pending: MaybePromise<Answer>;
+    let scope: RequestScope | null = null;
     try {
       const pool = this.options.pools.get(chain.id);
       if (!pool) throw new Error(`no upstream pool for chain ${chain.id}`);
       const { segments, query } = splitUrl(req.url);
       const credentials = extractCredentials(segments, req.headers.authorization, query);
-      pending = handler(new RequestScope(chain, pool, this.options.gatekeeper, credentials, req.connection, arrivedAtMs), credentials, query);
+      scope = new RequestScope(chain, pool, this.options.gatekeeper, credentials, req.connection, arrivedAtMs);
+      pending = handler(scope, credentials, query);
     } catch (err) {
+      this.refundUnserved(scope, arrivedAtMs);
       reply(this.failed(req, err));
       return;
     }
     if (pending instanceof Promise) {
       pending.then(
         (answer) => this.answered(req, answer, chain.id, arrivedAtMs, reply),
-        (err: unknown) => reply(this.failed(req, err)),
+        (err: unknown) => {
+          this.refundUnserved(scope, arrivedAtMs);
+          reply(this.failed(req, err));
+        },
       );
     } else {
       this.answered(req, pending, chain.id, arrivedAtMs, reply);
@@ -377,13 +396,49 @@ export class ChainCalls {
     let metered = false;
     try {
       metered = this.emit(req, answer, chainId, arrivedAtMs);
-      response = this.respond(req, answer);
+      response = this.respond(req, answer, this.refundUncharged(answer, arrivedAtMs));
     } catch (err) {
       response = this.failed(req, err);
     }
     const whenRecorded = this.options.whenRecorded;
     if (metered && whenRecorded) whenRecorded(() => reply(response));
     else reply(response);
+  }
+
+  /**
+   * The granted calls whose usage records say uncharged (the gateway failed to serve them) give
+   * their units back to the limiter's month: it then counts exactly the charged records, as the
+   * account view does (docs/decisions.md, "A call the gateway failed to serve is not charged").
+   * How many went back.
+   */
+  private refundUncharged(answer: Answer, arrivedAtMs: number): number {
+    const admission = answer.admission;
+    if (admission === null || !admission.ok || admission.granted === 0) return 0;
+    let charged = 0;
+    for (const d of answer.usage) if (d.charged) charged++;
+    const units = admission.granted - charged;
+    if (units <= 0) return 0;
+    this.giveBack(admission, units, arrivedAtMs);
+    return units;
+  }
+
+  /** A call that failed on our side after its admission (a 500, and no usage record): all its granted calls go back. */
+  private refundUnserved(scope: RequestScope | null, arrivedAtMs: number): void {
+    const admission = scope?.asked() ?? null;
+    if (admission === null) return;
+    const giveBack = (a: Admission): void => {
+      if (a.ok && a.granted > 0) this.giveBack(a, a.granted, arrivedAtMs);
+    };
+    if (admission instanceof Promise) admission.then(giveBack, () => undefined);
+    else giveBack(admission);
+  }
+
+  private giveBack(admission: Granted, units: number, arrivedAtMs: number): void {
+    try {
+      this.options.gatekeeper.refund?.(admission, units, arrivedAtMs);
+    } catch (err) {
+      this.log.error({ err }, 'quota refund failed');
+    }
   }
 
   /** A call that failed on our side: logged, and a 500 (503 while the gatekeeper is unavailable) in the call's shape. */
@@ -504,10 +559,12 @@ export class ChainCalls {
     return answer.usage.length > 0;
   }
 
-  private respond(req: ChainRequest, answer: Answer): ChainResponse {
+  /** `refunded`: the answer's granted calls given back, which its monthly remaining then counts as left. */
+  private respond(req: ChainRequest, answer: Answer, refunded = 0): ChainResponse {
     const headers = this.commonHeaders(req);
     const admission = answer.admission;
     if (admission) Object.assign(headers, admission.headers);
+    if (refunded > 0) refundedRemaining(headers, refunded);
     if (answer.headers) Object.assign(headers, answer.headers);
     if (answer.status === 429 && admission?.retryAfterSeconds != null && headers['retry-after'] === undefined) {
       headers['retry-after'] = String(admission.retryAfterSeconds);

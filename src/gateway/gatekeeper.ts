@@ -1,9 +1,9 @@
 import { effectiveStatus } from '../domain/apiToken.js';
+import type { MaybePromise } from '../domain/maybePromise.js';
 import { effectiveTokenLimits, type PlanCatalog, planAllowsChain } from '../domain/plans.js';
 import { hashToken, isWellFormedToken, TOKEN_LENGTH } from '../domain/tokenFormat.js';
-import type { MaybePromise } from '../domain/maybePromise.js';
 import { type LimitDecision, type Limiter, quotaBucket } from '../infra/limits/port.js';
-import type { Admission, AdmissionRequest, Caller, Gatekeeper, LimitHeaders } from './admission.js';
+import type { Admission, AdmissionRequest, Caller, Gatekeeper, Granted, LimitHeaders } from './admission.js';
 import { IsoClock } from './isoClock.js';
 import type { TokenCache } from './tokenCache.js';
 import type { CachedToken } from './tokenTable.js';
@@ -107,19 +107,29 @@ export class TokenGatekeeper implements Gatekeeper {
     }
 
     const limits = effectiveTokenLimits(plan, token);
+    const bucket = limits.ownMonthly ? quotaBucket.token(token.tokenId) : quotaBucket.account(token.accountId);
     const decision = this.limiter.take({
       tokenId: token.tokenId,
       rps: limits.rps,
-      monthly: { key: limits.ownMonthly ? quotaBucket.token(token.tokenId) : quotaBucket.account(token.accountId), limit: limits.monthly },
+      monthly: { key: bucket, limit: limits.monthly },
       cost: request.cost,
       nowMs: request.nowMs,
     });
-    return decision instanceof Promise ? decision.then((d) => limitedAdmission(request, caller, d)) : limitedAdmission(request, caller, decision);
+    return decision instanceof Promise
+      ? decision.then((d) => limitedAdmission(request, caller, bucket, d))
+      : limitedAdmission(request, caller, bucket, decision);
+  }
+
+  /** Granted calls the gateway failed to serve: their units go back to the bucket they were counted in. */
+  refund(admission: Granted, units: number, nowMs: number): void {
+    const bucket = admission.bucket;
+    if (bucket === undefined || units <= 0) return;
+    void this.limiter.refund({ tokenId: admission.caller.tokenId, bucket, units, nowMs });
   }
 }
 
 /** The admission of a known caller, by what the limiter decided. */
-function limitedAdmission(request: AdmissionRequest, caller: Caller, decision: LimitDecision): Admission {
+function limitedAdmission(request: AdmissionRequest, caller: Caller, bucket: string, decision: LimitDecision): Admission {
   const headers = limitHeaders(decision);
   // cost 0: every call of the request was invalid; the caller is known (metered) but charged nothing.
   if (decision.granted === 0 && request.cost > 0 && decision.refusedBy === 'unavailable') {
@@ -147,5 +157,5 @@ function limitedAdmission(request: AdmissionRequest, caller: Caller, decision: L
       message: monthly ? 'The monthly request limit is reached.' : 'Too many requests per second.',
     };
   }
-  return { ok: true, caller, granted: decision.granted, headers, retryAfterSeconds: decision.retryAfterSeconds };
+  return { ok: true, caller, granted: decision.granted, headers, retryAfterSeconds: decision.retryAfterSeconds, bucket };
 }

@@ -1,4 +1,4 @@
-import { type Answer, type CallScope, draft, localError, refusedRest, type UsageDraft } from './answer.js';
+import { type Answer, type CallScope, chargedFailure, draft, localError, refusedRest, type UsageDraft } from './answer.js';
 import { AUTH_QUERY_PARAMS } from './credentials.js';
 import { errorInBody } from './errorBody.js';
 import { JSON_CONTENT_TYPE, RpcCode, restError, upstreamFailureCodes } from './errors.js';
@@ -104,24 +104,25 @@ export async function handleRest(scope: CallScope, req: RestRequest): Promise<An
   return scope.chain.restFlavour === 'passthrough' ? passthrough(scope, req, decoded) : rpcOverRest(scope, req, decoded);
 }
 
-/** The usage draft of a call the limiter granted and sent upstream: it used quota, whatever the node did. */
+/** The usage draft of a call the limiter granted and sent upstream: it used quota unless the gateway failed to serve it (`charged` false). */
 function forwardedDraft(
   method: string,
   rpcErrorCode: number | null,
   errorMessage: string | null,
   outcome: { upstreamMs: number | null; upstream: string | null; hedged?: boolean },
+  charged = true,
 ): UsageDraft {
   const d = draft(method, rpcErrorCode, errorMessage);
   d.upstreamMs = outcome.upstreamMs;
   d.upstream = outcome.upstream;
-  d.charged = true;
+  d.charged = charged;
   d.cache = outcome.hedged ? 'hedged' : 'miss';
   return d;
 }
 
 function failureAnswer(outcome: UpstreamFailure, method: string, admission: Answer['admission']): Answer {
   const f = upstreamFailureCodes(outcome.kind);
-  const d = forwardedDraft(method, null, outcome.message, outcome);
+  const d = forwardedDraft(method, null, outcome.message, outcome, chargedFailure(outcome));
   return { status: f.status, body: restError(f.rest, outcome.message), contentType: JSON_CONTENT_TYPE, admission, usage: [d] };
 }
 
@@ -274,7 +275,7 @@ async function rpcOverRest(scope: CallScope, req: RestRequest, decoded: string[]
   });
   if (!outcome.ok) return failureAnswer(outcome, method, admission);
   const answer = restAnswerFromRpc(outcome, chain.restFlavour === 'solana' ? SOLANA_RESULT_NAMES[method] : undefined);
-  const d = forwardedDraft(method, answer.rpcErrorCode, answer.errorMessage, outcome);
+  const d = forwardedDraft(method, answer.rpcErrorCode, answer.errorMessage, outcome, !answer.invalid);
   return { status: answer.status, body: answer.body, contentType: JSON_CONTENT_TYPE, admission, usage: [d] };
 }
 
@@ -283,13 +284,15 @@ interface RestFromRpc {
   body: string;
   rpcErrorCode: number | null;
   errorMessage: string | null;
+  /** The node's answer was not JSON-RPC: the gateway could not serve the call (502, uncharged). */
+  invalid: boolean;
 }
 
 /** Turns a node's JSON-RPC answer into the REST answer, the result kept as the node wrote it. */
 export function restAnswerFromRpc(outcome: UpstreamAnswer, resultName: string | undefined): RestFromRpc {
   const invalid = (): RestFromRpc => {
     const message = `upstream ${outcome.upstream} sent an invalid answer (HTTP ${outcome.status})`;
-    return { status: 502, body: restError('upstream_unavailable', message), rpcErrorCode: RpcCode.upstreamUnavailable, errorMessage: message };
+    return { status: 502, body: restError('upstream_unavailable', message), rpcErrorCode: RpcCode.upstreamUnavailable, errorMessage: message, invalid: true };
   };
   const text = outcome.body.toString('utf8');
   try {
@@ -304,14 +307,20 @@ export function restAnswerFromRpc(outcome: UpstreamAnswer, resultName: string | 
       const parsed: unknown = JSON.parse(errorText);
       const data = parsed && typeof parsed === 'object' && 'data' in parsed ? { data: (parsed as { data: unknown }).data } : {};
       const message = info.message ?? 'the node answered with an error';
-      return { status: mapped.status, body: restError(mapped.code, message, { rpcCode: info.code, ...data }), rpcErrorCode: info.code, errorMessage: message };
+      return {
+        status: mapped.status,
+        body: restError(mapped.code, message, { rpcCode: info.code, ...data }),
+        rpcErrorCode: info.code,
+        errorMessage: message,
+        invalid: false,
+      };
     }
     const resultSpan = members.get('result');
     if (!resultSpan) return invalid();
     const result = text.slice(resultSpan[0], resultSpan[1]);
     const isScalar = !result.startsWith('{') && !result.startsWith('[');
     const body = resultName !== undefined && isScalar ? `{"result":{${JSON.stringify(resultName)}:${result}}}` : `{"result":${result}}`;
-    return { status: 200, body, rpcErrorCode: null, errorMessage: null };
+    return { status: 200, body, rpcErrorCode: null, errorMessage: null, invalid: false };
   } catch (err) {
     if (err instanceof JsonScanError || err instanceof SyntaxError) return invalid();
     throw err;

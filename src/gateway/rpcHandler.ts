@@ -4,6 +4,7 @@ import {
   type Answer,
   type CacheUse,
   type CallScope,
+  chargedFailure,
   draft,
   INVALID_METHOD,
   localError,
@@ -322,7 +323,7 @@ function forwardedSingle(m: RpcCall, admission: Admission, outcome: UpstreamOutc
   const idText = m.idText ?? 'null';
   if (!outcome.ok) {
     const f = upstreamFailureCodes(outcome.kind);
-    return withUpstreamAnswer(singleError(admission, m, f.status, idText, f.rpc, outcome.message), outcome, use);
+    return withUpstreamAnswer(singleError(admission, m, f.status, idText, f.rpc, outcome.message), outcome, use, chargedFailure(outcome));
   }
   const isSuccess = outcome.status >= 200 && outcome.status < 300;
   if (m.idText === undefined && isSuccess) {
@@ -332,7 +333,8 @@ function forwardedSingle(m: RpcCall, admission: Admission, outcome: UpstreamOutc
   const error = isJson ? rpcErrorOf(outcome.body) : null;
   if (!isJson || (!isSuccess && error === null)) {
     const message = `upstream ${outcome.upstream} sent an invalid answer (HTTP ${outcome.status})`;
-    return withUpstreamAnswer(singleError(admission, m, 502, idText, RpcCode.upstreamUnavailable, message), outcome, use);
+    // The node's garbage: the gateway could not serve the call.
+    return withUpstreamAnswer(singleError(admission, m, 502, idText, RpcCode.upstreamUnavailable, message), outcome, use, false);
   }
   // A caller sharing another's call gets the answer with its own id; so does an error, which a node may answer with a null id (judged this call's all the same).
   const ownId = use === 'coalesced' || (m.idIsFragile && m.idText !== undefined) || error !== null;
@@ -349,9 +351,9 @@ function forwardedSingle(m: RpcCall, admission: Admission, outcome: UpstreamOutc
   );
 }
 
-/** A granted call's answer: it used quota, whatever its upstream did. */
-function withUpstreamAnswer(answer: Answer, u: { upstreamMs: number | null; upstream: string | null }, use: CacheUse): Answer {
-  for (const d of answer.usage) withUpstream(d, u, use);
+/** A granted call's answer: it used quota unless the gateway failed to serve it (`charged` false). */
+function withUpstreamAnswer(answer: Answer, u: { upstreamMs: number | null; upstream: string | null }, use: CacheUse, charged = true): Answer {
+  for (const d of answer.usage) withUpstream(d, u, use, charged);
   return answer;
 }
 
@@ -568,17 +570,21 @@ function forwardBatch(
     for (const m of calls) {
       const answer = answers?.get(m.index);
       let served: MemberServed;
+      // Each member the nodes failed (the whole batch, or one its answer left out) is the gateway's failure to serve it.
+      let charged = true;
       if (failure !== null) {
+        charged = chargedFailure(failure);
         const code = upstreamFailureCodes(failure.kind).rpc;
         served = { element: m.idText === undefined ? null : rpcError(m.idText, code, failure.message), usage: draft(m.method, code, failure.message, m.index) };
       } else if (m.idText === undefined) served = { element: null, usage: draft(m.method, null, null, m.index) };
       else if (answer === undefined) {
+        charged = false;
         served = {
           element: rpcError(m.idText, RpcCode.upstreamUnavailable, unanswered),
           usage: draft(m.method, RpcCode.upstreamUnavailable, unanswered, m.index),
         };
       } else served = { element: answer.text, usage: memberDraft(m, answer.error) };
-      withUpstream(served.usage, failure ?? outcome, use);
+      withUpstream(served.usage, failure ?? outcome, use, charged);
       answered.set(m.index, served);
     }
     // The waiting callers are released before anything is kept: nothing that throws leaves them waiting.
@@ -602,11 +608,11 @@ function forwardBatch(
   });
 }
 
-/** A granted call's usage: it used quota, and says how it was served. */
-function withUpstream(d: UsageDraft, u: { upstreamMs: number | null; upstream: string | null }, use: CacheUse): void {
+/** A granted call's usage: whether it used quota, and how it was served. */
+function withUpstream(d: UsageDraft, u: { upstreamMs: number | null; upstream: string | null }, use: CacheUse, charged: boolean): void {
   d.upstreamMs = u.upstreamMs;
   d.upstream = u.upstream;
-  d.charged = true;
+  d.charged = charged;
   d.cache = use;
 }
 

@@ -2,7 +2,7 @@ import { type IntervalHistogram, monitorEventLoopDelay } from 'node:perf_hooks';
 import { Counter, collectDefaultMetrics, Gauge, Registry } from 'prom-client';
 import type { MaybePromise } from '../domain/maybePromise.js';
 import type { UsageRecord } from '../domain/usage.js';
-import type { LimitDecision, Limiter, LimitRequest } from './limits/port.js';
+import type { LimitDecision, Limiter, LimitRequest, RefundRequest } from './limits/port.js';
 import type { RedisHealthSnapshot, RedisState } from './redisHealth.js';
 
 /** Live WebSocket connections and subscriptions (src/gateway/ws), per token. */
@@ -542,6 +542,11 @@ export class Telemetry {
       take: (request: LimitRequest): MaybePromise<LimitDecision> => {
         const decision = limiter.take(request);
         return decision instanceof Promise ? decision.then((d) => count(request, d)) : count(request, decision);
+      },
+      // Admitted less refunded: the units the month keeps (calls the gateway failed to serve go back).
+      refund: (request: RefundRequest): MaybePromise<void> => {
+        add('refunded', request.units);
+        return limiter.refund(request);
       },
       monthlyUsed: (key, nowMs) => limiter.monthlyUsed(key, nowMs),
       close: () => limiter.close(),

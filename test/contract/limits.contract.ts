@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { LimitRequest, Limiter } from '../../src/infra/limits/port.js';
+import type { Limiter, LimitRequest } from '../../src/infra/limits/port.js';
 
 /** The limiter contract: every adapter must pass it. Clocks are injected through `nowMs`. */
 export function limiterContract(name: string, open: () => Promise<Limiter>): void {
@@ -117,6 +117,65 @@ export function limiterContract(name: string, open: () => Promise<Limiter>): voi
       const decisions = await Promise.all(Array.from({ length: 40 }, () => limiter.take(req)));
       expect(decisions.reduce((sum, d) => sum + d.granted, 0)).toBe(10);
       expect(await limiter.monthlyUsed(req.monthly.key, req.nowMs)).toBe(10);
+    });
+
+    it('a refund gives units back to the month, never to the rate window', async () => {
+      const req = fresh({ rps: 3, cost: 3, limit: 10 });
+      expect((await limiter.take(req)).granted).toBe(3);
+      await limiter.refund({ tokenId: req.tokenId, bucket: req.monthly.key, units: 2, nowMs: req.nowMs });
+      expect(await limiter.monthlyUsed(req.monthly.key, req.nowMs)).toBe(1);
+      // The second's window keeps the three calls: it protects the nodes while they struggle.
+      const sameSecond = await limiter.take({ ...req, cost: 1, nowMs: req.nowMs + 300 });
+      expect(sameSecond).toMatchObject({ granted: 0, refusedBy: 'rate' });
+      expect(sameSecond.monthly.remaining).toBe(9);
+      const next = await limiter.take({ ...req, cost: 1, nowMs: req.nowMs + 1000 });
+      expect(next).toMatchObject({ granted: 1, refusedBy: null });
+      expect(next.monthly.remaining).toBe(8);
+      expect(await limiter.monthlyUsed(req.monthly.key, req.nowMs)).toBe(2);
+    });
+
+    it('a refund lets a spent month admit again', async () => {
+      const req = fresh({ rps: 10, cost: 3, limit: 2 });
+      expect(await limiter.take(req)).toMatchObject({ granted: 2, refusedBy: 'monthly' });
+      await limiter.refund({ tokenId: req.tokenId, bucket: req.monthly.key, units: 1, nowMs: req.nowMs });
+      const again = await limiter.take({ ...req, cost: 1, nowMs: req.nowMs + 10 });
+      expect(again).toMatchObject({ granted: 1, refusedBy: null });
+      expect(again.monthly.remaining).toBe(0);
+      expect(await limiter.take({ ...req, cost: 1, nowMs: req.nowMs + 20 })).toMatchObject({ granted: 0, refusedBy: 'monthly' });
+    });
+
+    it('a refund never takes a month below 0', async () => {
+      const req = fresh({ rps: 10, cost: 2, limit: 10 });
+      expect((await limiter.take(req)).granted).toBe(2);
+      await limiter.refund({ tokenId: req.tokenId, bucket: req.monthly.key, units: 5, nowMs: req.nowMs });
+      expect(await limiter.monthlyUsed(req.monthly.key, req.nowMs)).toBe(0);
+      const unknown = `account:${randomUUID()}`;
+      await limiter.refund({ tokenId: req.tokenId, bucket: unknown, units: 3, nowMs: req.nowMs });
+      expect(await limiter.monthlyUsed(unknown, req.nowMs)).toBe(0);
+      const next = await limiter.take({ ...req, cost: 1, nowMs: req.nowMs + 1000 });
+      expect(next).toMatchObject({ granted: 1, monthly: { remaining: 9 } });
+    });
+
+    it("a refund on the account's bucket gives back the token's own month too", async () => {
+      const req = fresh({ rps: 10, cost: 4, limit: null });
+      const own = `token:${req.tokenId}`;
+      expect((await limiter.take(req)).granted).toBe(4);
+      expect(await limiter.monthlyUsed(own, req.nowMs)).toBe(4);
+      await limiter.refund({ tokenId: req.tokenId, bucket: req.monthly.key, units: 3, nowMs: req.nowMs });
+      expect(await limiter.monthlyUsed(req.monthly.key, req.nowMs)).toBe(1);
+      expect(await limiter.monthlyUsed(own, req.nowMs)).toBe(1);
+    });
+
+    it("a refund goes to the month its call was counted in: a call of January's given back in February", async () => {
+      const january = Date.UTC(2025, 0, 31, 23, 59, 59, 500);
+      const february = Date.UTC(2025, 1, 1, 0, 0, 0, 200);
+      const req = fresh({ rps: 10, cost: 2, limit: 10, nowMs: january });
+      expect((await limiter.take(req)).granted).toBe(2);
+      expect((await limiter.take({ ...req, cost: 1, nowMs: february })).granted).toBe(1);
+      await limiter.refund({ tokenId: req.tokenId, bucket: req.monthly.key, units: 2, nowMs: january });
+      expect(await limiter.monthlyUsed(req.monthly.key, january)).toBe(0);
+      expect(await limiter.monthlyUsed(req.monthly.key, february)).toBe(1);
+      expect((await limiter.take({ ...req, cost: 1, nowMs: february + 1000 })).monthly.remaining).toBe(8);
     });
 
     it('reports zero usage for an unknown bucket', async () => {

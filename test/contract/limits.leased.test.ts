@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { LeasedLimiter, type LeaseSource } from '../../src/infra/limits/leased.js';
 import { MemoryLimiter } from '../../src/infra/limits/memory.js';
-import type { LimitDecision, LimitRequest } from '../../src/infra/limits/port.js';
+import type { LimitDecision, LimitRequest, RefundRequest } from '../../src/infra/limits/port.js';
 import { RedisLimiter } from '../../src/infra/limits/redis.js';
 
 /** The Redis limiter, counting what reaches it. */
@@ -26,6 +26,9 @@ class CountingSource implements LeaseSource {
   release(key: string, tokenId: string, nowMs: number, units: number): Promise<void> {
     this.releases += 1;
     return this.redis.release(key, tokenId, nowMs, units);
+  }
+  refund(request: RefundRequest): Promise<void> {
+    return this.redis.refund(request);
   }
   monthlyUsed(key: string, nowMs: number): Promise<number> {
     return this.redis.monthlyUsed(key, nowMs);
@@ -68,12 +71,21 @@ describe('LeasedLimiter over Redis', () => {
       const rps = 2 + Math.floor(next() * 20);
       const limit = next() < 0.3 ? null : 50 + Math.floor(next() * 200);
       let nowMs = Date.UTC(2025, 4, 31, 23, 59, 50);
+      /** Granted calls not yet answered: some fail, and their units go back (a refund), maybe a second or a month later. */
+      const granted: RefundRequest[] = [];
       for (let i = 0; i < 400; i++) {
         // Bursts within a second, gaps of a few seconds, a month boundary on the way; batches of 0 (all invalid) to 4 calls.
         nowMs += next() < 0.85 ? Math.floor(next() * 120) : Math.floor(next() * 3000);
         const request: LimitRequest = { tokenId: `tok${id}`, rps, monthly: { key: `account:${id}`, limit }, cost: Math.floor(next() * 5), nowMs };
         const got = await limiter.take(request);
         expect(got, `seed ${seed}, call ${i}`).toEqual(await reference.take(request));
+        if (got.granted > 0) granted.push({ tokenId: request.tokenId, bucket: request.monthly.key, units: got.granted, nowMs });
+        if (granted.length > 0 && next() < 0.3) {
+          const failed = granted.splice(Math.floor(next() * granted.length), 1)[0] as RefundRequest;
+          const refund = { ...failed, units: 1 + Math.floor(next() * failed.units) };
+          await limiter.refund(refund);
+          await reference.refund(refund);
+        }
       }
       await limiter.close();
     }

@@ -35,6 +35,7 @@ limiterContract('resilient over leased redis', async () => {
       expect(limiter.fallbackCount).toBe(0);
       return decision;
     },
+    refund: (request) => limiter.refund(request),
     monthlyUsed: (key, nowMs) => limiter.monthlyUsed(key, nowMs),
     close: () => limiter.close(),
   };

@@ -340,10 +340,10 @@ describe('usage reconciles across the exports, the metrics and the token list', 
 
     const log = await recordedCalls(t.runtime.store, u.accountId);
     expect(await recordedCalls(t.runtime.store, h.accountId)).toEqual([]);
-    // What was served, by kind: 15 calls metered (the batch is 4), 9 charged, 9 errors.
+    // What was served, by kind: 15 calls metered (the batch is 4), 8 charged (not the call the node failed), 9 errors.
     const expected = {
-      all: { requests: 15, errors: 9, charged: 9 },
-      [a.id]: { requests: 11, errors: 7, charged: 7 },
+      all: { requests: 15, errors: 9, charged: 8 },
+      [a.id]: { requests: 11, errors: 7, charged: 6 },
       [b.id]: { requests: 3, errors: 1, charged: 2 },
       [c.id]: { requests: 1, errors: 1, charged: 0 },
     };
@@ -359,11 +359,11 @@ describe('usage reconciles across the exports, the metrics and the token list', 
     const rows = await reconcileMonth({ start: NOV.start }, log, expected);
     // The token list's usage is the month's charged calls; the account's too.
     const list = (await api(u, 'GET', '/api/v1/tokens')).json() as { tokens: Array<{ id: string; current_month_usage: number }> };
-    expect(Object.fromEntries(list.tokens.map((tk) => [tk.id, tk.current_month_usage]))).toEqual({ [a.id]: 7, [b.id]: 2, [c.id]: 0 });
-    expect(((await api(u, 'GET', '/api/v1/account')).json() as { usage: { requests: number } }).usage.requests).toBe(9);
+    expect(Object.fromEntries(list.tokens.map((tk) => [tk.id, tk.current_month_usage]))).toEqual({ [a.id]: 6, [b.id]: 2, [c.id]: 0 });
+    expect(((await api(u, 'GET', '/api/v1/account')).json() as { usage: { requests: number } }).usage.requests).toBe(8);
     // An auditor rebuilds both from the export alone: the limiter's 429 and the batch's invalid members are rows, not charged.
     expect(chargedOf(rows, [a.id, b.id, c.id])).toEqual(Object.fromEntries(list.tokens.map((tk) => [tk.id, tk.current_month_usage])));
-    expect(rows.filter((r) => r.charged).length).toBe(9);
+    expect(rows.filter((r) => r.charged).length).toBe(8);
     expect(rows.filter((r) => r.token_id === b.id).map((r) => [r.status, r.charged])).toEqual([
       [200, true],
       [200, true],
@@ -420,8 +420,8 @@ describe('usage reconciles across the exports, the metrics and the token list', 
     for (const r of [...nov.slice(-2), ...dec]) expect(Math.abs(Date.parse(r.at) - DEC_1)).toBeLessThan(2000);
 
     const novExpected = {
-      all: { requests: 17, errors: 10, charged: 10 },
-      [a.id]: { requests: 12, errors: 7, charged: 8 },
+      all: { requests: 17, errors: 10, charged: 9 },
+      [a.id]: { requests: 12, errors: 7, charged: 7 },
       [b.id]: { requests: 4, errors: 2, charged: 2 },
       [c.id]: { requests: 1, errors: 1, charged: 0 },
     };
@@ -446,13 +446,13 @@ describe('usage reconciles across the exports, the metrics and the token list', 
     // Read as of November's last millisecond: its charged calls, the one just before midnight included.
     apiClockPin = DEC_1 - 1;
     try {
-      expect(await usageNow()).toEqual({ [a.id]: 8, [b.id]: 2, [c.id]: 0 });
+      expect(await usageNow()).toEqual({ [a.id]: 7, [b.id]: 2, [c.id]: 0 });
     } finally {
       apiClockPin = null;
     }
     expect(await usageNow()).toEqual({ [a.id]: 1, [b.id]: 1, [c.id]: 0 });
     // Each month's export says the same, the 429 that arrived at midnight included (a row, not charged).
-    expect(chargedOf(novRows, [a.id, b.id, c.id])).toEqual({ [a.id]: 8, [b.id]: 2, [c.id]: 0 });
+    expect(chargedOf(novRows, [a.id, b.id, c.id])).toEqual({ [a.id]: 7, [b.id]: 2, [c.id]: 0 });
     expect(chargedOf(decRows, [a.id, b.id, c.id])).toEqual({ [a.id]: 1, [b.id]: 1, [c.id]: 0 });
     const metrics = (await api(u, 'GET', `/api/v1/metrics/user${query(DEC)}`)).json() as { limits: { used: number } };
     // The account's quota used is A's call alone: B has a monthly limit of its own, which the account's does not cover.

@@ -386,7 +386,8 @@ describe('coalescing', () => {
         [0, 1, 2, 3].map((i) => [status, `${end}-${i}`, code]),
       );
       expect([end, node.calls]).toEqual([end, c + 1]);
-      expect(gateway.usage.map((u) => [u.rpcErrorCode, u.charged])).toEqual([0, 1, 2, 3].map(() => [code, true]));
+      // A timeout is charged; a call the nodes failed is not, for the caller who led it and each who shared it.
+      expect(gateway.usage.map((u) => [u.rpcErrorCode, u.charged])).toEqual([0, 1, 2, 3].map(() => [code, status === 504]));
       expect(gateway.usage.map((u) => u.cache).sort()).toEqual(['coalesced', 'coalesced', 'coalesced', 'miss']);
     }
     // Nothing of it was kept, and nothing waits on it: the same call goes to the node again.

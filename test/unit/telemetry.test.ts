@@ -85,7 +85,7 @@ describe('telemetry: limiter decisions', () => {
       decision(0, 'monthly'), // a call refused by the quota
       decision(0, 'unavailable'), // a batch of 3 refused: the limits could not be checked (fail-closed)
     ];
-    const limiter: Limiter = { take: () => answers.shift() as LimitDecision, monthlyUsed: async () => 0, close: async () => {} };
+    const limiter: Limiter = { take: () => answers.shift() as LimitDecision, refund: () => {}, monthlyUsed: async () => 0, close: async () => {} };
     const counted = t.countDecisions(limiter);
     expect(counted.take(request(1))).toEqual(decision(1, null));
     expect(await counted.take(request(5))).toEqual(decision(3, 'rate'));

@@ -1,5 +1,5 @@
 import type { MaybePromise } from '../../domain/maybePromise.js';
-import { type LimitDecision, type Limiter, type LimitRequest, quotaBucket } from './port.js';
+import { type LimitDecision, type Limiter, type LimitRequest, quotaBucket, type RefundRequest } from './port.js';
 import { decide, monthId, rateWindow } from './window.js';
 
 /** What the leasing limiter needs of the shared limiter under it (the Redis one). */
@@ -170,6 +170,24 @@ export class LeasedLimiter implements Limiter {
     lease.rateRemaining = decision.rate.remaining;
     lease.monthRemaining = decision.monthly.remaining;
     return decision;
+  }
+
+  /**
+   * Gives back units of calls the gateway failed to serve: to Redis's month (the shared limiter
+   * refunds there), not to the token's lease. A lease's units are counted in the second's rate
+   * window too, and a unit handed back to the lease would let another call through in that
+   * second: the rate window keeps what was used. The lease's idea of the month follows, so the
+   * next decisions it makes (and their headers) see the units back; and a lease refused part of
+   * a request asks Redis again for a call it cannot cover instead of refusing it here.
+   */
+  refund(request: RefundRequest): Promise<void> {
+    const lease = this.leases.get(request.tokenId);
+    if (lease !== undefined && lease.monthlyKey === request.bucket && monthId(lease.second * 1000) === monthId(request.nowMs)) {
+      if (lease.monthRemaining !== null && lease.monthlyLimit !== null)
+        lease.monthRemaining = Math.min(lease.monthRemaining + request.units, lease.monthlyLimit);
+      lease.exhausted = false;
+    }
+    return Promise.resolve(this.source.refund(request));
   }
 
   /** Returns units to a lease, or straight to the month when the lease was given back meanwhile. */

@@ -1,5 +1,5 @@
 import type { MaybePromise } from '../../domain/maybePromise.js';
-import { type LimitDecision, type Limiter, type LimitRequest, ownBucketBesides, quotaBucket } from './port.js';
+import { type LimitDecision, type Limiter, type LimitRequest, ownBucketBesides, quotaBucket, type RefundRequest } from './port.js';
 import { decide, MONTHLY_RETENTION_SECONDS, monthId, nextMonthStart, rateWindow } from './window.js';
 
 interface RateWindow {
@@ -190,6 +190,27 @@ export class MemoryLimiter implements Limiter {
       }
     }
     return decision;
+  }
+
+  /**
+   * Gives back units a take granted, in the same synchronous step as a take: the bucket's month
+   * and the token's own (when the bucket is the account's), never below 0; the rate window keeps
+   * them. A month being moved by a plan change (out of the map meanwhile) is given back to once
+   * the move is done.
+   */
+  refund(request: RefundRequest): MaybePromise<void> {
+    const key = monthlyKey(request.bucket, request.nowMs);
+    const own = ownBucketBesides(request.tokenId, request.bucket);
+    const ownKey = own === null ? null : monthlyKey(own, request.nowMs);
+    const pending = this.seeding.get(key) ?? (ownKey === null ? undefined : this.seeding.get(ownKey));
+    if (pending !== undefined) return pending.catch(() => undefined).then(() => this.refund(request));
+    this.uncount(key, request.units);
+    if (ownKey !== null) this.uncount(ownKey, request.units);
+  }
+
+  private uncount(key: string, units: number): void {
+    const month = this.monthly.get(key);
+    if (month !== undefined) month.used = Math.max(0, month.used - units);
   }
 
   /** Adds `granted` to a month's count, in place when it has one. */

@@ -52,9 +52,30 @@ export interface LimitDecision {
   retryAfterSeconds: number | null;
 }
 
+/**
+ * Units a `take` granted for calls the gateway then failed to serve (docs/decisions.md, "A call
+ * the gateway failed to serve is not charged"): they go back to the month of `bucket` and, when
+ * that is the account's, to the token's own month (`ownBucketBesides`), never below 0. The rate
+ * window keeps them: it protects the nodes while they struggle.
+ */
+export interface RefundRequest {
+  tokenId: string;
+  /** The monthly bucket the units were granted from (the take's `monthly.key`). */
+  bucket: string;
+  units: number;
+  /** The take's `nowMs`: the month the units were counted in. */
+  nowMs: number;
+}
+
 export interface Limiter {
   /** At once when the decision needs no I/O (in process, or a lease that covers the call). */
   take(request: LimitRequest): MaybePromise<LimitDecision>;
+  /**
+   * Gives back units a take granted (see RefundRequest). Not waited for on a call's path: in
+   * process done at once; on Redis sent with the event-loop turn's takes, and settled (never
+   * rejected) once Redis answered, so what is asked of this limiter afterwards sees it.
+   */
+  refund(request: RefundRequest): MaybePromise<void>;
   /** Current month's usage of a quota bucket (for the dashboard and the account view). */
   monthlyUsed(key: string, nowMs: number): Promise<number>;
   close(): Promise<void>;

@@ -1,7 +1,7 @@
 import { withinDeadline } from '../deadline.js';
 import { closeClient, FAIL_FAST, type RedisClient, type Reply, redisClient, replies, waitForReady } from '../redis/client.js';
 import type { LeaseSource } from './leased.js';
-import { type LimitDecision, type LimitRequest, ownBucketBesides } from './port.js';
+import { type LimitDecision, type LimitRequest, ownBucketBesides, type RefundRequest } from './port.js';
 import { decide, monthId, monthlyTtlSeconds, rateWindow } from './window.js';
 
 /**
@@ -42,6 +42,19 @@ redis.call('EXPIRE', KEYS[1], tonumber(ARGV[2]))
 return 1
 `;
 
+/**
+ * Gives back units of a month, never below 0: KEYS[1] the month. ARGV: units. Returns what was
+ * given back. A month that is not there (expired, or never counted) stays absent.
+ */
+const REFUND_LUA = `
+local used = tonumber(redis.call('GET', KEYS[1]) or '0')
+local back = math.min(tonumber(ARGV[1]), used)
+if back > 0 then
+  redis.call('DECRBY', KEYS[1], back)
+end
+return back
+`;
+
 /** A window key outlives its second a little, so a slow clock on another gateway still sees it. */
 const RATE_WINDOW_TTL_MS = 2000;
 
@@ -50,6 +63,7 @@ type TakeReply = [number, number, number];
 interface LimiterCommands {
   limiterTake(rateKey: string, monthKey: string, ...args: (string | number)[]): Promise<unknown>;
   limiterCount(monthKey: string, units: number, ttlSeconds: number): Promise<unknown>;
+  limiterRefund(monthKey: string, units: number): Promise<unknown>;
 }
 
 interface PendingTake {
@@ -92,13 +106,18 @@ const IOREDIS_TIMEOUT_FACTOR = 10;
 /**
  * Redis limiter: one EVALSHA per request (ioredis `defineCommand` falls back to EVAL on
  * NOSCRIPT), the requests of one event-loop turn sent together as one pipeline: one socket
- * write and one read for all that arrived at once. A request waits at most until the end of
+ * write and one read for all that arrived at once (the turn's refunds, one script per month,
+ * go first in it). A request waits at most until the end of
  * the current turn. The gateway reaches it through LeasedLimiter, whose requests each cover a
  * token's calls for up to a second.
  */
 export class RedisLimiter implements LeaseSource {
   readonly client: RedisClient;
   private pending: PendingTake[] = [];
+  /** Units to give back by month key, sent with the turn's takes (before them). */
+  private refunds = new Map<string, number>();
+  /** Settled once the turn's refunds are answered. */
+  private refunded: { promise: Promise<void>; resolve: () => void } | null = null;
   private flushScheduled = false;
   private readonly commandTimeoutMs: number;
 
@@ -108,6 +127,7 @@ export class RedisLimiter implements LeaseSource {
     this.client = redisClient(redisUrl, { ...FAIL_FAST, commandTimeout: this.commandTimeoutMs * IOREDIS_TIMEOUT_FACTOR });
     this.client.defineCommand('limiterTake', { numberOfKeys: 2, lua: TAKE_LUA });
     this.client.defineCommand('limiterCount', { numberOfKeys: 1, lua: COUNT_LUA });
+    this.client.defineCommand('limiterRefund', { numberOfKeys: 1, lua: REFUND_LUA });
   }
 
   /** True while the connection is up and commands can be sent. */
@@ -123,10 +143,40 @@ export class RedisLimiter implements LeaseSource {
   take(request: LimitRequest): Promise<LimitDecision> {
     return new Promise((resolve, reject) => {
       this.pending.push({ request, resolve, reject });
-      if (this.flushScheduled) return;
-      this.flushScheduled = true;
-      setImmediate(() => this.flush());
+      this.scheduleFlush();
     });
+  }
+
+  /**
+   * Gives back units to the bucket's month and, when it is the account's, the token's own: queued
+   * with the turn's takes, the units of one month summed into one command. Settles (never
+   * rejects) once Redis answered or the deadline passed; a refund Redis never got is lost, as a
+   * count is while Redis is unreachable.
+   */
+  refund(request: RefundRequest): Promise<void> {
+    if (request.units <= 0) return Promise.resolve();
+    this.addRefund(monthKey(request.bucket, request.nowMs), request.units);
+    const own = ownBucketBesides(request.tokenId, request.bucket);
+    if (own !== null) this.addRefund(monthKey(own, request.nowMs), request.units);
+    if (this.refunded === null) {
+      let resolve: () => void = () => undefined;
+      const promise = new Promise<void>((r) => {
+        resolve = r;
+      });
+      this.refunded = { promise, resolve };
+    }
+    this.scheduleFlush();
+    return this.refunded.promise;
+  }
+
+  private addRefund(key: string, units: number): void {
+    this.refunds.set(key, (this.refunds.get(key) ?? 0) + units);
+  }
+
+  private scheduleFlush(): void {
+    if (this.flushScheduled) return;
+    this.flushScheduled = true;
+    setImmediate(() => this.flush());
   }
 
   private flush(): void {
@@ -134,6 +184,9 @@ export class RedisLimiter implements LeaseSource {
     this.pending = [];
     this.flushScheduled = false;
     const commands = this.client as unknown as LimiterCommands;
+    // Refunds first: a take of the same turn finds the units back.
+    if (this.refunds.size > 0) this.sendRefunds(commands);
+    if (takes.length === 0) return;
     const sent: Array<Promise<unknown>> = [];
     for (const { request } of takes) {
       const bucket = request.monthly.key;
@@ -168,6 +221,18 @@ export class RedisLimiter implements LeaseSource {
         void replied.then((late) => this.giveBackLate(takes, late));
       },
     );
+  }
+
+  private sendRefunds(commands: LimiterCommands): void {
+    const refunds = this.refunds;
+    const refunded = this.refunded;
+    this.refunds = new Map();
+    this.refunded = null;
+    const sent: Array<Promise<unknown>> = [];
+    for (const [key, units] of refunds) sent.push(commands.limiterRefund(key, units));
+    void this.withinDeadline(replies(sent))
+      .catch(() => undefined)
+      .then(() => refunded?.resolve());
   }
 
   /**

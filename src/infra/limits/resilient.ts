@@ -1,6 +1,6 @@
-import { MemoryLimiter } from './memory.js';
 import type { MaybePromise } from '../../domain/maybePromise.js';
-import type { LimitDecision, LimitRequest, Limiter } from './port.js';
+import { MemoryLimiter } from './memory.js';
+import type { LimitDecision, Limiter, LimitRequest, RefundRequest } from './port.js';
 import { nextMonthStart, rateWindow } from './window.js';
 
 const REDIS_COOLDOWN_MS = 500;
@@ -83,6 +83,21 @@ export class ResilientLimiter implements Limiter {
   private withoutRedis(request: LimitRequest): LimitDecision {
     this.fallbackCount += 1;
     return this.options.failClosed ? refuseAll(request) : this.fallback.takeNow(request);
+  }
+
+  /**
+   * Gives back units where the next call is decided: to Redis while it is used, and to the
+   * fallback's month in any case (seeded from Redis's counts, it would otherwise start an outage
+   * above them). A refund Redis did not take is lost, as a count made meanwhile is.
+   */
+  refund(request: RefundRequest): MaybePromise<void> {
+    void this.fallback.refund(request);
+    if (!this.useRedis()) return;
+    try {
+      return this.redis.refund(request);
+    } catch (error) {
+      this.failed(error);
+    }
   }
 
   async monthlyUsed(key: string, nowMs: number): Promise<number> {
