@@ -6,51 +6,22 @@
  * caller's answer only when every node refused, a write is never sent twice, and a complaint
  * about the call's own size is the node's answer, whatever its code.
  */
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { UsageRecord } from '../../src/domain/usage.js';
 import { HEAD_POLL_HEADER } from '../../src/gateway/upstream.js';
 import { until } from '../support/eventually.js';
-import { type EvmNodeFake, FakeEvmChain, type ReceivedCall, startEvmNodeFake } from '../support/fakeUpstreams.js';
-import { listen, newToken, startTestApp, type TestApp } from '../support/testApp.js';
+import type { EvmNodeFake, ReceivedCall } from '../support/fakeUpstreams.js';
+import { Started } from '../support/serviceOnEvmNodes.js';
+import type { TestApp } from '../support/testApp.js';
 import { recordedCalls } from '../support/usageLog.js';
 
-const opened: Array<{ close(): Promise<void> }> = [];
-const dirs: string[] = [];
-afterEach(async () => {
-  for (const o of opened.splice(0).reverse()) await o.close();
-  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
-});
+const started = new Started();
+afterEach(() => started.close());
 
-interface Setup {
-  t: TestApp;
-  url: string;
-  accountId: string;
-  nodes: [EvmNodeFake, EvmNodeFake];
-}
-
-async function setUp(nodeCount = 2): Promise<Setup> {
-  const chain = new FakeEvmChain(200, 8);
-  const nodes = await Promise.all(Array.from({ length: nodeCount }, () => startEvmNodeFake(chain)));
-  opened.push(...nodes);
-  const dir = mkdtempSync(join(tmpdir(), 'gw-busy-node-'));
-  dirs.push(dir);
-  const chains = join(dir, 'chains.json');
-  writeFileSync(
-    chains,
-    JSON.stringify({
-      chains: [{ id: 'evm', name: 'EVM', protocol: 'jsonrpc', timeoutMs: 1_000, headPollMs: 200, upstreams: [{ url: 'http://127.0.0.1:1' }] }],
-    }),
-  );
-  const plans = join(dir, 'plans.json');
-  writeFileSync(plans, JSON.stringify({ unlimited: { rps: 1_000_000 } }));
-  const t = await startTestApp({ env: { CHAINS_CONFIG: chains, PLANS_CONFIG: plans, UPSTREAM_EVM: nodes.map((n) => n.url).join(',') } });
-  opened.push(t);
-  const { url } = await listen(t);
-  const token = await newToken(t, { plan: 'unlimited' });
-  return { t, url: `${url}/evm/${token.token}`, accountId: token.accountId, nodes: nodes as [EvmNodeFake, EvmNodeFake] };
+/** Two nodes (or `nodeCount`) behind the service. */
+async function setUp(nodeCount = 2) {
+  const setup = await started.serviceOnEvmNodes(nodeCount);
+  return { ...setup, nodes: setup.nodes as [EvmNodeFake, EvmNodeFake] };
 }
 
 const RATE_LIMITED = { code: -32005, message: 'daily request count exceeded, request rate limited' };

@@ -1,0 +1,53 @@
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { type EvmNodeFake, FakeEvmChain, startEvmNodeFake } from './fakeUpstreams.js';
+import { listen, newToken, startTestApp, type TestApp } from './testApp.js';
+
+/** The whole service in front of fake EVM nodes serving one moving chain, and an Unlimited token's URL on it. */
+export interface ServiceOnEvmNodes {
+  t: TestApp;
+  /** `<base>/evm/<token>`. */
+  url: string;
+  accountId: string;
+  chain: FakeEvmChain;
+  nodes: EvmNodeFake[];
+}
+
+/** What the tests of a file started, closed after each test (`afterEach(() => started.close())`). */
+export class Started {
+  private readonly opened: Array<{ close(): Promise<void> }> = [];
+  private readonly dirs: string[] = [];
+
+  /**
+   * Starts `count` fake nodes of one chain (200 blocks, 8 to finality) and the service with them
+   * as `UPSTREAM_EVM` on chain `evm` (timeout 1 s, head polls every 200 ms, `chainExtra` on top),
+   * with a plan of no limit a test reaches.
+   */
+  async serviceOnEvmNodes(count: number, chainExtra: Record<string, unknown> = {}): Promise<ServiceOnEvmNodes> {
+    const chain = new FakeEvmChain(200, 8);
+    const nodes = await Promise.all(Array.from({ length: count }, () => startEvmNodeFake(chain)));
+    this.opened.push(...nodes);
+    const dir = mkdtempSync(join(tmpdir(), 'gw-evm-nodes-'));
+    this.dirs.push(dir);
+    const chains = join(dir, 'chains.json');
+    writeFileSync(
+      chains,
+      JSON.stringify({
+        chains: [{ id: 'evm', name: 'EVM', protocol: 'jsonrpc', timeoutMs: 1_000, headPollMs: 200, upstreams: [{ url: 'http://127.0.0.1:1' }], ...chainExtra }],
+      }),
+    );
+    const plans = join(dir, 'plans.json');
+    writeFileSync(plans, JSON.stringify({ unlimited: { rps: 1_000_000 } }));
+    const t = await startTestApp({ env: { CHAINS_CONFIG: chains, PLANS_CONFIG: plans, UPSTREAM_EVM: nodes.map((n) => n.url).join(',') } });
+    this.opened.push(t);
+    const { url } = await listen(t);
+    const token = await newToken(t, { plan: 'unlimited' });
+    return { t, url: `${url}/evm/${token.token}`, accountId: token.accountId, chain, nodes };
+  }
+
+  async close(): Promise<void> {
+    for (const o of this.opened.splice(0).reverse()) await o.close();
+    for (const d of this.dirs.splice(0)) rmSync(d, { recursive: true, force: true });
+  }
+}
