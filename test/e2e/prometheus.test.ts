@@ -1,9 +1,10 @@
-import { spawn, spawnSync } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { delimiter, join } from 'node:path';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type FakeUpstream, startEvmFake } from '../support/fakeUpstreams.js';
+import { metricNamesOf, notOnPath, onPath, runPromtool, sampleNamesOf } from '../support/promql.js';
 import { freePort, startTestRedisServer, type TestRedisServer } from '../support/redisServer.js';
 import { owner, startTestApp, type TestApp } from '../support/testApp.js';
 
@@ -15,32 +16,8 @@ import { owner, startTestApp, type TestApp } from '../support/testApp.js';
 
 const DASHBOARD = 'deploy/grafana/dashboards/gateway.json';
 const PROMETHEUS_CONFIG = 'deploy/prometheus/prometheus.yml';
-const notOnPath = (command: string): string => `${command} is not on the PATH (.ci/run installs Debian's prometheus package, which has it)`;
 const NO_PROMTOOL = notOnPath('promtool');
-
-const onPath = (command: string): boolean => (process.env.PATH ?? '').split(delimiter).some((dir) => dir !== '' && existsSync(join(dir, command)));
 const promtool = onPath('promtool');
-const runPromtool = (args: string[], input?: string) => {
-  const run = spawnSync('promtool', args, { input, encoding: 'utf8' });
-  return { status: run.status, output: `${run.stdout}${run.stderr}`.trim() };
-};
-
-const PROMQL_KEYWORDS = new Set(['by', 'without', 'on', 'ignoring', 'group_left', 'group_right', 'bool', 'and', 'or', 'unless', 'offset']);
-
-/** The metric names a PromQL expression reads: identifiers that are not functions, keywords, labels or Grafana variables. */
-function metricNamesOf(expr: string): string[] {
-  const bare = expr
-    .replace(/"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|`[^`]*`/g, '""') // string literals
-    .replace(/\{[^}]*\}/g, ' ') // label matchers
-    .replace(/\[[^\]]*\]/g, ' ') // ranges
-    .replace(/\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)/g, ' ') // label lists
-    .replace(/\$\{?\w+\}?/g, ' ') // Grafana variables
-    .replace(/\b\d[\d.e+-]*\b/g, ' '); // numbers
-  const names = [...bare.matchAll(/([a-zA-Z_:][\w:]*)(\s*\()?/g)]
-    .filter((m) => m[2] === undefined && !PROMQL_KEYWORDS.has(m[1] as string))
-    .map((m) => m[1] as string);
-  return [...new Set(names)];
-}
 
 interface Target {
   expr: string;
@@ -121,14 +98,6 @@ describe('/metrics', () => {
 });
 
 describe('the Grafana dashboard', () => {
-  const sampleNames = (): Set<string> =>
-    new Set(
-      scrape
-        .split('\n')
-        .filter((line) => line !== '' && !line.startsWith('#'))
-        .map((line) => /^[a-zA-Z_:][\w:]*/.exec(line)?.[0] ?? line),
-    );
-
   it('reads the metric names out of PromQL', () => {
     expect(metricNamesOf('histogram_quantile(0.99, sum by (chain, le) (rate(a_bucket{chain=~"$chain",x="b c"}[$__rate_interval])))')).toEqual(['a_bucket']);
     expect(metricNamesOf('sum(rate(a_total{o=~"r.*"}[5m])) / on (i) group_left sum without (x) (b) == bool 1')).toEqual(['a_total', 'b']);
@@ -137,7 +106,7 @@ describe('the Grafana dashboard', () => {
   it('queries only metrics a live scrape has, in every panel', () => {
     expect(queryPanels.length).toBeGreaterThan(10);
     for (const { where, expr } of expressions) expect(metricNamesOf(expr), `${where}: ${expr}`).not.toEqual([]);
-    const present = sampleNames();
+    const present = sampleNamesOf(scrape);
     const missing = expressions.flatMap(({ where, expr }) =>
       metricNamesOf(expr)
         .filter((name) => !present.has(name))
