@@ -151,6 +151,13 @@ const ChainConfig = z
     fullNodeHistoryBlocks: z.number().int().min(1).max(10_000_000).default(128),
     /** How often each upstream's head is polled. */
     headPollMs: z.number().int().min(100).max(600_000).default(2_000),
+    /**
+     * An eth_getLogs over more blocks than this is sent as sub-ranges of at most this many blocks
+     * and their logs merged into one answer (the nodes' own range limit); unset: sent whole.
+     */
+    getLogsMaxBlockRange: z.number().int().min(1).max(10_000_000).optional(),
+    /** The most sub-ranges one eth_getLogs is split into; one needing more goes to the node whole. */
+    getLogsMaxSplits: z.number().int().min(2).max(1_000).optional(),
   })
   .strict()
   .superRefine((c, ctx) => {
@@ -159,6 +166,16 @@ const ChainConfig = z
     }
     if (c.protocol === 'jsonrpc' && c.rest !== undefined) {
       ctx.addIssue({ code: 'custom', path: ['rest'], message: 'only rest chains take a "rest" flavour' });
+    }
+    if (c.getLogsMaxBlockRange !== undefined && c.protocol !== 'jsonrpc') {
+      ctx.addIssue({ code: 'custom', path: ['getLogsMaxBlockRange'], message: 'only jsonrpc (EVM) chains take "getLogsMaxBlockRange"' });
+    }
+    if (c.getLogsMaxSplits !== undefined && c.getLogsMaxBlockRange === undefined) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['getLogsMaxSplits'],
+        message: '"getLogsMaxSplits" bounds the splitting "getLogsMaxBlockRange" turns on: give both',
+      });
     }
     for (const key of ['jsonRpcPath', 'errorBody'] as const) {
       if (c[key] !== undefined && c.rest !== 'passthrough') {
@@ -215,6 +232,17 @@ export interface HeadTracking {
 
 export type RestFlavour = 'solana' | 'sui' | 'passthrough';
 
+/** How an EVM chain's wide eth_getLogs calls are split (src/gateway/upstreams/logsSplit.ts). */
+export interface LogsSplitting {
+  /** Blocks one sub-call covers at most. */
+  maxBlockRange: number;
+  /** Sub-calls one call is split into at most. */
+  maxSplits: number;
+}
+
+/** Sub-calls of one eth_getLogs when the chain's config does not say. */
+export const DEFAULT_GET_LOGS_MAX_SPLITS = 20;
+
 export interface Chain {
   id: string;
   name: string;
@@ -235,6 +263,8 @@ export interface Chain {
    * sent member by member.
    */
   upstreamBatches: boolean;
+  /** Wide eth_getLogs calls split into sub-ranges (config `getLogsMaxBlockRange`); null: sent whole. */
+  getLogsSplit: LogsSplitting | null;
   isMethodAllowed: Matcher;
   isWriteMethod: Matcher;
   isRestMethodAllowed: Matcher;
@@ -313,6 +343,8 @@ function toChain(c: ChainConfig): Chain {
         ? { finality: c.finality, maxLagBlocks: c.maxLagBlocks, fullNodeHistoryBlocks: c.fullNodeHistoryBlocks, pollMs: c.headPollMs }
         : null,
     upstreamBatches: flavour !== 'sui',
+    getLogsSplit:
+      c.getLogsMaxBlockRange === undefined ? null : { maxBlockRange: c.getLogsMaxBlockRange, maxSplits: c.getLogsMaxSplits ?? DEFAULT_GET_LOGS_MAX_SPLITS },
     isMethodAllowed,
     isWriteMethod: compileGlobs(c.writeMethods ?? DEFAULT_WRITE_METHODS),
     isRestMethodAllowed: (m) => restAllowed(m) && isMethodAllowed(m),

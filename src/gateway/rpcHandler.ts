@@ -36,6 +36,7 @@ import type { UpstreamAnswer, UpstreamFailure, UpstreamOutcome, Verdict } from '
 import { type CallShape, isShareable, rewritesHistory, shapeOf, shapeOfAll } from './upstreams/evmCalls.js';
 import { createsFilter, FILTER_NOT_FOUND, filterRoute, tagFilterAnswer, usesFilter } from './upstreams/filters.js';
 import type { ChainHeads } from './upstreams/heads.js';
+import { knownBlocksOf, logsSubParams, readSplitLogs } from './upstreams/logsSplit.js';
 
 /**
  * A JSON-RPC request end to end: validate, ask the gatekeeper for the calls that would reach the
@@ -145,7 +146,28 @@ function admittedSingle(scope: CallScope, m: RpcMember, allowed: boolean, admiss
       },
     );
   }
+  if (chain.getLogsSplit !== null && m.method === 'eth_getLogs') return readLogs(scope, m, admission);
   return read(scope, m, admission);
+}
+
+/**
+ * An eth_getLogs on a chain that splits wide ones (`getLogsMaxBlockRange`, docs/decisions.md "A
+ * wide eth_getLogs is split into sub-ranges"): each sub-range a read of its own, their logs merged
+ * into the caller's one answer; read whole when its range needs no split or cannot have one.
+ */
+function readLogs(scope: CallScope, m: RpcCall, admission: Admission): MaybePromise<Answer> {
+  const subParams = logsSplitOf(scope, m);
+  if (subParams === null) return read(scope, m, admission);
+  // The pool's cap on a node's answer (upstream.ts keeps it private): the merged answer is held to it too.
+  const maxBytes = scope.pool['maxResponseBytes'];
+  return readSplitLogs(m, subParams, admission, (sub) => read(scope, sub, admission), maxBytes);
+}
+
+/** The sub-calls' params of an eth_getLogs to split (null: it goes whole; a notification has no answer to merge). */
+function logsSplitOf(scope: CallScope, m: RpcCall): string[] | null {
+  const split = scope.chain.getLogsSplit;
+  if (split === null || m.method !== 'eth_getLogs' || m.idText === undefined) return null;
+  return logsSubParams(m.paramsText, split, knownBlocksOf(scope.pool.heads, scope.chain.heads));
 }
 
 /**
@@ -449,8 +471,8 @@ async function serveMembers(
   let failure: UpstreamFailure | null;
   try {
     for (const m of calls) {
-      if (!chain.upstreamBatches || usesFilter(m.method) || createsFilter(m.method)) {
-        // On its own: to a node that takes no batch, or a filter's call to the node its filter is on (a batch goes to one node).
+      if (!chain.upstreamBatches || usesFilter(m.method) || createsFilter(m.method) || (chain.getLogsSplit !== null && logsSplitOf(scope, m) !== null)) {
+        // On its own: to a node that takes no batch, a filter's call to the node its filter is on (a batch goes to one node), a wide eth_getLogs split.
         sharing.push(sendAlone(scope, m, admission, served, chain.upstreamBatches ? null : alone));
         continue;
       }
