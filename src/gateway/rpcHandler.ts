@@ -158,9 +158,8 @@ function admittedSingle(scope: CallScope, m: RpcMember, allowed: boolean, admiss
 function readLogs(scope: CallScope, m: RpcCall, admission: Admission): MaybePromise<Answer> {
   const subParams = logsSplitOf(scope, m);
   if (subParams === null) return read(scope, m, admission);
-  // The pool's cap on a node's answer (upstream.ts keeps it private): the merged answer is held to it too.
-  const maxBytes = scope.pool['maxResponseBytes'];
-  return readSplitLogs(m, subParams, admission, (sub) => read(scope, sub, admission), maxBytes);
+  // The merged answer is held to the cap on a node's answer.
+  return readSplitLogs(m, subParams, admission, (sub) => read(scope, sub, admission), scope.pool.maxResponseBytes);
 }
 
 /** The sub-calls' params of an eth_getLogs to split (null: it goes whole; a notification has no answer to merge). */

@@ -209,7 +209,8 @@ export class UpstreamPool {
   private readonly ejectAfter: number;
   private readonly coolDownMs: number;
   private readonly maxAttempts: number;
-  private readonly maxResponseBytes: number;
+  /** The most bytes a node's answer may hold (also the bound of an answer merged from several: eth_getLogs split). */
+  readonly maxResponseBytes: number;
   private readonly random: () => number;
   private readonly now: () => number;
   private readonly inFlight = new InFlightCalls();
