@@ -104,6 +104,11 @@ const UpstreamConfig = z
     ws: z.string().refine(isWsUrl, { message: 'must be an absolute ws:// or wss:// URL' }).optional(),
     /** The node keeps all historical state: calls for state older than a full node keeps go to it. */
     archive: z.boolean().optional(),
+    /**
+     * Calls a second this gateway process sends the node while another node can take them (a
+     * provider plan's cap; with N gateways, the cap ÷ N). Unset: no budget.
+     */
+    maxRps: z.number().int().min(1).max(1_000_000).optional(),
   })
   .strict();
 
@@ -220,6 +225,8 @@ export interface Upstream {
   ws: URL | null;
   /** Keeps all historical state (config `archive`). */
   archive: boolean;
+  /** Calls a second this process sends it while another node is within its own (config `maxRps`); absent: no budget. */
+  maxRps?: number;
 }
 
 /** How a JSON-RPC (EVM) chain's heads are followed; null where nothing is tracked. */
@@ -318,7 +325,16 @@ function toChain(c: ChainConfig): Chain {
     const headers = { ...basicAuthHeader(url), ...(u.headers ?? {}) };
     url.username = '';
     url.password = '';
-    return { url, weight: u.weight, label: labels[i] as string, headers, ws: u.ws === undefined ? null : new URL(u.ws), archive: u.archive === true };
+    const ws = u.ws === undefined ? null : new URL(u.ws);
+    return {
+      url,
+      weight: u.weight,
+      label: labels[i] as string,
+      headers,
+      ws,
+      archive: u.archive === true,
+      ...(u.maxRps === undefined ? {} : { maxRps: u.maxRps }),
+    };
   });
   const denied = compileGlobs(c.deniedMethods ?? DEFAULT_DENIED_METHODS);
   const allowed = c.allowedMethods ? compileGlobs(c.allowedMethods) : () => true;
@@ -421,6 +437,7 @@ function applyUpstreamOverrides(raw: unknown, env: Record<string, string | undef
         `${key}${WS_SUFFIX} lists ${wsUrls.length} WebSocket endpoints for the ${urls.length} node${urls.length === 1 ? '' : 's'} of ${key} (the n-th is the n-th node's)`,
       );
     }
+    // A URL list has no room for per-node options: these nodes have weight 1, no `archive`, no `maxRps` (use the file for those).
     target.upstreams = urls.map((url, i) => ({ url, weight: 1, label: `${target.id}-env-${i + 1}`, ...(wsUrls[i] ? { ws: wsUrls[i] } : {}) }));
   }
   const orphan = wsOverrides.find(([key]) => !overrides.some(([k]) => `${k}${WS_SUFFIX}` === key));

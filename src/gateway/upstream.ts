@@ -124,6 +124,10 @@ export interface UpstreamHealth {
   errorRate: number;
   /** Calls sent to it that failed, by why, since start (`gateway_upstream_attempt_failures_total`). */
   failures: Record<AttemptFailure, number>;
+  /** Its budget (config `maxRps`; null: none), calls sent to it in the pool's current second, and calls sent past the budget since start. */
+  maxRps: number | null;
+  sentThisSecond: number;
+  overBudget: number;
 }
 
 /**
@@ -154,6 +158,13 @@ interface Member {
   /** Its configured weight times its score (latency and errors): what the weighted choice uses. */
   effectiveWeight: number;
   failures: Record<AttemptFailure, number>;
+  /** Its calls-per-second budget (config `maxRps`); 0: none. */
+  maxRps: number;
+  /** The pool's clock second (ms ÷ 1000) `sent` counts calls of: a fixed window. */
+  second: number;
+  sent: number;
+  /** Calls sent to it past its budget (every node the call could take was over its own), since start. */
+  overBudget: number;
 }
 
 /**
@@ -189,6 +200,22 @@ function describeError(err: unknown): string {
 
 /** Healthy, or due for a trial call. */
 const isInRotation = (m: Member, now: number): boolean => m.ejectedUntil === null || (now >= m.ejectedUntil && !m.probing);
+
+/** A node with a budget that has had its calls for clock second `second`. */
+const isOverBudget = (m: Member, second: number): boolean => m.maxRps > 0 && m.second === second && m.sent >= m.maxRps;
+
+/**
+ * Counts a call sent to a node with a budget (a caller's attempt, retry, hedge, or a head poll: the
+ * node's plan counts them all); `chosen` past the budget (not a head poll, which is not a choice) counts as over it.
+ */
+function spendBudget(m: Member, now: number, chosen: boolean): void {
+  const second = Math.floor(now / 1000);
+  if (m.second !== second) {
+    m.second = second;
+    m.sent = 0;
+  }
+  if (++m.sent > m.maxRps && chosen) m.overBudget++;
+}
 
 /** A score's floor: a slow or failing node still gets a trickle of calls, so its recovery is seen. */
 const MIN_SCORE = 0.05;
@@ -227,6 +254,8 @@ export class UpstreamPool {
   readonly filterKeys: readonly Buffer[];
   /** Answers kept for reads (shared by every pool of the process); null: none. */
   readonly cache: ResponseCache | null;
+  /** Some node has a calls-per-second budget: without one, picking a node never looks at budgets. */
+  private readonly budgeted: boolean;
   /** Reads in flight by key: callers of an identical read wait here for its answer (coalescing). */
   readonly waiting = new Map<string, Array<(outcome: UpstreamOutcome) => void>>();
   readonly coalesces: boolean;
@@ -254,8 +283,13 @@ export class UpstreamPool {
         latencyMs: null,
         errorRate: 0,
         effectiveWeight: upstream.weight,
+        maxRps: upstream.maxRps ?? 0,
+        second: 0,
+        sent: 0,
+        overBudget: 0,
       };
     });
+    this.budgeted = this.members.some((m) => m.maxRps > 0);
     this.filterKeys = filterKeys(chain.upstreams);
     this.ejectAfter = options.ejectAfterFailures ?? 3;
     this.coolDownMs = options.coolDownMs ?? 5_000;
@@ -313,6 +347,9 @@ export class UpstreamPool {
         latencyMs: m.latencyMs === null ? null : Math.round(m.latencyMs * 100) / 100,
         errorRate: Math.round(m.errorRate * 1000) / 1000,
         failures: { ...m.failures },
+        maxRps: m.maxRps > 0 ? m.maxRps : null,
+        sentThisSecond: m.second === Math.floor(this.now() / 1000) ? m.sent : 0,
+        overBudget: m.overBudget,
       };
     });
   }
@@ -340,20 +377,38 @@ export class UpstreamPool {
     return !this.hasArchive || m.upstream.archive || !heads.needsArchive(shape.low);
   }
 
-  /** Weighted choice (by score) among eligible upstreams; no allocation: it runs per call. */
-  pick(call: PoolCall): Member | null {
+  /**
+   * Weighted choice (by score) among eligible upstreams; no allocation: it runs per call. Where
+   * nodes have budgets, one within its budget first, at each level of preference: what the call
+   * needs (the best head, the blocks, archive state) comes before a budget (an over-budget node
+   * may refuse, which costs a retry; a node behind answers an older state). When every node the
+   * call may take is over its budget, one of them still gets it: the node decides. A hedge
+   * (`extra`), a call the caller does not need, goes only to a node within its budget.
+   */
+  pick(call: PoolCall, extra = false): Member | null {
     const now = this.now();
-    const chosen = this.pickAmong(call, now, true) ?? (this.heads !== null && call.request.shape !== undefined ? this.pickAmong(call, now, false) : null);
+    const loose = this.heads !== null && call.request.shape !== undefined;
+    let chosen: Member | null;
+    if (!this.budgeted) {
+      chosen = this.pickAmong(call, now, true, -1) ?? (loose ? this.pickAmong(call, now, false, -1) : null);
+    } else {
+      const second = Math.floor(now / 1000);
+      chosen =
+        this.pickAmong(call, now, true, second) ??
+        (extra ? null : this.pickAmong(call, now, true, -1)) ??
+        (loose ? (this.pickAmong(call, now, false, second) ?? (extra ? null : this.pickAmong(call, now, false, -1))) : null);
+    }
     if (chosen?.ejectedUntil != null) chosen.probing = true;
     return chosen;
   }
 
-  private pickAmong(call: PoolCall, now: number, strict: boolean): Member | null {
+  /** `withinBudgetOf`: the clock second whose budgets a node must be within; -1: budgets not looked at. */
+  private pickAmong(call: PoolCall, now: number, strict: boolean, withinBudgetOf: number): Member | null {
     let total = 0;
     let count = 0;
     let only: Member | null = null;
     for (const m of this.members) {
-      if (!this.isEligible(m, call, now, strict)) continue;
+      if (!this.isEligible(m, call, now, strict) || (withinBudgetOf >= 0 && isOverBudget(m, withinBudgetOf))) continue;
       total += m.effectiveWeight;
       count++;
       only = m;
@@ -361,7 +416,7 @@ export class UpstreamPool {
     if (count <= 1) return only;
     let r = this.random() * total;
     for (const m of this.members) {
-      if (!this.isEligible(m, call, now, strict)) continue;
+      if (!this.isEligible(m, call, now, strict) || (withinBudgetOf >= 0 && isOverBudget(m, withinBudgetOf))) continue;
       r -= m.effectiveWeight;
       if (r < 0) return m;
     }
@@ -457,6 +512,7 @@ export class UpstreamPool {
     const json = request.contentType === undefined || request.contentType === 'application/json';
     const own = !hasBody ? m.headers : json ? m.jsonHeaders : { ...m.headers, 'content-type': request.contentType as string };
     const call = new UpstreamCall(m, this.chain.timeoutMs, this.maxResponseBytes, done);
+    if (m.maxRps > 0) spendBudget(m, this.now(), true);
     this.inFlight.add(call);
     try {
       m.dispatcher.dispatch(
@@ -490,6 +546,7 @@ export class UpstreamPool {
         settled: (outcome) => resolve(outcome.ok && outcome.status === 200 ? outcome.body : null),
       });
       this.probes.add(call);
+      if (m.maxRps > 0) spendBudget(m, this.now(), false);
       try {
         m.dispatcher.dispatch({ method: 'POST', path: m.rootPath, headers: { ...m.jsonHeaders, [HEAD_POLL_HEADER]: '1' }, body }, call);
       } catch (error) {
@@ -553,8 +610,8 @@ class PoolCall implements Settles {
   }
 
   /** Sends the next attempt; false when no upstream may take it (the call is then finished, unless another attempt is out). */
-  private launch(): boolean {
-    const member = this.attemptsLeft > 0 ? this.pool.pick(this) : null;
+  private launch(hedge = false): boolean {
+    const member = this.attemptsLeft > 0 ? this.pool.pick(this, hedge) : null;
     if (member === null) {
       if (this.live === null && this.hedgeCall === null) this.finish(this.busy ?? this.last ?? this.pool.unavailableFor(this.request));
       return false;
@@ -577,7 +634,7 @@ class PoolCall implements Settles {
     this.timer = null;
     if (this.finished || this.hedgeCall !== null || this.live === null || this.attemptsLeft <= 0) return;
     if (!this.pool.takeHedge()) return;
-    if (!this.launch()) return;
+    if (!this.launch(true)) return;
     this.hedged = true;
   }
 

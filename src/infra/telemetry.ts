@@ -62,6 +62,8 @@ export interface UpstreamSnapshot {
   state?: string | null;
   /** Calls sent to it that failed, by why, since start. */
   failures?: Readonly<Record<string, number>>;
+  /** Calls sent to it past its calls-per-second budget (config `maxRps`), since start. */
+  overBudget?: number;
 }
 
 const REDIS_STATES: readonly RedisState[] = ['up', 'down', 'stalled', 'refusing'];
@@ -440,6 +442,18 @@ export class Telemetry {
         this.reset();
         for (const [chain, list] of Object.entries(sources.upstreams?.() ?? {})) {
           for (const u of list) for (const [reason, n] of Object.entries(u.failures ?? {})) this.inc({ chain, upstream: u.label, reason }, n);
+        }
+      },
+    });
+    new Counter({
+      name: 'gateway_upstream_over_budget_total',
+      help: "Calls sent to the upstream past its maxRps for the second, because every node the call could take was past its own (0 for a node without maxRps): this gateway's share of the provider's limit is too small for its traffic",
+      labelNames: ['chain', 'upstream'],
+      registers,
+      collect() {
+        this.reset();
+        for (const [chain, list] of Object.entries(sources.upstreams?.() ?? {})) {
+          for (const u of list) this.inc({ chain, upstream: u.label }, u.overBudget ?? 0);
         }
       },
     });
