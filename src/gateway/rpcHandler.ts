@@ -465,14 +465,14 @@ async function serveMembers(
   };
   /** Final members looked up in the shared level, answered or routed once every lookup is back. */
   const lookups: Array<{ m: RpcCall; plan: ReadPlan; found: Promise<string | undefined> }> = [];
-  /** The answers of members sent alone (the chain's nodes take no batch). */
+  /** The answers of members sent alone (the chain's nodes take no batch, a filter's call, a split eth_getLogs). */
   const alone: Answer[] = [];
   let failure: UpstreamFailure | null;
   try {
     for (const m of calls) {
       if (!chain.upstreamBatches || usesFilter(m.method) || createsFilter(m.method) || (chain.getLogsSplit !== null && logsSplitOf(scope, m) !== null)) {
         // On its own: to a node that takes no batch, a filter's call to the node its filter is on (a batch goes to one node), a wide eth_getLogs split.
-        sharing.push(sendAlone(scope, m, admission, served, chain.upstreamBatches ? null : alone));
+        sharing.push(sendAlone(scope, m, admission, served, alone));
         continue;
       }
       if (chain.isWriteMethod(m.method)) {
@@ -509,6 +509,7 @@ async function serveMembers(
     throw err;
   }
   await Promise.all(sharing);
+  // Every member sent alone (none in an upstream batch) and all failed alike: the batch keeps that status, as one failed whole.
   if (alone.length === calls.length) failure = failureOfAll(alone);
   return { served, failure };
 }
@@ -520,12 +521,12 @@ async function serveMembers(
  * hedged, a read shared or hedged as ever; or a filter's call (to its filter's node). Its answer is
  * kept in `alone` when given (a batch of members all sent alone keeps the nodes' failure status).
  */
-function sendAlone(scope: CallScope, m: RpcCall, admission: Admission, served: Map<number, MemberServed>, alone: Answer[] | null): Promise<void> {
+function sendAlone(scope: CallScope, m: RpcCall, admission: Admission, served: Map<number, MemberServed>, alone: Answer[]): Promise<void> {
   return Promise.resolve()
     .then(() => admittedSingle(scope, m, true, admission))
     .then(
       (answer) => {
-        alone?.push(answer);
+        alone.push(answer);
         const member = asMember(m, answer);
         // A notification gets no element, whatever befell it.
         served.set(m.index, m.idText === undefined ? { ...member, element: null } : member);

@@ -10,6 +10,8 @@ export interface ServiceOnEvmNodes {
   /** `<base>/evm/<token>`. */
   url: string;
   accountId: string;
+  /** The account owner's API authorization header (the account view). */
+  auth: { authorization: string };
   chain: FakeEvmChain;
   nodes: EvmNodeFake[];
 }
@@ -22,9 +24,13 @@ export class Started {
   /**
    * Starts `count` fake nodes of one chain (200 blocks, 8 to finality) and the service with them
    * as `UPSTREAM_EVM` on chain `evm` (timeout 1 s, head polls every 200 ms, `chainExtra` on top),
-   * with a plan of no limit a test reaches.
+   * with a plan of no limit a test reaches (or `plan`, e.g. `{ rps: 1000, monthly_requests: 20 }`).
    */
-  async serviceOnEvmNodes(count: number, chainExtra: Record<string, unknown> = {}): Promise<ServiceOnEvmNodes> {
+  async serviceOnEvmNodes(
+    count: number,
+    chainExtra: Record<string, unknown> = {},
+    plan: Record<string, unknown> = { rps: 1_000_000 },
+  ): Promise<ServiceOnEvmNodes> {
     const chain = new FakeEvmChain(200, 8);
     const nodes = await Promise.all(Array.from({ length: count }, () => startEvmNodeFake(chain)));
     this.opened.push(...nodes);
@@ -38,12 +44,12 @@ export class Started {
       }),
     );
     const plans = join(dir, 'plans.json');
-    writeFileSync(plans, JSON.stringify({ unlimited: { rps: 1_000_000 } }));
+    writeFileSync(plans, JSON.stringify({ unlimited: plan }));
     const t = await startTestApp({ env: { CHAINS_CONFIG: chains, PLANS_CONFIG: plans, UPSTREAM_EVM: nodes.map((n) => n.url).join(',') } });
     this.opened.push(t);
     const { url } = await listen(t);
     const token = await newToken(t, { plan: 'unlimited' });
-    return { t, url: `${url}/evm/${token.token}`, accountId: token.accountId, chain, nodes };
+    return { t, url: `${url}/evm/${token.token}`, accountId: token.accountId, auth: token.auth, chain, nodes };
   }
 
   async close(): Promise<void> {
