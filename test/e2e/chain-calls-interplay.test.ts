@@ -10,9 +10,10 @@
  */
 import { afterEach, describe, expect, it } from 'vitest';
 import type { UsageRecord } from '../../src/domain/usage.js';
-import { HEAD_POLL_HEADER } from '../../src/gateway/upstream.js';
-import { eventually, until } from '../support/eventually.js';
+import { until } from '../support/eventually.js';
 import type { EvmNodeFake, FakeEvmChain, ReceivedCall } from '../support/fakeUpstreams.js';
+import { blockOfTag, isGetLogs, type SentRpc } from '../support/getLogsCalls.js';
+import { accountUsage } from '../support/quotaCalls.js';
 import { Started } from '../support/serviceOnEvmNodes.js';
 import type { TestApp } from '../support/testApp.js';
 import { recordedCalls } from '../support/usageLog.js';
@@ -28,30 +29,16 @@ const RATE_LIMITED = { code: -32005, message: 'daily request count exceeded, req
 const GARBAGE = '<html>bad gateway</html>';
 const hex = (n: number): string => `0x${n.toString(16)}`;
 
-interface Filter {
-  fromBlock?: string;
-  toBlock?: string;
-}
-interface RpcRequest {
-  id?: unknown;
-  method?: string;
-  params?: [Filter];
-}
 interface RpcBody {
   id?: unknown;
   result?: unknown[];
   error?: { code: number; message: string };
 }
 
-const blockOf = (tag: string | undefined, chain: FakeEvmChain): number =>
-  tag === undefined || tag === 'latest' ? chain.head : tag === 'earliest' ? 0 : Number.parseInt(tag, 16);
-
-const isGetLogs = (call: ReceivedCall): boolean => call.headers[HEAD_POLL_HEADER] === undefined && call.body.includes('"eth_getLogs"');
-
 /** The `fromBlock` of a single eth_getLogs sent to a node (null: another call, or a batch). */
 function fromOf(call: ReceivedCall, chain: FakeEvmChain): number | null {
   if (!isGetLogs(call) || call.body.startsWith('[')) return null;
-  return blockOf((JSON.parse(call.body) as RpcRequest).params?.[0]?.fromBlock, chain);
+  return blockOfTag((JSON.parse(call.body) as SentRpc).params?.[0]?.fromBlock, chain);
 }
 
 type NodeAnswer = { error: { code: number; message: string } } | { raw: string } | null;
@@ -63,9 +50,9 @@ type NodeAnswer = { error: { code: number; message: string } } | { raw: string }
 function nodeAnswers(node: EvmNodeFake, chain: FakeEvmChain, answer: (from: number) => NodeAnswer = () => null): void {
   node.rewrite = (body, call) => {
     if (!isGetLogs(call) || call.body.startsWith('[')) return body;
-    const sent = JSON.parse(call.body) as RpcRequest;
+    const sent = JSON.parse(call.body) as SentRpc;
     const filter = sent.params?.[0] ?? {};
-    const [from, to] = [blockOf(filter.fromBlock, chain), blockOf(filter.toBlock, chain)];
+    const [from, to] = [blockOfTag(filter.fromBlock, chain), blockOfTag(filter.toBlock, chain)];
     const given: NodeAnswer = to - from + 1 > MAX_RANGE ? { error: RANGE_REFUSAL } : answer(from);
     if (given === null) return body;
     return 'raw' in given ? given.raw : JSON.stringify({ jsonrpc: '2.0', id: sent.id, error: given.error });
@@ -115,17 +102,6 @@ async function records(t: TestApp, accountId: string, count: number): Promise<Us
   await until(async () => (await recordedCalls(t.runtime.store, accountId)).length >= count, 15_000);
   return (await recordedCalls(t.runtime.store, accountId)).sort((x, y) => x.at.localeCompare(y.at) || x.requestId.localeCompare(y.requestId));
 }
-
-/** The account view's charged requests and remaining quota, once projected as `expected`. */
-const accountUsage = (t: TestApp, auth: Record<string, string>, expected: { requests: number; remaining: number }) =>
-  eventually(
-    async () => {
-      const usage = (await t.app.inject({ method: 'GET', url: '/api/v1/account', headers: auth })).json().usage as { requests: number; remaining: number };
-      return { requests: usage.requests, remaining: usage.remaining };
-    },
-    (u) => u.requests === expected.requests && u.remaining === expected.remaining,
-    10_000,
-  );
 
 /** The lines of the service's /metrics starting with `name` (the service behind chain URL `url`). */
 async function metric(url: string, name: string): Promise<string> {

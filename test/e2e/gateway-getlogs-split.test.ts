@@ -9,9 +9,9 @@
 import { createPublicClient, http } from 'viem';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { UsageRecord } from '../../src/domain/usage.js';
-import { HEAD_POLL_HEADER } from '../../src/gateway/upstream.js';
 import { until } from '../support/eventually.js';
-import type { EvmNodeFake, FakeEvmChain, ReceivedCall } from '../support/fakeUpstreams.js';
+import type { EvmNodeFake, FakeEvmChain } from '../support/fakeUpstreams.js';
+import { blockOfTag, isGetLogs, type LogsFilter, type SentRpc } from '../support/getLogsCalls.js';
 import { Started } from '../support/serviceOnEvmNodes.js';
 import type { TestApp } from '../support/testApp.js';
 import { recordedCalls } from '../support/usageLog.js';
@@ -23,27 +23,11 @@ const MAX_RANGE = 100;
 const RANGE_REFUSAL = { code: -32000, message: `exceed maximum block range: ${MAX_RANGE}` };
 const hex = (n: number): string => `0x${n.toString(16)}`;
 
-interface Filter {
-  fromBlock?: string;
-  toBlock?: string;
-}
-interface RpcRequest {
-  id?: unknown;
-  method?: string;
-  params?: [Filter];
-}
-
-/** A filter bound as the fake node reads it. */
-const blockOf = (tag: string | undefined, chain: FakeEvmChain): number =>
-  tag === undefined || tag === 'latest' ? chain.head : tag === 'earliest' ? 0 : Number.parseInt(tag, 16);
-
-const isGetLogs = (call: ReceivedCall): boolean => call.headers[HEAD_POLL_HEADER] === undefined && call.body.includes('"eth_getLogs"');
-
 /** The eth_getLogs ranges `node` was asked for, as [from, to]. */
 function logsRanges(node: EvmNodeFake, chain: FakeEvmChain): Array<[number, number]> {
   return node.calls.filter(isGetLogs).map((c) => {
-    const filter = (JSON.parse(c.body) as RpcRequest).params?.[0] ?? {};
-    return [blockOf(filter.fromBlock, chain), blockOf(filter.toBlock, chain)];
+    const filter = (JSON.parse(c.body) as SentRpc).params?.[0] ?? {};
+    return [blockOfTag(filter.fromBlock, chain), blockOfTag(filter.toBlock, chain)];
   });
 }
 
@@ -59,9 +43,9 @@ function nodeAnswers(
 ): void {
   node.rewrite = (body, call) => {
     if (!isGetLogs(call) || call.body.startsWith('[')) return body;
-    const sent = JSON.parse(call.body) as RpcRequest;
+    const sent = JSON.parse(call.body) as SentRpc;
     const filter = sent.params?.[0] ?? {};
-    const given = answer([blockOf(filter.fromBlock, chain), blockOf(filter.toBlock, chain)]);
+    const given = answer([blockOfTag(filter.fromBlock, chain), blockOfTag(filter.toBlock, chain)]);
     if (given === null) return body;
     return 'raw' in given ? given.raw : JSON.stringify({ jsonrpc: '2.0', id: sent.id, error: given.error });
   };
@@ -86,7 +70,7 @@ async function post(url: string, body: unknown): Promise<{ status: number; text:
   const r = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
   return { status: r.status, text: await r.text() };
 }
-const getLogs = (url: string, filter: Filter, id: unknown = nextId++) => post(url, { jsonrpc: '2.0', id, method: 'eth_getLogs', params: [filter] });
+const getLogs = (url: string, filter: LogsFilter, id: unknown = nextId++) => post(url, { jsonrpc: '2.0', id, method: 'eth_getLogs', params: [filter] });
 
 /** What one node answers for `from..to` asked directly, in ranges it takes: the logs one node has for the range. */
 async function logsFromNode(node: EvmNodeFake, from: number, to: number): Promise<unknown[]> {

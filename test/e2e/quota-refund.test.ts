@@ -17,6 +17,7 @@ import { RedisLimiter } from '../../src/infra/limits/redis.js';
 import { eventually, until } from '../support/eventually.js';
 import { type FakeUpstream, startFake } from '../support/fakeUpstreams.js';
 import { ownerOn } from '../support/planOwner.js';
+import { accountUsage } from '../support/quotaCalls.js';
 import { startTestRedisServer, type TestRedisServer } from '../support/redisServer.js';
 import { listen, startTestApp, type TestApp } from '../support/testApp.js';
 import { recordedCalls } from '../support/usageLog.js';
@@ -114,17 +115,6 @@ describe.each(['embedded', 'redis'] as const)('on the %s limiter', (backend) => 
     return recordedCalls(t.runtime.store, accountId);
   }
 
-  /** The account view's charged requests and remaining quota, once projected as `expected`. */
-  const accountUsage = (auth: Record<string, string>, expected: { requests: number; remaining: number }) =>
-    eventually(
-      async () => {
-        const usage = (await t.app.inject({ method: 'GET', url: '/api/v1/account', headers: auth })).json().usage as { requests: number; remaining: number };
-        return { requests: usage.requests, remaining: usage.remaining };
-      },
-      (u) => u.requests === expected.requests && u.remaining === expected.remaining,
-      10_000,
-    );
-
   it('a 504 and an answer over the size cap stay charged', async () => {
     const a = await account();
     node.mode = 'slow';
@@ -135,7 +125,7 @@ describe.each(['embedded', 'redis'] as const)('on the %s limiter', (backend) => 
     expect(oversized.status).toBe(502);
     expect(JSON.stringify(oversized.body)).toContain('the most the gateway passes on');
     expect(oversized.remaining).toBe(String(MONTHLY - 3));
-    await accountUsage(a.o.auth, { requests: 3, remaining: MONTHLY - 3 });
+    await accountUsage(t, a.o.auth, { requests: 3, remaining: MONTHLY - 3 });
     const all = await records(a.o.accountId, 3);
     expect(all.map((r) => [r.status, r.charged])).toEqual([
       [200, true],
@@ -189,7 +179,7 @@ describe.each(['embedded', 'redis'] as const)('on the %s limiter', (backend) => 
     const delta = (outcome: string) => (after[outcome] ?? 0) - (before[outcome] ?? 0);
     expect(delta('refunded')).toBeGreaterThanOrEqual(10 + 6 + 2);
     expect(delta('admitted') - delta('refunded')).toBe(served - 1);
-    await accountUsage(a.o.auth, { requests: served, remaining: 0 });
+    await accountUsage(t, a.o.auth, { requests: served, remaining: 0 });
     const all = await records(a.o.accountId, served + 10 + 6 + 2);
     const failures = all.filter((r) => r.status === 502 || r.rpcErrorCode === -32010);
     expect(failures.length).toBeGreaterThanOrEqual(10 + 6 + 2);

@@ -1,3 +1,4 @@
+import { eventually } from './eventually.js';
 import type { TestApp } from './testApp.js';
 
 /** A call's status and its `X-MonthlyLimit-Remaining`. */
@@ -29,3 +30,14 @@ export async function unprojected(t: Pick<TestApp, 'runtime'>, body: () => Promi
     ingester.start();
   }
 }
+
+/** The account view's charged requests and remaining quota, once projected as `expected`. */
+export const accountUsage = (t: Pick<TestApp, 'app'>, auth: Record<string, string>, expected: { requests: number; remaining: number }) =>
+  eventually(
+    async () => {
+      const usage = (await t.app.inject({ method: 'GET', url: '/api/v1/account', headers: auth })).json().usage as { requests: number; remaining: number };
+      return { requests: usage.requests, remaining: usage.remaining };
+    },
+    (u) => u.requests === expected.requests && u.remaining === expected.remaining,
+    10_000,
+  );
