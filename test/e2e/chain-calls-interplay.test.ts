@@ -12,7 +12,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import type { UsageRecord } from '../../src/domain/usage.js';
 import { until } from '../support/eventually.js';
 import type { EvmNodeFake, FakeEvmChain, ReceivedCall } from '../support/fakeUpstreams.js';
-import { blockOfTag, isGetLogs, type SentRpc } from '../support/getLogsCalls.js';
+import { answerGetLogs, blockOfTag, isGetLogs, type LogsAnswer, type SentRpc } from '../support/getLogsCalls.js';
 import { accountUsage } from '../support/quotaCalls.js';
 import { Started } from '../support/serviceOnEvmNodes.js';
 import type { TestApp } from '../support/testApp.js';
@@ -41,22 +41,12 @@ function fromOf(call: ReceivedCall, chain: FakeEvmChain): number | null {
   return blockOfTag((JSON.parse(call.body) as SentRpc).params?.[0]?.fromBlock, chain);
 }
 
-type NodeAnswer = { error: { code: number; message: string } } | { raw: string } | null;
-
 /**
  * Makes `node` answer a single eth_getLogs over `from..to` as `answer` says (null: as the fake
  * answers); a range over MAX_RANGE blocks is always refused, as a node with a range limit does.
  */
-function nodeAnswers(node: EvmNodeFake, chain: FakeEvmChain, answer: (from: number) => NodeAnswer = () => null): void {
-  node.rewrite = (body, call) => {
-    if (!isGetLogs(call) || call.body.startsWith('[')) return body;
-    const sent = JSON.parse(call.body) as SentRpc;
-    const filter = sent.params?.[0] ?? {};
-    const [from, to] = [blockOfTag(filter.fromBlock, chain), blockOfTag(filter.toBlock, chain)];
-    const given: NodeAnswer = to - from + 1 > MAX_RANGE ? { error: RANGE_REFUSAL } : answer(from);
-    if (given === null) return body;
-    return 'raw' in given ? given.raw : JSON.stringify({ jsonrpc: '2.0', id: sent.id, error: given.error });
-  };
+function nodeAnswers(node: EvmNodeFake, chain: FakeEvmChain, answer: (from: number) => LogsAnswer = () => null): void {
+  answerGetLogs(node, chain, ([from, to]) => (to - from + 1 > MAX_RANGE ? { error: RANGE_REFUSAL } : answer(from)));
 }
 
 /** The service on two nodes of a chain 1,300 blocks high (finalized 1,292), splitting eth_getLogs at 100 blocks, on a plan of MONTHLY calls. */
@@ -117,7 +107,7 @@ describe('a split eth_getLogs and the fate of its sub-calls', () => {
     const { t, url, chain, nodes, accountId, auth } = await setUp();
     const [first, second] = nodes;
     const pool = t.runtime.gateway!.pools.get('evm')!;
-    const both = (answer: (from: number) => NodeAnswer) => {
+    const both = (answer: (from: number) => LogsAnswer) => {
       for (const node of nodes) nodeAnswers(node, chain, answer);
     };
 

@@ -11,7 +11,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import type { UsageRecord } from '../../src/domain/usage.js';
 import { until } from '../support/eventually.js';
 import type { EvmNodeFake, FakeEvmChain } from '../support/fakeUpstreams.js';
-import { blockOfTag, isGetLogs, type LogsFilter, type SentRpc } from '../support/getLogsCalls.js';
+import { answerGetLogs, blockOfTag, isGetLogs, type LogsAnswer, type LogsFilter, type SentRpc } from '../support/getLogsCalls.js';
 import { Started } from '../support/serviceOnEvmNodes.js';
 import type { TestApp } from '../support/testApp.js';
 import { recordedCalls } from '../support/usageLog.js';
@@ -38,17 +38,9 @@ function logsRanges(node: EvmNodeFake, chain: FakeEvmChain): Array<[number, numb
 function nodeAnswers(
   node: EvmNodeFake,
   chain: FakeEvmChain,
-  answer: (range: [number, number]) => { error: { code: number; message: string } } | { raw: string } | null = ([from, to]) =>
-    to - from + 1 > MAX_RANGE ? { error: RANGE_REFUSAL } : null,
+  answer: (range: [number, number]) => LogsAnswer = ([from, to]) => (to - from + 1 > MAX_RANGE ? { error: RANGE_REFUSAL } : null),
 ): void {
-  node.rewrite = (body, call) => {
-    if (!isGetLogs(call) || call.body.startsWith('[')) return body;
-    const sent = JSON.parse(call.body) as SentRpc;
-    const filter = sent.params?.[0] ?? {};
-    const given = answer([blockOfTag(filter.fromBlock, chain), blockOfTag(filter.toBlock, chain)]);
-    if (given === null) return body;
-    return 'raw' in given ? given.raw : JSON.stringify({ jsonrpc: '2.0', id: sent.id, error: given.error });
-  };
+  answerGetLogs(node, chain, answer);
 }
 
 /** The service on `count` nodes of a chain 1,300 blocks high (finalized 1,292), every node refusing ranges over 100 blocks. */

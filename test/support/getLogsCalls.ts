@@ -1,5 +1,5 @@
 import { HEAD_POLL_HEADER } from '../../src/gateway/upstream.js';
-import type { FakeEvmChain, ReceivedCall } from './fakeUpstreams.js';
+import type { EvmNodeFake, FakeEvmChain, ReceivedCall } from './fakeUpstreams.js';
 
 /** An eth_getLogs filter's block bounds, as sent. */
 export interface LogsFilter {
@@ -20,3 +20,18 @@ export const blockOfTag = (tag: string | undefined, chain: FakeEvmChain): number
 
 /** A caller's eth_getLogs (single or in a batch) a node received: not the gateway's head polls. */
 export const isGetLogs = (call: ReceivedCall): boolean => call.headers[HEAD_POLL_HEADER] === undefined && call.body.includes('"eth_getLogs"');
+
+/** What a fake node answers to an eth_getLogs over a range: a node error object, a raw body, or (null) the fake's own answer. */
+export type LogsAnswer = { error: { code: number; message: string } } | { raw: string } | null;
+
+/** Makes `node` answer each single eth_getLogs over `[from, to]` as `answer` says; every other call as the fake answers. */
+export function answerGetLogs(node: EvmNodeFake, chain: FakeEvmChain, answer: (range: [number, number]) => LogsAnswer): void {
+  node.rewrite = (body, call) => {
+    if (!isGetLogs(call) || call.body.startsWith('[')) return body;
+    const sent = JSON.parse(call.body) as SentRpc;
+    const filter = sent.params?.[0] ?? {};
+    const given = answer([blockOfTag(filter.fromBlock, chain), blockOfTag(filter.toBlock, chain)]);
+    if (given === null) return body;
+    return 'raw' in given ? given.raw : JSON.stringify({ jsonrpc: '2.0', id: sent.id, error: given.error });
+  };
+}
