@@ -14,7 +14,7 @@ import { until } from '../support/eventually.js';
 import type { EvmNodeFake, FakeEvmChain, ReceivedCall } from '../support/fakeUpstreams.js';
 import { answerGetLogs, blockOfTag, isGetLogs, type LogsAnswer, type SentRpc } from '../support/getLogsCalls.js';
 import { accountUsage } from '../support/quotaCalls.js';
-import { Started } from '../support/serviceOnEvmNodes.js';
+import { headsFollowed, Started } from '../support/serviceOnEvmNodes.js';
 import type { TestApp } from '../support/testApp.js';
 import { recordedCalls } from '../support/usageLog.js';
 import { WsClient } from '../support/wsClient.js';
@@ -52,14 +52,11 @@ function nodeAnswers(node: EvmNodeFake, chain: FakeEvmChain, answer: (from: numb
 /** The service on two nodes of a chain 1,300 blocks high (finalized 1,292), splitting eth_getLogs at 100 blocks, on a plan of MONTHLY calls. */
 async function setUp() {
   const setup = await started.serviceOnEvmNodes(2, { getLogsMaxBlockRange: MAX_RANGE }, { rps: 1_000, monthly_requests: MONTHLY });
-  const { t, chain, nodes } = setup;
+  const { chain, nodes } = setup;
   chain.advance(1_100);
   for (const node of nodes) nodeAnswers(node, chain);
-  const heads = t.runtime.gateway!.pools.get('evm')!.heads!;
-  // Heads are followed once calls come (this call is the month's first charged one).
-  await post(setup.url, { jsonrpc: '2.0', id: 0, method: 'eth_chainId', params: [] });
-  await until(() => heads.best === chain.head && heads.finalized === chain.finalized, 10_000);
-  for (const node of nodes) node.calls.length = 0;
+  // The month's first charged call.
+  await headsFollowed(setup);
   return { ...setup, nodes: setup.nodes as [EvmNodeFake, EvmNodeFake] };
 }
 

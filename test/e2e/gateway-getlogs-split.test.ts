@@ -12,7 +12,7 @@ import type { UsageRecord } from '../../src/domain/usage.js';
 import { until } from '../support/eventually.js';
 import type { EvmNodeFake, FakeEvmChain } from '../support/fakeUpstreams.js';
 import { answerGetLogs, blockOfTag, isGetLogs, type LogsAnswer, type LogsFilter, type SentRpc } from '../support/getLogsCalls.js';
-import { Started } from '../support/serviceOnEvmNodes.js';
+import { headsFollowed, Started } from '../support/serviceOnEvmNodes.js';
 import type { TestApp } from '../support/testApp.js';
 import { recordedCalls } from '../support/usageLog.js';
 
@@ -46,14 +46,10 @@ function nodeAnswers(
 /** The service on `count` nodes of a chain 1,300 blocks high (finalized 1,292), every node refusing ranges over 100 blocks. */
 async function setUp(chainExtra: Record<string, unknown>, count = 2) {
   const setup = await started.serviceOnEvmNodes(count, chainExtra);
-  const { t, chain, nodes } = setup;
+  const { chain, nodes } = setup;
   chain.advance(1_100);
   for (const node of nodes) nodeAnswers(node, chain);
-  const heads = t.runtime.gateway!.pools.get('evm')!.heads!;
-  // Heads are followed once calls come.
-  await post(setup.url, { jsonrpc: '2.0', id: 0, method: 'eth_chainId', params: [] });
-  await until(() => heads.best === chain.head && heads.finalized === chain.finalized, 10_000);
-  for (const node of nodes) node.calls.length = 0;
+  await headsFollowed(setup);
   return setup;
 }
 

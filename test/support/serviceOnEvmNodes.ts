@@ -1,6 +1,7 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { until } from './eventually.js';
 import { type EvmNodeFake, FakeEvmChain, startEvmNodeFake } from './fakeUpstreams.js';
 import { listen, newToken, startTestApp, type TestApp } from './testApp.js';
 
@@ -56,4 +57,19 @@ export class Started {
     for (const o of this.opened.splice(0).reverse()) await o.close();
     for (const d of this.dirs.splice(0)) rmSync(d, { recursive: true, force: true });
   }
+}
+
+/**
+ * Waits until the gateway follows the nodes' head and finalized block (heads are followed once
+ * calls come: one `eth_chainId` is made, charged), then forgets the calls the nodes received.
+ */
+export async function headsFollowed({ t, url, chain, nodes }: ServiceOnEvmNodes): Promise<void> {
+  const heads = t.runtime.gateway!.pools.get('evm')!.heads!;
+  await fetch(url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ jsonrpc: '2.0', id: 0, method: 'eth_chainId', params: [] }),
+  });
+  await until(() => heads.best === chain.head && heads.finalized === chain.finalized, 10_000);
+  for (const node of nodes) node.calls.length = 0;
 }
