@@ -69,6 +69,9 @@ export function redactUrl(url: string): string {
   }
 }
 
+/** An attempt that did not answer within its share of the wait. */
+class NoAnswerInTime extends Error {}
+
 /**
  * Runs `attempt` until it succeeds or `deadlineMs` has passed, and returns its result. Each
  * failure is logged with the dependency's name and (credential-free) address.
@@ -80,13 +83,17 @@ export async function untilReachable<T>(dependency: string, url: string, attempt
   const retryMs = options.retryMs ?? 1000;
   const target = redactUrl(url);
   const started = now();
+  /** What the error names: the last failure, unless that was only a last attempt cut short by the deadline. */
+  let reported: unknown;
   for (;;) {
     const timeoutMs = Math.max(1, Math.min(attemptTimeoutMs, started + options.deadlineMs - now()));
     try {
-      return await withinDeadline(attempt(timeoutMs), timeoutMs, () => new Error(`no answer within ${timeoutMs} ms`));
+      return await withinDeadline(attempt(timeoutMs), timeoutMs, () => new NoAnswerInTime(`no answer within ${timeoutMs} ms`));
     } catch (e) {
+      // A slice of a few ms left by a late retry (a loaded machine) says less than the dependency's own error before it.
+      if (reported === undefined || !(e instanceof NoAnswerInTime && timeoutMs < attemptTimeoutMs)) reported = e;
       const waited = now() - started;
-      if (waited + retryMs >= options.deadlineMs) throw new DependencyUnreachableError(dependency, target, options.deadlineMs, e);
+      if (waited + retryMs >= options.deadlineMs) throw new DependencyUnreachableError(dependency, target, options.deadlineMs, reported);
       options.log(`Waiting for ${dependency} at ${target}: ${describe(e)}; retrying (giving up after ${seconds(options.deadlineMs)} s)`);
       await sleep(retryMs);
     }

@@ -51,6 +51,25 @@ describe('untilReachable: waiting at start for a production service', () => {
     expect(time.now()).toBeLessThanOrEqual(5000);
   });
 
+  it("names the service's own error, not the timeout of a last attempt a late retry left a few ms for (a loaded machine)", async () => {
+    // The 200 ms sleep lasts 5,995 ms, as a starved event loop's timer may: the second attempt gets the 5 ms left.
+    let t = 0;
+    let attempts = 0;
+    const failing = untilReachable(
+      'Redis',
+      'redis+cluster://127.0.0.1:7001,127.0.0.1:7002',
+      (timeoutMs) => {
+        attempts += 1;
+        if (attempts === 1) return Promise.reject(new Error('127.0.0.1:7002 (connect ECONNREFUSED 127.0.0.1:7002)'));
+        return new Promise<never>((_, reject) => setTimeout(() => reject(new Error('late')), timeoutMs + 50));
+      },
+      { deadlineMs: 6000, attemptTimeoutMs: 800, retryMs: 200, log: () => {}, now: () => t, sleep: async () => void (t += 5995) },
+    );
+    // Before: "…within 6 s (STARTUP_TIMEOUT_SECONDS): no answer within 5 ms".
+    await expect(failing).rejects.toThrow(/not reachable within 6 s \(STARTUP_TIMEOUT_SECONDS\): 127\.0\.0\.1:7002 \(connect ECONNREFUSED/);
+    expect(attempts).toBe(2);
+  });
+
   it('ends an attempt that hangs at its timeout, and counts it as a failure', async () => {
     const logs: string[] = [];
     let attempts = 0;
