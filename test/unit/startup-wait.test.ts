@@ -63,7 +63,16 @@ describe('untilReachable: waiting at start for a production service', () => {
         if (attempts === 1) return Promise.reject(new Error('127.0.0.1:7002 (connect ECONNREFUSED 127.0.0.1:7002)'));
         return new Promise<never>((_, reject) => setTimeout(() => reject(new Error('late')), timeoutMs + 50));
       },
-      { deadlineMs: 6000, attemptTimeoutMs: 800, retryMs: 200, log: () => {}, now: () => t, sleep: async () => void (t += 5995) },
+      {
+        deadlineMs: 6000,
+        attemptTimeoutMs: 800,
+        retryMs: 200,
+        log: () => {},
+        now: () => t,
+        sleep: async () => {
+          t += 5995;
+        },
+      },
     );
     // Before: "…within 6 s (STARTUP_TIMEOUT_SECONDS): no answer within 5 ms".
     await expect(failing).rejects.toThrow(/not reachable within 6 s \(STARTUP_TIMEOUT_SECONDS\): 127\.0\.0\.1:7002 \(connect ECONNREFUSED/);
