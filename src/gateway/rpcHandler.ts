@@ -146,23 +146,18 @@ function admittedSingle(scope: CallScope, m: RpcMember, allowed: boolean, admiss
       },
     );
   }
-  if (chain.getLogsSplit !== null && m.method === 'eth_getLogs') return readLogs(scope, m, admission);
+  // A wide eth_getLogs on a chain that splits them (docs/decisions.md "A wide eth_getLogs is split
+  // into sub-ranges"): each sub-range a read of its own, their logs merged into one answer held to
+  // the cap on a node's answer.
+  const subParams = logsSplitOf(scope, m);
+  if (subParams !== null) return readSplitLogs(m, subParams, admission, (sub) => read(scope, sub, admission), scope.pool.maxResponseBytes);
   return read(scope, m, admission);
 }
 
 /**
- * An eth_getLogs on a chain that splits wide ones (`getLogsMaxBlockRange`, docs/decisions.md "A
- * wide eth_getLogs is split into sub-ranges"): each sub-range a read of its own, their logs merged
- * into the caller's one answer; read whole when its range needs no split or cannot have one.
+ * The sub-calls' params of an eth_getLogs to split (null: it goes whole, or the chain splits none;
+ * a notification has no answer to merge). Any other call costs a field read and a compare.
  */
-function readLogs(scope: CallScope, m: RpcCall, admission: Admission): MaybePromise<Answer> {
-  const subParams = logsSplitOf(scope, m);
-  if (subParams === null) return read(scope, m, admission);
-  // The merged answer is held to the cap on a node's answer.
-  return readSplitLogs(m, subParams, admission, (sub) => read(scope, sub, admission), scope.pool.maxResponseBytes);
-}
-
-/** The sub-calls' params of an eth_getLogs to split (null: it goes whole; a notification has no answer to merge). */
 function logsSplitOf(scope: CallScope, m: RpcCall): string[] | null {
   const split = scope.chain.getLogsSplit;
   if (split === null || m.method !== 'eth_getLogs' || m.idText === undefined) return null;
@@ -470,7 +465,7 @@ async function serveMembers(
   let failure: UpstreamFailure | null;
   try {
     for (const m of calls) {
-      if (!chain.upstreamBatches || usesFilter(m.method) || createsFilter(m.method) || (chain.getLogsSplit !== null && logsSplitOf(scope, m) !== null)) {
+      if (!chain.upstreamBatches || usesFilter(m.method) || createsFilter(m.method) || logsSplitOf(scope, m) !== null) {
         // On its own: to a node that takes no batch, a filter's call to the node its filter is on (a batch goes to one node), a wide eth_getLogs split.
         sharing.push(sendAlone(scope, m, admission, served, alone));
         continue;

@@ -137,8 +137,7 @@ export interface UpstreamHealth {
  * inside a 200. An attempt another node then answered counts too: a provider's failures show
  * before its callers see any.
  */
-export const ATTEMPT_FAILURES = ['timeout', 'unreachable', 'status', 'invalid', 'busy'] as const;
-export type AttemptFailure = (typeof ATTEMPT_FAILURES)[number];
+export type AttemptFailure = 'timeout' | 'unreachable' | 'status' | 'invalid' | 'busy';
 
 interface Member {
   index: number;
@@ -179,6 +178,10 @@ export function isNodeFailure(status: number, body: Buffer): boolean {
 }
 
 class ResponseTooLarge extends Error {}
+
+/** Why an answer over `maxBytes` is not passed on (a node's, or one merged from several: eth_getLogs split). */
+export const answerTooLargeMessage = (maxBytes: number): string =>
+  `answer larger than ${maxBytes} bytes (${Math.round((maxBytes / 1_048_576) * 10) / 10} MiB), the most the gateway passes on: ask for less (a narrower block range, fewer calls in a batch)`;
 class UpstreamTimeout extends Error {}
 
 /** The upstream URL's path joined with the call's path; both query strings kept. */
@@ -387,19 +390,16 @@ export class UpstreamPool {
    */
   pick(call: PoolCall, extra = false): Member | null {
     const now = this.now();
-    const loose = this.heads !== null && call.request.shape !== undefined;
-    let chosen: Member | null;
-    if (!this.budgeted) {
-      chosen = this.pickAmong(call, now, true, -1) ?? (loose ? this.pickAmong(call, now, false, -1) : null);
-    } else {
-      const second = Math.floor(now / 1000);
-      chosen =
-        this.pickAmong(call, now, true, second) ??
-        (extra ? null : this.pickAmong(call, now, true, -1)) ??
-        (loose ? (this.pickAmong(call, now, false, second) ?? (extra ? null : this.pickAmong(call, now, false, -1))) : null);
-    }
+    const chosen =
+      this.pickAt(call, now, true, extra) ?? (this.heads !== null && call.request.shape !== undefined ? this.pickAt(call, now, false, extra) : null);
     if (chosen?.ejectedUntil != null) chosen.probing = true;
     return chosen;
+  }
+
+  /** At one level of preference: a node within its budget first, then (not for a hedge) any. */
+  private pickAt(call: PoolCall, now: number, strict: boolean, extra: boolean): Member | null {
+    if (!this.budgeted) return this.pickAmong(call, now, strict, -1);
+    return this.pickAmong(call, now, strict, Math.floor(now / 1000)) ?? (extra ? null : this.pickAmong(call, now, strict, -1));
   }
 
   /** `withinBudgetOf`: the clock second whose budgets a node must be within; -1: budgets not looked at. */
@@ -431,30 +431,24 @@ export class UpstreamPool {
     this.score(m, ms, 0);
   }
 
+  /**
+   * A call the node failed. It rests after `ejectAfter` in a row (or a failed trial), except a
+   * node that refused for want of capacity (`busy`) while no other node is up: the last node
+   * standing keeps taking calls, so its callers get its own refusal, which clients back off on,
+   * instead of 502 "no healthy upstream" for the whole rest (a provider's rate limit is per
+   * second, a rest 5 s).
+   */
   recordFailure(m: Member, ms: number | null, why: AttemptFailure): void {
     m.failures[why]++;
     m.consecutiveFailures++;
-    if (m.probing || m.consecutiveFailures >= this.ejectAfter) m.ejectedUntil = this.now() + this.coolDownMs;
+    if ((m.probing || m.consecutiveFailures >= this.ejectAfter) && (why !== 'busy' || this.anotherUp(m))) m.ejectedUntil = this.now() + this.coolDownMs;
     m.probing = false;
     this.score(m, ms, 1);
   }
 
-  /**
-   * A node that refused a call for want of capacity (a 'busy' answer): a failure, but it rests
-   * only while another node is up. The last node standing keeps taking calls, so its callers get
-   * its own refusal, which clients back off on, instead of 502 "no healthy upstream" for the
-   * whole rest: a provider's rate limit is per second, a rest 5 s.
-   */
-  recordBusy(m: Member, ms: number): void {
+  private anotherUp(m: Member): boolean {
     const now = this.now();
-    if (this.members.some((o) => o !== m && (o.ejectedUntil === null || o.ejectedUntil <= now))) {
-      this.recordFailure(m, ms, 'busy');
-      return;
-    }
-    m.failures.busy++;
-    m.consecutiveFailures++;
-    m.probing = false;
-    this.score(m, ms, 1);
+    return this.members.some((o) => o !== m && (o.ejectedUntil === null || o.ejectedUntil <= now));
   }
 
   /**
@@ -660,11 +654,10 @@ class PoolCall implements Settles {
       // The node answered: it is healthy, it just does not keep that state.
       this.archiveOnly = true;
       this.attemptsLeft = Math.max(this.attemptsLeft, 1);
-    } else if (verdict !== 'busy') {
-      this.pool.recordFailure(member, outcome.upstreamMs, whyFailed(outcome, failure === 'status'));
+    } else {
+      this.pool.recordFailure(member, outcome.upstreamMs, whyFailed(outcome, verdict, failure === 'status'));
     }
     if (verdict === 'busy' && outcome.ok) {
-      this.pool.recordBusy(member, outcome.upstreamMs);
       // A busy node's answer is its own, which clients know and back off on: the caller's if no node answers better (a write's at once).
       this.busy = outcome;
     } else {
@@ -705,9 +698,10 @@ class PoolCall implements Settles {
   }
 }
 
-/** Why an attempt judged 'bad' failed: `failedStatus` when its status said the node failed. */
-function whyFailed(outcome: UpstreamOutcome, failedStatus: boolean): AttemptFailure {
+/** Why an attempt judged 'bad' or 'busy' failed: `failedStatus` when its status said the node failed. */
+function whyFailed(outcome: UpstreamOutcome, verdict: Verdict, failedStatus: boolean): AttemptFailure {
   if (!outcome.ok) return outcome.kind === 'timeout' ? 'timeout' : 'unreachable';
+  if (verdict === 'busy') return 'busy';
   return failedStatus ? 'status' : 'invalid';
 }
 
@@ -782,11 +776,7 @@ class UpstreamCall implements Dispatcher.DispatchHandler {
     if (this.settled) return;
     this.size += chunk.length;
     if (this.size > this.maxBytes) {
-      controller.abort(
-        new ResponseTooLarge(
-          `answer larger than ${this.maxBytes} bytes (${Math.round((this.maxBytes / 1_048_576) * 10) / 10} MiB), the most the gateway passes on: ask for less (a narrower block range, fewer calls in a batch)`,
-        ),
-      );
+      controller.abort(new ResponseTooLarge(answerTooLargeMessage(this.maxBytes)));
       return;
     }
     this.chunks.push(chunk);

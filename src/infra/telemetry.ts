@@ -399,6 +399,10 @@ export class Telemetry {
         }
       },
     });
+    /** Each upstream of each chain, as the scrape sees it. */
+    const eachUpstream = (visit: (chain: string, u: UpstreamSnapshot) => void): void => {
+      for (const [chain, list] of Object.entries(sources.upstreams?.() ?? {})) for (const u of list) visit(chain, u);
+    };
     const headGauge = (name: string, help: string, value: (u: UpstreamSnapshot) => number | null | undefined): void => {
       new Gauge({
         name,
@@ -407,12 +411,10 @@ export class Telemetry {
         registers,
         collect() {
           this.reset();
-          for (const [chain, list] of Object.entries(sources.upstreams?.() ?? {})) {
-            for (const u of list) {
-              const v = value(u);
-              if (v !== null && v !== undefined) this.set({ chain, upstream: u.label }, v);
-            }
-          }
+          eachUpstream((chain, u) => {
+            const v = value(u);
+            if (v !== null && v !== undefined) this.set({ chain, upstream: u.label }, v);
+          });
         },
       });
     };
@@ -425,12 +427,10 @@ export class Telemetry {
       registers,
       collect() {
         this.reset();
-        for (const [chain, list] of Object.entries(sources.upstreams?.() ?? {})) {
-          for (const u of list) {
-            if (u.state === null || u.state === undefined) continue;
-            for (const state of HEAD_STATES) this.set({ chain, upstream: u.label, state }, u.state === state ? 1 : 0);
-          }
-        }
+        eachUpstream((chain, u) => {
+          if (u.state === null || u.state === undefined) return;
+          for (const state of HEAD_STATES) this.set({ chain, upstream: u.label, state }, u.state === state ? 1 : 0);
+        });
       },
     });
     new Counter({
@@ -440,9 +440,9 @@ export class Telemetry {
       registers,
       collect() {
         this.reset();
-        for (const [chain, list] of Object.entries(sources.upstreams?.() ?? {})) {
-          for (const u of list) for (const [reason, n] of Object.entries(u.failures ?? {})) this.inc({ chain, upstream: u.label, reason }, n);
-        }
+        eachUpstream((chain, u) => {
+          for (const [reason, n] of Object.entries(u.failures ?? {})) this.inc({ chain, upstream: u.label, reason }, n);
+        });
       },
     });
     new Counter({
@@ -452,9 +452,7 @@ export class Telemetry {
       registers,
       collect() {
         this.reset();
-        for (const [chain, list] of Object.entries(sources.upstreams?.() ?? {})) {
-          for (const u of list) this.inc({ chain, upstream: u.label }, u.overBudget ?? 0);
-        }
+        eachUpstream((chain, u) => this.inc({ chain, upstream: u.label }, u.overBudget ?? 0));
       },
     });
     new Gauge({
@@ -464,9 +462,7 @@ export class Telemetry {
       registers,
       collect() {
         this.reset();
-        for (const [chain, list] of Object.entries(sources.upstreams?.() ?? {})) {
-          for (const u of list) this.set({ chain, upstream: u.label }, u.healthy ? 1 : 0);
-        }
+        eachUpstream((chain, u) => this.set({ chain, upstream: u.label }, u.healthy ? 1 : 0));
       },
     });
     const redis = sources.redis;

@@ -6,6 +6,7 @@ import type { HeadTracking, LogsSplitting } from '../chains.js';
 import { JSON_CONTENT_TYPE, RpcCode, rpcError } from '../errors.js';
 import type { RpcCall } from '../jsonrpc.js';
 import { documentStart, objectMembers } from '../jsonScan.js';
+import { answerTooLargeMessage } from '../upstream.js';
 import { blockNumberOf } from './evmCalls.js';
 import type { ChainHeads } from './heads.js';
 
@@ -145,8 +146,6 @@ function mergedUsage(method: string, answers: readonly Answer[], code: number | 
   return d;
 }
 
-const mib = (bytes: number): number => Math.round((bytes / 1_048_576) * 10) / 10;
-
 /**
  * Reads `m`'s sub-calls (params `subParams`, from logsSubParams) with `readSub`, at most
  * SUB_CALLS_AT_ONCE at a time, and answers `m` once: every log in block order, or the first
@@ -196,8 +195,7 @@ export function readSplitLogs(
       logTexts[i] = logs;
       if (logs !== '') bytes += Buffer.byteLength(logs) + (withLogs++ > 0 ? 1 : 0);
       if (bytes > maxBytes) {
-        const message = `answer larger than ${maxBytes} bytes (${mib(maxBytes)} MiB), the most the gateway passes on: ask for less (a narrower block range)`;
-        return error(502, RpcCode.upstreamUnavailable, message, true);
+        return error(502, RpcCode.upstreamUnavailable, answerTooLargeMessage(maxBytes), true);
       }
       if (answered.length < subParams.length) return null;
       const usage = [mergedUsage(m.method, answered, null, null, true)];
