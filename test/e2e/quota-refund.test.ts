@@ -35,7 +35,13 @@ writeFileSync(plansFile, JSON.stringify({ developer: { rps: 1000, monthly_reques
 const chainsFile = join(dir, 'chains.json');
 writeFileSync(
   chainsFile,
-  JSON.stringify({ chains: [{ id: 'evm', name: 'EVM', protocol: 'jsonrpc', timeoutMs: TIMEOUT_MS, upstreams: [{ url: 'http://127.0.0.1:1' }] }] }),
+  JSON.stringify({
+    chains: [
+      { id: 'evm', name: 'EVM', protocol: 'jsonrpc', timeoutMs: TIMEOUT_MS, upstreams: [{ url: 'http://127.0.0.1:1' }] },
+      // The same node with time to send 64 MiB on a loaded machine: its oversized answer is cut by the cap, not the deadline.
+      { id: 'evmslow', name: 'EVM, patient', protocol: 'jsonrpc', timeoutMs: 30_000, upstreams: [{ url: 'http://127.0.0.1:1' }] },
+    ],
+  }),
 );
 
 let node: FakeUpstream;
@@ -81,7 +87,7 @@ describe.each(['embedded', 'redis'] as const)('on the %s limiter', (backend) => 
   let base: string;
   let wsBase: string;
   beforeAll(async () => {
-    const env: Record<string, string> = { CHAINS_CONFIG: chainsFile, PLANS_CONFIG: plansFile, UPSTREAM_EVM: node.url };
+    const env: Record<string, string> = { CHAINS_CONFIG: chainsFile, PLANS_CONFIG: plansFile, UPSTREAM_EVM: node.url, UPSTREAM_EVMSLOW: node.url };
     if (backend === 'redis') env.REDIS_URL = redis.url;
     t = await startTestApp({ env });
     ({ url: base, wsBase } = await listen(t));
@@ -121,7 +127,7 @@ describe.each(['embedded', 'redis'] as const)('on the %s limiter', (backend) => 
     const slow = await call(a.url);
     node.mode = 'ok';
     expect([slow.status, slow.remaining]).toEqual([504, String(MONTHLY - 2)]);
-    const oversized = await call(a.url, 'eth_getLogs');
+    const oversized = await call(a.url.replace('/evm/', '/evmslow/'), 'eth_getLogs');
     expect(oversized.status).toBe(502);
     expect(JSON.stringify(oversized.body)).toContain('the most the gateway passes on');
     expect(oversized.remaining).toBe(String(MONTHLY - 3));
