@@ -258,6 +258,8 @@ async function rpcOverRest(scope: CallScope, req: RestRequest, decoded: string[]
   const bad = (status: number, restCode: string, message: string, headers?: Record<string, string>): Promise<Answer> =>
     localError(scope, { shape: 'rest', status, rpcCode: RpcCode.invalidRequest, restCode, message, method: method.slice(0, 100), headers });
   if (!METHOD_NAME.test(method)) return bad(400, 'invalid_method', 'the first path segment must be a method name');
+  // Not one of the chain's methods (a typo): the JSON-RPC form's words; one of them outside the REST form: that.
+  if (!chain.isMethodAllowed(method)) return bad(404, 'method_not_found', `Method not found: ${method} is not available on ${chain.id}`);
   if (!chain.isRestMethodAllowed(method)) return bad(404, 'method_not_found', `${method} is not available over REST on ${chain.id}`);
   if (req.httpMethod === 'GET' && chain.isWriteMethod(method)) {
     return bad(405, 'use_post', `${method} submits data: use POST`, { allow: 'POST' });

@@ -567,7 +567,7 @@ describe('writes reach one node once, however slow or broken the node', () => {
 });
 
 describe('metering', () => {
-  it("Solana: each batch member is metered by its method; the node's errors inside a 200 are metered as errors, with its code", async () => {
+  it("Solana: each batch member is metered by its method; the node's errors inside a 200 are metered as errors, with its code; a method off sol's list is the gateway's, uncharged", async () => {
     const o = await fresh();
     const url = `${base}/sol/${o.token}`;
     const payer = Keypair.generate();
@@ -591,7 +591,7 @@ describe('metering', () => {
       expect(await res.json()).toEqual([
         { jsonrpc: '2.0', result: expect.any(Number), id: 'a' },
         { jsonrpc: '2.0', error: { code: -32602, message: expect.any(String) }, id: 'b' },
-        { jsonrpc: '2.0', error: { code: -32601, message: 'Method not found' }, id: 'c' },
+        { jsonrpc: '2.0', error: { code: -32601, message: 'Method not found: getMaxShredInsertSlotz is not available on sol' }, id: 'c' },
         { jsonrpc: '2.0', error: { code: -32002, message: 'Transaction simulation failed: Blockhash not found', data: expect.any(Object) }, id: 'd' },
       ]);
       // web3.js: the node's preflight failure, as it would have it from the node.
@@ -602,7 +602,7 @@ describe('metering', () => {
     expect((await records(o, 5)).map((r) => [r.method, r.status, r.rpcErrorCode, r.charged])).toEqual([
       ['getSlot', 200, null, true],
       ['getBalance', 200, -32602, true],
-      ['getMaxShredInsertSlotz', 200, -32601, true],
+      ['getMaxShredInsertSlotz', 200, -32601, false],
       ['sendTransaction', 200, -32002, true],
       ['sendTransaction', 200, -32002, true],
     ]);

@@ -14,7 +14,8 @@ import WebSocket, { WebSocketServer } from 'ws';
  * matching subscriptions (a signature's status notification ends its subscriptions, as on the node),
  * `drop()` cuts every WebSocket connection. Over HTTP: getSlot, getHealth, getVersion, getBalance
  * (the lamports `changeAccount` last set, else 0), getLatestBlockhash (one per slot), getBlockHeight
- * (the slot) and getSignatureStatuses (what `processSignature` set, else null); anything else gets -32601.
+ * (the slot) and getSignatureStatuses (what `processSignature` set, else null), a batch of them member by
+ * member; anything else gets -32601.
  */
 export interface FakeSolanaWsUpstream {
   httpUrl: string;
@@ -216,8 +217,13 @@ export async function startFakeSolanaWsUpstream(): Promise<FakeSolanaWsUpstream>
     return { error: { code: -32601, message: 'Method not found' } };
   };
 
+  type Message = { id: unknown; method: string; params?: unknown[] };
   const reply = (text: string, socket: WebSocket | null): string => {
-    const message = JSON.parse(text) as { id: unknown; method: string; params?: unknown[] };
+    const parsed = JSON.parse(text) as Message | Message[];
+    // A batch (Agave takes them over HTTP): each member answered in its order.
+    return Array.isArray(parsed) ? `[${parsed.map((m) => replyTo(m, socket)).join(',')}]` : replyTo(parsed, socket);
+  };
+  const replyTo = (message: Message, socket: WebSocket | null): string => {
     if (socket === null) fake.httpMethods.push(message.method);
     else if (!message.method.endsWith('Subscribe') && !message.method.endsWith('Unsubscribe'))
       fake.socketCalls.push({ method: message.method, params: message.params ?? [] });
