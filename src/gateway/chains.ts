@@ -137,7 +137,13 @@ const ChainConfig = z
     /** How a passthrough chain's nodes report an error in a 2xx answer ("tron": java-tron's `Error` and result codes). */
     errorBody: z.enum(ERROR_BODY_KINDS).optional(),
     upstreams: z.array(UpstreamConfig).min(1, { message: 'at least one upstream is required' }),
+    /** How long one node may take to answer one call (each attempt: a retry or hedge on another node gets its own, within `callTimeoutMs`). */
     timeoutMs: z.number().int().min(1).max(300_000).default(10_000),
+    /**
+     * How long a caller waits for a call's answer, whatever the retries and hedges on other nodes
+     * (each attempt gets the smaller of `timeoutMs` and what is left); unset: `timeoutMs`.
+     */
+    callTimeoutMs: z.number().int().min(1).max(300_000).optional(),
     allowedMethods: z.array(Glob).optional(),
     deniedMethods: z.array(Glob).optional(),
     writeMethods: z.array(Glob).optional(),
@@ -171,6 +177,13 @@ const ChainConfig = z
     }
     if (c.protocol === 'jsonrpc' && c.rest !== undefined) {
       ctx.addIssue({ code: 'custom', path: ['rest'], message: 'only rest chains take a "rest" flavour' });
+    }
+    if (c.callTimeoutMs !== undefined && c.callTimeoutMs < c.timeoutMs) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['callTimeoutMs'],
+        message: `a call's wait (${c.callTimeoutMs} ms) shorter than one node's "timeoutMs" (${c.timeoutMs} ms): lower "timeoutMs" instead`,
+      });
     }
     if (c.getLogsMaxBlockRange !== undefined && c.protocol !== 'jsonrpc') {
       ctx.addIssue({ code: 'custom', path: ['getLogsMaxBlockRange'], message: 'only jsonrpc (EVM) chains take "getLogsMaxBlockRange"' });
@@ -262,7 +275,10 @@ export interface Chain {
   /** How its nodes report an error inside a 2xx answer (metered as an error); null: they do not. */
   errorBody: ErrorBodyKind | null;
   upstreams: Upstream[];
+  /** One node's time for one call (an attempt). */
   timeoutMs: number;
+  /** The caller's wait for a call, retries and hedges included (config `callTimeoutMs`, else `timeoutMs`). */
+  callTimeoutMs: number;
   heads: HeadTracking | null;
   /**
    * Whether its nodes take a JSON-RPC batch. A Sui full node does not (it answers any batch with
@@ -354,6 +370,7 @@ function toChain(c: ChainConfig): Chain {
     errorBody: c.errorBody ?? null,
     upstreams,
     timeoutMs: c.timeoutMs,
+    callTimeoutMs: c.callTimeoutMs ?? c.timeoutMs,
     heads:
       c.protocol === 'jsonrpc' && c.finality !== 'none'
         ? { finality: c.finality, maxLagBlocks: c.maxLagBlocks, fullNodeHistoryBlocks: c.fullNodeHistoryBlocks, pollMs: c.headPollMs }

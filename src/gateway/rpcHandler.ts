@@ -32,9 +32,10 @@ import {
   splitBatchAnswer,
 } from './jsonrpc.js';
 import { startsLikeJson } from './jsonScan.js';
-import type { UpstreamAnswer, UpstreamFailure, UpstreamOutcome, Verdict } from './upstream.js';
+import type { UpstreamAnswer, UpstreamFailure, UpstreamOutcome, UpstreamRequest, Verdict } from './upstream.js';
 import { type CallShape, isShareable, rewritesHistory, shapeOf, shapeOfAll } from './upstreams/evmCalls.js';
 import { createsFilter, FILTER_NOT_FOUND, filterRoute, tagFilterAnswer, usesFilter } from './upstreams/filters.js';
+import { headAnswerOf } from './upstreams/headAnswers.js';
 import type { ChainHeads } from './upstreams/heads.js';
 import { knownBlocksOf, logsSubParams, readSplitLogs } from './upstreams/logsSplit.js';
 
@@ -150,7 +151,14 @@ function admittedSingle(scope: CallScope, m: RpcMember, allowed: boolean, admiss
   // into sub-ranges"): each sub-range a read of its own, their logs merged into one answer held to
   // the cap on a node's answer.
   const subParams = logsSplitOf(scope, m);
-  if (subParams !== null) return readSplitLogs(m, subParams, admission, (sub) => read(scope, sub, admission), scope.pool.maxResponseBytes);
+  if (subParams !== null) {
+    // Every sub-call within the parent's time: the caller waits at most the chain's callTimeoutMs in all.
+    const deadline = performance.now() + chain.callTimeoutMs;
+    return readSplitLogs(m, subParams, admission, (sub) => read(scope, sub, admission, deadline), pool.maxResponseBytes, {
+      deadline,
+      callTimeoutMs: chain.callTimeoutMs,
+    });
+  }
   return read(scope, m, admission);
 }
 
@@ -277,16 +285,21 @@ function lookUpKept(scope: CallScope, m: RpcCall, plan: ReadPlan): MaybePromise<
  * flight (coalescing), else its own call, whose answer the waiting callers share and the cache
  * may keep. Stateful calls (filters, subscriptions) and notifications go alone.
  */
-function read(scope: CallScope, m: RpcCall, admission: Admission): MaybePromise<Answer> {
+function read(scope: CallScope, m: RpcCall, admission: Admission, deadline?: number): MaybePromise<Answer> {
   const plan = planRead(scope, m);
   const kept = lookUpKept(scope, m, plan);
-  if (kept instanceof Promise) return kept.then((result) => (result === undefined ? sendRead(scope, m, admission, plan) : cachedAnswer(m, admission, result)));
+  if (kept instanceof Promise)
+    return kept.then((result) => (result === undefined ? sendRead(scope, m, admission, plan, deadline) : cachedAnswer(m, admission, result)));
   if (kept !== undefined) return cachedAnswer(m, admission, kept);
-  return sendRead(scope, m, admission, plan);
+  return sendRead(scope, m, admission, plan, deadline);
 }
 
-/** A read not answered from the cache: sharing an identical call in flight, or its own call. */
-function sendRead(scope: CallScope, m: RpcCall, admission: Admission, plan: ReadPlan): MaybePromise<Answer> {
+/**
+ * A read not answered from the cache: sharing an identical call in flight, or its own call.
+ * `deadline` (performance.now(), ms): when its caller must have the answer (a split eth_getLogs'
+ * sub-call, by its parent's); unset: the chain's callTimeoutMs.
+ */
+function sendRead(scope: CallScope, m: RpcCall, admission: Admission, plan: ReadPlan, deadline?: number): MaybePromise<Answer> {
   const { pool } = scope;
   const { key } = plan;
   if (key !== null && pool.coalesces) {
@@ -294,14 +307,16 @@ function sendRead(scope: CallScope, m: RpcCall, admission: Admission, plan: Read
     if (waiting !== undefined) return new Promise((resolve) => waiting.push((outcome) => resolve(forwardedSingle(m, admission, outcome, 'coalesced'))));
     pool.waiting.set(key, []);
   }
-  const request = {
-    method: 'POST' as const,
+  const request: UpstreamRequest = {
+    method: 'POST',
     path: scope.rpcPath ?? '',
     body: singleUpstreamBody(m),
     retriable: true,
     shape: plan.shape,
     judge: judgeSingle,
     answerId: answerIdOf(m),
+    deadline,
+    headAnswer: pool.heads === null ? undefined : headAnswerOf(m.method, plan.shape),
   };
   return pool.sendThen(request, (outcome) => {
     if (key !== null) {

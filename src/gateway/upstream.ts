@@ -6,6 +6,7 @@ import type { Chain, ChainRegistry, Upstream } from './chains.js';
 import { startsLikeJson } from './jsonScan.js';
 import type { CallShape } from './upstreams/evmCalls.js';
 import { filterKeys } from './upstreams/filters.js';
+import { type HeadAnswerKind, headOfAnswer, withBlockNumber } from './upstreams/headAnswers.js';
 import { ChainHeads, type HeadStatus } from './upstreams/heads.js';
 import { LatencyWindow } from './upstreams/latency.js';
 import { NewHeadsFeed, type NewHeadsHandlers } from './upstreams/newHeads.js';
@@ -44,6 +45,20 @@ export interface UpstreamRequest {
   answerId?: string;
   /** The one upstream (its index) that may take the call: the node holding the state it acts on (a filter). Give with `retriable: false`. */
   pinned?: number;
+  /**
+   * When (performance.now(), ms) the caller must have its answer, retries and hedges included (a
+   * split eth_getLogs' sub-calls share their parent's); unset: the chain's `callTimeoutMs` from
+   * the first attempt.
+   */
+  deadline?: number;
+  /**
+   * A head call whose answer tells the node's head (EVM, with head tracking): `eth_blockNumber`
+   * ('number') or `eth_getBlockByNumber("latest")` ('block'). The answer raises what is known of
+   * the node's head; a number under the best head is answered as that head, a block
+   * under the best head is asked again of a node at it (docs/decisions.md, "The head never goes
+   * back within a poll interval").
+   */
+  headAnswer?: HeadAnswerKind;
 }
 
 export type Verdict = 'ok' | 'bad' | 'archive' | 'busy';
@@ -244,6 +259,8 @@ export class UpstreamPool {
   private readonly random: () => number;
   private readonly now: () => number;
   private readonly inFlight = new InFlightCalls();
+  /** Attempts whose time is what was left of their call's (a retry, a hedge): their deadlines come in no set order. */
+  private readonly cutShort = new InFlightCalls();
   private readonly probes = new InFlightCalls();
   /** Head tracking (EVM chains); null where the chain has none. */
   readonly heads: ChainHeads | null;
@@ -371,6 +388,8 @@ export class UpstreamPool {
     if (call.archiveOnly && !m.upstream.archive) return false;
     if (shape === undefined) return true;
     if ((shape.kind === 'head' || shape.kind === 'volatile') && !heads.servesHead(m.index)) return false;
+    // Asked again because a node answered a `latest` block under the best head: only a node at it.
+    if (call.atBestOnly && !heads.reachesBest(m.index)) return false;
     if (!strict) return true;
     // The head, and blocks named by hash (maybe the newest), from a node at the best head while one can take it: a
     // node a few blocks behind would answer an older `latest` than the caller saw a call before (the head going back)
@@ -501,13 +520,23 @@ export class UpstreamPool {
     return true;
   }
 
-  attempt(m: Member, request: UpstreamRequest, done: Settles): UpstreamCall {
+  /**
+   * Sends `done`'s request to `m`. The attempt gets the chain's `timeoutMs`, or what is left of the
+   * call's time when that is less (a retry or hedge late in the call): the caller's wait is the
+   * call's, whatever the attempts (docs/decisions.md, "A caller waits at most the chain's `callTimeoutMs`").
+   */
+  attempt(m: Member, request: UpstreamRequest, done: PoolCall): UpstreamCall {
     const hasBody = request.body !== undefined;
     const json = request.contentType === undefined || request.contentType === 'application/json';
     const own = !hasBody ? m.headers : json ? m.jsonHeaders : { ...m.headers, 'content-type': request.contentType as string };
-    const call = new UpstreamCall(m, this.chain.timeoutMs, this.maxResponseBytes, done);
+    const started = performance.now();
+    if (done.deadline < 0) done.deadline = started + this.chain.callTimeoutMs;
+    const left = done.deadline - started;
+    // Within a millisecond of a node's whole time (a split eth_getLogs' first sub-calls, a moment into their parent's) it is the node's.
+    const cut = left < this.chain.timeoutMs - 1;
+    const call = new UpstreamCall(m, started, cut ? left : this.chain.timeoutMs, cut ? this.chain.callTimeoutMs : 0, this.maxResponseBytes, done);
     if (m.maxRps > 0) spendBudget(m, this.now(), true);
-    this.inFlight.add(call);
+    (cut ? this.cutShort : this.inFlight).add(call);
     try {
       m.dispatcher.dispatch(
         {
@@ -524,6 +553,42 @@ export class UpstreamPool {
     return call;
   }
 
+  /** The call's time ran out before an attempt could start (a split eth_getLogs' sub-call late in its parent's time). */
+  outOfTime(): UpstreamFailure {
+    return {
+      ok: false,
+      kind: 'timeout',
+      message: `no upstream answered within ${this.chain.callTimeoutMs} ms, the call's time`,
+      upstreamMs: null,
+      upstream: null,
+    };
+  }
+
+  /**
+   * A head call's answer (`kind`) from node `m`: raises what is known of the node's head, and
+   * gives the answer the caller gets: as it is; an `eth_blockNumber` under the best head
+   * answered as that head; null for a `latest` block under the best head when `mayRetry` (the
+   * call is then asked of a node at the best head, this answer kept for when none answers).
+   */
+  headAnswer(m: Member, kind: HeadAnswerKind, outcome: UpstreamAnswer, mayRetry: boolean): UpstreamAnswer | null {
+    const heads = this.heads;
+    if (heads === null || outcome.status !== 200) return outcome;
+    const seen = headOfAnswer(outcome.body, kind);
+    if (seen === null) return outcome;
+    heads.sawHead(m.index, seen.number, seen.hash);
+    const floor = heads.headFloor;
+    if (floor === null || seen.number >= floor) return outcome;
+    if (kind === 'block') return mayRetry ? null : outcome;
+    return {
+      ok: true,
+      status: outcome.status,
+      contentType: outcome.contentType,
+      body: withBlockNumber(seen, floor),
+      upstreamMs: outcome.upstreamMs,
+      upstream: outcome.upstream,
+    };
+  }
+
   /** Why no upstream took `request`: none is healthy, or the one it is pinned to rests after failing. */
   unavailableFor(request: UpstreamRequest): UpstreamFailure {
     const pinned = request.pinned === undefined ? undefined : this.members[request.pinned];
@@ -536,7 +601,7 @@ export class UpstreamPool {
   private probe(index: number, body: string): Promise<Buffer | null> {
     const m = this.members[index] as Member;
     return new Promise((resolve) => {
-      const call = new UpstreamCall(m, Math.min(this.chain.timeoutMs, 5_000), 1024 * 1024, {
+      const call = new UpstreamCall(m, performance.now(), Math.min(this.chain.timeoutMs, 5_000), 0, 1024 * 1024, {
         settled: (outcome) => resolve(outcome.ok && outcome.status === 200 ? outcome.body : null),
       });
       this.probes.add(call);
@@ -576,11 +641,17 @@ class PoolCall implements Settles {
   private last: UpstreamFailure | null = null;
   /** The last node's refusal for want of capacity: its own answer, passed on when no node answers better. */
   private busy: UpstreamAnswer | null = null;
+  /** A `latest` block under the best head: the caller's when no node at the best head answers. */
+  private behind: UpstreamAnswer | null = null;
   private hedged = false;
   private finished = false;
   private timer: NodeJS.Timeout | null = null;
   /** A full node lacked the state: only archive nodes from now on. */
   archiveOnly = false;
+  /** A node answered a `latest` block under the best head: only nodes at the best head from now on. */
+  atBestOnly = false;
+  /** When (performance.now(), ms) the caller must have its answer: the request's, or set at the first attempt; -1 until then. */
+  deadline: number;
 
   constructor(
     private readonly pool: UpstreamPool,
@@ -589,7 +660,9 @@ class PoolCall implements Settles {
     private readonly then: (outcome: UpstreamOutcome) => unknown,
     private readonly resolve: (value: unknown) => void,
     private readonly reject: (reason: unknown) => void,
-  ) {}
+  ) {
+    this.deadline = request.deadline ?? -1;
+  }
 
   hasTried(m: Member): boolean {
     return this.first === m || this.tried?.includes(m) === true;
@@ -605,9 +678,12 @@ class PoolCall implements Settles {
 
   /** Sends the next attempt; false when no upstream may take it (the call is then finished, unless another attempt is out). */
   private launch(hedge = false): boolean {
-    const member = this.attemptsLeft > 0 ? this.pool.pick(this, hedge) : null;
+    // No attempt in the call's last millisecond: it could not be answered in time.
+    const inTime = this.deadline < 0 || this.deadline - performance.now() >= 1;
+    const member = this.attemptsLeft > 0 && inTime ? this.pool.pick(this, hedge) : null;
     if (member === null) {
-      if (this.live === null && this.hedgeCall === null) this.finish(this.busy ?? this.last ?? this.pool.unavailableFor(this.request));
+      if (this.live === null && this.hedgeCall === null)
+        this.finish(this.behind ?? this.busy ?? this.last ?? (inTime ? this.pool.unavailableFor(this.request) : this.pool.outOfTime()));
       return false;
     }
     this.attemptsLeft--;
@@ -647,7 +723,23 @@ class PoolCall implements Settles {
     const verdict: Verdict = failure !== null ? 'bad' : this.request.judge && outcome.ok ? this.request.judge(outcome.body, this.request.answerId) : 'ok';
     if (outcome.ok && (verdict === 'ok' || (verdict === 'archive' && (this.archiveOnly || !this.pool.hasArchive)))) {
       this.pool.recordSuccess(member, outcome.upstreamMs);
-      this.finish(outcome);
+      const kind = this.request.headAnswer;
+      const answer = kind === undefined ? outcome : this.pool.headAnswer(member, kind, outcome, this.behind === null);
+      if (answer !== null) {
+        this.finish(answer);
+        return;
+      }
+      // A `latest` block under the best head: asked of a node at it (within the attempts and the time left), this one the answer otherwise.
+      this.behind = outcome;
+      this.atBestOnly = true;
+      this.next();
+      return;
+    }
+    if (!outcome.ok && outcome.kind === 'timeout' && call.cut) {
+      // Its time was what was left of the call's, not the node's own: given up on, not the node's failure.
+      this.pool.recordAbandoned(member, call.elapsed());
+      this.last = outcome;
+      this.next();
       return;
     }
     if (verdict === 'archive') {
@@ -671,6 +763,11 @@ class PoolCall implements Settles {
             upstream: member.upstream.label,
           };
     }
+    this.next();
+  }
+
+  /** The next attempt, once none is out (or the call's end, when none may be made). */
+  private next(): void {
     if (this.live !== null || this.hedgeCall !== null) return;
     // The next attempt starts outside the finished one's undici callback.
     queueMicrotask(() => {
@@ -725,8 +822,9 @@ class UpstreamCall implements Dispatcher.DispatchHandler {
   /** Links of the pool's in-flight list. */
   prev: UpstreamCall | null = null;
   next: UpstreamCall | null = null;
-  readonly started = performance.now();
   readonly deadline: number;
+  /** Its time is what was left of its call's (config `callTimeoutMs`, here `callTimeoutMs`), less than a node's own. */
+  readonly cut: boolean;
   onSettle: ((call: UpstreamCall) => void) | null = null;
   private controller: Dispatcher.DispatchController | null = null;
   private settled = false;
@@ -737,14 +835,18 @@ class UpstreamCall implements Dispatcher.DispatchHandler {
 
   private readonly label: string;
 
+  /** `callTimeoutMs`: the call's time, when this attempt's `timeoutMs` is what was left of it (0: the node's own timeout). */
   constructor(
     readonly member: Member,
+    readonly started: number,
     private readonly timeoutMs: number,
+    private readonly callTimeoutMs: number,
     private readonly maxBytes: number,
     private readonly done: Settles,
   ) {
     this.label = member.upstream.label;
-    this.deadline = this.started + timeoutMs;
+    this.deadline = started + timeoutMs;
+    this.cut = callTimeoutMs > 0;
   }
 
   isSettled(): boolean {
@@ -807,7 +909,9 @@ class UpstreamCall implements Dispatcher.DispatchHandler {
     this.settle({
       ok: false,
       kind: 'timeout',
-      message: `upstream ${this.label} did not answer within ${this.timeoutMs} ms`,
+      message: this.cut
+        ? `no upstream answered within ${this.callTimeoutMs} ms, the call's time (upstream ${this.label} was given the last ${Math.round(this.timeoutMs)} ms)`
+        : `upstream ${this.label} did not answer within ${this.timeoutMs} ms`,
       upstreamMs: this.elapsed(),
       upstream: this.label,
     });
@@ -827,10 +931,12 @@ class UpstreamCall implements Dispatcher.DispatchHandler {
 }
 
 /**
- * A pool's calls in flight, oldest first, in a linked list: every call of a pool has the same
- * timeout, so the oldest is always the next to expire, and one timer armed for it serves them
- * all. A settled call leaves the list at once (O(1)); under steady traffic the timer fires about
- * once per timeout, finds nothing expired and is armed again.
+ * A pool's calls in flight, soonest deadline first, in a linked list, and one timer armed for the
+ * first that serves them all. A call goes in after the last one due no later, looked for from the
+ * tail: in the pool's main list every call has the chain's timeout, so that is the tail (O(1));
+ * attempts given only what was left of their call's time (retries, hedges) are kept in a list of
+ * their own, few and in nearly that order. A settled call leaves the list at once (O(1)); under
+ * steady traffic the timer fires about once per timeout, finds nothing expired and is armed again.
  *
  * Calls are expired only after the event loop has read its sockets once more: after a stall of
  * this process (a long collection, a paused VM) timers run before the I/O that waited, and a
@@ -841,6 +947,9 @@ class InFlightCalls {
   private head: UpstreamCall | null = null;
   private tail: UpstreamCall | null = null;
   private timer: NodeJS.Timeout | null = null;
+  /** The deadline the timer is armed for (Infinity: none), and whether it fired and the expiry waits for the poll phase. */
+  private armedFor = Number.POSITIVE_INFINITY;
+  private expiring = false;
   private readonly remove = (call: UpstreamCall): void => {
     if (call.prev) call.prev.next = call.next;
     else this.head = call.next;
@@ -852,15 +961,24 @@ class InFlightCalls {
 
   add(call: UpstreamCall): void {
     call.onSettle = this.remove;
-    call.prev = this.tail;
-    if (this.tail) this.tail.next = call;
+    let after = this.tail;
+    while (after !== null && after.deadline > call.deadline) after = after.prev;
+    call.prev = after;
+    call.next = after === null ? this.head : after.next;
+    if (call.next) call.next.prev = call;
+    else this.tail = call;
+    if (after) after.next = call;
     else this.head = call;
-    this.tail = call;
-    if (this.timer === null) this.arm();
+    // Due before what the timer waits for: armed again (not while an expiry is under way: it arms the timer when done).
+    if (!this.expiring && call.deadline < this.armedFor) this.arm();
   }
 
   private arm(): void {
+    if (this.timer !== null) clearTimeout(this.timer);
+    this.timer = null;
+    this.armedFor = Number.POSITIVE_INFINITY;
     if (this.head === null) return;
+    this.armedFor = this.head.deadline;
     const wait = Math.max(1, Math.ceil(this.head.deadline - performance.now()));
     this.timer = setTimeout(this.afterPoll, wait);
     // A call in flight keeps the process alive through its socket, not through this timer.
@@ -874,11 +992,14 @@ class InFlightCalls {
    * on a quiet gateway).
    */
   private readonly afterPoll = (): void => {
+    this.timer = null;
+    this.armedFor = Number.POSITIVE_INFINITY;
+    this.expiring = true;
     setImmediate(this.expireDue);
   };
 
   private readonly expireDue = (): void => {
-    this.timer = null;
+    this.expiring = false;
     const now = performance.now();
     while (this.head !== null && this.head.deadline <= now) {
       const call = this.head;

@@ -4,11 +4,11 @@ import type { UsageRecord } from '../../src/domain/usage.js';
 import { DEFAULT_CACHE_BYTES } from '../../src/gateway/cache/responseCache.js';
 import type { UpstreamPoolOptions } from '../../src/gateway/upstream.js';
 import { Telemetry } from '../../src/infra/telemetry.js';
+import { until } from '../support/eventually.js';
 import { type EvmNodeFake, type FakeBlock, FakeEvmChain, type FakeUpstream, startEvmNodeFake, startFake } from '../support/fakeUpstreams.js';
+import { startFakeWsUpstream } from '../support/fakeWsUpstream.js';
 import { chainEntry, startGateway, type TestGateway } from '../support/gatewayApp.js';
 import { TestGatekeeper } from '../support/gatewayTestGatekeeper.js';
-import { until } from '../support/eventually.js';
-import { startFakeWsUpstream } from '../support/fakeWsUpstream.js';
 
 /**
  * What the gateway does with the nodes behind it (issue 34): head and finality tracking, the
@@ -570,7 +570,8 @@ describe('bad upstreams', () => {
   });
 
   it('answers from another node when one answers garbage, another call id, or nothing in time', async () => {
-    const { fakes, gateway } = await setUp(2, { extra: { timeoutMs: 300 }, pool: { hedge: false } });
+    // 300 ms a node, 600 ms the call: time for another node after one that answers nothing in time.
+    const { fakes, gateway } = await setUp(2, { extra: { timeoutMs: 300, callTimeoutMs: 600 }, pool: { hedge: false } });
     const [bad, good] = fakes as [EvmNodeFake, EvmNodeFake];
     for (const mode of ['garbage', 'wrongId', 'slow'] as const) {
       bad.mode = mode;

@@ -24,8 +24,13 @@ afterEach(async () => {
   await Promise.all(opened.splice(0).map((p) => p.close()));
 });
 
-function poolFor(upstreams: Array<{ url: string; weight?: number; label: string }>, options: UpstreamPoolOptions = {}, timeoutMs = 1_000) {
-  const registry = parseChainsConfig({ chains: [{ id: 'test', name: 'test', protocol: 'jsonrpc', timeoutMs, upstreams }] }, 'test');
+function poolFor(
+  upstreams: Array<{ url: string; weight?: number; label: string }>,
+  options: UpstreamPoolOptions = {},
+  timeoutMs = 1_000,
+  chainExtra: Record<string, unknown> = {},
+) {
+  const registry = parseChainsConfig({ chains: [{ id: 'test', name: 'test', protocol: 'jsonrpc', timeoutMs, upstreams, ...chainExtra }] }, 'test');
   const pools = new UpstreamPools(registry, { random: () => 0, ...options });
   opened.push(pools);
   return pools.get('test')!;
@@ -138,6 +143,8 @@ describe('retries', () => {
       ],
       { ejectAfterFailures: 100 },
       100,
+      // A retry after a node's timeout needs the call's time to outlast it (callTimeoutMs; by default the call ends with the timeout).
+      { callTimeoutMs: 300 },
     );
     expect(await slow.send(READ)).toMatchObject({ ok: true, upstream: 'a' });
   });

@@ -83,6 +83,12 @@ export class ChainHeads {
   /** The best head among nodes that answered lately and are believed; null until one has. */
   best: number | null = null;
   bestHash: string | null = null;
+  /**
+   * The head `eth_blockNumber` is never answered under: the best head, but null until one is
+   * known and from a rewind the gateway made (a devnet's evm_revert through it) until the next
+   * poll or push says where the head is now.
+   */
+  headFloor: number | null = null;
   /** The highest finalized block a believed node reports (never above the best head). */
   finalized: number | null = null;
   /** Moves whenever the best head's number or hash does: answers that depend on the head are kept per epoch. */
@@ -104,6 +110,8 @@ export class ChainHeads {
   private readonly pushes: Array<HeadPush | null>;
   /** When each node's last head was pushed (ms), 0: none yet. */
   private readonly pushedAt: number[];
+  /** When an answer to a head call last raised each node's head (ms), 0: never. */
+  private readonly raisedAt: number[];
 
   constructor(
     readonly tracking: HeadTracking,
@@ -124,6 +132,7 @@ export class ChainHeads {
     }));
     this.pushes = labels.map(() => null);
     this.pushedAt = labels.map(() => 0);
+    this.raisedAt = labels.map(() => 0);
     this.byLabel = new Map(labels.map((label, i) => [label, i]));
   }
 
@@ -200,6 +209,7 @@ export class ChainHeads {
       await this.refreshPushed(index, byTag);
       return;
     }
+    const sentAt = this.now();
     const [latest, finalized] = await Promise.all([this.probe(index, LATEST_BODY), byTag ? this.probe(index, FINALIZED_BODY) : null]);
     const head = blockOfAnswer(latest);
     if (head === null) {
@@ -209,7 +219,7 @@ export class ChainHeads {
     const depth = this.tracking.finality;
     const tagged = typeof depth === 'number' ? null : blockOfAnswer(finalized);
     const final = typeof depth === 'number' ? Math.max(0, head.number - depth) : (tagged?.number ?? null);
-    this.observe(index, { head: head.number, hash: head.hash, finalized: final, finalizedHash: tagged?.hash ?? null });
+    this.observe(index, { head: head.number, hash: head.hash, finalized: final, finalizedHash: tagged?.hash ?? null }, sentAt);
   }
 
   /**
@@ -235,23 +245,46 @@ export class ChainHeads {
     });
   }
 
-  /** A node's poll answered. */
-  observe(index: number, sample: HeadSample): void {
+  /**
+   * A node's poll (sent at `sentAt`) answered, or its head was pushed. A poll's head under the one
+   * an answer to a head call showed since it was sent is older news: the node's head stays.
+   */
+  observe(index: number, sample: HeadSample, sentAt?: number): void {
     const u = this.upstreams[index];
     if (!u) return;
-    if (this.rewinds(u, sample)) {
+    const older = sentAt !== undefined && u.head !== null && sample.head < u.head && (this.raisedAt[index] as number) >= sentAt;
+    if (!older && this.rewinds(u, sample)) {
       this.rewound();
       this.epoch++;
     }
-    u.head = sample.head;
-    u.hash = sample.hash;
+    if (!older) {
+      u.head = sample.head;
+      u.hash = sample.hash;
+    }
     u.finalized = sample.finalized;
     u.finalizedHash = sample.finalizedHash ?? null;
     u.okAt = this.now();
     this.recompute();
   }
 
+  /**
+   * Node `index` answered a head call (`eth_blockNumber`, a `latest` block) with block `head`: a
+   * head newer than its last poll or push showed counts at once, so the chain's best head moves
+   * now and head calls go to the nodes at it, not in a poll interval. Only upward, only for a
+   * node whose polls are believed and current, and not past what a poll would believe.
+   */
+  sawHead(index: number, head: number, hash: string | null): void {
+    const u = this.upstreams[index];
+    if (u === undefined || u.head === null || head <= u.head || (u.status !== 'ok' && u.status !== 'lagging')) return;
+    if (this.best !== null && head - this.best > MAX_PLAUSIBLE_LEAD_BLOCKS) return;
+    u.head = head;
+    u.hash = hash;
+    this.raisedAt[index] = this.now();
+    this.recompute();
+  }
+
   private rewound(): void {
+    this.headFloor = null;
     this.generation++;
     this.rewoundAt = this.now();
   }
@@ -340,6 +373,7 @@ export class ChainHeads {
     for (const u of believed) if ((u.head as number) < bestHead - this.tracking.maxLagBlocks) u.status = 'lagging';
     const finalized = believed.reduce((f, u) => (u.finalized === null ? f : Math.max(f, u.finalized)), -1);
     if (bestHead !== this.best || best.hash !== this.bestHash) this.epoch++;
+    this.headFloor = bestHead;
     this.best = bestHead;
     this.bestHash = best.hash;
     this.finalized = finalized < 0 ? null : Math.min(finalized, bestHead);

@@ -146,12 +146,21 @@ function mergedUsage(method: string, answers: readonly Answer[], code: number | 
   return d;
 }
 
+/** The caller's time for a split call: when it is up (performance.now(), ms), and the chain's callTimeoutMs it came from. */
+export interface SplitTime {
+  deadline: number;
+  callTimeoutMs: number;
+}
+
 /**
  * Reads `m`'s sub-calls (params `subParams`, from logsSubParams) with `readSub`, at most
  * SUB_CALLS_AT_ONCE at a time, and answers `m` once: every log in block order, or the first
  * sub-call's answer that is not a list of logs (a node's error at its status, the gateway's
  * 502/504, metered as such), or a 502 (-32010, charged, as a node's answer over the cap) when
- * the logs come to more than `maxBytes`. No partial result: on a failure no more sub-calls start.
+ * the logs come to more than `maxBytes`, or a 504 (-32015, charged, as a node's timeout) once
+ * `time` is up with sub-calls still out (each sub-call's node attempts are held to it too; a
+ * sub-call sharing another caller's call in flight might not be). No partial result: on a
+ * failure no more sub-calls start.
  */
 export function readSplitLogs(
   m: RpcCall,
@@ -159,6 +168,7 @@ export function readSplitLogs(
   admission: Admission,
   readSub: (sub: RpcCall) => MaybePromise<Answer>,
   maxBytes: number,
+  time?: SplitTime,
 ): Promise<Answer> {
   const idText = m.idText ?? 'null';
   return new Promise<Answer>((resolve, reject) => {
@@ -169,13 +179,16 @@ export function readSplitLogs(
     let withLogs = 0;
     let next = 0;
     let finished = false;
+    let timer: NodeJS.Timeout | null = null;
     const finish = (answer: Answer): void => {
       finished = true;
+      if (timer !== null) clearTimeout(timer);
       resolve(answer);
     };
     const fail = (err: unknown): void => {
       if (finished) return;
       finished = true;
+      if (timer !== null) clearTimeout(timer);
       reject(err);
     };
     const error = (status: number, code: number, message: string, charged: boolean): Answer => {
@@ -219,6 +232,15 @@ export function readSplitLogs(
       if (pending instanceof Promise) pending.then((a) => settle(i, a), fail);
       else settle(i, pending);
     };
+    if (time !== undefined) {
+      const outOfTime = (): void => {
+        if (finished) return;
+        const message = `the eth_getLogs sub-ranges were not all answered within ${time.callTimeoutMs} ms, the call's time: ask for a narrower block range`;
+        finish(error(504, RpcCode.upstreamTimeout, message, true));
+      };
+      // Judged after the poll phase, as every deadline (src/infra/deadline.ts): a sub-call answered in time settles first.
+      timer = setTimeout(() => setImmediate(outOfTime), Math.max(0, time.deadline - performance.now()));
+    }
     for (let k = 0; k < SUB_CALLS_AT_ONCE && next < subParams.length && !finished; k++) launch();
   });
 }

@@ -1,0 +1,60 @@
+import { documentStart, objectMembers, type Span } from '../jsonScan.js';
+import { blockNumberOf, type CallShape } from './evmCalls.js';
+
+/**
+ * What a node's answer to a head call says of its head (docs/decisions.md, "The head never goes
+ * back within a poll interval"): `eth_blockNumber`'s quantity, or the number and hash of the block
+ * `eth_getBlockByNumber("latest")` gave. Read with the scanner, not `JSON.parse`.
+ */
+
+/** Which head call an answer is to: `eth_blockNumber` (a quantity) or a `latest` block (an object). */
+export type HeadAnswerKind = 'number' | 'block';
+
+/** Which head call `method` (of `shape`) is, if one: `eth_blockNumber`, or `eth_getBlockByNumber` of `latest` (or no block). */
+export function headAnswerOf(method: string, shape: CallShape): HeadAnswerKind | undefined {
+  if (method === 'eth_blockNumber') return 'number';
+  return method === 'eth_getBlockByNumber' && shape.kind === 'head' ? 'block' : undefined;
+}
+
+export interface AnswerHead {
+  number: number;
+  /** The block's hash (a `latest` block); null for a bare number. */
+  hash: string | null;
+  /** The answer's text, and the span of its result (an `eth_blockNumber` answer is given the head there). */
+  text: string;
+  result: Span;
+}
+
+/** The head an answer to a head call names; null when it names none (an error, a null result, anything malformed). */
+export function headOfAnswer(body: Buffer, kind: HeadAnswerKind): AnswerHead | null {
+  try {
+    const text = body.toString('utf8');
+    const result = objectMembers(text, documentStart(text)).get('result');
+    if (result === undefined) return null;
+    if (kind === 'number') {
+      const number = blockNumberOf(unquoted(text, result));
+      return number === null ? null : { number, hash: null, text, result };
+    }
+    if (text.charCodeAt(result[0]) !== 0x7b) return null;
+    const members = objectMembers(text, result[0]);
+    const numberSpan = members.get('number');
+    const number = numberSpan === undefined ? null : blockNumberOf(unquoted(text, numberSpan));
+    if (number === null) return null;
+    const hashSpan = members.get('hash');
+    const hash = hashSpan === undefined ? null : unquoted(text, hashSpan);
+    return { number, hash, text, result };
+  } catch {
+    return null;
+  }
+}
+
+/** A string value's text without its quotes (block quantities and hashes hold no escapes); null for any other value. */
+function unquoted(text: string, [start, end]: Span): string | null {
+  return end - start >= 2 && text.charCodeAt(start) === 0x22 && text.charCodeAt(end - 1) === 0x22 ? text.slice(start + 1, end - 1) : null;
+}
+
+/** An `eth_blockNumber` answer's text with `head` as its result, all else as the node wrote it. */
+export function withBlockNumber(answer: AnswerHead, head: number): Buffer {
+  const { text, result } = answer;
+  return Buffer.from(`${text.slice(0, result[0])}"0x${head.toString(16)}"${text.slice(result[1])}`);
+}

@@ -1,0 +1,86 @@
+/**
+ * The head a caller reads never goes back (docs/decisions.md, "The head never goes back within a
+ * poll interval"), through the whole service (startTestApp, the nodes given as UPSTREAM_EVM) in
+ * front of two fake nodes of one moving chain: a node's answer to a head call raises what the
+ * gateway knows of its head, `eth_blockNumber` is never answered under the best head known,
+ * and a `latest` block under it is asked again of a node at that head (the best head, as polls and answers show it).
+ */
+import { afterEach, describe, expect, it } from 'vitest';
+import { HEAD_POLL_HEADER } from '../../src/gateway/upstream.js';
+import { until } from '../support/eventually.js';
+import type { EvmNodeFake, ReceivedCall } from '../support/fakeUpstreams.js';
+import { Started } from '../support/serviceOnEvmNodes.js';
+
+const started = new Started();
+afterEach(() => started.close());
+
+let nextId = 1;
+async function rpc(url: string, method: string, params: unknown[] = []): Promise<unknown> {
+  const r = await fetch(url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ jsonrpc: '2.0', id: nextId++, method, params }),
+  });
+  expect(r.status).toBe(200);
+  return (JSON.parse(await r.text()) as { result: unknown }).result;
+}
+
+const blockNumber = async (url: string): Promise<number> => Number(await rpc(url, 'eth_blockNumber'));
+const latestBlock = async (url: string, full: boolean): Promise<number> =>
+  Number(((await rpc(url, 'eth_getBlockByNumber', ['latest', full])) as { number: string }).number);
+
+describe('eth_blockNumber while one node is a block or two behind', () => {
+  it('never decreases across calls between two polls (before: the node behind answered every other call)', async () => {
+    // Polled once at the first call, then not for 10 minutes: every later head is seen only in answers.
+    const { t, url, nodes, chain } = await started.serviceOnEvmNodes(2, { headPollMs: 600_000 });
+    const [, behind] = nodes as [EvmNodeFake, EvmNodeFake];
+    const heads = t.runtime.gateway!.pools.get('evm')!.heads!;
+    await rpc(url, 'eth_chainId');
+    await until(() => heads.upstreams.every((u) => u.head === chain.head));
+    const polled = chain.head;
+    // Both at the same head for the gateway; from now on one node is 1 or 2 blocks behind the other (within maxLagBlocks, 10).
+    behind.behaviour = 'behind';
+    const numbers: number[] = [];
+    for (let round = 0; round < 6; round++) {
+      chain.advance(2);
+      behind.lagBlocks = 1 + (round % 2);
+      for (let i = 0; i < 8; i++) numbers.push(await blockNumber(url));
+    }
+    const wentBack = numbers.flatMap((n, i) => (i > 0 && n < (numbers[i - 1] as number) ? [[numbers[i - 1], n]] : []));
+    expect(wentBack).toEqual([]);
+    // Every answer a head a node had, none the stale polled one (answers kept for a head live 2 × headPollMs).
+    expect(Math.min(...numbers)).toBeGreaterThan(polled);
+  });
+});
+
+/**
+ * A provider's URL in front of several nodes: the gateway's head polls reach one at the head, its
+ * callers' calls one a block behind (the fake reads the call before answering it).
+ */
+function pollsAtHeadCallsBehind(node: EvmNodeFake): void {
+  node.lagBlocks = 1;
+  node.latency = (call: ReceivedCall) => {
+    node.behaviour = call.headers[HEAD_POLL_HEADER] === undefined ? 'behind' : 'honest';
+    return 0;
+  };
+}
+
+describe('a node whose answers are behind the head the gateway knows', () => {
+  it('answers eth_blockNumber with the best head known and asks a node at it for the latest block', async () => {
+    const { t, url, nodes, chain } = await started.serviceOnEvmNodes(2);
+    const [, lb] = nodes as [EvmNodeFake, EvmNodeFake];
+    pollsAtHeadCallsBehind(lb);
+    const heads = t.runtime.gateway!.pools.get('evm')!.heads!;
+    await rpc(url, 'eth_chainId');
+    const got: Array<[string, number, number]> = [];
+    for (let round = 0; round < 8; round++) {
+      chain.advance();
+      await until(() => heads.upstreams.every((u) => u.head === chain.head));
+      for (let i = 0; i < 3; i++) got.push(['eth_blockNumber', await blockNumber(url), chain.head]);
+      got.push(['latest', await latestBlock(url, false), chain.head]);
+      got.push(['latest full', await latestBlock(url, true), chain.head]);
+    }
+    // Before: the node behind's answers (one block under the head the gateway had just polled) about half the time.
+    expect(got.filter(([, n, head]) => n !== head)).toEqual([]);
+  });
+});
