@@ -25,8 +25,13 @@ export interface WebSocketOptions {
   plans: PlanCatalog;
   /** Where the plan's `ws_connections` cap is counted: Redis across instances, this process by default. */
   connections?: ConnectionCounter;
-  /** Unread bytes a client may have queued before its socket is closed (1008). */
+  /** Unread bytes a client may have queued before its socket is closed (1008), besides its subscriptions' allowance. */
   maxSendBufferBytes?: number;
+  /**
+   * Unread bytes allowed on top of `maxSendBufferBytes` for each subscription the socket holds: one
+   * block's notifications leave at once, one per subscription, before the client can read any.
+   */
+  sendBufferPerSubscriptionBytes?: number;
   /** A ping this often; a socket that did not answer the previous one is cut off. */
   pingEveryMs?: number;
   /** A socket with no subscription that sent nothing for this long is closed (4000). */
@@ -80,6 +85,7 @@ export class WebSocketGateway implements SessionHost {
   private readonly timer: NodeJS.Timeout;
   private unsubscribe: Promise<() => Promise<void>> | null = null;
   readonly maxSendBufferBytes: number;
+  readonly sendBufferPerSubscriptionBytes: number;
   readonly freeHeartbeatEveryMs: number;
   private readonly idleTimeoutMs: number;
   private readonly connections: ConnectionCounter;
@@ -92,6 +98,8 @@ export class WebSocketGateway implements SessionHost {
     private readonly options: WebSocketOptions,
   ) {
     this.maxSendBufferBytes = options.maxSendBufferBytes ?? 1024 * 1024;
+    // A newHeads notification is ~0.6–1.6 KB (a header with its logs bloom), a log ~0.5–1.5 KB: 4 KiB holds a block's for each.
+    this.sendBufferPerSubscriptionBytes = options.sendBufferPerSubscriptionBytes ?? 4 * 1024;
     // A client's heartbeat as often as the gateway's own ping is free; 80 %: a 30 s one arrives a little early or late.
     this.freeHeartbeatEveryMs = Math.floor((options.pingEveryMs ?? 30_000) * 0.8);
     this.idleTimeoutMs = options.idleTimeoutMs ?? 300_000;

@@ -17,7 +17,7 @@ export const WS_CLOSE = {
   goingAway: 1001,
   /** A binary frame: the gateway speaks JSON-RPC in text frames. */
   unsupportedData: 1003,
-  /** The client does not read: its send buffer passed the bound. */
+  /** The client does not read: its send buffer passed the bound (1 MiB, plus 4 KiB for each of its subscriptions). */
   policyViolation: 1008,
   /** A frame larger than the body limit (ws closes with it itself). */
   messageTooBig: 1009,
@@ -39,6 +39,8 @@ export interface SessionHost {
   feedFor(scope: CallScope, dialect: PubSubDialect, method: string, params: unknown): OpenedFeed | FeedRefusal;
   subscriptionCap(caller: Caller): number | null;
   maxSendBufferBytes: number;
+  /** Unread bytes allowed on top of maxSendBufferBytes for each subscription the socket holds. */
+  sendBufferPerSubscriptionBytes: number;
   /** A heartbeat call (PubSubDialect.heartbeatCalls) is uncharged at most this often per socket. */
   freeHeartbeatEveryMs: number;
   subscriptionsChanged(session: Session, delta: number): void;
@@ -110,6 +112,12 @@ export class Session {
   /** eth_subscribe calls past the cap check and not yet answered: they count against the cap, or calls sent together would all pass it. */
   private opening = 0;
   private closing = false;
+  /**
+   * The most subscriptions this socket held since its send buffer was last within the base bound:
+   * a backlog built while it held them keeps their allowance (a client unsubscribing while it reads
+   * a block's burst is not cut off by the answer to its eth_unsubscribe).
+   */
+  private allowedSubscriptions = 0;
   /** performance.now() of the client's last frame (a call or a pong). */
   lastHeardAt = performance.now();
   /** The node's answers to the dialect's heartbeat calls on this socket, as result JSON text by method. */
@@ -461,14 +469,22 @@ export class Session {
   }
 
   /**
-   * Sends a frame unless the client has more than the bound still unread: then the connection ends
-   * (1008). The frame's own size does not count: an answer larger than the bound (eth_getLogs, a
-   * block with its transactions) goes out as over HTTP, so the memory held is the bound plus one frame.
+   * Sends a frame unless the client has more than its bound still unread: then the connection ends
+   * (1008). The bound is the base (1 MiB) plus an allowance for each subscription it holds: a block's
+   * notifications leave at once, one per subscription: 10,000 newHeads subscriptions queue 10–16 MB
+   * in one go, unread only because the client has not had a turn to read them yet. The frame's
+   * own size does not count: an answer larger than the bound (eth_getLogs, a block with its
+   * transactions) goes out as over HTTP. The memory held is the bound plus one frame.
    */
   private send(frame: string | Buffer | null): void {
     if (frame === null || this.socket.readyState !== WebSocket.OPEN) return;
-    if (this.socket.bufferedAmount > this.host.maxSendBufferBytes) {
-      this.close(WS_CLOSE.policyViolation, `send buffer over ${this.host.maxSendBufferBytes} bytes: the client does not read`);
+    const buffered = this.socket.bufferedAmount;
+    const base = this.host.maxSendBufferBytes;
+    const held = this.subscriptions.size;
+    this.allowedSubscriptions = buffered <= base ? held : Math.max(this.allowedSubscriptions, held);
+    const bound = base + this.allowedSubscriptions * this.host.sendBufferPerSubscriptionBytes;
+    if (buffered > bound) {
+      this.close(WS_CLOSE.policyViolation, `send buffer over ${bound} bytes: the client does not read`);
       return;
     }
     // Text frames always: an upstream's answer arrives as a Buffer, which ws would send as a binary frame (web3.js cannot read those).
