@@ -3,6 +3,8 @@ import { Counter, collectDefaultMetrics, Gauge, Registry } from 'prom-client';
 import type { MaybePromise } from '../domain/maybePromise.js';
 import type { UsageRecord } from '../domain/usage.js';
 import type { LimitDecision, Limiter, LimitRequest, RefundRequest } from './limits/port.js';
+import type { UnsettledUnits } from './limits/redis.js';
+import { ResilientLimiter } from './limits/resilient.js';
 import type { RedisHealthSnapshot, RedisState } from './redisHealth.js';
 
 /** Live WebSocket connections and subscriptions (src/gateway/ws), per token. */
@@ -210,6 +212,8 @@ export class Telemetry {
   private readonly methodClasses = new Map<string, MethodClass>();
   /** Limiter decisions since the last scrape, by outcome (`admitted`, `refused_rate`, `refused_monthly`, `refused_unavailable`). */
   private readonly pendingDecisions = new Map<string, number>();
+  /** With Redis: the monthly units the limiter dropped of those Redis did not take (set by `countDecisions`). */
+  private limiterUnsettled: (() => UnsettledUnits) | null = null;
   /** Served reads since the last scrape by chain, counted per CACHE_RESULTS entry. */
   private readonly pendingCache = new Map<string, number[]>();
   private readonly loopDelay: IntervalHistogram = monitorEventLoopDelay({ resolution: LOOP_DELAY_RESOLUTION_MS });
@@ -242,6 +246,22 @@ export class Telemetry {
       collect() {
         for (const [outcome, count] of pendingDecisions) if (count > 0) this.inc({ outcome }, count);
         for (const outcome of pendingDecisions.keys()) pendingDecisions.set(outcome, 0);
+      },
+    });
+    const unsettled = (): UnsettledUnits | null => this.limiterUnsettled?.() ?? null;
+    new Counter({
+      name: 'gateway_limiter_unsettled_units_total',
+      help: 'Monthly units Redis did not take that this gateway dropped, counted (calls admitted while Redis was away) or given back (refunds, unused leases): past the bound of months held, or sent with their reply lost',
+      labelNames: ['kind', 'reason'],
+      registers,
+      collect() {
+        const units = unsettled();
+        if (units === null) return;
+        this.reset();
+        for (const reason of ['cap', 'unknown'] as const) {
+          this.inc({ kind: 'counted', reason }, units.counted[reason]);
+          this.inc({ kind: 'given_back', reason }, units.givenBack[reason]);
+        }
       },
     });
     new Gauge({
@@ -539,6 +559,7 @@ export class Telemetry {
 
   /** The limiter, counting its decisions (summed here, handed to prom-client when scraped: no label hashing per call). */
   countDecisions(limiter: Limiter): Limiter {
+    if (limiter instanceof ResilientLimiter) this.limiterUnsettled = () => limiter.unsettled;
     const pending = this.pendingDecisions;
     const add = (outcome: string, n: number): void => {
       pending.set(outcome, (pending.get(outcome) ?? 0) + n);

@@ -1,5 +1,6 @@
 import type { MaybePromise } from '../../domain/maybePromise.js';
 import { type LimitDecision, type Limiter, type LimitRequest, quotaBucket, type RefundRequest } from './port.js';
+import type { MonthAdjustment, UnsettledUnits } from './redis.js';
 import { decide, monthId, rateWindow } from './window.js';
 
 /** What the leasing limiter needs of the shared limiter under it (the Redis one). */
@@ -8,6 +9,10 @@ export interface LeaseSource extends Limiter {
   whenReady(timeoutMs?: number): Promise<void>;
   /** Gives back `units` of a monthly bucket's count, and of the token's own month when the bucket is the account's (the unused part of a lease). */
   release(monthlyKey: string, tokenId: string, nowMs: number, units: number): Promise<void>;
+  /** Holds month units counted or given back without it, sent once it answers again (RedisLimiter.owe). */
+  owe?(adjustment: MonthAdjustment): void;
+  /** What was dropped of them (RedisLimiter.unsettled). */
+  readonly unsettled?: UnsettledUnits;
 }
 
 /** A token's calls of one second taken from the shared limiter but not yet used by this process. */
@@ -188,6 +193,15 @@ export class LeasedLimiter implements Limiter {
       lease.exhausted = false;
     }
     return Promise.resolve(this.source.refund(request));
+  }
+
+  /** Units counted or given back while the shared limiter was not used: held there, sent once it answers again. */
+  owe(adjustment: MonthAdjustment): void {
+    this.source.owe?.(adjustment);
+  }
+
+  get unsettled(): UnsettledUnits {
+    return this.source.unsettled ?? { counted: { cap: 0, unknown: 0 }, givenBack: { cap: 0, unknown: 0 } };
   }
 
   /** Returns units to a lease, or straight to the month when the lease was given back meanwhile. */

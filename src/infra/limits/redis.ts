@@ -66,6 +66,12 @@ interface LimiterCommands {
   limiterRefund(monthKey: string, units: number): Promise<unknown>;
 }
 
+/** Units of one month, and a moment of it (for a count's expiry). */
+interface Owed {
+  units: number;
+  nowMs: number;
+}
+
 interface PendingTake {
   request: LimitRequest;
   resolve(decision: LimitDecision): void;
@@ -93,7 +99,48 @@ export interface RedisLimiterOptions {
    * calls; the resilient wrapper then answers from memory.
    */
   commandTimeoutMs?: number;
+  /** At most this many months' units Redis did not take are held (default 100,000); past it they are dropped, and counted. */
+  maxOwedKeys?: number;
 }
+
+/**
+ * Units of a month counted (`units` > 0: calls admitted without Redis) or given back (< 0: a
+ * refund, a lease's unused part) that Redis has not taken: they go to the bucket's month and,
+ * when it is the account's, the token's own (`ownBucketBesides`), as a take's or a refund's do.
+ */
+export interface MonthAdjustment {
+  tokenId: string;
+  bucket: string;
+  /** A moment of the month the units belong to (the take's `nowMs`). */
+  nowMs: number;
+  units: number;
+}
+
+/**
+ * Monthly units Redis did not take that this process no longer holds, by what they were: units
+ * counted (Redis's months are short of them) or given back (Redis's months still count them);
+ * and why: `cap` (past `maxOwedKeys` months held), `unknown` (sent and the reply lost, the
+ * connection dropped or the command timed out: it may have run, so it is never sent again).
+ */
+export interface UnsettledUnits {
+  counted: { cap: number; unknown: number };
+  givenBack: { cap: number; unknown: number };
+}
+
+const MAX_OWED_KEYS = 100_000;
+/** Months owed are sent this many at a time, the next batch once Redis took some of these. */
+const OWED_BATCH = 500;
+
+/**
+ * ioredis refuses a command it has not sent with these (the connection, or the cluster, not
+ * ready): such a command surely did not run. A Redis error reply (a `ReplyError`: a refused write,
+ * READONLY, NOREPLICAS, OOM, LOADING, a script's error) says the same of these scripts, whose
+ * one write is their last step. Anything else (a timeout, a connection closed while the command
+ * was out) leaves it unknown.
+ */
+const NOT_SENT = ["Stream isn't writeable and enableOfflineQueue options is false", "Cluster isn't ready and enableOfflineQueue options is false"];
+const neverRan = (error: Error): boolean => error.name === 'ReplyError' || NOT_SENT.includes(error.message);
+const asError = (error: unknown): Error => (error instanceof Error ? error : new Error(String(error)));
 
 /**
  * ioredis's own command timeout, only to free its queue while Redis hangs: the deadline that
@@ -115,7 +162,16 @@ export class RedisLimiter implements LeaseSource {
   readonly client: RedisClient;
   private pending: PendingTake[] = [];
   /** Units to give back by month key, sent with the turn's takes (before them). */
-  private refunds = new Map<string, number>();
+  private refunds = new Map<string, Owed>();
+  /**
+   * Month adjustments Redis did not take, by month key, summed (one number a month): sent once
+   * Redis answers again (a take answered, or the connection ready again), each at most once.
+   */
+  private readonly owed = new Map<string, Owed>();
+  private settling = false;
+  private readonly maxOwedKeys: number;
+  /** What was dropped of the months owed (for /metrics and tests). */
+  readonly unsettled: UnsettledUnits = { counted: { cap: 0, unknown: 0 }, givenBack: { cap: 0, unknown: 0 } };
   /** Settled once the turn's refunds are answered. */
   private refunded: { promise: Promise<void>; resolve: () => void } | null = null;
   private flushScheduled = false;
@@ -123,11 +179,14 @@ export class RedisLimiter implements LeaseSource {
 
   constructor(redisUrl: string, options: RedisLimiterOptions = {}) {
     this.commandTimeoutMs = options.commandTimeoutMs ?? 50;
+    this.maxOwedKeys = options.maxOwedKeys ?? MAX_OWED_KEYS;
     // Fail at once while disconnected instead of queueing calls until Redis is back.
     this.client = redisClient(redisUrl, { ...FAIL_FAST, commandTimeout: this.commandTimeoutMs * IOREDIS_TIMEOUT_FACTOR });
     this.client.defineCommand('limiterTake', { numberOfKeys: 2, lua: TAKE_LUA });
     this.client.defineCommand('limiterCount', { numberOfKeys: 1, lua: COUNT_LUA });
     this.client.defineCommand('limiterRefund', { numberOfKeys: 1, lua: REFUND_LUA });
+    // Connected again: Redis answered its ready check.
+    this.client.on('ready', () => void this.settleOwed());
   }
 
   /** True while the connection is up and commands can be sent. */
@@ -150,14 +209,14 @@ export class RedisLimiter implements LeaseSource {
   /**
    * Gives back units to the bucket's month and, when it is the account's, the token's own: queued
    * with the turn's takes, the units of one month summed into one command. Settles (never
-   * rejects) once Redis answered or the deadline passed; a refund Redis never got is lost, as a
-   * count is while Redis is unreachable.
+   * rejects) once Redis answered or the deadline passed; a refund Redis surely did not run is
+   * owed (`owe`), one whose reply was lost is dropped (it may have run).
    */
   refund(request: RefundRequest): Promise<void> {
     if (request.units <= 0) return Promise.resolve();
-    this.addRefund(monthKey(request.bucket, request.nowMs), request.units);
+    this.addRefund(monthKey(request.bucket, request.nowMs), request.units, request.nowMs);
     const own = ownBucketBesides(request.tokenId, request.bucket);
-    if (own !== null) this.addRefund(monthKey(own, request.nowMs), request.units);
+    if (own !== null) this.addRefund(monthKey(own, request.nowMs), request.units, request.nowMs);
     if (this.refunded === null) {
       let resolve: () => void = () => undefined;
       const promise = new Promise<void>((r) => {
@@ -169,8 +228,74 @@ export class RedisLimiter implements LeaseSource {
     return this.refunded.promise;
   }
 
-  private addRefund(key: string, units: number): void {
-    this.refunds.set(key, (this.refunds.get(key) ?? 0) + units);
+  private addRefund(key: string, units: number, nowMs: number): void {
+    const held = this.refunds.get(key);
+    if (held === undefined) this.refunds.set(key, { units, nowMs });
+    else held.units += units;
+  }
+
+  /**
+   * Holds units Redis did not take (counted or given back while it could not be reached), summed
+   * per month: sent once Redis answers again. Redis's months then count what the gateways counted
+   * in process meanwhile, less what they gave back, as the account view does.
+   */
+  owe(adjustment: MonthAdjustment): void {
+    if (adjustment.units === 0) return;
+    this.oweKey(monthKey(adjustment.bucket, adjustment.nowMs), adjustment.nowMs, adjustment.units);
+    const own = ownBucketBesides(adjustment.tokenId, adjustment.bucket);
+    if (own !== null) this.oweKey(monthKey(own, adjustment.nowMs), adjustment.nowMs, adjustment.units);
+  }
+
+  private oweKey(key: string, nowMs: number, units: number): void {
+    const held = this.owed.get(key);
+    if (held !== undefined) held.units += units;
+    else if (this.owed.size < this.maxOwedKeys) this.owed.set(key, { units, nowMs });
+    else this.dropped(units, 'cap');
+  }
+
+  private dropped(units: number, reason: 'cap' | 'unknown'): void {
+    if (units > 0) this.unsettled.counted[reason] += units;
+    else this.unsettled.givenBack[reason] -= units;
+  }
+
+  /**
+   * A month adjustment Redis did not answer with success: owed again when it surely did not run;
+   * otherwise dropped, never sent twice (a refund sent again after it ran would give a caller
+   * more than the calls it was not served; a count, charge one it never made).
+   */
+  private notTaken(key: string, nowMs: number, units: number, error: Error): void {
+    if (neverRan(error)) this.oweKey(key, nowMs, units);
+    else this.dropped(units, 'unknown');
+  }
+
+  /**
+   * Sends the months owed, a batch at a time, each month's units as one command (a count, or a
+   * refund never below 0) taken out of the ledger as it is sent: what Redis did not run is owed
+   * again, what may have run is not. The next batch goes once Redis took some of this one.
+   */
+  private settleOwed(): Promise<void> {
+    if (this.settling || this.owed.size === 0 || !this.ready) return Promise.resolve();
+    this.settling = true;
+    const batch: Array<[string, Owed]> = [];
+    for (const [key, held] of this.owed) {
+      this.owed.delete(key);
+      if (held.units !== 0) batch.push([key, held]);
+      if (batch.length === OWED_BATCH) break;
+    }
+    const commands = this.client as unknown as LimiterCommands;
+    const sent = batch.map(([key, { units, nowMs }]) =>
+      units > 0 ? commands.limiterCount(key, units, monthlyTtlSeconds(nowMs)) : commands.limiterRefund(key, -units),
+    );
+    return replies(sent).then((answered) => {
+      this.settling = false;
+      let taken = 0;
+      for (const [i, [key, { units, nowMs }]] of batch.entries()) {
+        const error = answered[i]?.[0] ?? null;
+        if (error === null) taken += 1;
+        else this.notTaken(key, nowMs, units, error);
+      }
+      if (taken > 0) return this.settleOwed();
+    });
   }
 
   private scheduleFlush(): void {
@@ -215,6 +340,8 @@ export class RedisLimiter implements LeaseSource {
           this.countOwn(take.request, Number(granted));
           take.resolve(decide(take.request, Number(rateUsed), Number(monthUsed)));
         }
+        // Redis answers: what it was owed goes now.
+        if (this.owed.size > 0 && answered.some(([error]) => error === null)) void this.settleOwed();
       },
       (error: unknown) => {
         for (const take of takes) take.reject(error);
@@ -229,23 +356,34 @@ export class RedisLimiter implements LeaseSource {
     this.refunds = new Map();
     this.refunded = null;
     const sent: Array<Promise<unknown>> = [];
-    for (const [key, units] of refunds) sent.push(commands.limiterRefund(key, units));
-    void this.withinDeadline(replies(sent))
+    for (const [key, { units }] of refunds) sent.push(commands.limiterRefund(key, units));
+    const replied = replies(sent);
+    void this.withinDeadline(replied)
       .catch(() => undefined)
       .then(() => refunded?.resolve());
+    // Every reply, however late: a refund is owed or dropped by what became of it.
+    void replied.then((answered) => {
+      for (const [i, [key, { units, nowMs }]] of [...refunds].entries()) {
+        const error = answered[i]?.[0] ?? null;
+        if (error !== null) this.notTaken(key, nowMs, -units, error);
+      }
+    });
   }
 
   /**
    * Counts granted units in the token's own month when its bucket is the account's. Not waited
    * for: sent on the same connection before the caller hears of the take, so anything this
    * process asks of Redis later (a take on the token's own bucket included) comes after it.
-   * A failed count is lost, as a count is while Redis is unreachable (fail-open).
+   * A count Redis did not run is owed (`owe`).
    */
   private countOwn(request: LimitRequest, granted: number): void {
     const own = ownBucketBesides(request.tokenId, request.monthly.key);
     if (own === null || granted <= 0) return;
     const commands = this.client as unknown as LimiterCommands;
-    void commands.limiterCount(monthKey(own, request.nowMs), granted, monthlyTtlSeconds(request.nowMs)).catch(() => undefined);
+    const key = monthKey(own, request.nowMs);
+    void commands
+      .limiterCount(key, granted, monthlyTtlSeconds(request.nowMs))
+      .catch((error: unknown) => this.notTaken(key, request.nowMs, granted, asError(error)));
   }
 
   /**
@@ -253,23 +391,36 @@ export class RedisLimiter implements LeaseSource {
    * the month; the caller was told the take failed and decided without Redis, so nobody uses
    * those units (a lease's extra calls included): they go back, or each late reply would cost the
    * bucket's monthly quota calls never made. A reply that never comes (ioredis's own timeout, a
-   * lost connection) leaves its count, as a process killed holding a lease does.
+   * lost connection) leaves its count, as a process killed holding a lease does. A give-back
+   * Redis did not run is owed (`owe`).
    */
   private giveBackLate(takes: PendingTake[], late: Reply[]): void {
     for (const [i, { request }] of takes.entries()) {
       const [error, reply] = late[i] ?? [null, null];
       const granted = error === null && Array.isArray(reply) ? Number(reply[2]) : 0;
       // The bucket only: the token's own month counts a take when its reply comes in time (countOwn).
-      if (granted > 0) void this.withinDeadline(this.client.decrby(monthKey(request.monthly.key, request.nowMs), granted)).catch(() => undefined);
+      if (granted > 0) void this.giveBack([monthKey(request.monthly.key, request.nowMs)], request.nowMs, granted);
     }
   }
 
-  /** Gives back `units` counted in a monthly bucket, and in the token's own month when the bucket is the account's (a lease's unused part: see LeasedLimiter). */
+  /** DECRBY of each key; one Redis surely did not run is owed. Settles once every reply came. */
+  private async giveBack(keys: string[], nowMs: number, units: number): Promise<void> {
+    const answered = await replies(keys.map((key) => this.client.decrby(key, units)));
+    for (const [i, key] of keys.entries()) {
+      const error = answered[i]?.[0] ?? null;
+      if (error !== null) this.notTaken(key, nowMs, -units, error);
+    }
+  }
+
+  /**
+   * Gives back `units` counted in a monthly bucket, and in the token's own month when the bucket
+   * is the account's (a lease's unused part: see LeasedLimiter). Rejects after the deadline; what
+   * Redis surely did not run is owed all the same.
+   */
   async release(key: string, tokenId: string, nowMs: number, units: number): Promise<void> {
     const own = ownBucketBesides(tokenId, key);
-    await this.withinDeadline(
-      Promise.all([this.client.decrby(monthKey(key, nowMs), units), own === null ? null : this.client.decrby(monthKey(own, nowMs), units)]),
-    );
+    const keys = own === null ? [monthKey(key, nowMs)] : [monthKey(key, nowMs), monthKey(own, nowMs)];
+    await this.withinDeadline(this.giveBack(keys, nowMs, units));
   }
 
   async monthlyUsed(key: string, nowMs: number): Promise<number> {
@@ -277,7 +428,9 @@ export class RedisLimiter implements LeaseSource {
     return value === null ? 0 : Number(value);
   }
 
+  /** Sends what is owed first, while Redis answers (within the deadline): a process that stops holding them loses them. */
   async close(): Promise<void> {
+    await this.withinDeadline(this.settleOwed()).catch(() => undefined);
     await closeClient(this.client);
   }
 

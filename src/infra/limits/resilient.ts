@@ -1,19 +1,27 @@
 import type { MaybePromise } from '../../domain/maybePromise.js';
 import { MemoryLimiter } from './memory.js';
 import type { LimitDecision, Limiter, LimitRequest, RefundRequest } from './port.js';
+import type { MonthAdjustment, UnsettledUnits } from './redis.js';
 import { nextMonthStart, rateWindow } from './window.js';
 
 const REDIS_COOLDOWN_MS = 500;
 
 /** The shared limiter under the fallback: Redis (through its leases). */
-export type SharedLimiter = Limiter & { readonly ready: boolean; whenReady(timeoutMs?: number): Promise<void> };
+export type SharedLimiter = Limiter & {
+  readonly ready: boolean;
+  whenReady(timeoutMs?: number): Promise<void>;
+  /** Holds month units counted or given back without Redis, sent once it answers again (RedisLimiter.owe). */
+  owe(adjustment: MonthAdjustment): void;
+  readonly unsettled: UnsettledUnits;
+};
 
 export interface ResilientLimiterOptions {
   /**
    * What to do while Redis is unreachable.
    * - fail-open (default): answer from an in-process limiter, so each gateway instance
    *   enforces the limits on its own share of traffic (N instances may admit up to N × rps
-   *   in total, and monthly counts made meanwhile are not written back to Redis).
+   *   in total); the monthly counts made meanwhile are held and added to Redis's months once it
+   *   answers again (`SharedLimiter.owe`).
    * - fail-closed: refuse every call as the limits being unavailable (`granted: 0`,
    *   `refusedBy: 'unavailable'`, `retryAfterSeconds: 1`): the gateway answers 503, not a 429
    *   that would tell the caller it exceeded a limit; the monthly `remaining` is null (unknown).
@@ -82,21 +90,32 @@ export class ResilientLimiter implements Limiter {
 
   private withoutRedis(request: LimitRequest): LimitDecision {
     this.fallbackCount += 1;
-    return this.options.failClosed ? refuseAll(request) : this.fallback.takeNow(request);
+    if (this.options.failClosed) return refuseAll(request);
+    const decision = this.fallback.takeNow(request);
+    if (decision.granted > 0) this.redis.owe({ tokenId: request.tokenId, bucket: request.monthly.key, nowMs: request.nowMs, units: decision.granted });
+    return decision;
+  }
+
+  /** Monthly units Redis did not take and this process no longer holds (for /metrics and tests). */
+  get unsettled(): UnsettledUnits {
+    return this.redis.unsettled;
   }
 
   /**
    * Gives back units where the next call is decided: to Redis while it is used, and to the
    * fallback's month in any case (seeded from Redis's counts, it would otherwise start an outage
-   * above them). A refund Redis did not take is lost, as a count made meanwhile is.
+   * above them). While Redis is not used the units are owed to it, with the counts made
+   * meanwhile, and sent once it answers again; one Redis refuses is owed by the Redis limiter.
    */
   refund(request: RefundRequest): MaybePromise<void> {
     void this.fallback.refund(request);
-    if (!this.useRedis()) return;
+    const owed = { tokenId: request.tokenId, bucket: request.bucket, nowMs: request.nowMs, units: -request.units };
+    if (!this.useRedis()) return this.redis.owe(owed);
     try {
       return this.redis.refund(request);
     } catch (error) {
       this.failed(error);
+      this.redis.owe(owed);
     }
   }
 

@@ -1,0 +1,220 @@
+import { randomUUID } from 'node:crypto';
+import { Redis } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { LeasedLimiter } from '../../src/infra/limits/leased.js';
+import type { LimitRequest } from '../../src/infra/limits/port.js';
+import { monthKey, RedisLimiter } from '../../src/infra/limits/redis.js';
+import { ResilientLimiter } from '../../src/infra/limits/resilient.js';
+import { eventually, until } from '../support/eventually.js';
+import { startTestRedisServer, type TestRedisServer } from '../support/redisServer.js';
+
+/**
+ * Monthly units Redis did not take while it could not be reached, or refused, are held by the
+ * gateway and sent once Redis answers again, once: the refunds of calls the gateway failed to
+ * serve (docs/decisions.md, "A call the gateway failed to serve is not charged"), and the calls a
+ * fail-open gateway counted in process meanwhile. A Redis with an append-only file, as production
+ * runs it: the months outlive its restart.
+ */
+const COMMAND_TIMEOUT_MS = 200;
+
+describe('monthly units Redis did not take', () => {
+  let server: TestRedisServer;
+  let direct: Redis;
+  beforeAll(async () => {
+    server = await startTestRedisServer({ persistent: true });
+    direct = new Redis(server.url, { retryStrategy: () => 50, maxRetriesPerRequest: 1 });
+    direct.on('error', () => {});
+  });
+  afterAll(async () => {
+    direct.disconnect();
+    await server.stop();
+  });
+
+  /** The gateway's limiter as src/infra/limits/index.ts composes it (fail-open). */
+  const open = (maxOwedKeys?: number): ResilientLimiter =>
+    new ResilientLimiter(new LeasedLimiter(new RedisLimiter(server.url, { commandTimeoutMs: COMMAND_TIMEOUT_MS, ...(maxOwedKeys ? { maxOwedKeys } : {}) })));
+
+  const request = (overrides: Partial<LimitRequest> = {}): LimitRequest => {
+    const id = randomUUID();
+    return { tokenId: `tok${id}`, rps: 100, monthly: { key: `account:${id}`, limit: 1000 }, cost: 1, nowMs: Date.now(), ...overrides };
+  };
+  /** A call of a token with its own monthly limit: one month counts it. */
+  const ownLimitRequest = (cost: number): LimitRequest => {
+    const tokenId = `tok${randomUUID()}`;
+    return request({ tokenId, monthly: { key: `token:${tokenId}`, limit: 1000 }, cost });
+  };
+
+  /** A month's count as Redis has it (null: no key). */
+  const inRedis = async (bucket: string, nowMs: number): Promise<number | null> => {
+    const value = await direct.get(monthKey(bucket, nowMs));
+    return value === null ? null : Number(value);
+  };
+
+  /** Redis stopped, the limiter answering from memory, `during` done, then Redis back and answering the limiter again. */
+  async function outage(limiter: ResilientLimiter, during: () => Promise<void>): Promise<void> {
+    await server.stop();
+    await until(() => limiter.backend === 'fallback');
+    await during();
+    await server.start();
+    await until(() => limiter.backend === 'redis', 10_000);
+    // A call of another token: the limiter is on Redis again.
+    expect((await limiter.take(request())).granted).toBe(1);
+  }
+
+  it('a refund made while Redis was stopped reaches the month once Redis is back', async () => {
+    const limiter = open();
+    try {
+      await limiter.whenReady();
+      const req = request({ cost: 5 });
+      const own = `token:${req.tokenId}`;
+      expect((await limiter.take(req)).granted).toBe(5);
+      expect(await inRedis(req.monthly.key, req.nowMs)).toBe(5);
+      // The token's own month is counted by a command sent after the take's reply: landed before the outage.
+      expect(
+        await eventually(
+          () => inRedis(own, req.nowMs),
+          (v) => v === 5,
+        ),
+      ).toBe(5);
+
+      // Three of the five calls failed (every node down): their units go back.
+      await outage(limiter, async () => {
+        await limiter.refund({ tokenId: req.tokenId, bucket: req.monthly.key, units: 3, nowMs: req.nowMs });
+      });
+
+      expect(
+        await eventually(
+          () => inRedis(req.monthly.key, req.nowMs),
+          (v) => v === 2,
+        ),
+      ).toBe(2);
+      expect(
+        await eventually(
+          () => inRedis(own, req.nowMs),
+          (v) => v === 2,
+        ),
+      ).toBe(2);
+      // Once: later calls on Redis send nothing more.
+      for (let i = 0; i < 3; i++) await limiter.take(request());
+      expect(await inRedis(req.monthly.key, req.nowMs)).toBe(2);
+      expect(limiter.unsettled).toEqual({ counted: { cap: 0, unknown: 0 }, givenBack: { cap: 0, unknown: 0 } });
+    } finally {
+      await limiter.close();
+    }
+  });
+
+  it('calls counted in memory while Redis was stopped reach the month, less their refunds', async () => {
+    const limiter = open();
+    try {
+      await limiter.whenReady();
+      const req = request({ cost: 5 });
+      expect((await limiter.take(req)).granted).toBe(5);
+      expect(await inRedis(req.monthly.key, req.nowMs)).toBe(5);
+      expect(
+        await eventually(
+          () => inRedis(`token:${req.tokenId}`, req.nowMs),
+          (v) => v === 5,
+        ),
+      ).toBe(5);
+
+      await outage(limiter, async () => {
+        // Four calls admitted from memory (seeded with Redis's 5), one of which failed.
+        expect(await limiter.take({ ...req, cost: 4, nowMs: req.nowMs + 1000 })).toMatchObject({ granted: 4, monthly: { remaining: 1000 - 9 } });
+        await limiter.refund({ tokenId: req.tokenId, bucket: req.monthly.key, units: 1, nowMs: req.nowMs + 1000 });
+      });
+
+      // 5 counted on Redis, 4 in memory, 1 given back: 8, in the bucket and the token's own month.
+      expect(
+        await eventually(
+          () => inRedis(req.monthly.key, req.nowMs),
+          (v) => v === 8,
+        ),
+      ).toBe(8);
+      expect(
+        await eventually(
+          () => inRedis(`token:${req.tokenId}`, req.nowMs),
+          (v) => v === 8,
+        ),
+      ).toBe(8);
+      const next = await limiter.take({ ...req, cost: 1, nowMs: Date.now() + 2000 });
+      expect(next.monthly.remaining).toBe(1000 - 9);
+    } finally {
+      await limiter.close();
+    }
+  });
+
+  it('a refund Redis answered with an error is sent again once it takes writes, once', async () => {
+    const limiter = open();
+    try {
+      await limiter.whenReady();
+      const req = ownLimitRequest(4);
+      expect((await limiter.take(req)).granted).toBe(4);
+      // Redis refuses every write (NOREPLICAS) but answers: the refund's script fails, nothing ran.
+      await direct.config('SET', 'min-replicas-to-write', '1');
+      try {
+        await limiter.refund({ tokenId: req.tokenId, bucket: req.monthly.key, units: 3, nowMs: req.nowMs });
+        expect(await inRedis(req.monthly.key, req.nowMs)).toBe(4);
+      } finally {
+        await direct.config('SET', 'min-replicas-to-write', '0');
+      }
+      await until(async () => (await limiter.take(request())).granted === 1 && limiter.backend === 'redis', 5000);
+      expect(
+        await eventually(
+          () => inRedis(req.monthly.key, req.nowMs),
+          (v) => v === 1,
+        ),
+      ).toBe(1);
+      for (let i = 0; i < 3; i++) await limiter.take(request());
+      expect(await inRedis(req.monthly.key, req.nowMs)).toBe(1);
+    } finally {
+      await limiter.close();
+    }
+  });
+
+  it('a refund whose reply was lost is never sent again: it may have run (it did here)', async () => {
+    const limiter = open();
+    try {
+      await limiter.whenReady();
+      const req = ownLimitRequest(5);
+      expect((await limiter.take(req)).granted).toBe(5);
+      // Redis frozen with the connection open: the refund is sent, its reply never read in time.
+      server.pause();
+      try {
+        await limiter.refund({ tokenId: req.tokenId, bucket: req.monthly.key, units: 2, nowMs: req.nowMs });
+        await until(() => limiter.unsettled.givenBack.unknown === 2, 10_000);
+      } finally {
+        server.resume();
+      }
+      await until(async () => (await limiter.take(request())).granted === 1 && limiter.backend === 'redis', 10_000);
+      for (let i = 0; i < 3; i++) await limiter.take(request());
+      // Redis ran the frozen refund when it woke; sent again it would say 1.
+      expect(await inRedis(req.monthly.key, req.nowMs)).toBe(3);
+    } finally {
+      await limiter.close();
+    }
+  });
+
+  it('holds at most maxOwedKeys months, counting what it dropped past them', async () => {
+    const limiter = open(2);
+    try {
+      await limiter.whenReady();
+      const reqs = [0, 1, 2].map(() => ownLimitRequest(3));
+      for (const req of reqs) expect((await limiter.take(req)).granted).toBe(3);
+      await outage(limiter, async () => {
+        for (const req of reqs) await limiter.refund({ tokenId: req.tokenId, bucket: req.monthly.key, units: 2, nowMs: req.nowMs });
+      });
+      const [first, second, third] = reqs as [LimitRequest, LimitRequest, LimitRequest];
+      expect(
+        await eventually(
+          () => inRedis(second.monthly.key, second.nowMs),
+          (v) => v === 1,
+        ),
+      ).toBe(1);
+      expect(await inRedis(first.monthly.key, first.nowMs)).toBe(1);
+      expect(await inRedis(third.monthly.key, third.nowMs)).toBe(3);
+      expect(limiter.unsettled.givenBack.cap).toBe(2);
+    } finally {
+      await limiter.close();
+    }
+  });
+});
