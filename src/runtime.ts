@@ -164,6 +164,13 @@ export async function openRuntime(config: Config, clock?: () => Date, options: R
       planChanges = new PlanChangeCounts(config.redisUrl, {
         plans: config.plans,
         ownLimitTokens: (accountId) => tokens.tokenIdsWithOwnMonthlyLimit(accountId),
+        tokenCounting: async (tokenId) => {
+          const token = await tokens.tokenDoc(tokenId);
+          if (token === null) return null;
+          const account = await tokens.account(token.accountId);
+          const custom = account !== null && (config.plans[account.plan]?.custom_limits ?? false);
+          return { accountId: token.accountId, apart: custom && token.monthlyLimit !== null };
+        },
         now: () => now().getTime(),
       });
       redisClients.push(planChanges);
@@ -231,17 +238,24 @@ export async function openRuntime(config: Config, clock?: () => Date, options: R
         return account !== null && (config.plans[account.plan]?.custom_limits ?? false);
       },
       ownLimitTokens: (accountId) => queries.tokenIdsWithOwnMonthlyLimit(accountId),
+      accountOf: async (tokenId) => (await queries.tokenDoc(tokenId))?.accountId ?? null,
     },
   });
   redisClients.push(limiter);
-  // In process, an account's month follows a plan change that turns custom limits off or on when
-  // the change notice arrives (with Redis the projector moves it before: planChange.ts).
+  // In process, an account's month follows a plan change that turns custom limits off or on, and
+  // a token's own limit set or removed, when the change notice arrives (with Redis the projector
+  // moves it before: planChange.ts).
   const unfollowPlanChanges =
     limiter instanceof MemoryLimiter
       ? await feed.subscribe(INVALIDATION_TOPIC, (message) => {
-          if (!message.startsWith('account:')) return;
-          limiter.accountPlanChanged(message.slice('account:'.length), now().getTime()).catch((error: unknown) => {
-            console.warn(`limits: the account's monthly count did not follow its plan change (${error instanceof Error ? error.message : String(error)})`);
+          const nowMs = now().getTime();
+          const followed = message.startsWith('account:')
+            ? limiter.accountPlanChanged(message.slice('account:'.length), nowMs)
+            : message.startsWith('token:')
+              ? limiter.tokenChanged(message.slice('token:'.length), nowMs)
+              : null;
+          followed?.catch((error: unknown) => {
+            console.warn(`limits: the account's monthly count did not follow ${message}'s change (${error instanceof Error ? error.message : String(error)})`);
           });
         })
       : null;

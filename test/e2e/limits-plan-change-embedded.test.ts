@@ -5,7 +5,18 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type AccountPlanReads, MemoryLimiter } from '../../src/infra/limits/memory.js';
 import type { LimitDecision, LimitRequest } from '../../src/infra/limits/port.js';
 import { type FakeUpstream, startEvmFake } from '../support/fakeUpstreams.js';
-import { accountOnApp, DEVELOPER, downToFreeAndBack, FREE, OWN, planChangeAccount, upFromFree, writePlanChangePlans } from '../support/planChangeAccount.js';
+import {
+  accountOnApp,
+  DEVELOPER,
+  downToFreeAndBack,
+  FREE,
+  OWN,
+  ownLimitRemovedMidMonth,
+  ownLimitSetMidMonth,
+  planChangeAccount,
+  upFromFree,
+  writePlanChangePlans,
+} from '../support/planChangeAccount.js';
 import { quotaCalls, unprojected } from '../support/quotaCalls.js';
 import { startTestApp, type TestApp } from '../support/testApp.js';
 
@@ -42,6 +53,10 @@ describe.each(['on', 'off'])('the embedded limiter (STORAGE_THREAD=%s) at a plan
   it('down to Free, the calls of a token with its own limit count against the account; back up, they leave it again', () => downToFreeAndBack(t));
 
   it('up from Free, the calls a token with its own limit made there leave the account’s count', () => upFromFree(t));
+
+  it('a token given its own limit mid-month: its earlier calls leave the account’s count, and Free counts them once', () => ownLimitSetMidMonth(t));
+
+  it('a token’s own limit removed mid-month: its calls so far join the account’s count', () => ownLimitRemovedMidMonth(t));
 
   it('moves the calls handed over but not yet in the totals too: the limiter counts them, the view catches up', async () => {
     const a = await planChangeAccount(t);
@@ -112,6 +127,7 @@ describe('the in-process limiter while it moves an account’s month', () => {
         state.tokenReads++;
         return ['x'];
       },
+      accountOf: async () => 'a',
     };
     return { state, reads };
   }
@@ -154,13 +170,36 @@ describe('the in-process limiter while it moves an account’s month', () => {
     const { state, reads } = accountReads(true);
     const limiter = new MemoryLimiter(async (bucket) => (bucket === 'account:a' ? 4 : 2), reads);
     await limiter.take(request('s', 'account:a', 10));
+    // The account's month read with the tokens it counts apart (before and after the totals).
+    expect(state.tokenReads).toBe(2);
     const planReadsAtSeed = state.planReads;
     await limiter.accountPlanChanged('a', NOW);
     await limiter.accountPlanChanged('b', NOW);
     expect(state.planReads).toBe(planReadsAtSeed + 1);
-    expect(state.tokenReads).toBe(0);
+    expect(state.tokenReads).toBe(2);
     expect(await limiter.monthlyUsed('account:a', NOW)).toBe(5);
     expect(limiter.take(request('s', 'account:a', 10))).not.toBeInstanceOf(Promise);
+  });
+
+  it('a token given its own limit takes out what the account’s month holds of it, not the calls it made on its own bucket meanwhile', async () => {
+    const { reads } = accountReads(true);
+    let own: string[] = [];
+    reads.ownLimitTokens = async () => own;
+    // 3 calls of `y` before this process, on the account's bucket (no limit then).
+    const limiter = new MemoryLimiter(async (bucket) => (bucket === 'account:a' || bucket === 'token:y' ? 3 : 0), reads);
+    expect(await limiter.take(request('y', 'account:a', 10))).toMatchObject({ granted: 1, monthly: { remaining: 10 - 4 } });
+    own = ['y'];
+    const moved = limiter.tokenChanged('y', NOW);
+    // Decided under its own limit before the notice's reads are done: counted on its own month only.
+    expect(await limiter.take(request('y', 'token:y', 8))).toMatchObject({ granted: 1, monthly: { remaining: 8 - 5 } });
+    await moved;
+    expect(await limiter.monthlyUsed('account:a', NOW)).toBe(0);
+    expect(await limiter.monthlyUsed('token:y', NOW)).toBe(5);
+    // Its limit removed: its whole month (5) is the account's again.
+    own = [];
+    await limiter.tokenChanged('y', NOW);
+    expect(await limiter.monthlyUsed('account:a', NOW)).toBe(5);
+    expect(await limiter.take(request('y', 'account:a', 10))).toMatchObject({ granted: 1, monthly: { remaining: 10 - 6 } });
   });
 
   it('reads the account again when its plan’s custom limits changed while it was read', async () => {
@@ -175,9 +214,11 @@ describe('the in-process limiter while it moves an account’s month', () => {
     }, reads);
     expect(await limiter.take(request('s', 'account:a', 10))).toMatchObject({ granted: 1, monthly: { remaining: 10 - 8 } });
     expect(viewReads).toBe(2);
+    // Read once, before the first totals, while the plan still had custom limits.
+    expect(state.tokenReads).toBe(1);
     // Its count is known to be Free's: the change's notice then moves nothing.
     await limiter.accountPlanChanged('a', NOW);
-    expect(state.tokenReads).toBe(0);
+    expect(state.tokenReads).toBe(1);
     expect(await limiter.monthlyUsed('account:a', NOW)).toBe(8);
   });
 });

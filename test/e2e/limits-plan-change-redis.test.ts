@@ -9,12 +9,22 @@ import { openChangeFeed } from '../../src/infra/changefeed/index.js';
 import { openLimiter } from '../../src/infra/limits/index.js';
 import { PlanChangeCounts, planChangeMarkerKey } from '../../src/infra/limits/planChange.js';
 import { quotaBucket } from '../../src/infra/limits/port.js';
-import { monthKey, RedisLimiter } from '../../src/infra/limits/redis.js';
+import { inAccountKey, monthKey, RedisLimiter } from '../../src/infra/limits/redis.js';
 import { keySlot } from '../../src/infra/redis/client.js';
 import { Queries } from '../../src/projections/queries.js';
 import { eventually, until } from '../support/eventually.js';
 import { type FakeUpstream, startEvmFake } from '../support/fakeUpstreams.js';
-import { downToFreeAndBack, FREE, OWN, planChangeAccount, type Settle, upFromFree, writePlanChangePlans } from '../support/planChangeAccount.js';
+import {
+  downToFreeAndBack,
+  FREE,
+  OWN,
+  ownLimitRemovedMidMonth,
+  ownLimitSetMidMonth,
+  planChangeAccount,
+  type Settle,
+  upFromFree,
+  writePlanChangePlans,
+} from '../support/planChangeAccount.js';
 import { type QuotaAnswer, quotaCalls } from '../support/quotaCalls.js';
 import { startTestRedisServer, type TestRedisServer } from '../support/redisServer.js';
 import { startTestApp, type TestApp } from '../support/testApp.js';
@@ -50,9 +60,9 @@ afterAll(async () => {
 });
 
 /** Waits until Redis holds exactly the calls made: the leases' unused calls are back. */
-const settled: Settle = async (a, ownCalls, accountCalls) => {
+const settled: Settle = async (a, ownCalls, accountCalls, token = a.own) => {
   const now = Date.now();
-  const read = async () => [await counts.monthlyUsed(quotaBucket.token(a.own.id), now), await counts.monthlyUsed(quotaBucket.account(a.o.accountId), now)];
+  const read = async () => [await counts.monthlyUsed(quotaBucket.token(token.id), now), await counts.monthlyUsed(quotaBucket.account(a.o.accountId), now)];
   expect(await eventually(read, ([own, account]) => own === ownCalls && account === accountCalls)).toEqual([ownCalls, accountCalls]);
 };
 
@@ -60,6 +70,10 @@ describe('a plan change on Redis moves the account’s monthly count as the acco
   it('down to Free, the calls of a token with its own limit count against the account; back up, they leave it again', () => downToFreeAndBack(t, settled));
 
   it('up from Free, the calls a token with its own limit made there leave the account’s count', () => upFromFree(t, settled));
+
+  it('a token given its own limit mid-month: its earlier calls leave the account’s count, and Free counts them once', () => ownLimitSetMidMonth(t, settled));
+
+  it('a token’s own limit removed mid-month: its calls so far join the account’s count', () => ownLimitRemovedMidMonth(t, settled));
 
   it('a plan change seen again (a replay, a second projector) moves nothing more; two gateways count alike', async () => {
     const a = await planChangeAccount(t);
@@ -70,6 +84,7 @@ describe('a plan change on Redis moves the account’s monthly count as the acco
     const replay = new PlanChangeCounts(redis.url, {
       plans: t.runtime.config.plans,
       ownLimitTokens: (accountId) => t.runtime.queries.tokenIdsWithOwnMonthlyLimit(accountId),
+      tokenCounting: async () => null,
     });
     try {
       await Promise.all([feed.whenReady(), limiter.whenReady(), replay.whenReady()]);
@@ -105,8 +120,36 @@ describe('a plan change on Redis moves the account’s monthly count as the acco
     }
   });
 
+  it('a limit change seen again moves nothing more', async () => {
+    const a = await planChangeAccount(t);
+    const { queries, config } = t.runtime;
+    const replay = new PlanChangeCounts(redis.url, {
+      plans: config.plans,
+      ownLimitTokens: (accountId) => queries.tokenIdsWithOwnMonthlyLimit(accountId),
+      tokenCounting: async (tokenId) => {
+        const token = await queries.tokenDoc(tokenId);
+        return token === null ? null : { accountId: token.accountId, apart: token.monthlyLimit !== null };
+      },
+    });
+    try {
+      await replay.whenReady();
+      expect((await quotaCalls(t, a.own.token, 3)).map(([status]) => status)).toEqual([200, 200, 200]);
+      await settled(a, 3, 0);
+      await a.setLimit(a.own, null);
+      await settled(a, 3, 3);
+      const change = (await t.runtime.store.readStream(`token-${a.own.id}`)).filter((e) => e.type === 'ApiTokenLimitsChanged').at(-1);
+      if (!change) throw new Error('no limit change on the token stream');
+      expect(await replay.move(change)).toEqual({ kind: 'skipped', why: 'moved already' });
+      await settled(a, 3, 3);
+    } finally {
+      await replay.close();
+    }
+  });
+
   it('a plan change’s marker shares its account month’s slot, so one script moves the count and sets it on a Redis Cluster', () => {
     const now = Date.now();
     expect(keySlot(planChangeMarkerKey('acc-1', now, 'event-1'))).toBe(keySlot(monthKey(quotaBucket.account('acc-1'), now)));
+    // A token's part in its account's month is counted and set with the token's month, by one script.
+    expect(keySlot(inAccountKey('tok-1', now))).toBe(keySlot(monthKey(quotaBucket.token('tok-1'), now)));
   });
 });

@@ -41,17 +41,19 @@ export async function heard(t: TestApp, topic: (body: unknown) => string, change
   }
 }
 
+/** A new token of the owner's (`payload` its fields), known to the gateway. */
+export const newToken = async (t: TestApp, auth: Record<string, string>, payload: { name: string } & Record<string, unknown>) =>
+  (await heard(
+    t,
+    (body) => `token:${(body as { id: string }).id}`,
+    () => t.app.inject({ method: 'POST', url: '/api/v1/tokens', headers: auth, payload }),
+  )) as { id: string; token: string };
+
 /** An owner on Developer with a token of its own limit (`own`) and one counted on the account (`shared`). */
 export async function planChangeAccount(t: TestApp) {
   const o = await ownerOn(t, 'developer');
-  const made = async (payload: { name: string } & Record<string, unknown>) =>
-    (await heard(
-      t,
-      (body) => `token:${(body as { id: string }).id}`,
-      () => t.app.inject({ method: 'POST', url: '/api/v1/tokens', headers: o.auth, payload }),
-    )) as { id: string; token: string };
-  const own = await made({ name: 'own', monthly_limit: OWN });
-  const shared = await made({ name: 'shared' });
+  const own = await newToken(t, o.auth, { name: 'own', monthly_limit: OWN });
+  const shared = await newToken(t, o.auth, { name: 'shared' });
   return { o, own, shared, ...accountOnApp(t, o.accountId, o.auth) };
 }
 
@@ -72,6 +74,13 @@ export function accountOnApp(t: TestApp, accountId: string, auth: Record<string,
           payload: { plan },
         }),
     );
+  /** Sets or removes (null) a token's own monthly limit; resolves once the gateway heard of it. */
+  const setLimit = (token: { id: string }, monthlyLimit: number | null) =>
+    heard(
+      t,
+      () => `token:${token.id}`,
+      () => t.app.inject({ method: 'PATCH', url: `/api/v1/tokens/${token.id}`, headers: auth, payload: { monthly_limit: monthlyLimit } }),
+    );
   /** The account view's `usage.remaining` once the usage totals hold `requests` calls. */
   const viewRemaining = async (requests: number): Promise<number> => {
     const usage = await eventually(
@@ -81,14 +90,15 @@ export function accountOnApp(t: TestApp, accountId: string, auth: Record<string,
     expect(usage.requests).toBe(requests);
     return usage.remaining;
   };
-  return { setPlan, viewRemaining };
+  return { setPlan, setLimit, viewRemaining };
 }
 
 /**
- * Waits until the limiter's own counts are `ownCalls` (the own-limit token's month) and
- * `accountCalls` (the account's): a backend with leases gives their unused calls back first.
+ * Waits until the limiter's own counts are `ownCalls` (the month of `token`, by default the
+ * own-limit token) and `accountCalls` (the account's): a backend with leases gives their unused
+ * calls back first.
  */
-export type Settle = (a: PlanChangeAccount, ownCalls: number, accountCalls: number) => Promise<void>;
+export type Settle = (a: PlanChangeAccount, ownCalls: number, accountCalls: number, token?: { id: string }) => Promise<void>;
 const settledAtOnce: Settle = async () => undefined;
 
 /** Down to Free, the own-limit token's calls count against the account; back up, they leave it again. */
@@ -133,4 +143,65 @@ export async function upFromFree(t: TestApp, settle: Settle = settledAtOnce): Pr
   expect(await a.viewRemaining(7)).toBe(DEVELOPER - 1);
   expect(await quotaCalls(t, a.shared.token, 1)).toEqual([[200, String(DEVELOPER - 2)]]);
   expect(await quotaCalls(t, a.own.token, 1)).toEqual([[200, String(OWN - 7)]]);
+}
+
+/**
+ * A token given its own limit mid-month: its calls until then, counted on the account's bucket,
+ * leave the account's count with the rest of its month (the view counts the whole month apart);
+ * down to Free the account counts each call of the month once, back up the token's month leaves it.
+ */
+export async function ownLimitSetMidMonth(t: TestApp, settle: Settle = settledAtOnce): Promise<void> {
+  const a = await planChangeAccount(t);
+  const later = await newToken(t, a.o.auth, { name: 'later' });
+  expect((await quotaCalls(t, later.token, 4)).map(([, left]) => left)).toEqual(['19', '18', '17', '16']);
+  await settle(a, 4, 4, later);
+  expect(await a.viewRemaining(4)).toBe(DEVELOPER - 4);
+
+  await a.setLimit(later, OWN);
+  expect(await a.viewRemaining(4)).toBe(DEVELOPER);
+  expect(await quotaCalls(t, later.token, 1)).toEqual([[200, String(OWN - 5)]]);
+  expect(await quotaCalls(t, a.shared.token, 1)).toEqual([[200, String(DEVELOPER - 1)]]);
+  await settle(a, 5, 1, later);
+  expect(await a.viewRemaining(6)).toBe(DEVELOPER - 1);
+
+  // Free: the account's 10 count the 6 calls of the month once.
+  await a.setPlan('free');
+  expect(await a.viewRemaining(6)).toBe(FREE - 6);
+  expect(await quotaCalls(t, a.shared.token, 1)).toEqual([[200, String(FREE - 7)]]);
+  await settle(a, 5, 7, later);
+
+  // Developer again: the token's month (5) apart, the account its other 2.
+  await a.setPlan('developer');
+  expect(await a.viewRemaining(7)).toBe(DEVELOPER - 2);
+  expect(await quotaCalls(t, a.shared.token, 1)).toEqual([[200, String(DEVELOPER - 3)]]);
+  expect(await quotaCalls(t, later.token, 1)).toEqual([[200, String(OWN - 6)]]);
+  expect(await a.viewRemaining(9)).toBe(DEVELOPER - 3);
+}
+
+/**
+ * A token's own limit removed mid-month: its calls until then, counted on its own bucket, join
+ * the account's count (the view counts its whole month there); a move to Free has nothing more
+ * to add, nor the way back anything to take out.
+ */
+export async function ownLimitRemovedMidMonth(t: TestApp, settle: Settle = settledAtOnce): Promise<void> {
+  const a = await planChangeAccount(t);
+  expect((await quotaCalls(t, a.own.token, 5)).map(([, left]) => left)).toEqual(['14', '13', '12', '11', '10']);
+  expect(await quotaCalls(t, a.shared.token, 1)).toEqual([[200, '19']]);
+  await settle(a, 5, 1);
+  expect(await a.viewRemaining(6)).toBe(DEVELOPER - 1);
+
+  await a.setLimit(a.own, null);
+  expect(await a.viewRemaining(6)).toBe(DEVELOPER - 6);
+  expect(await quotaCalls(t, a.own.token, 1)).toEqual([[200, String(DEVELOPER - 7)]]);
+  await settle(a, 6, 7);
+
+  await a.setPlan('free');
+  expect(await a.viewRemaining(7)).toBe(FREE - 7);
+  expect(await quotaCalls(t, a.shared.token, 1)).toEqual([[200, String(FREE - 8)]]);
+  await settle(a, 6, 8);
+
+  await a.setPlan('developer');
+  expect(await a.viewRemaining(8)).toBe(DEVELOPER - 8);
+  expect(await quotaCalls(t, a.own.token, 1)).toEqual([[200, String(DEVELOPER - 9)]]);
+  expect(await a.viewRemaining(9)).toBe(DEVELOPER - 9);
 }

@@ -1,7 +1,7 @@
 import { withinDeadline } from '../deadline.js';
 import { closeClient, FAIL_FAST, type RedisClient, type Reply, redisClient, replies, waitForReady } from '../redis/client.js';
 import type { LeaseSource } from './leased.js';
-import { type LimitDecision, type LimitRequest, ownBucketBesides, type RefundRequest } from './port.js';
+import { type LimitDecision, type LimitRequest, ownBucketBesides, quotaBucket, type RefundRequest } from './port.js';
 import { decide, monthId, monthlyTtlSeconds, rateWindow } from './window.js';
 
 /**
@@ -33,12 +33,15 @@ return {rateUsed, monthUsed, granted}
 
 /**
  * Adds a granted call's units to the token's own month when its bucket is the account's:
- * KEYS[1] the token's month. ARGV: units, month TTL (s). Its own command, after the take's
- * reply: the two months hash to different slots in a cluster, and only the granted units count.
+ * KEYS[1] the token's month, KEYS[2] (when given) the part of it in the account's month
+ * (`inAccountKey`). ARGV: units, month TTL (s). Its own command, after the take's reply: the two
+ * months hash to different slots in a cluster, and only the granted units count.
  */
 const COUNT_LUA = `
-redis.call('INCRBY', KEYS[1], tonumber(ARGV[1]))
-redis.call('EXPIRE', KEYS[1], tonumber(ARGV[2]))
+for _, key in ipairs(KEYS) do
+  redis.call('INCRBY', key, tonumber(ARGV[1]))
+  redis.call('EXPIRE', key, tonumber(ARGV[2]))
+end
 return 1
 `;
 
@@ -63,6 +66,7 @@ type TakeReply = [number, number, number];
 interface LimiterCommands {
   limiterTake(rateKey: string, monthKey: string, ...args: (string | number)[]): Promise<unknown>;
   limiterCount(monthKey: string, units: number, ttlSeconds: number): Promise<unknown>;
+  limiterCountOwn(tokenMonth: string, inAccount: string, units: number, ttlSeconds: number): Promise<unknown>;
   limiterRefund(monthKey: string, units: number): Promise<unknown>;
 }
 
@@ -86,12 +90,18 @@ interface PendingTake {
  *   rate window  rl:{<bucket>}:<tokenId>:<unixSecond>   expires 2 s after its last use
  *   month        mq:{<bucket>}:<YYYYMM>                 expires 35 days after the month ends
  * A call whose bucket is its account's also counts in its token's month, `mq:{token:<id>}:<YYYYMM>`
- * (the bucket it has once given its own limit), by a second command after the take's reply.
- * A plan change that turns custom limits off or on moves those months into or out of the
- * account's once, marked by `pc:{account:<id>}:<YYYYMM>:<eventId>` (planChange.ts).
+ * (the bucket it has once given its own limit), and in `ma:{token:<id>}:<YYYYMM>` (`inAccountKey`),
+ * by a second command after the take's reply. A plan change that turns custom limits off or on,
+ * or a token's own limit set or removed, moves those months into or out of the account's once,
+ * marked by `pc:{account:<id>}:<YYYYMM>:<eventId>` and `pc:{token:<id>}:<YYYYMM>:<eventId>` (planChange.ts).
  */
 export const rateKey = (bucket: string, tokenId: string, nowMs: number): string => `rl:{${bucket}}:${tokenId}:${rateWindow(nowMs)}`;
 export const monthKey = (bucket: string, nowMs: number): string => `mq:{${bucket}}:${monthId(nowMs)}`;
+/**
+ * The part of a token's month its account's month holds: its calls counted on the account's
+ * bucket (with its month, and given back with it), or moved in by a change (planChange.ts).
+ */
+export const inAccountKey = (tokenId: string, nowMs: number): string => `ma:{${quotaBucket.token(tokenId)}}:${monthId(nowMs)}`;
 
 export interface RedisLimiterOptions {
   /**
@@ -184,6 +194,7 @@ export class RedisLimiter implements LeaseSource {
     this.client = redisClient(redisUrl, { ...FAIL_FAST, commandTimeout: this.commandTimeoutMs * IOREDIS_TIMEOUT_FACTOR });
     this.client.defineCommand('limiterTake', { numberOfKeys: 2, lua: TAKE_LUA });
     this.client.defineCommand('limiterCount', { numberOfKeys: 1, lua: COUNT_LUA });
+    this.client.defineCommand('limiterCountOwn', { numberOfKeys: 2, lua: COUNT_LUA });
     this.client.defineCommand('limiterRefund', { numberOfKeys: 1, lua: REFUND_LUA });
     // Connected again: Redis answered its ready check.
     this.client.on('ready', () => void this.settleOwed());
@@ -216,7 +227,10 @@ export class RedisLimiter implements LeaseSource {
     if (request.units <= 0) return Promise.resolve();
     this.addRefund(monthKey(request.bucket, request.nowMs), request.units, request.nowMs);
     const own = ownBucketBesides(request.tokenId, request.bucket);
-    if (own !== null) this.addRefund(monthKey(own, request.nowMs), request.units, request.nowMs);
+    if (own !== null) {
+      this.addRefund(monthKey(own, request.nowMs), request.units, request.nowMs);
+      this.addRefund(inAccountKey(request.tokenId, request.nowMs), request.units, request.nowMs);
+    }
     if (this.refunded === null) {
       let resolve: () => void = () => undefined;
       const promise = new Promise<void>((r) => {
@@ -243,7 +257,10 @@ export class RedisLimiter implements LeaseSource {
     if (adjustment.units === 0) return;
     this.oweKey(monthKey(adjustment.bucket, adjustment.nowMs), adjustment.nowMs, adjustment.units);
     const own = ownBucketBesides(adjustment.tokenId, adjustment.bucket);
-    if (own !== null) this.oweKey(monthKey(own, adjustment.nowMs), adjustment.nowMs, adjustment.units);
+    if (own !== null) {
+      this.oweKey(monthKey(own, adjustment.nowMs), adjustment.nowMs, adjustment.units);
+      this.oweKey(inAccountKey(adjustment.tokenId, adjustment.nowMs), adjustment.nowMs, adjustment.units);
+    }
   }
 
   private oweKey(key: string, nowMs: number, units: number): void {
@@ -381,9 +398,11 @@ export class RedisLimiter implements LeaseSource {
     if (own === null || granted <= 0) return;
     const commands = this.client as unknown as LimiterCommands;
     const key = monthKey(own, request.nowMs);
-    void commands
-      .limiterCount(key, granted, monthlyTtlSeconds(request.nowMs))
-      .catch((error: unknown) => this.notTaken(key, request.nowMs, granted, asError(error)));
+    const part = inAccountKey(request.tokenId, request.nowMs);
+    void commands.limiterCountOwn(key, part, granted, monthlyTtlSeconds(request.nowMs)).catch((error: unknown) => {
+      this.notTaken(key, request.nowMs, granted, asError(error));
+      this.notTaken(part, request.nowMs, granted, asError(error));
+    });
   }
 
   /**
@@ -419,7 +438,7 @@ export class RedisLimiter implements LeaseSource {
    */
   async release(key: string, tokenId: string, nowMs: number, units: number): Promise<void> {
     const own = ownBucketBesides(tokenId, key);
-    const keys = own === null ? [monthKey(key, nowMs)] : [monthKey(key, nowMs), monthKey(own, nowMs)];
+    const keys = own === null ? [monthKey(key, nowMs)] : [monthKey(key, nowMs), monthKey(own, nowMs), inAccountKey(tokenId, nowMs)];
     await this.withinDeadline(this.giveBack(keys, nowMs, units));
   }
 
