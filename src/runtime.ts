@@ -25,7 +25,7 @@ import type { ChangeFeed } from './infra/changefeed/port.js';
 import { openEventStore } from './infra/eventstore/index.js';
 import type { EventStore, Position } from './infra/eventstore/port.js';
 import { MemoryLimiter, openLimiter } from './infra/limits/index.js';
-import { PlanChangeCounts } from './infra/limits/planChange.js';
+import { ownMonthlyLimitBefore, PlanChangeCounts } from './infra/limits/planChange.js';
 import type { Limiter } from './infra/limits/port.js';
 import { createSenders } from './infra/notify/index.js';
 import { pingPostgres } from './infra/postgres/database.js';
@@ -171,6 +171,7 @@ export async function openRuntime(config: Config, clock?: () => Date, options: R
           const custom = account !== null && (config.plans[account.plan]?.custom_limits ?? false);
           return { accountId: token.accountId, apart: custom && token.monthlyLimit !== null };
         },
+        ownLimitBefore: (change) => ownMonthlyLimitBefore(store, change),
         now: () => now().getTime(),
       });
       redisClients.push(planChanges);

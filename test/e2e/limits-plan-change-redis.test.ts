@@ -1,13 +1,14 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { AdmissionRequest } from '../../src/gateway/admission.js';
 import { TokenGatekeeper } from '../../src/gateway/gatekeeper.js';
 import { TokenCache } from '../../src/gateway/tokenCache.js';
 import { openChangeFeed } from '../../src/infra/changefeed/index.js';
 import { openLimiter } from '../../src/infra/limits/index.js';
-import { PlanChangeCounts, planChangeMarkerKey } from '../../src/infra/limits/planChange.js';
+import { ownMonthlyLimitBefore, PlanChangeCounts, planChangeMarkerKey } from '../../src/infra/limits/planChange.js';
 import { quotaBucket } from '../../src/infra/limits/port.js';
 import { inAccountKey, monthKey, RedisLimiter } from '../../src/infra/limits/redis.js';
 import { keySlot } from '../../src/infra/redis/client.js';
@@ -15,6 +16,7 @@ import { Queries } from '../../src/projections/queries.js';
 import { eventually, until } from '../support/eventually.js';
 import { type FakeUpstream, startEvmFake } from '../support/fakeUpstreams.js';
 import {
+  DEVELOPER,
   downToFreeAndBack,
   FREE,
   OWN,
@@ -85,6 +87,7 @@ describe('a plan change on Redis moves the account’s monthly count as the acco
       plans: t.runtime.config.plans,
       ownLimitTokens: (accountId) => t.runtime.queries.tokenIdsWithOwnMonthlyLimit(accountId),
       tokenCounting: async () => null,
+      ownLimitBefore: async () => false,
     });
     try {
       await Promise.all([feed.whenReady(), limiter.whenReady(), replay.whenReady()]);
@@ -130,6 +133,7 @@ describe('a plan change on Redis moves the account’s monthly count as the acco
         const token = await queries.tokenDoc(tokenId);
         return token === null ? null : { accountId: token.accountId, apart: token.monthlyLimit !== null };
       },
+      ownLimitBefore: (change) => ownMonthlyLimitBefore(t.runtime.store, change),
     });
     try {
       await replay.whenReady();
@@ -144,6 +148,22 @@ describe('a plan change on Redis moves the account’s monthly count as the acco
     } finally {
       await replay.close();
     }
+  });
+
+  it('a rate limit edit moves nothing, even where no part of the token’s month is kept (the month an older version counted)', async () => {
+    const a = await planChangeAccount(t);
+    expect((await quotaCalls(t, a.shared.token, 3)).map(([status]) => status)).toEqual([200, 200, 200]);
+    await settled(a, 3, 3, a.shared);
+    // As a gateway of an older version left it: the account's month holds the calls, no part is kept.
+    const raw = new Redis(redis.url);
+    try {
+      await raw.del(inAccountKey(a.shared.id, Date.now()));
+    } finally {
+      raw.disconnect();
+    }
+    await a.setLimit(a.shared, null, { rate_limit: 7 });
+    expect(await quotaCalls(t, a.shared.token, 1)).toEqual([[200, String(DEVELOPER - 4)]]);
+    await settled(a, 4, 4, a.shared);
   });
 
   it('a plan change’s marker shares its account month’s slot, so one script moves the count and sets it on a Redis Cluster', () => {

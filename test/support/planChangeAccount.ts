@@ -74,12 +74,12 @@ export function accountOnApp(t: TestApp, accountId: string, auth: Record<string,
           payload: { plan },
         }),
     );
-  /** Sets or removes (null) a token's own monthly limit; resolves once the gateway heard of it. */
-  const setLimit = (token: { id: string }, monthlyLimit: number | null) =>
+  /** Sets or removes (null) a token's own monthly limit (with `others`, more of its fields); resolves once the gateway heard of it. */
+  const setLimit = (token: { id: string }, monthlyLimit: number | null, others: Record<string, unknown> = {}) =>
     heard(
       t,
       () => `token:${token.id}`,
-      () => t.app.inject({ method: 'PATCH', url: `/api/v1/tokens/${token.id}`, headers: auth, payload: { monthly_limit: monthlyLimit } }),
+      () => t.app.inject({ method: 'PATCH', url: `/api/v1/tokens/${token.id}`, headers: auth, payload: { ...others, monthly_limit: monthlyLimit } }),
     );
   /** The account view's `usage.remaining` once the usage totals hold `requests` calls. */
   const viewRemaining = async (requests: number): Promise<number> => {

@@ -1,7 +1,9 @@
+import { apiTokenDecider } from '../../domain/apiToken.js';
 import { decodeEvent } from '../../domain/eventCodec.js';
+import type { ApiTokenEvent } from '../../domain/events.js';
 import type { PlanCatalog } from '../../domain/plans.js';
 import { withinDeadline } from '../deadline.js';
-import type { StoredEvent } from '../eventstore/port.js';
+import type { EventStore, StoredEvent } from '../eventstore/port.js';
 import { closeClient, FAIL_FAST, type RedisClient, redisClient, waitForReady } from '../redis/client.js';
 import { quotaBucket } from './port.js';
 import { inAccountKey, monthKey } from './redis.js';
@@ -64,7 +66,7 @@ interface MoveCommands {
 
 export type PlanChangeMove =
   | { kind: 'moved'; accountId: string; units: number; before: number; after: number }
-  | { kind: 'skipped'; why: 'not followed' | 'custom limits unchanged' | 'an earlier month' | 'a token not known' | 'moved already' };
+  | { kind: 'skipped'; why: 'not followed' | 'custom limits unchanged' | 'an earlier month' | 'own limit unchanged' | 'a token not known' | 'moved already' };
 
 /** A token's account, and whether the token counts apart from it now (its own monthly limit, on a plan with custom limits). */
 export interface TokenCounting {
@@ -78,10 +80,23 @@ export interface PlanChangeCountsOptions {
   ownLimitTokens(accountId: string): Promise<string[]>;
   /** A token's counting now, as the account view has it; null for a token not known. */
   tokenCounting(tokenId: string): Promise<TokenCounting | null>;
+  /** Whether the token had its own monthly limit just before `change` (its stream up to it). */
+  ownLimitBefore(change: StoredEvent): Promise<boolean>;
   now?: () => number;
   log?: (line: string) => void;
   /** Each Redis command's deadline. */
   commandTimeoutMs?: number;
+}
+
+/** Whether a token had its own monthly limit just before `change`, an event of its stream: that stream folded up to it. */
+export async function ownMonthlyLimitBefore(store: EventStore, change: StoredEvent): Promise<boolean> {
+  let state = apiTokenDecider.initialState();
+  for (const stored of await store.readStream(change.streamId, { maxCount: change.revision })) {
+    const event = decodeEvent(stored);
+    // A token's stream holds only its own events.
+    if (event !== null) state = apiTokenDecider.evolve(state, event as ApiTokenEvent);
+  }
+  return state.status !== 'none' && state.monthlyLimit !== null;
 }
 
 /** How the log names a change. */
@@ -151,6 +166,10 @@ export class PlanChangeCounts {
     }
     if (event?.type === 'ApiTokenLimitsChanged') {
       if (monthId(Date.parse(event.data.at)) !== monthId(nowMs)) return { kind: 'skipped', why: 'an earlier month' };
+      // Only a monthly limit set or removed changes where the token counts. Checked on the event,
+      // not on the parts: in the month a gateway of an older version counted, a token's part is
+      // missing, and a rate limit edit would have added its earlier calls to the account again.
+      if ((event.data.monthlyLimit !== null) === (await this.options.ownLimitBefore(stored))) return { kind: 'skipped', why: 'own limit unchanged' };
       const counting = await this.options.tokenCounting(event.data.tokenId);
       if (counting === null) return { kind: 'skipped', why: 'a token not known' };
       return this.moveParts(stored.id, counting.accountId, [event.data.tokenId], counting.apart, nowMs);
