@@ -55,19 +55,23 @@ const NEW_FILTER: CallShape = { kind: 'head', low: -1, high: -1, cacheable: fals
 const methodOf = (m: RpcMember): string => (m.kind === 'call' ? m.method : (m.method ?? INVALID_METHOD));
 
 /**
- * eth_subscribe and eth_unsubscribe on an EVM chain: a subscription lives on a socket, so over
+ * eth_subscribe and eth_unsubscribe on an EVM chain, Solana's `*Subscribe`/`*Unsubscribe`: a subscription lives on a socket, so over
  * HTTP the gateway answers them itself, uncharged, as geth does ("notifications not supported",
  * -32601), saying where to subscribe (docs/decisions.md, "Follow-ups of the EVM audit"). Over
  * the WebSocket the socket answers them before they reach this handler.
  */
 const needsSocket = (chain: CallScope['chain'], method: string): boolean =>
-  chain.protocol === 'jsonrpc' && (method === 'eth_subscribe' || method === 'eth_unsubscribe');
+  chain.protocol === 'jsonrpc'
+    ? method === 'eth_subscribe' || method === 'eth_unsubscribe'
+    : // Solana's pubsub: accountSubscribe, logsUnsubscribe…
+      chain.restFlavour === 'solana' && /(?:Subscribe|Unsubscribe)$/.test(method);
 
 function socketOnlyMessage(chain: CallScope['chain'], method: string): string {
   if (chain.upstreams.some((u) => u.ws !== null)) {
     return `notifications not supported over HTTP: ${method} needs a WebSocket, on this same URL with wss:// (ws:// for http://): wss://<host>/${chain.id}/<token>`;
   }
-  return `notifications not supported: ${chain.id} offers no subscriptions (its nodes have no WebSocket endpoint); poll with eth_newBlockFilter or eth_newFilter and eth_getFilterChanges`;
+  const poll = chain.protocol === 'jsonrpc' ? '; poll with eth_newBlockFilter or eth_newFilter and eth_getFilterChanges' : '';
+  return `notifications not supported: ${chain.id} offers no subscriptions (its nodes have no WebSocket endpoint)${poll}`;
 }
 
 export function handleJsonRpc(scope: CallScope, body: Buffer, maxBatch: number): MaybePromise<Answer> {

@@ -92,6 +92,23 @@ describe('a method outside the list (a typo)', () => {
     expect(await monthUsage(o, 2)).toBe(2);
   });
 
+  it('a subscription POSTed over HTTP: answered by the gateway with where to subscribe, sent to no node, uncharged', async () => {
+    const o = await fresh();
+    const sentBefore = node.httpMethods.length;
+    const subscribe = await post(`${base}/sol/${o.token}`, { jsonrpc: '2.0', id: 1, method: 'accountSubscribe', params: [pubkey('alice').toBase58()] });
+    expect(subscribe.status).toBe(200);
+    const { error } = (await subscribe.json()) as { error: { code: number; message: string } };
+    expect(error.code).toBe(-32601);
+    expect(error.message).toMatch(/^notifications not supported over HTTP: accountSubscribe needs a WebSocket.*wss:\/\/<host>\/sol\/<token>/);
+    const unsubscribe = await post(`${base}/sol/${o.token}`, { jsonrpc: '2.0', id: 2, method: 'accountUnsubscribe', params: [0] });
+    expect(((await unsubscribe.json()) as { error: { code: number } }).error.code).toBe(-32601);
+    expect(node.httpMethods.slice(sentBefore)).toEqual([]);
+    expect((await records(o, 2)).map(([method, , code, charged]) => [method, code, charged])).toEqual([
+      ['accountSubscribe', -32601, false],
+      ['accountUnsubscribe', -32601, false],
+    ]);
+  });
+
   it('a WebSocket frame: the same refusal, sent to no node; a subscription on the same socket still opens', async () => {
     const o = await fresh();
     const client = await WsClient.open(`${wsBase}/sol/${o.token}`);
