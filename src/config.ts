@@ -76,6 +76,13 @@ const Env = z.object({
   REDIS_USAGE_WAIT_MS: wholeNumber(1, 10_000).default(100),
   PLANS_CONFIG: z.string().optional(),
   ADMIN_TOKEN: z.string().min(16, 'must be at least 16 characters').optional(),
+  /**
+   * The gateways' shared secret in the keys of the filter ids' tags (src/gateway/upstreams/filters.ts):
+   * the same on every gateway; unset, the tags are keyed by each node's configuration alone. At
+   * least 32 characters: a caller sees tags and what they were made of, so a short one can be
+   * guessed offline, unlike ADMIN_TOKEN, guessed one request at a time.
+   */
+  FILTER_ID_SECRET: z.string().min(32, 'must be at least 32 characters (a random string, e.g. `openssl rand -hex 32`)').optional(),
   /** `off` to not start the embedded EVM devnet for the `local` chain. */
   LOCAL_DEVNET: z.enum(['on', 'off']).default('on'),
   LIMITS_FAIL_CLOSED: z.enum(['true', 'false']).default('false'),
@@ -196,6 +203,8 @@ export interface Config {
   responseCacheBytes: number;
   /** Where the response cache's shared level lives (RESPONSE_CACHE_REDIS=on); null: in process only. */
   responseCacheRedisUrl: string | null;
+  /** The secret mixed into the keys of the filter ids' tags (FILTER_ID_SECRET); null: none, the keys as before it existed. */
+  filterIdSecret: string | null;
   /** WebSocket keepalive (WS_PING_INTERVAL_MS) and idle timeout (WS_IDLE_TIMEOUT_MS). */
   webSockets: { pingEveryMs: number; idleTimeoutMs: number };
   /** With Redis, how long a vanished gateway instance's WebSocket connections still count against the caps (WS_INSTANCE_TTL_MS). */
@@ -227,6 +236,15 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
   if (empty.length > 0) {
     throw new ConfigError(
       `${empty.join(', ')} ${empty.length === 1 ? 'is' : 'are'} set but empty: give ${empty.length === 1 ? 'it a value' : 'each a value'}, or unset ${empty.length === 1 ? 'it' : 'them'} for the default.`,
+    );
+  }
+  // A chain's nodes set but empty (`UPSTREAM_ETH=${ETH_URL}` with ETH_URL unset) were read as
+  // unset: the chain file's nodes, public providers the operator had not chosen, got its calls.
+  const emptyNodes = Object.keys(env).filter((name) => name.startsWith('UPSTREAM_') && env[name]?.trim() === '');
+  if (emptyNodes.length > 0) {
+    const one = emptyNodes.length === 1;
+    throw new ConfigError(
+      `${emptyNodes.join(', ')} ${one ? 'is' : 'are'} set but empty: give ${one ? 'it' : 'each'} the chain's node URLs (url[,url…]), or unset ${one ? 'it' : 'them'} for the nodes of the chain config (config/chains.json or CHAINS_CONFIG).`,
     );
   }
   const parsed = Env.safeParse({ ...env, ROLE: roleArg ?? env.ROLE });
@@ -297,6 +315,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     gatewayLimits: { maxBatch: e.MAX_BATCH_CALLS, maxBodyBytes: e.MAX_BODY_BYTES },
     responseCacheBytes: Math.floor(e.RESPONSE_CACHE_MB * MIB),
     responseCacheRedisUrl,
+    filterIdSecret: e.FILTER_ID_SECRET ?? null,
     webSockets: { pingEveryMs: e.WS_PING_INTERVAL_MS, idleTimeoutMs: e.WS_IDLE_TIMEOUT_MS },
     wsInstanceTtlMs: e.WS_INSTANCE_TTL_MS,
     secureCookies: e.SECURE_COOKIES === 'true',

@@ -109,6 +109,8 @@ export interface UpstreamPoolOptions {
   cacheBytes?: number;
   /** Identical reads in flight share one upstream call; false: each goes alone. */
   coalesce?: boolean;
+  /** The secret in the keys of the filter ids' tags (FILTER_ID_SECRET, src/gateway/upstreams/filters.ts); unset: none. */
+  filterIdSecret?: string | null;
   random?: () => number;
   now?: () => number;
 }
@@ -310,7 +312,7 @@ export class UpstreamPool {
       };
     });
     this.budgeted = this.members.some((m) => m.maxRps > 0);
-    this.filterKeys = filterKeys(chain.upstreams);
+    this.filterKeys = filterKeys(chain.upstreams, options.filterIdSecret ?? null);
     this.ejectAfter = options.ejectAfterFailures ?? 3;
     this.coolDownMs = options.coolDownMs ?? 5_000;
     this.maxAttempts = options.maxAttempts ?? 3;

@@ -12,8 +12,10 @@ import { documentStart, objectMembers } from '../jsonScan.js';
  * and a caller cannot compute it for a node whose address it does not know). A call that uses
  * the id is sent to the node whose tag it carries for the calling token, with the node's own
  * id; an id that carries no tag of this caller's reaches no node (docs/decisions.md, "Follow-ups
- * of the EVM audit"). No state in the gateway: any instance routes a poll, and a restart loses
- * nothing. Pure.
+ * of the EVM audit"). With a secret shared by the gateways (FILTER_ID_SECRET), the key is also
+ * keyed by it, so no caller can compute a tag even for a node whose URL is public
+ * (docs/decisions.md, "A secret in the filter ids' key"). No state in the gateway: any instance
+ * (with the same secret) routes a poll, and a restart loses nothing. Pure.
  */
 
 const CREATES = new Set(['eth_newFilter', 'eth_newBlockFilter', 'eth_newPendingTransactionFilter']);
@@ -32,16 +34,18 @@ const TAG_DIGITS = 8;
 
 /**
  * The key of each node's tags, in order: a hash of what the configuration says of it (label,
- * URL, headers: a provider's key, Basic credentials), none of which a caller is shown but the label.
+ * URL, headers: a provider's key, Basic credentials), none of which a caller is shown but the
+ * label; with `secret` (FILTER_ID_SECRET, the same on every gateway), an HMAC of the same under
+ * it, which no caller can compute whatever it knows of the node. Without one, the plain hash, as
+ * before the setting existed: the filters made then are still found.
  */
-export function filterKeys(upstreams: ReadonlyArray<Pick<Upstream, 'label' | 'url' | 'headers'>>): Buffer[] {
+export function filterKeys(upstreams: ReadonlyArray<Pick<Upstream, 'label' | 'url' | 'headers'>>, secret: string | null): Buffer[] {
   return upstreams.map((u) => {
     const headers = Object.entries(u.headers)
       .map(([name, value]): [string, string] => [name.toLowerCase(), value])
       .sort(([x], [y]) => (x < y ? -1 : x > y ? 1 : 0));
-    return createHash('sha256')
-      .update(JSON.stringify(['chain-gateway filter id', u.label, u.url.href, headers]))
-      .digest();
+    const node = JSON.stringify(['chain-gateway filter id', u.label, u.url.href, headers]);
+    return (secret === null ? createHash('sha256') : createHmac('sha256', secret)).update(node).digest();
   });
 }
 
