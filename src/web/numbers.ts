@@ -1,7 +1,9 @@
 /**
- * Numbers as owners type them, in English or in their own locale. The dashboard's fields are
- * text, not `type="number"`: a number field reads what is typed in the page's language (English),
- * so a German owner's "2,5" arrived as 25 and "10.000" as 10, with nothing said.
+ * Numbers as owners read and type them: in their own locale (the browser's language). The
+ * dashboard shows figures with `numberFormat` and reads typed ones with `parseTypedNumber`, on the
+ * same locale, so what the page shows reads back as the same number when typed ("1.000.000" and
+ * "1,125" in German). The fields are text, not `type="number"`: a number field reads what is typed
+ * in the page's language (English), so a German owner's "2,5" arrived as 25 and "10.000" as 10.
  */
 
 /** Digits of other scripts a keyboard types (Arabic-Indic, Persian, Devanagari, fullwidth): their zeros. */
@@ -16,17 +18,31 @@ const asciiDigit = (ch: string): string => {
   return String(code - zero);
 };
 
-/** The locale's decimal separator as ASCII: ',' or '.'. */
-function decimalOf(locale: string | undefined): ',' | '.' {
+/**
+ * The owner's locale: the browser's first language. Outside a page (tests importing these on
+ * Node, whose `navigator` is the machine's), English, the page's own language.
+ */
+export const ownLocale = (): string => (typeof window === 'undefined' ? 'en-US' : (navigator.languages?.[0] ?? navigator.language));
+
+/**
+ * Figures as the owner's locale writes them (its grouping and decimal separator), in Latin digits
+ * like the rest of the page; `parseTypedNumber` reads each of them back as the number shown.
+ */
+export function numberFormat(options: Intl.NumberFormatOptions = {}, locale: string | undefined = ownLocale()): Intl.NumberFormat {
   try {
-    const sign = new Intl.NumberFormat(locale).formatToParts(1.5).find((p) => p.type === 'decimal')?.value;
-    return sign === ',' ? ',' : '.';
+    return new Intl.NumberFormat(locale, { numberingSystem: 'latn', ...options });
   } catch {
-    return '.';
+    return new Intl.NumberFormat('en-US', options);
   }
 }
 
-const ownLocale = (): string | undefined => (typeof navigator === 'undefined' ? undefined : (navigator.languages?.[0] ?? navigator.language));
+/** The locale's decimal separator as ASCII: ',' or '.' (as `numberFormat` writes it). */
+function decimalOf(locale: string | undefined): ',' | '.' {
+  const sign = numberFormat({}, locale)
+    .formatToParts(1.5)
+    .find((p) => p.type === 'decimal')?.value;
+  return sign === ',' ? ',' : '.';
+}
 
 const digitsOnly = (s: string): boolean => /^\d+$/.test(s);
 

@@ -606,7 +606,7 @@ describe('dashboard', () => {
     await form.getByLabel('Custom monthly limit').fill('1000');
     const in30Days = new Date(Date.now() + 30 * 86_400_000).toISOString().slice(0, 10);
     await form.getByLabel('Expiration date').fill(in30Days);
-    expect(await form.getByText(/Expires in (29|30) days/).isVisible()).toBe(true);
+    expect(await form.getByText(/^Works through .* \(in (30|31) days: the API counts whole days from now\)\.$/).isVisible()).toBe(true);
     await form.getByRole('button', { name: 'Create token' }).click();
     await page.getByRole('button', { name: 'I have stored it' }).click();
     const row = page.locator('tr', { hasText: 'limited' });

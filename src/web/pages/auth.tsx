@@ -1,6 +1,7 @@
 import { useState } from 'preact/hooks';
 import { type ApiClient, type ApiError, asApiError } from '../api.js';
 import { BusyButton, Field, ProblemMessage } from '../components/ui.js';
+import { fmtInt } from '../format.js';
 import { hrefOf } from '../router.js';
 
 export type AuthMode = 'login' | 'signup';
@@ -91,7 +92,7 @@ export function AuthPage(props: { api: ApiClient; mode: AuthMode; onDone(): Prom
           Chain Gateway
         </p>
         <h1>{signup ? 'Create your account' : 'Log in'}</h1>
-        <p class="muted">{signup ? 'Start on the Free plan: 2 tokens, 100,000 requests a month.' : 'Manage your API tokens, usage and alerts.'}</p>
+        <p class="muted">{signup ? `Start on the Free plan: 2 tokens, ${fmtInt(100_000)} requests a month.` : 'Manage your API tokens, usage and alerts.'}</p>
         <AuthForm key={props.mode} api={props.api} mode={props.mode} onDone={props.onDone} />
         <p class="auth-switch">
           {signup ? (

@@ -14,6 +14,7 @@ import { loadFailed, usePolled, useSession } from '../hooks.js';
 import { RetentionNote, useTokenMetrics } from '../metrics.js';
 import { hrefOf } from '../router.js';
 import { monthlyLimitProblem, parseLimit, rateLimitProblem } from '../tokenLimits.js';
+import { Expiry } from './tokens.js';
 
 export function TokenDetailPage({ id }: { id: string }) {
   const { api } = useSession();
@@ -130,7 +131,9 @@ function TokenFacts({ token, webSockets }: { token: TokenRecord; webSockets: Tok
       {token.expires_at && (
         <div>
           <dt>Expires</dt>
-          <dd>{fmtDateTime(token.expires_at)}</dd>
+          <dd>
+            <Expiry iso={token.expires_at} long />
+          </dd>
         </div>
       )}
       <div>

@@ -5,18 +5,31 @@ import { type Column, DataTable } from '../components/dataTable.js';
 import { CreateButton, PlanCount, planMaxMessage, TOKENS } from '../components/planMax.js';
 import { TokenActions } from '../components/tokenActions.js';
 import { BusyButton, Field, Panel, ProblemMessage, SecretOnce, StatusBadge } from '../components/ui.js';
-import { fmtDate, fmtDateTime, fmtInt } from '../format.js';
+import { fmtDate, fmtDateTime, fmtExpiry, fmtInt, fmtLocalDate, localIsoDate, ownTimeZone } from '../format.js';
 import { usePolled, useSession } from '../hooks.js';
 import { hrefOf } from '../router.js';
 import { monthlyLimitProblem, parseLimit } from '../tokenLimits.js';
 
 const DAY = 86_400_000;
-const utcToday = (): number => Math.floor(Date.now() / DAY) * DAY;
-const daysUntil = (date: string): number => Math.round((Date.parse(`${date}T00:00:00Z`) - utcToday()) / DAY);
-const isoDate = (ms: number): string => new Date(ms).toISOString().slice(0, 10);
-/** When a token made now with `expires_in_days` stops: the API counts whole days from its creation. */
-const expiryHint = (days: number): string =>
-  `Expires in ${days} day${days === 1 ? '' : 's'}, on ${fmtDateTime(new Date(Date.now() + days * DAY).toISOString())}.`;
+
+/**
+ * The expiry date picked is the last day the token works, in the owner's own time zone. The API
+ * takes whole days from the token's creation (`expires_in_days`): the fewest that keep it valid
+ * through the end of that day, so it stops on the next day, at the time of day it was made. NaN
+ * for a date that is not one; 0 or less for a day already over.
+ */
+function daysThrough(date: string, now = Date.now()): number {
+  const [y, m, d] = date.split('-').map(Number);
+  if (y === undefined || m === undefined || d === undefined) return Number.NaN;
+  // Midnight starting the next day, on the owner's clock (its length, 23 to 25 hours, included).
+  const endOfDay = new Date(y, m - 1, d + 1).getTime();
+  return Math.ceil((endOfDay - now) / DAY);
+}
+/** What a token made now with `expires_in_days` does, as the list will show it. */
+function expiryHint(days: number): string {
+  const { through, stops } = fmtExpiry(new Date(Date.now() + days * DAY).toISOString());
+  return `Works through ${through} in your time zone; stops ${stops} (in ${days} day${days === 1 ? '' : 's'}: the API counts whole days from now).`;
+}
 
 export function TokensPage() {
   const { api, account } = useSession();
@@ -110,8 +123,8 @@ function TokenTable(props: { tokens: TokenRecord[]; loaded: boolean; onChanged(t
         </span>
       ),
     },
-    // The instant, in UTC like every time here: a date alone read as the owner's own day can be a day late.
-    { header: 'Expires', class: 'nowrap', cell: (t) => (t.expires_at ? fmtDateTime(t.expires_at) : '—') },
+    // The last day it works and the instant it stops, in the viewer's zone: the day the owner picked.
+    { header: 'Expires', class: 'nowrap', cell: (t) => (t.expires_at ? <Expiry iso={t.expires_at} /> : '—') },
     { header: 'Status', cell: (t) => <StatusBadge status={t.status} /> },
     { header: 'Actions', cell: (t) => <TokenActions token={t} onChanged={props.onChanged} onError={props.onError} /> },
   ];
@@ -143,9 +156,9 @@ function validate(d: Draft, account: Account): Partial<Record<keyof Draft, strin
   const monthlyLimit = monthlyLimitProblem(d.monthlyLimit, account.plan);
   if (monthlyLimit) e.monthlyLimit = monthlyLimit;
   if (d.expiresOn) {
-    const days = daysUntil(d.expiresOn);
+    const days = daysThrough(d.expiresOn);
     if (!Number.isFinite(days)) e.expiresOn = 'Pick a date.';
-    else if (days < 1) e.expiresOn = `Pick a date after today, ${fmtDate(new Date(utcToday()).toISOString())} in UTC.`;
+    else if (days < 1) e.expiresOn = `Pick today or a later day; today is ${fmtLocalDate(Date.now())} in your time zone.`;
     else if (days > 3650) e.expiresOn = 'At most 10 years ahead.';
   }
   return e;
@@ -161,7 +174,7 @@ function CreateTokenForm(props: { account: Account; atMax: string | null; onCanc
   const errors = touched ? validate(draft, props.account) : {};
   const set = (k: keyof Draft) => (e: Event) => setDraft({ ...draft, [k]: (e.currentTarget as HTMLInputElement).value });
   const planReason = `Needs the Developer plan or above; you are on ${plan.name}.`;
-  const days = draft.expiresOn ? daysUntil(draft.expiresOn) : null;
+  const days = draft.expiresOn ? daysThrough(draft.expiresOn) : null;
 
   const submit = async (e: Event) => {
     e.preventDefault();
@@ -201,11 +214,17 @@ function CreateTokenForm(props: { account: Account; atMax: string | null; onCanc
         {(c) => <input {...c} inputMode="numeric" value={draft.monthlyLimit} onInput={set('monthlyLimit')} disabled={!plan.custom_limits} />}
       </Field>
       <Field
-        label="Expiration date (UTC)"
+        label="Expiration date"
         error={errors.expiresOn}
-        hint={plan.expiration ? (days !== null && days > 0 ? expiryHint(days) : 'Empty: never expires.') : planReason}
+        hint={
+          !plan.expiration
+            ? planReason
+            : days !== null && days > 0 && days <= 3650
+              ? expiryHint(days)
+              : `The last day it works, in your time zone (${ownTimeZone()}). Empty: never expires.`
+        }
       >
-        {(c) => <input {...c} type="date" min={isoDate(utcToday() + DAY)} value={draft.expiresOn} onInput={set('expiresOn')} disabled={!plan.expiration} />}
+        {(c) => <input {...c} type="date" min={localIsoDate(Date.now())} value={draft.expiresOn} onInput={set('expiresOn')} disabled={!plan.expiration} />}
       </Field>
       {props.atMax && <p class="note">{props.atMax}</p>}
       <ProblemMessage error={refusal} />
@@ -218,5 +237,23 @@ function CreateTokenForm(props: { account: Account; atMax: string | null; onCanc
         </BusyButton>
       </div>
     </form>
+  );
+}
+
+/** A token's expiry: the last day it works, in the viewer's zone, and the instant it stops. */
+export function Expiry(props: { iso: string; long?: boolean }) {
+  const { through, stops } = fmtExpiry(props.iso);
+  const verb = Date.parse(props.iso) <= Date.now() ? 'stopped' : 'stops';
+  return props.long ? (
+    <>
+      Through {through} in your time zone ({ownTimeZone()}); {verb} {stops}
+    </>
+  ) : (
+    <span>
+      Through {through}
+      <span class="sub">
+        {verb} {stops}
+      </span>
+    </span>
   );
 }

@@ -1,4 +1,5 @@
 import type { Account, Alert, AlertType, ChannelType } from '../../../api/types.js';
+import { fmtInt } from '../../format.js';
 import { parseTypedNumber, typedNumber } from '../../numbers.js';
 import { CHANNELS, destination, isMonthly, TYPES, tokenRule, unitOf, usesBaseline, usesMinRequests } from './rules.js';
 
@@ -67,7 +68,7 @@ export function validate(d: Draft, account: Account): Record<string, string> {
   const t = thresholdOf(d);
   if (!Number.isFinite(t)) e.threshold = 'Enter a number.';
   else if (unit === 'percent' && (t <= 0 || t > 100)) e.threshold = 'A percentage above 0, at most 100.';
-  else if (unit === 'ms' && (t < 1 || t > 600_000)) e.threshold = 'From 1 to 600,000 ms.';
+  else if (unit === 'ms' && (t < 1 || t > 600_000)) e.threshold = `From 1 to ${fmtInt(600_000)} ms.`;
   else if (unit === 'count' && (!Number.isInteger(t) || t < 1)) e.threshold = 'A whole number, 1 or more.';
   else if (unit === 'multiplier' && (t <= 1 || t > 1000)) e.threshold = 'More than 1 (times the usual traffic), at most 1000.';
   if (!isMonthly(d.type, d.condition)) {
@@ -77,7 +78,7 @@ export function validate(d: Draft, account: Account): Record<string, string> {
   if (tokenRule(d.type) === 'required' && !d.tokenId) e.tokenId = 'Pick the token to watch.';
   if (usesMinRequests(d.type, d.condition)) {
     const n = wholeNumber(d.minRequests);
-    if (!Number.isInteger(n) || n < 1 || n > 1_000_000) e.minRequests = 'A whole number from 1 to 1,000,000.';
+    if (!Number.isInteger(n) || n < 1 || n > 1_000_000) e.minRequests = `A whole number from 1 to ${fmtInt(1_000_000)}.`;
   }
   if (usesBaseline(d.type, d.condition)) {
     const h = wholeNumber(d.baselineHours);

@@ -1,4 +1,5 @@
 import type { Alert, AlertChannel, AlertType, ChannelType } from '../../../api/types.js';
+import { fmtNumber } from '../../format.js';
 
 /** What each alert type measures and how its figures read: shared by the form, the draft checks and the list. */
 
@@ -78,12 +79,12 @@ export const CHANNELS: { type: ChannelType; field: 'to' | 'url' | 'routing_key';
 ];
 
 export const formatValue = (a: Pick<Alert, 'type' | 'condition'>, v: number): string =>
-  `${Math.round(v * 100) / 100}${UNIT_SUFFIX[unitOf(a.type, a.condition ?? '')]}`;
+  `${fmtNumber(Math.round(v * 100) / 100)}${UNIT_SUFFIX[unitOf(a.type, a.condition ?? '')]}`;
 
 export function describeRule(a: Pick<Alert, 'type' | 'condition' | 'threshold' | 'window_minutes'>): string {
   const t = TYPES[a.type];
   const condition = t?.conditions.find((c) => c.value === a.condition)?.label;
-  const threshold = `${a.threshold}${UNIT_SUFFIX[unitOf(a.type, a.condition ?? '')]}`;
+  const threshold = `${fmtNumber(a.threshold)}${UNIT_SUFFIX[unitOf(a.type, a.condition ?? '')]}`;
   const span = a.window_minutes ? `over ${a.window_minutes} min` : 'this month';
   return `${t?.label ?? a.type}${condition ? ` (${condition.toLowerCase()})` : ''} ≥ ${threshold}, ${span}`;
 }
