@@ -170,6 +170,8 @@ const IOREDIS_TIMEOUT_FACTOR = 10;
  */
 export class RedisLimiter implements LeaseSource {
   readonly client: RedisClient;
+  /** The client, with the scripts defined on it (ioredis adds them at run time, untyped). */
+  private readonly commands: LimiterCommands;
   private pending: PendingTake[] = [];
   /** Units to give back by month key, sent with the turn's takes (before them). */
   private refunds = new Map<string, Owed>();
@@ -196,6 +198,7 @@ export class RedisLimiter implements LeaseSource {
     this.client.defineCommand('limiterCount', { numberOfKeys: 1, lua: COUNT_LUA });
     this.client.defineCommand('limiterCountOwn', { numberOfKeys: 2, lua: COUNT_LUA });
     this.client.defineCommand('limiterRefund', { numberOfKeys: 1, lua: REFUND_LUA });
+    this.commands = this.client as unknown as LimiterCommands;
     // Connected again: Redis answered its ready check.
     this.client.on('ready', () => void this.settleOwed());
   }
@@ -299,7 +302,7 @@ export class RedisLimiter implements LeaseSource {
       if (held.units !== 0) batch.push([key, held]);
       if (batch.length === OWED_BATCH) break;
     }
-    const commands = this.client as unknown as LimiterCommands;
+    const { commands } = this;
     const sent = batch.map(([key, { units, nowMs }]) =>
       units > 0 ? commands.limiterCount(key, units, monthlyTtlSeconds(nowMs)) : commands.limiterRefund(key, -units),
     );
@@ -325,9 +328,9 @@ export class RedisLimiter implements LeaseSource {
     const takes = this.pending;
     this.pending = [];
     this.flushScheduled = false;
-    const commands = this.client as unknown as LimiterCommands;
+    const { commands } = this;
     // Refunds first: a take of the same turn finds the units back.
-    if (this.refunds.size > 0) this.sendRefunds(commands);
+    if (this.refunds.size > 0) this.sendRefunds();
     if (takes.length === 0) return;
     const sent: Array<Promise<unknown>> = [];
     for (const { request } of takes) {
@@ -367,13 +370,13 @@ export class RedisLimiter implements LeaseSource {
     );
   }
 
-  private sendRefunds(commands: LimiterCommands): void {
+  private sendRefunds(): void {
     const refunds = this.refunds;
     const refunded = this.refunded;
     this.refunds = new Map();
     this.refunded = null;
     const sent: Array<Promise<unknown>> = [];
-    for (const [key, { units }] of refunds) sent.push(commands.limiterRefund(key, units));
+    for (const [key, { units }] of refunds) sent.push(this.commands.limiterRefund(key, units));
     const replied = replies(sent);
     void this.withinDeadline(replied)
       .catch(() => undefined)
@@ -396,7 +399,7 @@ export class RedisLimiter implements LeaseSource {
   private countOwn(request: LimitRequest, granted: number): void {
     const own = ownBucketBesides(request.tokenId, request.monthly.key);
     if (own === null || granted <= 0) return;
-    const commands = this.client as unknown as LimiterCommands;
+    const { commands } = this;
     const key = monthKey(own, request.nowMs);
     const part = inAccountKey(request.tokenId, request.nowMs);
     void commands.limiterCountOwn(key, part, granted, monthlyTtlSeconds(request.nowMs)).catch((error: unknown) => {
