@@ -63,8 +63,8 @@ const methodOf = (m: RpcMember): string => (m.kind === 'call' ? m.method : (m.me
 const needsSocket = (chain: CallScope['chain'], method: string): boolean =>
   chain.protocol === 'jsonrpc'
     ? method === 'eth_subscribe' || method === 'eth_unsubscribe'
-    : // Solana's pubsub: accountSubscribe, logsUnsubscribe…
-      chain.restFlavour === 'solana' && /(?:Subscribe|Unsubscribe)$/.test(method);
+    : // Solana's pubsub: accountSubscribe, logsUnsubscribe… (endsWith, not a regex: it runs on every call, twice)
+      chain.restFlavour === 'solana' && (method.endsWith('Subscribe') || method.endsWith('Unsubscribe'));
 
 function socketOnlyMessage(chain: CallScope['chain'], method: string): string {
   if (chain.upstreams.some((u) => u.ws !== null)) {

@@ -825,7 +825,7 @@ class UpstreamCall implements Dispatcher.DispatchHandler {
   prev: UpstreamCall | null = null;
   next: UpstreamCall | null = null;
   readonly deadline: number;
-  /** Its time is what was left of its call's (config `callTimeoutMs`, here `callTimeoutMs`), less than a node's own. */
+  /** Its time is what was left of its call's (`callTimeoutMs`), less than a node's own: its timeout is the call's, not the node's failure. */
   readonly cut: boolean;
   onSettle: ((call: UpstreamCall) => void) | null = null;
   private controller: Dispatcher.DispatchController | null = null;
