@@ -537,6 +537,7 @@ export class UpstreamPool {
     // Within a millisecond of a node's whole time (a split eth_getLogs' first sub-calls, a moment into their parent's) it is the node's.
     const cut = left < this.chain.timeoutMs - 1;
     const call = new UpstreamCall(m, started, cut ? left : this.chain.timeoutMs, cut ? this.chain.callTimeoutMs : 0, this.maxResponseBytes, done);
+    call.spared = cut && left < this.chain.timeoutMs / 2;
     if (m.maxRps > 0) spendBudget(m, this.now(), true);
     (cut ? this.cutShort : this.inFlight).add(call);
     try {
@@ -737,8 +738,8 @@ class PoolCall implements Settles {
       this.next();
       return;
     }
-    if (!outcome.ok && outcome.kind === 'timeout' && call.cut) {
-      // Its time was what was left of the call's, not the node's own: given up on, not the node's failure.
+    if (!outcome.ok && outcome.kind === 'timeout' && call.spared) {
+      // Its time was what was left of the call's, under half the node's own: given up on, not the node's failure.
       this.pool.recordAbandoned(member, call.elapsed());
       this.last = outcome;
       this.next();
@@ -825,8 +826,14 @@ class UpstreamCall implements Dispatcher.DispatchHandler {
   prev: UpstreamCall | null = null;
   next: UpstreamCall | null = null;
   readonly deadline: number;
-  /** Its time is what was left of its call's (`callTimeoutMs`), less than a node's own: its timeout is the call's, not the node's failure. */
+  /** Its time is what was left of its call's (`callTimeoutMs`), less than a node's own. */
   readonly cut: boolean;
+  /**
+   * Cut to under half a node's time: its timeout is the call's, not the node's failure. Given half
+   * or more and still silent, the node is as slow as a timeout says (a retry after a quick failure
+   * gets nearly all of it: spared, a hanging node was never blamed on retries).
+   */
+  spared = false;
   onSettle: ((call: UpstreamCall) => void) | null = null;
   private controller: Dispatcher.DispatchController | null = null;
   private settled = false;

@@ -63,8 +63,8 @@ describe('a read on hanging nodes', () => {
   });
 
   it('with callTimeoutMs over timeoutMs tries the next nodes within what is left; the one cut short by the call is not blamed', async () => {
-    // 300 ms a node, 800 ms the call: the first two nodes get 300 ms each, the third what is left (about 200 ms).
-    const setup = await started.serviceOnEvmNodes(3, { timeoutMs: 300, callTimeoutMs: 800 });
+    // 300 ms a node, 700 ms the call: the first two nodes get 300 ms each, the third what is left (about 100 ms, under half its own).
+    const setup = await started.serviceOnEvmNodes(3, { timeoutMs: 300, callTimeoutMs: 700 });
     const { t, url, nodes } = setup;
     await headsFollowed(setup);
     hang(nodes);
@@ -75,6 +75,26 @@ describe('a read on hanging nodes', () => {
     const health = t.runtime.gateway!.pools.health().evm!;
     expect(health.map((h) => h.failures.timeout).sort()).toEqual([0, 1, 1]);
     expect(health.map((h) => h.consecutiveFailures).sort()).toEqual([0, 1, 1]);
+  });
+
+  it('blames a node that hangs on a retry given most of its time (after a quick failure elsewhere)', async () => {
+    // callTimeoutMs unset (= timeoutMs 300): a retry after the first node's garbage gets ~295 ms.
+    const setup = await started.serviceOnEvmNodes(2, { timeoutMs: 300 });
+    const { t, url, nodes } = setup;
+    await headsFollowed(setup);
+    const [quick, hanging] = nodes as [EvmNodeFake, EvmNodeFake];
+    quick.calls.length = 0;
+    hanging.calls.length = 0;
+    quick.rewrite = (body, call) => (call.body.includes('eth_getBalance') ? '{"jsonrpc":' : body);
+    hanging.latency = (call) => (call.body.includes('eth_getBalance') ? 60_000 : 0);
+    // Until the quick node was asked first once (the pick is by score, not fixed).
+    for (let i = 0; i < 3 && quick.calls.length === 0; i++) {
+      expect((await rpc(url, 'eth_getBalance', ['0x01', 'latest'])).status).toBe(504);
+    }
+    expect(quick.calls.length).toBeGreaterThan(0);
+    const health = t.runtime.gateway!.pools.health().evm!;
+    // Every call the hanging node got timed out with at least half its time: each is its failure (before: not the retries).
+    expect(health[1]?.failures.timeout).toBe(hanging.calls.length);
   });
 
   it('refuses a callTimeoutMs shorter than timeoutMs', async () => {
