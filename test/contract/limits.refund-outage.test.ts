@@ -194,6 +194,20 @@ describe('monthly units Redis did not take', () => {
     }
   });
 
+  it('a give-back on a month Redis does not hold (expired, lost) leaves it absent, never negative', async () => {
+    const limiter = new RedisLimiter(server.url, { commandTimeoutMs: COMMAND_TIMEOUT_MS });
+    try {
+      await limiter.whenReady();
+      const req = request();
+      await limiter.release(req.monthly.key, req.tokenId, req.nowMs, 3);
+      expect(await inRedis(req.monthly.key, req.nowMs)).toBeNull();
+      expect((await limiter.take(req)).granted).toBe(1);
+      expect(await inRedis(req.monthly.key, req.nowMs)).toBe(1);
+    } finally {
+      await limiter.close();
+    }
+  });
+
   it('holds at most maxOwedKeys months, counting what it dropped past them', async () => {
     const limiter = open(2);
     try {

@@ -425,9 +425,13 @@ export class RedisLimiter implements LeaseSource {
     }
   }
 
-  /** DECRBY of each key; one Redis surely did not run is owed. Settles once every reply came. */
+  /**
+   * Gives `units` back to each key, never below 0 (a month Redis no longer holds, expired or lost,
+   * stays absent: a DECRBY made it negative and kept it for good); one Redis surely did not run is
+   * owed. Settles once every reply came.
+   */
   private async giveBack(keys: string[], nowMs: number, units: number): Promise<void> {
-    const answered = await replies(keys.map((key) => this.client.decrby(key, units)));
+    const answered = await replies(keys.map((key) => this.commands.limiterRefund(key, units)));
     for (const [i, key] of keys.entries()) {
       const error = answered[i]?.[0] ?? null;
       if (error !== null) this.notTaken(key, nowMs, -units, error);
