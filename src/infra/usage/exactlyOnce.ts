@@ -98,7 +98,7 @@ const FIRST_PAGE = 16;
  *
  * Cost: one append per batch while the stream's head is remembered (`maxStreams`, a few dozen
  * bytes each) and a Set entry per item for the window (bounded by `maxIds`, least recently
- * used streams' first; an idle stream's let go after twice the clock skew). A stream seen for the first time (a new one is created by that append)
+ * used streams' first). A stream seen for the first time (a new one is created by that append)
  * or forgotten costs a refused append and a read of its last events, then the append.
  */
 export class ExactlyOnceAppender<T> {
@@ -147,7 +147,6 @@ export class ExactlyOnceAppender<T> {
         if (view.keys?.keys.size === 0) this.dropKeys(streamId, view);
       }
       this.capAll();
-      this.dropIdle(streamId);
     }
   }
 
@@ -419,21 +418,6 @@ export class ExactlyOnceAppender<T> {
     if (this.keyCount <= this.maxIds) return;
     for (const [streamId, view] of this.windows) {
       if (this.keyCount <= this.maxIds) return;
-      this.dropKeys(streamId, view);
-    }
-  }
-
-  /**
-   * Lets go of the keys of streams that took nothing for twice the clock skew (an idle account's
-   * stream): new records are later than all of them, and a late redelivery reads the stream's
-   * tail back. Without it they stayed until `maxIds` pushed them out. Least recently used first,
-   * so it stops at the first stream still in use: amortized one step per append.
-   */
-  private dropIdle(appendedTo: string): void {
-    const cutoff = this.now() - 2 * this.clockSkewMs;
-    for (const [streamId, view] of this.windows) {
-      const last = view.keys?.events.at(-1);
-      if (streamId === appendedTo || (last !== undefined && last.created >= cutoff)) return;
       this.dropKeys(streamId, view);
     }
   }
