@@ -91,11 +91,14 @@ describe('on a Redis Cluster', () => {
       expect(health.snapshot().reason).toContain(`master ${missing.name}`);
       await missing.start();
       await until('up');
-      expect(health.snapshot().outages).toBe(1);
-      expect(lines).toEqual([
-        expect.stringMatching(new RegExp(`^warn Redis at .* unreachable: master ${missing.name}`)),
-        expect.stringMatching(/^info .* answering again/),
-      ]);
+      // One outage, each logged once when it starts and once when it ends. On a loaded machine a
+      // probe of the restarted master can miss its deadline once more while the client reconnects
+      // (a second outage, seen in CI at 900 s a run): still a warning and its end each.
+      const outages = health.snapshot().outages;
+      expect(outages).toBeGreaterThanOrEqual(1);
+      expect(lines).toHaveLength(2 * outages);
+      expect(lines[0]).toMatch(new RegExp(`^warn Redis at .* unreachable: master ${missing.name}`));
+      expect(lines.at(-1)).toMatch(/^info .* answering again/);
     } finally {
       await health.stop();
       await missing.start();

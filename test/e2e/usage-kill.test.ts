@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { LevelEventStore } from '../../src/infra/eventstore/level.js';
+import { until } from '../support/eventually.js';
 import { recordedCalls } from '../support/usageLog.js';
 import { startTestRedisServer, type TestRedisServer } from '../support/redisServer.js';
 import { type ServiceProcess, startService } from '../support/serviceProcess.js';
@@ -73,7 +74,9 @@ async function killUnderLoad(env: Record<string, string>): Promise<void> {
   const { accountId, token } = await unlimitedToken(base);
   const clients = 8;
   const traffic = load(base, token, clients);
-  await new Promise((r) => setTimeout(r, 300 + Math.random() * 1200));
+  // A random moment once the load is on (on a loaded machine, 300 ms in had served as few as 9 calls).
+  await until(() => traffic.answered.length > 20, 30_000);
+  await new Promise((r) => setTimeout(r, Math.random() * 1200));
   first.child.kill('SIGKILL');
   await first.exited;
   await traffic.done;
