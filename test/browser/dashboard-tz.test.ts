@@ -1,8 +1,8 @@
 import { readFile } from 'node:fs/promises';
-import { type Browser as Chromium, chromium, type Page, type Request } from 'playwright-core';
+import type { Browser as Chromium, Page, Request } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fmtDateTime } from '../../src/web/format.js';
-import { buildDashboard } from '../support/browser.js';
+import { buildDashboard, launchChromium } from '../support/browser.js';
 import { createToken, ownerOn } from '../support/planOwner.js';
 import { startTestApp, type TestApp } from '../support/testApp.js';
 import { usageCalls } from '../support/usageCall.js';
@@ -144,11 +144,7 @@ beforeAll(async () => {
   for (let i = 0; i < 3; i++) calls.add(Date.parse('2026-12-01T00:10:00Z'));
   calls.add(Date.parse('2026-12-01T04:50:00Z'), { rpcErrorCode: -32000, errorMessage: 'execution reverted' });
   await recordUsage(t.runtime, calls.records);
-  chromiumBrowser = await chromium.launch({
-    executablePath: process.env.CHROMIUM_PATH ?? '/usr/bin/chromium',
-    headless: true,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--no-first-run'],
-  });
+  chromiumBrowser = await launchChromium();
 }, 120_000);
 
 afterAll(async () => {

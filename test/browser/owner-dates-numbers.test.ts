@@ -1,7 +1,7 @@
-import { type Browser as Chromium, chromium, type Locator, type Page, type Request } from 'playwright-core';
+import type { Browser as Chromium, Locator, Page, Request } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { TokenList } from '../../src/api/types.js';
-import { buildDashboard } from '../support/browser.js';
+import { buildDashboard, launchChromium } from '../support/browser.js';
 import { ownerOn } from '../support/planOwner.js';
 import { startTestApp, type TestApp } from '../support/testApp.js';
 
@@ -59,11 +59,7 @@ beforeAll(async () => {
   t = await startTestApp({ now: () => new Date(now()) });
   base = (await t.app.listen({ port: 0, host: '127.0.0.1' })).replace('localhost', '127.0.0.1');
   email = (await ownerOn(t, 'unlimited')).email;
-  chromiumBrowser = await chromium.launch({
-    executablePath: process.env.CHROMIUM_PATH ?? '/usr/bin/chromium',
-    headless: true,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--no-first-run'],
-  });
+  chromiumBrowser = await launchChromium();
 }, 120_000);
 
 afterAll(async () => {

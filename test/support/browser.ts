@@ -1,7 +1,16 @@
 import { existsSync, mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { type BrowserContext, type ConsoleMessage, chromium, type Locator, type Page, type Request, type Route } from 'playwright-core';
+import {
+  type BrowserContext,
+  type Browser as ChromiumBrowser,
+  type ConsoleMessage,
+  chromium,
+  type Locator,
+  type Page,
+  type Request,
+  type Route,
+} from 'playwright-core';
 
 const PROJECT = new URL('../../', import.meta.url).pathname;
 export const WEB_SOURCE = join(PROJECT, 'src/web');
@@ -33,10 +42,25 @@ export interface Browser {
 export const DESKTOP = { width: 1280, height: 860 };
 export const PHONE = { width: 390, height: 844 };
 
-/** Headless Chromium from the system (/usr/bin/chromium), driven by playwright-core, in a throw-away profile. */
-export async function launchBrowser(): Promise<Browser> {
+/** The system's Chromium (/usr/bin/chromium, or CHROMIUM_PATH); an error saying how to get one when it is missing. */
+function chromiumPath(): string {
   const executablePath = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
   if (!existsSync(executablePath)) throw new Error(`No Chromium at ${executablePath}: install it (apt-get install chromium) or set CHROMIUM_PATH.`);
+  return executablePath;
+}
+
+/** Headless Chromium whose contexts each get their own zone and language (`newContext({ timezoneId, locale })`). */
+export function launchChromium(): Promise<ChromiumBrowser> {
+  return chromium.launch({
+    executablePath: chromiumPath(),
+    headless: true,
+    args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--no-first-run'],
+  });
+}
+
+/** Headless Chromium from the system (/usr/bin/chromium), driven by playwright-core, in a throw-away profile. */
+export async function launchBrowser(): Promise<Browser> {
+  const executablePath = chromiumPath();
   const userDataDir = mkdtempSync(join(tmpdir(), 'gw-chromium-'));
   const context = await chromium.launchPersistentContext(userDataDir, {
     executablePath,
