@@ -10,26 +10,12 @@ import { afterEach, describe, expect, it } from 'vitest';
 import type { UsageRecord } from '../../src/domain/usage.js';
 import { until } from '../support/eventually.js';
 import type { EvmNodeFake } from '../support/fakeUpstreams.js';
-import { headsFollowed, Started } from '../support/serviceOnEvmNodes.js';
+import { headsFollowed, rpc, Started } from '../support/serviceOnEvmNodes.js';
 import type { TestApp } from '../support/testApp.js';
 import { recordedCalls } from '../support/usageLog.js';
 
 const started = new Started();
 afterEach(() => started.close());
-
-let nextId = 1;
-async function rpc(
-  url: string,
-  method: string,
-  params: unknown[] = [],
-): Promise<{ status: number; body: { result?: unknown; error?: { code: number; message: string } } }> {
-  const r = await fetch(url, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ jsonrpc: '2.0', id: nextId++, method, params }),
-  });
-  return { status: r.status, body: JSON.parse(await r.text()) };
-}
 
 /** The account's records of `method`, once `count` are in the log. */
 async function recordsOf(t: TestApp, accountId: string, method: string, count: number): Promise<UsageRecord[]> {

@@ -9,25 +9,21 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { HEAD_POLL_HEADER } from '../../src/gateway/upstream.js';
 import { until } from '../support/eventually.js';
 import type { EvmNodeFake, ReceivedCall } from '../support/fakeUpstreams.js';
-import { Started } from '../support/serviceOnEvmNodes.js';
+import { rpc, Started } from '../support/serviceOnEvmNodes.js';
 
 const started = new Started();
 afterEach(() => started.close());
 
-let nextId = 1;
-async function rpc(url: string, method: string, params: unknown[] = []): Promise<unknown> {
-  const r = await fetch(url, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ jsonrpc: '2.0', id: nextId++, method, params }),
-  });
+/** A call's result; the call answered 200. */
+async function resultOf(url: string, method: string, params: unknown[] = []): Promise<unknown> {
+  const r = await rpc(url, method, params);
   expect(r.status).toBe(200);
-  return (JSON.parse(await r.text()) as { result: unknown }).result;
+  return r.body.result;
 }
 
-const blockNumber = async (url: string): Promise<number> => Number(await rpc(url, 'eth_blockNumber'));
+const blockNumber = async (url: string): Promise<number> => Number(await resultOf(url, 'eth_blockNumber'));
 const latestBlock = async (url: string, full: boolean): Promise<number> =>
-  Number(((await rpc(url, 'eth_getBlockByNumber', ['latest', full])) as { number: string }).number);
+  Number(((await resultOf(url, 'eth_getBlockByNumber', ['latest', full])) as { number: string }).number);
 
 describe('eth_blockNumber while one node is a block or two behind', () => {
   it('never decreases across calls between two polls (before: the node behind answered every other call)', async () => {
@@ -35,7 +31,7 @@ describe('eth_blockNumber while one node is a block or two behind', () => {
     const { t, url, nodes, chain } = await started.serviceOnEvmNodes(2, { headPollMs: 600_000 });
     const [, behind] = nodes as [EvmNodeFake, EvmNodeFake];
     const heads = t.runtime.gateway!.pools.get('evm')!.heads!;
-    await rpc(url, 'eth_chainId');
+    await resultOf(url, 'eth_chainId');
     await until(() => heads.upstreams.every((u) => u.head === chain.head));
     const polled = chain.head;
     // Both at the same head for the gateway; from now on one node is 1 or 2 blocks behind the other (within maxLagBlocks, 10).
@@ -71,7 +67,7 @@ describe('a node whose answers are behind the head the gateway knows', () => {
     const [, lb] = nodes as [EvmNodeFake, EvmNodeFake];
     pollsAtHeadCallsBehind(lb);
     const heads = t.runtime.gateway!.pools.get('evm')!.heads!;
-    await rpc(url, 'eth_chainId');
+    await resultOf(url, 'eth_chainId');
     const got: Array<[string, number, number]> = [];
     for (let round = 0; round < 8; round++) {
       chain.advance();

@@ -10,7 +10,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import type { UsageRecord } from '../../src/domain/usage.js';
 import { until } from '../support/eventually.js';
 import type { EvmNodeFake } from '../support/fakeUpstreams.js';
-import { Started } from '../support/serviceOnEvmNodes.js';
+import { rpc, Started } from '../support/serviceOnEvmNodes.js';
 import type { TestApp } from '../support/testApp.js';
 import { recordedCalls } from '../support/usageLog.js';
 
@@ -18,27 +18,6 @@ const started = new Started();
 afterEach(() => started.close());
 
 const setUp = (count: number, chainExtra: Record<string, unknown> = {}) => started.serviceOnEvmNodes(count, chainExtra);
-
-let nextId = 1;
-async function rpc(
-  url: string,
-  method: string,
-  params: unknown[] = [],
-): Promise<{ status: number; body: { result?: unknown; error?: { code: number; message: string } } }> {
-  const r = await fetch(url, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ jsonrpc: '2.0', id: nextId++, method, params }),
-  });
-  const text = await r.text();
-  let body: { result?: unknown; error?: { code: number; message: string } };
-  try {
-    body = JSON.parse(text);
-  } catch {
-    body = { error: { code: 0, message: `not JSON: ${text.slice(0, 200)}` } };
-  }
-  return { status: r.status, body };
-}
 
 /** The account's usage records, once `count` are in the log. */
 async function records(t: TestApp, accountId: string, count: number): Promise<UsageRecord[]> {

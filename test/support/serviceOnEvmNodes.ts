@@ -73,3 +73,25 @@ export async function headsFollowed({ t, url, chain, nodes }: ServiceOnEvmNodes)
   await until(() => heads.best === chain.head && heads.finalized === chain.finalized, 10_000);
   for (const node of nodes) node.calls.length = 0;
 }
+
+/** A JSON-RPC answer as a caller reads it; a body that is not JSON is an error naming what came. */
+export interface RpcReply {
+  status: number;
+  body: { result?: unknown; error?: { code: number; message: string } };
+}
+
+let nextRpcId = 1;
+/** One JSON-RPC call POSTed to `url` (the service's chain URL with its token). */
+export async function rpc(url: string, method: string, params: unknown[] = []): Promise<RpcReply> {
+  const r = await fetch(url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ jsonrpc: '2.0', id: nextRpcId++, method, params }),
+  });
+  const text = await r.text();
+  try {
+    return { status: r.status, body: JSON.parse(text) };
+  } catch {
+    return { status: r.status, body: { error: { code: 0, message: `not JSON: ${text.slice(0, 200)}` } } };
+  }
+}
