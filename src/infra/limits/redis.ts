@@ -103,6 +103,16 @@ export const monthKey = (bucket: string, nowMs: number): string => `mq:{${bucket
  */
 export const inAccountKey = (tokenId: string, nowMs: number): string => `ma:{${quotaBucket.token(tokenId)}}:${monthId(nowMs)}`;
 
+/**
+ * The month keys a bucket's units go to: its month and, when it is the account's, the token's own
+ * month and the part of it in the account's (a take counts them so; a refund, a release and units
+ * owed move them alike).
+ */
+const monthKeysOf = (tokenId: string, bucket: string, nowMs: number): string[] => {
+  const own = ownBucketBesides(tokenId, bucket);
+  return own === null ? [monthKey(bucket, nowMs)] : [monthKey(bucket, nowMs), monthKey(own, nowMs), inAccountKey(tokenId, nowMs)];
+};
+
 export interface RedisLimiterOptions {
   /**
    * Per-command deadline. The default fails fast (50 ms) so a sick Redis does not stall
@@ -228,12 +238,7 @@ export class RedisLimiter implements LeaseSource {
    */
   refund(request: RefundRequest): Promise<void> {
     if (request.units <= 0) return Promise.resolve();
-    this.addRefund(monthKey(request.bucket, request.nowMs), request.units, request.nowMs);
-    const own = ownBucketBesides(request.tokenId, request.bucket);
-    if (own !== null) {
-      this.addRefund(monthKey(own, request.nowMs), request.units, request.nowMs);
-      this.addRefund(inAccountKey(request.tokenId, request.nowMs), request.units, request.nowMs);
-    }
+    for (const key of monthKeysOf(request.tokenId, request.bucket, request.nowMs)) this.addRefund(key, request.units, request.nowMs);
     if (this.refunded === null) {
       let resolve: () => void = () => undefined;
       const promise = new Promise<void>((r) => {
@@ -258,12 +263,7 @@ export class RedisLimiter implements LeaseSource {
    */
   owe(adjustment: MonthAdjustment): void {
     if (adjustment.units === 0) return;
-    this.oweKey(monthKey(adjustment.bucket, adjustment.nowMs), adjustment.nowMs, adjustment.units);
-    const own = ownBucketBesides(adjustment.tokenId, adjustment.bucket);
-    if (own !== null) {
-      this.oweKey(monthKey(own, adjustment.nowMs), adjustment.nowMs, adjustment.units);
-      this.oweKey(inAccountKey(adjustment.tokenId, adjustment.nowMs), adjustment.nowMs, adjustment.units);
-    }
+    for (const key of monthKeysOf(adjustment.tokenId, adjustment.bucket, adjustment.nowMs)) this.oweKey(key, adjustment.nowMs, adjustment.units);
   }
 
   private oweKey(key: string, nowMs: number, units: number): void {
@@ -444,9 +444,7 @@ export class RedisLimiter implements LeaseSource {
    * Redis surely did not run is owed all the same.
    */
   async release(key: string, tokenId: string, nowMs: number, units: number): Promise<void> {
-    const own = ownBucketBesides(tokenId, key);
-    const keys = own === null ? [monthKey(key, nowMs)] : [monthKey(key, nowMs), monthKey(own, nowMs), inAccountKey(tokenId, nowMs)];
-    await this.withinDeadline(this.giveBack(keys, nowMs, units));
+    await this.withinDeadline(this.giveBack(monthKeysOf(tokenId, key, nowMs), nowMs, units));
   }
 
   async monthlyUsed(key: string, nowMs: number): Promise<number> {
