@@ -826,8 +826,6 @@ class UpstreamCall implements Dispatcher.DispatchHandler {
   prev: UpstreamCall | null = null;
   next: UpstreamCall | null = null;
   readonly deadline: number;
-  /** Its time is what was left of its call's (`callTimeoutMs`), less than a node's own. */
-  readonly cut: boolean;
   /**
    * Cut to under half a node's time: its timeout is the call's, not the node's failure. Given half
    * or more and still silent, the node is as slow as a timeout says (a retry after a quick failure
@@ -855,7 +853,6 @@ class UpstreamCall implements Dispatcher.DispatchHandler {
   ) {
     this.label = member.upstream.label;
     this.deadline = started + timeoutMs;
-    this.cut = callTimeoutMs > 0;
   }
 
   isSettled(): boolean {
@@ -918,9 +915,11 @@ class UpstreamCall implements Dispatcher.DispatchHandler {
     this.settle({
       ok: false,
       kind: 'timeout',
-      message: this.cut
-        ? `no upstream answered within ${this.callTimeoutMs} ms, the call's time (upstream ${this.label} was given the last ${Math.round(this.timeoutMs)} ms)`
-        : `upstream ${this.label} did not answer within ${this.timeoutMs} ms`,
+      // Its time was what was left of its call's: the call's time is up, not this node's.
+      message:
+        this.callTimeoutMs > 0
+          ? `no upstream answered within ${this.callTimeoutMs} ms, the call's time (upstream ${this.label} was given the last ${Math.round(this.timeoutMs)} ms)`
+          : `upstream ${this.label} did not answer within ${this.timeoutMs} ms`,
       upstreamMs: this.elapsed(),
       upstream: this.label,
     });
