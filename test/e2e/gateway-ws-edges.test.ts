@@ -53,6 +53,11 @@ describe('subscribe calls in a batch, with id null, or as notifications', () => 
   beforeAll(async () => {
     t = await startTestApp({ env: { UPSTREAM_LOCAL: httpNode.url, UPSTREAM_LOCAL_WS: wsNode.wsUrl } });
     wsBase = (await listen(t)).wsBase;
+    // The chain's first call starts its head tracker, which holds a newHeads subscription of its own on the node:
+    // started here, so that a subscription the node gets in a test is the client feed's.
+    const warm = await newOwnerToken(t, { plan: 'unlimited' });
+    await t.app.inject({ method: 'POST', url: `/local/${warm.token}`, payload: { jsonrpc: '2.0', id: 1, method: 'eth_chainId', params: [] } });
+    await until(() => wsNode.liveSubscriptions() === 1, 15_000);
   });
   afterAll(async () => {
     await t?.close();
@@ -63,7 +68,7 @@ describe('subscribe calls in a batch, with id null, or as notifications', () => 
     const o = await newOwnerToken(t, { plan: 'unlimited' });
     const client = await WsClient.open(`${wsBase}/local/${o.token}`);
     httpNode.reset();
-    const nodeSubscribes = wsNode.subscribeCalls;
+    const liveBefore = wsNode.liveSubscriptions();
     client.ws.send(
       JSON.stringify([
         { jsonrpc: '2.0', id: 'a', method: 'eth_subscribe', params: ['newHeads'] },
@@ -80,9 +85,9 @@ describe('subscribe calls in a batch, with id null, or as notifications', () => 
     expect(id).toEqual(expect.stringMatching(/^0x[0-9a-f]{32}$/));
     expect(byId.get('b')).toMatchObject({ result: '0x539' });
     expect(byId.get('c')).toMatchObject({ error: { code: -32602 } });
-    // The subscription is live: a head reaches it (once the node has the feed's own subscription: a head before it reaches no one).
+    // The subscription is live: a head reaches it, once the node holds the feed's own subscription (a head before it reaches no one).
     await until(() => sockets()?.subscriptions === 1);
-    await until(() => wsNode.subscribeCalls > nodeSubscribes, 15_000);
+    await until(() => wsNode.liveSubscriptions() === liveBefore + 1, 15_000);
     wsNode.mine();
     await until(() => client.notifications(id).length === 1, 15_000);
 

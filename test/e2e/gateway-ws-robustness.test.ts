@@ -216,11 +216,12 @@ describe('with the fake node', () => {
     await until(() => ids.every((id) => client.notifications(id).length === 1));
     // The node sends its latest head again on each new subscription; the gateway drops it (delivered already).
     node.replayLatestOnSubscribe = true;
+    // Each drop ends every subscription the node holds: all of them (the head tracker's and the feed's) are back before the next head.
+    const held = node.liveSubscriptions();
     for (let i = 0; i < 2; i++) {
-      const subscribed = node.subscribeCalls;
       node.drop();
       node.mine({ quiet: true });
-      await until(() => node.subscribeCalls > subscribed);
+      await until(() => node.liveSubscriptions() === held);
     }
     node.replayLatestOnSubscribe = false;
     node.mine();

@@ -17,6 +17,11 @@ export interface FakeWsUpstream {
   connectionsAccepted: number;
   /** eth_subscribe calls received so far. */
   subscribeCalls: number;
+  /**
+   * newHeads subscriptions the node holds now. The gateway's head tracker holds one of its own
+   * (src/gateway/upstreams/newHeads.ts), so a subscribe call seen is not yet a client feed's.
+   */
+  liveSubscriptions(): number;
   /** The methods of the calls received over HTTP so far, in order. */
   httpMethods: string[];
   /** Mines one block; its header goes to each newHeads subscription unless `quiet`. */
@@ -144,6 +149,7 @@ export async function startFakeWsUpstream(): Promise<FakeWsUpstream> {
     wsUrl: `ws://127.0.0.1:${port}`,
     connectionsAccepted: 0,
     subscribeCalls: 0,
+    liveSubscriptions: () => subscriptions.size,
     replayLatestOnSubscribe: false,
     subscribeAnswerDelayMs: 0,
     httpMethods: [],
