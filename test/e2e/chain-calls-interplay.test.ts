@@ -85,6 +85,9 @@ const blocksOf = (result: unknown): number[] => (result as Array<{ blockNumber: 
 const range = (from: number, to: number): number[] => Array.from({ length: to - from + 1 }, (_, i) => from + i);
 
 /** The account's records once `count` are in the log, by time then batch position. */
+/** The first blocks of the eth_getLogs sub-calls node `node` was sent. */
+const logsSent = (node: EvmNodeFake, chain: FakeEvmChain): number[] => node.calls.map((c) => fromOf(c, chain)).filter((f): f is number => f !== null);
+
 async function records(t: TestApp, accountId: string, count: number): Promise<UsageRecord[]> {
   await until(async () => (await recordedCalls(t.runtime.store, accountId)).length >= count, 15_000);
   return (await recordedCalls(t.runtime.store, accountId)).sort((x, y) => x.at.localeCompare(y.at) || x.requestId.localeCompare(y.requestId));
@@ -238,10 +241,9 @@ describe('a split eth_getLogs and the fate of its sub-calls', () => {
     await accountUsage(t, auth, { requests: 2, remaining: MONTHLY - 2 });
   }, 30_000);
 
-  it("hedges a slow node's sub-calls, and counts each sub-call a node failed in gateway_upstream_attempt_failures_total; the caller gets every log", async () => {
+  it("hedges a slow node's sub-calls; the caller gets every log", async () => {
     const { t, url, chain, nodes, accountId } = await setUp();
     const [first, second] = nodes;
-    const logsSent = (node: EvmNodeFake): number[] => node.calls.map((c) => fromOf(c, chain)).filter((f): f is number => f !== null);
 
     // Reads seen (the latency window and the hedge budget filled), then one node slow on eth_getLogs: its sub-calls go to the other node too.
     for (let i = 0; i < 40; i++) await post(url, { jsonrpc: '2.0', id: nextId++, method: 'eth_getBalance', params: [hex(i + 1), 'pending'] });
@@ -249,28 +251,31 @@ describe('a split eth_getLogs and the fate of its sub-calls', () => {
     const hedged = await getLogs(url, 0, 999);
     first.latency = undefined;
     expect([hedged.status, blocksOf(hedged.body.result)]).toEqual([200, range(0, 999)]);
-    const slowOnes = logsSent(first);
+    const slowOnes = logsSent(first, chain);
     expect(slowOnes.length).toBeGreaterThan(0);
-    expect(logsSent(second).filter((from) => slowOnes.includes(from)).length).toBeGreaterThan(0);
+    expect(logsSent(second, chain).filter((from) => slowOnes.includes(from)).length).toBeGreaterThan(0);
+    const logs = (await records(t, accountId, 42)).filter((r) => r.method === 'eth_getLogs');
+    expect(logs.map((r) => [r.status, r.charged])).toEqual([[200, true]]);
+  }, 30_000);
 
-    // One node answers every sub-call with garbage: each is retried on the other, and counted against it by reason.
-    for (const node of nodes) node.calls.length = 0;
+  it('counts each sub-call a node failed in gateway_upstream_attempt_failures_total, retried on the other node; the caller gets every log', async () => {
+    // A fresh service: too few answers seen for a hedge, so every sub-call the node got is one it failed (a hedge's
+    // loser, cancelled when the other node answered first, is not a failure: under load it made the count 1 where 2).
+    const { t, url, chain, nodes, accountId } = await setUp();
+    const [first, second] = nodes;
     nodeAnswers(first, chain, () => ({ raw: GARBAGE }));
     const filter = { fromBlock: hex(0), toBlock: hex(999), address: `0x${'11'.repeat(20)}` };
     const answer = await post(url, { jsonrpc: '2.0', id: nextId++, method: 'eth_getLogs', params: [filter] });
     expect([answer.status, blocksOf(answer.body.result)]).toEqual([200, range(0, 999)]);
-    const failedAtNode = logsSent(first).length;
+    const failedAtNode = logsSent(first, chain).length;
     expect(failedAtNode).toBeGreaterThan(0);
-    expect(logsSent(second)).toHaveLength(10);
+    expect(logsSent(second, chain)).toHaveLength(10);
     expect(await metric(url, 'gateway_upstream_attempt_failures_total{chain="evm",upstream="evm-env-1",reason="invalid"}')).toMatch(
       new RegExp(` ${failedAtNode}$`),
     );
     expect(await metric(url, 'gateway_upstream_attempt_failures_total{chain="evm",upstream="evm-env-2",reason="invalid"}')).toMatch(/ 0$/);
-    const logs = (await records(t, accountId, 43)).filter((r) => r.method === 'eth_getLogs');
-    expect(logs.map((r) => [r.status, r.charged])).toEqual([
-      [200, true],
-      [200, true],
-    ]);
+    const logs = (await records(t, accountId, 2)).filter((r) => r.method === 'eth_getLogs');
+    expect(logs.map((r) => [r.status, r.charged])).toEqual([[200, true]]);
   }, 30_000);
 
   it('serves one split range to two callers at once with one sub-call per sub-range (coalesced), then from the cache', async () => {
