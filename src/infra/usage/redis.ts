@@ -163,6 +163,31 @@ interface ReplicaWait {
 const NOT_ASKED: Promise<Reply> = Promise.resolve([null, null]);
 
 /**
+ * XACK, XDEL and the count key down, as one: sent as three commands, a master restarting between
+ * them kept entries acknowledged but not deleted, read by no one again and counted in the depth
+ * for good (the ingester never drained). KEYS: stream, count key; ARGV: group, records counted,
+ * entry ids (in slices: Lua's unpack takes a few thousand at most).
+ */
+const ACK_LUA = `
+local group = ARGV[1]
+local counted = tonumber(ARGV[2])
+local i = 3
+while i <= #ARGV do
+  local last = math.min(i + 499, #ARGV)
+  redis.call('XACK', KEYS[1], group, unpack(ARGV, i, last))
+  redis.call('XDEL', KEYS[1], unpack(ARGV, i, last))
+  i = last + 1
+end
+if counted > 0 then redis.call('DECRBY', KEYS[2], counted) end
+return 1
+`;
+
+/** The writer, with the ack script defined on it (ioredis adds it at run time, untyped). */
+interface AckCommand {
+  usageAck(stream: string, countKey: string, group: string, counted: number, ...entryIds: string[]): Promise<unknown>;
+}
+
+/**
  * The usage queue on Redis streams with a consumer group each.
  *
  * - Records are spread over `streams` streams by account (`<stream>:{<i>}`, each its own hash tag,
@@ -292,6 +317,7 @@ export class RedisUsageQueue implements UsageQueue {
     this.writeShards = this.shards.length;
     if (streams > 1) this.shards.push(shard(streams, base, `{${base}}:records`, false));
     this.writer = redisClient(redisUrl, FAIL_FAST);
+    this.writer.defineCommand('usageAck', { numberOfKeys: 2, lua: ACK_LUA });
     this.reader = redisClient(redisUrl, FAIL_FAST);
     this.writer.on('ready', () => {
       if (this.retryTimer) clearTimeout(this.retryTimer);
@@ -517,13 +543,14 @@ export class RedisUsageQueue implements UsageQueue {
     if (failed) throw failed.reason;
   }
 
-  /** XACK and XDEL of whole entries of one stream, and its count key down by the records they counted. */
+  /**
+   * XACK and XDEL of whole entries of one stream, and its count key down by the records they
+   * counted, in one script: all or none, so an entry is either gone or still pending (claimed
+   * again, and its records found recorded already).
+   */
   private async acknowledge(shard: Shard, entryIds: string[], counted: number): Promise<void> {
     if (entryIds.length === 0) return;
-    const sent = [this.writer.xack(shard.stream, this.group, ...entryIds), this.writer.xdel(shard.stream, ...entryIds)];
-    if (counted > 0) sent.push(this.writer.decrby(shard.countKey, counted));
-    const failed = (await replies(sent)).find(([error]) => error !== null);
-    if (failed?.[0]) throw failed[0];
+    await (this.writer as unknown as AckCommand).usageAck(shard.stream, shard.countKey, this.group, counted, ...entryIds);
   }
 
   /**
