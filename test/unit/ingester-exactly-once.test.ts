@@ -349,6 +349,47 @@ describe('ExactlyOnceAppender on EventStoreDB: round trips', () => {
     await expectOnceEach(store, 'usage-first', [...first, fresh]);
   });
 
+  it('the ids of streams idle for twice the clock skew are let go; a late redelivery to one still lands once', async () => {
+    let clock = Date.now();
+    const at = (): string => new Date(clock).toISOString();
+    const store = new EsdbLikeEventStore();
+    const appender = new ExactlyOnceAppender(store, usageBatchCodec, { clockSkewMs: 1_000, now: () => clock });
+    const idle: UsageRecord[][] = [];
+    for (let i = 0; i < 500; i++) {
+      idle.push([usageRecord({ at: at() }), usageRecord({ at: at() })]);
+      await appendRecords(appender, `usage-${i}`, idle[i] ?? []);
+    }
+    expect(appender.rememberedIds).toBe(1_000);
+    clock += 2_500;
+    await appendRecords(appender, 'usage-busy', [usageRecord({ at: at() })]);
+    expect(appender.rememberedIds).toBe(1);
+    const late = idle[7] ?? [];
+    const fresh = usageRecord({ at: at() });
+    expect(await appendRecords(appender, 'usage-7', [...late, fresh])).toMatchObject({ appended: 1, duplicates: 2 });
+    await expectOnceEach(store, 'usage-7', [...late, fresh]);
+  });
+
+  it('a stream a redelivery of old records is checked against keeps its ids while in use: its tail is read back once, not for each batch', async () => {
+    let clock = Date.now();
+    const at = (): string => new Date(clock).toISOString();
+    const store = new EsdbLikeEventStore();
+    const appender = new ExactlyOnceAppender(store, usageBatchCodec, { clockSkewMs: 1_000, now: () => clock });
+    const old = Array.from({ length: 6 }, () => usageRecord({ at: at() }));
+    for (let i = 0; i < old.length; i += 2) await appendRecords(appender, 'usage-a', old.slice(i, i + 2));
+    // Idle past twice the skew: its ids go at the next append elsewhere.
+    clock += 2_500;
+    await appendRecords(appender, 'usage-b', [usageRecord({ at: at() })]);
+    const readsBefore = store.readCalls;
+    // The old records come again, batch by batch, with other streams' new ones between (a redelivery after a restart).
+    for (let i = 0; i < old.length; i += 2) {
+      expect(await appendRecords(appender, 'usage-a', old.slice(i, i + 2))).toMatchObject({ appended: 0, duplicates: 2 });
+      clock += 10;
+      await appendRecords(appender, 'usage-b', [usageRecord({ at: at() })]);
+    }
+    expect(store.readCalls - readsBefore).toBe(1);
+    await expectOnceEach(store, 'usage-a', old);
+  });
+
   it('with its ids forgotten (maxIds), a stream reads back only its tail for a redelivered batch and appends it once', async () => {
     const store = new EsdbLikeEventStore();
     const appender = new ExactlyOnceAppender(store, usageBatchCodec, { maxIds: 4, clockSkewMs: 5 });

@@ -63,6 +63,8 @@ interface StreamView {
    */
   newest: number;
   keys: KeyWindow | null;
+  /** When this process last appended to the stream or checked a batch against it (ms). */
+  usedAt: number;
 }
 
 /**
@@ -98,7 +100,7 @@ const FIRST_PAGE = 16;
  *
  * Cost: one append per batch while the stream's head is remembered (`maxStreams`, a few dozen
  * bytes each) and a Set entry per item for the window (bounded by `maxIds`, least recently
- * used streams' first). A stream seen for the first time (a new one is created by that append)
+ * used streams' first; a stream's let go once unused for twice the clock skew). A stream seen for the first time (a new one is created by that append)
  * or forgotten costs a refused append and a read of its last events, then the append.
  */
 export class ExactlyOnceAppender<T> {
@@ -147,6 +149,7 @@ export class ExactlyOnceAppender<T> {
         if (view.keys?.keys.size === 0) this.dropKeys(streamId, view);
       }
       this.capAll();
+      this.dropIdle();
     }
   }
 
@@ -348,6 +351,7 @@ export class ExactlyOnceAppender<T> {
   private remember(streamId: string, view: StreamView, items: readonly T[], oldest: number, latest: number): void {
     view.newest = Math.max(view.newest, latest);
     const at = this.now();
+    view.usedAt = at;
     const window = this.windowOf(streamId, view, at);
     const keys = items.map((item) => this.codec.keyOf(item));
     this.resize(streamId, view, window, () => {
@@ -422,6 +426,22 @@ export class ExactlyOnceAppender<T> {
     }
   }
 
+  /**
+   * Lets go of the keys of streams unused for twice the clock skew (an account gone quiet): its
+   * next new records are later than all of them, and a late redelivery reads the stream's tail
+   * back. Without it they stayed until `maxIds` pushed them out. By last use, not by the age of
+   * the events held: a redelivery of old records keeps its stream's keys while it goes on (by
+   * event age, each of its batches read the tail back again, and a master restart's redelivery
+   * did not drain). `windows` is in order of use, so it stops at the first stream still in use.
+   */
+  private dropIdle(): void {
+    const cutoff = this.now() - 2 * this.clockSkewMs;
+    for (const [streamId, view] of this.windows) {
+      if (view.usedAt >= cutoff) return;
+      this.dropKeys(streamId, view);
+    }
+  }
+
   private dropKeys(streamId: string, view: StreamView): void {
     if (view.keys === null) return;
     this.keyCount -= view.keys.keys.size;
@@ -431,6 +451,7 @@ export class ExactlyOnceAppender<T> {
 
   /** Most recently used last, so that the first is the one to forget. */
   private touch(streamId: string, view: StreamView): void {
+    view.usedAt = this.now();
     this.views.delete(streamId);
     this.views.set(streamId, view);
     if (view.keys !== null) {
@@ -440,6 +461,7 @@ export class ExactlyOnceAppender<T> {
   }
 
   private track(streamId: string, view: StreamView): void {
+    view.usedAt = this.now();
     this.views.set(streamId, view);
     if (this.views.size > this.maxStreams) {
       const oldest = this.views.keys().next().value;
@@ -454,7 +476,7 @@ export class ExactlyOnceAppender<T> {
   }
 }
 
-const newView = (head: number, newest: number): StreamView => ({ head, items: head === -1 ? 0 : Number.NaN, newest, keys: null });
+const newView = (head: number, newest: number): StreamView => ({ head, items: head === -1 ? 0 : Number.NaN, newest, keys: null, usedAt: 0 });
 
 /** Whether the store refused an append because it holds `event` already (the embedded store names the ids it holds). */
 function holds(error: unknown, event: NewEvent): boolean {
