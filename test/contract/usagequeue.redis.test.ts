@@ -281,6 +281,30 @@ describe('Redis usage queue', () => {
     await raw.quit();
   });
 
+  it('acknowledges more entries in one call than Lua unpacks at once (8,000): all gone, none pending', async () => {
+    const stream = `usage-test-${randomUUID()}`;
+    const raw = new Redis(inject('redisUrl'));
+    const entries = 8_200;
+    const write = raw.pipeline();
+    for (let i = 0; i < entries; i++) write.xadd(stream, '*', 'r', JSON.stringify(usageRecord()));
+    await write.exec();
+    const queue = new RedisUsageQueue(inject('redisUrl'), { consumer: 'c', stream });
+    await queue.whenReady();
+    const got: QueuedUsage[] = [];
+    while (got.length < entries) {
+      const read = await queue.read(entries - got.length);
+      if (read.length === 0) break;
+      got.push(...read);
+    }
+    expect(got).toHaveLength(entries);
+    await queue.ack(got.map((item) => item.ackId));
+    expect(await raw.xlen(stream)).toBe(0);
+    expect(((await raw.xpending(stream, 'ingester')) as [number])[0]).toBe(0);
+    expect(await queue.depth()).toBe(0);
+    await queue.close();
+    await raw.quit();
+  });
+
   it('acknowledges and skips a stream entry that is not a usage record', async () => {
     const stream = `usage-test-${randomUUID()}`;
     const raw = new Redis(inject('redisUrl'));

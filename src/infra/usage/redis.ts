@@ -182,7 +182,7 @@ if counted > 0 then redis.call('DECRBY', KEYS[2], counted) end
 return 1
 `;
 
-/** The writer, with the ack script defined on it (ioredis adds it at run time, untyped). */
+/** The ack script, as ioredis adds it to a client at run time (untyped). */
 interface AckCommand {
   usageAck(stream: string, countKey: string, group: string, counted: number, ...entryIds: string[]): Promise<unknown>;
 }
@@ -228,6 +228,8 @@ interface UnackedEntry {
 
 export class RedisUsageQueue implements UsageQueue {
   private readonly writer: RedisClient;
+  /** The writer, with the ack script defined on it. */
+  private readonly scripts: AckCommand;
   /** Blocking reads get their own connection, so they never delay sends and acks. */
   private readonly reader: RedisClient;
   /** The streams written to (by account), then the earlier version's, if it is another. */
@@ -318,6 +320,7 @@ export class RedisUsageQueue implements UsageQueue {
     if (streams > 1) this.shards.push(shard(streams, base, `{${base}}:records`, false));
     this.writer = redisClient(redisUrl, FAIL_FAST);
     this.writer.defineCommand('usageAck', { numberOfKeys: 2, lua: ACK_LUA });
+    this.scripts = this.writer as unknown as AckCommand;
     this.reader = redisClient(redisUrl, FAIL_FAST);
     this.writer.on('ready', () => {
       if (this.retryTimer) clearTimeout(this.retryTimer);
@@ -550,7 +553,7 @@ export class RedisUsageQueue implements UsageQueue {
    */
   private async acknowledge(shard: Shard, entryIds: string[], counted: number): Promise<void> {
     if (entryIds.length === 0) return;
-    await (this.writer as unknown as AckCommand).usageAck(shard.stream, shard.countKey, this.group, counted, ...entryIds);
+    await this.scripts.usageAck(shard.stream, shard.countKey, this.group, counted, ...entryIds);
   }
 
   /**
