@@ -35,7 +35,7 @@ import { startsLikeJson } from './jsonScan.js';
 import type { UpstreamAnswer, UpstreamFailure, UpstreamOutcome, UpstreamRequest, Verdict } from './upstream.js';
 import { type CallShape, isShareable, rewritesHistory, shapeOf, shapeOfAll } from './upstreams/evmCalls.js';
 import { createsFilter, FILTER_NOT_FOUND, filterRoute, tagFilterAnswer, usesFilter } from './upstreams/filters.js';
-import { headAnswerOf } from './upstreams/headAnswers.js';
+import { type AnswerHead, type HeadAnswerKind, headAnswerOf, headOfAnswerText, withBlockNumberText } from './upstreams/headAnswers.js';
 import type { ChainHeads } from './upstreams/heads.js';
 import { knownBlocksOf, logsSubParams, readSplitLogs } from './upstreams/logsSplit.js';
 
@@ -306,11 +306,23 @@ function read(scope: CallScope, m: RpcCall, admission: Admission, deadline?: num
 function sendRead(scope: CallScope, m: RpcCall, admission: Admission, plan: ReadPlan, deadline?: number): MaybePromise<Answer> {
   const { pool } = scope;
   const { key } = plan;
+  let waiting: Waiter[] | null = null;
   if (key !== null && pool.coalesces) {
-    const waiting = pool.waiting.get(key);
-    if (waiting !== undefined) return new Promise((resolve) => waiting.push((outcome) => resolve(forwardedSingle(m, admission, outcome, 'coalesced'))));
-    pool.waiting.set(key, []);
+    const shared = pool.waiting.get(key);
+    if (shared !== undefined) return new Promise((resolve) => shared.push((outcome) => resolve(forwardedSingle(m, admission, outcome, 'coalesced'))));
+    waiting = [];
+    pool.waiting.set(key, waiting);
   }
+  return sendLed(scope, m, admission, plan, waiting, deadline);
+}
+
+/**
+ * A read's own upstream call, its answer handed to the callers in `waiting` (its key's list in
+ * `pool.waiting`; null: not shared) and kept when it may be.
+ */
+function sendLed(scope: CallScope, m: RpcCall, admission: Admission, plan: ReadPlan, waiting: Waiter[] | null, deadline?: number): Promise<Answer> {
+  const { pool } = scope;
+  const { key } = plan;
   const request: UpstreamRequest = {
     method: 'POST',
     path: scope.rpcPath ?? '',
@@ -324,13 +336,8 @@ function sendRead(scope: CallScope, m: RpcCall, admission: Admission, plan: Read
   };
   return pool.sendThen(request, (outcome) => {
     if (key !== null) {
-      const waiting = pool.coalesces ? pool.waiting.get(key) : undefined;
-      if (waiting !== undefined) pool.waiting.delete(key);
       // After the caller whose call it is: its answer goes out first (pipelined calls on one connection are answered in order).
-      if (waiting !== undefined && waiting.length > 0)
-        setImmediate(() => {
-          for (const w of waiting) w(outcome);
-        });
+      if (waiting !== null) release(pool, key, waiting, () => outcome);
       if (outcome.ok && outcome.status === 200) keep(pool, plan, m.method, outcome.body, outcome.upstream);
     }
     return forwardedSingle(m, admission, outcome, outcome.hedged ? 'hedged' : 'miss');
@@ -455,6 +462,7 @@ async function serveMembers(
   const sharing: Array<Promise<void>> = [];
   const upstream: RpcCall[] = [];
   const leaders: Leader[] = [];
+  const again: Leader[] = [];
   let writes = false;
   /** Not found in process: shares an identical call in flight, or leads one in this batch's upstream batch. */
   const route = (m: RpcCall, plan: ReadPlan): void => {
@@ -514,7 +522,15 @@ async function serveMembers(
         else served.set(m.index, asMember(m, cachedAnswer(m, admission, result)));
       }
     }
-    failure = upstream.length > 0 ? await forwardBatch(scope, upstream, leaders, writes, served) : null;
+    failure = upstream.length > 0 ? await forwardBatch(scope, upstream, leaders, writes, served, again) : null;
+    // Each `latest` block answered under the best head: its own call, which goes to a node at it, its sharers still waiting on its key.
+    for (const { m, plan, waiting } of again)
+      sharing.push(
+        sendLed(scope, m, admission, plan, waiting).then(
+          (answer) => void served.set(m.index, asMember(m, answer)),
+          (err: unknown) => void served.set(m.index, unanswerable(m, err)),
+        ),
+      );
   } catch (err) {
     // Whatever went wrong, no caller waits on a call this batch will not answer.
     const message = `the gateway could not answer this call: ${err instanceof Error ? err.message : String(err)}`;
@@ -570,6 +586,7 @@ function forwardBatch(
   leaders: Leader[],
   writes: boolean,
   answered: Map<number, MemberServed>,
+  again: Leader[],
 ): Promise<UpstreamFailure | null> {
   const { pool } = scope;
   // The judge splits the answer (checking its ids); the split of the answer that won is used again.
@@ -579,17 +596,40 @@ function forwardBatch(
     judged = { body, answers };
     return judgeBatch(answers);
   };
-  const request = {
-    method: 'POST' as const,
+  const answersTo = (body: Buffer): Map<number, MemberAnswer> | null => (judged?.body === body ? judged.answers : splitBatchAnswer(body, calls));
+  const headCalls = pool.heads === null ? [] : leadersAskingHead(leaders);
+  // What the winning answer's head calls say, read once: for the node's head (headsIn), then for the members' answers.
+  let seen: { body: Buffer; heads: Map<number, AnswerHead> } | null = null;
+  const headsIn = (body: Buffer): Map<number, AnswerHead> => {
+    if (seen?.body !== body) seen = { body, heads: headsInAnswers(answersTo(body), headCalls) };
+    return seen.heads;
+  };
+  const request: UpstreamRequest = {
+    method: 'POST',
     path: scope.rpcPath ?? '',
     body: batchUpstreamBody(calls),
     retriable: !writes,
     shape: pool.heads === null ? undefined : shapeOfAll(leaders.map((l) => l.plan.shape)),
     judge,
+    headsIn: headCalls.length === 0 ? undefined : (body) => [...headsIn(body).values()],
   };
   return pool.sendThen(request, (outcome): UpstreamFailure | null => {
     if (writes) pool.heads?.invalidate(calls.some((c) => rewritesHistory(c.method)));
-    const answers = !outcome.ok ? null : judged?.body === outcome.body ? judged.answers : splitBatchAnswer(outcome.body, calls);
+    const answers = !outcome.ok ? null : answersTo(outcome.body);
+    const floor = pool.heads?.headFloor ?? null;
+    // Head calls answered under the best head, as a single call's would be (docs/decisions.md, "The head never goes back within a poll interval").
+    const behind = new Set<number>();
+    if (outcome.ok && answers !== null && floor !== null && headCalls.length > 0) {
+      for (const [index, head] of headsIn(outcome.body)) {
+        if (head.number >= floor) continue;
+        const leader = headCalls.find((h) => h.leader.m.index === index) as HeadCall;
+        if (leader.kind === 'number') answers.set(index, { text: withBlockNumberText(head, floor), error: null });
+        else {
+          behind.add(index);
+          again.push(leader.leader);
+        }
+      }
+    }
     const failure: UpstreamFailure | null = !outcome.ok
       ? outcome
       : answers === null
@@ -604,6 +644,8 @@ function forwardBatch(
     const use: CacheUse = outcome.hedged ? 'hedged' : 'miss';
     const unanswered = `upstream ${outcome.upstream} returned no answer for this call`;
     for (const m of calls) {
+      // A `latest` block under the best head: asked again alone (serveMembers), its sharers waiting for that answer.
+      if (behind.has(m.index)) continue;
       const answer = answers?.get(m.index);
       let served: MemberServed;
       // Each member the nodes failed (the whole batch, or one its answer left out) is the gateway's failure to serve it.
@@ -625,7 +667,7 @@ function forwardBatch(
     }
     // The waiting callers are released before anything is kept: nothing that throws leaves them waiting.
     for (const { m, plan, waiting } of leaders) {
-      if (plan.key === null || waiting === null) continue;
+      if (plan.key === null || waiting === null || behind.has(m.index)) continue;
       const answer = answers?.get(m.index);
       // Each waiting caller gets this member's answer as a single call's (its id put back by forwardedSingle).
       release(pool, plan.key, waiting, () =>
@@ -637,11 +679,38 @@ function forwardBatch(
       );
     }
     for (const { m, plan } of leaders) {
-      const answer = answers?.get(m.index);
+      const answer = behind.has(m.index) ? undefined : answers?.get(m.index);
       if (outcome.ok && outcome.status === 200 && answer !== undefined && answer.error === null) keep(pool, plan, m.method, answer.text, outcome.upstream);
     }
     return failure;
   });
+}
+
+/** A batch member that is a head call (`eth_blockNumber`, a `latest` block), and which. */
+interface HeadCall {
+  leader: Leader;
+  kind: HeadAnswerKind;
+}
+
+function leadersAskingHead(leaders: Leader[]): HeadCall[] {
+  const found: HeadCall[] = [];
+  for (const leader of leaders) {
+    const kind = headAnswerOf(leader.m.method, leader.plan.shape);
+    if (kind !== undefined) found.push({ leader, kind });
+  }
+  return found;
+}
+
+/** The heads a batch answer's head calls name, by member index (members answered with an error or no head left out). */
+function headsInAnswers(answers: Map<number, MemberAnswer> | null, headCalls: HeadCall[]): Map<number, AnswerHead> {
+  const heads = new Map<number, AnswerHead>();
+  if (answers === null) return heads;
+  for (const { leader, kind } of headCalls) {
+    const answer = answers.get(leader.m.index);
+    const head = answer === undefined || answer.error !== null ? null : headOfAnswerText(answer.text, kind);
+    if (head !== null) heads.set(leader.m.index, head);
+  }
+  return heads;
 }
 
 /** A granted call's usage: whether it used quota, and how it was served. */

@@ -6,7 +6,7 @@ import type { Chain, ChainRegistry, Upstream } from './chains.js';
 import { startsLikeJson } from './jsonScan.js';
 import type { CallShape } from './upstreams/evmCalls.js';
 import { filterKeys } from './upstreams/filters.js';
-import { type HeadAnswerKind, headOfAnswer, withBlockNumber } from './upstreams/headAnswers.js';
+import { type AnswerHead, type HeadAnswerKind, headOfAnswer, withBlockNumber } from './upstreams/headAnswers.js';
 import { ChainHeads, type HeadStatus } from './upstreams/heads.js';
 import { LatencyWindow } from './upstreams/latency.js';
 import { NewHeadsFeed, type NewHeadsHandlers } from './upstreams/newHeads.js';
@@ -59,6 +59,12 @@ export interface UpstreamRequest {
    * back within a poll interval").
    */
   headAnswer?: HeadAnswerKind;
+  /**
+   * A batch's head calls (EVM, with head tracking): what a node's answer to the batch says of its
+   * head, raised as a single head call's answer raises it. The members are then answered from the
+   * best head (rpcHandler's forwardBatch).
+   */
+  headsIn?: (body: Buffer) => AnswerHead[];
 }
 
 export type Verdict = 'ok' | 'bad' | 'archive' | 'busy';
@@ -592,6 +598,12 @@ export class UpstreamPool {
     };
   }
 
+  /** The heads a node's answer to a batch names (`UpstreamRequest.headsIn`): each raises what is known of the node's head. */
+  sawHeads(m: Member, seen: AnswerHead[]): void {
+    const heads = this.heads;
+    if (heads !== null) for (const head of seen) heads.sawHead(m.index, head.number, head.hash);
+  }
+
   /** Why no upstream took `request`: none is healthy, or the one it is pinned to rests after failing. */
   unavailableFor(request: UpstreamRequest): UpstreamFailure {
     const pinned = request.pinned === undefined ? undefined : this.members[request.pinned];
@@ -726,6 +738,7 @@ class PoolCall implements Settles {
     const verdict: Verdict = failure !== null ? 'bad' : this.request.judge && outcome.ok ? this.request.judge(outcome.body, this.request.answerId) : 'ok';
     if (outcome.ok && (verdict === 'ok' || (verdict === 'archive' && (this.archiveOnly || !this.pool.hasArchive)))) {
       this.pool.recordSuccess(member, outcome.upstreamMs);
+      if (this.request.headsIn !== undefined) this.pool.sawHeads(member, this.request.headsIn(outcome.body));
       const kind = this.request.headAnswer;
       const answer = kind === undefined ? outcome : this.pool.headAnswer(member, kind, outcome, this.behind === null);
       if (answer !== null) {

@@ -7,9 +7,11 @@
  */
 import { afterEach, describe, expect, it } from 'vitest';
 import { HEAD_POLL_HEADER } from '../../src/gateway/upstream.js';
-import { until } from '../support/eventually.js';
+import type { UsageRecord } from '../../src/domain/usage.js';
+import { eventually, until } from '../support/eventually.js';
 import type { EvmNodeFake, ReceivedCall } from '../support/fakeUpstreams.js';
 import { rpc, Started } from '../support/serviceOnEvmNodes.js';
+import { recordedCalls } from '../support/usageLog.js';
 
 const started = new Started();
 afterEach(() => started.close());
@@ -78,5 +80,79 @@ describe('a node whose answers are behind the head the gateway knows', () => {
     }
     // Before: the node behind's answers (one block under the head the gateway had just polled) about half the time.
     expect(got.filter(([, n, head]) => n !== head)).toEqual([]);
+  });
+});
+
+/** A batch's results by id; the batch answered 200. */
+async function batchResults(url: string, calls: Array<[string, unknown[]]>): Promise<unknown[]> {
+  const r = await fetch(url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(calls.map(([method, params], id) => ({ jsonrpc: '2.0', id, method, params }))),
+  });
+  expect(r.status).toBe(200);
+  const answers = (await r.json()) as Array<{ id: number; result?: unknown; error?: unknown }>;
+  return calls.map((_, id) => {
+    const answer = answers.find((a) => a.id === id);
+    expect(answer?.error).toBeUndefined();
+    return answer?.result;
+  });
+}
+
+describe('head calls inside a batch', () => {
+  it('answer eth_blockNumber with the best head known and the latest block from a node at it, as single calls do', async () => {
+    const { t, url, nodes, chain, accountId } = await started.serviceOnEvmNodes(2);
+    const [, lb] = nodes as [EvmNodeFake, EvmNodeFake];
+    pollsAtHeadCallsBehind(lb);
+    const heads = t.runtime.gateway!.pools.get('evm')!.heads!;
+    await resultOf(url, 'eth_chainId');
+    const got: Array<[string, number, number]> = [];
+    for (let round = 0; round < 8; round++) {
+      chain.advance();
+      await until(() => heads.upstreams.every((u) => u.head === chain.head));
+      for (let i = 0; i < 3; i++) {
+        // A batch as viem's and ethers' batching send it: head calls beside other reads, all in one upstream batch.
+        const [number, block, fullBlock, chainId] = await batchResults(url, [
+          ['eth_blockNumber', []],
+          ['eth_getBlockByNumber', ['latest', false]],
+          ['eth_getBlockByNumber', ['latest', true]],
+          ['eth_chainId', []],
+        ]);
+        expect(chainId).toBe('0x2a');
+        got.push(['eth_blockNumber', Number(number), chain.head]);
+        got.push(['latest', Number((block as { number: string }).number), chain.head]);
+        got.push(['latest full', Number((fullBlock as { number: string }).number), chain.head]);
+      }
+    }
+    // Before: every head call the node behind answered, one block under the head the gateway had just polled.
+    expect(got.filter(([, n, head]) => n !== head)).toEqual([]);
+    // A block asked again is still one call, recorded once: the first eth_chainId and 24 batches of 4.
+    const recorded = await eventually(
+      () => recordedCalls(t.runtime.store, accountId),
+      (calls) => calls.length >= 97,
+      20_000,
+    );
+    const byMethod = (calls: UsageRecord[]) =>
+      Object.fromEntries([...new Set(calls.map((c) => c.method))].map((m) => [m, calls.filter((c) => c.method === m).length]));
+    expect(byMethod(recorded)).toEqual({ eth_chainId: 25, eth_blockNumber: 24, eth_getBlockByNumber: 48 });
+  });
+
+  it("raise what the gateway knows of the answering node's head, as a single call's answer does", async () => {
+    const { t, url, nodes, chain } = await started.serviceOnEvmNodes(2, { headPollMs: 600_000 });
+    const heads = t.runtime.gateway!.pools.get('evm')!.heads!;
+    await resultOf(url, 'eth_chainId');
+    await until(() => heads.upstreams.every((u) => u.head === chain.head));
+    const polled = chain.head;
+    chain.advance(3);
+    const sent = nodes.map((n) => n.calls.length);
+    const [number] = await batchResults(url, [
+      ['eth_blockNumber', []],
+      ['eth_getBalance', ['0x0000000000000000000000000000000000000001', 'latest']],
+    ]);
+    expect(Number(number)).toBe(chain.head);
+    const asked = nodes.findIndex((n, i) => n.calls.length > (sent[i] as number));
+    // Before: the node's tracked head stayed at the polled one until the next poll, 10 minutes on.
+    expect(heads.upstreams[asked]?.head).toBe(chain.head);
+    expect(chain.head).toBeGreaterThan(polled);
   });
 });

@@ -27,8 +27,12 @@ export interface AnswerHead {
 
 /** The head an answer to a head call names; null when it names none (an error, a null result, anything malformed). */
 export function headOfAnswer(body: Buffer, kind: HeadAnswerKind): AnswerHead | null {
+  return headOfAnswerText(body.toString('utf8'), kind);
+}
+
+/** headOfAnswer of an answer's text (a batch member's answer). */
+export function headOfAnswerText(text: string, kind: HeadAnswerKind): AnswerHead | null {
   try {
-    const text = body.toString('utf8');
     const result = objectMembers(text, documentStart(text)).get('result');
     if (result === undefined) return null;
     if (kind === 'number') {
@@ -55,6 +59,11 @@ function unquoted(text: string, [start, end]: Span): string | null {
 
 /** An `eth_blockNumber` answer's text with `head` as its result, all else as the node wrote it. */
 export function withBlockNumber(answer: AnswerHead, head: number): Buffer {
+  return Buffer.from(withBlockNumberText(answer, head));
+}
+
+/** withBlockNumber as text (a batch member's answer). */
+export function withBlockNumberText(answer: AnswerHead, head: number): string {
   const { text, result } = answer;
-  return Buffer.from(`${text.slice(0, result[0])}"0x${head.toString(16)}"${text.slice(result[1])}`);
+  return `${text.slice(0, result[0])}"0x${head.toString(16)}"${text.slice(result[1])}`;
 }
