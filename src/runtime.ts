@@ -40,6 +40,7 @@ import { openUsageQueue, RedisUsageQueue } from './infra/usage/index.js';
 import type { Ingester } from './infra/usage/ingester.js';
 import { type JournaledUsageSink, openJournaledSink } from './infra/usage/journal.js';
 import type { UsageSink } from './infra/usage/port.js';
+import { openGatewayInstances } from './infra/instances/index.js';
 import { type ConnectionCounter, openConnectionCounter } from './infra/wsconnections/index.js';
 import { AlertQueries } from './projections/alertsQueries.js';
 import { PROJECTIONS, startProjecting } from './projections/all.js';
@@ -271,6 +272,9 @@ export async function openRuntime(config: Config, clock?: () => Date, options: R
     log: options.log ?? consoleLog,
   });
   redisClients.push(wsConnections);
+  // Each node's maxRps is shared among the live gateways (with Redis; alone, this one has it all).
+  const instances = openGatewayInstances(servesGateway ? config.redisUrl : undefined, { ttlMs: config.wsInstanceTtlMs });
+  redisClients.push(instances);
   const redis = config.redisUrl ? new RedisHealth(config.redisUrl, { log: options.log ?? consoleLog }) : null;
   if (redis) redisClients.push(redis);
   if (config.redisUrl) {
@@ -310,6 +314,8 @@ export async function openRuntime(config: Config, clock?: () => Date, options: R
       sharedCache = openSharedCache(config.responseCacheRedisUrl);
       pools.cache.shareWith(sharedCache);
     }
+    pools.shareBudgets(instances.count());
+    instances.onCount((count) => pools.shareBudgets(count));
     gateway = { chains, pools, tokens, gatekeeper: new TokenGatekeeper(tokens, telemetry.countDecisions(limiter), config.plans) };
   }
 
@@ -453,6 +459,7 @@ export async function openRuntime(config: Config, clock?: () => Date, options: R
       await limiter.close();
       await attempts.close();
       await wsConnections.close();
+      await instances.close();
       await feed.close();
       await readModels.close();
       await store.close();

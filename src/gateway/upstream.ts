@@ -149,6 +149,8 @@ export interface UpstreamHealth {
   failures: Record<AttemptFailure, number>;
   /** Its budget (config `maxRps`; null: none), calls sent to it in the pool's current second, and calls sent past the budget since start. */
   maxRps: number | null;
+  /** This gateway's share of `maxRps` (divided among the live gateway instances; null: no budget). */
+  budget: number | null;
   sentThisSecond: number;
   overBudget: number;
 }
@@ -180,8 +182,10 @@ interface Member {
   /** Its configured weight times its score (latency and errors): what the weighted choice uses. */
   effectiveWeight: number;
   failures: Record<AttemptFailure, number>;
-  /** Its calls-per-second budget (config `maxRps`); 0: none. */
+  /** Its calls-per-second cap (config `maxRps`); 0: none. */
   maxRps: number;
+  /** This gateway's share of it: `maxRps` ÷ the live gateway instances, at least 1; 0: none. */
+  budget: number;
   /** The pool's clock second (ms ÷ 1000) `sent` counts calls of: a fixed window. */
   second: number;
   sent: number;
@@ -228,7 +232,7 @@ function describeError(err: unknown): string {
 const isInRotation = (m: Member, now: number): boolean => m.ejectedUntil === null || (now >= m.ejectedUntil && !m.probing);
 
 /** A node with a budget that has had its calls for clock second `second`. */
-const isOverBudget = (m: Member, second: number): boolean => m.maxRps > 0 && m.second === second && m.sent >= m.maxRps;
+const isOverBudget = (m: Member, second: number): boolean => m.budget > 0 && m.second === second && m.sent >= m.budget;
 
 /**
  * Counts a call sent to a node with a budget (a caller's attempt, retry, hedge, or a head poll: the
@@ -240,7 +244,7 @@ function spendBudget(m: Member, now: number, chosen: boolean): void {
     m.second = second;
     m.sent = 0;
   }
-  if (++m.sent > m.maxRps && chosen) m.overBudget++;
+  if (++m.sent > m.budget && chosen) m.overBudget++;
 }
 
 /** A score's floor: a slow or failing node still gets a trickle of calls, so its recovery is seen. */
@@ -312,12 +316,13 @@ export class UpstreamPool {
         errorRate: 0,
         effectiveWeight: upstream.weight,
         maxRps: upstream.maxRps ?? 0,
+        budget: upstream.maxRps ?? 0,
         second: 0,
         sent: 0,
         overBudget: 0,
       };
     });
-    this.budgeted = this.members.some((m) => m.maxRps > 0);
+    this.budgeted = this.members.some((m) => m.budget > 0);
     this.filterKeys = filterKeys(chain.upstreams, options.filterIdSecret ?? null);
     this.ejectAfter = options.ejectAfterFailures ?? 3;
     this.coolDownMs = options.coolDownMs ?? 5_000;
@@ -376,10 +381,20 @@ export class UpstreamPool {
         errorRate: Math.round(m.errorRate * 1000) / 1000,
         failures: { ...m.failures },
         maxRps: m.maxRps > 0 ? m.maxRps : null,
+        budget: m.budget > 0 ? m.budget : null,
         sentThisSecond: m.second === Math.floor(this.now() / 1000) ? m.sent : 0,
         overBudget: m.overBudget,
       };
     });
+  }
+
+  /**
+   * Divides each node's `maxRps` among `instances` live gateways (docs/decisions.md, "A node's
+   * calls-per-second budget"): this gateway's share, rounded down so the shares stay within the
+   * cap, but never under 1 (a budget of 0 would be none).
+   */
+  shareBudgets(instances: number): void {
+    for (const m of this.members) if (m.maxRps > 0) m.budget = Math.max(1, Math.floor(m.maxRps / Math.max(1, instances)));
   }
 
   /**
@@ -544,7 +559,7 @@ export class UpstreamPool {
     const cut = left < this.chain.timeoutMs - 1;
     const call = new UpstreamCall(m, started, cut ? left : this.chain.timeoutMs, cut ? this.chain.callTimeoutMs : 0, this.maxResponseBytes, done);
     call.spared = cut && left < this.chain.timeoutMs / 2;
-    if (m.maxRps > 0) spendBudget(m, this.now(), true);
+    if (m.budget > 0) spendBudget(m, this.now(), true);
     (cut ? this.cutShort : this.inFlight).add(call);
     try {
       m.dispatcher.dispatch(
@@ -620,7 +635,7 @@ export class UpstreamPool {
         settled: (outcome) => resolve(outcome.ok && outcome.status === 200 ? outcome.body : null),
       });
       this.probes.add(call);
-      if (m.maxRps > 0) spendBudget(m, this.now(), false);
+      if (m.budget > 0) spendBudget(m, this.now(), false);
       try {
         m.dispatcher.dispatch({ method: 'POST', path: m.rootPath, headers: { ...m.jsonHeaders, [HEAD_POLL_HEADER]: '1' }, body }, call);
       } catch (error) {
@@ -1064,6 +1079,11 @@ export class UpstreamPools {
 
   health(): Record<string, UpstreamHealth[]> {
     return Object.fromEntries([...this.pools].map(([id, pool]) => [id, pool.health()]));
+  }
+
+  /** Each node's `maxRps` shared among `instances` live gateways (UpstreamPool.shareBudgets). */
+  shareBudgets(instances: number): void {
+    for (const pool of this.pools.values()) pool.shareBudgets(instances);
   }
 
   async close(): Promise<void> {

@@ -66,6 +66,8 @@ export interface UpstreamSnapshot {
   failures?: Readonly<Record<string, number>>;
   /** Calls sent to it past its calls-per-second budget (config `maxRps`), since start. */
   overBudget?: number;
+  /** This gateway's share of its `maxRps` (divided among the live gateway instances); null: no budget. */
+  budget?: number | null;
 }
 
 const REDIS_STATES: readonly RedisState[] = ['up', 'down', 'stalled', 'refusing'];
@@ -473,6 +475,16 @@ export class Telemetry {
       collect() {
         this.reset();
         eachUpstream((chain, u) => this.inc({ chain, upstream: u.label }, u.overBudget ?? 0));
+      },
+    });
+    new Gauge({
+      name: 'gateway_upstream_budget_rps',
+      help: "This gateway's share of the upstream's maxRps: the cap divided among the live gateway instances (with Redis), at least 1; 0 for an upstream without maxRps",
+      labelNames: ['chain', 'upstream'],
+      registers,
+      collect() {
+        this.reset();
+        eachUpstream((chain, u) => this.set({ chain, upstream: u.label }, u.budget ?? 0));
       },
     });
     new Gauge({

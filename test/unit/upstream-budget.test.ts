@@ -70,6 +70,31 @@ describe('a node with maxRps', () => {
     expect(b.calls.length).toBe(40);
   });
 
+  it('takes its share of the budget when several gateways send to it: maxRps ÷ the live gateways, rounded down, at least 1', async () => {
+    const pool = poolFor([
+      { url: a.url, label: 'a', maxRps: 10 },
+      { url: b.url, label: 'b' },
+    ]);
+    // Two gateways live (RedisGatewayInstances counts them): 5 a second each, 10 together.
+    pool.shareBudgets(2);
+    expect(await reads(pool, 40)).toEqual(Array(40).fill(200));
+    expect(a.calls.length).toBe(5);
+    expect(pool.health().find((h) => h.label === 'a')?.budget).toBe(5);
+    // Three: 3 each (9 together, within the cap); eleven: 1 each, as a node with a budget still takes a call.
+    clock += 1_000;
+    pool.shareBudgets(3);
+    expect(await reads(pool, 20)).toEqual(Array(20).fill(200));
+    expect(a.calls.length).toBe(8);
+    pool.shareBudgets(11);
+    expect(pool.health().map((h) => h.budget)).toEqual([1, null]);
+    // Alone again: the whole cap.
+    pool.shareBudgets(1);
+    expect(pool.health().map((h) => [h.maxRps, h.budget])).toEqual([
+      [10, 10],
+      [null, null],
+    ]);
+  });
+
   it('still gets the call when every node is over its budget: sent anyway, counted as over budget', async () => {
     const pool = poolFor([
       { url: a.url, label: 'a', maxRps: 3 },
