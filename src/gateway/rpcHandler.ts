@@ -35,7 +35,7 @@ import { startsLikeJson } from './jsonScan.js';
 import type { UpstreamAnswer, UpstreamFailure, UpstreamOutcome, UpstreamRequest, Verdict } from './upstream.js';
 import { type CallShape, isShareable, rewritesHistory, shapeOf, shapeOfAll } from './upstreams/evmCalls.js';
 import { createsFilter, FILTER_NOT_FOUND, filterRoute, tagFilterAnswer, usesFilter } from './upstreams/filters.js';
-import { type AnswerHead, type HeadAnswerKind, headAnswerOf, headOfAnswerText, withBlockNumberText } from './upstreams/headAnswers.js';
+import { type AnswerHead, type HeadAnswerKind, headAnswerOf, headOfAnswerText } from './upstreams/headAnswers.js';
 import type { ChainHeads } from './upstreams/heads.js';
 import { knownBlocksOf, logsSubParams, readSplitLogs } from './upstreams/logsSplit.js';
 
@@ -616,17 +616,16 @@ function forwardBatch(
   return pool.sendThen(request, (outcome): UpstreamFailure | null => {
     if (writes) pool.heads?.invalidate(calls.some((c) => rewritesHistory(c.method)));
     const answers = !outcome.ok ? null : answersTo(outcome.body);
-    const floor = pool.heads?.headFloor ?? null;
-    // Head calls answered under the best head, as a single call's would be (docs/decisions.md, "The head never goes back within a poll interval").
+    // Head calls answered under what is known, as a single call's would be (docs/decisions.md, "The head never goes back within a poll interval").
     const behind = new Set<number>();
-    if (outcome.ok && answers !== null && floor !== null && headCalls.length > 0) {
+    if (outcome.ok && answers !== null && headCalls.length > 0) {
       for (const [index, head] of headsIn(outcome.body)) {
-        if (head.number >= floor) continue;
-        const leader = headCalls.find((h) => h.leader.m.index === index) as HeadCall;
-        if (leader.kind === 'number') answers.set(index, { text: withBlockNumberText(head, floor), error: null });
+        const verdict = pool.underHead(head);
+        if (verdict === null) continue;
+        if (verdict !== 'again') answers.set(index, { text: verdict.text, error: null });
         else {
           behind.add(index);
-          again.push(leader.leader);
+          again.push((headCalls.find((h) => h.leader.m.index === index) as HeadCall).leader);
         }
       }
     }

@@ -6,7 +6,7 @@ import type { Chain, ChainRegistry, Upstream } from './chains.js';
 import { startsLikeJson } from './jsonScan.js';
 import type { CallShape } from './upstreams/evmCalls.js';
 import { filterKeys } from './upstreams/filters.js';
-import { type AnswerHead, type HeadAnswerKind, headOfAnswer, withBlockNumber } from './upstreams/headAnswers.js';
+import { type AnswerHead, type HeadAnswerKind, headOfAnswer, withBlockNumberText } from './upstreams/headAnswers.js';
 import { ChainHeads, type HeadStatus } from './upstreams/heads.js';
 import { LatencyWindow } from './upstreams/latency.js';
 import { NewHeadsFeed, type NewHeadsHandlers } from './upstreams/newHeads.js';
@@ -413,6 +413,8 @@ export class UpstreamPool {
     if ((shape.kind === 'head' || shape.kind === 'volatile') && !heads.servesHead(m.index)) return false;
     // Asked again because a node answered a `latest` block under the best head: only a node at it.
     if (call.atBestOnly && !heads.reachesBest(m.index)) return false;
+    // Asked again because a node answered a `finalized` block under the chain's: only a node that has it.
+    if (call.atFinalizedOnly && !heads.reachesFinalized(m.index)) return false;
     if (!strict) return true;
     // The head, and blocks named by hash (maybe the newest), from a node at the best head while one can take it: a
     // node a few blocks behind would answer an older `latest` than the caller saw a call before (the head going back)
@@ -595,28 +597,48 @@ export class UpstreamPool {
    * call is then asked of a node at the best head, this answer kept for when none answers).
    */
   headAnswer(m: Member, kind: HeadAnswerKind, outcome: UpstreamAnswer, mayRetry: boolean): UpstreamAnswer | null {
-    const heads = this.heads;
-    if (heads === null || outcome.status !== 200) return outcome;
+    if (this.heads === null || outcome.status !== 200) return outcome;
     const seen = headOfAnswer(outcome.body, kind);
     if (seen === null) return outcome;
-    heads.sawHead(m.index, seen.number, seen.hash);
-    const floor = heads.headFloor;
-    if (floor === null || seen.number >= floor) return outcome;
-    if (kind === 'block') return mayRetry ? null : outcome;
+    this.sawHeads(m, [seen]);
+    const verdict = this.underHead(seen);
+    if (verdict === null) return outcome;
+    if (verdict === 'again') return mayRetry ? null : outcome;
     return {
       ok: true,
       status: outcome.status,
       contentType: outcome.contentType,
-      body: withBlockNumber(seen, floor),
+      body: Buffer.from(verdict.text),
       upstreamMs: outcome.upstreamMs,
       upstream: outcome.upstream,
     };
   }
 
-  /** The heads a node's answer to a batch names (`UpstreamRequest.headsIn`): each raises what is known of the node's head. */
+  /** The heads a node's answers to head calls name (a call's, or a batch's: `UpstreamRequest.headsIn`): each raises what is known of the node. */
   sawHeads(m: Member, seen: AnswerHead[]): void {
     const heads = this.heads;
-    if (heads !== null) for (const head of seen) heads.sawHead(m.index, head.number, head.hash);
+    if (heads === null) return;
+    for (const head of seen) {
+      if (head.kind === 'finalized') heads.sawFinalized(m.index, head.number, head.hash);
+      else heads.sawHead(m.index, head.number, head.hash);
+    }
+  }
+
+  /**
+   * A head call's answer naming `head`, if it is under what is known: an `eth_blockNumber` under
+   * the best head is given that head (the answer's new text); a `latest` block under the best
+   * head, or a `finalized` block under the chain's, is asked again ('again'). null: it stands.
+   */
+  underHead(head: AnswerHead): { text: string } | 'again' | null {
+    const heads = this.heads;
+    if (heads === null) return null;
+    if (head.kind === 'finalized') {
+      const finalized = heads.finalized;
+      return heads.followsFinalizedTag && finalized !== null && head.number < finalized ? 'again' : null;
+    }
+    const floor = heads.headFloor;
+    if (floor === null || head.number >= floor) return null;
+    return head.kind === 'number' ? { text: withBlockNumberText(head, floor) } : 'again';
   }
 
   /** Why no upstream took `request`: none is healthy, or the one it is pinned to rests after failing. */
@@ -680,6 +702,8 @@ class PoolCall implements Settles {
   archiveOnly = false;
   /** A node answered a `latest` block under the best head: only nodes at the best head from now on. */
   atBestOnly = false;
+  /** A node answered a `finalized` block under the chain's: only nodes whose finalized block is the chain's from now on. */
+  atFinalizedOnly = false;
   /** When (performance.now(), ms) the caller must have its answer: the request's, or set at the first attempt; -1 until then. */
   deadline: number;
 
@@ -761,8 +785,10 @@ class PoolCall implements Settles {
         return;
       }
       // A `latest` block under the best head: asked of a node at it (within the attempts and the time left), this one the answer otherwise.
+      // The same for a `finalized` block under the chain's, of a node that has it.
       this.behind = outcome;
-      this.atBestOnly = true;
+      if (kind === 'finalized') this.atFinalizedOnly = true;
+      else this.atBestOnly = true;
       this.next();
       return;
     }

@@ -156,3 +156,36 @@ describe('head calls inside a batch', () => {
     expect(chain.head).toBeGreaterThan(polled);
   });
 });
+
+describe('the finalized block', () => {
+  it('never goes under the highest finalized block a node showed: asked again of a node that has it', async () => {
+    const { t, url, nodes, chain } = await started.serviceOnEvmNodes(2);
+    const [, lb] = nodes as [EvmNodeFake, EvmNodeFake];
+    pollsAtHeadCallsBehind(lb);
+    const heads = t.runtime.gateway!.pools.get('evm')!.heads!;
+    await resultOf(url, 'eth_chainId');
+    const got: Array<[number, number]> = [];
+    for (let round = 0; round < 8; round++) {
+      chain.advance();
+      await until(() => heads.upstreams.every((u) => u.finalized === chain.head - chain.finalityDepth));
+      for (let i = 0; i < 4; i++) {
+        const block = (await resultOf(url, 'eth_getBlockByNumber', ['finalized', i % 2 === 0])) as { number: string };
+        got.push([Number(block.number), chain.head - chain.finalityDepth]);
+      }
+    }
+    // Before: the node behind's answers, a block under the finalized block both nodes' polls showed, about half the time.
+    expect(got.filter(([n, finalized]) => n !== finalized)).toEqual([]);
+  });
+
+  it("raises what the gateway knows of the answering node's finalized block", async () => {
+    const { t, url, chain } = await started.serviceOnEvmNodes(2, { headPollMs: 600_000 });
+    const heads = t.runtime.gateway!.pools.get('evm')!.heads!;
+    await resultOf(url, 'eth_chainId');
+    await until(() => heads.upstreams.every((u) => u.finalized === chain.head - chain.finalityDepth));
+    chain.advance(3);
+    const block = (await resultOf(url, 'eth_getBlockByNumber', ['finalized', false])) as { number: string };
+    expect(Number(block.number)).toBe(chain.head - chain.finalityDepth);
+    // Before: the chain's finalized block stayed the polled one until the next poll, 10 minutes on.
+    expect(heads.finalized).toBe(chain.head - chain.finalityDepth);
+  });
+});

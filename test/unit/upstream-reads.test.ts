@@ -196,6 +196,36 @@ describe('head tracking', () => {
     expect(h.servesHead(1)).toBe(false);
   });
 
+  it("raises a node's finalized block from an answer to the tag: upward only, never past the node's head, and not by an older poll", () => {
+    let now = 1_000;
+    const h = new ChainHeads(TRACKING, ['a', 'b'], noProbe, () => now);
+    h.observe(0, { head: 100, hash: '0x1', finalized: 90 });
+    h.observe(1, { head: 100, hash: '0x1', finalized: 88 });
+    h.sawFinalized(1, 89, '0xf89');
+    expect([h.upstreams[1]?.finalized, h.finalized]).toEqual([89, 90]);
+    h.sawFinalized(1, 87, '0xf87');
+    h.sawFinalized(1, 101, '0xf101');
+    expect(h.upstreams[1]?.finalized).toBe(89);
+    h.sawFinalized(0, 95, '0xf95');
+    expect([h.finalized, h.reachesFinalized(0), h.reachesFinalized(1)]).toEqual([95, true, false]);
+    // A poll sent before that answer, saying 90: older news, not a rewind.
+    const sentAt = now - 10;
+    now += 5;
+    const epoch = h.epoch;
+    h.observe(0, { head: 100, hash: '0x1', finalized: 90, finalizedHash: '0xf90' }, sentAt);
+    expect([h.upstreams[0]?.finalized, h.finalized, h.epoch]).toEqual([95, 95, epoch]);
+    // A poll sent after it is believed.
+    h.observe(0, { head: 101, hash: '0x2', finalized: 96, finalizedHash: '0xf96' }, now);
+    expect(h.finalized).toBe(96);
+  });
+
+  it('leaves the finalized block alone where it is a depth under the head (no tag to judge answers by)', () => {
+    const h = new ChainHeads({ ...TRACKING, finality: 12 }, ['a'], noProbe);
+    h.observe(0, { head: 100, hash: '0x1', finalized: 88 });
+    h.sawFinalized(0, 95, '0xf95');
+    expect([h.followsFinalizedTag, h.finalized]).toEqual([false, 88]);
+  });
+
   it('calls a lone node that jumps 10^9 blocks a liar, and believes it again after an outage', () => {
     const h = new ChainHeads(TRACKING, ['only'], noProbe);
     h.observe(0, { head: 100, hash: '0x1', finalized: 90 });

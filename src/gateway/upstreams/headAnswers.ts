@@ -7,16 +7,22 @@ import { blockNumberOf, type CallShape } from './evmCalls.js';
  * `eth_getBlockByNumber("latest")` gave. Read with the scanner, not `JSON.parse`.
  */
 
-/** Which head call an answer is to: `eth_blockNumber` (a quantity) or a `latest` block (an object). */
-export type HeadAnswerKind = 'number' | 'block';
+/**
+ * Which head call an answer is to: `eth_blockNumber` (a quantity), a `latest` block, or the
+ * `finalized` block (objects).
+ */
+export type HeadAnswerKind = 'number' | 'block' | 'finalized';
 
-/** Which head call `method` (of `shape`) is, if one: `eth_blockNumber`, or `eth_getBlockByNumber` of `latest` (or no block). */
+/** Which head call `method` (of `shape`) is, if one: `eth_blockNumber`, or `eth_getBlockByNumber` of `latest` (or no block) or `finalized`. */
 export function headAnswerOf(method: string, shape: CallShape): HeadAnswerKind | undefined {
   if (method === 'eth_blockNumber') return 'number';
-  return method === 'eth_getBlockByNumber' && shape.kind === 'head' ? 'block' : undefined;
+  if (method !== 'eth_getBlockByNumber') return undefined;
+  return shape.kind === 'head' ? 'block' : shape.finalizedTag === true ? 'finalized' : undefined;
 }
 
 export interface AnswerHead {
+  /** The head call answered. */
+  kind: HeadAnswerKind;
   number: number;
   /** The block's hash (a `latest` block); null for a bare number. */
   hash: string | null;
@@ -37,7 +43,7 @@ export function headOfAnswerText(text: string, kind: HeadAnswerKind): AnswerHead
     if (result === undefined) return null;
     if (kind === 'number') {
       const number = blockNumberOf(unquoted(text, result));
-      return number === null ? null : { number, hash: null, text, result };
+      return number === null ? null : { kind, number, hash: null, text, result };
     }
     if (text.charCodeAt(result[0]) !== 0x7b) return null;
     const members = objectMembers(text, result[0]);
@@ -46,7 +52,7 @@ export function headOfAnswerText(text: string, kind: HeadAnswerKind): AnswerHead
     if (number === null) return null;
     const hashSpan = members.get('hash');
     const hash = hashSpan === undefined ? null : unquoted(text, hashSpan);
-    return { number, hash, text, result };
+    return { kind, number, hash, text, result };
   } catch {
     return null;
   }
@@ -58,11 +64,6 @@ function unquoted(text: string, [start, end]: Span): string | null {
 }
 
 /** An `eth_blockNumber` answer's text with `head` as its result, all else as the node wrote it. */
-export function withBlockNumber(answer: AnswerHead, head: number): Buffer {
-  return Buffer.from(withBlockNumberText(answer, head));
-}
-
-/** withBlockNumber as text (a batch member's answer). */
 export function withBlockNumberText(answer: AnswerHead, head: number): string {
   const { text, result } = answer;
   return `${text.slice(0, result[0])}"0x${head.toString(16)}"${text.slice(result[1])}`;

@@ -112,6 +112,8 @@ export class ChainHeads {
   private readonly pushedAt: number[];
   /** When an answer to a head call last raised each node's head (ms), 0: never. */
   private readonly raisedAt: number[];
+  /** When each node's finalized block was last raised by an answer (ms; 0: never): a poll sent before says older. */
+  private readonly finalizedRaisedAt: number[];
 
   constructor(
     readonly tracking: HeadTracking,
@@ -133,6 +135,7 @@ export class ChainHeads {
     this.pushes = labels.map(() => null);
     this.pushedAt = labels.map(() => 0);
     this.raisedAt = labels.map(() => 0);
+    this.finalizedRaisedAt = labels.map(() => 0);
     this.byLabel = new Map(labels.map((label, i) => [label, i]));
   }
 
@@ -253,7 +256,13 @@ export class ChainHeads {
     const u = this.upstreams[index];
     if (!u) return;
     const older = sentAt !== undefined && u.head !== null && sample.head < u.head && (this.raisedAt[index] as number) >= sentAt;
-    if (!older && this.rewinds(u, sample)) {
+    const olderFinalized =
+      sentAt !== undefined &&
+      u.finalized !== null &&
+      sample.finalized !== null &&
+      sample.finalized < u.finalized &&
+      (this.finalizedRaisedAt[index] as number) >= sentAt;
+    if (!older && !olderFinalized && this.rewinds(u, sample)) {
       this.rewound();
       this.epoch++;
     }
@@ -261,8 +270,10 @@ export class ChainHeads {
       u.head = sample.head;
       u.hash = sample.hash;
     }
-    u.finalized = sample.finalized;
-    u.finalizedHash = sample.finalizedHash ?? null;
+    if (!olderFinalized) {
+      u.finalized = sample.finalized;
+      u.finalizedHash = sample.finalizedHash ?? null;
+    }
     u.okAt = this.now();
     this.recompute();
   }
@@ -281,6 +292,26 @@ export class ChainHeads {
     u.hash = hash;
     this.raisedAt[index] = this.now();
     this.recompute();
+  }
+
+  /**
+   * Node `index` answered `eth_getBlockByNumber("finalized")` with block `finalized`: raised as
+   * sawHead raises a head (upward only, for a believed node), and never past the node's own head.
+   * Only where the chain's finalized block is the nodes' tag, not a depth under the head.
+   */
+  sawFinalized(index: number, finalized: number, hash: string | null): void {
+    const u = this.upstreams[index];
+    if (!this.followsFinalizedTag || u === undefined || u.head === null || u.finalized === null) return;
+    if (finalized <= u.finalized || finalized > u.head || (u.status !== 'ok' && u.status !== 'lagging')) return;
+    u.finalized = finalized;
+    u.finalizedHash = hash;
+    this.finalizedRaisedAt[index] = this.now();
+    this.recompute();
+  }
+
+  /** Whether the chain's finalized block is what its nodes' `finalized` tag says (answers to the tag can be judged by it). */
+  get followsFinalizedTag(): boolean {
+    return this.tracking.finality === 'finalized';
   }
 
   private rewound(): void {
@@ -317,6 +348,12 @@ export class ChainHeads {
   isAtBest(label: string): boolean {
     const index = this.byLabel.get(label);
     return index !== undefined && this.reachesBest(index);
+  }
+
+  /** Whether upstream `index`'s finalized block is the chain's (or past it). */
+  reachesFinalized(index: number): boolean {
+    const finalized = this.upstreams[index]?.finalized ?? null;
+    return finalized !== null && this.finalized !== null && finalized >= this.finalized;
   }
 
   /** Whether upstream `index`'s tracked head is the chain's best (or past it). */
