@@ -600,7 +600,7 @@ export class UpstreamPool {
     if (this.heads === null || outcome.status !== 200) return outcome;
     const seen = headOfAnswer(outcome.body, kind);
     if (seen === null) return outcome;
-    this.sawHeads(m, [seen]);
+    this.sawHead(m, seen);
     const verdict = this.underHead(seen);
     if (verdict === null) return outcome;
     if (verdict === 'again') return mayRetry ? null : outcome;
@@ -614,14 +614,17 @@ export class UpstreamPool {
     };
   }
 
-  /** The heads a node's answers to head calls name (a call's, or a batch's: `UpstreamRequest.headsIn`): each raises what is known of the node. */
-  sawHeads(m: Member, seen: AnswerHead[]): void {
+  /** What a node's answer to a head call names raises what is known of the node: its head, or its finalized block. */
+  private sawHead(m: Member, head: AnswerHead): void {
     const heads = this.heads;
     if (heads === null) return;
-    for (const head of seen) {
-      if (head.kind === 'finalized') heads.sawFinalized(m.index, head.number, head.hash);
-      else heads.sawHead(m.index, head.number, head.hash);
-    }
+    if (head.kind === 'finalized') heads.sawFinalized(m.index, head.number, head.hash);
+    else heads.sawHead(m.index, head.number, head.hash);
+  }
+
+  /** The heads a node's answer to a batch names (`UpstreamRequest.headsIn`). */
+  sawHeads(m: Member, seen: AnswerHead[]): void {
+    for (const head of seen) this.sawHead(m, head);
   }
 
   /**

@@ -31,8 +31,10 @@ describe('monthly units Redis did not take', () => {
   });
 
   /** The gateway's limiter as src/infra/limits/index.ts composes it (fail-open). */
-  const open = (maxOwedKeys?: number): ResilientLimiter =>
-    new ResilientLimiter(new LeasedLimiter(new RedisLimiter(server.url, { commandTimeoutMs: COMMAND_TIMEOUT_MS, ...(maxOwedKeys ? { maxOwedKeys } : {}) })));
+  const open = (maxOwedKeys?: number, stop: { closeSettleMs?: number; log?: (line: string) => void } = {}): ResilientLimiter =>
+    new ResilientLimiter(
+      new LeasedLimiter(new RedisLimiter(server.url, { commandTimeoutMs: COMMAND_TIMEOUT_MS, ...(maxOwedKeys ? { maxOwedKeys } : {}), ...stop })),
+    );
 
   const request = (overrides: Partial<LimitRequest> = {}): LimitRequest => {
     const id = randomUUID();
@@ -230,5 +232,50 @@ describe('monthly units Redis did not take', () => {
     } finally {
       await limiter.close();
     }
+  });
+  describe('a gateway that stops while Redis is away', () => {
+    /** Redis stopped, and the limiter answering from memory. */
+    async function stopped(limiter: ResilientLimiter): Promise<void> {
+      await server.stop();
+      await until(() => limiter.backend === 'fallback');
+    }
+
+    it('sends the calls it counted in memory when Redis comes back within its stop', async () => {
+      const logged: string[] = [];
+      const limiter = open(undefined, { log: (line) => logged.push(line) });
+      await limiter.whenReady();
+      const req = ownLimitRequest(1);
+      expect((await limiter.take(req)).granted).toBe(1);
+      await stopped(limiter);
+      expect((await limiter.take({ ...req, cost: 3 })).granted).toBe(3);
+      const closing = limiter.close();
+      // Back a moment into the stop (a restart of Redis beside the gateway's).
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      await server.start();
+      await closing;
+      // Before: the stop waited one command's time (200 ms) and dropped the 3: the month said 1.
+      expect(await inRedis(req.monthly.key, req.nowMs)).toBe(4);
+      expect(logged).toEqual([]);
+    });
+
+    it('says in one line what it held when Redis stays away', async () => {
+      const logged: string[] = [];
+      const limiter = open(undefined, { closeSettleMs: 500, log: (line) => logged.push(line) });
+      await limiter.whenReady();
+      const [a, b] = [ownLimitRequest(1), ownLimitRequest(1)] as [LimitRequest, LimitRequest];
+      for (const req of [a, b]) expect((await limiter.take(req)).granted).toBe(1);
+      await stopped(limiter);
+      expect((await limiter.take({ ...a, cost: 3 })).granted).toBe(3);
+      expect((await limiter.take({ ...b, cost: 2 })).granted).toBe(2);
+      await limiter.refund({ tokenId: b.tokenId, bucket: b.monthly.key, units: 1, nowMs: b.nowMs });
+      try {
+        await limiter.close();
+        // Before: nothing said; the 5 calls were missing from Redis's months without a trace.
+        expect(logged).toHaveLength(1);
+        expect(logged[0]).toContain('4 counted in process and 0 given back, in 2 months');
+      } finally {
+        await server.start();
+      }
+    });
   });
 });

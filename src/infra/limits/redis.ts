@@ -121,6 +121,10 @@ export interface RedisLimiterOptions {
   commandTimeoutMs?: number;
   /** At most this many months' units Redis did not take are held (default 100,000); past it they are dropped, and counted. */
   maxOwedKeys?: number;
+  /** At stop, how long the units owed may wait for Redis to come back and take them (default 2 s). */
+  closeSettleMs?: number;
+  /** Where a stop with units Redis never took is said (default: stderr). */
+  log?: (line: string) => void;
 }
 
 /**
@@ -148,6 +152,9 @@ export interface UnsettledUnits {
 }
 
 const MAX_OWED_KEYS = 100_000;
+/** At stop, how long the months owed may wait for Redis (a SIGTERM's drain of usage waits up to 5 s too). */
+const CLOSE_SETTLE_MS = 2_000;
+
 /** Months owed are sent this many at a time, the next batch once Redis took some of these. */
 const OWED_BATCH = 500;
 
@@ -190,7 +197,8 @@ export class RedisLimiter implements LeaseSource {
    * Redis answers again (a take answered, or the connection ready again), each at most once.
    */
   private readonly owed = new Map<string, Owed>();
-  private settling = false;
+  /** The months owed being sent now (null: none): a second settle waits for this one. */
+  private settling: Promise<void> | null = null;
   private readonly maxOwedKeys: number;
   /** What was dropped of the months owed (for /metrics and tests). */
   readonly unsettled: UnsettledUnits = { counted: { cap: 0, unknown: 0 }, givenBack: { cap: 0, unknown: 0 } };
@@ -198,10 +206,14 @@ export class RedisLimiter implements LeaseSource {
   private refunded: { promise: Promise<void>; resolve: () => void } | null = null;
   private flushScheduled = false;
   private readonly commandTimeoutMs: number;
+  private readonly closeSettleMs: number;
+  private readonly log: (line: string) => void;
 
   constructor(redisUrl: string, options: RedisLimiterOptions = {}) {
     this.commandTimeoutMs = options.commandTimeoutMs ?? 50;
     this.maxOwedKeys = options.maxOwedKeys ?? MAX_OWED_KEYS;
+    this.closeSettleMs = options.closeSettleMs ?? CLOSE_SETTLE_MS;
+    this.log = options.log ?? ((line) => console.warn(line));
     // Fail at once while disconnected instead of queueing calls until Redis is back.
     this.client = redisClient(redisUrl, { ...FAIL_FAST, commandTimeout: this.commandTimeoutMs * IOREDIS_TIMEOUT_FACTOR });
     this.client.defineCommand('limiterTake', { numberOfKeys: 2, lua: TAKE_LUA });
@@ -294,8 +306,8 @@ export class RedisLimiter implements LeaseSource {
    * again, what may have run is not. The next batch goes once Redis took some of this one.
    */
   private settleOwed(): Promise<void> {
-    if (this.settling || this.owed.size === 0 || !this.ready) return Promise.resolve();
-    this.settling = true;
+    if (this.settling !== null) return this.settling;
+    if (this.owed.size === 0 || !this.ready) return Promise.resolve();
     const batch: Array<[string, Owed]> = [];
     for (const [key, held] of this.owed) {
       this.owed.delete(key);
@@ -306,8 +318,8 @@ export class RedisLimiter implements LeaseSource {
     const sent = batch.map(([key, { units, nowMs }]) =>
       units > 0 ? commands.limiterCount(key, units, monthlyTtlSeconds(nowMs)) : commands.limiterRefund(key, -units),
     );
-    return replies(sent).then((answered) => {
-      this.settling = false;
+    this.settling = replies(sent).then((answered) => {
+      this.settling = null;
       let taken = 0;
       for (const [i, [key, { units, nowMs }]] of batch.entries()) {
         const error = answered[i]?.[0] ?? null;
@@ -316,6 +328,7 @@ export class RedisLimiter implements LeaseSource {
       }
       if (taken > 0) return this.settleOwed();
     });
+    return this.settling;
   }
 
   private scheduleFlush(): void {
@@ -452,10 +465,38 @@ export class RedisLimiter implements LeaseSource {
     return value === null ? 0 : Number(value);
   }
 
-  /** Sends what is owed first, while Redis answers (within the deadline): a process that stops holding them loses them. */
+  /**
+   * Sends what is owed first: a process that stops holding them loses them, and their months in
+   * Redis stay short of calls made (a caller's next calls past the quota). So it waits for Redis,
+   * to come back and to take them, up to `closeSettleMs` (a stop during an outage), and says in
+   * one line what it still held.
+   */
   async close(): Promise<void> {
-    await this.withinDeadline(this.settleOwed()).catch(() => undefined);
+    const settleMs = Math.max(this.commandTimeoutMs, this.closeSettleMs);
+    await withinDeadline(this.settleBeforeStop(settleMs), settleMs, () => new Error('settling')).catch(() => undefined);
+    const left = this.owedTotals();
+    if (left.months > 0)
+      this.log(
+        `limits: stopping with units Redis did not take (it could not be reached within ${settleMs} ms): ${left.counted} counted in process and ${left.givenBack} given back, in ${left.months} months; those months in Redis miss them`,
+      );
     await closeClient(this.client);
+  }
+
+  private async settleBeforeStop(timeoutMs: number): Promise<void> {
+    if (this.owed.size === 0) return;
+    if (!this.ready) await waitForReady(this.client, timeoutMs);
+    await this.settleOwed();
+  }
+
+  /** The units owed, summed by sign, and how many months they are in. */
+  private owedTotals(): { counted: number; givenBack: number; months: number } {
+    let counted = 0;
+    let givenBack = 0;
+    for (const { units } of this.owed.values()) {
+      if (units > 0) counted += units;
+      else givenBack -= units;
+    }
+    return { counted, givenBack, months: this.owed.size };
   }
 
   private withinDeadline<T>(reply: Promise<T>): Promise<T> {
