@@ -63,21 +63,37 @@ function pollsAtHeadCallsBehind(node: EvmNodeFake): void {
   };
 }
 
+/** The service in front of two nodes, the second behind a provider URL (pollsAtHeadCallsBehind), its heads followed from a first call. */
+async function serviceWithNodeBehind() {
+  const setup = await started.serviceOnEvmNodes(2);
+  pollsAtHeadCallsBehind(setup.nodes[1] as EvmNodeFake);
+  const heads = setup.t.runtime.gateway!.pools.get('evm')!.heads!;
+  await resultOf(setup.url, 'eth_chainId');
+  return { ...setup, heads };
+}
+
+/** 8 rounds: the chain moves a block, the gateway's polls show what `seen` waits for, then `calls` are made. */
+async function eachNewBlock(chain: { advance(): void }, seen: () => boolean, calls: () => Promise<void>): Promise<void> {
+  for (let round = 0; round < 8; round++) {
+    chain.advance();
+    await until(seen);
+    await calls();
+  }
+}
+
 describe('a node whose answers are behind the head the gateway knows', () => {
   it('answers eth_blockNumber with the best head known and asks a node at it for the latest block', async () => {
-    const { t, url, nodes, chain } = await started.serviceOnEvmNodes(2);
-    const [, lb] = nodes as [EvmNodeFake, EvmNodeFake];
-    pollsAtHeadCallsBehind(lb);
-    const heads = t.runtime.gateway!.pools.get('evm')!.heads!;
-    await resultOf(url, 'eth_chainId');
+    const { url, chain, heads } = await serviceWithNodeBehind();
     const got: Array<[string, number, number]> = [];
-    for (let round = 0; round < 8; round++) {
-      chain.advance();
-      await until(() => heads.upstreams.every((u) => u.head === chain.head));
-      for (let i = 0; i < 3; i++) got.push(['eth_blockNumber', await blockNumber(url), chain.head]);
-      got.push(['latest', await latestBlock(url, false), chain.head]);
-      got.push(['latest full', await latestBlock(url, true), chain.head]);
-    }
+    await eachNewBlock(
+      chain,
+      () => heads.upstreams.every((u) => u.head === chain.head),
+      async () => {
+        for (let i = 0; i < 3; i++) got.push(['eth_blockNumber', await blockNumber(url), chain.head]);
+        got.push(['latest', await latestBlock(url, false), chain.head]);
+        got.push(['latest full', await latestBlock(url, true), chain.head]);
+      },
+    );
     // Before: the node behind's answers (one block under the head the gateway had just polled) about half the time.
     expect(got.filter(([, n, head]) => n !== head)).toEqual([]);
   });
@@ -101,29 +117,27 @@ async function batchResults(url: string, calls: Array<[string, unknown[]]>): Pro
 
 describe('head calls inside a batch', () => {
   it('answer eth_blockNumber with the best head known and the latest block from a node at it, as single calls do', async () => {
-    const { t, url, nodes, chain, accountId } = await started.serviceOnEvmNodes(2);
-    const [, lb] = nodes as [EvmNodeFake, EvmNodeFake];
-    pollsAtHeadCallsBehind(lb);
-    const heads = t.runtime.gateway!.pools.get('evm')!.heads!;
-    await resultOf(url, 'eth_chainId');
+    const { t, url, chain, accountId, heads } = await serviceWithNodeBehind();
     const got: Array<[string, number, number]> = [];
-    for (let round = 0; round < 8; round++) {
-      chain.advance();
-      await until(() => heads.upstreams.every((u) => u.head === chain.head));
-      for (let i = 0; i < 3; i++) {
-        // A batch as viem's and ethers' batching send it: head calls beside other reads, all in one upstream batch.
-        const [number, block, fullBlock, chainId] = await batchResults(url, [
-          ['eth_blockNumber', []],
-          ['eth_getBlockByNumber', ['latest', false]],
-          ['eth_getBlockByNumber', ['latest', true]],
-          ['eth_chainId', []],
-        ]);
-        expect(chainId).toBe('0x2a');
-        got.push(['eth_blockNumber', Number(number), chain.head]);
-        got.push(['latest', Number((block as { number: string }).number), chain.head]);
-        got.push(['latest full', Number((fullBlock as { number: string }).number), chain.head]);
-      }
-    }
+    await eachNewBlock(
+      chain,
+      () => heads.upstreams.every((u) => u.head === chain.head),
+      async () => {
+        for (let i = 0; i < 3; i++) {
+          // A batch as viem's and ethers' batching send it: head calls beside other reads, all in one upstream batch.
+          const [number, block, fullBlock, chainId] = await batchResults(url, [
+            ['eth_blockNumber', []],
+            ['eth_getBlockByNumber', ['latest', false]],
+            ['eth_getBlockByNumber', ['latest', true]],
+            ['eth_chainId', []],
+          ]);
+          expect(chainId).toBe('0x2a');
+          got.push(['eth_blockNumber', Number(number), chain.head]);
+          got.push(['latest', Number((block as { number: string }).number), chain.head]);
+          got.push(['latest full', Number((fullBlock as { number: string }).number), chain.head]);
+        }
+      },
+    );
     // Before: every head call the node behind answered, one block under the head the gateway had just polled.
     expect(got.filter(([, n, head]) => n !== head)).toEqual([]);
     // A block asked again is still one call, recorded once: the first eth_chainId and 24 batches of 4.
@@ -159,20 +173,18 @@ describe('head calls inside a batch', () => {
 
 describe('the finalized block', () => {
   it('never goes under the highest finalized block a node showed: asked again of a node that has it', async () => {
-    const { t, url, nodes, chain } = await started.serviceOnEvmNodes(2);
-    const [, lb] = nodes as [EvmNodeFake, EvmNodeFake];
-    pollsAtHeadCallsBehind(lb);
-    const heads = t.runtime.gateway!.pools.get('evm')!.heads!;
-    await resultOf(url, 'eth_chainId');
+    const { url, chain, heads } = await serviceWithNodeBehind();
     const got: Array<[number, number]> = [];
-    for (let round = 0; round < 8; round++) {
-      chain.advance();
-      await until(() => heads.upstreams.every((u) => u.finalized === chain.head - chain.finalityDepth));
-      for (let i = 0; i < 4; i++) {
-        const block = (await resultOf(url, 'eth_getBlockByNumber', ['finalized', i % 2 === 0])) as { number: string };
-        got.push([Number(block.number), chain.head - chain.finalityDepth]);
-      }
-    }
+    await eachNewBlock(
+      chain,
+      () => heads.upstreams.every((u) => u.finalized === chain.head - chain.finalityDepth),
+      async () => {
+        for (let i = 0; i < 4; i++) {
+          const block = (await resultOf(url, 'eth_getBlockByNumber', ['finalized', i % 2 === 0])) as { number: string };
+          got.push([Number(block.number), chain.head - chain.finalityDepth]);
+        }
+      },
+    );
     // Before: the node behind's answers, a block under the finalized block both nodes' polls showed, about half the time.
     expect(got.filter(([n, finalized]) => n !== finalized)).toEqual([]);
   });
