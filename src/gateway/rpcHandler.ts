@@ -599,8 +599,8 @@ function forwardBatch(
   const answersTo = (body: Buffer): Map<number, MemberAnswer> | null => (judged?.body === body ? judged.answers : splitBatchAnswer(body, calls));
   const headCalls = pool.heads === null ? [] : leadersAskingHead(leaders);
   // What the winning answer's head calls say, read once: for the node's head (headsIn), then for the members' answers.
-  let seen: { body: Buffer; heads: Map<number, AnswerHead> } | null = null;
-  const headsIn = (body: Buffer): Map<number, AnswerHead> => {
+  let seen: { body: Buffer; heads: LeaderHead[] } | null = null;
+  const headsIn = (body: Buffer): LeaderHead[] => {
     if (seen?.body !== body) seen = { body, heads: headsInAnswers(answersTo(body), headCalls) };
     return seen.heads;
   };
@@ -611,7 +611,7 @@ function forwardBatch(
     retriable: !writes,
     shape: pool.heads === null ? undefined : shapeOfAll(leaders.map((l) => l.plan.shape)),
     judge,
-    headsIn: headCalls.length === 0 ? undefined : (body) => [...headsIn(body).values()],
+    headsIn: headCalls.length === 0 ? undefined : (body) => headsIn(body).map((h) => h.head),
   };
   return pool.sendThen(request, (outcome): UpstreamFailure | null => {
     if (writes) pool.heads?.invalidate(calls.some((c) => rewritesHistory(c.method)));
@@ -619,13 +619,13 @@ function forwardBatch(
     // Head calls answered under what is known, as a single call's would be (docs/decisions.md, "The head never goes back within a poll interval").
     const behind = new Set<number>();
     if (outcome.ok && answers !== null && headCalls.length > 0) {
-      for (const [index, head] of headsIn(outcome.body)) {
+      for (const { leader, head } of headsIn(outcome.body)) {
         const verdict = pool.underHead(head);
         if (verdict === null) continue;
-        if (verdict !== 'again') answers.set(index, { text: verdict.text, error: null });
+        if (verdict !== 'again') answers.set(leader.m.index, { text: verdict.text, error: null });
         else {
-          behind.add(index);
-          again.push((headCalls.find((h) => h.leader.m.index === index) as HeadCall).leader);
+          behind.add(leader.m.index);
+          again.push(leader);
         }
       }
     }
@@ -700,14 +700,20 @@ function leadersAskingHead(leaders: Leader[]): HeadCall[] {
   return found;
 }
 
-/** The heads a batch answer's head calls name, by member index (members answered with an error or no head left out). */
-function headsInAnswers(answers: Map<number, MemberAnswer> | null, headCalls: HeadCall[]): Map<number, AnswerHead> {
-  const heads = new Map<number, AnswerHead>();
+/** A head call of a batch and the head its answer names. */
+interface LeaderHead {
+  leader: Leader;
+  head: AnswerHead;
+}
+
+/** The heads a batch answer's head calls name (members answered with an error or no head left out). */
+function headsInAnswers(answers: Map<number, MemberAnswer> | null, headCalls: HeadCall[]): LeaderHead[] {
+  const heads: LeaderHead[] = [];
   if (answers === null) return heads;
   for (const { leader, kind } of headCalls) {
     const answer = answers.get(leader.m.index);
     const head = answer === undefined || answer.error !== null ? null : headOfAnswerText(answer.text, kind);
-    if (head !== null) heads.set(leader.m.index, head);
+    if (head !== null) heads.push({ leader, head });
   }
   return heads;
 }

@@ -1,4 +1,4 @@
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -6,6 +6,7 @@ import { until } from '../support/eventually.js';
 import { type FakeUpstream, startEvmFake } from '../support/fakeUpstreams.js';
 import { createTestDatabase, postgresUnavailable, type TestDatabase } from '../support/postgres.js';
 import { startTestRedisServer, type TestRedisServer } from '../support/redisServer.js';
+import { evmServiceConfig } from '../support/serviceOnEvmNodes.js';
 import { type ServiceProcess, startService } from '../support/serviceProcess.js';
 import { newToken, startTestApp, type TestApp } from '../support/testApp.js';
 
@@ -37,27 +38,13 @@ describe.skipIf(unavailable !== null)(unavailable ? `maxRps across gateways (ski
 
   beforeAll(async () => {
     [db, redis, node, spare] = await Promise.all([createTestDatabase(), startTestRedisServer(), startEvmFake(), startEvmFake()]);
-    const chains = join(dir, 'chains.json');
-    writeFileSync(
-      chains,
-      JSON.stringify({
-        chains: [
-          {
-            id: 'evm',
-            name: 'EVM',
-            protocol: 'jsonrpc',
-            timeoutMs: 1_000,
-            upstreams: [
-              { url: node.url, label: 'capped', maxRps: 10 },
-              { url: spare.url, label: 'spare' },
-            ],
-          },
-        ],
-      }),
-    );
-    const plans = join(dir, 'plans.json');
-    writeFileSync(plans, JSON.stringify({ unlimited: { rps: 1_000_000 } }));
-    const env = { DATABASE_URL: db.url, REDIS_URL: redis.url, CHAINS_CONFIG: chains, PLANS_CONFIG: plans, WS_INSTANCE_TTL_MS: String(TTL_MS) };
+    const config = evmServiceConfig(dir, {
+      upstreams: [
+        { url: node.url, label: 'capped', maxRps: 10 },
+        { url: spare.url, label: 'spare' },
+      ],
+    });
+    const env = { DATABASE_URL: db.url, REDIS_URL: redis.url, ...config, WS_INSTANCE_TTL_MS: String(TTL_MS) };
     b = startService({ ...env, ROLE: 'gateway', LOCAL_DEVNET: 'off', LOG_LEVEL: 'warn' });
     a = await startTestApp({ env });
     await a.app.listen({ port: 0, host: '127.0.0.1' });

@@ -1,8 +1,9 @@
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type FakeUpstream, startEvmFake } from '../support/fakeUpstreams.js';
+import { evmServiceConfig } from '../support/serviceOnEvmNodes.js';
 import { listen, newToken, startTestApp, type TestApp } from '../support/testApp.js';
 
 /**
@@ -18,24 +19,7 @@ const dir = mkdtempSync(join(tmpdir(), 'gw-budget-'));
 
 beforeAll(async () => {
   [a, b] = await Promise.all([startEvmFake(), startEvmFake()]);
-  const chains = join(dir, 'chains.json');
-  writeFileSync(
-    chains,
-    JSON.stringify({
-      chains: [
-        {
-          id: 'evm',
-          name: 'EVM',
-          protocol: 'jsonrpc',
-          timeoutMs: 1_000,
-          upstreams: [{ url: a.url, maxRps: 5 }, { url: b.url }],
-        },
-      ],
-    }),
-  );
-  const plans = join(dir, 'plans.json');
-  writeFileSync(plans, JSON.stringify({ unlimited: { rps: 1_000_000 } }));
-  t = await startTestApp({ env: { CHAINS_CONFIG: chains, PLANS_CONFIG: plans } });
+  t = await startTestApp({ env: evmServiceConfig(dir, { upstreams: [{ url: a.url, maxRps: 5 }, { url: b.url }] }) });
   base = (await listen(t)).url;
 });
 afterAll(async () => {

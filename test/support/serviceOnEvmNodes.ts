@@ -17,6 +17,22 @@ export interface ServiceOnEvmNodes {
   nodes: EvmNodeFake[];
 }
 
+/**
+ * A chains file with one chain, `evm` (JSON-RPC, timeout 1 s, `chain` on top), and a plans file
+ * with `unlimited` (`plan`), written in `dir`: the environment that names them.
+ */
+export function evmServiceConfig(
+  dir: string,
+  chain: Record<string, unknown>,
+  plan: Record<string, unknown> = { rps: 1_000_000 },
+): { CHAINS_CONFIG: string; PLANS_CONFIG: string } {
+  const CHAINS_CONFIG = join(dir, 'chains.json');
+  writeFileSync(CHAINS_CONFIG, JSON.stringify({ chains: [{ id: 'evm', name: 'EVM', protocol: 'jsonrpc', timeoutMs: 1_000, ...chain }] }));
+  const PLANS_CONFIG = join(dir, 'plans.json');
+  writeFileSync(PLANS_CONFIG, JSON.stringify({ unlimited: plan }));
+  return { CHAINS_CONFIG, PLANS_CONFIG };
+}
+
 /** What the tests of a file started, closed after each test (`afterEach(() => started.close())`). */
 export class Started {
   private readonly opened: Array<{ close(): Promise<void> }> = [];
@@ -37,16 +53,8 @@ export class Started {
     this.opened.push(...nodes);
     const dir = mkdtempSync(join(tmpdir(), 'gw-evm-nodes-'));
     this.dirs.push(dir);
-    const chains = join(dir, 'chains.json');
-    writeFileSync(
-      chains,
-      JSON.stringify({
-        chains: [{ id: 'evm', name: 'EVM', protocol: 'jsonrpc', timeoutMs: 1_000, headPollMs: 200, upstreams: [{ url: 'http://127.0.0.1:1' }], ...chainExtra }],
-      }),
-    );
-    const plans = join(dir, 'plans.json');
-    writeFileSync(plans, JSON.stringify({ unlimited: plan }));
-    const t = await startTestApp({ env: { CHAINS_CONFIG: chains, PLANS_CONFIG: plans, UPSTREAM_EVM: nodes.map((n) => n.url).join(',') } });
+    const config = evmServiceConfig(dir, { headPollMs: 200, upstreams: [{ url: 'http://127.0.0.1:1' }], ...chainExtra }, plan);
+    const t = await startTestApp({ env: { ...config, UPSTREAM_EVM: nodes.map((n) => n.url).join(',') } });
     this.opened.push(t);
     const { url } = await listen(t);
     const token = await newToken(t, { plan: 'unlimited' });
