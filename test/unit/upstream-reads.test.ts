@@ -214,9 +214,57 @@ describe('head tracking', () => {
     const epoch = h.epoch;
     h.observe(0, { head: 100, hash: '0x1', finalized: 90, finalizedHash: '0xf90' }, sentAt);
     expect([h.upstreams[0]?.finalized, h.finalized, h.epoch]).toEqual([95, 95, epoch]);
-    // A poll sent after it is believed.
-    h.observe(0, { head: 101, hash: '0x2', finalized: 96, finalizedHash: '0xf96' }, now);
-    expect(h.finalized).toBe(96);
+    // A poll sent after it is believed, even one saying less.
+    h.observe(0, { head: 101, hash: '0x2', finalized: 93, finalizedHash: '0xf93' }, now);
+    expect([h.upstreams[0]?.finalized, h.finalized]).toEqual([93, 93]);
+  });
+
+  it("takes an older poll's finalized block where the raised one would pass the head the poll shows (a backend behind the URL): no liar, no rewind", () => {
+    let now = 1_000;
+    const h = new ChainHeads(TRACKING, ['only'], noProbe, () => now);
+    h.observe(0, { head: 100, hash: '0x1', finalized: 90, finalizedHash: '0xf90' });
+    const sentAt = now;
+    now += 5;
+    h.sawFinalized(0, 95, '0xf95');
+    const generation = h.generation;
+    h.observe(0, { head: 94, hash: '0x0', finalized: 85, finalizedHash: '0xf85' }, sentAt);
+    expect([h.upstreams[0]?.status, h.upstreams[0]?.head, h.upstreams[0]?.finalized, h.finalized, h.generation]).toEqual(['ok', 94, 85, 85, generation]);
+  });
+
+  it("keeps a finalized block an answer raised while a pushed node's finalized probe was out", async () => {
+    let now = 100_000;
+    const block = (n: number): Buffer => Buffer.from(JSON.stringify({ jsonrpc: '2.0', id: 1, result: { number: `0x${n.toString(16)}`, hash: `0xh${n}` } }));
+    // Polls are answered at once (head 100, finalized 90) until `hold`: then a finalized probe waits in `held`.
+    let hold = false;
+    const held: Array<(body: Buffer) => void> = [];
+    const probe = (_: number, body: string): Promise<Buffer | null> => {
+      const finalized = body.includes('"finalized"');
+      return hold && finalized ? new Promise((resolve) => held.push(resolve)) : Promise.resolve(block(finalized ? 90 : 100));
+    };
+    let push: ((head: { number: number; hash: string | null }) => void) | null = null;
+    const h = new ChainHeads(
+      { ...TRACKING, pollMs: 60_000 },
+      ['pushed'],
+      probe,
+      () => now,
+      (_, handlers) => {
+        push = (head) => handlers.head(head);
+        return { live: true, stop: () => {} };
+      },
+    );
+    h.touch();
+    await h.poll();
+    expect([h.best, h.finalized]).toEqual([100, 90]);
+    now += 1;
+    (push as unknown as (head: { number: number; hash: string | null }) => void)({ number: 100, hash: '0xh100' });
+    hold = true;
+    const polled = h.poll();
+    expect(held).toHaveLength(1);
+    now += 5;
+    h.sawFinalized(0, 95, '0xf95');
+    (held[0] as (body: Buffer) => void)(block(90));
+    await polled;
+    expect([h.upstreams[0]?.finalized, h.finalized]).toEqual([95, 95]);
   });
 
   it('leaves the finalized block alone where it is a depth under the head (no tag to judge answers by)', () => {

@@ -230,6 +230,7 @@ export class ChainHeads {
    * the tag), and keeps the node counted while no new block comes.
    */
   private async refreshPushed(index: number, byTag: boolean): Promise<void> {
+    const sentAt = this.now();
     const tagged = byTag ? blockOfAnswer(await this.probe(index, FINALIZED_BODY)) : null;
     const finalized = tagged?.number ?? null;
     if (byTag && finalized === null) {
@@ -240,29 +241,35 @@ export class ChainHeads {
     const u = this.upstreams[index] as UpstreamHead;
     if (u.head === null) return;
     const depth = this.tracking.finality;
-    this.observe(index, {
-      head: u.head,
-      hash: u.hash,
-      finalized: typeof depth === 'number' ? Math.max(0, u.head - depth) : (finalized ?? u.finalized),
-      finalizedHash: tagged?.hash ?? null,
-    });
+    this.observe(
+      index,
+      {
+        head: u.head,
+        hash: u.hash,
+        finalized: typeof depth === 'number' ? Math.max(0, u.head - depth) : (finalized ?? u.finalized),
+        finalizedHash: tagged?.hash ?? null,
+      },
+      sentAt,
+    );
   }
 
   /**
    * A node's poll (sent at `sentAt`) answered, or its head was pushed. A poll's head under the one
-   * an answer to a head call showed since it was sent is older news: the node's head stays.
+   * an answer to a head call showed since it was sent is older news: the node's head stays. So is
+   * its finalized block under one an answer showed since, unless that one would pass the head the
+   * node keeps (a backend behind the node's URL answered the poll): the poll's is taken then.
+   * Neither is a rewind.
    */
   observe(index: number, sample: HeadSample, sentAt?: number): void {
     const u = this.upstreams[index];
     if (!u) return;
-    const older = sentAt !== undefined && u.head !== null && sample.head < u.head && (this.raisedAt[index] as number) >= sentAt;
+    const headRaisedSince = sentAt !== undefined && (this.raisedAt[index] as number) >= sentAt;
+    const finalizedRaisedSince = sentAt !== undefined && (this.finalizedRaisedAt[index] as number) >= sentAt;
+    const older = headRaisedSince && u.head !== null && sample.head < u.head;
+    const keptHead = older ? (u.head as number) : sample.head;
     const olderFinalized =
-      sentAt !== undefined &&
-      u.finalized !== null &&
-      sample.finalized !== null &&
-      sample.finalized < u.finalized &&
-      (this.finalizedRaisedAt[index] as number) >= sentAt;
-    if (!older && !olderFinalized && this.rewinds(u, sample)) {
+      finalizedRaisedSince && u.finalized !== null && sample.finalized !== null && sample.finalized < u.finalized && u.finalized <= keptHead;
+    if (!older && !finalizedRaisedSince && this.rewinds(u, sample)) {
       this.rewound();
       this.epoch++;
     }
