@@ -318,9 +318,18 @@ function sendRead(scope: CallScope, m: RpcCall, admission: Admission, plan: Read
 
 /**
  * A read's own upstream call, its answer handed to the callers in `waiting` (its key's list in
- * `pool.waiting`; null: not shared) and kept when it may be.
+ * `pool.waiting`; null: not shared) and kept when it may be. `behind`: an answer under the head
+ * it already had (a batch member's), the caller's when no node at the head answers in time.
  */
-function sendLed(scope: CallScope, m: RpcCall, admission: Admission, plan: ReadPlan, waiting: Waiter[] | null, deadline?: number): Promise<Answer> {
+function sendLed(
+  scope: CallScope,
+  m: RpcCall,
+  admission: Admission,
+  plan: ReadPlan,
+  waiting: Waiter[] | null,
+  deadline?: number,
+  behind?: UpstreamAnswer,
+): Promise<Answer> {
   const { pool } = scope;
   const { key } = plan;
   const request: UpstreamRequest = {
@@ -333,6 +342,7 @@ function sendLed(scope: CallScope, m: RpcCall, admission: Admission, plan: ReadP
     answerId: answerIdOf(m),
     deadline,
     headAnswer: pool.heads === null ? undefined : headAnswerOf(m.method, plan.shape),
+    behind,
   };
   return pool.sendThen(request, (outcome) => {
     if (key !== null) {
@@ -462,7 +472,7 @@ async function serveMembers(
   const sharing: Array<Promise<void>> = [];
   const upstream: RpcCall[] = [];
   const leaders: Leader[] = [];
-  const again: Leader[] = [];
+  const again: AskedAgain[] = [];
   let writes = false;
   /** Not found in process: shares an identical call in flight, or leads one in this batch's upstream batch. */
   const route = (m: RpcCall, plan: ReadPlan): void => {
@@ -523,14 +533,16 @@ async function serveMembers(
       }
     }
     failure = upstream.length > 0 ? await forwardBatch(scope, upstream, leaders, writes, served, again) : null;
-    // Each `latest` block answered under the best head: its own call, which goes to a node at it, its sharers still waiting on its key.
-    for (const { m, plan, waiting } of again)
+    // Each `latest` block answered under the best head: its own call, which goes to a node at it within the batch's time, its sharers still waiting on its key.
+    for (const { leader, behind, deadline } of again) {
+      const { m, plan, waiting } = leader;
       sharing.push(
-        sendLed(scope, m, admission, plan, waiting).then(
+        sendLed(scope, m, admission, plan, waiting, deadline, behind).then(
           (answer) => void served.set(m.index, asMember(m, answer)),
           (err: unknown) => void served.set(m.index, unanswerable(m, err)),
         ),
       );
+    }
   } catch (err) {
     // Whatever went wrong, no caller waits on a call this batch will not answer.
     const message = `the gateway could not answer this call: ${err instanceof Error ? err.message : String(err)}`;
@@ -586,9 +598,11 @@ function forwardBatch(
   leaders: Leader[],
   writes: boolean,
   answered: Map<number, MemberServed>,
-  again: Leader[],
+  again: AskedAgain[],
 ): Promise<UpstreamFailure | null> {
   const { pool } = scope;
+  // The caller waits callTimeoutMs for the whole batch, members asked again included.
+  const deadline = performance.now() + scope.chain.callTimeoutMs;
   // The judge splits the answer (checking its ids); the split of the answer that won is used again.
   let judged: { body: Buffer; answers: Map<number, MemberAnswer> | null } | null = null;
   const judge = (body: Buffer): Verdict => {
@@ -612,6 +626,7 @@ function forwardBatch(
     shape: pool.heads === null ? undefined : shapeOfAll(leaders.map((l) => l.plan.shape)),
     judge,
     headsIn: headCalls.length === 0 ? undefined : (body) => headsIn(body).map((h) => h.head),
+    deadline,
   };
   return pool.sendThen(request, (outcome): UpstreamFailure | null => {
     if (writes) pool.heads?.invalidate(calls.some((c) => rewritesHistory(c.method)));
@@ -625,7 +640,8 @@ function forwardBatch(
         if (verdict !== 'again') answers.set(leader.m.index, { text: verdict.text, error: null });
         else {
           behind.add(leader.m.index);
-          again.push(leader);
+          const text = answers.get(leader.m.index)?.text as string;
+          again.push({ leader, behind: { ...(outcome as UpstreamAnswer), body: Buffer.from(text) }, deadline });
         }
       }
     }
@@ -683,6 +699,13 @@ function forwardBatch(
     }
     return failure;
   });
+}
+
+/** A batch member whose head call was answered under what is known: asked again alone, by the batch's deadline, its answer the caller's if none better comes. */
+interface AskedAgain {
+  leader: Leader;
+  behind: UpstreamAnswer;
+  deadline: number;
 }
 
 /** A batch member that is a head call (`eth_blockNumber`, a `latest` block), and which. */

@@ -65,6 +65,12 @@ export interface UpstreamRequest {
    * best head (rpcHandler's forwardBatch).
    */
   headsIn?: (body: Buffer) => AnswerHead[];
+  /**
+   * A head call asked again (a batch member whose answer was under the head): that answer, the
+   * caller's when no other node at the head answers in time; its attempts go only to nodes at the
+   * head (or at the chain's finalized block, for a `finalized` block), not to the one that answered it.
+   */
+  behind?: UpstreamAnswer;
 }
 
 export type Verdict = 'ok' | 'bad' | 'archive' | 'busy';
@@ -719,10 +725,16 @@ class PoolCall implements Settles {
     private readonly reject: (reason: unknown) => void,
   ) {
     this.deadline = request.deadline ?? -1;
+    if (request.behind !== undefined) {
+      this.behind = request.behind;
+      if (request.headAnswer === 'finalized') this.atFinalizedOnly = true;
+      else this.atBestOnly = true;
+    }
   }
 
+  /** Whether `m` was asked already: by this call, or, for a call asked again, the node whose answer was behind. */
   hasTried(m: Member): boolean {
-    return this.first === m || this.tried?.includes(m) === true;
+    return this.first === m || this.tried?.includes(m) === true || m.upstream.label === this.request.behind?.upstream;
   }
 
   start(): void {

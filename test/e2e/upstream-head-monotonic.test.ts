@@ -151,6 +151,29 @@ describe('head calls inside a batch', () => {
     expect(byMethod(recorded)).toEqual({ eth_chainId: 25, eth_blockNumber: 24, eth_getBlockByNumber: 48 });
   });
 
+  it("wait the chain's callTimeoutMs in all when a latest block is asked again and no node at the head answers: the block behind then, as a single call", async () => {
+    const { t, url, nodes, chain } = await started.serviceOnEvmNodes(2, { timeoutMs: 2_500, callTimeoutMs: 3_000 });
+    const [atHead, behind] = nodes as [EvmNodeFake, EvmNodeFake];
+    behind.behaviour = 'behind';
+    behind.lagBlocks = 1;
+    const heads = t.runtime.gateway!.pools.get('evm')!.heads!;
+    await resultOf(url, 'eth_chainId');
+    await until(() => heads.upstreams[0]?.head === chain.head && heads.upstreams[1]?.head === chain.head - 1);
+    // The node at the head sends a broken answer to a batch, and takes 10 s over a single call; the node behind takes 2 s over a batch.
+    atHead.rewrite = (body, call) => (call.body.startsWith('[') ? 'not json' : body);
+    atHead.latency = (call) => (call.headers[HEAD_POLL_HEADER] === undefined && !call.body.startsWith('[') ? 10_000 : 0);
+    behind.latency = (call) => (call.body.startsWith('[') ? 2_000 : 0);
+    const sentAt = performance.now();
+    const [block, chainId] = await batchResults(url, [
+      ['eth_getBlockByNumber', ['latest', false]],
+      ['eth_chainId', []],
+    ]);
+    const waited = performance.now() - sentAt;
+    expect([Number((block as { number: string }).number), chainId]).toEqual([chain.head - 1, '0x2a']);
+    // Before: the member asked again got a callTimeoutMs of its own after the batch's 2 s, about 5 s in all.
+    expect(waited).toBeLessThan(4_000);
+  });
+
   it("raise what the gateway knows of the answering node's head, as a single call's answer does", async () => {
     const { t, url, nodes, chain } = await started.serviceOnEvmNodes(2, { headPollMs: 600_000 });
     const heads = t.runtime.gateway!.pools.get('evm')!.heads!;
@@ -186,6 +209,28 @@ describe('the finalized block', () => {
       },
     );
     // Before: the node behind's answers, a block under the finalized block both nodes' polls showed, about half the time.
+    expect(got.filter(([n, finalized]) => n !== finalized)).toEqual([]);
+  });
+
+  it('never goes under it inside a batch either', async () => {
+    const { url, chain, heads } = await serviceWithNodeBehind();
+    const got: Array<[number, number]> = [];
+    await eachNewBlock(
+      chain,
+      () => heads.upstreams.every((u) => u.finalized === chain.head - chain.finalityDepth),
+      async () => {
+        for (let i = 0; i < 2; i++) {
+          const [block, fullBlock, chainId] = await batchResults(url, [
+            ['eth_getBlockByNumber', ['finalized', false]],
+            ['eth_getBlockByNumber', ['finalized', true]],
+            ['eth_chainId', []],
+          ]);
+          expect(chainId).toBe('0x2a');
+          for (const b of [block, fullBlock]) got.push([Number((b as { number: string }).number), chain.head - chain.finalityDepth]);
+        }
+      },
+    );
+    // Before (batches not judged): the node behind's answers, a block under the finalized block both nodes' polls showed.
     expect(got.filter(([n, finalized]) => n !== finalized)).toEqual([]);
   });
 
