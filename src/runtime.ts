@@ -444,6 +444,8 @@ export async function openRuntime(config: Config, clock?: () => Date, options: R
       await notify?.close();
       await gateway?.tokens.close();
       await gateway?.pools.close();
+      // It calls no node from here on: the other gateways take its share of each node's maxRps now, not after the drain.
+      await instances.close();
       await sharedCache?.close();
       // What the gateway served is recorded before the process goes: drain, then stop.
       if (ingester) {
@@ -459,7 +461,6 @@ export async function openRuntime(config: Config, clock?: () => Date, options: R
       await limiter.close();
       await attempts.close();
       await wsConnections.close();
-      await instances.close();
       await feed.close();
       await readModels.close();
       await store.close();
