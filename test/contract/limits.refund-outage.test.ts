@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { type AddressInfo, connect, createServer, type Socket } from 'node:net';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { LeasedLimiter } from '../../src/infra/limits/leased.js';
@@ -258,6 +259,34 @@ describe('monthly units Redis did not take', () => {
       expect(logged).toEqual([]);
     });
 
+    it('waits for the months it is sending when the stop comes, and names what got no answer', async () => {
+      // The limiter reaches Redis through a relay that, once told, holds every script sent (Redis then never answers them).
+      const relay = await holdingRelay(server.port);
+      const logged: string[] = [];
+      const limiter = new ResilientLimiter(
+        new LeasedLimiter(new RedisLimiter(relay.url, { commandTimeoutMs: COMMAND_TIMEOUT_MS, closeSettleMs: 8_000, log: (line) => logged.push(line) })),
+      );
+      let closing: Promise<void> | null = null;
+      try {
+        await limiter.whenReady();
+        const req = ownLimitRequest(1);
+        expect((await limiter.take(req)).granted).toBe(1);
+        await stopped(limiter);
+        expect((await limiter.take({ ...req, cost: 3 })).granted).toBe(3);
+        relay.holdScripts = true;
+        await server.start();
+        // Back, the limiter sends the 3 held (the token's month and the account's): held by the relay, unanswered.
+        await until(() => relay.held > 0, 10_000);
+        closing = limiter.close();
+        // Before: the stop saw nothing held (the months were being sent), said nothing, and the 3 went without a trace.
+        await until(() => logged.length > 0, 8_000);
+        expect(logged).toEqual([`limits: stopping with units Redis did not take within 8000 ms: 3 sent and never answered (Redis may have them)`]);
+      } finally {
+        relay.close();
+        await (closing ?? limiter.close());
+      }
+    });
+
     it('says in one line what it held when Redis stays away', async () => {
       const logged: string[] = [];
       const limiter = open(undefined, { closeSettleMs: 500, log: (line) => logged.push(line) });
@@ -279,3 +308,41 @@ describe('monthly units Redis did not take', () => {
     });
   });
 });
+
+/**
+ * A TCP relay to a Redis on `port`: everything passes until `holdScripts`, from when the first
+ * chunk carrying a script (EVAL, EVALSHA) and all after it on that connection are kept back.
+ */
+async function holdingRelay(port: number): Promise<{ url: string; holdScripts: boolean; held: number; close(): void }> {
+  const sockets = new Set<Socket>();
+  const relay = {
+    url: '',
+    holdScripts: false,
+    held: 0,
+    close() {
+      for (const socket of sockets) socket.destroy();
+      server.close();
+    },
+  };
+  const server = createServer((client) => {
+    const redis = connect(port, '127.0.0.1');
+    for (const s of [client, redis]) {
+      sockets.add(s);
+      s.on('error', () => {});
+      s.on('close', () => {
+        client.destroy();
+        redis.destroy();
+      });
+    }
+    let holding = false;
+    client.on('data', (chunk: Buffer) => {
+      if (!holding && relay.holdScripts && /eval/i.test(chunk.toString('latin1'))) holding = true;
+      if (holding) relay.held++;
+      else redis.write(chunk);
+    });
+    redis.on('data', (chunk: Buffer) => client.write(chunk));
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  relay.url = `redis://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  return relay;
+}

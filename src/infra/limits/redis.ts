@@ -473,17 +473,22 @@ export class RedisLimiter implements LeaseSource {
    */
   async close(): Promise<void> {
     const settleMs = Math.max(this.commandTimeoutMs, this.closeSettleMs);
+    const unknownBefore = this.unsettled.counted.unknown + this.unsettled.givenBack.unknown;
     await withinDeadline(this.settleBeforeStop(settleMs), settleMs, () => new Error('settling')).catch(() => undefined);
     const left = this.owedTotals();
+    // Sent while stopping and never answered: Redis may or may not have them.
+    const unanswered = this.unsettled.counted.unknown + this.unsettled.givenBack.unknown - unknownBefore;
+    const parts: string[] = [];
     if (left.months > 0)
-      this.log(
-        `limits: stopping with units Redis did not take (it could not be reached within ${settleMs} ms): ${left.counted} counted in process and ${left.givenBack} given back, in ${left.months} months; those months in Redis miss them`,
-      );
+      parts.push(`${left.counted} counted in process and ${left.givenBack} given back, in ${left.months} months, that those months in Redis miss`);
+    if (unanswered > 0) parts.push(`${unanswered} sent and never answered (Redis may have them)`);
+    if (parts.length > 0) this.log(`limits: stopping with units Redis did not take within ${settleMs} ms: ${parts.join('; ')}`);
     await closeClient(this.client);
   }
 
   private async settleBeforeStop(timeoutMs: number): Promise<void> {
-    if (this.owed.size === 0) return;
+    // Nothing held, nor being sent: a settle under way is waited for (what it could not send is held again).
+    if (this.owed.size === 0 && this.settling === null) return;
     if (!this.ready) await waitForReady(this.client, timeoutMs);
     await this.settleOwed();
   }
