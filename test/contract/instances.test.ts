@@ -48,11 +48,12 @@ describe('while Redis cannot be reached', () => {
     }
   });
 
-  it('a gateway whose Redis never answered counts itself alone', async () => {
+  it('a gateway whose Redis never answered is refused at start, naming why, and counts itself alone meanwhile', async () => {
     const instances = new RedisGatewayInstances(`redis://127.0.0.1:${await freePort()}`, { commandTimeoutMs: 200 });
     try {
+      await expect(instances.whenReady(300)).rejects.toThrow(/redis not ready after 300 ms: .*ECONNREFUSED/);
       await instances.beat();
-      expect(instances.count()).toBe(1);
+      expect([instances.count(), instances.lastError]).toEqual([1, null]);
     } finally {
       await instances.close();
     }
