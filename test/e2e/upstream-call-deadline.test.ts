@@ -9,7 +9,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import type { UsageRecord } from '../../src/domain/usage.js';
 import { until } from '../support/eventually.js';
-import type { EvmNodeFake } from '../support/fakeUpstreams.js';
+import type { EvmNodeFake, ReceivedCall } from '../support/fakeUpstreams.js';
 import { headsFollowed, rpc, Started } from '../support/serviceOnEvmNodes.js';
 import type { TestApp } from '../support/testApp.js';
 import { recordedCalls } from '../support/usageLog.js';
@@ -68,20 +68,28 @@ describe('a read on hanging nodes', () => {
     const setup = await started.serviceOnEvmNodes(2, { timeoutMs: 300 });
     const { t, url, nodes } = setup;
     await headsFollowed(setup);
-    const [quick, hanging] = nodes as [EvmNodeFake, EvmNodeFake];
-    quick.calls.length = 0;
-    hanging.calls.length = 0;
-    quick.rewrite = (body, call) => (call.body.includes('eth_getBalance') ? '{"jsonrpc":' : body);
-    hanging.latency = (call) => (call.body.includes('eth_getBalance') ? 60_000 : 0);
-    // Until the quick node was asked first once (the pick is by score, not fixed: about an even draw while
-    // the hanging node's one timeout barely moves its score, so 3 tries missed it about once in 8).
-    for (let i = 0; i < 12 && quick.calls.length === 0; i++) {
-      expect((await rpc(url, 'eth_getBalance', ['0x01', 'latest'])).status).toBe(504);
+    // Whichever node is asked first sends garbage at once; the one the retry goes to hangs (the pick is a weighted
+    // draw: fixed roles needed the quick node drawn first, and 3 draws of the other in a row rested it).
+    const asked = new Set<string>();
+    const first = new WeakSet<ReceivedCall>();
+    for (const node of nodes) {
+      node.latency = (call) => {
+        if (!call.body.includes('eth_getBalance')) return 0;
+        const params = JSON.stringify((JSON.parse(call.body) as { params: unknown }).params);
+        if (asked.has(params)) return 60_000;
+        asked.add(params);
+        first.add(call);
+        return 0;
+      };
+      node.rewrite = (body, call) => (first.has(call) ? '{"jsonrpc":' : body);
     }
-    expect(quick.calls.length).toBeGreaterThan(0);
+    expect((await rpc(url, 'eth_getBalance', ['0x01', 'latest'])).status).toBe(504);
+    const hungOn = nodes.map((n) => n.calls.filter((c) => c.body.includes('eth_getBalance') && !first.has(c)).length);
+    expect([...hungOn].sort()).toEqual([0, 1]);
     const health = t.runtime.gateway!.pools.health().evm!;
-    // Every call the hanging node got timed out with at least half its time: each is its failure (before: not the retries).
-    expect(health[1]?.failures.timeout).toBe(hanging.calls.length);
+    // The retry timed out with most of its time: the hanging node's failure (before: not a retry's); the other's, garbage.
+    expect(health.map((h) => h.failures.timeout)).toEqual(hungOn);
+    expect(health.map((h) => h.failures.invalid)).toEqual(hungOn.map((n) => 1 - n));
   });
 
   it('refuses a callTimeoutMs shorter than timeoutMs', async () => {
