@@ -152,12 +152,13 @@ const ChainConfig = z
     deniedPaths: z.array(Glob).optional(),
     readOnlyPosts: z.array(Glob).optional(),
     /**
-     * EVM head tracking: "finalized" follows the nodes' `finalized` block tag; a number says how
-     * many blocks under the head are final (chains without the tag); "none" tracks nothing.
+     * Head tracking (EVM, and Solana's slots): "finalized" follows the nodes' `finalized` block tag
+     * (Solana: the `finalized` commitment); a number says how many blocks under the head are final
+     * (chains without the tag); "none" tracks nothing.
      */
     finality: z.union([z.literal('finalized'), z.literal('none'), z.number().int().min(1).max(100_000)]).default('finalized'),
-    /** An upstream this many blocks behind the best gets no call that depends on the head. */
-    maxLagBlocks: z.number().int().min(0).max(100_000).default(10),
+    /** An upstream this many blocks (Solana: slots) behind the best gets no call that depends on the head; unset: 10 (Solana: 50). */
+    maxLagBlocks: z.number().int().min(0).max(100_000).optional(),
     /** Recent blocks whose state a full node keeps; older state goes to `archive` upstreams. */
     fullNodeHistoryBlocks: z.number().int().min(1).max(10_000_000).default(128),
     /** How often each upstream's head is polled. */
@@ -242,8 +243,10 @@ export interface Upstream {
   maxRps?: number;
 }
 
-/** How a JSON-RPC (EVM) chain's heads are followed; null where nothing is tracked. */
+/** How a chain's heads are followed; null where nothing is tracked. */
 export interface HeadTracking {
+  /** What is polled: an EVM node's latest and finalized blocks, or a Solana node's slots (`getSlot` at `processed` and `finalized`). */
+  family: 'evm' | 'solana';
   finality: 'finalized' | number;
   maxLagBlocks: number;
   fullNodeHistoryBlocks: number;
@@ -371,10 +374,7 @@ function toChain(c: ChainConfig): Chain {
     upstreams,
     timeoutMs: c.timeoutMs,
     callTimeoutMs: c.callTimeoutMs ?? c.timeoutMs,
-    heads:
-      c.protocol === 'jsonrpc' && c.finality !== 'none'
-        ? { finality: c.finality, maxLagBlocks: c.maxLagBlocks, fullNodeHistoryBlocks: c.fullNodeHistoryBlocks, pollMs: c.headPollMs }
-        : null,
+    heads: headTrackingOf(c, flavour),
     upstreamBatches: flavour !== 'sui',
     getLogsSplit:
       c.getLogsMaxBlockRange === undefined ? null : { maxBlockRange: c.getLogsMaxBlockRange, maxSplits: c.getLogsMaxSplits ?? DEFAULT_GET_LOGS_MAX_SPLITS },
@@ -383,6 +383,22 @@ function toChain(c: ChainConfig): Chain {
     isRestMethodAllowed: (m) => restAllowed(m) && isMethodAllowed(m),
     isPathAllowed: (p) => pathAllowed(p) && !pathDenied(p),
     isReadOnlyPost: compileGlobs(c.readOnlyPosts ?? []),
+  };
+}
+
+/** Slots a Solana node may be behind the best (~20 s at 400 ms a slot): well over what polls 2 s apart show between healthy nodes. */
+const SOLANA_MAX_LAG_SLOTS = 50;
+
+/** EVM (JSON-RPC) chains' blocks and Solana's slots are followed, unless `finality` is "none". */
+function headTrackingOf(c: ChainConfig, flavour: RestFlavour | null): HeadTracking | null {
+  const family = c.protocol === 'jsonrpc' ? 'evm' : flavour === 'solana' ? 'solana' : null;
+  if (family === null || c.finality === 'none') return null;
+  return {
+    family,
+    finality: c.finality,
+    maxLagBlocks: c.maxLagBlocks ?? (family === 'solana' ? SOLANA_MAX_LAG_SLOTS : 10),
+    fullNodeHistoryBlocks: c.fullNodeHistoryBlocks,
+    pollMs: c.headPollMs,
   };
 }
 

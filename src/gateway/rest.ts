@@ -5,6 +5,7 @@ import { JSON_CONTENT_TYPE, RpcCode, restError, upstreamFailureCodes } from './e
 import { decodeUtf8, errorInfoFrom } from './jsonrpc.js';
 import { arrayElements, documentStart, JsonScanError, objectMembers } from './jsonScan.js';
 import type { UpstreamAnswer, UpstreamFailure } from './upstream.js';
+import { RECENT_CALL } from './upstreams/evmCalls.js';
 
 /**
  * REST calls: `GET|POST /<chain>/<token>/<method_or_path…>`.
@@ -274,6 +275,8 @@ async function rpcOverRest(scope: CallScope, req: RestRequest, decoded: string[]
     path: '',
     body: `{"jsonrpc":"2.0","id":1,"method":${JSON.stringify(method)},"params":${params.text}}`,
     retriable: !chain.isWriteMethod(method),
+    // A chain followed by slot (Solana): no node lagging behind it.
+    shape: pool.heads === null ? undefined : RECENT_CALL,
   });
   if (!outcome.ok) return failureAnswer(outcome, method, admission);
   const answer = restAnswerFromRpc(outcome, chain.restFlavour === 'solana' ? SOLANA_RESULT_NAMES[method] : undefined);

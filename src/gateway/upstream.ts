@@ -416,7 +416,7 @@ export class UpstreamPool {
     if (heads.isLiar(m.index)) return false;
     if (call.archiveOnly && !m.upstream.archive) return false;
     if (shape === undefined) return true;
-    if ((shape.kind === 'head' || shape.kind === 'volatile') && !heads.servesHead(m.index)) return false;
+    if ((shape.kind === 'head' || shape.kind === 'volatile' || shape.kind === 'recent') && !heads.servesHead(m.index)) return false;
     // Asked again because a node answered a `latest` block under the best head: only a node at it.
     if (call.atBestOnly && !heads.reachesBest(m.index)) return false;
     // Asked again because a node answered a `finalized` block under the chain's: only a node that has it.
@@ -678,7 +678,8 @@ export class UpstreamPool {
   /** Upstream `index`'s heads pushed over its WebSocket, where it has one. */
   private followHeads(index: number, handlers: NewHeadsHandlers): NewHeadsFeed | null {
     const u = this.chain.upstreams[index];
-    return u?.ws ? new NewHeadsFeed(u.ws, u.headers, Math.min(this.chain.timeoutMs, 5_000), handlers) : null;
+    // newHeads is EVM's subscription: a Solana node's slots are polled.
+    return u?.ws && this.chain.heads?.family === 'evm' ? new NewHeadsFeed(u.ws, u.headers, Math.min(this.chain.timeoutMs, 5_000), handlers) : null;
   }
 
   close(): void {

@@ -440,8 +440,8 @@ export class Telemetry {
         },
       });
     };
-    headGauge('gateway_upstream_head_block', 'Latest block the upstream reported (EVM chains)', (u) => u.head);
-    headGauge('gateway_upstream_lag_blocks', 'Blocks the upstream is behind the best head of its chain (EVM chains)', (u) => u.lag);
+    headGauge('gateway_upstream_head_block', 'Latest block the upstream reported (EVM chains; Solana: its processed slot)', (u) => u.head);
+    headGauge('gateway_upstream_lag_blocks', 'Blocks (Solana: slots) the upstream is behind the best head of its chain', (u) => u.lag);
     new Gauge({
       name: 'gateway_upstream_head_state',
       help: '1 for the head state the upstream is in: ok, lagging (no head calls), liar (no calls), unknown (not answering polls)',

@@ -124,7 +124,7 @@ describe('Solana', () => {
 
   it('takes the token from a Bearer header', async () => {
     const r = await get('/sol/getSlot?commitment=finalized&minContextSlot=5', { authorization: `Bearer ${gatekeeper.token}` });
-    expect(r.json).toEqual({ result: { slot: SOLANA.slot } });
+    expect(r.json).toEqual({ result: { slot: SOLANA.finalizedSlot } });
     expect(sentToNode(sol).params).toEqual([{ commitment: 'finalized', minContextSlot: 5 }]);
   });
 

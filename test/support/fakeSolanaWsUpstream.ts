@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import WebSocket, { WebSocketServer } from 'ws';
+import { HEAD_POLL_HEADER } from '../../src/gateway/upstream.js';
 
 /**
  * A Solana node on a loopback port, JSON-RPC over HTTP and its pubsub over WebSocket, that the
@@ -22,7 +23,7 @@ export interface FakeSolanaWsUpstream {
   wsUrl: string;
   /** WebSocket connections accepted so far (a reconnect is one more). */
   connectionsAccepted: number;
-  /** The method of every call received over HTTP, in order. */
+  /** The method of every call received over HTTP, in order (the gateway's own head polls left out). */
   httpMethods: string[];
   /** Every call received over a WebSocket that is not a subscribe or an unsubscribe, in order. */
   socketCalls: Array<{ method: string; params: unknown[] }>;
@@ -218,14 +219,15 @@ export async function startFakeSolanaWsUpstream(): Promise<FakeSolanaWsUpstream>
   };
 
   type Message = { id: unknown; method: string; params?: unknown[] };
-  const reply = (text: string, socket: WebSocket | null): string => {
+  const reply = (text: string, socket: WebSocket | null, headPoll = false): string => {
     const parsed = JSON.parse(text) as Message | Message[];
     // A batch (Agave takes them over HTTP): each member answered in its order.
-    return Array.isArray(parsed) ? `[${parsed.map((m) => replyTo(m, socket)).join(',')}]` : replyTo(parsed, socket);
+    return Array.isArray(parsed) ? `[${parsed.map((m) => replyTo(m, socket, headPoll)).join(',')}]` : replyTo(parsed, socket, headPoll);
   };
-  const replyTo = (message: Message, socket: WebSocket | null): string => {
-    if (socket === null) fake.httpMethods.push(message.method);
-    else if (!message.method.endsWith('Subscribe') && !message.method.endsWith('Unsubscribe'))
+  const replyTo = (message: Message, socket: WebSocket | null, headPoll: boolean): string => {
+    if (socket === null) {
+      if (!headPoll) fake.httpMethods.push(message.method);
+    } else if (!message.method.endsWith('Subscribe') && !message.method.endsWith('Unsubscribe'))
       fake.socketCalls.push({ method: message.method, params: message.params ?? [] });
     return JSON.stringify({ jsonrpc: '2.0', ...call(message.method, message.params ?? [], socket), id: message.id });
   };
@@ -251,7 +253,7 @@ export async function startFakeSolanaWsUpstream(): Promise<FakeSolanaWsUpstream>
     req.on('data', (c: Buffer) => chunks.push(c));
     req.on('end', () => {
       res.setHeader('content-type', 'application/json');
-      res.end(reply(Buffer.concat(chunks).toString('utf8'), null));
+      res.end(reply(Buffer.concat(chunks).toString('utf8'), null, req.headers[HEAD_POLL_HEADER] !== undefined));
     });
   });
   const wss = new WebSocketServer({ server });

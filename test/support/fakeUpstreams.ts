@@ -191,20 +191,23 @@ export function startEvmFake(): Promise<FakeUpstream> {
   return startFake(jsonRpcRoute(methods));
 }
 
-export const SOLANA = { blockHeight: 289_012_345, slot: 301_234_567, lamports: 709_301_491_443, apiVersion: '2.1.21' };
+export const SOLANA = { blockHeight: 289_012_345, slot: 301_234_567, finalizedSlot: 301_234_535, lamports: 709_301_491_443, apiVersion: '2.1.21' };
 
-/** A Solana node: getBlockHeight and getSlot answer bare integers, getBalance a context/value pair. */
-export function startSolanaFake(): Promise<FakeUpstream> {
-  const context = { apiVersion: SOLANA.apiVersion, slot: SOLANA.slot };
+/**
+ * A Solana node: getBlockHeight and getSlot answer bare integers, getBalance a context/value pair.
+ * `slot`: its slot (`getSlot` with the `finalized` commitment: as far under it as SOLANA's).
+ */
+export function startSolanaFake(slot: () => number = () => SOLANA.slot): Promise<FakeUpstream> {
+  const finalized = (params: unknown): boolean => Array.isArray(params) && (params[0] as { commitment?: unknown } | undefined)?.commitment === 'finalized';
   return startFake(
     jsonRpcRoute({
       getBlockHeight: () => ({ result: SOLANA.blockHeight }),
-      getSlot: () => ({ result: SOLANA.slot }),
+      getSlot: (params) => ({ result: finalized(params) ? slot() - (SOLANA.slot - SOLANA.finalizedSlot) : slot() }),
       getHealth: () => ({ result: 'ok' }),
       getVersion: () => ({ result: { 'feature-set': 1725507508, 'solana-core': SOLANA.apiVersion } }),
       getBalance: (params) =>
         Array.isArray(params) && typeof params[0] === 'string'
-          ? { result: { context, value: SOLANA.lamports } }
+          ? { result: { context: { apiVersion: SOLANA.apiVersion, slot: slot() }, value: SOLANA.lamports } }
           : { error: { code: -32602, message: 'Invalid params: missing pubkey' } },
       sendTransaction: () => ({ result: '5VERv8NMvzbJMEkV8xnrLkEaWRtSz9CosKDYjCJjBRnbJLgp8uirBgmQpjKhoR4tjF3ZpRzrFmBV6UjKdiSZkQUW' }),
     }),

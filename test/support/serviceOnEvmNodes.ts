@@ -18,19 +18,24 @@ export interface ServiceOnEvmNodes {
 }
 
 /**
- * A chains file with one chain, `evm` (JSON-RPC, timeout 1 s, `chain` on top), and a plans file
- * with `unlimited` (`plan`), written in `dir`: the environment that names them.
+ * A chains file with one chain, `chain`, and a plans file with `unlimited` (`plan`), written in
+ * `dir`: the environment that names them.
  */
-export function evmServiceConfig(
+export function chainServiceConfig(
   dir: string,
   chain: Record<string, unknown>,
   plan: Record<string, unknown> = { rps: 1_000_000 },
 ): { CHAINS_CONFIG: string; PLANS_CONFIG: string } {
   const CHAINS_CONFIG = join(dir, 'chains.json');
-  writeFileSync(CHAINS_CONFIG, JSON.stringify({ chains: [{ id: 'evm', name: 'EVM', protocol: 'jsonrpc', timeoutMs: 1_000, ...chain }] }));
+  writeFileSync(CHAINS_CONFIG, JSON.stringify({ chains: [chain] }));
   const PLANS_CONFIG = join(dir, 'plans.json');
   writeFileSync(PLANS_CONFIG, JSON.stringify({ unlimited: plan }));
   return { CHAINS_CONFIG, PLANS_CONFIG };
+}
+
+/** chainServiceConfig with one chain, `evm` (JSON-RPC, timeout 1 s, `chain` on top). */
+export function evmServiceConfig(dir: string, chain: Record<string, unknown>, plan?: Record<string, unknown>): { CHAINS_CONFIG: string; PLANS_CONFIG: string } {
+  return chainServiceConfig(dir, { id: 'evm', name: 'EVM', protocol: 'jsonrpc', timeoutMs: 1_000, ...chain }, plan);
 }
 
 /** What the tests of a file started, closed after each test (`afterEach(() => started.close())`). */

@@ -155,3 +155,22 @@ describe('errors name the bad field', () => {
     expect(errorOf(() => loadChains({ env: { UPSTREAM_ETHH: 'http://127.0.0.1:8545' } }))).toContain('UPSTREAM_ETHH names no chain');
   });
 });
+
+describe('head tracking', () => {
+  const headsOf = (chain: Record<string, unknown>) => parseChainsConfig({ chains: [chain] }, 'test.json').list()[0]?.heads;
+  const solana = (extra: Record<string, unknown> = {}) =>
+    jsonrpcChain({ id: 'sol', name: 'Solana', protocol: 'rest', rest: 'solana', jsonRpcPost: true, ...extra });
+
+  it('follows EVM chains by block and Solana by slot, each with its own lag bound unless set', () => {
+    expect(headsOf(jsonrpcChain())).toMatchObject({ family: 'evm', finality: 'finalized', maxLagBlocks: 10 });
+    expect(headsOf(solana())).toMatchObject({ family: 'solana', finality: 'finalized', maxLagBlocks: 50 });
+    expect(headsOf(solana({ maxLagBlocks: 150, finality: 32 }))).toMatchObject({ family: 'solana', finality: 32, maxLagBlocks: 150 });
+  });
+
+  it('follows nothing with `finality: "none"`, nor on the other REST chains', () => {
+    expect(headsOf(solana({ finality: 'none' }))).toBeNull();
+    expect(headsOf(jsonrpcChain({ finality: 'none' }))).toBeNull();
+    expect(headsOf(jsonrpcChain({ id: 'atom', protocol: 'rest', rest: 'passthrough' }))).toBeNull();
+    expect(headsOf(jsonrpcChain({ id: 'sui', protocol: 'rest', rest: 'sui', jsonRpcPost: true }))).toBeNull();
+  });
+});

@@ -6,7 +6,7 @@ import { ChainHeads } from '../../src/gateway/upstreams/heads.js';
 
 /** What a read depends on, whether a node's answer is one to the call sent, and what may be kept. */
 
-const TRACKING = { finality: 'finalized' as const, maxLagBlocks: 5, fullNodeHistoryBlocks: 128, pollMs: 1_000 };
+const TRACKING = { family: 'evm' as const, finality: 'finalized' as const, maxLagBlocks: 5, fullNodeHistoryBlocks: 128, pollMs: 1_000 };
 const noProbe = async (): Promise<Buffer | null> => null;
 
 describe('shapeOf', () => {

@@ -8,9 +8,12 @@
  * static: nothing that changes on one chain (`eth_chainId`); head: `latest` or no block argument;
  * volatile: `pending`, `safe`, `finalized` (may change without the head moving); number: explicit
  * block numbers `low`..`high`; hash: a block or transaction hash (final once its block is);
- * other: an unknown method or params not read here (routed anywhere, never cached).
+ * other: an unknown method or params not read here (routed anywhere, never cached); recent: a
+ * call on a chain followed by slot (Solana), which reads the node's newest state (no lagging
+ * node; the nodes within the lag are all as good: slots move too fast to prefer the one polled
+ * highest), never cached.
  */
-export type CallKind = 'static' | 'head' | 'volatile' | 'number' | 'hash' | 'other';
+export type CallKind = 'static' | 'head' | 'volatile' | 'number' | 'hash' | 'other' | 'recent';
 
 export interface CallShape {
   kind: CallKind;
@@ -30,6 +33,8 @@ const VOLATILE: CallShape = { kind: 'volatile', low: -1, high: -1, cacheable: fa
 const FINALIZED_TAG: CallShape = { kind: 'volatile', low: -1, high: -1, cacheable: false, finalizedTag: true };
 const HASH_CACHED: CallShape = { kind: 'hash', low: -1, high: -1, cacheable: true };
 const HASH_UNCACHED: CallShape = { kind: 'hash', low: -1, high: -1, cacheable: false };
+/** Any call on a chain followed by slot (Solana). */
+export const RECENT_CALL: CallShape = { kind: 'recent', low: -1, high: -1, cacheable: false };
 
 /**
  * Methods read here: where their block argument is (-1: none; the head), and whether an answer may
@@ -162,16 +167,18 @@ export function shapeOf(method: string, paramsText: string | undefined): CallSha
  */
 export function shapeOfAll(shapes: readonly CallShape[]): CallShape {
   let head = false;
+  let recent = false;
   let numbered = false;
   let low = -1;
   let high = -1;
   for (const s of shapes) {
     if (s.kind === 'head' || s.kind === 'volatile') head = true;
     else if (s.kind === 'number' || s.kind === 'hash') numbered = true;
+    else if (s.kind === 'recent') recent = true;
     if (s.low >= 0 && (low < 0 || s.low < low)) low = s.low;
     if (s.high > high) high = s.high;
   }
-  return { kind: head ? 'head' : numbered ? 'number' : 'other', low, high, cacheable: false };
+  return { kind: head ? 'head' : numbered ? 'number' : recent ? 'recent' : 'other', low, high, cacheable: false };
 }
 
 /**

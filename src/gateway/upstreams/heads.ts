@@ -3,8 +3,9 @@ import { blockNumberOf } from './evmCalls.js';
 import type { NewHeadsHandlers } from './newHeads.js';
 
 /**
- * Head and finality tracking of one EVM chain's upstreams: each node's latest block (number and
- * hash) and finalized block are polled, the best head among them is the chain's, and a node
+ * Head and finality tracking of one chain's upstreams (EVM; Solana by slot, its `processed` slot
+ * as the head and its `finalized` one as the finalized block, no hash): each node's latest block
+ * (number and hash) and finalized block are polled, the best head among them is the chain's, and a node
  * more than `maxLagBlocks` behind it is lagging (no call that depends on the head goes to it).
  * A node that claims a head far ahead of every other node, or a finalized block above its own
  * head, is lying: it gets no call at all until its answers are plausible again.
@@ -58,8 +59,24 @@ export interface HeadPush {
 /** Starts pushing upstream `index`'s heads to `handlers`; null where the node offers no push. */
 export type Follow = (index: number, handlers: NewHeadsHandlers) => HeadPush | null;
 
-const LATEST_BODY = '{"jsonrpc":"2.0","id":1,"method":"eth_getBlockByNumber","params":["latest",false]}';
-const FINALIZED_BODY = '{"jsonrpc":"2.0","id":1,"method":"eth_getBlockByNumber","params":["finalized",false]}';
+/** What a poll asks a node of a chain family, and how its answer is read. */
+interface HeadProbes {
+  latest: string;
+  finalized: string;
+  read(body: Buffer | null): { number: number; hash: string | null } | null;
+}
+
+const EVM_PROBES: HeadProbes = {
+  latest: '{"jsonrpc":"2.0","id":1,"method":"eth_getBlockByNumber","params":["latest",false]}',
+  finalized: '{"jsonrpc":"2.0","id":1,"method":"eth_getBlockByNumber","params":["finalized",false]}',
+  read: blockOfAnswer,
+};
+
+const SOLANA_PROBES: HeadProbes = {
+  latest: '{"jsonrpc":"2.0","id":1,"method":"getSlot","params":[{"commitment":"processed"}]}',
+  finalized: '{"jsonrpc":"2.0","id":1,"method":"getSlot","params":[{"commitment":"finalized"}]}',
+  read: slotOfAnswer,
+};
 /** Polling stops this long after the chain's last call. */
 const IDLE_MS = 60_000;
 
@@ -73,6 +90,17 @@ function blockOfAnswer(body: Buffer | null): { number: number; hash: string | nu
     const r = result as Record<string, unknown>;
     const number = blockNumberOf(r.number);
     return number === null ? null : { number, hash: typeof r.hash === 'string' ? r.hash : null };
+  } catch {
+    return null;
+  }
+}
+
+/** The slot a Solana `getSlot` answer holds (a bare integer), or null. */
+function slotOfAnswer(body: Buffer | null): { number: number; hash: null } | null {
+  if (body === null) return null;
+  try {
+    const result = (JSON.parse(body.toString('utf8')) as { result?: unknown } | null)?.result;
+    return typeof result === 'number' && Number.isSafeInteger(result) && result >= 0 ? { number: result, hash: null } : null;
   } catch {
     return null;
   }
@@ -114,6 +142,7 @@ export class ChainHeads {
   private readonly raisedAt: number[];
   /** When each node's finalized block was last raised by an answer (ms; 0: never): a poll sent before says older. */
   private readonly finalizedRaisedAt: number[];
+  private readonly probes: HeadProbes;
 
   constructor(
     readonly tracking: HeadTracking,
@@ -137,6 +166,7 @@ export class ChainHeads {
     this.raisedAt = labels.map(() => 0);
     this.finalizedRaisedAt = labels.map(() => 0);
     this.byLabel = new Map(labels.map((label, i) => [label, i]));
+    this.probes = tracking.family === 'solana' ? SOLANA_PROBES : EVM_PROBES;
   }
 
   /** A call arrived: keeps polling going (and starts it, and the pushes, after a quiet spell). */
@@ -180,6 +210,8 @@ export class ChainHeads {
    * (a devnet control call: evm_revert, hardhat_setBalance…) drops those kept as final too.
    */
   invalidate(rewrites = false): void {
+    // Solana's slots move on their own every 400 ms, and nothing is kept by them: a submission changes nothing here.
+    if (this.tracking.family === 'solana') return;
     this.epoch++;
     if (rewrites) this.rewound();
     void this.poll();
@@ -213,14 +245,15 @@ export class ChainHeads {
       return;
     }
     const sentAt = this.now();
-    const [latest, finalized] = await Promise.all([this.probe(index, LATEST_BODY), byTag ? this.probe(index, FINALIZED_BODY) : null]);
-    const head = blockOfAnswer(latest);
+    const { probes } = this;
+    const [latest, finalized] = await Promise.all([this.probe(index, probes.latest), byTag ? this.probe(index, probes.finalized) : null]);
+    const head = probes.read(latest);
     if (head === null) {
       this.failed(index);
       return;
     }
     const depth = this.tracking.finality;
-    const tagged = typeof depth === 'number' ? null : blockOfAnswer(finalized);
+    const tagged = typeof depth === 'number' ? null : probes.read(finalized);
     const final = typeof depth === 'number' ? Math.max(0, head.number - depth) : (tagged?.number ?? null);
     this.observe(index, { head: head.number, hash: head.hash, finalized: final, finalizedHash: tagged?.hash ?? null }, sentAt);
   }
@@ -231,7 +264,7 @@ export class ChainHeads {
    */
   private async refreshPushed(index: number, byTag: boolean): Promise<void> {
     const sentAt = this.now();
-    const tagged = byTag ? blockOfAnswer(await this.probe(index, FINALIZED_BODY)) : null;
+    const tagged = byTag ? this.probes.read(await this.probe(index, this.probes.finalized)) : null;
     const finalized = tagged?.number ?? null;
     if (byTag && finalized === null) {
       this.failed(index);

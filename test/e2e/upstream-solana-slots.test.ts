@@ -1,0 +1,99 @@
+/**
+ * Solana's nodes are followed by slot, as EVM nodes are by block (docs/decisions.md, "Solana
+ * nodes are followed by slot"): each node's `processed` and `finalized` slots are polled while the
+ * chain has traffic, and a node more than `maxLagBlocks` slots (50 by default) behind the best
+ * gets no call, over REST or JSON-RPC, until it catches up. The whole service (startTestApp) in
+ * front of three fake Solana nodes.
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { until } from '../support/eventually.js';
+import { type FakeUpstream, SOLANA, startSolanaFake } from '../support/fakeUpstreams.js';
+import { chainServiceConfig } from '../support/serviceOnEvmNodes.js';
+import { listen, newToken, startTestApp, type TestApp } from '../support/testApp.js';
+
+const PUBKEY = '83astBRguLMdt2h5U1Tpdq5tjFoJ6noeGwaY3mDLVcri';
+
+const opened: Array<{ close(): Promise<void> }> = [];
+const dirs: string[] = [];
+afterEach(async () => {
+  for (const o of opened.splice(0).reverse()) await o.close();
+  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
+});
+
+/** The service in front of Solana nodes at `slots()` (each node's own slot, read at every call), its chain `sol`. */
+async function serviceOnSolanaNodes(slots: Array<() => number>, chainExtra: Record<string, unknown> = {}) {
+  const nodes = await Promise.all(slots.map((slot) => startSolanaFake(slot)));
+  opened.push(...nodes);
+  const dir = mkdtempSync(join(tmpdir(), 'gw-sol-nodes-'));
+  dirs.push(dir);
+  const config = chainServiceConfig(dir, {
+    id: 'sol',
+    name: 'Solana',
+    protocol: 'rest',
+    rest: 'solana',
+    jsonRpcPost: true,
+    timeoutMs: 1_000,
+    headPollMs: 200,
+    upstreams: nodes.map((n) => ({ url: n.url })),
+    ...chainExtra,
+  });
+  const t: TestApp = await startTestApp({ env: config });
+  opened.push(t);
+  const { url } = await listen(t);
+  const { token } = await newToken(t, { plan: 'unlimited' });
+  const heads = t.runtime.gateway!.pools.get('sol')!.heads!;
+  return { t, base: `${url}/sol/${token}`, nodes, heads };
+}
+
+/** `count` getBalance calls, every other one over REST and over JSON-RPC, each answered 200 with the lamports. */
+async function balances(base: string, count: number): Promise<void> {
+  for (let i = 0; i < count; i++) {
+    const r =
+      i % 2 === 0
+        ? await fetch(`${base}/getBalance/${PUBKEY}`)
+        : await fetch(base, {
+            method: 'POST',
+            headers: { 'content-type': 'application/json' },
+            body: JSON.stringify({ jsonrpc: '2.0', id: i, method: 'getBalance', params: [PUBKEY] }),
+          });
+    expect(r.status).toBe(200);
+    expect(JSON.stringify(await r.json())).toContain(String(SOLANA.lamports));
+  }
+}
+
+const callsTo = (nodes: FakeUpstream[]): number[] => nodes.map((n) => n.calls.length);
+
+describe('Solana nodes followed by slot', () => {
+  it('sends no call to a node 500 slots behind the others, and calls it again once it is back within 50', async () => {
+    const slot = SOLANA.slot;
+    let lag = 500;
+    const { base, nodes, heads } = await serviceOnSolanaNodes([() => slot, () => slot, () => slot - lag]);
+    // The first call starts the polls.
+    await balances(base, 1);
+    await until(() => heads.upstreams.map((u) => u.status).join() === 'ok,ok,lagging', 10_000);
+    expect([heads.best, heads.finalized]).toEqual([slot, SOLANA.finalizedSlot]);
+    for (const n of nodes) n.calls.length = 0;
+    await balances(base, 30);
+    // Before: a third of the calls went to the node 500 slots (~3 min) behind, which answers with its old state.
+    const [a, b, behind] = callsTo(nodes);
+    expect([behind, (a as number) + (b as number)]).toEqual([0, 30]);
+    lag = 10;
+    await until(() => heads.upstreams.every((u) => u.status === 'ok'), 10_000);
+    for (const n of nodes) n.calls.length = 0;
+    await balances(base, 30);
+    expect(callsTo(nodes).every((n) => n > 0)).toBe(true);
+  });
+
+  it('polls no node while the chain has no traffic, and none with `finality: "none"`', async () => {
+    const quiet = await serviceOnSolanaNodes([() => SOLANA.slot]);
+    const untracked = await serviceOnSolanaNodes([() => SOLANA.slot], { finality: 'none' });
+    await new Promise((resolve) => setTimeout(resolve, 600));
+    expect(quiet.nodes[0]?.headPolls).toHaveLength(0);
+    await balances(untracked.base, 3);
+    await new Promise((resolve) => setTimeout(resolve, 600));
+    expect([untracked.nodes[0]?.headPolls.length, untracked.t.runtime.gateway!.pools.get('sol')!.heads]).toEqual([0, null]);
+  });
+});
