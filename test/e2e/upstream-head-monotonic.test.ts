@@ -194,42 +194,47 @@ describe('head calls inside a batch', () => {
   });
 });
 
+/** The finalized blocks `read` gets at each of 8 new blocks behind serviceWithNodeBehind, each beside the chain's. */
+async function finalizedAnswers(read: (url: string) => Promise<number[]>): Promise<Array<[number, number]>> {
+  const { url, chain, heads } = await serviceWithNodeBehind();
+  const got: Array<[number, number]> = [];
+  await eachNewBlock(
+    chain,
+    () => heads.upstreams.every((u) => u.finalized === chain.head - chain.finalityDepth),
+    async () => {
+      for (const n of await read(url)) got.push([n, chain.head - chain.finalityDepth]);
+    },
+  );
+  return got;
+}
+
+const numberOf = (block: unknown): number => Number((block as { number: string }).number);
+
 describe('the finalized block', () => {
   it('never goes under the highest finalized block a node showed: asked again of a node that has it', async () => {
-    const { url, chain, heads } = await serviceWithNodeBehind();
-    const got: Array<[number, number]> = [];
-    await eachNewBlock(
-      chain,
-      () => heads.upstreams.every((u) => u.finalized === chain.head - chain.finalityDepth),
-      async () => {
-        for (let i = 0; i < 4; i++) {
-          const block = (await resultOf(url, 'eth_getBlockByNumber', ['finalized', i % 2 === 0])) as { number: string };
-          got.push([Number(block.number), chain.head - chain.finalityDepth]);
-        }
-      },
-    );
+    const got = await finalizedAnswers(async (url) => {
+      const numbers: number[] = [];
+      for (let i = 0; i < 4; i++) numbers.push(numberOf(await resultOf(url, 'eth_getBlockByNumber', ['finalized', i % 2 === 0])));
+      return numbers;
+    });
     // Before: the node behind's answers, a block under the finalized block both nodes' polls showed, about half the time.
     expect(got.filter(([n, finalized]) => n !== finalized)).toEqual([]);
   });
 
   it('never goes under it inside a batch either', async () => {
-    const { url, chain, heads } = await serviceWithNodeBehind();
-    const got: Array<[number, number]> = [];
-    await eachNewBlock(
-      chain,
-      () => heads.upstreams.every((u) => u.finalized === chain.head - chain.finalityDepth),
-      async () => {
-        for (let i = 0; i < 2; i++) {
-          const [block, fullBlock, chainId] = await batchResults(url, [
-            ['eth_getBlockByNumber', ['finalized', false]],
-            ['eth_getBlockByNumber', ['finalized', true]],
-            ['eth_chainId', []],
-          ]);
-          expect(chainId).toBe('0x2a');
-          for (const b of [block, fullBlock]) got.push([Number((b as { number: string }).number), chain.head - chain.finalityDepth]);
-        }
-      },
-    );
+    const got = await finalizedAnswers(async (url) => {
+      const numbers: number[] = [];
+      for (let i = 0; i < 2; i++) {
+        const [block, fullBlock, chainId] = await batchResults(url, [
+          ['eth_getBlockByNumber', ['finalized', false]],
+          ['eth_getBlockByNumber', ['finalized', true]],
+          ['eth_chainId', []],
+        ]);
+        expect(chainId).toBe('0x2a');
+        numbers.push(numberOf(block), numberOf(fullBlock));
+      }
+      return numbers;
+    });
     // Before (batches not judged): the node behind's answers, a block under the finalized block both nodes' polls showed.
     expect(got.filter(([n, finalized]) => n !== finalized)).toEqual([]);
   });
