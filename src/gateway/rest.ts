@@ -1,11 +1,12 @@
 import { type Answer, type CallScope, chargedFailure, draft, localError, refusedRest, type UsageDraft } from './answer.js';
+import { judgeSingle } from './cache/rpcReads.js';
 import { AUTH_QUERY_PARAMS } from './credentials.js';
 import { errorInBody } from './errorBody.js';
 import { JSON_CONTENT_TYPE, RpcCode, restError, upstreamFailureCodes } from './errors.js';
 import { decodeUtf8, errorInfoFrom } from './jsonrpc.js';
 import { arrayElements, documentStart, JsonScanError, objectMembers } from './jsonScan.js';
 import type { UpstreamAnswer, UpstreamFailure } from './upstream.js';
-import { RECENT_CALL } from './upstreams/evmCalls.js';
+import { solanaShapeOf } from './upstreams/solanaCalls.js';
 
 /**
  * REST calls: `GET|POST /<chain>/<token>/<method_or_path…>`.
@@ -275,8 +276,8 @@ async function rpcOverRest(scope: CallScope, req: RestRequest, decoded: string[]
     path: '',
     body: `{"jsonrpc":"2.0","id":1,"method":${JSON.stringify(method)},"params":${params.text}}`,
     retriable: !chain.isWriteMethod(method),
-    // A chain followed by slot (Solana): no node lagging behind it.
-    shape: pool.heads === null ? undefined : RECENT_CALL,
+    // A chain followed by slot (Solana): no node lagging behind it, and one past the call's minContextSlot first; its answers judged as a JSON-RPC call's.
+    ...(pool.heads === null ? {} : { shape: solanaShapeOf(params.text), judge: judgeSingle, answerId: '1' }),
   });
   if (!outcome.ok) return failureAnswer(outcome, method, admission);
   const answer = restAnswerFromRpc(outcome, chain.restFlavour === 'solana' ? SOLANA_RESULT_NAMES[method] : undefined);

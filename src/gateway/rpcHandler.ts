@@ -33,11 +33,12 @@ import {
 } from './jsonrpc.js';
 import { startsLikeJson } from './jsonScan.js';
 import type { UpstreamAnswer, UpstreamFailure, UpstreamOutcome, UpstreamRequest, Verdict } from './upstream.js';
-import { type CallShape, isShareable, RECENT_CALL, rewritesHistory, shapeOf, shapeOfAll } from './upstreams/evmCalls.js';
+import { type CallShape, isShareable, rewritesHistory, shapeOf, shapeOfAll } from './upstreams/evmCalls.js';
 import { createsFilter, FILTER_NOT_FOUND, filterRoute, tagFilterAnswer, usesFilter } from './upstreams/filters.js';
 import { type AnswerHead, type HeadAnswerKind, headAnswerOf, headOfAnswerText } from './upstreams/headAnswers.js';
 import type { ChainHeads } from './upstreams/heads.js';
 import { knownBlocksOf, logsSubParams, readSplitLogs } from './upstreams/logsSplit.js';
+import { solanaShapeOf } from './upstreams/solanaCalls.js';
 
 /**
  * A JSON-RPC request end to end: validate, ask the gatekeeper for the calls that would reach the
@@ -240,7 +241,7 @@ interface ReadPlan {
 function planRead(scope: CallScope, m: RpcCall): ReadPlan {
   const { chain, pool } = scope;
   const heads = pool.heads;
-  const shape = heads === null ? OTHER_CALL : heads.tracking.family === 'solana' ? RECENT_CALL : shapeOf(m.method, m.paramsText);
+  const shape = heads === null ? OTHER_CALL : heads.tracking.family === 'solana' ? solanaShapeOf(m.paramsText) : shapeOf(m.method, m.paramsText);
   const epoch = heads?.epoch ?? 0;
   const cache = heads !== null && mayKeep(shape, heads) ? pool.cache : null;
   const shared = m.idText !== undefined && (cache !== null || pool.coalesces) && isShareable(m.method);

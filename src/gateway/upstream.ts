@@ -38,7 +38,9 @@ export interface UpstreamRequest {
    * valid answer to this call (counted against the node, another one tried), 'archive' when a
    * full node lacks the state asked (an archive node tried, when the chain has one), 'busy' when
    * the node refused it for want of capacity (counted against the node, another one tried; the
-   * last such answer is the caller's when no node answered better).
+   * last such answer is the caller's when no node answered better), 'behind' when the node has
+   * not reached the slot the call names (Solana's -32016: a node at the best slot is asked, the
+   * node not blamed, its answer the caller's when none answers better).
    */
   judge?: (body: Buffer, answerId: string | undefined) => Verdict;
   /** The id text a single JSON-RPC answer must carry, passed to `judge` (a module-level function: no closure per call). */
@@ -73,7 +75,7 @@ export interface UpstreamRequest {
   behind?: UpstreamAnswer;
 }
 
-export type Verdict = 'ok' | 'bad' | 'archive' | 'busy';
+export type Verdict = 'ok' | 'bad' | 'archive' | 'busy' | 'behind';
 
 export interface UpstreamAnswer {
   ok: true;
@@ -805,6 +807,18 @@ class PoolCall implements Settles {
       this.behind = outcome;
       if (kind === 'finalized') this.atFinalizedOnly = true;
       else this.atBestOnly = true;
+      this.next();
+      return;
+    }
+    if (outcome.ok && verdict === 'behind') {
+      // The node answered (it is healthy) that it has not reached the call's slot: once, a node at the best slot is asked, this answer the caller's otherwise.
+      this.pool.recordSuccess(member, outcome.upstreamMs);
+      if (this.behind !== null) {
+        this.finish(outcome);
+        return;
+      }
+      this.behind = outcome;
+      this.atBestOnly = true;
       this.next();
       return;
     }

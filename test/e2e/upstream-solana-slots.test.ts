@@ -48,16 +48,21 @@ async function serviceOnSolanaNodes(slots: Array<() => number>, chainExtra: Reco
   return { t, base: `${url}/sol/${token}`, nodes, heads };
 }
 
-/** `count` getBalance calls, every other one over REST and over JSON-RPC, each answered 200 with the lamports. */
-async function balances(base: string, count: number): Promise<void> {
+/** `count` getBalance calls (at `minContextSlot` when given), every other one over REST and over JSON-RPC, each answered 200 with the lamports. */
+async function balances(base: string, count: number, minContextSlot?: number): Promise<void> {
   for (let i = 0; i < count; i++) {
     const r =
       i % 2 === 0
-        ? await fetch(`${base}/getBalance/${PUBKEY}`)
+        ? await fetch(`${base}/getBalance/${PUBKEY}${minContextSlot === undefined ? '' : `?minContextSlot=${minContextSlot}`}`)
         : await fetch(base, {
             method: 'POST',
             headers: { 'content-type': 'application/json' },
-            body: JSON.stringify({ jsonrpc: '2.0', id: i, method: 'getBalance', params: [PUBKEY] }),
+            body: JSON.stringify({
+              jsonrpc: '2.0',
+              id: i,
+              method: 'getBalance',
+              params: minContextSlot === undefined ? [PUBKEY] : [PUBKEY, { minContextSlot }],
+            }),
           });
     expect(r.status).toBe(200);
     expect(JSON.stringify(await r.json())).toContain(String(SOLANA.lamports));
@@ -85,6 +90,32 @@ describe('Solana nodes followed by slot', () => {
     for (const n of nodes) n.calls.length = 0;
     await balances(base, 30);
     expect(callsTo(nodes).every((n) => n > 0)).toBe(true);
+  });
+
+  it('sends a call naming a minContextSlot to a node known to be past it', async () => {
+    const slot = SOLANA.slot;
+    // Within the lag bound (50): no node is lagging, but the third has not reached the slot the calls name.
+    const { base, nodes, heads } = await serviceOnSolanaNodes([() => slot, () => slot, () => slot - 20]);
+    await balances(base, 1);
+    await until(() => heads.upstreams.every((u) => u.status === 'ok') && heads.upstreams[2]?.head === slot - 20, 10_000);
+    for (const n of nodes) n.calls.length = 0;
+    // Before: a third of them went to the node behind, and its -32016 "Minimum context slot has not been reached" reached the caller.
+    await balances(base, 20, slot - 5);
+    expect(callsTo(nodes)[2]).toBe(0);
+  });
+
+  it("asks a node at the best slot when one answers that it has not reached the call's minContextSlot", async () => {
+    const slot = SOLANA.slot;
+    let ahead = 0;
+    // Polled once (at the first call), then not for 10 minutes: the gateway takes the three nodes as level.
+    const { base, nodes, heads } = await serviceOnSolanaNodes([() => slot + ahead, () => slot + ahead, () => slot], { headPollMs: 600_000 });
+    await balances(base, 1);
+    await until(() => heads.upstreams.every((u) => u.head === slot), 10_000);
+    ahead = 100;
+    for (const n of nodes) n.calls.length = 0;
+    // Before: every call the third node took answered the caller -32016.
+    await balances(base, 20, slot + 50);
+    expect(callsTo(nodes)[2]).toBeGreaterThan(0);
   });
 
   it('polls no node while the chain has no traffic, and none with `finality: "none"`', async () => {

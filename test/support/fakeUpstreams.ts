@@ -205,10 +205,14 @@ export function startSolanaFake(slot: () => number = () => SOLANA.slot): Promise
       getSlot: (params) => ({ result: finalized(params) ? slot() - (SOLANA.slot - SOLANA.finalizedSlot) : slot() }),
       getHealth: () => ({ result: 'ok' }),
       getVersion: () => ({ result: { 'feature-set': 1725507508, 'solana-core': SOLANA.apiVersion } }),
-      getBalance: (params) =>
-        Array.isArray(params) && typeof params[0] === 'string'
-          ? { result: { context: { apiVersion: SOLANA.apiVersion, slot: slot() }, value: SOLANA.lamports } }
-          : { error: { code: -32602, message: 'Invalid params: missing pubkey' } },
+      getBalance: (params) => {
+        if (!Array.isArray(params) || typeof params[0] !== 'string') return { error: { code: -32602, message: 'Invalid params: missing pubkey' } };
+        const minContextSlot = (params[1] as { minContextSlot?: unknown } | undefined)?.minContextSlot;
+        // Agave's answer when the node's slot is under the one the caller saw.
+        if (typeof minContextSlot === 'number' && minContextSlot > slot())
+          return { error: { code: -32016, message: 'Minimum context slot has not been reached', data: { contextSlot: slot() } } };
+        return { result: { context: { apiVersion: SOLANA.apiVersion, slot: slot() }, value: SOLANA.lamports } };
+      },
       sendTransaction: () => ({ result: '5VERv8NMvzbJMEkV8xnrLkEaWRtSz9CosKDYjCJjBRnbJLgp8uirBgmQpjKhoR4tjF3ZpRzrFmBV6UjKdiSZkQUW' }),
     }),
   );

@@ -3,6 +3,7 @@ import { judgeBatch, judgeSingle, keepableResult, readKey } from '../../src/gate
 import { parseJsonRpc, type RpcCall, splitBatchAnswer } from '../../src/gateway/jsonrpc.js';
 import { shapeOf, shapeOfAll } from '../../src/gateway/upstreams/evmCalls.js';
 import { ChainHeads } from '../../src/gateway/upstreams/heads.js';
+import { RECENT_CALL, solanaShapeOf } from '../../src/gateway/upstreams/solanaCalls.js';
 
 /** What a read depends on, whether a node's answer is one to the call sent, and what may be kept. */
 
@@ -282,5 +283,26 @@ describe('head tracking', () => {
     h.failed(0);
     h.observe(0, { head: 50_000, hash: '0x3', finalized: 49_990 });
     expect([h.upstreams[0]?.status, h.best]).toEqual(['ok', 50_000]);
+  });
+});
+
+describe('Solana calls', () => {
+  it('read a minContextSlot wherever the params name it, and nothing else', () => {
+    expect(solanaShapeOf(undefined)).toEqual(RECENT_CALL);
+    expect(solanaShapeOf('["83astBRguLMdt2h5U1Tpdq5tjFoJ6noeGwaY3mDLVcri"]')).toEqual(RECENT_CALL);
+    expect(solanaShapeOf('["83ast",{"commitment":"confirmed","minContextSlot":301234600}]')).toMatchObject({ kind: 'recent', high: 301234600 });
+    expect(solanaShapeOf('[{"minContextSlot": 7 }]')).toMatchObject({ kind: 'recent', high: 7 });
+    expect(solanaShapeOf('[{"minContextSlot":"7"}]')).toEqual(RECENT_CALL);
+    expect(solanaShapeOf('[{"minContextSlot":99999999999999999}]')).toEqual(RECENT_CALL);
+  });
+
+  it("judge Agave's -32016 as a node behind the call's slot, alone; in a batch the member's answer stands", () => {
+    const notReached = '{"code":-32016,"message":"Minimum context slot has not been reached","data":{"contextSlot":5}}';
+    expect(judgeSingle(Buffer.from(`{"jsonrpc":"2.0","error":${notReached},"id":1}`), '1')).toBe('behind');
+    expect(judgeSingle(Buffer.from('{"jsonrpc":"2.0","error":{"code":-32016,"message":"something else"},"id":1}'), '1')).toBe('ok');
+    const batch = `[{"jsonrpc":"2.0","error":${notReached},"id":0}]`;
+    const parsed = parseJsonRpc(Buffer.from('[{"jsonrpc":"2.0","id":7,"method":"getBalance","params":["x",{"minContextSlot":9}]}]'), 10);
+    const calls = (parsed.kind === 'batch' ? parsed.members : []) as RpcCall[];
+    expect(judgeBatch(splitBatchAnswer(Buffer.from(batch), calls))).toBe('ok');
   });
 });

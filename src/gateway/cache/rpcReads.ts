@@ -3,6 +3,7 @@ import { documentStart, objectMembers } from '../jsonScan.js';
 import type { Verdict } from '../upstream.js';
 import { blockOfResult, type CallShape } from '../upstreams/evmCalls.js';
 import type { ChainHeads } from '../upstreams/heads.js';
+import { isMinContextSlotNotReached } from '../upstreams/solanaCalls.js';
 
 /**
  * JSON-RPC reads and the nodes' answers to them: the key identical calls share (in flight and in
@@ -114,6 +115,7 @@ export function refusesForCapacity(error: RpcErrorInfo): boolean {
 function judgeError(error: RpcErrorInfo | null | undefined): Verdict {
   if (error === null || error === undefined) return 'ok';
   if (asksForArchive(error.message)) return 'archive';
+  if (isMinContextSlotNotReached(error.code, error.message)) return 'behind';
   return refusesForCapacity(error) ? 'busy' : 'ok';
 }
 

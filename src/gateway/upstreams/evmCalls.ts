@@ -33,8 +33,6 @@ const VOLATILE: CallShape = { kind: 'volatile', low: -1, high: -1, cacheable: fa
 const FINALIZED_TAG: CallShape = { kind: 'volatile', low: -1, high: -1, cacheable: false, finalizedTag: true };
 const HASH_CACHED: CallShape = { kind: 'hash', low: -1, high: -1, cacheable: true };
 const HASH_UNCACHED: CallShape = { kind: 'hash', low: -1, high: -1, cacheable: false };
-/** Any call on a chain followed by slot (Solana). */
-export const RECENT_CALL: CallShape = { kind: 'recent', low: -1, high: -1, cacheable: false };
 
 /**
  * Methods read here: where their block argument is (-1: none; the head), and whether an answer may
