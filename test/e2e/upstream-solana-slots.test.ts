@@ -92,6 +92,19 @@ describe('Solana nodes followed by slot', () => {
     expect(callsTo(nodes).every((n) => n > 0)).toBe(true);
   });
 
+  it('takes a node restarted from a snapshot 20,000 slots (~2 h) back for a lagging one, not the other for a liar', async () => {
+    const slot = SOLANA.slot;
+    const { base, nodes, heads } = await serviceOnSolanaNodes([() => slot, () => slot - 20_000]);
+    await balances(base, 1);
+    await until(() => heads.upstreams.every((u) => u.status !== 'unknown'), 10_000);
+    // Before: 20,000 past the only other node was past the EVM lie bound (10,000): the node at the chain's slot
+    // was called a liar and every call went to the one 2 hours behind.
+    expect([heads.upstreams.map((u) => u.status), heads.best]).toEqual([['ok', 'lagging'], slot]);
+    for (const n of nodes) n.calls.length = 0;
+    await balances(base, 10);
+    expect(callsTo(nodes)).toEqual([10, 0]);
+  });
+
   it('sends a call naming a minContextSlot to a node known to be past it', async () => {
     const slot = SOLANA.slot;
     // Within the lag bound (50): no node is lagging, but the third has not reached the slot the calls name.

@@ -44,8 +44,14 @@ export interface HeadSample {
   finalizedHash?: string | null;
 }
 
-/** A head this far ahead of every other node's is not believed (a node cannot be that far ahead of its peers). */
-const MAX_PLAUSIBLE_LEAD_BLOCKS = 10_000;
+/**
+ * A head this far ahead of every other node's is not believed (a node cannot be that far ahead of
+ * its peers), nor one this far past the node's own last believed head. EVM: 10,000 blocks (~33 h
+ * on Ethereum). Solana: 1,000,000 slots (~4.6 days): a node restarted from a snapshot is often
+ * thousands of slots (hours) behind, and with two nodes the one at the chain's slot would lead it
+ * past a smaller bound and be called the liar.
+ */
+const MAX_PLAUSIBLE_LEAD = { evm: 10_000, solana: 1_000_000 } as const;
 
 /** Sends a JSON-RPC body to upstream `index`; resolves to the answer's bytes, or null when it failed. */
 export type Probe = (index: number, body: string) => Promise<Buffer | null>;
@@ -143,6 +149,7 @@ export class ChainHeads {
   /** When each node's finalized block was last raised by an answer (ms; 0: never): a poll sent before says older. */
   private readonly finalizedRaisedAt: number[];
   private readonly probes: HeadProbes;
+  private readonly maxLead: number;
 
   constructor(
     readonly tracking: HeadTracking,
@@ -167,6 +174,7 @@ export class ChainHeads {
     this.finalizedRaisedAt = labels.map(() => 0);
     this.byLabel = new Map(labels.map((label, i) => [label, i]));
     this.probes = tracking.family === 'solana' ? SOLANA_PROBES : EVM_PROBES;
+    this.maxLead = MAX_PLAUSIBLE_LEAD[tracking.family];
   }
 
   /** A call arrived: keeps polling going (and starts it, and the pushes, after a quiet spell). */
@@ -327,7 +335,7 @@ export class ChainHeads {
   sawHead(index: number, head: number, hash: string | null): void {
     const u = this.upstreams[index];
     if (u === undefined || u.head === null || head <= u.head || (u.status !== 'ok' && u.status !== 'lagging')) return;
-    if (this.best !== null && head - this.best > MAX_PLAUSIBLE_LEAD_BLOCKS) return;
+    if (this.best !== null && head - this.best > this.maxLead) return;
     u.head = head;
     u.hash = hash;
     this.raisedAt[index] = this.now();
@@ -437,8 +445,8 @@ export class ChainHeads {
     for (const u of fresh) {
       const head = u.head as number;
       const othersBest = fresh.reduce((best, o) => (o === u ? best : Math.max(best, o.head as number)), -1);
-      const leadsImplausibly = othersBest >= 0 && head - othersBest > MAX_PLAUSIBLE_LEAD_BLOCKS;
-      const jumped = u.believedHead !== null && head - u.believedHead > MAX_PLAUSIBLE_LEAD_BLOCKS;
+      const leadsImplausibly = othersBest >= 0 && head - othersBest > this.maxLead;
+      const jumped = u.believedHead !== null && head - u.believedHead > this.maxLead;
       u.status = leadsImplausibly || jumped || (u.finalized !== null && u.finalized > head) ? 'liar' : 'ok';
       if (u.status === 'ok') u.believedHead = head;
     }
