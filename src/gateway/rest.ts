@@ -5,7 +5,8 @@ import { errorInBody } from './errorBody.js';
 import { JSON_CONTENT_TYPE, RpcCode, restError, upstreamFailureCodes } from './errors.js';
 import { decodeUtf8, errorInfoFrom } from './jsonrpc.js';
 import { arrayElements, documentStart, JsonScanError, objectMembers } from './jsonScan.js';
-import type { UpstreamAnswer, UpstreamFailure } from './upstream.js';
+import type { UpstreamAnswer, UpstreamFailure, UpstreamRequest } from './upstream.js';
+import { headAnswerOf } from './upstreams/headAnswers.js';
 import { solanaShapeOf } from './upstreams/solanaCalls.js';
 
 /**
@@ -181,6 +182,12 @@ async function passthrough(scope: CallScope, req: RestRequest, decoded: string[]
   return { status: outcome.status, body: outcome.body, contentType: outcome.contentType ?? JSON_CONTENT_TYPE, admission, usage: [d] };
 }
 
+/** What a Solana call sent as JSON-RPC adds to its request: its shape, its head answer (getSlot), its answer judged as a JSON-RPC call's. */
+function solanaRequest(method: string, paramsText: string): Pick<UpstreamRequest, 'shape' | 'headAnswer' | 'judge' | 'answerId'> {
+  const shape = solanaShapeOf(method, paramsText);
+  return { shape, headAnswer: headAnswerOf(method, shape), judge: judgeSingle, answerId: '1' };
+}
+
 function limitAnswer(admission: Extract<Answer['admission'], { ok: true }>, method: string): Answer {
   const message = 'this call was refused by the rate or monthly limit';
   const extra = admission.retryAfterSeconds === null ? undefined : { retryAfter: admission.retryAfterSeconds };
@@ -277,7 +284,7 @@ async function rpcOverRest(scope: CallScope, req: RestRequest, decoded: string[]
     body: `{"jsonrpc":"2.0","id":1,"method":${JSON.stringify(method)},"params":${params.text}}`,
     retriable: !chain.isWriteMethod(method),
     // A chain followed by slot (Solana): no node lagging behind it, and one past the call's minContextSlot first; its answers judged as a JSON-RPC call's.
-    ...(pool.heads === null ? {} : { shape: solanaShapeOf(params.text), judge: judgeSingle, answerId: '1' }),
+    ...(pool.heads === null ? {} : solanaRequest(method, params.text)),
   });
   if (!outcome.ok) return failureAnswer(outcome, method, admission);
   const answer = restAnswerFromRpc(outcome, chain.restFlavour === 'solana' ? SOLANA_RESULT_NAMES[method] : undefined);

@@ -241,7 +241,7 @@ interface ReadPlan {
 function planRead(scope: CallScope, m: RpcCall): ReadPlan {
   const { chain, pool } = scope;
   const heads = pool.heads;
-  const shape = heads === null ? OTHER_CALL : heads.tracking.family === 'solana' ? solanaShapeOf(m.paramsText) : shapeOf(m.method, m.paramsText);
+  const shape = heads === null ? OTHER_CALL : heads.tracking.family === 'solana' ? solanaShapeOf(m.method, m.paramsText) : shapeOf(m.method, m.paramsText);
   const epoch = heads?.epoch ?? 0;
   const cache = heads !== null && mayKeep(shape, heads) ? pool.cache : null;
   const shared = m.idText !== undefined && (cache !== null || pool.coalesces) && isShareable(m.method);

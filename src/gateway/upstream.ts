@@ -6,7 +6,7 @@ import type { Chain, ChainRegistry, Upstream } from './chains.js';
 import { startsLikeJson } from './jsonScan.js';
 import type { CallShape } from './upstreams/evmCalls.js';
 import { filterKeys } from './upstreams/filters.js';
-import { type AnswerHead, type HeadAnswerKind, headOfAnswer, withBlockNumberText } from './upstreams/headAnswers.js';
+import { type AnswerHead, type HeadAnswerKind, headOfAnswer, withHeadNumberText } from './upstreams/headAnswers.js';
 import { ChainHeads, type HeadStatus } from './upstreams/heads.js';
 import { LatencyWindow } from './upstreams/latency.js';
 import { NewHeadsFeed, type NewHeadsHandlers } from './upstreams/newHeads.js';
@@ -626,7 +626,7 @@ export class UpstreamPool {
   private sawHead(m: Member, head: AnswerHead): void {
     const heads = this.heads;
     if (heads === null) return;
-    if (head.kind === 'finalized') heads.sawFinalized(m.index, head.number, head.hash);
+    if (head.kind === 'finalized' || head.kind === 'finalizedSlot') heads.sawFinalized(m.index, head.number, head.hash);
     else heads.sawHead(m.index, head.number, head.hash);
   }
 
@@ -643,13 +643,14 @@ export class UpstreamPool {
   underHead(head: AnswerHead): { text: string } | 'again' | null {
     const heads = this.heads;
     if (heads === null) return null;
-    if (head.kind === 'finalized') {
+    if (head.kind === 'finalized' || head.kind === 'finalizedSlot') {
       const finalized = heads.finalized;
-      return heads.followsFinalizedTag && finalized !== null && head.number < finalized ? 'again' : null;
+      if (!heads.followsFinalizedTag || finalized === null || head.number >= finalized) return null;
+      return head.kind === 'finalizedSlot' ? { text: withHeadNumberText(head, finalized) } : 'again';
     }
     const floor = heads.headFloor;
     if (floor === null || head.number >= floor) return null;
-    return head.kind === 'number' ? { text: withBlockNumberText(head, floor) } : 'again';
+    return head.kind === 'block' ? 'again' : { text: withHeadNumberText(head, floor) };
   }
 
   /** Why no upstream took `request`: none is healthy, or the one it is pinned to rests after failing. */

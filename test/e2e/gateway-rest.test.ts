@@ -185,7 +185,7 @@ describe('Solana', () => {
       ]),
     );
     expect(batch.json).toEqual([
-      { jsonrpc: '2.0', result: SOLANA.slot, id: 1 },
+      { jsonrpc: '2.0', result: SOLANA.finalizedSlot, id: 1 },
       { jsonrpc: '2.0', result: 'ok', id: 2 },
     ]);
   });

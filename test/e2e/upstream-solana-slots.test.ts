@@ -131,6 +131,48 @@ describe('Solana nodes followed by slot', () => {
     expect(callsTo(nodes)[2]).toBeGreaterThan(0);
   });
 
+  it('answers getSlot at processed and finalized with no slot under the best the gateway knows, over REST and JSON-RPC', async () => {
+    const slot = SOLANA.slot;
+    const { base, heads } = await serviceOnSolanaNodes([() => slot, () => slot, () => slot - 5]);
+    await balances(base, 1);
+    await until(() => heads.upstreams.every((u) => u.status === 'ok') && heads.upstreams[2]?.head === slot - 5, 10_000);
+    const got: Array<[string, number]> = [];
+    for (let i = 0; i < 12; i++) {
+      for (const commitment of ['processed', 'finalized', undefined]) {
+        const rest = await fetch(`${base}/getSlot${commitment === undefined ? '' : `?commitment=${commitment}`}`);
+        got.push([`REST ${commitment}`, ((await rest.json()) as { result: { slot: number } }).result.slot]);
+        const params = commitment === undefined ? [] : [{ commitment }];
+        const rpc = await fetch(base, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ jsonrpc: '2.0', id: i, method: 'getSlot', params }),
+        });
+        got.push([`RPC ${commitment}`, ((await rpc.json()) as { result: number }).result]);
+      }
+    }
+    // Before: the node 5 slots behind answered a third of them with its own, older slots. `finalized` is Agave's default.
+    const expected = (label: string) => (label.endsWith('processed') ? slot : SOLANA.finalizedSlot);
+    expect(got.filter(([label, n]) => n !== expected(label))).toEqual([]);
+  });
+
+  it("sends getBlock to a node whose slot has reached the block's", async () => {
+    const slot = SOLANA.slot;
+    const { base, nodes, heads } = await serviceOnSolanaNodes([() => slot, () => slot, () => slot - 20]);
+    await balances(base, 1);
+    await until(() => heads.upstreams.every((u) => u.status === 'ok') && heads.upstreams[2]?.head === slot - 20, 10_000);
+    for (const n of nodes) n.calls.length = 0;
+    for (let i = 0; i < 20; i++) {
+      const r = await fetch(base, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ jsonrpc: '2.0', id: i, method: 'getBlock', params: [slot - 10, { maxSupportedTransactionVersion: 0 }] }),
+      });
+      // Before: a third went to the node 20 slots behind, which answered -32004 "Block not available for slot".
+      expect(((await r.json()) as { result?: { blockhash: string } }).result?.blockhash).toBe(`block${slot - 10}`);
+    }
+    expect(callsTo(nodes)[2]).toBe(0);
+  });
+
   it('polls no node while the chain has no traffic, and none with `finality: "none"`', async () => {
     const quiet = await serviceOnSolanaNodes([() => SOLANA.slot]);
     const untracked = await serviceOnSolanaNodes([() => SOLANA.slot], { finality: 'none' });

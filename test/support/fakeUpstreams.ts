@@ -195,15 +195,35 @@ export const SOLANA = { blockHeight: 289_012_345, slot: 301_234_567, finalizedSl
 
 /**
  * A Solana node: getBlockHeight and getSlot answer bare integers, getBalance a context/value pair.
- * `slot`: its slot (`getSlot` with the `finalized` commitment: as far under it as SOLANA's).
+ * `slot`: its slot at `processed` (`getSlot` at `finalized`, the default: as far under it as SOLANA's).
  */
 export function startSolanaFake(slot: () => number = () => SOLANA.slot): Promise<FakeUpstream> {
-  const finalized = (params: unknown): boolean => Array.isArray(params) && (params[0] as { commitment?: unknown } | undefined)?.commitment === 'finalized';
+  // Agave's default commitment is `finalized`.
+  const finalized = (params: unknown): boolean => {
+    const commitment = Array.isArray(params) ? (params[0] as { commitment?: unknown } | undefined)?.commitment : undefined;
+    return commitment === undefined || commitment === 'finalized';
+  };
   return startFake(
     jsonRpcRoute({
       getBlockHeight: () => ({ result: SOLANA.blockHeight }),
       getSlot: (params) => ({ result: finalized(params) ? slot() - (SOLANA.slot - SOLANA.finalizedSlot) : slot() }),
       getHealth: () => ({ result: 'ok' }),
+      // A block up to its slot (every slot has one here); past it, Agave's "not available".
+      getBlock: (params) => {
+        const at = Array.isArray(params) ? params[0] : undefined;
+        if (typeof at !== 'number') return { error: { code: -32602, message: 'Invalid params: missing slot' } };
+        if (at > slot()) return { error: { code: -32004, message: `Block not available for slot ${at}` } };
+        return {
+          result: {
+            blockHeight: at - 12_222_222,
+            blockTime: null,
+            blockhash: `block${at}`,
+            parentSlot: at - 1,
+            previousBlockhash: `block${at - 1}`,
+            transactions: [],
+          },
+        };
+      },
       getVersion: () => ({ result: { 'feature-set': 1725507508, 'solana-core': SOLANA.apiVersion } }),
       getBalance: (params) => {
         if (!Array.isArray(params) || typeof params[0] !== 'string') return { error: { code: -32602, message: 'Invalid params: missing pubkey' } };

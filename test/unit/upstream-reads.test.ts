@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { judgeBatch, judgeSingle, keepableResult, readKey } from '../../src/gateway/cache/rpcReads.js';
 import { parseJsonRpc, type RpcCall, splitBatchAnswer } from '../../src/gateway/jsonrpc.js';
 import { shapeOf, shapeOfAll } from '../../src/gateway/upstreams/evmCalls.js';
+import { type AnswerHead, headOfAnswerText, withHeadNumberText } from '../../src/gateway/upstreams/headAnswers.js';
 import { ChainHeads } from '../../src/gateway/upstreams/heads.js';
 import { RECENT_CALL, solanaShapeOf } from '../../src/gateway/upstreams/solanaCalls.js';
 
@@ -288,12 +289,28 @@ describe('head tracking', () => {
 
 describe('Solana calls', () => {
   it('read a minContextSlot wherever the params name it, and nothing else', () => {
-    expect(solanaShapeOf(undefined)).toEqual(RECENT_CALL);
-    expect(solanaShapeOf('["83astBRguLMdt2h5U1Tpdq5tjFoJ6noeGwaY3mDLVcri"]')).toEqual(RECENT_CALL);
-    expect(solanaShapeOf('["83ast",{"commitment":"confirmed","minContextSlot":301234600}]')).toMatchObject({ kind: 'recent', high: 301234600 });
-    expect(solanaShapeOf('[{"minContextSlot": 7 }]')).toMatchObject({ kind: 'recent', high: 7 });
-    expect(solanaShapeOf('[{"minContextSlot":"7"}]')).toEqual(RECENT_CALL);
-    expect(solanaShapeOf('[{"minContextSlot":99999999999999999}]')).toEqual(RECENT_CALL);
+    expect(solanaShapeOf('getBalance', undefined)).toEqual(RECENT_CALL);
+    expect(solanaShapeOf('getBalance', '["83astBRguLMdt2h5U1Tpdq5tjFoJ6noeGwaY3mDLVcri"]')).toEqual(RECENT_CALL);
+    expect(solanaShapeOf('getBalance', '["83ast",{"commitment":"confirmed","minContextSlot":301234600}]')).toMatchObject({ kind: 'recent', high: 301234600 });
+    expect(solanaShapeOf('getBalance', '[{"minContextSlot": 7 }]')).toMatchObject({ kind: 'recent', high: 7 });
+    expect(solanaShapeOf('getBalance', '[{"minContextSlot":"7"}]')).toEqual(RECENT_CALL);
+    expect(solanaShapeOf('getBalance', '[{"minContextSlot":99999999999999999}]')).toEqual(RECENT_CALL);
+  });
+
+  it('read the slot a block call names, and getSlot as a head call by its commitment (Agave defaults to finalized)', () => {
+    expect(solanaShapeOf('getBlock', '[301234500,{"maxSupportedTransactionVersion":0}]')).toMatchObject({ kind: 'recent', high: 301234500 });
+    expect(solanaShapeOf('getBlocks', '[100,200]')).toMatchObject({ high: 200 });
+    expect(solanaShapeOf('getBlocksWithLimit', '[100,5000]')).toMatchObject({ high: 100 });
+    expect(solanaShapeOf('getBlock', '["not a slot"]')).toEqual(RECENT_CALL);
+    expect(solanaShapeOf('getSlot', undefined).headAnswer).toBe('finalizedSlot');
+    expect(solanaShapeOf('getSlot', '[]').headAnswer).toBe('finalizedSlot');
+    expect(solanaShapeOf('getSlot', '[{"commitment":"processed"}]').headAnswer).toBe('slot');
+    expect(solanaShapeOf('getSlot', '[{"commitment":"recent"}]').headAnswer).toBe('slot');
+    expect(solanaShapeOf('getSlot', '[{"commitment":"confirmed"}]').headAnswer).toBeUndefined();
+    const answer = headOfAnswerText('{"jsonrpc":"2.0","result":301234560,"id":1}', 'slot');
+    expect(answer?.number).toBe(301234560);
+    expect(withHeadNumberText(answer as AnswerHead, 301234567)).toBe('{"jsonrpc":"2.0","result":301234567,"id":1}');
+    expect(headOfAnswerText('{"jsonrpc":"2.0","result":18446744073709551615,"id":1}', 'slot')).toBeNull();
   });
 
   it("judge Agave's -32016 as a node behind the call's slot, alone; in a batch the member's answer stands", () => {

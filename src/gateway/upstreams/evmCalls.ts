@@ -1,3 +1,5 @@
+import type { HeadAnswerKind } from './headAnswers.js';
+
 /**
  * What an EVM JSON-RPC read depends on, from its method and params: the head (`latest`, no block
  * argument), an explicit block number, a block or transaction hash, or nothing that changes.
@@ -23,6 +25,8 @@ export interface CallShape {
   cacheable: boolean;
   /** The block argument is the `finalized` tag (a volatile call whose answer names the node's finalized block). */
   finalizedTag?: true;
+  /** A head call not read from its method alone (Solana's `getSlot`, by its commitment). */
+  headAnswer?: HeadAnswerKind;
 }
 
 const OTHER: CallShape = { kind: 'other', low: -1, high: -1, cacheable: false };

@@ -9,12 +9,14 @@ import { blockNumberOf, type CallShape } from './evmCalls.js';
 
 /**
  * Which head call an answer is to: `eth_blockNumber` (a quantity), a `latest` block, or the
- * `finalized` block (objects).
+ * `finalized` block (objects); Solana's `getSlot` at `processed` (`slot`) or `finalized`
+ * (`finalizedSlot`), a bare integer.
  */
-export type HeadAnswerKind = 'number' | 'block' | 'finalized';
+export type HeadAnswerKind = 'number' | 'block' | 'finalized' | 'slot' | 'finalizedSlot';
 
 /** Which head call `method` (of `shape`) is, if one: `eth_blockNumber`, or `eth_getBlockByNumber` of `latest` (or no block) or `finalized`. */
 export function headAnswerOf(method: string, shape: CallShape): HeadAnswerKind | undefined {
+  if (shape.headAnswer !== undefined) return shape.headAnswer;
   if (method === 'eth_blockNumber') return 'number';
   if (method !== 'eth_getBlockByNumber') return undefined;
   return shape.kind === 'head' ? 'block' : shape.finalizedTag === true ? 'finalized' : undefined;
@@ -45,6 +47,10 @@ export function headOfAnswerText(text: string, kind: HeadAnswerKind): AnswerHead
       const number = blockNumberOf(unquoted(text, result));
       return number === null ? null : { kind, number, hash: null, text, result };
     }
+    if (kind === 'slot' || kind === 'finalizedSlot') {
+      const number = Number(text.slice(result[0], result[1]));
+      return /^[0-9]{1,16}$/.test(text.slice(result[0], result[1])) && Number.isSafeInteger(number) ? { kind, number, hash: null, text, result } : null;
+    }
     if (text.charCodeAt(result[0]) !== 0x7b) return null;
     const members = objectMembers(text, result[0]);
     const numberSpan = members.get('number');
@@ -63,8 +69,9 @@ function unquoted(text: string, [start, end]: Span): string | null {
   return end - start >= 2 && text.charCodeAt(start) === 0x22 && text.charCodeAt(end - 1) === 0x22 ? text.slice(start + 1, end - 1) : null;
 }
 
-/** An `eth_blockNumber` answer's text with `head` as its result, all else as the node wrote it. */
-export function withBlockNumberText(answer: AnswerHead, head: number): string {
+/** A bare number's answer (`eth_blockNumber`, Solana's `getSlot`) with `head` as its result, in the node's notation, all else as the node wrote it. */
+export function withHeadNumberText(answer: AnswerHead, head: number): string {
   const { text, result } = answer;
-  return `${text.slice(0, result[0])}"0x${head.toString(16)}"${text.slice(result[1])}`;
+  const written = answer.kind === 'number' ? `"0x${head.toString(16)}"` : String(head);
+  return `${text.slice(0, result[0])}${written}${text.slice(result[1])}`;
 }

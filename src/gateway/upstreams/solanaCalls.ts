@@ -2,21 +2,56 @@ import type { CallShape } from './evmCalls.js';
 
 /**
  * What a Solana call depends on, for routing by slot (heads.ts follows Solana nodes' slots): the
- * node's newest state, no lagging node (`recent`), and where the call names a `minContextSlot`,
- * preferably a node whose slot is known to have reached it (`high`). Pure.
+ * node's newest state, no lagging node (`recent`); where the call names a slot (a block's, or a
+ * `minContextSlot`), preferably a node whose slot is known to have reached it (`high`); and
+ * whether it is a head call (`getSlot` at `processed` or `finalized`). Pure.
  */
 
 /** A call on a Solana chain that names no slot. */
 export const RECENT_CALL: CallShape = { kind: 'recent', low: -1, high: -1, cacheable: false };
 
-const MIN_CONTEXT_SLOT = /"minContextSlot"\s*:\s*([0-9]{1,16})[\s,}]/;
+/** `getSlot` at the commitments the gateway follows: its answer is the node's head, or its finalized slot. */
+const PROCESSED_SLOT_CALL: CallShape = { kind: 'recent', low: -1, high: -1, cacheable: false, headAnswer: 'slot' };
+const FINALIZED_SLOT_CALL: CallShape = { kind: 'recent', low: -1, high: -1, cacheable: false, headAnswer: 'finalizedSlot' };
 
-/** The shape of a Solana call with these params (JSON text); only params naming `minContextSlot` are read. */
-export function solanaShapeOf(paramsText: string | undefined): CallShape {
-  if (paramsText === undefined || !paramsText.includes('minContextSlot')) return RECENT_CALL;
-  const found = MIN_CONTEXT_SLOT.exec(paramsText);
-  const slot = found === null ? Number.NaN : Number(found[1]);
-  return Number.isSafeInteger(slot) ? { kind: 'recent', low: -1, high: slot, cacheable: false } : RECENT_CALL;
+/** Methods whose first param is a slot (getBlocks: a range's start, its end the second). */
+const SLOT_FIRST = new Set(['getBlock', 'getBlockTime', 'getBlockCommitment', 'getBlocks', 'getBlocksWithLimit']);
+
+/** The shape of Solana call `method` with these params (JSON text); only params that may name a slot are read. */
+export function solanaShapeOf(method: string, paramsText: string | undefined): CallShape {
+  const slotFirst = SLOT_FIRST.has(method);
+  if (paramsText === undefined || (!slotFirst && method !== 'getSlot' && !paramsText.includes('minContextSlot'))) {
+    return method === 'getSlot' ? FINALIZED_SLOT_CALL : RECENT_CALL;
+  }
+  let params: unknown;
+  try {
+    params = JSON.parse(paramsText);
+  } catch {
+    return RECENT_CALL;
+  }
+  if (!Array.isArray(params)) return RECENT_CALL;
+  if (method === 'getSlot') {
+    const commitment = commitmentOf(params[0]);
+    return commitment === 'processed' ? PROCESSED_SLOT_CALL : commitment === 'finalized' ? FINALIZED_SLOT_CALL : RECENT_CALL;
+  }
+  let high = slotFirst && isSlot(params[0]) ? params[0] : -1;
+  if (method === 'getBlocks' && isSlot(params[1])) high = Math.max(high, params[1]);
+  for (const p of params) {
+    const min = typeof p === 'object' && p !== null ? (p as { minContextSlot?: unknown }).minContextSlot : undefined;
+    if (isSlot(min)) high = Math.max(high, min);
+  }
+  return high < 0 ? RECENT_CALL : { kind: 'recent', low: -1, high, cacheable: false };
+}
+
+const isSlot = (v: unknown): v is number => typeof v === 'number' && Number.isSafeInteger(v) && v >= 0;
+
+/** A call's commitment (its config object's), Agave's default `finalized` when it names none; the deprecated names mapped. */
+function commitmentOf(config: unknown): string {
+  const named = typeof config === 'object' && config !== null ? (config as { commitment?: unknown }).commitment : undefined;
+  if (named === undefined) return 'finalized';
+  if (named === 'recent') return 'processed';
+  if (named === 'max' || named === 'root') return 'finalized';
+  return typeof named === 'string' ? named : '';
 }
 
 /** Agave's answer to a call whose `minContextSlot` the node has not reached (JSON-RPC error -32016). */
