@@ -269,6 +269,64 @@ describe('head tracking', () => {
     expect([h.upstreams[0]?.finalized, h.finalized]).toEqual([95, 95]);
   });
 
+  it('calls a node whose finalized block is above its head a liar only the second time in a row (once: two probes raced a new block)', () => {
+    const h = new ChainHeads(TRACKING, ['a'], noProbe);
+    h.observe(0, { head: 100, hash: '0x1', finalized: 100 });
+    h.observe(0, { head: 100, hash: '0x1', finalized: 101 });
+    expect([h.upstreams[0]?.status, h.upstreams[0]?.finalized, h.finalized]).toEqual(['ok', 100, 100]);
+    h.observe(0, { head: 101, hash: '0x2', finalized: 101 });
+    h.observe(0, { head: 101, hash: '0x2', finalized: 150 });
+    expect(h.upstreams[0]?.status).toBe('ok');
+    h.observe(0, { head: 101, hash: '0x2', finalized: 150 });
+    expect(h.upstreams[0]?.status).toBe('liar');
+  });
+
+  it("does not take a pushed head under a finalized block an answer raised lately for a rewind (the socket's backend is behind)", async () => {
+    let now = 100_000;
+    const block = (n: number) => ({ number: `0x${n.toString(16)}`, hash: `0xh${n}` });
+    const probe = async (_: number, body: string): Promise<Buffer> =>
+      Buffer.from(JSON.stringify({ jsonrpc: '2.0', id: 1, result: block(body.includes('"finalized"') ? 95 : 100) }));
+    let push: ((head: { number: number; hash: string | null }) => void) | null = null;
+    const h = new ChainHeads(
+      { ...TRACKING, pollMs: 60_000 },
+      ['pushed'],
+      probe,
+      () => now,
+      (_, handlers) => {
+        push = (head) => handlers.head(head);
+        return { live: true, stop: () => {} };
+      },
+    );
+    h.touch();
+    await h.poll();
+    now += 10;
+    h.sawHead(0, 102, '0xh102');
+    h.sawFinalized(0, 101, '0xf101');
+    const generation = h.generation;
+    now += 10;
+    (push as unknown as (head: { number: number; hash: string | null }) => void)({ number: 100, hash: '0xh100' });
+    expect([h.generation, h.upstreams[0]?.status, h.upstreams[0]?.finalized]).toEqual([generation, 'ok', 100]);
+  });
+
+  it("asks a Solana node's processed and finalized slots in one batch: one backend answers both", async () => {
+    // A public endpoint whose backends are 13 s (~32 slots) apart: separate requests could read processed from the one behind.
+    const sent: string[] = [];
+    const probe = async (_: number, body: string): Promise<Buffer> => {
+      sent.push(body);
+      const calls = JSON.parse(body) as Array<{ id: number; params: [{ commitment: string }] }> | { id: number; params: [{ commitment: string }] };
+      const slotOf = (c: { params: [{ commitment: string }] }, base: number) => (c.params[0].commitment === 'finalized' ? base - 32 : base);
+      if (!Array.isArray(calls))
+        return Buffer.from(JSON.stringify({ jsonrpc: '2.0', id: calls.id, result: slotOf(calls, calls.params[0].commitment === 'finalized' ? 1_042 : 1_000) }));
+      return Buffer.from(JSON.stringify(calls.map((c) => ({ jsonrpc: '2.0', id: c.id, result: slotOf(c, 1_000) })).reverse()));
+    };
+    const h = new ChainHeads({ ...TRACKING, family: 'solana', maxLagBlocks: 50 }, ['sol'], probe);
+    h.touch();
+    await h.poll();
+    h.stop();
+    expect(sent).toHaveLength(1);
+    expect([h.upstreams[0]?.status, h.best, h.finalized]).toEqual(['ok', 1_000, 968]);
+  });
+
   it('leaves the finalized block alone where it is a depth under the head (no tag to judge answers by)', () => {
     const h = new ChainHeads({ ...TRACKING, finality: 12 }, ['a'], noProbe);
     h.observe(0, { head: 100, hash: '0x1', finalized: 88 });

@@ -8,7 +8,8 @@ import type { NewHeadsHandlers } from './newHeads.js';
  * (number and hash) and finalized block are polled, the best head among them is the chain's, and a node
  * more than `maxLagBlocks` behind it is lagging (no call that depends on the head goes to it).
  * A node that claims a head far ahead of every other node, or a finalized block above its own
- * head, is lying: it gets no call at all until its answers are plausible again.
+ * head twice in a row (once is a race: a block between its two probes), is lying: it gets no
+ * call at all until its answers are plausible again.
  *
  * Where a node offers it (a WebSocket URL), its head is pushed (`newHeads`, see newHeads.ts): a
  * new head counts at once, not at the next poll, and the poll asks that node only for its
@@ -65,51 +66,65 @@ export interface HeadPush {
 /** Starts pushing upstream `index`'s heads to `handlers`; null where the node offers no push. */
 export type Follow = (index: number, handlers: NewHeadsHandlers) => HeadPush | null;
 
-/** What a poll asks a node of a chain family, and how its answer is read. */
+/** A block (or slot) a poll found: its number, and its hash where the answer has one. */
+interface BlockRef {
+  number: number;
+  hash: string | null;
+}
+
+/** What a poll asks a node of a chain family, and how an answer's `result` is read. */
 interface HeadProbes {
   latest: string;
   finalized: string;
-  read(body: Buffer | null): { number: number; hash: string | null } | null;
+  /** Both in one batch (ids 1 and 2), where the family's nodes take one: answered by one backend behind a load balancer, never two. */
+  both?: string;
+  read(result: unknown): BlockRef | null;
 }
 
 const EVM_PROBES: HeadProbes = {
   latest: '{"jsonrpc":"2.0","id":1,"method":"eth_getBlockByNumber","params":["latest",false]}',
   finalized: '{"jsonrpc":"2.0","id":1,"method":"eth_getBlockByNumber","params":["finalized",false]}',
-  read: blockOfAnswer,
+  read: blockOfResult,
 };
 
 const SOLANA_PROBES: HeadProbes = {
   latest: '{"jsonrpc":"2.0","id":1,"method":"getSlot","params":[{"commitment":"processed"}]}',
   finalized: '{"jsonrpc":"2.0","id":1,"method":"getSlot","params":[{"commitment":"finalized"}]}',
-  read: slotOfAnswer,
+  // Its finalized slot is ~32 under its processed one (13 s): two requests, two backends of a public endpoint ~13 s apart, and it read as a liar.
+  both: '[{"jsonrpc":"2.0","id":1,"method":"getSlot","params":[{"commitment":"processed"}]},{"jsonrpc":"2.0","id":2,"method":"getSlot","params":[{"commitment":"finalized"}]}]',
+  read: slotOfResult,
 };
+
 /** Polling stops this long after the chain's last call. */
 const IDLE_MS = 60_000;
 
-/** The number and hash of a block an `eth_getBlockByNumber` answer holds, or null. */
-function blockOfAnswer(body: Buffer | null): { number: number; hash: string | null } | null {
-  if (body === null) return null;
+/** The results of a JSON-RPC answer (a batch's by id, a single one's under 1); empty when it is none. */
+function resultsOf(body: Buffer | null): Map<unknown, unknown> {
+  const results = new Map<unknown, unknown>();
+  if (body === null) return results;
   try {
     const parsed: unknown = JSON.parse(body.toString('utf8'));
-    const result = (parsed as { result?: unknown } | null)?.result;
-    if (typeof result !== 'object' || result === null) return null;
-    const r = result as Record<string, unknown>;
-    const number = blockNumberOf(r.number);
-    return number === null ? null : { number, hash: typeof r.hash === 'string' ? r.hash : null };
+    for (const a of Array.isArray(parsed) ? parsed : [parsed]) {
+      if (typeof a === 'object' && a !== null && 'result' in a)
+        results.set(Array.isArray(parsed) ? (a as { id?: unknown }).id : 1, (a as { result: unknown }).result);
+    }
   } catch {
-    return null;
+    // Not JSON: no result.
   }
+  return results;
 }
 
-/** The slot a Solana `getSlot` answer holds (a bare integer), or null. */
-function slotOfAnswer(body: Buffer | null): { number: number; hash: null } | null {
-  if (body === null) return null;
-  try {
-    const result = (JSON.parse(body.toString('utf8')) as { result?: unknown } | null)?.result;
-    return typeof result === 'number' && Number.isSafeInteger(result) && result >= 0 ? { number: result, hash: null } : null;
-  } catch {
-    return null;
-  }
+/** The number and hash of the block an `eth_getBlockByNumber` result is, or null. */
+function blockOfResult(result: unknown): BlockRef | null {
+  if (typeof result !== 'object' || result === null) return null;
+  const r = result as Record<string, unknown>;
+  const number = blockNumberOf(r.number);
+  return number === null ? null : { number, hash: typeof r.hash === 'string' ? r.hash : null };
+}
+
+/** The slot a Solana `getSlot` result is (a bare integer), or null. */
+function slotOfResult(result: unknown): BlockRef | null {
+  return typeof result === 'number' && Number.isSafeInteger(result) && result >= 0 ? { number: result, hash: null } : null;
 }
 
 export class ChainHeads {
@@ -148,6 +163,8 @@ export class ChainHeads {
   private readonly raisedAt: number[];
   /** When each node's finalized block was last raised by an answer (ms; 0: never): a poll sent before says older. */
   private readonly finalizedRaisedAt: number[];
+  /** How many observations in a row showed each node's finalized block above its head: one is a race (its two probes, or a push behind an answer), two a liar. */
+  private readonly finalizedAboveHead: number[];
   private readonly probes: HeadProbes;
   private readonly maxLead: number;
 
@@ -172,6 +189,7 @@ export class ChainHeads {
     this.pushedAt = labels.map(() => 0);
     this.raisedAt = labels.map(() => 0);
     this.finalizedRaisedAt = labels.map(() => 0);
+    this.finalizedAboveHead = labels.map(() => 0);
     this.byLabel = new Map(labels.map((label, i) => [label, i]));
     this.probes = tracking.family === 'solana' ? SOLANA_PROBES : EVM_PROBES;
     this.maxLead = MAX_PLAUSIBLE_LEAD[tracking.family];
@@ -253,17 +271,25 @@ export class ChainHeads {
       return;
     }
     const sentAt = this.now();
-    const { probes } = this;
-    const [latest, finalized] = await Promise.all([this.probe(index, probes.latest), byTag ? this.probe(index, probes.finalized) : null]);
-    const head = probes.read(latest);
+    const [head, tagged] = await this.pollHeads(index, byTag);
     if (head === null) {
       this.failed(index);
       return;
     }
     const depth = this.tracking.finality;
-    const tagged = typeof depth === 'number' ? null : probes.read(finalized);
     const final = typeof depth === 'number' ? Math.max(0, head.number - depth) : (tagged?.number ?? null);
     this.observe(index, { head: head.number, hash: head.hash, finalized: final, finalizedHash: tagged?.hash ?? null }, sentAt);
+  }
+
+  /** A node's latest and (`byTag`) finalized blocks, asked in one batch where the family's probes have one. */
+  private async pollHeads(index: number, byTag: boolean): Promise<[BlockRef | null, BlockRef | null]> {
+    const { probes } = this;
+    if (byTag && probes.both !== undefined) {
+      const results = resultsOf(await this.probe(index, probes.both));
+      return [probes.read(results.get(1)), probes.read(results.get(2))];
+    }
+    const [latest, finalized] = await Promise.all([this.probe(index, probes.latest), byTag ? this.probe(index, probes.finalized) : null]);
+    return [probes.read(resultsOf(latest).get(1)), byTag ? probes.read(resultsOf(finalized).get(1)) : null];
   }
 
   /**
@@ -272,7 +298,7 @@ export class ChainHeads {
    */
   private async refreshPushed(index: number, byTag: boolean): Promise<void> {
     const sentAt = this.now();
-    const tagged = byTag ? this.probes.read(await this.probe(index, this.probes.finalized)) : null;
+    const tagged = byTag ? this.probes.read(resultsOf(await this.probe(index, this.probes.finalized)).get(1)) : null;
     const finalized = tagged?.number ?? null;
     if (byTag && finalized === null) {
       this.failed(index);
@@ -310,7 +336,9 @@ export class ChainHeads {
     const keptHead = older ? (u.head as number) : sample.head;
     const olderFinalized =
       finalizedRaisedSince && u.finalized !== null && sample.finalized !== null && sample.finalized < u.finalized && u.finalized <= keptHead;
-    if (!older && !finalizedRaisedSince && this.rewinds(u, sample)) {
+    // A push (no sentAt) under a finalized block an answer raised lately: its socket's backend behind the one that answered, the next poll judges it.
+    const pushBehindRaise = sentAt === undefined && this.now() - (this.finalizedRaisedAt[index] as number) <= this.tracking.pollMs * 2;
+    if (!older && !finalizedRaisedSince && !pushBehindRaise && this.rewinds(u, sample)) {
       this.rewound();
       this.epoch++;
     }
@@ -322,6 +350,13 @@ export class ChainHeads {
       u.finalized = sample.finalized;
       u.finalizedHash = sample.finalizedHash ?? null;
     }
+    if (u.finalized !== null && u.head !== null && u.finalized > u.head) {
+      // Kept only the second time in a row, when recompute calls the node a liar; the first time, its head is its finalized block.
+      if (++(this.finalizedAboveHead[index] as number) < 2) {
+        u.finalized = u.head;
+        u.finalizedHash = null;
+      }
+    } else this.finalizedAboveHead[index] = 0;
     u.okAt = this.now();
     this.recompute();
   }
