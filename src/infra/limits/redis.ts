@@ -177,6 +177,11 @@ const asError = (error: unknown): Error => (error instanceof Error ? error : new
  */
 const IOREDIS_TIMEOUT_FACTOR = 10;
 
+/** The units of month adjustments, whatever their sign. */
+function unitsOf(adjustments: Array<[string, Owed]>): number {
+  return adjustments.reduce((sum, [, { units }]) => sum + Math.abs(units), 0);
+}
+
 /**
  * Redis limiter: one EVALSHA per request (ioredis `defineCommand` falls back to EVAL on
  * NOSCRIPT), the requests of one event-loop turn sent together as one pipeline: one socket
@@ -199,6 +204,8 @@ export class RedisLimiter implements LeaseSource {
   private readonly owed = new Map<string, Owed>();
   /** The months owed being sent now (null: none): a second settle waits for this one. */
   private settling: Promise<void> | null = null;
+  /** The months that settle is sending (null: none). */
+  private sending: Array<[string, Owed]> | null = null;
   private readonly maxOwedKeys: number;
   /** What was dropped of the months owed (for /metrics and tests). */
   readonly unsettled: UnsettledUnits = { counted: { cap: 0, unknown: 0 }, givenBack: { cap: 0, unknown: 0 } };
@@ -318,8 +325,10 @@ export class RedisLimiter implements LeaseSource {
     const sent = batch.map(([key, { units, nowMs }]) =>
       units > 0 ? commands.limiterCount(key, units, monthlyTtlSeconds(nowMs)) : commands.limiterRefund(key, -units),
     );
+    this.sending = batch;
     this.settling = replies(sent).then((answered) => {
       this.settling = null;
+      this.sending = null;
       let taken = 0;
       for (const [i, [key, { units, nowMs }]] of batch.entries()) {
         const error = answered[i]?.[0] ?? null;
@@ -476,14 +485,16 @@ export class RedisLimiter implements LeaseSource {
     const unknownBefore = this.unsettled.counted.unknown + this.unsettled.givenBack.unknown;
     await withinDeadline(this.settleBeforeStop(settleMs), settleMs, () => new Error('settling')).catch(() => undefined);
     const left = this.owedTotals();
-    // Sent while stopping and never answered: Redis may or may not have them.
-    const unanswered = this.unsettled.counted.unknown + this.unsettled.givenBack.unknown - unknownBefore;
+    // Sent while stopping and never answered, or still out (ioredis's own timeout is 10 commands' time): Redis may or may not have them.
+    const unanswered = this.unsettled.counted.unknown + this.unsettled.givenBack.unknown - unknownBefore + unitsOf(this.sending ?? []);
     const parts: string[] = [];
     if (left.months > 0)
-      parts.push(`${left.counted} counted in process and ${left.givenBack} given back, in ${left.months} months, that those months in Redis miss`);
+      parts.push(`${left.counted} counted in process and ${left.givenBack} given back, in ${left.months} month counters, that those counters miss`);
     if (unanswered > 0) parts.push(`${unanswered} sent and never answered (Redis may have them)`);
     if (parts.length > 0) this.log(`limits: stopping with units Redis did not take within ${settleMs} ms: ${parts.join('; ')}`);
-    await closeClient(this.client);
+    // A Redis that does not answer would hold a QUIT behind the commands it never answered.
+    if (unanswered > 0) this.client.disconnect();
+    else await closeClient(this.client);
   }
 
   private async settleBeforeStop(timeoutMs: number): Promise<void> {
@@ -493,7 +504,7 @@ export class RedisLimiter implements LeaseSource {
     await this.settleOwed();
   }
 
-  /** The units owed, summed by sign, and how many months they are in. */
+  /** The units owed, summed by sign, and how many month counters they are in (a call counts in its bucket's month and, for a token with a limit of its own, the token's). */
   private owedTotals(): { counted: number; givenBack: number; months: number } {
     let counted = 0;
     let givenBack = 0;
