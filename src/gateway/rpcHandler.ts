@@ -38,7 +38,7 @@ import { createsFilter, FILTER_NOT_FOUND, filterRoute, tagFilterAnswer, usesFilt
 import { type AnswerHead, type HeadAnswerKind, headAnswerOf, headOfAnswerText } from './upstreams/headAnswers.js';
 import type { ChainHeads } from './upstreams/heads.js';
 import { knownBlocksOf, logsSubParams, readSplitLogs } from './upstreams/logsSplit.js';
-import { solanaShapeOf } from './upstreams/solanaCalls.js';
+import { isMinContextSlotNotReached, solanaShapeOf } from './upstreams/solanaCalls.js';
 
 /**
  * A JSON-RPC request end to end: validate, ask the gatekeeper for the calls that would reach the
@@ -646,6 +646,15 @@ function forwardBatch(
         }
       }
     }
+    // A Solana read the node has not reached the minContextSlot of (-32016): asked again alone, of a node at the best slot.
+    if (outcome.ok && answers !== null && pool.heads?.tracking.family === 'solana') {
+      for (const leader of leaders) {
+        const answer = answers.get(leader.m.index);
+        if (answer?.error == null || behind.has(leader.m.index) || !isMinContextSlotNotReached(answer.error.code, answer.error.message)) continue;
+        behind.add(leader.m.index);
+        again.push({ leader, behind: { ...(outcome as UpstreamAnswer), body: Buffer.from(answer.text) }, deadline });
+      }
+    }
     const failure: UpstreamFailure | null = !outcome.ok
       ? outcome
       : answers === null
@@ -702,7 +711,10 @@ function forwardBatch(
   });
 }
 
-/** A batch member whose head call was answered under what is known: asked again alone, by the batch's deadline, its answer the caller's if none better comes. */
+/**
+ * A batch member whose head call was answered under what is known, or (Solana) whose node had not
+ * reached its minContextSlot: asked again alone, by the batch's deadline, its answer the caller's if none better comes.
+ */
 interface AskedAgain {
   leader: Leader;
   behind: UpstreamAnswer;

@@ -129,6 +129,27 @@ describe('Solana nodes followed by slot', () => {
     // Before: every call the third node took answered the caller -32016.
     await balances(base, 20, slot + 50);
     expect(callsTo(nodes)[2]).toBeGreaterThan(0);
+    // In batches too: the member the node had not reached is asked again alone (its twin waiting for that answer).
+    for (const n of nodes) n.calls.length = 0;
+    for (let i = 0; i < 20; i++) {
+      const atSlot = { jsonrpc: '2.0', method: 'getBalance', params: [PUBKEY, { minContextSlot: slot + 50 }] };
+      const r = await fetch(base, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify([
+          { ...atSlot, id: 1 },
+          { ...atSlot, id: 2 },
+          { jsonrpc: '2.0', id: 3, method: 'getHealth', params: [] },
+        ]),
+      });
+      const answers = (await r.json()) as Array<{ id: number; result?: unknown; error?: unknown }>;
+      expect(answers.map((a) => [a.id, a.error === undefined])).toEqual([
+        [1, true],
+        [2, true],
+        [3, true],
+      ]);
+    }
+    expect(callsTo(nodes)[2]).toBeGreaterThan(0);
   });
 
   it('answers getSlot at processed and finalized with no slot under the best the gateway knows, over REST and JSON-RPC', async () => {
