@@ -207,7 +207,8 @@ describe('/metrics under 20,000 calls that each invent a method, path, chain or 
     const now = new Set(gatewaySeries(parse(after)));
     expect([...now].filter((k) => !was.has(k))).toEqual([]);
     expect(now.size).toBe(was.size);
-    expect(now.size).toBeLessThan(400);
+    // Bounded by the shipped registry (its chains and their nodes: 400 since Solana's nodes have head states), not by the calls.
+    expect(now.size).toBeLessThan(450);
   });
 
   it('puts no token, address, method, path or client address in a label value', () => {
