@@ -48,6 +48,16 @@ async function serviceOnSolanaNodes(slots: Array<() => number>, chainExtra: Reco
   return { t, base: `${url}/sol/${token}`, nodes, heads };
 }
 
+/** Three nodes at SOLANA's slot, the third `lag` slots behind (within the bound), once the gateway has polled them; the nodes' calls forgotten. */
+async function serviceWithThirdNodeBehind(lag: number) {
+  const slot = SOLANA.slot;
+  const service = await serviceOnSolanaNodes([() => slot, () => slot, () => slot - lag]);
+  await balances(service.base, 1);
+  await until(() => service.heads.upstreams.every((u) => u.status === 'ok') && service.heads.upstreams[2]?.head === slot - lag, 10_000);
+  for (const n of service.nodes) n.calls.length = 0;
+  return { ...service, slot };
+}
+
 /** `count` getBalance calls (at `minContextSlot` when given), every other one over REST and over JSON-RPC, each answered 200 with the lamports. */
 async function balances(base: string, count: number, minContextSlot?: number): Promise<void> {
   for (let i = 0; i < count; i++) {
@@ -106,12 +116,8 @@ describe('Solana nodes followed by slot', () => {
   });
 
   it('sends a call naming a minContextSlot to a node known to be past it', async () => {
-    const slot = SOLANA.slot;
     // Within the lag bound (50): no node is lagging, but the third has not reached the slot the calls name.
-    const { base, nodes, heads } = await serviceOnSolanaNodes([() => slot, () => slot, () => slot - 20]);
-    await balances(base, 1);
-    await until(() => heads.upstreams.every((u) => u.status === 'ok') && heads.upstreams[2]?.head === slot - 20, 10_000);
-    for (const n of nodes) n.calls.length = 0;
+    const { base, nodes, slot } = await serviceWithThirdNodeBehind(20);
     // Before: a third of them went to the node behind, and its -32016 "Minimum context slot has not been reached" reached the caller.
     await balances(base, 20, slot - 5);
     expect(callsTo(nodes)[2]).toBe(0);
@@ -153,10 +159,7 @@ describe('Solana nodes followed by slot', () => {
   });
 
   it('answers getSlot at processed and finalized with no slot under the best the gateway knows, over REST and JSON-RPC', async () => {
-    const slot = SOLANA.slot;
-    const { base, heads } = await serviceOnSolanaNodes([() => slot, () => slot, () => slot - 5]);
-    await balances(base, 1);
-    await until(() => heads.upstreams.every((u) => u.status === 'ok') && heads.upstreams[2]?.head === slot - 5, 10_000);
+    const { base, slot } = await serviceWithThirdNodeBehind(5);
     const got: Array<[string, number]> = [];
     for (let i = 0; i < 12; i++) {
       for (const commitment of ['processed', 'finalized', undefined]) {
@@ -177,11 +180,7 @@ describe('Solana nodes followed by slot', () => {
   });
 
   it("sends getBlock to a node whose slot has reached the block's", async () => {
-    const slot = SOLANA.slot;
-    const { base, nodes, heads } = await serviceOnSolanaNodes([() => slot, () => slot, () => slot - 20]);
-    await balances(base, 1);
-    await until(() => heads.upstreams.every((u) => u.status === 'ok') && heads.upstreams[2]?.head === slot - 20, 10_000);
-    for (const n of nodes) n.calls.length = 0;
+    const { base, nodes, slot } = await serviceWithThirdNodeBehind(20);
     for (let i = 0; i < 20; i++) {
       const r = await fetch(base, {
         method: 'POST',

@@ -184,6 +184,16 @@ describe('what may be kept', () => {
   });
 });
 
+/** Head tracking of one node whose heads are pushed (polled every minute by `probe`, on `now`'s clock), and its push. */
+function pushedNode(probe: (index: number, body: string) => Promise<Buffer | null>, now: () => number) {
+  let pushHead: (head: { number: number; hash: string | null }) => void = () => {};
+  const h = new ChainHeads({ ...TRACKING, pollMs: 60_000 }, ['pushed'], probe, now, (_, handlers) => {
+    pushHead = (head) => handlers.head(head);
+    return { live: true, stop: () => {} };
+  });
+  return { h, push: (head: { number: number; hash: string | null }) => pushHead(head) };
+}
+
 describe('head tracking', () => {
   it('finds the best head, a lagging node and a liar, and moves the epoch when the best head changes', () => {
     const h = new ChainHeads(TRACKING, ['a', 'b', 'c'], noProbe);
@@ -243,22 +253,12 @@ describe('head tracking', () => {
       const finalized = body.includes('"finalized"');
       return hold && finalized ? new Promise((resolve) => held.push(resolve)) : Promise.resolve(block(finalized ? 90 : 100));
     };
-    let push: ((head: { number: number; hash: string | null }) => void) | null = null;
-    const h = new ChainHeads(
-      { ...TRACKING, pollMs: 60_000 },
-      ['pushed'],
-      probe,
-      () => now,
-      (_, handlers) => {
-        push = (head) => handlers.head(head);
-        return { live: true, stop: () => {} };
-      },
-    );
+    const { h, push } = pushedNode(probe, () => now);
     h.touch();
     await h.poll();
     expect([h.best, h.finalized]).toEqual([100, 90]);
     now += 1;
-    (push as unknown as (head: { number: number; hash: string | null }) => void)({ number: 100, hash: '0xh100' });
+    push({ number: 100, hash: '0xh100' });
     hold = true;
     const polled = h.poll();
     expect(held).toHaveLength(1);
@@ -286,17 +286,7 @@ describe('head tracking', () => {
     const block = (n: number) => ({ number: `0x${n.toString(16)}`, hash: `0xh${n}` });
     const probe = async (_: number, body: string): Promise<Buffer> =>
       Buffer.from(JSON.stringify({ jsonrpc: '2.0', id: 1, result: block(body.includes('"finalized"') ? 95 : 100) }));
-    let push: ((head: { number: number; hash: string | null }) => void) | null = null;
-    const h = new ChainHeads(
-      { ...TRACKING, pollMs: 60_000 },
-      ['pushed'],
-      probe,
-      () => now,
-      (_, handlers) => {
-        push = (head) => handlers.head(head);
-        return { live: true, stop: () => {} };
-      },
-    );
+    const { h, push } = pushedNode(probe, () => now);
     h.touch();
     await h.poll();
     now += 10;
@@ -304,7 +294,7 @@ describe('head tracking', () => {
     h.sawFinalized(0, 101, '0xf101');
     const generation = h.generation;
     now += 10;
-    (push as unknown as (head: { number: number; hash: string | null }) => void)({ number: 100, hash: '0xh100' });
+    push({ number: 100, hash: '0xh100' });
     expect([h.generation, h.upstreams[0]?.status, h.upstreams[0]?.finalized]).toEqual([generation, 'ok', 100]);
   });
 
