@@ -269,33 +269,118 @@ describe('head tracking', () => {
     expect([h.upstreams[0]?.finalized, h.finalized]).toEqual([95, 95]);
   });
 
-  it('calls a node whose finalized block is above its head a liar only the second time in a row (once: two probes raced a new block)', () => {
-    const h = new ChainHeads(TRACKING, ['a'], noProbe);
-    h.observe(0, { head: 100, hash: '0x1', finalized: 100 });
-    h.observe(0, { head: 100, hash: '0x1', finalized: 101 });
+  it('calls a node whose finalized block is above its head a liar only the second poll in a row (once: two probes raced a new block)', () => {
+    let now = 1_000;
+    const h = new ChainHeads(TRACKING, ['a'], noProbe, () => now);
+    h.observe(0, { head: 100, hash: '0x1', finalized: 100 }, now);
+    h.observe(0, { head: 100, hash: '0x1', finalized: 101 }, ++now);
     expect([h.upstreams[0]?.status, h.upstreams[0]?.finalized, h.finalized]).toEqual(['ok', 100, 100]);
-    h.observe(0, { head: 101, hash: '0x2', finalized: 101 });
-    h.observe(0, { head: 101, hash: '0x2', finalized: 150 });
+    h.observe(0, { head: 101, hash: '0x2', finalized: 101 }, ++now);
+    h.observe(0, { head: 101, hash: '0x2', finalized: 150 }, ++now);
     expect(h.upstreams[0]?.status).toBe('ok');
-    h.observe(0, { head: 101, hash: '0x2', finalized: 150 });
+    h.observe(0, { head: 101, hash: '0x2', finalized: 150 }, ++now);
     expect(h.upstreams[0]?.status).toBe('liar');
   });
 
-  it("does not take a pushed head under a finalized block an answer raised lately for a rewind (the socket's backend is behind)", async () => {
+  it("keeps a node's own finalized block, not its head, the first time a poll shows one far above its head", () => {
+    let now = 1_000;
+    const h = new ChainHeads(TRACKING, ['liar', 'honest'], noProbe, () => now);
+    h.observe(0, { head: 1_000, hash: '0x1', finalized: 990 }, now);
+    h.observe(1, { head: 1_001, hash: '0x2', finalized: 990 }, now);
+    h.observe(0, { head: 1_001, hash: '0x2', finalized: 5_000 }, ++now);
+    // Block 1001 is nobody's finalized block: answers at it must not be kept as final.
+    expect([h.upstreams[0]?.status, h.upstreams[0]?.finalized, h.finalized]).toEqual(['ok', 990, 990]);
+    h.observe(0, { head: 1_001, hash: '0x2', finalized: 5_000 }, ++now);
+    expect([h.upstreams[0]?.status, h.finalized]).toEqual(['liar', 990]);
+  });
+
+  it('calls a pushed node a liar when two polls in a row show its finalized block above its head, pushes between them or not', async () => {
     let now = 100_000;
+    let finalized = 990;
     const block = (n: number) => ({ number: `0x${n.toString(16)}`, hash: `0xh${n}` });
     const probe = async (_: number, body: string): Promise<Buffer> =>
-      Buffer.from(JSON.stringify({ jsonrpc: '2.0', id: 1, result: block(body.includes('"finalized"') ? 95 : 100) }));
+      Buffer.from(JSON.stringify({ jsonrpc: '2.0', id: 1, result: block(body.includes('"finalized"') ? finalized : 1_000) }));
+    const { h, push } = pushedNode(probe, () => now);
+    h.touch();
+    await h.poll();
+    push({ number: 1_001, hash: '0xh1001' });
+    finalized = 5_000;
+    now += 10;
+    await h.poll();
+    expect([h.upstreams[0]?.status, h.upstreams[0]?.finalized]).toEqual(['ok', 990]);
+    // A new block every few hundred ms, polls every minute: a push comes between any two polls.
+    push({ number: 1_002, hash: '0xh1002' });
+    now += 10;
+    await h.poll();
+    h.stop();
+    expect(h.upstreams[0]?.status).toBe('liar');
+  });
+
+  it("does not take a pushed head under a finalized block an answer raised lately: the next poll asks the node's head", async () => {
+    let now = 100_000;
+    const sent: string[] = [];
+    const block = (n: number) => ({ number: `0x${n.toString(16)}`, hash: `0xh${n}` });
+    const probe = async (_: number, body: string): Promise<Buffer> => {
+      sent.push(body);
+      return Buffer.from(JSON.stringify({ jsonrpc: '2.0', id: 1, result: block(body.includes('"finalized"') ? 95 : 100) }));
+    };
     const { h, push } = pushedNode(probe, () => now);
     h.touch();
     await h.poll();
     now += 10;
+    push({ number: 101, hash: '0xh101' });
     h.sawHead(0, 102, '0xh102');
     h.sawFinalized(0, 101, '0xf101');
     const generation = h.generation;
     now += 10;
+    // The socket's backend behind the one that answered, or the node rewound: not known yet.
     push({ number: 100, hash: '0xh100' });
-    expect([h.generation, h.upstreams[0]?.status, h.upstreams[0]?.finalized]).toEqual([generation, 'ok', 100]);
+    expect([h.generation, h.upstreams[0]?.status, h.upstreams[0]?.head, h.upstreams[0]?.finalized]).toEqual([generation, 'ok', 102, 101]);
+    sent.length = 0;
+    await h.poll();
+    h.stop();
+    expect(sent.some((body) => body.includes('"latest"'))).toBe(true);
+  });
+
+  it('sees a pushed devnet rewind under a finalized block an answer raised (evm_revert sent to the node directly)', async () => {
+    let now = 100_000;
+    let head = 100;
+    const block = (n: number) => ({ number: `0x${n.toString(16)}`, hash: `0xh${n}` });
+    // A devnet: its finalized block is its head.
+    const probe = async (): Promise<Buffer> => Buffer.from(JSON.stringify({ jsonrpc: '2.0', id: 1, result: block(head) }));
+    const { h, push } = pushedNode(probe, () => now);
+    h.touch();
+    await h.poll();
+    now += 10;
+    head = 102;
+    push({ number: 101, hash: '0xh101' });
+    h.sawHead(0, 102, '0xh102');
+    h.sawFinalized(0, 102, '0xh102');
+    const generation = h.generation;
+    now += 10;
+    head = 100;
+    push({ number: 100, hash: '0xh100b' });
+    await h.poll();
+    h.stop();
+    expect([h.generation, h.upstreams[0]?.head, h.finalized]).toEqual([generation + 1, 100, 100]);
+  });
+
+  it('polls a Solana node that takes no batch one probe at a time', async () => {
+    const sent: string[] = [];
+    const probe = async (_: number, body: string): Promise<Buffer> => {
+      sent.push(body);
+      const call = JSON.parse(body) as { id: number; params: [{ commitment: string }] } | unknown[];
+      if (Array.isArray(call)) return Buffer.from('{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"batch requests are not supported"}}');
+      return Buffer.from(JSON.stringify({ jsonrpc: '2.0', id: call.id, result: call.params[0].commitment === 'finalized' ? 968 : 1_000 }));
+    };
+    const h = new ChainHeads({ ...TRACKING, family: 'solana', maxLagBlocks: 50 }, ['sol'], probe);
+    h.touch();
+    await h.poll();
+    expect([h.upstreams[0]?.status, h.best, h.finalized]).toEqual(['ok', 1_000, 968]);
+    sent.length = 0;
+    await h.poll();
+    h.stop();
+    expect(sent.filter((body) => body.startsWith('['))).toEqual([]);
   });
 
   it("asks a Solana node's processed and finalized slots in one batch: one backend answers both", async () => {

@@ -114,6 +114,14 @@ function resultsOf(body: Buffer | null): Map<unknown, unknown> {
   return results;
 }
 
+/** Whether an answer is a batch's (an array), not one object. */
+function isBatchAnswer(body: Buffer): boolean {
+  for (const byte of body) {
+    if (byte !== 0x20 && byte !== 0x09 && byte !== 0x0a && byte !== 0x0d) return byte === 0x5b;
+  }
+  return false;
+}
+
 /** The number and hash of the block an `eth_getBlockByNumber` result is, or null. */
 function blockOfResult(result: unknown): BlockRef | null {
   if (typeof result !== 'object' || result === null) return null;
@@ -163,8 +171,12 @@ export class ChainHeads {
   private readonly raisedAt: number[];
   /** When each node's finalized block was last raised by an answer (ms; 0: never): a poll sent before says older. */
   private readonly finalizedRaisedAt: number[];
-  /** How many observations in a row showed each node's finalized block above its head: one is a race (its two probes, or a push behind an answer), two a liar. */
+  /** How many polls in a row showed each node's finalized block above its head: one is a race (its two probes), two a liar. */
   private readonly finalizedAboveHead: number[];
+  /** Each pushed node whose next poll must ask its head too: a push it sent was not taken. */
+  private readonly headPollDue: boolean[];
+  /** Each node that answered the probes' batch with one object (it takes no batch): polled one probe at a time. */
+  private readonly takesNoBatch: boolean[];
   private readonly probes: HeadProbes;
   private readonly maxLead: number;
 
@@ -190,6 +202,8 @@ export class ChainHeads {
     this.raisedAt = labels.map(() => 0);
     this.finalizedRaisedAt = labels.map(() => 0);
     this.finalizedAboveHead = labels.map(() => 0);
+    this.headPollDue = labels.map(() => false);
+    this.takesNoBatch = labels.map(() => false);
     this.byLabel = new Map(labels.map((label, i) => [label, i]));
     this.probes = tracking.family === 'solana' ? SOLANA_PROBES : EVM_PROBES;
     this.maxLead = MAX_PLAUSIBLE_LEAD[tracking.family];
@@ -266,10 +280,11 @@ export class ChainHeads {
 
   private async pollOne(index: number): Promise<void> {
     const byTag = this.tracking.finality === 'finalized';
-    if (this.pushIsLive(index) && this.upstreams[index]?.head != null) {
+    if (this.pushIsLive(index) && this.upstreams[index]?.head != null && !this.headPollDue[index]) {
       await this.refreshPushed(index, byTag);
       return;
     }
+    this.headPollDue[index] = false;
     const sentAt = this.now();
     const [head, tagged] = await this.pollHeads(index, byTag);
     if (head === null) {
@@ -284,9 +299,14 @@ export class ChainHeads {
   /** A node's latest and (`byTag`) finalized blocks, asked in one batch where the family's probes have one. */
   private async pollHeads(index: number, byTag: boolean): Promise<[BlockRef | null, BlockRef | null]> {
     const { probes } = this;
-    if (byTag && probes.both !== undefined) {
-      const results = resultsOf(await this.probe(index, probes.both));
-      return [probes.read(results.get(1)), probes.read(results.get(2))];
+    if (byTag && probes.both !== undefined && !this.takesNoBatch[index]) {
+      const answer = await this.probe(index, probes.both);
+      if (answer === null || isBatchAnswer(answer)) {
+        const results = resultsOf(answer);
+        return [probes.read(results.get(1)), probes.read(results.get(2))];
+      }
+      // One object back (an error: a node or proxy that takes no batch): asked one probe at a time from now on.
+      this.takesNoBatch[index] = true;
     }
     const [latest, finalized] = await Promise.all([this.probe(index, probes.latest), byTag ? this.probe(index, probes.finalized) : null]);
     return [probes.read(resultsOf(latest).get(1)), byTag ? probes.read(resultsOf(finalized).get(1)) : null];
@@ -330,18 +350,24 @@ export class ChainHeads {
   observe(index: number, sample: HeadSample, sentAt?: number): void {
     const u = this.upstreams[index];
     if (!u) return;
-    const headRaisedSince = sentAt !== undefined && (this.raisedAt[index] as number) >= sentAt;
-    const finalizedRaisedSince = sentAt !== undefined && (this.finalizedRaisedAt[index] as number) >= sentAt;
+    const polled = sentAt !== undefined;
+    if (!polled && u.finalized !== null && sample.head < u.finalized && this.now() - (this.finalizedRaisedAt[index] as number) <= this.tracking.pollMs * 2) {
+      // Under a finalized block an answer raised lately: the socket's backend may be behind the one that answered, or the node rewound.
+      // Not taken; the next poll asks the node's head and judges it.
+      this.headPollDue[index] = true;
+      return;
+    }
+    const headRaisedSince = polled && (this.raisedAt[index] as number) >= sentAt;
+    const finalizedRaisedSince = polled && (this.finalizedRaisedAt[index] as number) >= sentAt;
     const older = headRaisedSince && u.head !== null && sample.head < u.head;
     const keptHead = older ? (u.head as number) : sample.head;
     const olderFinalized =
       finalizedRaisedSince && u.finalized !== null && sample.finalized !== null && sample.finalized < u.finalized && u.finalized <= keptHead;
-    // A push (no sentAt) under a finalized block an answer raised lately: its socket's backend behind the one that answered, the next poll judges it.
-    const pushBehindRaise = sentAt === undefined && this.now() - (this.finalizedRaisedAt[index] as number) <= this.tracking.pollMs * 2;
-    if (!older && !finalizedRaisedSince && !pushBehindRaise && this.rewinds(u, sample)) {
+    if (!older && !finalizedRaisedSince && this.rewinds(u, sample)) {
       this.rewound();
       this.epoch++;
     }
+    const previous = { finalized: u.finalized, hash: u.finalizedHash };
     if (!older) {
       u.head = sample.head;
       u.hash = sample.hash;
@@ -351,12 +377,15 @@ export class ChainHeads {
       u.finalizedHash = sample.finalizedHash ?? null;
     }
     if (u.finalized !== null && u.head !== null && u.finalized > u.head) {
-      // Kept only the second time in a row, when recompute calls the node a liar; the first time, its head is its finalized block.
-      if (++(this.finalizedAboveHead[index] as number) < 2) {
-        u.finalized = u.head;
-        u.finalizedHash = null;
+      // Two polls in a row showing it make a liar (recompute says so). One may be its two probes racing a new block, and a push
+      // never asks the node's finalized block: until the next poll, the node keeps the one it had under this head, or none.
+      const streak = polled ? ++(this.finalizedAboveHead[index] as number) : (this.finalizedAboveHead[index] as number);
+      if (streak < 2) {
+        const keep = previous.finalized !== null && previous.finalized <= u.head;
+        u.finalized = keep ? previous.finalized : null;
+        u.finalizedHash = keep ? previous.hash : null;
       }
-    } else this.finalizedAboveHead[index] = 0;
+    } else if (polled) this.finalizedAboveHead[index] = 0;
     u.okAt = this.now();
     this.recompute();
   }
