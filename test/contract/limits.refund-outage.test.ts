@@ -292,6 +292,31 @@ describe('monthly units Redis did not take', () => {
       }
     });
 
+    it("waits for a refund Redis holds when the stop comes, names it, and stops (fail-closed's 500 ms)", async () => {
+      const relay = await holdingRelay(server.port);
+      const logged: string[] = [];
+      const limiter = new RedisLimiter(relay.url, { commandTimeoutMs: 500, log: (line) => logged.push(line) });
+      let closing: Promise<void> | null = null;
+      try {
+        await limiter.whenReady();
+        const req = ownLimitRequest(3);
+        expect((await limiter.take(req)).granted).toBe(3);
+        relay.holdScripts = true;
+        // Sent, and Redis never answers it: the caller is let go at the command's time.
+        await limiter.refund({ tokenId: req.tokenId, bucket: req.monthly.key, units: 2, nowMs: req.nowMs });
+        expect(relay.held).toBeGreaterThan(0);
+        closing = limiter.close();
+        // Before: the stop counted only months owed being sent, said nothing, and its QUIT waited ~5 s behind the refund.
+        await until(() => logged.length > 0, 4_000);
+        expect(logged).toEqual(['limits: stopping with units Redis did not take within 2000 ms: 2 sent and never answered (Redis may have them)']);
+        const settled = await Promise.race([closing.then(() => 'stopped'), new Promise((resolve) => setTimeout(resolve, 1_000, 'waiting'))]);
+        expect(settled).toBe('stopped');
+      } finally {
+        relay.close();
+        await (closing ?? limiter.close());
+      }
+    });
+
     it('says in one line what it held when Redis stays away', async () => {
       const logged: string[] = [];
       const limiter = open(undefined, { closeSettleMs: 500, log: (line) => logged.push(line) });

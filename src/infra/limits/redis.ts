@@ -168,6 +168,7 @@ const OWED_BATCH = 500;
 const NOT_SENT = ["Stream isn't writeable and enableOfflineQueue options is false", "Cluster isn't ready and enableOfflineQueue options is false"];
 const neverRan = (error: Error): boolean => error.name === 'ReplyError' || NOT_SENT.includes(error.message);
 const asError = (error: unknown): Error => (error instanceof Error ? error : new Error(String(error)));
+const noop = (): void => undefined;
 
 /**
  * ioredis's own command timeout, only to free its queue while Redis hangs: the deadline that
@@ -177,9 +178,10 @@ const asError = (error: unknown): Error => (error instanceof Error ? error : new
  */
 const IOREDIS_TIMEOUT_FACTOR = 10;
 
-/** The units of month adjustments, whatever their sign. */
-function unitsOf(adjustments: Array<[string, Owed]>): number {
-  return adjustments.reduce((sum, [, { units }]) => sum + Math.abs(units), 0);
+/** A month-adjusting command sent and not answered yet: its units (in one month counter), and when its reply settles. */
+interface InFlight {
+  units: number;
+  settled: Promise<void>;
 }
 
 /**
@@ -204,8 +206,11 @@ export class RedisLimiter implements LeaseSource {
   private readonly owed = new Map<string, Owed>();
   /** The months owed being sent now (null: none): a second settle waits for this one. */
   private settling: Promise<void> | null = null;
-  /** The months that settle is sending (null: none). */
-  private sending: Array<[string, Owed]> | null = null;
+  /**
+   * Every command sent that moves a month (a refund, a give-back, a token's own count, a month
+   * owed), until its reply: a stop waits for them and names the units of those that never came back.
+   */
+  private readonly inFlight = new Set<InFlight>();
   private readonly maxOwedKeys: number;
   /** What was dropped of the months owed (for /metrics and tests). */
   readonly unsettled: UnsettledUnits = { counted: { cap: 0, unknown: 0 }, givenBack: { cap: 0, unknown: 0 } };
@@ -323,12 +328,10 @@ export class RedisLimiter implements LeaseSource {
     }
     const { commands } = this;
     const sent = batch.map(([key, { units, nowMs }]) =>
-      units > 0 ? commands.limiterCount(key, units, monthlyTtlSeconds(nowMs)) : commands.limiterRefund(key, -units),
+      this.sent(Math.abs(units), units > 0 ? commands.limiterCount(key, units, monthlyTtlSeconds(nowMs)) : commands.limiterRefund(key, -units)),
     );
-    this.sending = batch;
     this.settling = replies(sent).then((answered) => {
       this.settling = null;
-      this.sending = null;
       let taken = 0;
       for (const [i, [key, { units, nowMs }]] of batch.entries()) {
         const error = answered[i]?.[0] ?? null;
@@ -398,7 +401,7 @@ export class RedisLimiter implements LeaseSource {
     this.refunds = new Map();
     this.refunded = null;
     const sent: Array<Promise<unknown>> = [];
-    for (const [key, { units }] of refunds) sent.push(this.commands.limiterRefund(key, units));
+    for (const [key, { units }] of refunds) sent.push(this.sent(units, this.commands.limiterRefund(key, units)));
     const replied = replies(sent);
     void this.withinDeadline(replied)
       .catch(() => undefined)
@@ -424,7 +427,7 @@ export class RedisLimiter implements LeaseSource {
     const { commands } = this;
     const key = monthKey(own, request.nowMs);
     const part = inAccountKey(request.tokenId, request.nowMs);
-    void commands.limiterCountOwn(key, part, granted, monthlyTtlSeconds(request.nowMs)).catch((error: unknown) => {
+    void this.sent(granted * 2, commands.limiterCountOwn(key, part, granted, monthlyTtlSeconds(request.nowMs))).catch((error: unknown) => {
       this.notTaken(key, request.nowMs, granted, asError(error));
       this.notTaken(part, request.nowMs, granted, asError(error));
     });
@@ -453,7 +456,7 @@ export class RedisLimiter implements LeaseSource {
    * owed. Settles once every reply came.
    */
   private async giveBack(keys: string[], nowMs: number, units: number): Promise<void> {
-    const answered = await replies(keys.map((key) => this.commands.limiterRefund(key, units)));
+    const answered = await replies(keys.map((key) => this.sent(units, this.commands.limiterRefund(key, units))));
     for (const [i, key] of keys.entries()) {
       const error = answered[i]?.[0] ?? null;
       if (error !== null) this.notTaken(key, nowMs, -units, error);
@@ -474,34 +477,47 @@ export class RedisLimiter implements LeaseSource {
     return value === null ? 0 : Number(value);
   }
 
+  /** Keeps `reply` in the in-flight ledger, with its `units`, until it settles. */
+  private sent<T>(units: number, reply: Promise<T>): Promise<T> {
+    const entry: InFlight = { units, settled: reply.then(noop, noop) };
+    this.inFlight.add(entry);
+    void entry.settled.then(() => this.inFlight.delete(entry));
+    return reply;
+  }
+
   /**
    * Sends what is owed first: a process that stops holding them loses them, and their months in
    * Redis stay short of calls made (a caller's next calls past the quota). So it waits for Redis,
-   * to come back and to take them, up to `closeSettleMs` (a stop during an outage), and says in
-   * one line what it still held.
+   * to come back and to take them, and for every month-adjusting command still out, up to
+   * `closeSettleMs` (a stop during an outage), and says in one line what it still held.
    */
   async close(): Promise<void> {
     const settleMs = Math.max(this.commandTimeoutMs, this.closeSettleMs);
     const unknownBefore = this.unsettled.counted.unknown + this.unsettled.givenBack.unknown;
     await withinDeadline(this.settleBeforeStop(settleMs), settleMs, () => new Error('settling')).catch(() => undefined);
     const left = this.owedTotals();
-    // Sent while stopping and never answered, or still out (ioredis's own timeout is 10 commands' time): Redis may or may not have them.
-    const unanswered = this.unsettled.counted.unknown + this.unsettled.givenBack.unknown - unknownBefore + unitsOf(this.sending ?? []);
+    // Given up on while stopping (ioredis's own timeout), or still out: Redis may or may not have them.
+    const givenUp = this.unsettled.counted.unknown + this.unsettled.givenBack.unknown - unknownBefore;
+    const stillOut = [...this.inFlight].reduce((sum, { units }) => sum + units, 0);
     const parts: string[] = [];
     if (left.months > 0)
       parts.push(`${left.counted} counted in process and ${left.givenBack} given back, in ${left.months} month counters, that those counters miss`);
-    if (unanswered > 0) parts.push(`${unanswered} sent and never answered (Redis may have them)`);
+    if (givenUp + stillOut > 0) parts.push(`${givenUp + stillOut} sent and never answered (Redis may have them)`);
     if (parts.length > 0) this.log(`limits: stopping with units Redis did not take within ${settleMs} ms: ${parts.join('; ')}`);
     // A Redis that does not answer would hold a QUIT behind the commands it never answered.
-    if (unanswered > 0) this.client.disconnect();
+    if (givenUp + stillOut > 0) this.client.disconnect();
     else await closeClient(this.client);
   }
 
   private async settleBeforeStop(timeoutMs: number): Promise<void> {
-    // Nothing held, nor being sent: a settle under way is waited for (what it could not send is held again).
-    if (this.owed.size === 0 && this.settling === null) return;
-    if (!this.ready) await waitForReady(this.client, timeoutMs);
-    await this.settleOwed();
+    // The turn's refunds, not sent yet, go first.
+    if (this.flushScheduled) await new Promise((resolve) => setImmediate(resolve));
+    if (this.owed.size > 0 || this.settling !== null) {
+      if (!this.ready) await waitForReady(this.client, timeoutMs);
+      // What it could not send is held again.
+      await this.settleOwed();
+    }
+    while (this.inFlight.size > 0) await Promise.all([...this.inFlight].map(({ settled }) => settled));
   }
 
   /** The units owed, summed by sign, and how many month counters they are in (a call counts in its bucket's month and, for a token with a limit of its own, the token's). */
