@@ -6,8 +6,9 @@ import { JSON_CONTENT_TYPE, RpcCode, restError, upstreamFailureCodes } from './e
 import { decodeUtf8, errorInfoFrom } from './jsonrpc.js';
 import { arrayElements, documentStart, JsonScanError, objectMembers } from './jsonScan.js';
 import type { UpstreamAnswer, UpstreamFailure, UpstreamRequest } from './upstream.js';
+import { callShapeOf } from './upstreams/callShape.js';
 import { headAnswerOf } from './upstreams/headAnswers.js';
-import { solanaShapeOf } from './upstreams/solanaCalls.js';
+import type { ChainHeads } from './upstreams/heads.js';
 
 /**
  * REST calls: `GET|POST /<chain>/<token>/<method_or_path…>`.
@@ -182,9 +183,9 @@ async function passthrough(scope: CallScope, req: RestRequest, decoded: string[]
   return { status: outcome.status, body: outcome.body, contentType: outcome.contentType ?? JSON_CONTENT_TYPE, admission, usage: [d] };
 }
 
-/** What a Solana call sent as JSON-RPC adds to its request: its shape, its head answer (getSlot), its answer judged as a JSON-RPC call's. */
-function solanaRequest(method: string, paramsText: string): Pick<UpstreamRequest, 'shape' | 'headAnswer' | 'judge' | 'answerId'> {
-  const shape = solanaShapeOf(method, paramsText);
+/** What a call sent as JSON-RPC on a followed chain adds to its request: its shape, its head answer (Solana's getSlot), its answer judged as a JSON-RPC call's. */
+function followedRequest(heads: ChainHeads, method: string, paramsText: string): Pick<UpstreamRequest, 'shape' | 'headAnswer' | 'judge' | 'answerId'> {
+  const shape = callShapeOf(heads, method, paramsText);
   return { shape, headAnswer: headAnswerOf(method, shape), judge: judgeSingle, answerId: '1' };
 }
 
@@ -283,8 +284,8 @@ async function rpcOverRest(scope: CallScope, req: RestRequest, decoded: string[]
     path: '',
     body: `{"jsonrpc":"2.0","id":1,"method":${JSON.stringify(method)},"params":${params.text}}`,
     retriable: !chain.isWriteMethod(method),
-    // A chain followed by slot (Solana): no node lagging behind it, and one past the call's minContextSlot first; its answers judged as a JSON-RPC call's.
-    ...(pool.heads === null ? {} : solanaRequest(method, params.text)),
+    // A followed chain (Solana, by slot): no node lagging behind it, and one past the call's minContextSlot first; its answers judged as a JSON-RPC call's.
+    ...(pool.heads === null ? {} : followedRequest(pool.heads, method, params.text)),
   });
   if (!outcome.ok) return failureAnswer(outcome, method, admission);
   const answer = restAnswerFromRpc(outcome, chain.restFlavour === 'solana' ? SOLANA_RESULT_NAMES[method] : undefined);

@@ -33,12 +33,13 @@ import {
 } from './jsonrpc.js';
 import { startsLikeJson } from './jsonScan.js';
 import type { UpstreamAnswer, UpstreamFailure, UpstreamOutcome, UpstreamRequest, Verdict } from './upstream.js';
-import { type CallShape, isShareable, rewritesHistory, shapeOf, shapeOfAll } from './upstreams/evmCalls.js';
+import { callShapeOf } from './upstreams/callShape.js';
+import { type CallShape, isShareable, rewritesHistory, shapeOfAll } from './upstreams/evmCalls.js';
 import { createsFilter, FILTER_NOT_FOUND, filterRoute, tagFilterAnswer, usesFilter } from './upstreams/filters.js';
 import { type AnswerHead, type HeadAnswerKind, headAnswerOf, headOfAnswerText } from './upstreams/headAnswers.js';
 import type { ChainHeads } from './upstreams/heads.js';
 import { knownBlocksOf, logsSubParams, readSplitLogs } from './upstreams/logsSplit.js';
-import { isMinContextSlotNotReached, solanaShapeOf } from './upstreams/solanaCalls.js';
+import { isMinContextSlotNotReached } from './upstreams/solanaCalls.js';
 
 /**
  * A JSON-RPC request end to end: validate, ask the gatekeeper for the calls that would reach the
@@ -50,7 +51,6 @@ import { isMinContextSlotNotReached, solanaShapeOf } from './upstreams/solanaCal
 const deniedMessage = (method: string, chainId: string): string => `Method not found: ${method} is not available on ${chainId}`;
 const limitMessage = (a: Admission): string => (a.ok ? 'Limit exceeded: this call was refused by the rate or monthly limit' : a.message);
 /** What a call on a chain without head tracking depends on, as far as the gateway reads it: nothing it knows. */
-const OTHER_CALL: CallShape = { kind: 'other', low: -1, high: -1, cacheable: false };
 /** What a filter's creation depends on: the head (never cached). */
 const NEW_FILTER: CallShape = { kind: 'head', low: -1, high: -1, cacheable: false };
 const methodOf = (m: RpcMember): string => (m.kind === 'call' ? m.method : (m.method ?? INVALID_METHOD));
@@ -241,7 +241,7 @@ interface ReadPlan {
 function planRead(scope: CallScope, m: RpcCall): ReadPlan {
   const { chain, pool } = scope;
   const heads = pool.heads;
-  const shape = heads === null ? OTHER_CALL : heads.tracking.family === 'solana' ? solanaShapeOf(m.method, m.paramsText) : shapeOf(m.method, m.paramsText);
+  const shape = callShapeOf(heads, m.method, m.paramsText);
   const epoch = heads?.epoch ?? 0;
   const cache = heads !== null && mayKeep(shape, heads) ? pool.cache : null;
   const shared = m.idText !== undefined && (cache !== null || pool.coalesces) && isShareable(m.method);
@@ -473,7 +473,6 @@ async function serveMembers(
   const sharing: Array<Promise<void>> = [];
   const upstream: RpcCall[] = [];
   const leaders: Leader[] = [];
-  const again: AskedAgain[] = [];
   let writes = false;
   /** Not found in process: shares an identical call in flight, or leads one in this batch's upstream batch. */
   const route = (m: RpcCall, plan: ReadPlan): void => {
@@ -533,9 +532,10 @@ async function serveMembers(
         else served.set(m.index, asMember(m, cachedAnswer(m, admission, result)));
       }
     }
-    failure = upstream.length > 0 ? await forwardBatch(scope, upstream, leaders, writes, served, again) : null;
-    // Each `latest` block answered under the best head: its own call, which goes to a node at it within the batch's time, its sharers still waiting on its key.
-    for (const { leader, behind, deadline } of again) {
+    const { again, deadline, ...forwarded } = upstream.length > 0 ? await forwardBatch(scope, upstream, leaders, writes, served) : NOTHING_FORWARDED;
+    failure = forwarded.failure;
+    // Each member asked again: its own call, which goes to a node at the head within the batch's time, its sharers still waiting on its key.
+    for (const { leader, behind } of again) {
       const { m, plan, waiting } = leader;
       sharing.push(
         sendLed(scope, m, admission, plan, waiting, deadline, behind).then(
@@ -588,19 +588,20 @@ function failureOfAll(answers: Answer[]): UpstreamFailure | null {
   return { ok: false, kind, message: first.usage[0]?.errorMessage ?? 'upstream failed', upstreamMs: null, upstream: null };
 }
 
+/** A batch sent upstream: its failure as a whole, if it failed so; its members to ask again alone, by the batch's deadline. */
+interface ForwardedBatch {
+  failure: UpstreamFailure | null;
+  again: AskedAgain[];
+  deadline: number;
+}
+
+const NOTHING_FORWARDED: ForwardedBatch = { failure: null, again: [], deadline: 0 };
+
 /**
  * Sends `calls` upstream as one batch (routed by what all of them depend on), answers each, and
- * hands each leader's answer to the callers waiting on its key. The whole batch's failure, if
- * it failed as a whole.
+ * hands each leader's answer to the callers waiting on its key, but those to ask again.
  */
-function forwardBatch(
-  scope: CallScope,
-  calls: RpcCall[],
-  leaders: Leader[],
-  writes: boolean,
-  answered: Map<number, MemberServed>,
-  again: AskedAgain[],
-): Promise<UpstreamFailure | null> {
+function forwardBatch(scope: CallScope, calls: RpcCall[], leaders: Leader[], writes: boolean, answered: Map<number, MemberServed>): Promise<ForwardedBatch> {
   const { pool } = scope;
   // The caller waits callTimeoutMs for the whole batch, members asked again included.
   const deadline = performance.now() + scope.chain.callTimeoutMs;
@@ -629,32 +630,29 @@ function forwardBatch(
     headsIn: headCalls.length === 0 ? undefined : (body) => headsIn(body).map((h) => h.head),
     deadline,
   };
-  return pool.sendThen(request, (outcome): UpstreamFailure | null => {
+  const byMinContextSlot = pool.heads?.tracking.family === 'solana';
+  return pool.sendThen(request, (outcome): ForwardedBatch => {
     if (writes) pool.heads?.invalidate(calls.some((c) => rewritesHistory(c.method)));
     const answers = !outcome.ok ? null : answersTo(outcome.body);
-    // Head calls answered under what is known, as a single call's would be (docs/decisions.md, "The head never goes back within a poll interval").
-    const behind = new Set<number>();
-    if (outcome.ok && answers !== null && headCalls.length > 0) {
-      for (const { leader, head } of headsIn(outcome.body)) {
-        const verdict = pool.underHead(head);
-        if (verdict === null) continue;
-        if (verdict !== 'again') answers.set(leader.m.index, { text: verdict.text, error: null });
-        else {
-          behind.add(leader.m.index);
-          const text = answers.get(leader.m.index)?.text as string;
-          again.push({ leader, behind: { ...(outcome as UpstreamAnswer), body: Buffer.from(text) }, deadline });
-        }
-      }
-    }
-    // A Solana read the node has not reached the minContextSlot of (-32016): asked again alone, of a node at the best slot.
-    if (outcome.ok && answers !== null && pool.heads?.tracking.family === 'solana') {
+    const again: AskedAgain[] = [];
+    if (outcome.ok && answers !== null) {
+      const headOf = new Map(headCalls.length === 0 ? [] : headsIn(outcome.body).map(({ leader, head }) => [leader.m.index, head]));
       for (const leader of leaders) {
         const answer = answers.get(leader.m.index);
-        if (answer?.error == null || behind.has(leader.m.index) || !isMinContextSlotNotReached(answer.error.code, answer.error.message)) continue;
-        behind.add(leader.m.index);
-        again.push({ leader, behind: { ...(outcome as UpstreamAnswer), body: Buffer.from(answer.text) }, deadline });
+        if (answer === undefined) continue;
+        // A head call answered under what is known is lifted as a single call's is, or asked again (docs/decisions.md, "The head never goes back within a poll interval").
+        const head = headOf.get(leader.m.index);
+        const verdict = head === undefined ? null : pool.underHead(head);
+        if (verdict !== null && verdict !== 'again') {
+          answers.set(leader.m.index, { text: verdict.text, error: null });
+          continue;
+        }
+        // So is a Solana read whose node had not reached its minContextSlot (-32016), of a node at the best slot.
+        const slotNotReached = byMinContextSlot && answer.error != null && isMinContextSlotNotReached(answer.error.code, answer.error.message);
+        if (verdict === 'again' || slotNotReached) again.push({ leader, behind: { ...(outcome as UpstreamAnswer), body: Buffer.from(answer.text) } });
       }
     }
+    const behind = new Set(again.map(({ leader }) => leader.m.index));
     const failure: UpstreamFailure | null = !outcome.ok
       ? outcome
       : answers === null
@@ -707,18 +705,17 @@ function forwardBatch(
       const answer = behind.has(m.index) ? undefined : answers?.get(m.index);
       if (outcome.ok && outcome.status === 200 && answer !== undefined && answer.error === null) keep(pool, plan, m.method, answer.text, outcome.upstream);
     }
-    return failure;
+    return { failure, again, deadline };
   });
 }
 
 /**
  * A batch member whose head call was answered under what is known, or (Solana) whose node had not
- * reached its minContextSlot: asked again alone, by the batch's deadline, its answer the caller's if none better comes.
+ * reached its minContextSlot: asked again alone, its answer (`behind`) the caller's if none better comes.
  */
 interface AskedAgain {
   leader: Leader;
   behind: UpstreamAnswer;
-  deadline: number;
 }
 
 /** A batch member that is a head call (`eth_blockNumber`, a `latest` block), and which. */

@@ -179,6 +179,35 @@ describe('Solana nodes followed by slot', () => {
     expect(got.filter(([label, n]) => n !== expected(label))).toEqual([]);
   });
 
+  it('answers getSlot in a batch with no slot under the best the gateway knows', async () => {
+    const { base, slot } = await serviceWithThirdNodeBehind(5);
+    const wrong: Array<[number, unknown]> = [];
+    const expected = new Map<number, unknown>([
+      [1, slot],
+      [2, SOLANA.finalizedSlot],
+      [3, SOLANA.lamports],
+    ]);
+    for (let i = 0; i < 12; i++) {
+      const r = await fetch(base, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify([
+          { jsonrpc: '2.0', id: 1, method: 'getSlot', params: [{ commitment: 'processed' }] },
+          { jsonrpc: '2.0', id: 2, method: 'getSlot', params: [] },
+          { jsonrpc: '2.0', id: 3, method: 'getBalance', params: [PUBKEY] },
+        ]),
+      });
+      const answers = (await r.json()) as Array<{ id: number; result: number | { value: number } }>;
+      for (const { id, result } of answers) {
+        const value = typeof result === 'number' ? result : result.value;
+        if (value !== expected.get(id)) wrong.push([id, value]);
+      }
+      expect(answers).toHaveLength(3);
+    }
+    // A batch goes to one node: the one 5 slots behind took about a third of them, each getSlot lifted to the best slot known.
+    expect(wrong).toEqual([]);
+  });
+
   it("sends getBlock to a node whose slot has reached the block's", async () => {
     const { base, nodes, slot } = await serviceWithThirdNodeBehind(20);
     for (let i = 0; i < 20; i++) {
