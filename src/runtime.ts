@@ -228,7 +228,7 @@ export async function openRuntime(config: Config, clock?: () => Date, options: R
   const limiter = openLimiter({
     redisUrl: config.redisUrl,
     failClosed: config.limitsFailClosed,
-    // In process, counts start from the usage totals once the projector has caught up with the log.
+    // A month's count starts from the usage totals (once the projector has caught up with the log): in process, and on Redis where a counter was lost.
     usedBefore: async (bucket, nowMs) => {
       await projector?.caughtUp;
       return queries.bucketMonthUsage(bucket, nowMs, config.plans);

@@ -1,6 +1,6 @@
 import { LeasedLimiter } from './leased.js';
-import { type AccountPlanReads, MemoryLimiter, type QuotaUsedBefore } from './memory.js';
-import type { Limiter } from './port.js';
+import { type AccountPlanReads, MemoryLimiter } from './memory.js';
+import type { Limiter, QuotaUsedBefore } from './port.js';
 import { RedisLimiter } from './redis.js';
 import { ResilientLimiter } from './resilient.js';
 
@@ -16,8 +16,9 @@ export interface OpenLimiterOptions {
   /** With Redis: refuse calls while Redis is unreachable instead of counting in memory. */
   failClosed?: boolean;
   /**
-   * In process: what each bucket used in a month before this process counted it, so a restart
-   * gives no fresh quota (with Redis the counts live there).
+   * What each bucket used in a month before its counter counted it, so a restart gives no fresh
+   * quota: in process, read with each bucket's first call; with Redis, when a month counter is
+   * made mid-month (Redis restarted empty, a failover to a replica behind).
    */
   usedBefore?: QuotaUsedBefore;
   /**
@@ -40,7 +41,10 @@ const FAIL_CLOSED_LEASE_DEADLINE_MS = 500;
 export function openLimiter(options: OpenLimiterOptions = {}): OpenedLimiter {
   if (options.redisUrl) {
     const failClosed = options.failClosed ?? false;
-    const redis = new RedisLimiter(options.redisUrl, failClosed ? { commandTimeoutMs: FAIL_CLOSED_LEASE_DEADLINE_MS } : {});
+    const redis = new RedisLimiter(options.redisUrl, {
+      ...(failClosed ? { commandTimeoutMs: FAIL_CLOSED_LEASE_DEADLINE_MS } : {}),
+      ...(options.usedBefore ? { restoreFrom: options.usedBefore } : {}),
+    });
     return new ResilientLimiter(new LeasedLimiter(redis), { failClosed });
   }
   // In process: the runtime opens one and hands it to every role of the process.

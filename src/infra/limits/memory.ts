@@ -1,5 +1,5 @@
 import type { MaybePromise } from '../../domain/maybePromise.js';
-import { type LimitDecision, type Limiter, type LimitRequest, ownBucketBesides, quotaBucket, type RefundRequest } from './port.js';
+import { type LimitDecision, type Limiter, type LimitRequest, ownBucketBesides, type QuotaUsedBefore, quotaBucket, type RefundRequest } from './port.js';
 import { decide, MONTHLY_RETENTION_SECONDS, monthId, nextMonthStart, rateWindow } from './window.js';
 
 interface RateWindow {
@@ -10,11 +10,6 @@ interface RateWindow {
 /** Old windows and months are swept at most this often (lazily, on a call: no timer to leak). */
 const PRUNE_EVERY_SECONDS = 10;
 
-/**
- * What a quota bucket (`token:<id>`, `account:<id>`) had used in a month before this process
- * counted it: read once per bucket and month, from what outlives the process (the usage totals).
- */
-export type QuotaUsedBefore = (bucket: string, nowMs: number) => Promise<number>;
 
 /** What the limiter reads of an account to follow a change of which of its tokens count apart (a plan change, a token's limit). */
 export interface AccountPlanReads {

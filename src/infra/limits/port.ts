@@ -21,6 +21,13 @@ export interface LimitRequest {
   nowMs: number;
 }
 
+/**
+ * What a quota bucket (`token:<id>`, `account:<id>`) used in a month before a counter started
+ * counting it (this process's, or a Redis month counter that was lost): read once per bucket and
+ * month, from what outlives both (the usage totals).
+ */
+export type QuotaUsedBefore = (bucket: string, nowMs: number) => Promise<number>;
+
 /** The monthly quota bucket of a token with its own limit, and of an account (every other token of it). */
 export const quotaBucket = {
   token: (tokenId: string): string => `token:${tokenId}`,

@@ -1,7 +1,7 @@
 import { withinDeadline } from '../deadline.js';
 import { closeClient, FAIL_FAST, type RedisClient, type Reply, redisClient, replies, waitForReady } from '../redis/client.js';
 import type { LeaseSource } from './leased.js';
-import { type LimitDecision, type LimitRequest, ownBucketBesides, quotaBucket, type RefundRequest } from './port.js';
+import { type LimitDecision, type LimitRequest, ownBucketBesides, type QuotaUsedBefore, quotaBucket, type RefundRequest } from './port.js';
 import { decide, monthId, monthlyTtlSeconds, rateWindow } from './window.js';
 
 /**
@@ -10,14 +10,16 @@ import { decide, monthId, monthlyTtlSeconds, rateWindow } from './window.js';
  * rate window TTL (ms), month TTL (s). Grants min(cost, rate left, month left) and
  * counts only what it grants (a refused call uses no quota). Returns the counts as they were
  * BEFORE the call; the caller derives the decision with the same pure math as the in-process
- * limiter (`decide`), which yields the same `granted` as computed here.
+ * limiter (`decide`), which yields the same `granted` as computed here. And 1 when this take
+ * made the month's counter (`fresh`: the month began, or Redis lost it), else 0.
  */
 const TAKE_LUA = `
 local cost = tonumber(ARGV[1])
 local rps = tonumber(ARGV[2])
 local monthLimit = tonumber(ARGV[3])
 local rateUsed = tonumber(redis.call('GET', KEYS[1]) or '0')
-local monthUsed = tonumber(redis.call('GET', KEYS[2]) or '0')
+local monthText = redis.call('GET', KEYS[2])
+local monthUsed = tonumber(monthText or '0')
 local granted = math.min(cost, math.max(rps - rateUsed, 0))
 if monthLimit >= 0 then
   granted = math.min(granted, math.max(monthLimit - monthUsed, 0))
@@ -28,21 +30,28 @@ if granted > 0 then
   redis.call('INCRBY', KEYS[2], granted)
   redis.call('EXPIRE', KEYS[2], tonumber(ARGV[5]))
 end
-return {rateUsed, monthUsed, granted}
+local fresh = 0
+if granted > 0 and not monthText then
+  fresh = 1
+end
+return {rateUsed, monthUsed, granted, fresh}
 `;
 
 /**
  * Adds a granted call's units to the token's own month when its bucket is the account's:
  * KEYS[1] the token's month, KEYS[2] (when given) the part of it in the account's month
  * (`inAccountKey`). ARGV: units, month TTL (s). Its own command, after the take's reply: the two
- * months hash to different slots in a cluster, and only the granted units count.
+ * months hash to different slots in a cluster, and only the granted units count. Also a month's
+ * units owed, and its units restored. Returns, per key, 1 where this made the counter (`fresh`).
  */
 const COUNT_LUA = `
-for _, key in ipairs(KEYS) do
+local fresh = {}
+for i, key in ipairs(KEYS) do
+  fresh[i] = redis.call('EXISTS', key) == 0 and 1 or 0
   redis.call('INCRBY', key, tonumber(ARGV[1]))
   redis.call('EXPIRE', key, tonumber(ARGV[2]))
 end
-return 1
+return fresh
 `;
 
 /**
@@ -61,7 +70,24 @@ return back
 /** A window key outlives its second a little, so a slow clock on another gateway still sees it. */
 const RATE_WINDOW_TTL_MS = 2000;
 
-type TakeReply = [number, number, number];
+type TakeReply = [number, number, number, number];
+
+/** Whether a reply of COUNT_LUA says it made key `i`'s counter. */
+const madeCounter = (reply: unknown, i: number): boolean => Array.isArray(reply) && Number(reply[i]) === 1;
+
+/**
+ * The quota bucket a month counter counts: `mq:{<bucket>}:<YYYYMM>`, or `ma:{token:<id>}:<YYYYMM>`
+ * (the part of the token's month in its account's: made only while the token counts there, when
+ * that part is all of the token's month). Null for any other key.
+ */
+const bucketOfMonthKey = (key: string): string | null => /^m[qa]:\{(.+)\}:\d{6}$/.exec(key)?.[1] ?? null;
+
+/**
+ * A month counter just made is given its month's earlier calls only when the usage totals answer
+ * within this: calls counted in it meanwhile could be in a later answer too (projected within
+ * ~100s of ms), and would count twice.
+ */
+const RESTORE_READ_MS = 250;
 
 interface LimiterCommands {
   limiterTake(rateKey: string, monthKey: string, ...args: (string | number)[]): Promise<unknown>;
@@ -125,6 +151,12 @@ export interface RedisLimiterOptions {
   closeSettleMs?: number;
   /** Where a stop with units Redis never took is said (default: stderr). */
   log?: (line: string) => void;
+  /**
+   * What a bucket used in a month before its counter was made: a counter a take or a count makes
+   * mid-month (Redis restarted empty, a failover to a replica behind) starts from it, not from
+   * zero. Without it, a counter Redis lost starts the month over.
+   */
+  restoreFrom?: QuotaUsedBefore;
 }
 
 /**
@@ -220,12 +252,14 @@ export class RedisLimiter implements LeaseSource {
   private readonly commandTimeoutMs: number;
   private readonly closeSettleMs: number;
   private readonly log: (line: string) => void;
+  private readonly restoreFrom: QuotaUsedBefore | null;
 
   constructor(redisUrl: string, options: RedisLimiterOptions = {}) {
     this.commandTimeoutMs = options.commandTimeoutMs ?? 50;
     this.maxOwedKeys = options.maxOwedKeys ?? MAX_OWED_KEYS;
     this.closeSettleMs = options.closeSettleMs ?? CLOSE_SETTLE_MS;
     this.log = options.log ?? ((line) => console.warn(line));
+    this.restoreFrom = options.restoreFrom ?? null;
     // Fail at once while disconnected instead of queueing calls until Redis is back.
     this.client = redisClient(redisUrl, { ...FAIL_FAST, commandTimeout: this.commandTimeoutMs * IOREDIS_TIMEOUT_FACTOR });
     this.client.defineCommand('limiterTake', { numberOfKeys: 2, lua: TAKE_LUA });
@@ -334,9 +368,12 @@ export class RedisLimiter implements LeaseSource {
       this.settling = null;
       let taken = 0;
       for (const [i, [key, { units, nowMs }]] of batch.entries()) {
-        const error = answered[i]?.[0] ?? null;
-        if (error === null) taken += 1;
-        else this.notTaken(key, nowMs, units, error);
+        const [error, reply] = answered[i] ?? [new Error('limiter: no reply from Redis'), null];
+        if (error !== null) this.notTaken(key, nowMs, units, error);
+        else {
+          taken += 1;
+          if (madeCounter(reply, 0)) void this.restoreMonth(key, nowMs);
+        }
       }
       if (taken > 0) return this.settleOwed();
     });
@@ -381,9 +418,13 @@ export class RedisLimiter implements LeaseSource {
             take.reject(error);
             continue;
           }
-          const [rateUsed, monthUsed, granted] = reply as TakeReply;
-          this.countOwn(take.request, Number(granted));
-          take.resolve(decide(take.request, Number(rateUsed), Number(monthUsed)));
+          const [rateUsed, monthUsed, granted, fresh] = (reply as TakeReply).map(Number) as TakeReply;
+          if (fresh === 1 && this.restoreFrom !== null) {
+            void this.decideRestored(take, rateUsed, monthUsed, granted);
+            continue;
+          }
+          this.countOwn(take.request, granted);
+          take.resolve(decide(take.request, rateUsed, monthUsed));
         }
         // Redis answers: what it was owed goes now.
         if (this.owed.size > 0 && answered.some(([error]) => error === null)) void this.settleOwed();
@@ -427,10 +468,56 @@ export class RedisLimiter implements LeaseSource {
     const { commands } = this;
     const key = monthKey(own, request.nowMs);
     const part = inAccountKey(request.tokenId, request.nowMs);
-    void this.sent(granted * 2, commands.limiterCountOwn(key, part, granted, monthlyTtlSeconds(request.nowMs))).catch((error: unknown) => {
-      this.notTaken(key, request.nowMs, granted, asError(error));
-      this.notTaken(part, request.nowMs, granted, asError(error));
-    });
+    void this.sent(granted * 2, commands.limiterCountOwn(key, part, granted, monthlyTtlSeconds(request.nowMs))).then(
+      (made) => {
+        for (const [i, counter] of [key, part].entries()) if (madeCounter(made, i)) void this.restoreMonth(counter, request.nowMs);
+      },
+      (error: unknown) => {
+        this.notTaken(key, request.nowMs, granted, asError(error));
+        this.notTaken(part, request.nowMs, granted, asError(error));
+      },
+    );
+  }
+
+  /**
+   * A take that made its month's counter: the month's calls before (the usage totals) are added to
+   * it, and the take is decided with them. What Redis granted past the limit they leave goes
+   * back. Other takes of the bucket meanwhile are decided on the counter as it is: a few ms of the
+   * bucket's calls may pass a limit once, where before a Redis that lost its counters gave every
+   * bucket its month again.
+   */
+  private async decideRestored(take: PendingTake, rateUsed: number, monthUsed: number, granted: number): Promise<void> {
+    const { request } = take;
+    const key = monthKey(request.monthly.key, request.nowMs);
+    const before = await this.restoreMonth(key, request.nowMs);
+    const decision = decide(request, rateUsed, monthUsed + before);
+    if (decision.granted < granted) void this.giveBack([key], request.nowMs, granted - decision.granted);
+    this.countOwn(request, decision.granted);
+    take.resolve(decision);
+  }
+
+  /**
+   * Adds to a month counter just made what its bucket used of the month before (`restoreFrom`,
+   * the usage totals); resolves to that once read (0 when nothing is restored, or the read failed
+   * or came after RESTORE_READ_MS: said in a line). The month's first call does this too, and
+   * finds 0 or little.
+   */
+  private async restoreMonth(key: string, nowMs: number): Promise<number> {
+    const bucket = bucketOfMonthKey(key);
+    if (this.restoreFrom === null || bucket === null) return 0;
+    let used: number;
+    try {
+      used = await withinDeadline(this.restoreFrom(bucket, nowMs), RESTORE_READ_MS, () => new Error(`no answer within ${RESTORE_READ_MS} ms`));
+    } catch (error) {
+      this.log(`limits: the month counter ${key} is new and its month's earlier calls could not be read (${asError(error).message}): it counts from 0`);
+      return 0;
+    }
+    if (used > 0) {
+      void this.sent(used, this.commands.limiterCount(key, used, monthlyTtlSeconds(nowMs))).catch((error: unknown) =>
+        this.notTaken(key, nowMs, used, asError(error)),
+      );
+    }
+    return used;
   }
 
   /**
@@ -447,6 +534,8 @@ export class RedisLimiter implements LeaseSource {
       const granted = error === null && Array.isArray(reply) ? Number(reply[2]) : 0;
       // The bucket only: the token's own month counts a take when its reply comes in time (countOwn).
       if (granted > 0) void this.giveBack([monthKey(request.monthly.key, request.nowMs)], request.nowMs, granted);
+      // It made the month's counter: nothing else will say so.
+      if (granted > 0 && Number((reply as TakeReply)[3]) === 1) void this.restoreMonth(monthKey(request.monthly.key, request.nowMs), request.nowMs);
     }
   }
 
