@@ -85,10 +85,7 @@ describe('a month counter Redis lost', () => {
       const decision = await limiter.take({ tokenId, rps: 1_000, monthly: { key: account, limit: 100 }, cost: 1, nowMs });
       expect([decision.granted, decision.monthly.remaining]).toEqual([1, 92]);
       const counters = () => Promise.all([monthKey(account, nowMs), monthKey(own, nowMs), inAccountKey(tokenId, nowMs)].map(counter));
-      expect(
-        await eventually(counters, (c) => c.join() === '8,5,5'),
-        'account month, token month, token part in the account',
-      ).toEqual([8, 5, 5]);
+      expect(await eventually(counters, (c) => c.join() === '8,5,5'), 'account month, token month, token part in the account').toEqual([8, 5, 5]);
     } finally {
       await limiter.close();
     }

@@ -10,7 +10,6 @@ interface RateWindow {
 /** Old windows and months are swept at most this often (lazily, on a call: no timer to leak). */
 const PRUNE_EVERY_SECONDS = 10;
 
-
 /** What the limiter reads of an account to follow a change of which of its tokens count apart (a plan change, a token's limit). */
 export interface AccountPlanReads {
   /** Whether the account's plan has custom limits now (its tokens with their own monthly limit count apart). */
