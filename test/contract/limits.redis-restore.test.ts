@@ -2,8 +2,10 @@ import { randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type LimitRequest, quotaBucket } from '../../src/infra/limits/port.js';
+import { LeasedLimiter } from '../../src/infra/limits/leased.js';
 import { inAccountKey, monthKey, RedisLimiter } from '../../src/infra/limits/redis.js';
-import { eventually } from '../support/eventually.js';
+import { ResilientLimiter } from '../../src/infra/limits/resilient.js';
+import { eventually, until } from '../support/eventually.js';
 import { startTestRedisServer, type TestRedisServer } from '../support/redisServer.js';
 
 /**
@@ -137,6 +139,25 @@ describe('a month counter Redis lost', () => {
       // Before: 10 granted, a fresh month.
       expect([decision.granted, decision.monthly.remaining]).toEqual([6, 0]);
     } finally {
+      await limiter.close();
+    }
+  });
+
+  it('counts a bucket this process has no Redis count of from the usage totals while Redis is away (fail-open)', async () => {
+    const request = tokenRequest(10, 5);
+    const totals: Record<string, number> = { [request.monthly.key]: 8 };
+    const limiter = new ResilientLimiter(new LeasedLimiter(new RedisLimiter(server.url, { commandTimeoutMs: 200 })), {
+      usedBefore: async (bucket) => totals[bucket] ?? 0,
+    });
+    try {
+      await limiter.whenReady();
+      await server.stop();
+      await until(() => limiter.backend === 'fallback');
+      const decision = await limiter.take(request);
+      // Before: 5 granted, the month counted from 0 in process.
+      expect([decision.granted, decision.refusedBy]).toEqual([2, 'monthly']);
+    } finally {
+      await server.start();
       await limiter.close();
     }
   });

@@ -18,7 +18,8 @@ export interface OpenLimiterOptions {
   /**
    * What each bucket used in a month before its counter counted it, so a restart gives no fresh
    * quota: in process, read with each bucket's first call; with Redis, when a month counter is
-   * made mid-month (Redis restarted empty, a failover to a replica behind).
+   * made mid-month (Redis restarted empty, a failover to a replica behind), and while Redis is
+   * away, for a bucket this process has no count of from Redis.
    */
   usedBefore?: QuotaUsedBefore;
   /**
@@ -45,7 +46,7 @@ export function openLimiter(options: OpenLimiterOptions = {}): OpenedLimiter {
       ...(failClosed ? { commandTimeoutMs: FAIL_CLOSED_LEASE_DEADLINE_MS } : {}),
       ...(options.usedBefore ? { restoreFrom: options.usedBefore } : {}),
     });
-    return new ResilientLimiter(new LeasedLimiter(redis), { failClosed });
+    return new ResilientLimiter(new LeasedLimiter(redis), { failClosed, ...(options.usedBefore ? { usedBefore: options.usedBefore } : {}) });
   }
   // In process: the runtime opens one and hands it to every role of the process.
   return Object.assign(new MemoryLimiter(options.usedBefore ?? null, options.accounts ?? null), { whenReady: async () => {} });

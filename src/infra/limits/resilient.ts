@@ -1,10 +1,13 @@
 import type { MaybePromise } from '../../domain/maybePromise.js';
+import { withinDeadline } from '../deadline.js';
 import { MemoryLimiter } from './memory.js';
-import type { LimitDecision, Limiter, LimitRequest, RefundRequest } from './port.js';
+import type { LimitDecision, Limiter, LimitRequest, QuotaUsedBefore, RefundRequest } from './port.js';
 import type { MonthAdjustment, UnsettledUnits } from './redis.js';
 import { nextMonthStart, rateWindow } from './window.js';
 
 const REDIS_COOLDOWN_MS = 500;
+/** How long a call counted in process waits for its bucket's month from the usage totals. */
+const FALLBACK_READ_MS = 250;
 
 /** The shared limiter under the fallback: Redis (through its leases). */
 export type SharedLimiter = Limiter & {
@@ -27,6 +30,12 @@ export interface ResilientLimiterOptions {
    *   that would tell the caller it exceeded a limit; the monthly `remaining` is null (unknown).
    */
   failClosed?: boolean;
+  /**
+   * Fail-open: what a bucket this process has no Redis count of used in the month (the usage
+   * totals), read with its first call counted in process; without it, such a bucket's month
+   * starts at 0 in process.
+   */
+  usedBefore?: QuotaUsedBefore;
 }
 
 /**
@@ -35,7 +44,7 @@ export interface ResilientLimiterOptions {
  * Redis as soon as the connection is ready again (ioredis reconnects on its own).
  */
 export class ResilientLimiter implements Limiter {
-  private readonly fallback = new MemoryLimiter();
+  private readonly fallback: MemoryLimiter;
   /** After a failed command, Redis is left alone this long, so a hung server costs one timeout, not one per call. */
   private skipRedisUntil = 0;
   /** Number of calls answered without Redis (for /metrics and tests). */
@@ -45,7 +54,15 @@ export class ResilientLimiter implements Limiter {
   constructor(
     private readonly redis: SharedLimiter,
     private readonly options: ResilientLimiterOptions = {},
-  ) {}
+  ) {
+    const { usedBefore } = options;
+    // A call waits for the read: at most FALLBACK_READ_MS, then the bucket counts from 0 in process (its later calls wait no more).
+    this.fallback = new MemoryLimiter(
+      usedBefore === undefined
+        ? null
+        : (bucket, nowMs) => withinDeadline(usedBefore(bucket, nowMs), FALLBACK_READ_MS, () => new Error('no totals')).catch(() => 0),
+    );
+  }
 
   /** Where the next call goes. */
   get backend(): 'redis' | 'fallback' {
@@ -83,15 +100,20 @@ export class ResilientLimiter implements Limiter {
     return decision;
   }
 
-  private failedOver(request: LimitRequest, error: unknown): LimitDecision {
+  private failedOver(request: LimitRequest, error: unknown): MaybePromise<LimitDecision> {
     this.failed(error);
     return this.withoutRedis(request);
   }
 
-  private withoutRedis(request: LimitRequest): LimitDecision {
+  private withoutRedis(request: LimitRequest): MaybePromise<LimitDecision> {
     this.fallbackCount += 1;
     if (this.options.failClosed) return refuseAll(request);
-    const decision = this.fallback.takeNow(request);
+    const decision = this.fallback.take(request);
+    return decision instanceof Promise ? decision.then((d) => this.owedFor(request, d)) : this.owedFor(request, decision);
+  }
+
+  /** What the fallback granted, owed to Redis's months. */
+  private owedFor(request: LimitRequest, decision: LimitDecision): LimitDecision {
     if (decision.granted > 0) this.redis.owe({ tokenId: request.tokenId, bucket: request.monthly.key, nowMs: request.nowMs, units: decision.granted });
     return decision;
   }
