@@ -317,6 +317,28 @@ describe('monthly units Redis did not take', () => {
       }
     });
 
+    it("waits for a take Redis holds when the stop comes, names it, and stops (fail-closed's 500 ms)", async () => {
+      const relay = await holdingRelay(server.port);
+      const logged: string[] = [];
+      const limiter = new RedisLimiter(relay.url, { commandTimeoutMs: 500, log: (line) => logged.push(line) });
+      let closing: Promise<void> | null = null;
+      try {
+        await limiter.whenReady();
+        relay.holdScripts = true;
+        // Redis would count what it grants: the caller is let go at the command's time, the count unknown.
+        await expect(limiter.take(ownLimitRequest(3))).rejects.toThrow('no reply from Redis within 500 ms');
+        closing = limiter.close();
+        // Before: the take was not counted as out, the stop said nothing, and its QUIT waited ~5 s behind it.
+        await until(() => logged.length > 0, 4_000);
+        expect(logged).toEqual(['limits: stopping with units Redis did not take within 2000 ms: 3 sent and never answered (Redis may have them)']);
+        const settled = await Promise.race([closing.then(() => 'stopped'), new Promise((resolve) => setTimeout(resolve, 1_000, 'waiting'))]);
+        expect(settled).toBe('stopped');
+      } finally {
+        relay.close();
+        await (closing ?? limiter.close());
+      }
+    });
+
     it('says in one line what it held when Redis stays away', async () => {
       const logged: string[] = [];
       const limiter = open(undefined, { closeSettleMs: 500, log: (line) => logged.push(line) });

@@ -294,7 +294,7 @@ describe('head tracking', () => {
     expect([h.upstreams[0]?.status, h.finalized]).toEqual(['liar', 990]);
   });
 
-  it('calls a pushed node a liar when two polls in a row show its finalized block above its head, pushes between them or not', async () => {
+  it('calls a pushed node a liar when two polls of its head and finalized block in a row show the finalized above the head, pushes between them or not', async () => {
     let now = 100_000;
     let finalized = 990;
     const block = (n: number) => ({ number: `0x${n.toString(16)}`, hash: `0xh${n}` });
@@ -303,17 +303,38 @@ describe('head tracking', () => {
     const { h, push } = pushedNode(probe, () => now);
     h.touch();
     await h.poll();
-    push({ number: 1_001, hash: '0xh1001' });
     finalized = 5_000;
-    now += 10;
-    await h.poll();
-    expect([h.upstreams[0]?.status, h.upstreams[0]?.finalized]).toEqual(['ok', 990]);
     // A new block every few hundred ms, polls every minute: a push comes between any two polls.
-    push({ number: 1_002, hash: '0xh1002' });
-    now += 10;
-    await h.poll();
+    const statuses: string[] = [];
+    for (let i = 0; i < 4; i++) {
+      push({ number: 1_001 + i, hash: `0xh${1_001 + i}` });
+      now += 10;
+      await h.poll();
+      statuses.push(`${h.upstreams[0]?.status} ${h.upstreams[0]?.finalized}`);
+    }
     h.stop();
-    expect(h.upstreams[0]?.status).toBe('liar');
+    // Its finalized block past the pushed head sends the next poll for both; the second such poll calls it a liar.
+    expect(statuses).toEqual(['ok 990', 'ok 990', 'ok 990', 'liar 5000']);
+  });
+
+  it('does not call a pushed node a liar whose socket is a block behind its HTTP answers (a chain whose finalized block is its head)', async () => {
+    let now = 100_000;
+    let head = 1_000;
+    const block = (n: number) => ({ number: `0x${n.toString(16)}`, hash: `0xh${n}` });
+    const probe = async (): Promise<Buffer> => Buffer.from(JSON.stringify({ jsonrpc: '2.0', id: 1, result: block(head) }));
+    const { h, push } = pushedNode(probe, () => now);
+    h.touch();
+    await h.poll();
+    const statuses: string[] = [];
+    for (let i = 0; i < 6; i++) {
+      head += 1;
+      push({ number: head - 1, hash: `0xh${head - 1}` });
+      now += 10;
+      await h.poll();
+      statuses.push(h.upstreams[0]?.status as string);
+    }
+    h.stop();
+    expect(statuses).toEqual(['ok', 'ok', 'ok', 'ok', 'ok', 'ok']);
   });
 
   it("does not take a pushed head under a finalized block an answer raised lately: the next poll asks the node's head", async () => {
@@ -363,6 +384,50 @@ describe('head tracking', () => {
     await h.poll();
     h.stop();
     expect([h.generation, h.upstreams[0]?.head, h.finalized]).toEqual([generation + 1, 100, 100]);
+  });
+
+  it('asks a pushed node its head again at the next poll when the poll meant to was lost', async () => {
+    let now = 100_000;
+    let fail = false;
+    const sent: string[] = [];
+    const block = (n: number) => ({ number: `0x${n.toString(16)}`, hash: `0xh${n}` });
+    const probe = async (_: number, body: string): Promise<Buffer | null> => {
+      sent.push(body);
+      return fail ? null : Buffer.from(JSON.stringify({ jsonrpc: '2.0', id: 1, result: block(body.includes('"finalized"') ? 95 : 100) }));
+    };
+    const { h, push } = pushedNode(probe, () => now);
+    h.touch();
+    await h.poll();
+    now += 10;
+    push({ number: 101, hash: '0xh101' });
+    h.sawHead(0, 102, '0xh102');
+    h.sawFinalized(0, 101, '0xf101');
+    now += 10;
+    push({ number: 100, hash: '0xh100' });
+    fail = true;
+    await h.poll();
+    fail = false;
+    sent.length = 0;
+    await h.poll();
+    h.stop();
+    expect(sent.some((body) => body.includes('"latest"'))).toBe(true);
+  });
+
+  it('sends a Solana node its probes in a batch again after an error that is not about batches', async () => {
+    const batches: string[] = [];
+    let answers = 0;
+    const probe = async (_: number, body: string): Promise<Buffer> => {
+      const calls = JSON.parse(body) as Array<{ id: number; params: [{ commitment: string }] }>;
+      if (Array.isArray(calls)) batches.push(body);
+      if (answers++ === 0) return Buffer.from('{"jsonrpc":"2.0","id":null,"error":{"code":-32005,"message":"rate limit exceeded"}}');
+      return Buffer.from(JSON.stringify(calls.map((c) => ({ jsonrpc: '2.0', id: c.id, result: c.params[0].commitment === 'finalized' ? 968 : 1_000 }))));
+    };
+    const h = new ChainHeads({ ...TRACKING, family: 'solana', maxLagBlocks: 50 }, ['sol'], probe);
+    h.touch();
+    await h.poll();
+    await h.poll();
+    h.stop();
+    expect([batches.length, h.best, h.finalized]).toEqual([2, 1_000, 968]);
   });
 
   it('polls a Solana node that takes no batch one probe at a time', async () => {

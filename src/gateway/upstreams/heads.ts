@@ -114,12 +114,22 @@ function resultsOf(body: Buffer | null): Map<unknown, unknown> {
   return results;
 }
 
-/** Whether an answer is a batch's (an array), not one object. */
-function isBatchAnswer(body: Buffer): boolean {
-  for (const byte of body) {
-    if (byte !== 0x20 && byte !== 0x09 && byte !== 0x0a && byte !== 0x0d) return byte === 0x5b;
+/**
+ * Whether an answer to a batch is one error saying the node takes no batch: -32600 (the batch
+ * read as an invalid request), or a message naming batches. Any other error (a rate limit, a
+ * proxy's page) is a failed poll, and the batch is sent again next time.
+ */
+function refusesBatch(body: Buffer | null): boolean {
+  if (body === null) return false;
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(body.toString('utf8'));
+  } catch {
+    return false;
   }
-  return false;
+  if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) return false;
+  const error = (parsed as { error?: { code?: unknown; message?: unknown } }).error;
+  return error?.code === -32600 || (typeof error?.message === 'string' && /batch/i.test(error.message));
 }
 
 /** The number and hash of the block an `eth_getBlockByNumber` result is, or null. */
@@ -284,10 +294,13 @@ export class ChainHeads {
       await this.refreshPushed(index, byTag);
       return;
     }
+    // Asked now; a poll that fails leaves it due (a push skipped meanwhile sets it again too).
+    const due = this.headPollDue[index] as boolean;
     this.headPollDue[index] = false;
     const sentAt = this.now();
     const [head, tagged] = await this.pollHeads(index, byTag);
     if (head === null) {
+      this.headPollDue[index] ||= due;
       this.failed(index);
       return;
     }
@@ -301,11 +314,11 @@ export class ChainHeads {
     const { probes } = this;
     if (byTag && probes.both !== undefined && !this.takesNoBatch[index]) {
       const answer = await this.probe(index, probes.both);
-      if (answer === null || isBatchAnswer(answer)) {
+      if (!refusesBatch(answer)) {
         const results = resultsOf(answer);
         return [probes.read(results.get(1)), probes.read(results.get(2))];
       }
-      // One object back (an error: a node or proxy that takes no batch): asked one probe at a time from now on.
+      // A node or proxy that takes no batch: asked one probe at a time from now on.
       this.takesNoBatch[index] = true;
     }
     const [latest, finalized] = await Promise.all([this.probe(index, probes.latest), byTag ? this.probe(index, probes.finalized) : null]);
@@ -327,6 +340,11 @@ export class ChainHeads {
     // Read after the wait: a head may have been pushed meanwhile.
     const u = this.upstreams[index] as UpstreamHead;
     if (u.head === null) return;
+    if (finalized !== null && finalized > u.head) {
+      // Past the head its socket pushed: the socket a block behind (a chain whose finalized block is its head), or a liar. The next poll asks both.
+      this.headPollDue[index] = true;
+      return;
+    }
     const depth = this.tracking.finality;
     this.observe(
       index,

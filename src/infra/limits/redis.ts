@@ -239,8 +239,9 @@ export class RedisLimiter implements LeaseSource {
   /** The months owed being sent now (null: none): a second settle waits for this one. */
   private settling: Promise<void> | null = null;
   /**
-   * Every command sent that moves a month (a refund, a give-back, a token's own count, a month
-   * owed), until its reply: a stop waits for them and names the units of those that never came back.
+   * Every command sent that moves a month (a take, a refund, a give-back, a token's own count, a
+   * month owed or restored), until its reply: a stop waits for them and names the units of those
+   * that never came back.
    */
   private readonly inFlight = new Set<InFlight>();
   private readonly maxOwedKeys: number;
@@ -398,14 +399,18 @@ export class RedisLimiter implements LeaseSource {
     for (const { request } of takes) {
       const bucket = request.monthly.key;
       sent.push(
-        commands.limiterTake(
-          rateKey(bucket, request.tokenId, request.nowMs),
-          monthKey(bucket, request.nowMs),
+        // In the ledger too: Redis counts what it grants, whether or not its reply comes.
+        this.sent(
           request.cost,
-          request.rps,
-          request.monthly.limit ?? -1,
-          RATE_WINDOW_TTL_MS,
-          monthlyTtlSeconds(request.nowMs),
+          commands.limiterTake(
+            rateKey(bucket, request.tokenId, request.nowMs),
+            monthKey(bucket, request.nowMs),
+            request.cost,
+            request.rps,
+            request.monthly.limit ?? -1,
+            RATE_WINDOW_TTL_MS,
+            monthlyTtlSeconds(request.nowMs),
+          ),
         ),
       );
     }
