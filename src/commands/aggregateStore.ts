@@ -1,7 +1,7 @@
 import type { Decider } from '../domain/decider.js';
 import { DomainError } from '../domain/errors.js';
-import { type EventStore, type Position, type StoredEvent, WrongExpectedRevisionError } from '../infra/eventstore/port.js';
 import { decodeEvent, encodeEvent, type VersionedEvent } from '../domain/eventCodec.js';
+import { type EventStore, type Position, type StoredEvent, WrongExpectedRevisionError } from '../infra/eventstore/port.js';
 
 export interface Loaded<S> {
   state: S;

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
-import { DomainEvent } from './events.js';
 import type { NewEvent, StoredEvent } from '../infra/eventstore/port.js';
+import { DomainEvent } from './events.js';
 
 /** What every event of ours looks like before it is stored: a type name, a schema version, its data. */
 export interface VersionedEvent {

@@ -9,7 +9,7 @@ import { filterKeys } from './upstreams/filters.js';
 import { type AnswerHead, type HeadAnswerKind, headOfAnswer, withHeadNumberText } from './upstreams/headAnswers.js';
 import { ChainHeads, type HeadStatus } from './upstreams/heads.js';
 import { LatencyWindow } from './upstreams/latency.js';
-import { NewHeadsFeed, type NewHeadsHandlers } from './upstreams/newHeads.js';
+import { HEAD_PUSH_DIALECTS, PushedHeads, type PushedHeadsHandlers } from './upstreams/pushedHeads.js';
 
 /**
  * Upstream pools: per chain, a weighted choice among healthy nodes scored by their recent latency
@@ -679,10 +679,13 @@ export class UpstreamPool {
   }
 
   /** Upstream `index`'s heads pushed over its WebSocket, where it has one. */
-  private followHeads(index: number, handlers: NewHeadsHandlers): NewHeadsFeed | null {
+  private followHeads(index: number, handlers: PushedHeadsHandlers): PushedHeads | null {
     const u = this.chain.upstreams[index];
-    // newHeads is EVM's subscription: a Solana node's slots are polled.
-    return u?.ws && this.chain.heads?.family === 'evm' ? new NewHeadsFeed(u.ws, u.headers, Math.min(this.chain.timeoutMs, 5_000), handlers) : null;
+    const family = this.chain.heads?.family;
+    if (!u?.ws || family === undefined) return null;
+    // Marked as the head polls are: the gateway's own traffic, not a caller's.
+    const headers = { ...u.headers, [HEAD_POLL_HEADER]: '1' };
+    return new PushedHeads(u.ws, headers, Math.min(this.chain.timeoutMs, 5_000), HEAD_PUSH_DIALECTS[family], handlers);
   }
 
   close(): void {

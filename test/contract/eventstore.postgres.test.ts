@@ -1,7 +1,7 @@
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { PostgresEventStore } from '../../src/infra/eventstore/postgres.js';
 import type { StoredEvent } from '../../src/infra/eventstore/port.js';
+import { PostgresEventStore } from '../../src/infra/eventstore/postgres.js';
 import { createTestDatabase, postgresUnavailable, type TestDatabase } from '../support/postgres.js';
 import { category, describeEventStoreContract, expectStrictlyIncreasing, newEvent, SubscriptionReader } from './eventstore.contract.js';
 

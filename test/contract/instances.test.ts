@@ -1,8 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import { describe, expect, inject, it } from 'vitest';
 import { openGatewayInstances, RedisGatewayInstances, SoleGatewayInstance } from '../../src/infra/instances/index.js';
-import { freePort, startTestRedisServer } from '../support/redisServer.js';
 import { until } from '../support/eventually.js';
+import { freePort, startTestRedisServer } from '../support/redisServer.js';
 import { gatewayInstancesContract, sharedGatewayInstancesContract } from './instances.contract.js';
 
 gatewayInstancesContract('in process', async () => new SoleGatewayInstance());

@@ -1,8 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type LimitRequest, quotaBucket } from '../../src/infra/limits/port.js';
 import { LeasedLimiter } from '../../src/infra/limits/leased.js';
+import { type LimitRequest, quotaBucket } from '../../src/infra/limits/port.js';
 import { inAccountKey, monthKey, RedisLimiter } from '../../src/infra/limits/redis.js';
 import { ResilientLimiter } from '../../src/infra/limits/resilient.js';
 import { eventually, until } from '../support/eventually.js';

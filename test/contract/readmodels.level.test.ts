@@ -1,8 +1,8 @@
 import { mkdtemp, readdir, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ClassicLevel } from 'classic-level';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   EMBEDDED_OWN_STORE,
   embeddedReadModelsDir,

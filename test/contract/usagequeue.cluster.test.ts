@@ -5,9 +5,9 @@ import { redisClient } from '../../src/infra/redis/client.js';
 import { UsageIngester } from '../../src/infra/usage/ingester.js';
 import type { QueuedUsage, UsageQueue } from '../../src/infra/usage/port.js';
 import { RedisUsageQueue } from '../../src/infra/usage/redis.js';
-import { recordedCalls } from '../support/usageLog.js';
 import { MemoryEventStore } from '../support/memoryEventStore.js';
 import { startTestRedisCluster, type TestRedisCluster } from '../support/redisCluster.js';
+import { recordedCalls } from '../support/usageLog.js';
 import { ABANDON_AFTER_MS, usageQueueContract, usageRecord } from './usagequeue.contract.js';
 
 let cluster: TestRedisCluster;

@@ -4,9 +4,9 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { UsageIngester } from '../../src/infra/usage/ingester.js';
 import type { QueuedUsage } from '../../src/infra/usage/port.js';
 import { RedisUsageQueue } from '../../src/infra/usage/redis.js';
-import { recordedCalls } from '../support/usageLog.js';
 import { MemoryEventStore } from '../support/memoryEventStore.js';
 import { freePort, startTestRedisServer, type TestRedisServer } from '../support/redisServer.js';
+import { recordedCalls } from '../support/usageLog.js';
 import { usageRecord } from './usagequeue.contract.js';
 
 describe('Redis usage queue through a Redis outage', () => {

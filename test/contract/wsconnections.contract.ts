@@ -1,8 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type RedisClient, redisClient } from '../../src/infra/redis/client.js';
 import type { ConnectionCounter, ConnectionVerdict } from '../../src/infra/wsconnections/port.js';
 import { RedisConnectionCounter } from '../../src/infra/wsconnections/redis.js';
-import { redisClient, type RedisClient } from '../../src/infra/redis/client.js';
 import { until } from '../support/eventually.js';
 
 /** A token of its own per test, so tests never see each other's counts (on a cluster, spread over the masters). */

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { MemoryConnectionCounter, openConnectionCounter, RedisConnectionCounter } from '../../src/infra/wsconnections/index.js';
 import { redisClient } from '../../src/infra/redis/client.js';
+import { MemoryConnectionCounter, openConnectionCounter, RedisConnectionCounter } from '../../src/infra/wsconnections/index.js';
 import { until } from '../support/eventually.js';
 import { freePort, startTestRedisServer, type TestRedisServer } from '../support/redisServer.js';
 import { connectionCounterContract, sharedConnectionCounterContract } from './wsconnections.contract.js';

@@ -1,9 +1,9 @@
 import { connect } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { recordedCalls } from '../support/usageLog.js';
+import { eventually } from '../support/eventually.js';
 import { type FakeUpstream, startEvmFake } from '../support/fakeUpstreams.js';
 import { ADMIN_TOKEN, owner, startTestApp, type TestApp } from '../support/testApp.js';
-import { eventually } from '../support/eventually.js';
+import { recordedCalls } from '../support/usageLog.js';
 
 /**
  * A gateway that is closing (SIGTERM, a rolling deploy) still answers calls arriving on its open

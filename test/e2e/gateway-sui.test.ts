@@ -1,10 +1,10 @@
 import { JsonRpcHTTPTransport, SuiJsonRpcClient } from '@mysten/sui/jsonRpc';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { UsageRecord } from '../../src/domain/usage.js';
-import { recordedCalls } from '../support/usageLog.js';
-import { type FakeUpstream, startSuiNodeFake, SUI_NODE } from '../support/fakeUpstreams.js';
-import { ADMIN_TOKEN, owner, startTestApp, type TestApp } from '../support/testApp.js';
 import { eventually } from '../support/eventually.js';
+import { type FakeUpstream, SUI_NODE, startSuiNodeFake } from '../support/fakeUpstreams.js';
+import { ADMIN_TOKEN, owner, startTestApp, type TestApp } from '../support/testApp.js';
+import { recordedCalls } from '../support/usageLog.js';
 
 /**
  * Sui's own SDK (`SuiJsonRpcClient` of @mysten/sui) through the whole service, on the shipped

@@ -2,9 +2,9 @@ import { id as eventTopic, WebSocketProvider } from 'ethers';
 import { createPublicClient, parseAbiItem, webSocket } from 'viem';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Web3, WebSocketProvider as Web3WebSocketProvider } from 'web3';
+import { until } from '../support/eventually.js';
 import { GANACHE_ACCOUNT_0, type GanacheNode, startGanache } from '../support/ganache.js';
 import { newToken as newOwnerToken, startTestApp, type TestApp } from '../support/testApp.js';
-import { until } from '../support/eventually.js';
 
 /** Real WebSocket clients (ethers, viem, web3.js) through the gateway to a real ganache. */
 let node: GanacheNode;

@@ -3,12 +3,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PostgresEventStore } from '../../src/infra/eventstore/postgres.js';
-import { recordedCalls } from '../support/usageLog.js';
 import { eventually } from '../support/eventually.js';
 import { type FakeUpstream, startFake } from '../support/fakeUpstreams.js';
 import { type PrivatePostgres, privatePostgresUnavailable, startPrivatePostgres } from '../support/privatePostgres.js';
 import { startTestRedisServer, type TestRedisServer } from '../support/redisServer.js';
 import { type ServiceProcess, startService } from '../support/serviceProcess.js';
+import { recordedCalls } from '../support/usageLog.js';
 
 /**
  * PostgreSQL restarted under load, on a cluster of the test's own: the gateway keeps answering

@@ -2,9 +2,9 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { eventually } from '../support/eventually.js';
 import { type FakeUpstream, startEvmFake } from '../support/fakeUpstreams.js';
 import { ADMIN_TOKEN, owner, startTestApp, type TestApp } from '../support/testApp.js';
-import { eventually } from '../support/eventually.js';
 
 /**
  * The month's quota outlives the process: on the embedded default the limiter counts in

@@ -4,11 +4,11 @@ import { join } from 'node:path';
 import { JsonRpcProvider } from 'ethers';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PostgresEventStore } from '../../src/infra/eventstore/postgres.js';
-import { recordedCalls } from '../support/usageLog.js';
 import { GANACHE_ACCOUNT_0, type GanacheNode, startGanache } from '../support/ganache.js';
 import { createTestDatabase, postgresUnavailable, type TestDatabase } from '../support/postgres.js';
 import { startTestRedisServer, type TestRedisServer } from '../support/redisServer.js';
 import { type ServiceProcess, startService } from '../support/serviceProcess.js';
+import { recordedCalls } from '../support/usageLog.js';
 
 /**
  * The topology as it is deployed, each role its own OS process: two gateways, the management

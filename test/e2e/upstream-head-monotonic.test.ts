@@ -6,8 +6,8 @@
  * and a `latest` block under it is asked again of a node at that head (the best head, as polls and answers show it).
  */
 import { afterEach, describe, expect, it } from 'vitest';
-import { HEAD_POLL_HEADER } from '../../src/gateway/upstream.js';
 import type { UsageRecord } from '../../src/domain/usage.js';
+import { HEAD_POLL_HEADER } from '../../src/gateway/upstream.js';
 import { eventually, until } from '../support/eventually.js';
 import type { EvmNodeFake, ReceivedCall } from '../support/fakeUpstreams.js';
 import { rpc, Started } from '../support/serviceOnEvmNodes.js';

@@ -10,6 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { until } from '../support/eventually.js';
+import { startFakeSolanaWsUpstream } from '../support/fakeSolanaWsUpstream.js';
 import { type FakeUpstream, SOLANA, startSolanaFake } from '../support/fakeUpstreams.js';
 import { chainServiceConfig } from '../support/serviceOnEvmNodes.js';
 import { listen, newToken, startTestApp, type TestApp } from '../support/testApp.js';
@@ -220,6 +221,38 @@ describe('Solana nodes followed by slot', () => {
       expect(((await r.json()) as { result?: { blockhash: string } }).result?.blockhash).toBe(`block${slot - 10}`);
     }
     expect(callsTo(nodes)[2]).toBe(0);
+  });
+
+  it("follows a node's slots as it pushes them (slotSubscribe), between polls", async () => {
+    const node = await startFakeSolanaWsUpstream();
+    opened.push(node);
+    const dir = mkdtempSync(join(tmpdir(), 'gw-sol-push-'));
+    dirs.push(dir);
+    // Polled once, at the first call, then not for 10 minutes.
+    const config = chainServiceConfig(dir, {
+      id: 'sol',
+      name: 'Solana',
+      protocol: 'rest',
+      rest: 'solana',
+      jsonRpcPost: true,
+      headPollMs: 600_000,
+      upstreams: [{ url: node.httpUrl, ws: node.wsUrl }],
+    });
+    const t = await startTestApp({ env: config });
+    opened.push(t);
+    const { url } = await listen(t);
+    const { token } = await newToken(t, { plan: 'unlimited' });
+    const heads = t.runtime.gateway!.pools.get('sol')!.heads!;
+    const slotOf = async () => ((await (await fetch(`${url}/sol/${token}/getSlot?commitment=processed`)).json()) as { result: { slot: number } }).result.slot;
+    const first = await slotOf();
+    await until(() => heads.upstreams[0]?.status === 'ok', 10_000);
+    // Before: the node's slots were only polled, and the head stayed where the first poll put it.
+    let last = first;
+    for (let i = 0; i < 5; i++) last = node.nextSlot().slot;
+    await until(() => heads.best === last, 10_000);
+    expect(heads.best).toBeGreaterThan(first);
+    // Its own connection: none of the callers' subscriptions.
+    expect([node.connectionsAccepted, node.activeSubscriptions]).toEqual([0, 0]);
   });
 
   it('polls no node while the chain has no traffic, and none with `finality: "none"`', async () => {

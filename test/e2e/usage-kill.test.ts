@@ -4,9 +4,9 @@ import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { LevelEventStore } from '../../src/infra/eventstore/level.js';
 import { until } from '../support/eventually.js';
-import { recordedCalls } from '../support/usageLog.js';
 import { startTestRedisServer, type TestRedisServer } from '../support/redisServer.js';
 import { type ServiceProcess, startService } from '../support/serviceProcess.js';
+import { recordedCalls } from '../support/usageLog.js';
 
 /**
  * Nothing served goes unrecorded: a service killed with SIGKILL under load, then started again on

@@ -16,7 +16,9 @@ import { HEAD_POLL_HEADER } from '../../src/gateway/upstream.js';
  * `drop()` cuts every WebSocket connection. Over HTTP: getSlot, getHealth, getVersion, getBalance
  * (the lamports `changeAccount` last set, else 0), getLatestBlockhash (one per slot), getBlockHeight
  * (the slot) and getSignatureStatuses (what `processSignature` set, else null), a batch of them member by
- * member; anything else gets -32601.
+ * member; anything else gets -32601. The gateway's own head tracking (its polls, and its
+ * `slotSubscribe` connection, both marked with the head poll's header) is left out of what the
+ * fake records: connections, calls and subscriptions are the callers'.
  */
 export interface FakeSolanaWsUpstream {
   httpUrl: string;
@@ -156,6 +158,8 @@ export async function startFakeSolanaWsUpstream(): Promise<FakeSolanaWsUpstream>
   let slot = 1000;
   let nextId = 0;
   const subs = new Map<number, Sub>();
+  /** The gateway's own head-tracking connections (marked as its head polls are): left out of what the fake records. */
+  const headSockets = new Set<WebSocket>();
   const balances = new Map<string, number>();
   const statuses = new Map<string, { slot: number; err: unknown; confirmationStatus: string }>();
 
@@ -199,7 +203,7 @@ export async function startFakeSolanaWsUpstream(): Promise<FakeSolanaWsUpstream>
       };
       const kind = kinds[method] ?? null;
       if (kind !== null) {
-        fake.subscribeCalls.push({ method, params });
+        if (!headSockets.has(socket)) fake.subscribeCalls.push({ method, params });
         if ((kind === 'account' || kind === 'program' || kind === 'signature') && typeof params[0] !== 'string')
           return invalidParams('Invalid params: invalid type: expected a string.');
         if (kind === 'logs' && params[0] === undefined) return invalidParams('Invalid params: missing field `filter`.');
@@ -208,7 +212,7 @@ export async function startFakeSolanaWsUpstream(): Promise<FakeSolanaWsUpstream>
         return { result: id };
       }
       if (method.endsWith('Unsubscribe')) {
-        fake.unsubscribeCalls.push({ method, params });
+        if (!headSockets.has(socket)) fake.unsubscribeCalls.push({ method, params });
         const id = params[0];
         if (typeof id !== 'number' || !subs.has(id)) return invalidParams('Invalid subscription id.');
         subs.delete(id);
@@ -227,7 +231,7 @@ export async function startFakeSolanaWsUpstream(): Promise<FakeSolanaWsUpstream>
   const replyTo = (message: Message, socket: WebSocket | null, headPoll: boolean): string => {
     if (socket === null) {
       if (!headPoll) fake.httpMethods.push(message.method);
-    } else if (!message.method.endsWith('Subscribe') && !message.method.endsWith('Unsubscribe'))
+    } else if (!headSockets.has(socket) && !message.method.endsWith('Subscribe') && !message.method.endsWith('Unsubscribe'))
       fake.socketCalls.push({ method: message.method, params: message.params ?? [] });
     return JSON.stringify({ jsonrpc: '2.0', ...call(message.method, message.params ?? [], socket), id: message.id });
   };
@@ -257,10 +261,12 @@ export async function startFakeSolanaWsUpstream(): Promise<FakeSolanaWsUpstream>
     });
   });
   const wss = new WebSocketServer({ server });
-  wss.on('connection', (socket) => {
-    fake.connectionsAccepted++;
+  wss.on('connection', (socket, req) => {
+    if (req.headers[HEAD_POLL_HEADER] !== undefined) headSockets.add(socket);
+    else fake.connectionsAccepted++;
     socket.on('message', (data) => socket.send(reply(data.toString(), socket)));
     socket.on('close', () => {
+      headSockets.delete(socket);
       for (const [id, s] of subs) if (s.socket === socket) subs.delete(id);
     });
   });
@@ -276,7 +282,7 @@ export async function startFakeSolanaWsUpstream(): Promise<FakeSolanaWsUpstream>
     subscribeCalls: [],
     unsubscribeCalls: [],
     get activeSubscriptions() {
-      return subs.size;
+      return [...subs.values()].filter((sub) => !headSockets.has(sub.socket)).length;
     },
     slotUpdatesMade: [],
     nextSlot() {

@@ -1,5 +1,5 @@
-import type { Admission, AdmissionRequest, Caller, Gatekeeper } from '../../src/gateway/admission.js';
 import { generateToken } from '../../src/domain/tokenFormat.js';
+import type { Admission, AdmissionRequest, Caller, Gatekeeper } from '../../src/gateway/admission.js';
 
 /**
  * A real, minimal Gatekeeper for protocol-layer tests: one valid token, passed in the path or as

@@ -9,8 +9,8 @@ import type { EventStore, NewEvent, StoredEvent } from '../../src/infra/eventsto
 import { ExactlyOnceAppender, type ExactlyOnceOptions } from '../../src/infra/usage/exactlyOnce.js';
 import { UsageIngester, usageBatchCodec } from '../../src/infra/usage/ingester.js';
 import { MemoryUsageBackend, MemoryUsageQueue } from '../../src/infra/usage/memory.js';
-import { usageRecord } from '../contract/usagequeue.contract.js';
 import { usageRecordsOf } from '../../src/projections/usageRecord.js';
+import { usageRecord } from '../contract/usagequeue.contract.js';
 import { EsdbLikeEventStore } from '../support/esdbLikeEventStore.js';
 
 const dirs: string[] = [];

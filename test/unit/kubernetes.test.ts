@@ -2,8 +2,8 @@ import { spawnSync } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { delimiter, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { parseAllDocuments } from 'yaml';
 import { describe, expect, it } from 'vitest';
+import { parseAllDocuments } from 'yaml';
 import { z } from 'zod';
 import { loadConfig, type Role } from '../../src/config.js';
 

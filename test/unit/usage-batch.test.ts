@@ -10,10 +10,9 @@ import {
   usageEventRequestIds,
 } from '../../src/domain/usageBatch.js';
 import type { StoredEvent } from '../../src/infra/eventstore/port.js';
-import { USAGE_TOTALS } from '../../src/projections/usageTotals.js';
-import { usageTotalsProjection } from '../../src/projections/usageTotals.js';
 import { USAGE_METRICS, usageMetricsProjection } from '../../src/projections/usageMetrics.js';
 import { rawRowSlot, usageRecordsOf } from '../../src/projections/usageRecord.js';
+import { USAGE_TOTALS, usageTotalsProjection } from '../../src/projections/usageTotals.js';
 
 const base = Date.parse('2026-11-20T10:00:00.000Z');
 

@@ -1,8 +1,8 @@
 import type { PlanCatalog } from '../../domain/plans.js';
 import type { Position } from '../../infra/eventstore/port.js';
+import type { AlertQueries } from '../../projections/alertsQueries.js';
 import type { UsageQueries } from '../../projections/metricsQueries.js';
 import type { Queries } from '../../projections/queries.js';
-import type { AlertQueries } from '../../projections/alertsQueries.js';
 import type { AccountCommands } from '../accountCommands.js';
 import type { AlertCommands } from '../alertCommands.js';
 import type { AuthThrottle } from '../authThrottle.js';

@@ -1,6 +1,6 @@
 import type { HeadTracking } from '../chains.js';
 import { blockNumberOf } from './evmCalls.js';
-import type { NewHeadsHandlers } from './newHeads.js';
+import type { PushedHeadsHandlers } from './pushedHeads.js';
 
 /**
  * Head and finality tracking of one chain's upstreams (EVM; Solana by slot, its `processed` slot
@@ -11,8 +11,8 @@ import type { NewHeadsHandlers } from './newHeads.js';
  * head twice in a row (once is a race: a block between its two probes), is lying: it gets no
  * call at all until its answers are plausible again.
  *
- * Where a node offers it (a WebSocket URL), its head is pushed (`newHeads`, see newHeads.ts): a
- * new head counts at once, not at the next poll, and the poll asks that node only for its
+ * Where a node offers it (a WebSocket URL), its head is pushed (EVM `newHeads`, Solana
+ * `slotSubscribe`: pushedHeads.ts): a new head counts at once, not at the next poll, and the poll asks that node only for its
  * finalized block; while the push is down, or silent for two poll intervals (a stuck node, a
  * half-open connection), the node is polled as the others.
  *
@@ -64,7 +64,7 @@ export interface HeadPush {
 }
 
 /** Starts pushing upstream `index`'s heads to `handlers`; null where the node offers no push. */
-export type Follow = (index: number, handlers: NewHeadsHandlers) => HeadPush | null;
+export type Follow = (index: number, handlers: PushedHeadsHandlers) => HeadPush | null;
 
 /** A block (or slot) a poll found: its number, and its hash where the answer has one. */
 interface BlockRef {

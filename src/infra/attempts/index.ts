@@ -3,8 +3,8 @@ import type { AttemptCounter } from './port.js';
 import { RedisAttemptCounter } from './redis.js';
 import { ResilientAttemptCounter } from './resilient.js';
 
-export type { AttemptCounter, AttemptRule, AttemptVerdict } from './port.js';
 export { MemoryAttemptCounter } from './memory.js';
+export type { AttemptCounter, AttemptRule, AttemptVerdict } from './port.js';
 export { RedisAttemptCounter } from './redis.js';
 export { ResilientAttemptCounter } from './resilient.js';
 

@@ -1,5 +1,5 @@
 import { withinDeadline } from '../deadline.js';
-import { FAIL_FAST, closeClient, redisClient, waitForReady, type RedisClient } from '../redis/client.js';
+import { closeClient, FAIL_FAST, type RedisClient, redisClient, waitForReady } from '../redis/client.js';
 import type { AttemptCounter, AttemptRule, AttemptVerdict } from './port.js';
 
 /**

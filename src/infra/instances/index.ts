@@ -2,8 +2,8 @@ import { SoleGatewayInstance } from './memory.js';
 import type { GatewayInstances } from './port.js';
 import { RedisGatewayInstances, type RedisGatewayInstancesOptions } from './redis.js';
 
-export type { GatewayInstances } from './port.js';
 export { SoleGatewayInstance } from './memory.js';
+export type { GatewayInstances } from './port.js';
 export { RedisGatewayInstances } from './redis.js';
 
 /** `whenReady` resolves once the first count is known (at startup; rejects after the timeout). */

@@ -1,5 +1,5 @@
-import { chatSender } from './chat.js';
 import type { AlertChannel } from '../../domain/alertEvents.js';
+import { chatSender } from './chat.js';
 import type { EmailTransport } from './email.js';
 import { incidentSender } from './incident.js';
 import type { ChannelSender, Senders } from './port.js';

@@ -6,8 +6,8 @@ import { SplitReadModelReader, SplitReadModelStore } from './split.js';
 export { ReadModelError, type ReadModelErrorCode } from './errors.js';
 export { LevelReadModelStore } from './level.js';
 export type { MongoReadModelOptions, MongoReadModelStore } from './mongo.js';
-export type { PostgresReadModelStore } from './postgres.js';
 export type { Doc, RangeOptions, ReadModelReader, ReadModelStore, ReadModelWrite } from './port.js';
+export type { PostgresReadModelStore } from './postgres.js';
 
 /**
  * MongoDB when its URL is given, else PostgreSQL when DATABASE_URL is, otherwise LevelDB under `<dataDir>/readmodels`, with the raw rows

@@ -2,8 +2,8 @@ import { MemoryConnectionCounter } from './memory.js';
 import type { ConnectionCounter } from './port.js';
 import { RedisConnectionCounter, type RedisConnectionCounterOptions } from './redis.js';
 
-export type { ConnectionCounter, ConnectionVerdict } from './port.js';
 export { MemoryConnectionCounter } from './memory.js';
+export type { ConnectionCounter, ConnectionVerdict } from './port.js';
 export { RedisConnectionCounter } from './redis.js';
 
 export interface OpenConnectionCounterOptions {

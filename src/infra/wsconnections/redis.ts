@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { withinDeadline } from '../deadline.js';
-import { FAIL_FAST, closeClient, redisClient, waitForReady, type RedisClient } from '../redis/client.js';
+import { closeClient, FAIL_FAST, type RedisClient, redisClient, waitForReady } from '../redis/client.js';
 import { LocalConnectionCounts, once } from './memory.js';
 import type { ConnectionCounter, ConnectionVerdict } from './port.js';
 
