@@ -109,18 +109,73 @@ describe('a month counter Redis lost', () => {
 
   it('counts from 0 when the totals answer late, and says so (calls counted meanwhile could be in a late answer too)', async () => {
     const request = tokenRequest(10, 2);
-    const { limiter, logged } = limiterOn({ [request.monthly.key]: 8 }, 600);
+    const { limiter, logged } = limiterOn({ [request.monthly.key]: 8 }, 1_300);
     try {
       await limiter.whenReady();
       expect((await limiter.take(request)).granted).toBe(2);
       expect(logged).toEqual([
-        `limits: the month counter ${monthKey(request.monthly.key, request.nowMs)} is new and its month's earlier calls could not be read (no answer within 250 ms): it counts from 0`,
+        `limits: the month counter ${monthKey(request.monthly.key, request.nowMs)} is new and its month's earlier calls could not be read (no answer within 1000 ms): it counts from 0`,
       ]);
       await new Promise((resolve) => setTimeout(resolve, 500));
       expect(await counter(monthKey(request.monthly.key, request.nowMs))).toBe(2);
     } finally {
       await limiter.close();
     }
+  });
+
+  it("holds this process's other takes of the bucket until the restore is in the counter", async () => {
+    const accountId = randomUUID();
+    const account = quotaBucket.account(accountId);
+    const { limiter } = limiterOn({ [account]: 10 }, 150);
+    const nowMs = Date.now();
+    try {
+      await limiter.whenReady();
+      // 20 tokens of an exhausted account at once: the first take makes the counter, the others are sent with it or after it.
+      const decisions = await Promise.all(
+        Array.from({ length: 20 }, () => limiter.take({ tokenId: `tok${randomUUID()}`, rps: 1_000, monthly: { key: account, limit: 10 }, cost: 1, nowMs })),
+      );
+      // Before: 9 granted (those sent during the read saw a counter without the month's 10).
+      expect(decisions.filter((d) => d.granted > 0)).toHaveLength(0);
+      expect(
+        await eventually(
+          () => counter(monthKey(account, nowMs)),
+          (n) => n === 10,
+        ),
+      ).toBe(10);
+    } finally {
+      await limiter.close();
+    }
+  });
+
+  it("reads nothing when a month begins (the bucket's previous month has its counter)", async () => {
+    const request = tokenRequest(10, 1);
+    const lastMonth = Date.UTC(new Date(request.nowMs).getUTCFullYear(), new Date(request.nowMs).getUTCMonth() - 1, 15);
+    await direct.set(monthKey(request.monthly.key, lastMonth), '7');
+    const { limiter, reads } = limiterOn({ [request.monthly.key]: 8 });
+    try {
+      await limiter.whenReady();
+      expect((await limiter.take(request)).monthly.remaining).toBe(9);
+      expect(reads).toEqual([]);
+    } finally {
+      await limiter.close();
+    }
+  });
+
+  it('waits at its stop for a restore under way', async () => {
+    const accountId = randomUUID();
+    const tokenId = `tok${randomUUID()}`;
+    const account = quotaBucket.account(accountId);
+    const own = quotaBucket.token(tokenId);
+    const nowMs = Date.now();
+    await direct.set(monthKey(account, nowMs), '3');
+    const { limiter } = limiterOn({ [own]: 4 }, 200);
+    await limiter.whenReady();
+    expect((await limiter.take({ tokenId, rps: 1_000, monthly: { key: account, limit: 100 }, cost: 1, nowMs })).granted).toBe(1);
+    // The token's own month is made by the count after the take, its restore reading the totals: the stop comes now.
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    await limiter.close();
+    // Before: 1, the restore dropped without a word.
+    expect(await counter(monthKey(own, nowMs))).toBe(5);
   });
 
   it('restores a counter Redis lost while the limiter runs (restarted empty)', async () => {

@@ -52,8 +52,9 @@ describe('a Redis restarted empty', () => {
     const statuses = async (token: string, n: number) => (await quotaCalls(t, token, n)).map(([status]) => status);
     expect(await statuses(own.token, 4)).toEqual([200, 200, 200, 429]);
     expect(await statuses(shared.token, 5)).toEqual([200, 200, 200, 200, 200]);
-    // In the usage totals, then Redis restarts with nothing.
+    // In the usage totals, and this second's leases given back (calls served from a lease taken before the loss may pass the limit once: docs/decisions.md); then Redis restarts with nothing.
     await accountUsage(t, o.auth, { requests: 8, remaining: 3 });
+    await new Promise((resolve) => setTimeout(resolve, 2_100));
     await redis.stop();
     await redis.start();
     const limiter = t.runtime.limiter as ResilientLimiter;

@@ -11,7 +11,9 @@ import { decide, monthId, monthlyTtlSeconds, rateWindow } from './window.js';
  * counts only what it grants (a refused call uses no quota). Returns the counts as they were
  * BEFORE the call; the caller derives the decision with the same pure math as the in-process
  * limiter (`decide`), which yields the same `granted` as computed here. And 1 when this take
- * made the month's counter (`fresh`: the month began, or Redis lost it), else 0.
+ * made the month's counter while the bucket's previous month has none either (KEYS[3]: same hash
+ * tag; kept 35 days past its month, so a month that just began has it): Redis lost the counters
+ * (`fresh`), else 0.
  */
 const TAKE_LUA = `
 local cost = tonumber(ARGV[1])
@@ -31,7 +33,7 @@ if granted > 0 then
   redis.call('EXPIRE', KEYS[2], tonumber(ARGV[5]))
 end
 local fresh = 0
-if granted > 0 and not monthText then
+if granted > 0 and not monthText and redis.call('EXISTS', KEYS[3]) == 0 then
   fresh = 1
 end
 return {rateUsed, monthUsed, granted, fresh}
@@ -42,12 +44,15 @@ return {rateUsed, monthUsed, granted, fresh}
  * KEYS[1] the token's month, KEYS[2] (when given) the part of it in the account's month
  * (`inAccountKey`). ARGV: units, month TTL (s). Its own command, after the take's reply: the two
  * months hash to different slots in a cluster, and only the granted units count. Also a month's
- * units owed, and its units restored. Returns, per key, 1 where this made the counter (`fresh`).
+ * units owed, and its units restored. The keys' second half is each counter's previous month.
+ * Returns, per counter, 1 where this made it while its previous month has none (as the take's `fresh`).
  */
 const COUNT_LUA = `
+local n = #KEYS / 2
 local fresh = {}
-for i, key in ipairs(KEYS) do
-  fresh[i] = redis.call('EXISTS', key) == 0 and 1 or 0
+for i = 1, n do
+  local key = KEYS[i]
+  fresh[i] = (redis.call('EXISTS', key) == 0 and redis.call('EXISTS', KEYS[n + i]) == 0) and 1 or 0
   redis.call('INCRBY', key, tonumber(ARGV[1]))
   redis.call('EXPIRE', key, tonumber(ARGV[2]))
 end
@@ -82,17 +87,39 @@ const madeCounter = (reply: unknown, i: number): boolean => Array.isArray(reply)
  */
 const bucketOfMonthKey = (key: string): string | null => /^m[qa]:\{(.+)\}:\d{6}$/.exec(key)?.[1] ?? null;
 
+/** A moment of the month before `nowMs`'s (UTC). */
+const previousMonthMs = (nowMs: number): number => {
+  const d = new Date(nowMs);
+  return Date.UTC(d.getUTCFullYear(), d.getUTCMonth() - 1, 1);
+};
+
+/** The same counter's key in the month before: its `YYYYMM` suffix one month back. */
+const previousMonthKey = (key: string): string => {
+  const year = Number(key.slice(-6, -2));
+  const month = Number(key.slice(-2));
+  const [y, m] = month === 1 ? [year - 1, 12] : [year, month - 1];
+  return `${key.slice(0, -6)}${y}${String(m).padStart(2, '0')}`;
+};
+
 /**
  * A month counter just made is given its month's earlier calls only when the usage totals answer
- * within this: calls counted in it meanwhile could be in a later answer too (projected within
- * ~100s of ms), and would count twice.
+ * within this: other gateways' calls counted in it meanwhile could be in a later answer too
+ * (projected within ~100s of ms), and would count twice. This process's calls of the bucket wait
+ * for the read.
  */
-const RESTORE_READ_MS = 250;
+const RESTORE_READ_MS = 1_000;
 
 interface LimiterCommands {
-  limiterTake(rateKey: string, monthKey: string, ...args: (string | number)[]): Promise<unknown>;
-  limiterCount(monthKey: string, units: number, ttlSeconds: number): Promise<unknown>;
-  limiterCountOwn(tokenMonth: string, inAccount: string, units: number, ttlSeconds: number): Promise<unknown>;
+  limiterTake(rateKey: string, monthKey: string, previousMonth: string, ...args: (string | number)[]): Promise<unknown>;
+  limiterCount(monthKey: string, previousMonth: string, units: number, ttlSeconds: number): Promise<unknown>;
+  limiterCountOwn(
+    tokenMonth: string,
+    inAccount: string,
+    previousTokenMonth: string,
+    previousInAccount: string,
+    units: number,
+    ttlSeconds: number,
+  ): Promise<unknown>;
   limiterRefund(monthKey: string, units: number): Promise<unknown>;
 }
 
@@ -254,6 +281,8 @@ export class RedisLimiter implements LeaseSource {
   private readonly closeSettleMs: number;
   private readonly log: (line: string) => void;
   private readonly restoreFrom: QuotaUsedBefore | null;
+  /** Month counters being restored, by key: this process's takes of them wait (`take`). */
+  private readonly restoring = new Map<string, Promise<number>>();
 
   constructor(redisUrl: string, options: RedisLimiterOptions = {}) {
     this.commandTimeoutMs = options.commandTimeoutMs ?? 50;
@@ -263,9 +292,9 @@ export class RedisLimiter implements LeaseSource {
     this.restoreFrom = options.restoreFrom ?? null;
     // Fail at once while disconnected instead of queueing calls until Redis is back.
     this.client = redisClient(redisUrl, { ...FAIL_FAST, commandTimeout: this.commandTimeoutMs * IOREDIS_TIMEOUT_FACTOR });
-    this.client.defineCommand('limiterTake', { numberOfKeys: 2, lua: TAKE_LUA });
-    this.client.defineCommand('limiterCount', { numberOfKeys: 1, lua: COUNT_LUA });
-    this.client.defineCommand('limiterCountOwn', { numberOfKeys: 2, lua: COUNT_LUA });
+    this.client.defineCommand('limiterTake', { numberOfKeys: 3, lua: TAKE_LUA });
+    this.client.defineCommand('limiterCount', { numberOfKeys: 2, lua: COUNT_LUA });
+    this.client.defineCommand('limiterCountOwn', { numberOfKeys: 4, lua: COUNT_LUA });
     this.client.defineCommand('limiterRefund', { numberOfKeys: 1, lua: REFUND_LUA });
     this.commands = this.client as unknown as LimiterCommands;
     // Connected again: Redis answered its ready check.
@@ -283,6 +312,11 @@ export class RedisLimiter implements LeaseSource {
   }
 
   take(request: LimitRequest): Promise<LimitDecision> {
+    if (this.restoring.size > 0) {
+      // Its month's counter is being restored: the take goes once the restore is sent, and counts on it.
+      const restoring = this.restoring.get(monthKey(request.monthly.key, request.nowMs));
+      if (restoring !== undefined) return restoring.then(() => this.take(request));
+    }
     return new Promise((resolve, reject) => {
       this.pending.push({ request, resolve, reject });
       this.scheduleFlush();
@@ -363,7 +397,10 @@ export class RedisLimiter implements LeaseSource {
     }
     const { commands } = this;
     const sent = batch.map(([key, { units, nowMs }]) =>
-      this.sent(Math.abs(units), units > 0 ? commands.limiterCount(key, units, monthlyTtlSeconds(nowMs)) : commands.limiterRefund(key, -units)),
+      this.sent(
+        Math.abs(units),
+        units > 0 ? commands.limiterCount(key, previousMonthKey(key), units, monthlyTtlSeconds(nowMs)) : commands.limiterRefund(key, -units),
+      ),
     );
     this.settling = replies(sent).then((answered) => {
       this.settling = null;
@@ -373,7 +410,7 @@ export class RedisLimiter implements LeaseSource {
         if (error !== null) this.notTaken(key, nowMs, units, error);
         else {
           taken += 1;
-          if (madeCounter(reply, 0)) void this.restoreMonth(key, nowMs);
+          if (madeCounter(reply, 0)) void this.restore(key, nowMs);
         }
       }
       if (taken > 0) return this.settleOwed();
@@ -405,6 +442,7 @@ export class RedisLimiter implements LeaseSource {
           commands.limiterTake(
             rateKey(bucket, request.tokenId, request.nowMs),
             monthKey(bucket, request.nowMs),
+            monthKey(bucket, previousMonthMs(request.nowMs)),
             request.cost,
             request.rps,
             request.monthly.limit ?? -1,
@@ -424,8 +462,11 @@ export class RedisLimiter implements LeaseSource {
             continue;
           }
           const [rateUsed, monthUsed, granted, fresh] = (reply as TakeReply).map(Number) as TakeReply;
-          if (fresh === 1 && this.restoreFrom !== null) {
-            void this.decideRestored(take, rateUsed, monthUsed, granted);
+          // The take that made its month's counter, or one sent with it: decided once the month's earlier calls are back in it.
+          const restore =
+            fresh === 1 ? this.restore(monthKey(take.request.monthly.key, take.request.nowMs), take.request.nowMs) : this.restoringOf(take.request);
+          if (restore !== undefined) {
+            void this.decideRestored(take, rateUsed, monthUsed, granted, restore);
             continue;
           }
           this.countOwn(take.request, granted);
@@ -473,9 +514,10 @@ export class RedisLimiter implements LeaseSource {
     const { commands } = this;
     const key = monthKey(own, request.nowMs);
     const part = inAccountKey(request.tokenId, request.nowMs);
-    void this.sent(granted * 2, commands.limiterCountOwn(key, part, granted, monthlyTtlSeconds(request.nowMs))).then(
+    const counted = commands.limiterCountOwn(key, part, previousMonthKey(key), previousMonthKey(part), granted, monthlyTtlSeconds(request.nowMs));
+    void this.sent(granted * 2, counted).then(
       (made) => {
-        for (const [i, counter] of [key, part].entries()) if (madeCounter(made, i)) void this.restoreMonth(counter, request.nowMs);
+        for (const [i, counter] of [key, part].entries()) if (madeCounter(made, i)) void this.restore(counter, request.nowMs);
       },
       (error: unknown) => {
         this.notTaken(key, request.nowMs, granted, asError(error));
@@ -485,18 +527,36 @@ export class RedisLimiter implements LeaseSource {
   }
 
   /**
-   * A take that made its month's counter: the month's calls before (the usage totals) are added to
-   * it, and the take is decided with them. What Redis granted past the limit they leave goes
-   * back. Other takes of the bucket meanwhile are decided on the counter as it is: a few ms of the
-   * bucket's calls may pass a limit once, where before a Redis that lost its counters gave every
-   * bucket its month again.
+   * Restores month counter `key`, made just now, and holds this process's takes of it until the
+   * restore is sent (`take`): undefined where nothing restores (no `restoreFrom`).
    */
-  private async decideRestored(take: PendingTake, rateUsed: number, monthUsed: number, granted: number): Promise<void> {
+  private restore(key: string, nowMs: number): Promise<number> | undefined {
+    if (this.restoreFrom === null) return undefined;
+    const restored = this.restoreMonth(key, nowMs);
+    this.restoring.set(key, restored);
+    void restored.then(() => {
+      if (this.restoring.get(key) === restored) this.restoring.delete(key);
+    });
+    return restored;
+  }
+
+  /** The restore under way of a take's month counter, if one is. */
+  private restoringOf(request: LimitRequest): Promise<number> | undefined {
+    return this.restoring.size === 0 ? undefined : this.restoring.get(monthKey(request.monthly.key, request.nowMs));
+  }
+
+  /**
+   * A take decided on a month counter being restored (the one that made it, or one sent with it):
+   * decided with the month's earlier calls, `restored`; what Redis granted past the limit they
+   * leave goes back. Takes of the bucket by other gateways meanwhile are decided on the counter
+   * as it is: up to a read's time of their calls may pass a limit once, where before a Redis that
+   * lost its counters gave every bucket its month again.
+   */
+  private async decideRestored(take: PendingTake, rateUsed: number, monthUsed: number, granted: number, restored: Promise<number>): Promise<void> {
     const { request } = take;
-    const key = monthKey(request.monthly.key, request.nowMs);
-    const before = await this.restoreMonth(key, request.nowMs);
+    const before = await restored;
     const decision = decide(request, rateUsed, monthUsed + before);
-    if (decision.granted < granted) void this.giveBack([key], request.nowMs, granted - decision.granted);
+    if (decision.granted < granted) void this.giveBack([monthKey(request.monthly.key, request.nowMs)], request.nowMs, granted - decision.granted);
     this.countOwn(request, decision.granted);
     take.resolve(decision);
   }
@@ -512,13 +572,17 @@ export class RedisLimiter implements LeaseSource {
     if (this.restoreFrom === null || bucket === null) return 0;
     let used: number;
     try {
-      used = await withinDeadline(this.restoreFrom(bucket, nowMs), RESTORE_READ_MS, () => new Error(`no answer within ${RESTORE_READ_MS} ms`));
+      // In the ledger from the read on: a stop waits for it, and for the count it sends.
+      used = await this.sent(
+        0,
+        withinDeadline(this.restoreFrom(bucket, nowMs), RESTORE_READ_MS, () => new Error(`no answer within ${RESTORE_READ_MS} ms`)),
+      );
     } catch (error) {
       this.log(`limits: the month counter ${key} is new and its month's earlier calls could not be read (${asError(error).message}): it counts from 0`);
       return 0;
     }
     if (used > 0) {
-      void this.sent(used, this.commands.limiterCount(key, used, monthlyTtlSeconds(nowMs))).catch((error: unknown) =>
+      void this.sent(used, this.commands.limiterCount(key, previousMonthKey(key), used, monthlyTtlSeconds(nowMs))).catch((error: unknown) =>
         this.notTaken(key, nowMs, used, asError(error)),
       );
     }
@@ -540,7 +604,7 @@ export class RedisLimiter implements LeaseSource {
       // The bucket only: the token's own month counts a take when its reply comes in time (countOwn).
       if (granted > 0) void this.giveBack([monthKey(request.monthly.key, request.nowMs)], request.nowMs, granted);
       // It made the month's counter: nothing else will say so.
-      if (granted > 0 && Number((reply as TakeReply)[3]) === 1) void this.restoreMonth(monthKey(request.monthly.key, request.nowMs), request.nowMs);
+      if (granted > 0 && Number((reply as TakeReply)[3]) === 1) void this.restore(monthKey(request.monthly.key, request.nowMs), request.nowMs);
     }
   }
 
