@@ -415,37 +415,40 @@ describe('head tracking', () => {
 
   it('sends a Solana node its probes in a batch again after an error that is not about batches', async () => {
     const batches: string[] = [];
-    let answers = 0;
+    const slotOf = (c: { params: [{ commitment: string }] }) => (c.params[0].commitment === 'finalized' ? 968 : 1_000);
     const probe = async (_: number, body: string): Promise<Buffer> => {
-      const calls = JSON.parse(body) as Array<{ id: number; params: [{ commitment: string }] }>;
-      if (Array.isArray(calls)) batches.push(body);
-      if (answers++ === 0) return Buffer.from('{"jsonrpc":"2.0","id":null,"error":{"code":-32005,"message":"rate limit exceeded"}}');
-      return Buffer.from(JSON.stringify(calls.map((c) => ({ jsonrpc: '2.0', id: c.id, result: c.params[0].commitment === 'finalized' ? 968 : 1_000 }))));
+      const calls = JSON.parse(body) as Array<{ id: number; params: [{ commitment: string }] }> | { id: number; params: [{ commitment: string }] };
+      if (!Array.isArray(calls)) return Buffer.from(JSON.stringify({ jsonrpc: '2.0', id: calls.id, result: slotOf(calls) }));
+      batches.push(body);
+      if (batches.length === 1) return Buffer.from('{"jsonrpc":"2.0","id":null,"error":{"code":-32005,"message":"rate limit exceeded"}}');
+      return Buffer.from(JSON.stringify(calls.map((c) => ({ jsonrpc: '2.0', id: c.id, result: slotOf(c) }))));
     };
     const h = new ChainHeads({ ...TRACKING, family: 'solana', maxLagBlocks: 50 }, ['sol'], probe);
     h.touch();
-    await h.poll();
-    await h.poll();
+    for (let i = 0; i < 4; i++) await h.poll();
     h.stop();
-    expect([batches.length, h.best, h.finalized]).toEqual([2, 1_000, 968]);
+    expect([batches.length, h.best, h.finalized]).toEqual([4, 1_000, 968]);
   });
 
-  it('polls a Solana node that takes no batch one probe at a time', async () => {
+  it.each([
+    ['-32600', '{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"batch requests are not supported"}}'],
+    ['-32700 (a proxy that cannot read an array)', '{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error"}}'],
+  ])('polls a Solana node that answers the batch %s one probe at a time, and stops sending the batch after 3 such polls', async (_, refusal) => {
     const sent: string[] = [];
     const probe = async (_: number, body: string): Promise<Buffer> => {
       sent.push(body);
       const call = JSON.parse(body) as { id: number; params: [{ commitment: string }] } | unknown[];
-      if (Array.isArray(call)) return Buffer.from('{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"batch requests are not supported"}}');
+      if (Array.isArray(call)) return Buffer.from(refusal);
       return Buffer.from(JSON.stringify({ jsonrpc: '2.0', id: call.id, result: call.params[0].commitment === 'finalized' ? 968 : 1_000 }));
     };
     const h = new ChainHeads({ ...TRACKING, family: 'solana', maxLagBlocks: 50 }, ['sol'], probe);
     h.touch();
     await h.poll();
+    // Tracked from the first poll.
     expect([h.upstreams[0]?.status, h.best, h.finalized]).toEqual(['ok', 1_000, 968]);
-    sent.length = 0;
-    await h.poll();
+    for (let i = 0; i < 3; i++) await h.poll();
     h.stop();
-    expect(sent.filter((body) => body.startsWith('['))).toEqual([]);
+    expect(sent.filter((body) => body.startsWith('['))).toHaveLength(3);
   });
 
   it("asks a Solana node's processed and finalized slots in one batch: one backend answers both", async () => {

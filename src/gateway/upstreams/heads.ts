@@ -114,12 +114,8 @@ function resultsOf(body: Buffer | null): Map<unknown, unknown> {
   return results;
 }
 
-/**
- * Whether an answer to a batch is one error saying the node takes no batch: -32600 (the batch
- * read as an invalid request), or a message naming batches. Any other error (a rate limit, a
- * proxy's page) is a failed poll, and the batch is sent again next time.
- */
-function refusesBatch(body: Buffer | null): boolean {
+/** Whether an answer to a batch is one JSON-RPC error object (-32600, -32700, "batch not supported", a rate limit…), not the batch's answers. */
+function isOneError(body: Buffer | null): boolean {
   if (body === null) return false;
   let parsed: unknown;
   try {
@@ -127,10 +123,11 @@ function refusesBatch(body: Buffer | null): boolean {
   } catch {
     return false;
   }
-  if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) return false;
-  const error = (parsed as { error?: { code?: unknown; message?: unknown } }).error;
-  return error?.code === -32600 || (typeof error?.message === 'string' && /batch/i.test(error.message));
+  return typeof parsed === 'object' && parsed !== null && !Array.isArray(parsed) && 'error' in parsed;
 }
+
+/** Polls in a row whose batch got one error back while the single probes answered: past this, the node is polled with singles only. */
+const BATCH_REFUSALS_TO_STOP = 3;
 
 /** The number and hash of the block an `eth_getBlockByNumber` result is, or null. */
 function blockOfResult(result: unknown): BlockRef | null {
@@ -185,8 +182,8 @@ export class ChainHeads {
   private readonly finalizedAboveHead: number[];
   /** Each pushed node whose next poll must ask its head too: a push it sent was not taken. */
   private readonly headPollDue: boolean[];
-  /** Each node that answered the probes' batch with one object (it takes no batch): polled one probe at a time. */
-  private readonly takesNoBatch: boolean[];
+  /** Polls in a row in which each node answered the probes' batch with one error and the single probes (BATCH_REFUSALS_TO_STOP). */
+  private readonly batchRefusals: number[];
   private readonly probes: HeadProbes;
   private readonly maxLead: number;
 
@@ -213,7 +210,7 @@ export class ChainHeads {
     this.finalizedRaisedAt = labels.map(() => 0);
     this.finalizedAboveHead = labels.map(() => 0);
     this.headPollDue = labels.map(() => false);
-    this.takesNoBatch = labels.map(() => false);
+    this.batchRefusals = labels.map(() => 0);
     this.byLabel = new Map(labels.map((label, i) => [label, i]));
     this.probes = tracking.family === 'solana' ? SOLANA_PROBES : EVM_PROBES;
     this.maxLead = MAX_PLAUSIBLE_LEAD[tracking.family];
@@ -312,17 +309,22 @@ export class ChainHeads {
   /** A node's latest and (`byTag`) finalized blocks, asked in one batch where the family's probes have one. */
   private async pollHeads(index: number, byTag: boolean): Promise<[BlockRef | null, BlockRef | null]> {
     const { probes } = this;
-    if (byTag && probes.both !== undefined && !this.takesNoBatch[index]) {
-      const answer = await this.probe(index, probes.both);
-      if (!refusesBatch(answer)) {
+    const both = byTag && (this.batchRefusals[index] as number) < BATCH_REFUSALS_TO_STOP ? probes.both : undefined;
+    const batched = both !== undefined;
+    if (batched) {
+      const answer = await this.probe(index, both);
+      if (!isOneError(answer)) {
+        this.batchRefusals[index] = 0;
         const results = resultsOf(answer);
         return [probes.read(results.get(1)), probes.read(results.get(2))];
       }
-      // A node or proxy that takes no batch: asked one probe at a time from now on.
-      this.takesNoBatch[index] = true;
     }
+    // One error back for the batch (a node or proxy that takes none, or a refusal of any call): asked one probe at a time.
     const [latest, finalized] = await Promise.all([this.probe(index, probes.latest), byTag ? this.probe(index, probes.finalized) : null]);
-    return [probes.read(resultsOf(latest).get(1)), byTag ? probes.read(resultsOf(finalized).get(1)) : null];
+    const heads: [BlockRef | null, BlockRef | null] = [probes.read(resultsOf(latest).get(1)), byTag ? probes.read(resultsOf(finalized).get(1)) : null];
+    // Singles answered where the batch was not: after a few such polls in a row, the batch is not sent any more.
+    if (batched && heads[0] !== null) this.batchRefusals[index] = (this.batchRefusals[index] as number) + 1;
+    return heads;
   }
 
   /**
