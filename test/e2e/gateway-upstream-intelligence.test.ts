@@ -569,6 +569,25 @@ describe('bad upstreams', () => {
     expect(honest.calls).toHaveLength(2);
   });
 
+  it('takes a node syncing from far behind for a lagging one, with two nodes: the other is no liar and serves the calls', async () => {
+    const { fakes, gateway, chain, poll } = await setUp(2, { chain: new FakeEvmChain(12_000, 8) });
+    const [good, syncing] = fakes as [EvmNodeFake, EvmNodeFake];
+    // A node added to the pool (or resynced) while it catches up: 11,500 blocks behind, past the lie bound of 10,000.
+    syncing.behaviour = 'behind';
+    syncing.lagBlocks = 11_500;
+    syncing.syncing = true;
+    await poll();
+    expect(gateway.pools.health().evm!.map((h) => [h.state, h.healthy])).toEqual([
+      ['ok', true],
+      ['lagging', true],
+    ]);
+    good.calls.length = 0;
+    syncing.calls.length = 0;
+    // Before: the good node was the liar, and every call went to the one syncing (eth_blockNumber 0x1f4).
+    for (let i = 0; i < 4; i++) expect((await rpc(gateway, 'eth_blockNumber', [])).body.result).toBe(hex(chain.head));
+    expect(syncing.calls).toHaveLength(0);
+  });
+
   it('answers from another node when one answers garbage, another call id, or nothing in time', async () => {
     // 300 ms a node, 600 ms the call: time for another node after one that answers nothing in time.
     const { fakes, gateway } = await setUp(2, { extra: { timeoutMs: 300, callTimeoutMs: 600 }, pool: { hedge: false } });

@@ -542,6 +542,8 @@ export interface EvmNodeFake extends FakeUpstream {
   /** honest; liar: claims a head 10^9 blocks ahead; behind: serves as if `lagBlocks` behind. */
   behaviour: 'honest' | 'liar' | 'behind';
   lagBlocks: number;
+  /** What `eth_syncing` says: an object (its progress) while true, `false` otherwise. */
+  syncing: boolean;
   /** A full node: state older than this many blocks under its head answers "missing trie node". */
   historyBlocks: number | null;
 }
@@ -596,6 +598,7 @@ export async function startEvmNodeFake(chain: FakeEvmChain): Promise<EvmNodeFake
     eth_chainId: () => ({ result: '0x2a' }),
     net_version: () => ({ result: '42' }),
     eth_blockNumber: () => ({ result: hex(blockAt('latest')?.number ?? 0) }),
+    eth_syncing: () => ({ result: node.syncing ? { startingBlock: '0x0', currentBlock: hex(headOf()), highestBlock: hex(chain.head) } : false }),
     eth_getBlockByNumber: (p) => ({ result: blockJson(blockAt(params(p)[0]), params(p)[1]) }),
     eth_getBlockByHash: (p) => {
       const b = chain.blockByHash(String(params(p)[0]));
@@ -622,6 +625,6 @@ export async function startEvmNodeFake(chain: FakeEvmChain): Promise<EvmNodeFake
     },
     ...Object.fromEntries([...STATE_METHODS].map((m) => [m, state(m)])),
   };
-  node = Object.assign(await startFake(jsonRpcRoute(methods)), { behaviour: 'honest' as const, lagBlocks: 0, historyBlocks: null });
+  node = Object.assign(await startFake(jsonRpcRoute(methods)), { behaviour: 'honest' as const, lagBlocks: 0, syncing: false, historyBlocks: null });
   return node;
 }

@@ -470,6 +470,49 @@ describe('head tracking', () => {
     expect([h.upstreams[0]?.status, h.best, h.finalized]).toEqual(['ok', 1_000, 968]);
   });
 
+  describe('two nodes far apart (a node syncing from scratch, or a liar)', () => {
+    /** Two EVM nodes, polled: `good` at block 20,000,000, `other` at 1,000, which answers eth_syncing with `syncing`. */
+    async function twoNodes(syncing: unknown) {
+      const asked: string[] = [];
+      const block = (n: number) => ({ number: `0x${n.toString(16)}`, hash: `0xh${n}` });
+      const probe = async (index: number, body: string): Promise<Buffer> => {
+        const method = (JSON.parse(body) as { method: string }).method;
+        asked.push(`${index} ${method}`);
+        const head = index === 0 ? 20_000_000 : 1_000;
+        const result = method === 'eth_syncing' ? syncing : block(body.includes('"finalized"') ? head - 64 : head);
+        return Buffer.from(JSON.stringify({ jsonrpc: '2.0', id: 1, result }));
+      };
+      const h = new ChainHeads(TRACKING, ['good', 'other'], probe);
+      h.touch();
+      await h.poll();
+      h.stop();
+      return { h, asked };
+    }
+
+    it('takes the one behind for a lagging node when it says it is syncing, not the other for a liar', async () => {
+      const { h, asked } = await twoNodes({ startingBlock: '0x0', currentBlock: '0x3e8', highestBlock: '0x1312d00' });
+      // Before: the good node was the liar, and every call went to the one syncing.
+      expect([h.upstreams.map((u) => u.status), h.best]).toEqual([['ok', 'lagging'], 20_000_000]);
+      expect(asked.filter((a) => a.endsWith('eth_syncing'))).toEqual(['1 eth_syncing']);
+    });
+
+    it('calls the one ahead a liar when the one behind says it is not syncing', async () => {
+      const { h } = await twoNodes(false);
+      expect([h.upstreams.map((u) => u.status), h.best]).toEqual([['liar', 'ok'], 1_000]);
+    });
+  });
+
+  it('believes a node that jumps to where the other nodes are (caught up after a resync)', () => {
+    const h = new ChainHeads(TRACKING, ['a', 'b', 'c'], noProbe);
+    h.observe(0, { head: 20_000_000, hash: '0x1', finalized: 19_999_936 }, 1);
+    h.observe(1, { head: 20_000_000, hash: '0x1', finalized: 19_999_936 }, 1);
+    h.observe(2, { head: 5_000, hash: '0x2', finalized: 4_936 }, 1);
+    expect(h.upstreams[2]?.status).toBe('lagging');
+    h.observe(2, { head: 20_000_000, hash: '0x1', finalized: 19_999_936 }, 2);
+    // Before: a liar for good, its jump measured from the head it had while behind.
+    expect(h.upstreams[2]?.status).toBe('ok');
+  });
+
   it('leaves the finalized block alone where it is a depth under the head (no tag to judge answers by)', () => {
     const h = new ChainHeads({ ...TRACKING, finality: 12 }, ['a'], noProbe);
     h.observe(0, { head: 100, hash: '0x1', finalized: 88 });

@@ -9,7 +9,9 @@ import type { PushedHeadsHandlers } from './pushedHeads.js';
  * more than `maxLagBlocks` behind it is lagging (no call that depends on the head goes to it).
  * A node that claims a head far ahead of every other node, or a finalized block above its own
  * head twice in a row (once is a race: a block between its two probes), is lying: it gets no
- * call at all until its answers are plausible again.
+ * call at all until its answers are plausible again. With one other node to compare, far behind,
+ * that node is asked first whether it is syncing (EVM `eth_syncing`): a node catching up from
+ * scratch is lagging, and no measure of the other's lead.
  *
  * Where a node offers it (a WebSocket URL), its head is pushed (EVM `newHeads`, Solana
  * `slotSubscribe`: pushedHeads.ts): a new head counts at once, not at the next poll, and the poll asks that node only for its
@@ -126,6 +128,8 @@ function isOneError(body: Buffer | null): boolean {
   return typeof parsed === 'object' && parsed !== null && !Array.isArray(parsed) && 'error' in parsed;
 }
 
+const SYNCING_PROBE = '{"jsonrpc":"2.0","id":1,"method":"eth_syncing","params":[]}';
+
 /** Polls in a row whose batch got one error back while the single probes answered: past this, the node is polled with singles only. */
 const BATCH_REFUSALS_TO_STOP = 3;
 
@@ -182,6 +186,13 @@ export class ChainHeads {
   private readonly finalizedAboveHead: number[];
   /** Each pushed node whose next poll must ask its head too: a push it sent was not taken. */
   private readonly headPollDue: boolean[];
+  /** What each node said when asked whether it is syncing (null: not asked since it was last within the lie bound of the best head). */
+  private readonly syncing: Array<boolean | null>;
+  /** The nodes to ask whether they are syncing, and the asking under way. */
+  private readonly syncCheckDue = new Set<number>();
+  private syncCheck: Promise<void> | null = null;
+  /** Whether the chain's nodes say when they are syncing (EVM's `eth_syncing`). */
+  private readonly asksSyncing: boolean;
   /** Polls in a row in which each node answered the probes' batch with one error and the single probes (BATCH_REFUSALS_TO_STOP). */
   private readonly batchRefusals: number[];
   private readonly probes: HeadProbes;
@@ -211,6 +222,8 @@ export class ChainHeads {
     this.finalizedAboveHead = labels.map(() => 0);
     this.headPollDue = labels.map(() => false);
     this.batchRefusals = labels.map(() => 0);
+    this.syncing = labels.map(() => null);
+    this.asksSyncing = tracking.family === 'evm';
     this.byLabel = new Map(labels.map((label, i) => [label, i]));
     this.probes = tracking.family === 'solana' ? SOLANA_PROBES : EVM_PROBES;
     this.maxLead = MAX_PLAUSIBLE_LEAD[tracking.family];
@@ -279,10 +292,33 @@ export class ChainHeads {
       this.stop();
       return Promise.resolve();
     }
-    this.polling ??= Promise.all(this.upstreams.map((_, i) => this.pollOne(i))).then(() => {
-      this.polling = null;
-    });
+    this.polling ??= Promise.all(this.upstreams.map((_, i) => this.pollOne(i)))
+      .then(() => this.syncCheck ?? undefined)
+      .then(() => {
+        this.polling = null;
+      });
     return this.polling;
+  }
+
+  /**
+   * Asks each node in `syncCheckDue` whether it is syncing (`eth_syncing`: an object while it is,
+   * `false` when not); an error or no answer counts as not (the lead rule then stands). Heads are
+   * judged again once all have answered.
+   */
+  private checkSyncing(): Promise<void> {
+    if (this.syncCheck !== null) return this.syncCheck;
+    const due = [...this.syncCheckDue];
+    this.syncCheckDue.clear();
+    this.syncCheck = Promise.all(
+      due.map(async (index) => {
+        const answer = resultsOf(await this.probe(index, SYNCING_PROBE)).get(1);
+        this.syncing[index] = typeof answer === 'object' && answer !== null;
+      }),
+    ).then(() => {
+      this.syncCheck = null;
+      this.recompute();
+    });
+    return this.syncCheck;
   }
 
   private async pollOne(index: number): Promise<void> {
@@ -526,20 +562,35 @@ export class ChainHeads {
     for (const u of this.upstreams) {
       if (!fresh.includes(u)) u.status = 'unknown';
     }
+    const undecided = new Set<UpstreamHead>();
     for (const u of fresh) {
       const head = u.head as number;
-      const othersBest = fresh.reduce((best, o) => (o === u ? best : Math.max(best, o.head as number)), -1);
+      // A node that says it is syncing is behind by its own word: no measure of another's lead.
+      const others = fresh.filter((o) => o !== u && this.syncing[this.upstreams.indexOf(o)] !== true);
+      const othersBest = others.reduce((best, o) => Math.max(best, o.head as number), -1);
       const leadsImplausibly = othersBest >= 0 && head - othersBest > this.maxLead;
-      const jumped = u.believedHead !== null && head - u.believedHead > this.maxLead;
+      // A jump that lands where the others are is a node catching up (after a resync), not a lie.
+      const jumped = u.believedHead !== null && head - u.believedHead > this.maxLead && !(othersBest >= 0 && head - othersBest <= this.maxLead);
+      const [other] = others;
+      if (leadsImplausibly && others.length === 1 && other !== undefined && this.asksSyncing && this.syncing[this.upstreams.indexOf(other)] === null) {
+        // One node against one, far apart: the one behind may be syncing (a new node, a resync). Neither is believed until it says.
+        undecided.add(u).add(other);
+        this.syncCheckDue.add(this.upstreams.indexOf(other));
+        continue;
+      }
       u.status = leadsImplausibly || jumped || (u.finalized !== null && u.finalized > head) ? 'liar' : 'ok';
       if (u.status === 'ok') u.believedHead = head;
     }
-    const believed = fresh.filter((u) => u.status !== 'liar');
+    for (const u of undecided) u.status = 'unknown';
+    if (this.syncCheckDue.size > 0) void this.checkSyncing();
+    const believed = fresh.filter((u) => u.status !== 'liar' && !undecided.has(u));
     let best: UpstreamHead | null = null;
     for (const u of believed) if (best === null || (u.head as number) > (best.head as number)) best = u;
     if (best === null) return;
     const bestHead = best.head as number;
     for (const u of believed) if ((u.head as number) < bestHead - this.tracking.maxLagBlocks) u.status = 'lagging';
+    // Back within the lie bound: what it said of syncing is asked again at the next conflict.
+    for (const [i, u] of this.upstreams.entries()) if (u.head !== null && u.head >= bestHead - this.maxLead) this.syncing[i] = null;
     const finalized = believed.reduce((f, u) => (u.finalized === null ? f : Math.max(f, u.finalized)), -1);
     if (bestHead !== this.best || best.hash !== this.bestHash) this.epoch++;
     this.headFloor = bestHead;
