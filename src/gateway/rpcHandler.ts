@@ -359,7 +359,7 @@ function sendLed(
 function mayKeep(shape: CallShape, heads: ChainHeads): boolean {
   if (!shape.cacheable) return false;
   if (shape.kind === 'head') return heads.best !== null;
-  if (shape.kind === 'number') return heads.finalized !== null && shape.high <= heads.finalized;
+  if (shape.kind === 'number' || shape.kind === 'recent') return heads.finalized !== null && shape.high <= heads.finalized;
   return shape.kind === 'static' || heads.finalized !== null;
 }
 

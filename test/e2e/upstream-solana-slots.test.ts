@@ -255,6 +255,41 @@ describe('Solana nodes followed by slot', () => {
     expect([node.connectionsAccepted, node.activeSubscriptions]).toEqual([0, 0]);
   });
 
+  it('serves a finalized block and a finalized transaction from the cache, and asks a node for anything newer each time', async () => {
+    const slot = SOLANA.slot;
+    const node = await startSolanaFake(() => slot, { finalTx: SOLANA.finalizedSlot - 10, newTx: slot - 2 });
+    opened.push(node);
+    const dir = mkdtempSync(join(tmpdir(), 'gw-sol-cache-'));
+    dirs.push(dir);
+    const t = await startTestApp({
+      env: chainServiceConfig(dir, { id: 'sol', name: 'Solana', protocol: 'rest', rest: 'solana', jsonRpcPost: true, upstreams: [{ url: node.url }] }),
+    });
+    opened.push(t);
+    const { url } = await listen(t);
+    const { token } = await newToken(t, { plan: 'unlimited' });
+    const heads = t.runtime.gateway!.pools.get('sol')!.heads!;
+    const call = async (method: string, params: unknown[]) => {
+      const r = await fetch(`${url}/sol/${token}`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ jsonrpc: '2.0', id: 7, method, params }),
+      });
+      return (await r.json()) as { id: number; result: unknown };
+    };
+    await call('getHealth', []);
+    await until(() => heads.finalized === SOLANA.finalizedSlot, 10_000);
+    const asked = (method: string) => node.calls.filter((c) => c.body.includes(`"${method}"`)).length;
+    const config = { maxSupportedTransactionVersion: 0 };
+    for (let i = 0; i < 3; i++) {
+      expect((await call('getTransaction', ['finalTx', config])).result).toMatchObject({ slot: SOLANA.finalizedSlot - 10 });
+      expect((await call('getTransaction', ['newTx', config])).result).toMatchObject({ slot: slot - 2 });
+      expect((await call('getBlock', [SOLANA.finalizedSlot, config])).result).toMatchObject({ blockhash: `block${SOLANA.finalizedSlot}` });
+      expect((await call('getBlock', [slot - 1, config])).result).toMatchObject({ blockhash: `block${slot - 1}` });
+    }
+    // Before: 3 and 3, every call to the node.
+    expect([asked('getTransaction'), asked('getBlock')]).toEqual([1 + 3, 1 + 3]);
+  });
+
   it('polls no node while the chain has no traffic, and none with `finality: "none"`', async () => {
     const quiet = await serviceOnSolanaNodes([() => SOLANA.slot]);
     const untracked = await serviceOnSolanaNodes([() => SOLANA.slot], { finality: 'none' });

@@ -196,8 +196,9 @@ export const SOLANA = { blockHeight: 289_012_345, slot: 301_234_567, finalizedSl
 /**
  * A Solana node: getBlockHeight and getSlot answer bare integers, getBalance a context/value pair.
  * `slot`: its slot at `processed` (`getSlot` at `finalized`, the default: as far under it as SOLANA's).
+ * `transactions`: the slot of each signature getTransaction knows (null for any other).
  */
-export function startSolanaFake(slot: () => number = () => SOLANA.slot): Promise<FakeUpstream> {
+export function startSolanaFake(slot: () => number = () => SOLANA.slot, transactions: Record<string, number> = {}): Promise<FakeUpstream> {
   // Agave's default commitment is `finalized`.
   const finalized = (params: unknown): boolean => {
     const commitment = Array.isArray(params) ? (params[0] as { commitment?: unknown } | undefined)?.commitment : undefined;
@@ -225,6 +226,12 @@ export function startSolanaFake(slot: () => number = () => SOLANA.slot): Promise
         };
       },
       getVersion: () => ({ result: { 'feature-set': 1725507508, 'solana-core': SOLANA.apiVersion } }),
+      getTransaction: (params) => {
+        const signature = Array.isArray(params) ? params[0] : undefined;
+        const at = typeof signature === 'string' ? transactions[signature] : undefined;
+        if (at === undefined || at > slot()) return { result: null };
+        return { result: { slot: at, blockTime: 1_732_000_000, meta: { err: null, fee: 5000 }, transaction: { signatures: [signature] }, version: 0 } };
+      },
       getBalance: (params) => {
         if (!Array.isArray(params) || typeof params[0] !== 'string') return { error: { code: -32602, message: 'Invalid params: missing pubkey' } };
         const minContextSlot = (params[1] as { minContextSlot?: unknown } | undefined)?.minContextSlot;

@@ -557,6 +557,25 @@ describe('Solana calls', () => {
     expect(headOfAnswerText('{"jsonrpc":"2.0","result":18446744073709551615,"id":1}', 'slot')).toBeNull();
   });
 
+  it('keep a block, a block time, a closed range of blocks at a finalized slot, and a transaction whose slot is finalized; nothing else', () => {
+    const h = new ChainHeads({ ...TRACKING, family: 'solana', maxLagBlocks: 50 }, ['sol'], noProbe);
+    h.observe(0, { head: 1_032, hash: null, finalized: 1_000 }, 1);
+    const kept = (method: string, params: string, result: unknown) =>
+      keepableResult(Buffer.from(JSON.stringify({ jsonrpc: '2.0', id: 1, result })), method, solanaShapeOf(method, params), h, h.epoch, 'sol') !== null;
+    expect(kept('getBlock', '[1000,{"maxSupportedTransactionVersion":0}]', { blockhash: 'b1000' })).toBe(true);
+    expect(kept('getBlock', '[1001]', { blockhash: 'b1001' })).toBe(false);
+    expect(kept('getBlockTime', '[990]', 1_732_000_000)).toBe(true);
+    expect(kept('getBlocks', '[900,1000]', [900, 901])).toBe(true);
+    // No end: up to the newest finalized block, which moves.
+    expect(kept('getBlocks', '[900]', [900, 901])).toBe(false);
+    expect(kept('getBlocksWithLimit', '[900,10]', [900, 901])).toBe(false);
+    expect(kept('getBlockCommitment', '[900]', { totalStake: 1 })).toBe(false);
+    expect(kept('getTransaction', '["sig"]', { slot: 999, meta: {} })).toBe(true);
+    expect(kept('getTransaction', '["sig"]', { slot: 1_010, meta: {} })).toBe(false);
+    expect(kept('getTransaction', '["sig"]', null)).toBe(false);
+    expect(kept('getBalance', '["83ast"]', { context: { slot: 990 }, value: 1 })).toBe(false);
+  });
+
   it("judge Agave's -32016 as a node behind the call's slot, alone; in a batch the member's answer stands", () => {
     const notReached = '{"code":-32016,"message":"Minimum context slot has not been reached","data":{"contextSlot":5}}';
     expect(judgeSingle(Buffer.from(`{"jsonrpc":"2.0","error":${notReached},"id":1}`), '1')).toBe('behind');

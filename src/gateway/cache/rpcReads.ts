@@ -24,10 +24,12 @@ export function readKey(chainId: string, method: string, paramsText: string | un
 
 /**
  * Whether an answer to a call of this shape, once kept, can never change: a static answer, one at
- * a final block number or by a final block's hash (keepableResult judges finality). These may be
+ * a final block number or by a final block's hash, a Solana one at a finalized slot
+ * (keepableResult judges finality). These may be
  * shared between gateway instances (sharedCache.ts); answers kept for the current head may not.
  */
-export const neverChanges = (shape: CallShape): boolean => shape.kind === 'static' || shape.kind === 'number' || shape.kind === 'hash';
+export const neverChanges = (shape: CallShape): boolean =>
+  shape.kind === 'static' || shape.kind === 'number' || shape.kind === 'hash' || (shape.kind === 'recent' && shape.cacheable);
 
 /** A node's answer to a call it could not serve for lack of old state (a pruned full node). */
 const ARCHIVE_ERRORS = ['missing trie node', 'header not found', 'historical state', 'state is not available', 'pruned'];
@@ -263,6 +265,12 @@ export function keepableResult(
       const finalized = heads.finalizedBy(upstream);
       return finalized !== null && shape.high <= finalized ? resultText : null;
     }
+    case 'recent': {
+      // Solana: final once the slot it is of is finalized, the one the call names (getBlock…) or, where it names none, its answer's (getTransaction).
+      const finalized = heads.finalizedBy(upstream);
+      const slot = shape.high >= 0 ? shape.high : slotOfResultText(resultText);
+      return finalized !== null && slot !== null && slot <= finalized ? resultText : null;
+    }
     case 'hash': {
       const finalized = heads.finalizedBy(upstream);
       if (finalized === null) return null;
@@ -279,6 +287,18 @@ export function keepableResult(
     default:
       return null;
   }
+}
+
+/** The `slot` a Solana result names (a transaction's), or null. */
+function slotOfResultText(resultText: string): number | null {
+  let result: unknown;
+  try {
+    result = JSON.parse(resultText);
+  } catch {
+    return null;
+  }
+  const slot = typeof result === 'object' && result !== null ? (result as { slot?: unknown }).slot : undefined;
+  return typeof slot === 'number' && Number.isSafeInteger(slot) && slot >= 0 ? slot : null;
 }
 
 /** A kept result as the answer to a caller's id. */

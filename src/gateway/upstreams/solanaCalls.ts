@@ -3,8 +3,10 @@ import type { CallShape } from './evmCalls.js';
 /**
  * What a Solana call depends on, for routing by slot (heads.ts follows Solana nodes' slots): the
  * node's newest state, no lagging node (`recent`); where the call names a slot (a block's, or a
- * `minContextSlot`), preferably a node whose slot is known to have reached it (`high`); and
- * whether it is a head call (`getSlot` at `processed` or `finalized`). Pure.
+ * `minContextSlot`), preferably a node whose slot is known to have reached it (`high`); whether it
+ * is a head call (`getSlot` at `processed` or `finalized`); and whether its answer may be kept
+ * once final (`cacheable`: a block's, a block time, a closed range of blocks, at a finalized
+ * slot; a transaction, once the slot its answer names is finalized). Pure.
  */
 
 /** A call on a Solana chain that names no slot. */
@@ -17,8 +19,15 @@ const FINALIZED_SLOT_CALL: CallShape = { kind: 'recent', low: -1, high: -1, cach
 /** Methods whose first param is a slot (getBlocks: a range's start, its end the second). */
 const SLOT_FIRST = new Set(['getBlock', 'getBlockTime', 'getBlockCommitment', 'getBlocks', 'getBlocksWithLimit']);
 
+/** Methods answered the same for ever once the slot they name is finalized (getBlocks: when it names its end). */
+const FINAL_AT_SLOT = new Set(['getBlock', 'getBlockTime', 'getBlocks']);
+
+/** A transaction by its signature: the same for ever once the slot its answer names is finalized (keepableResult reads it). */
+const TRANSACTION_CALL: CallShape = { kind: 'recent', low: -1, high: -1, cacheable: true };
+
 /** The shape of Solana call `method` with these params (JSON text); only params that may name a slot are read. */
 export function solanaShapeOf(method: string, paramsText: string | undefined): CallShape {
+  if (method === 'getTransaction') return TRANSACTION_CALL;
   const slotFirst = SLOT_FIRST.has(method);
   if (paramsText === undefined || (!slotFirst && method !== 'getSlot' && !paramsText.includes('minContextSlot'))) {
     return method === 'getSlot' ? FINALIZED_SLOT_CALL : RECENT_CALL;
@@ -35,12 +44,14 @@ export function solanaShapeOf(method: string, paramsText: string | undefined): C
     return commitment === 'processed' ? PROCESSED_SLOT_CALL : commitment === 'finalized' ? FINALIZED_SLOT_CALL : RECENT_CALL;
   }
   let high = slotFirst && isSlot(params[0]) ? params[0] : -1;
+  const closed = method !== 'getBlocks' || isSlot(params[1]);
   if (method === 'getBlocks' && isSlot(params[1])) high = Math.max(high, params[1]);
   for (const p of params) {
     const min = typeof p === 'object' && p !== null ? (p as { minContextSlot?: unknown }).minContextSlot : undefined;
     if (isSlot(min)) high = Math.max(high, min);
   }
-  return high < 0 ? RECENT_CALL : { kind: 'recent', low: -1, high, cacheable: false };
+  if (high < 0) return RECENT_CALL;
+  return { kind: 'recent', low: -1, high, cacheable: FINAL_AT_SLOT.has(method) && closed && isSlot(params[0]) };
 }
 
 const isSlot = (v: unknown): v is number => typeof v === 'number' && Number.isSafeInteger(v) && v >= 0;
