@@ -451,6 +451,22 @@ describe('head tracking', () => {
     expect(sent.filter((body) => body.startsWith('['))).toHaveLength(3);
   });
 
+  it('keeps sending a Solana node its probes in a batch through polls where a rate limit answered it', async () => {
+    const batches: string[] = [];
+    const slotOf = (c: { params: [{ commitment: string }] }) => (c.params[0].commitment === 'finalized' ? 968 : 1_000);
+    const probe = async (_: number, body: string): Promise<Buffer> => {
+      const calls = JSON.parse(body) as Array<{ id: number; params: [{ commitment: string }] }> | { id: number; params: [{ commitment: string }] };
+      if (!Array.isArray(calls)) return Buffer.from(JSON.stringify({ jsonrpc: '2.0', id: calls.id, result: slotOf(calls) }));
+      batches.push(body);
+      return Buffer.from('{"jsonrpc":"2.0","id":null,"error":{"code":-32005,"message":"rate limit exceeded"}}');
+    };
+    const h = new ChainHeads({ ...TRACKING, family: 'solana', maxLagBlocks: 50 }, ['sol'], probe);
+    h.touch();
+    for (let i = 0; i < 5; i++) await h.poll();
+    h.stop();
+    expect([batches.length, h.best]).toEqual([5, 1_000]);
+  });
+
   it("asks a Solana node's processed and finalized slots in one batch: one backend answers both", async () => {
     // A public endpoint whose backends are 13 s (~32 slots) apart: separate requests could read processed from the one behind.
     const sent: string[] = [];
@@ -470,35 +486,93 @@ describe('head tracking', () => {
     expect([h.upstreams[0]?.status, h.best, h.finalized]).toEqual(['ok', 1_000, 968]);
   });
 
-  describe('two nodes far apart (a node syncing from scratch, or a liar)', () => {
-    /** Two EVM nodes, polled: `good` at block 20,000,000, `other` at 1,000, which answers eth_syncing with `syncing`. */
-    async function twoNodes(syncing: unknown) {
-      const asked: string[] = [];
+  describe('nodes far apart (a node syncing from scratch, or a liar)', () => {
+    /** EVM nodes at these heads, each answering eth_syncing with its `syncing` (false, or an object with the network's head); polled `polls` times. */
+    async function nodesAt(nodes: Array<{ head: number; syncing?: false | { highestBlock: number } }>, polls = 1) {
+      const asked: number[] = [];
       const block = (n: number) => ({ number: `0x${n.toString(16)}`, hash: `0xh${n}` });
       const probe = async (index: number, body: string): Promise<Buffer> => {
+        const node = nodes[index] as (typeof nodes)[number];
         const method = (JSON.parse(body) as { method: string }).method;
-        asked.push(`${index} ${method}`);
-        const head = index === 0 ? 20_000_000 : 1_000;
-        const result = method === 'eth_syncing' ? syncing : block(body.includes('"finalized"') ? head - 64 : head);
+        if (method === 'eth_syncing') asked.push(index);
+        const syncing = node.syncing
+          ? { startingBlock: '0x0', currentBlock: `0x${node.head.toString(16)}`, highestBlock: `0x${node.syncing.highestBlock.toString(16)}` }
+          : false;
+        const result = method === 'eth_syncing' ? syncing : block(body.includes('"finalized"') ? Math.max(0, node.head - 64) : node.head);
         return Buffer.from(JSON.stringify({ jsonrpc: '2.0', id: 1, result }));
       };
-      const h = new ChainHeads(TRACKING, ['good', 'other'], probe);
+      const h = new ChainHeads(
+        TRACKING,
+        nodes.map((_, i) => `n${i}`),
+        probe,
+      );
       h.touch();
-      await h.poll();
+      for (let i = 0; i < polls; i++) await h.poll();
       h.stop();
-      return { h, asked };
+      return { h, asked, statuses: () => h.upstreams.map((u) => u.status) };
     }
+    const NETWORK = 20_000_000;
 
-    it('takes the one behind for a lagging node when it says it is syncing, not the other for a liar', async () => {
-      const { h, asked } = await twoNodes({ startingBlock: '0x0', currentBlock: '0x3e8', highestBlock: '0x1312d00' });
-      // Before: the good node was the liar, and every call went to the one syncing.
-      expect([h.upstreams.map((u) => u.status), h.best]).toEqual([['ok', 'lagging'], 20_000_000]);
-      expect(asked.filter((a) => a.endsWith('eth_syncing'))).toEqual(['1 eth_syncing']);
+    it('takes the one behind for a lagging node when it says it is syncing, not the other for a liar (two nodes)', async () => {
+      const { h, asked, statuses } = await nodesAt([{ head: NETWORK }, { head: 1_000, syncing: { highestBlock: NETWORK } }], 4);
+      // Before: the node at the head was the liar, and every call went to the one syncing.
+      expect([statuses(), h.best]).toEqual([['ok', 'lagging'], NETWORK]);
+      // Asked once, not at every poll.
+      expect(asked).toEqual([1]);
     });
 
-    it('calls the one ahead a liar when the one behind says it is not syncing', async () => {
-      const { h } = await twoNodes(false);
-      expect([h.upstreams.map((u) => u.status), h.best]).toEqual([['liar', 'ok'], 1_000]);
+    it('calls the one ahead a liar when the one behind says it is not syncing, and keeps it so poll after poll without asking again', async () => {
+      const { h, asked, statuses } = await nodesAt([{ head: NETWORK + 1e9 }, { head: NETWORK, syncing: false }], 4);
+      expect([statuses(), h.best]).toEqual([['liar', 'ok'], NETWORK]);
+      expect(asked).toEqual([1]);
+    });
+
+    it('with two nodes syncing far behind a third, believes the third and asks each of them once', async () => {
+      const { h, asked, statuses } = await nodesAt(
+        [{ head: NETWORK }, { head: 500, syncing: { highestBlock: NETWORK } }, { head: 400, syncing: { highestBlock: NETWORK } }],
+        4,
+      );
+      expect([statuses(), h.best]).toEqual([['ok', 'lagging', 'lagging'], NETWORK]);
+      expect(asked.sort()).toEqual([1, 2]);
+    });
+
+    it('calls a node far past the network head a node syncing reports a liar', async () => {
+      const { h, statuses } = await nodesAt([{ head: NETWORK + 1e9 }, { head: 1_000, syncing: { highestBlock: NETWORK } }], 2);
+      expect([statuses(), h.best]).toEqual([['liar', 'ok'], 1_000]);
+    });
+
+    it('keeps the best head while a new liar is judged (the one at the head is asked)', async () => {
+      const nodes: Array<{ head: number; syncing?: false | { highestBlock: number } }> = [
+        { head: NETWORK, syncing: false },
+        { head: 1_000, syncing: { highestBlock: NETWORK } },
+      ];
+      let liarHead: number | null = null;
+      const bests: Array<number | null> = [];
+      const block = (n: number) => ({ number: `0x${n.toString(16)}`, hash: `0xh${n}` });
+      const probe = async (index: number, body: string): Promise<Buffer | null> => {
+        const method = (JSON.parse(body) as { method: string }).method;
+        if (index === 2) return liarHead === null ? null : Buffer.from(JSON.stringify({ jsonrpc: '2.0', id: 1, result: block(liarHead) }));
+        const node = nodes[index] as (typeof nodes)[number];
+        if (method === 'eth_syncing') {
+          // As the node thinks over it: what the gateway has made of the poll by then.
+          await new Promise((resolve) => setImmediate(resolve));
+          bests.push(h.best);
+          const result = node.syncing ? { currentBlock: `0x${node.head.toString(16)}`, highestBlock: `0x${node.syncing.highestBlock.toString(16)}` } : false;
+          return Buffer.from(JSON.stringify({ jsonrpc: '2.0', id: 1, result }));
+        }
+        return Buffer.from(JSON.stringify({ jsonrpc: '2.0', id: 1, result: block(body.includes('"finalized"') ? Math.max(0, node.head - 64) : node.head) }));
+      };
+      const h = new ChainHeads(TRACKING, ['a', 'b', 'liar'], probe);
+      h.touch();
+      await h.poll();
+      await h.poll();
+      expect([h.best, h.upstreams.map((u) => u.status)]).toEqual([NETWORK, ['ok', 'lagging', 'unknown']]);
+      liarHead = NETWORK + 1e9;
+      await h.poll();
+      h.stop();
+      // While the one at the head was asked, the best head stayed (before: it fell to the node syncing).
+      expect(bests.every((b) => b === NETWORK)).toBe(true);
+      expect([h.best, h.upstreams.map((u) => u.status)]).toEqual([NETWORK, ['ok', 'lagging', 'liar']]);
     });
   });
 

@@ -9,9 +9,9 @@ import type { PushedHeadsHandlers } from './pushedHeads.js';
  * more than `maxLagBlocks` behind it is lagging (no call that depends on the head goes to it).
  * A node that claims a head far ahead of every other node, or a finalized block above its own
  * head twice in a row (once is a race: a block between its two probes), is lying: it gets no
- * call at all until its answers are plausible again. With one other node to compare, far behind,
- * that node is asked first whether it is syncing (EVM `eth_syncing`): a node catching up from
- * scratch is lagging, and no measure of the other's lead.
+ * call at all until its answers are plausible again. The nodes it leads are asked whether they
+ * are syncing (EVM `eth_syncing`): one catching up from scratch is lagging, measured by the
+ * network head it reports; with one node against one, neither is judged until it answers.
  *
  * Where a node offers it (a WebSocket URL), its head is pushed (EVM `newHeads`, Solana
  * `slotSubscribe`: pushedHeads.ts): a new head counts at once, not at the next poll, and the poll asks that node only for its
@@ -116,21 +116,50 @@ function resultsOf(body: Buffer | null): Map<unknown, unknown> {
   return results;
 }
 
-/** Whether an answer to a batch is one JSON-RPC error object (-32600, -32700, "batch not supported", a rate limit…), not the batch's answers. */
-function isOneError(body: Buffer | null): boolean {
-  if (body === null) return false;
+/** The error of an answer to a batch that is one JSON-RPC error object (-32600, -32700, "batch not supported", a rate limit…), not the batch's answers; null otherwise. */
+function oneErrorOf(body: Buffer | null): { code?: unknown; message?: unknown } | null {
+  if (body === null) return null;
   let parsed: unknown;
   try {
     parsed = JSON.parse(body.toString('utf8'));
   } catch {
-    return false;
+    return null;
   }
-  return typeof parsed === 'object' && parsed !== null && !Array.isArray(parsed) && 'error' in parsed;
+  if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed) || !('error' in parsed)) return null;
+  const error = (parsed as { error: unknown }).error;
+  return typeof error === 'object' && error !== null ? (error as { code?: unknown; message?: unknown }) : {};
 }
+
+/** Whether an error to a batch says the node takes none: an invalid request or one it could not parse (an array), or a message naming batches; not a rate limit's. */
+const refusesBatches = (error: { code?: unknown; message?: unknown }): boolean =>
+  error.code === -32600 || error.code === -32700 || (typeof error.message === 'string' && /batch/i.test(error.message));
 
 const SYNCING_PROBE = '{"jsonrpc":"2.0","id":1,"method":"eth_syncing","params":[]}';
 
-/** Polls in a row whose batch got one error back while the single probes answered: past this, the node is polled with singles only. */
+/** What a node said of syncing: whether it is, and the network's head as it knows it from its peers (null: it knows none above its own). */
+interface SyncState {
+  syncing: boolean;
+  networkHead: number | null;
+}
+
+/**
+ * An `eth_syncing` result: an object while syncing (its `highestBlock` the network's head, when
+ * above its `currentBlock`), `false` when not; an error or no answer counts as not syncing.
+ */
+function syncStateOf(result: unknown): SyncState {
+  if (typeof result !== 'object' || result === null) return { syncing: false, networkHead: null };
+  const progress = result as { currentBlock?: unknown; highestBlock?: unknown };
+  const highest = blockNumberOf(progress.highestBlock);
+  const current = blockNumberOf(progress.currentBlock);
+  return { syncing: true, networkHead: highest !== null && (current === null || highest > current) ? highest : null };
+}
+
+/** Whether two or more heads are all within `bound` of each other. */
+function agree(heads: number[], bound: number): boolean {
+  return heads.length >= 2 && Math.max(...heads) - Math.min(...heads) <= bound;
+}
+
+/** Polls in a row whose batch was refused as such while the single probes answered: past this, the node is polled with singles only. */
 const BATCH_REFUSALS_TO_STOP = 3;
 
 /** The number and hash of the block an `eth_getBlockByNumber` result is, or null. */
@@ -186,8 +215,8 @@ export class ChainHeads {
   private readonly finalizedAboveHead: number[];
   /** Each pushed node whose next poll must ask its head too: a push it sent was not taken. */
   private readonly headPollDue: boolean[];
-  /** What each node said when asked whether it is syncing (null: not asked since it was last within the lie bound of the best head). */
-  private readonly syncing: Array<boolean | null>;
+  /** What each node said when asked whether it is syncing (null: not asked since it was last within the lie bound of every other node). */
+  private readonly syncing: Array<SyncState | null>;
   /** The nodes to ask whether they are syncing, and the asking under way. */
   private readonly syncCheckDue = new Set<number>();
   private syncCheck: Promise<void> | null = null;
@@ -307,12 +336,12 @@ export class ChainHeads {
    */
   private checkSyncing(): Promise<void> {
     if (this.syncCheck !== null) return this.syncCheck;
-    const due = [...this.syncCheckDue];
+    // One asked while an earlier asking was out has answered since.
+    const due = [...this.syncCheckDue].filter((index) => this.syncing[index] === null);
     this.syncCheckDue.clear();
     this.syncCheck = Promise.all(
       due.map(async (index) => {
-        const answer = resultsOf(await this.probe(index, SYNCING_PROBE)).get(1);
-        this.syncing[index] = typeof answer === 'object' && answer !== null;
+        this.syncing[index] = syncStateOf(resultsOf(await this.probe(index, SYNCING_PROBE)).get(1));
       }),
     ).then(() => {
       this.syncCheck = null;
@@ -347,19 +376,22 @@ export class ChainHeads {
     const { probes } = this;
     const both = byTag && (this.batchRefusals[index] as number) < BATCH_REFUSALS_TO_STOP ? probes.both : undefined;
     const batched = both !== undefined;
+    let refused = false;
     if (batched) {
       const answer = await this.probe(index, both);
-      if (!isOneError(answer)) {
+      const error = oneErrorOf(answer);
+      if (error === null) {
         this.batchRefusals[index] = 0;
         const results = resultsOf(answer);
         return [probes.read(results.get(1)), probes.read(results.get(2))];
       }
+      refused = refusesBatches(error);
     }
     // One error back for the batch (a node or proxy that takes none, or a refusal of any call): asked one probe at a time.
     const [latest, finalized] = await Promise.all([this.probe(index, probes.latest), byTag ? this.probe(index, probes.finalized) : null]);
     const heads: [BlockRef | null, BlockRef | null] = [probes.read(resultsOf(latest).get(1)), byTag ? probes.read(resultsOf(finalized).get(1)) : null];
-    // Singles answered where the batch was not: after a few such polls in a row, the batch is not sent any more.
-    if (batched && heads[0] !== null) this.batchRefusals[index] = (this.batchRefusals[index] as number) + 1;
+    // Batches refused as such while singles answered: after a few such polls in a row, the batch is not sent any more.
+    if (refused && heads[0] !== null) this.batchRefusals[index] = (this.batchRefusals[index] as number) + 1;
     return heads;
   }
 
@@ -562,35 +594,54 @@ export class ChainHeads {
     for (const u of this.upstreams) {
       if (!fresh.includes(u)) u.status = 'unknown';
     }
+    const indexOf = (u: UpstreamHead): number => this.upstreams.indexOf(u);
+    // What a node's head is measured against: another node's head; for one that says it is syncing, the network head it reports (none: no measure).
+    const measureOf = (o: UpstreamHead): number | null => {
+      const said = this.syncing[indexOf(o)];
+      return said?.syncing === true ? said.networkHead : (o.head as number);
+    };
     const undecided = new Set<UpstreamHead>();
+    const statuses = new Map<UpstreamHead, HeadStatus>();
     for (const u of fresh) {
       const head = u.head as number;
-      // A node that says it is syncing is behind by its own word: no measure of another's lead.
-      const others = fresh.filter((o) => o !== u && this.syncing[this.upstreams.indexOf(o)] !== true);
-      const othersBest = others.reduce((best, o) => Math.max(best, o.head as number), -1);
+      const others = fresh.filter((o) => o !== u);
+      const othersBest = others.reduce((best, o) => Math.max(best, measureOf(o) ?? -1), -1);
       const leadsImplausibly = othersBest >= 0 && head - othersBest > this.maxLead;
-      // A jump that lands where the others are is a node catching up (after a resync), not a lie.
-      const jumped = u.believedHead !== null && head - u.believedHead > this.maxLead && !(othersBest >= 0 && head - othersBest <= this.maxLead);
-      const [other] = others;
-      if (leadsImplausibly && others.length === 1 && other !== undefined && this.asksSyncing && this.syncing[this.upstreams.indexOf(other)] === null) {
-        // One node against one, far apart: the one behind may be syncing (a new node, a resync). Neither is believed until it says.
-        undecided.add(u).add(other);
-        this.syncCheckDue.add(this.upstreams.indexOf(other));
+      // The nodes it leads may be syncing (a new node, a resync): they are asked. Two or more that agree call it a liar meanwhile; one alone does not.
+      const unasked = leadsImplausibly && this.asksSyncing ? others.filter((o) => this.syncing[indexOf(o)] === null) : [];
+      for (const o of unasked) this.syncCheckDue.add(indexOf(o));
+      if (
+        unasked.length > 0 &&
+        !agree(
+          others.map((o) => o.head as number),
+          this.maxLead,
+        )
+      ) {
+        undecided.add(u);
         continue;
       }
-      u.status = leadsImplausibly || jumped || (u.finalized !== null && u.finalized > head) ? 'liar' : 'ok';
-      if (u.status === 'ok') u.believedHead = head;
+      // A jump that lands where the others are is a node catching up (after a resync), not a lie.
+      const jumped = u.believedHead !== null && head - u.believedHead > this.maxLead && !(othersBest >= 0 && head - othersBest <= this.maxLead);
+      statuses.set(u, leadsImplausibly || jumped || (u.finalized !== null && u.finalized > head) ? 'liar' : 'ok');
     }
-    for (const u of undecided) u.status = 'unknown';
     if (this.syncCheckDue.size > 0) void this.checkSyncing();
-    const believed = fresh.filter((u) => u.status !== 'liar' && !undecided.has(u));
+    // Until they say: every status and the best head stay as they were (a round trip; a probe's 5 s at most).
+    if (undecided.size > 0) return;
+    for (const [u, status] of statuses) {
+      u.status = status;
+      if (status === 'ok') u.believedHead = u.head;
+    }
+    // Back within the lie bound of every other node: what it said of syncing is asked again at the next conflict.
+    for (const u of fresh) {
+      const othersMax = fresh.reduce((max, o) => (o === u ? max : Math.max(max, o.head as number)), -1);
+      if ((u.head as number) >= othersMax - this.maxLead) this.syncing[indexOf(u)] = null;
+    }
+    const believed = fresh.filter((u) => u.status !== 'liar');
     let best: UpstreamHead | null = null;
     for (const u of believed) if (best === null || (u.head as number) > (best.head as number)) best = u;
     if (best === null) return;
     const bestHead = best.head as number;
     for (const u of believed) if ((u.head as number) < bestHead - this.tracking.maxLagBlocks) u.status = 'lagging';
-    // Back within the lie bound: what it said of syncing is asked again at the next conflict.
-    for (const [i, u] of this.upstreams.entries()) if (u.head !== null && u.head >= bestHead - this.maxLead) this.syncing[i] = null;
     const finalized = believed.reduce((f, u) => (u.finalized === null ? f : Math.max(f, u.finalized)), -1);
     if (bestHead !== this.best || best.hash !== this.bestHash) this.epoch++;
     this.headFloor = bestHead;
