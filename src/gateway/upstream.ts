@@ -627,6 +627,7 @@ export class UpstreamPool {
     const heads = this.heads;
     if (heads === null) return;
     if (head.kind === 'finalized' || head.kind === 'finalizedSlot') heads.sawFinalized(m.index, head.number, head.hash);
+    else if (head.kind === 'confirmedSlot') heads.sawConfirmed(m.index, head.number);
     else heads.sawHead(m.index, head.number, head.hash);
   }
 
@@ -647,6 +648,10 @@ export class UpstreamPool {
       const finalized = heads.finalized;
       if (!heads.followsFinalizedTag || finalized === null || head.number >= finalized) return null;
       return head.kind === 'finalizedSlot' ? { text: withHeadNumberText(head, finalized) } : 'again';
+    }
+    if (head.kind === 'confirmedSlot') {
+      const confirmed = heads.confirmed;
+      return confirmed === null || head.number >= confirmed ? null : { text: withHeadNumberText(head, confirmed) };
     }
     const floor = heads.headFloor;
     if (floor === null || head.number >= floor) return null;

@@ -200,14 +200,15 @@ export const SOLANA = { blockHeight: 289_012_345, slot: 301_234_567, finalizedSl
  */
 export function startSolanaFake(slot: () => number = () => SOLANA.slot, transactions: Record<string, number> = {}): Promise<FakeUpstream> {
   // Agave's default commitment is `finalized`.
-  const finalized = (params: unknown): boolean => {
-    const commitment = Array.isArray(params) ? (params[0] as { commitment?: unknown } | undefined)?.commitment : undefined;
-    return commitment === undefined || commitment === 'finalized';
-  };
+  const commitmentOf = (params: unknown): unknown => (Array.isArray(params) ? (params[0] as { commitment?: unknown } | undefined)?.commitment : undefined);
+  const finalized = (params: unknown): boolean => commitmentOf(params) === undefined || commitmentOf(params) === 'finalized';
   return startFake(
     jsonRpcRoute({
       getBlockHeight: () => ({ result: SOLANA.blockHeight }),
-      getSlot: (params) => ({ result: finalized(params) ? slot() - (SOLANA.slot - SOLANA.finalizedSlot) : slot() }),
+      // Confirmed a slot under processed, finalized ~32.
+      getSlot: (params) => ({
+        result: finalized(params) ? slot() - (SOLANA.slot - SOLANA.finalizedSlot) : commitmentOf(params) === 'confirmed' ? slot() - 1 : slot(),
+      }),
       getHealth: () => ({ result: 'ok' }),
       // A block up to its slot (every slot has one here); past it, Agave's "not available".
       getBlock: (params) => {

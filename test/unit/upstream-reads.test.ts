@@ -483,7 +483,7 @@ describe('head tracking', () => {
     await h.poll();
     h.stop();
     expect(sent).toHaveLength(1);
-    expect([h.upstreams[0]?.status, h.best, h.finalized]).toEqual(['ok', 1_000, 968]);
+    expect([h.upstreams[0]?.status, h.best, h.finalized, h.confirmed]).toEqual(['ok', 1_000, 968, 1_000]);
   });
 
   describe('nodes far apart (a node syncing from scratch, or a liar)', () => {
@@ -624,7 +624,9 @@ describe('Solana calls', () => {
     expect(solanaShapeOf('getSlot', '[]').headAnswer).toBe('finalizedSlot');
     expect(solanaShapeOf('getSlot', '[{"commitment":"processed"}]').headAnswer).toBe('slot');
     expect(solanaShapeOf('getSlot', '[{"commitment":"recent"}]').headAnswer).toBe('slot');
-    expect(solanaShapeOf('getSlot', '[{"commitment":"confirmed"}]').headAnswer).toBeUndefined();
+    expect(solanaShapeOf('getSlot', '[{"commitment":"confirmed"}]').headAnswer).toBe('confirmedSlot');
+    expect(solanaShapeOf('getSlot', '[{"commitment":"singleGossip"}]').headAnswer).toBe('confirmedSlot');
+    expect(solanaShapeOf('getSlot', '[{"commitment":"nonsense"}]').headAnswer).toBeUndefined();
     const answer = headOfAnswerText('{"jsonrpc":"2.0","result":301234560,"id":1}', 'slot');
     expect(answer?.number).toBe(301234560);
     expect(withHeadNumberText(answer as AnswerHead, 301234567)).toBe('{"jsonrpc":"2.0","result":301234567,"id":1}');

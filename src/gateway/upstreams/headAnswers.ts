@@ -9,10 +9,10 @@ import { blockNumberOf, type CallShape } from './evmCalls.js';
 
 /**
  * Which head call an answer is to: `eth_blockNumber` (a quantity), a `latest` block, or the
- * `finalized` block (objects); Solana's `getSlot` at `processed` (`slot`) or `finalized`
- * (`finalizedSlot`), a bare integer.
+ * `finalized` block (objects); Solana's `getSlot` at `processed` (`slot`), `confirmed`
+ * (`confirmedSlot`) or `finalized` (`finalizedSlot`), a bare integer.
  */
-export type HeadAnswerKind = 'number' | 'block' | 'finalized' | 'slot' | 'finalizedSlot';
+export type HeadAnswerKind = 'number' | 'block' | 'finalized' | 'slot' | 'confirmedSlot' | 'finalizedSlot';
 
 /** Which head call `method` (of `shape`) is, if one: `eth_blockNumber`, or `eth_getBlockByNumber` of `latest` (or no block) or `finalized`. */
 export function headAnswerOf(method: string, shape: CallShape): HeadAnswerKind | undefined {
@@ -47,7 +47,7 @@ export function headOfAnswerText(text: string, kind: HeadAnswerKind): AnswerHead
       const number = blockNumberOf(unquoted(text, result));
       return number === null ? null : { kind, number, hash: null, text, result };
     }
-    if (kind === 'slot' || kind === 'finalizedSlot') {
+    if (kind === 'slot' || kind === 'confirmedSlot' || kind === 'finalizedSlot') {
       const number = Number(text.slice(result[0], result[1]));
       return /^[0-9]{1,16}$/.test(text.slice(result[0], result[1])) && Number.isSafeInteger(number) ? { kind, number, hash: null, text, result } : null;
     }

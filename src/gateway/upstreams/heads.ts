@@ -31,6 +31,8 @@ export interface UpstreamHead {
   finalized: number | null;
   /** Its finalized block's hash, where the chain has the tag (null: not known). */
   finalizedHash: string | null;
+  /** Its confirmed slot (Solana's `confirmed` commitment: voted on by a supermajority); null: not known, or not a level of the chain. */
+  confirmed: number | null;
   /** When its last poll succeeded (ms), 0: never. */
   okAt: number;
   /** The last head it reported that was believed: a jump far past it is a lie, even with no other node to compare. */
@@ -45,6 +47,8 @@ export interface HeadSample {
   finalized: number | null;
   /** The finalized block's hash, where it was asked (the `finalized` tag). */
   finalizedHash?: string | null;
+  /** Its confirmed slot, where it was asked (Solana's `confirmed` commitment; a push leaves it as it was). */
+  confirmed?: number | null;
 }
 
 /**
@@ -78,9 +82,18 @@ interface BlockRef {
 interface HeadProbes {
   latest: string;
   finalized: string;
-  /** Both in one batch (ids 1 and 2), where the family's nodes take one: answered by one backend behind a load balancer, never two. */
-  both?: string;
+  /** The confirmed level's probe, where the family has one (Solana's `confirmed` commitment). */
+  confirmed?: string;
+  /** All of them in one batch (ids 1, 2 and 3), where the family's nodes take one: answered by one backend behind a load balancer, never two. */
+  all?: string;
   read(result: unknown): BlockRef | null;
+}
+
+/** What a poll found of a node: its head, its finalized block and (Solana) its confirmed slot; null where not found or not asked. */
+interface PolledHeads {
+  head: BlockRef | null;
+  finalized: BlockRef | null;
+  confirmed: BlockRef | null;
 }
 
 const EVM_PROBES: HeadProbes = {
@@ -92,8 +105,9 @@ const EVM_PROBES: HeadProbes = {
 const SOLANA_PROBES: HeadProbes = {
   latest: '{"jsonrpc":"2.0","id":1,"method":"getSlot","params":[{"commitment":"processed"}]}',
   finalized: '{"jsonrpc":"2.0","id":1,"method":"getSlot","params":[{"commitment":"finalized"}]}',
+  confirmed: '{"jsonrpc":"2.0","id":1,"method":"getSlot","params":[{"commitment":"confirmed"}]}',
   // Its finalized slot is ~32 under its processed one (13 s): two requests, two backends of a public endpoint ~13 s apart, and it read as a liar.
-  both: '[{"jsonrpc":"2.0","id":1,"method":"getSlot","params":[{"commitment":"processed"}]},{"jsonrpc":"2.0","id":2,"method":"getSlot","params":[{"commitment":"finalized"}]}]',
+  all: '[{"jsonrpc":"2.0","id":1,"method":"getSlot","params":[{"commitment":"processed"}]},{"jsonrpc":"2.0","id":2,"method":"getSlot","params":[{"commitment":"finalized"}]},{"jsonrpc":"2.0","id":3,"method":"getSlot","params":[{"commitment":"confirmed"}]}]',
   read: slotOfResult,
 };
 
@@ -188,6 +202,8 @@ export class ChainHeads {
   headFloor: number | null = null;
   /** The highest finalized block a believed node reports (never above the best head). */
   finalized: number | null = null;
+  /** The highest confirmed slot a believed node reports (Solana; never above the best head); null: none known. */
+  confirmed: number | null = null;
   /** Moves whenever the best head's number or hash does: answers that depend on the head are kept per epoch. */
   epoch = 0;
   /**
@@ -211,6 +227,8 @@ export class ChainHeads {
   private readonly raisedAt: number[];
   /** When each node's finalized block was last raised by an answer (ms; 0: never): a poll sent before says older. */
   private readonly finalizedRaisedAt: number[];
+  /** The same for each node's confirmed slot (Solana). */
+  private readonly confirmedRaisedAt: number[];
   /** How many polls in a row showed each node's finalized block above its head: one is a race (its two probes), two a liar. */
   private readonly finalizedAboveHead: number[];
   /** Each pushed node whose next poll must ask its head too: a push it sent was not taken. */
@@ -240,6 +258,7 @@ export class ChainHeads {
       hash: null,
       finalized: null,
       finalizedHash: null,
+      confirmed: null,
       okAt: 0,
       believedHead: null,
       status: 'unknown',
@@ -248,6 +267,7 @@ export class ChainHeads {
     this.pushedAt = labels.map(() => 0);
     this.raisedAt = labels.map(() => 0);
     this.finalizedRaisedAt = labels.map(() => 0);
+    this.confirmedRaisedAt = labels.map(() => 0);
     this.finalizedAboveHead = labels.map(() => 0);
     this.headPollDue = labels.map(() => false);
     this.batchRefusals = labels.map(() => 0);
@@ -360,7 +380,7 @@ export class ChainHeads {
     const due = this.headPollDue[index] as boolean;
     this.headPollDue[index] = false;
     const sentAt = this.now();
-    const [head, tagged] = await this.pollHeads(index, byTag);
+    const { head, finalized: tagged, confirmed } = await this.pollHeads(index, byTag);
     if (head === null) {
       this.headPollDue[index] ||= due;
       this.failed(index);
@@ -368,30 +388,38 @@ export class ChainHeads {
     }
     const depth = this.tracking.finality;
     const final = typeof depth === 'number' ? Math.max(0, head.number - depth) : (tagged?.number ?? null);
-    this.observe(index, { head: head.number, hash: head.hash, finalized: final, finalizedHash: tagged?.hash ?? null }, sentAt);
+    this.observe(
+      index,
+      { head: head.number, hash: head.hash, finalized: final, finalizedHash: tagged?.hash ?? null, confirmed: confirmed?.number ?? null },
+      sentAt,
+    );
   }
 
-  /** A node's latest and (`byTag`) finalized blocks, asked in one batch where the family's probes have one. */
-  private async pollHeads(index: number, byTag: boolean): Promise<[BlockRef | null, BlockRef | null]> {
+  /** A node's latest, (`byTag`) finalized and (Solana) confirmed blocks, asked in one batch where the family's probes have one. */
+  private async pollHeads(index: number, byTag: boolean): Promise<PolledHeads> {
     const { probes } = this;
-    const both = byTag && (this.batchRefusals[index] as number) < BATCH_REFUSALS_TO_STOP ? probes.both : undefined;
-    const batched = both !== undefined;
+    const all = byTag && (this.batchRefusals[index] as number) < BATCH_REFUSALS_TO_STOP ? probes.all : undefined;
     let refused = false;
-    if (batched) {
-      const answer = await this.probe(index, both);
+    if (all !== undefined) {
+      const answer = await this.probe(index, all);
       const error = oneErrorOf(answer);
       if (error === null) {
         this.batchRefusals[index] = 0;
         const results = resultsOf(answer);
-        return [probes.read(results.get(1)), probes.read(results.get(2))];
+        return { head: probes.read(results.get(1)), finalized: probes.read(results.get(2)), confirmed: probes.read(results.get(3)) };
       }
       refused = refusesBatches(error);
     }
     // One error back for the batch (a node or proxy that takes none, or a refusal of any call): asked one probe at a time.
-    const [latest, finalized] = await Promise.all([this.probe(index, probes.latest), byTag ? this.probe(index, probes.finalized) : null]);
-    const heads: [BlockRef | null, BlockRef | null] = [probes.read(resultsOf(latest).get(1)), byTag ? probes.read(resultsOf(finalized).get(1)) : null];
+    const [latest, finalized, confirmed] = await Promise.all([
+      this.probe(index, probes.latest),
+      byTag ? this.probe(index, probes.finalized) : null,
+      probes.confirmed === undefined ? null : this.probe(index, probes.confirmed),
+    ]);
+    const read = (answer: Buffer | null): BlockRef | null => (answer === null ? null : probes.read(resultsOf(answer).get(1)));
+    const heads = { head: read(latest), finalized: read(finalized), confirmed: read(confirmed) };
     // Batches refused as such while singles answered: after a few such polls in a row, the batch is not sent any more.
-    if (refused && heads[0] !== null) this.batchRefusals[index] = (this.batchRefusals[index] as number) + 1;
+    if (refused && heads.head !== null) this.batchRefusals[index] = (this.batchRefusals[index] as number) + 1;
     return heads;
   }
 
@@ -464,6 +492,9 @@ export class ChainHeads {
       u.finalized = sample.finalized;
       u.finalizedHash = sample.finalizedHash ?? null;
     }
+    // Never above its head (a slot confirmed between the batch's reads), nor under one an answer showed since the poll was sent.
+    if (sample.confirmed != null && !(polled && (this.confirmedRaisedAt[index] as number) >= sentAt && u.confirmed !== null && sample.confirmed < u.confirmed))
+      u.confirmed = Math.min(sample.confirmed, u.head as number);
     if (u.finalized !== null && u.head !== null && u.finalized > u.head) {
       // Two polls in a row showing it make a liar (recompute says so). One may be its two probes racing a new block, and a push
       // never asks the node's finalized block: until the next poll, the node keeps the one it had under this head, or none.
@@ -506,6 +537,19 @@ export class ChainHeads {
     u.finalized = finalized;
     u.finalizedHash = hash;
     this.finalizedRaisedAt[index] = this.now();
+    this.recompute();
+  }
+
+  /**
+   * Node `index` answered `getSlot` at `confirmed` with slot `confirmed` (Solana): raised as
+   * sawHead raises a head, upward only, for a believed node, and never past its own head.
+   */
+  sawConfirmed(index: number, confirmed: number): void {
+    const u = this.upstreams[index];
+    if (u === undefined || u.head === null || (u.confirmed !== null && confirmed <= u.confirmed) || confirmed > u.head) return;
+    if (u.status !== 'ok' && u.status !== 'lagging') return;
+    u.confirmed = confirmed;
+    this.confirmedRaisedAt[index] = this.now();
     this.recompute();
   }
 
@@ -643,6 +687,8 @@ export class ChainHeads {
     const bestHead = best.head as number;
     for (const u of believed) if ((u.head as number) < bestHead - this.tracking.maxLagBlocks) u.status = 'lagging';
     const finalized = believed.reduce((f, u) => (u.finalized === null ? f : Math.max(f, u.finalized)), -1);
+    const confirmed = believed.reduce((c, u) => (u.confirmed === null ? c : Math.max(c, u.confirmed)), -1);
+    this.confirmed = confirmed < 0 ? null : Math.min(confirmed, bestHead);
     if (bestHead !== this.best || best.hash !== this.bestHash) this.epoch++;
     this.headFloor = bestHead;
     this.best = bestHead;

@@ -14,6 +14,7 @@ export const RECENT_CALL: CallShape = { kind: 'recent', low: -1, high: -1, cache
 
 /** `getSlot` at the commitments the gateway follows: its answer is the node's head, or its finalized slot. */
 const PROCESSED_SLOT_CALL: CallShape = { kind: 'recent', low: -1, high: -1, cacheable: false, headAnswer: 'slot' };
+const CONFIRMED_SLOT_CALL: CallShape = { kind: 'recent', low: -1, high: -1, cacheable: false, headAnswer: 'confirmedSlot' };
 const FINALIZED_SLOT_CALL: CallShape = { kind: 'recent', low: -1, high: -1, cacheable: false, headAnswer: 'finalizedSlot' };
 
 /** Methods whose first param is a slot (getBlocks: a range's start, its end the second). */
@@ -41,7 +42,13 @@ export function solanaShapeOf(method: string, paramsText: string | undefined): C
   if (!Array.isArray(params)) return RECENT_CALL;
   if (method === 'getSlot') {
     const commitment = commitmentOf(params[0]);
-    return commitment === 'processed' ? PROCESSED_SLOT_CALL : commitment === 'finalized' ? FINALIZED_SLOT_CALL : RECENT_CALL;
+    return commitment === 'processed'
+      ? PROCESSED_SLOT_CALL
+      : commitment === 'confirmed'
+        ? CONFIRMED_SLOT_CALL
+        : commitment === 'finalized'
+          ? FINALIZED_SLOT_CALL
+          : RECENT_CALL;
   }
   let high = slotFirst && isSlot(params[0]) ? params[0] : -1;
   const closed = method !== 'getBlocks' || isSlot(params[1]);
@@ -61,6 +68,7 @@ function commitmentOf(config: unknown): string {
   const named = typeof config === 'object' && config !== null ? (config as { commitment?: unknown }).commitment : undefined;
   if (named === undefined) return 'finalized';
   if (named === 'recent') return 'processed';
+  if (named === 'single' || named === 'singleGossip') return 'confirmed';
   if (named === 'max' || named === 'root') return 'finalized';
   return typeof named === 'string' ? named : '';
 }
