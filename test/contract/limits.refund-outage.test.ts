@@ -292,45 +292,35 @@ describe('monthly units Redis did not take', () => {
       }
     });
 
-    it("waits for a refund Redis holds when the stop comes, names it, and stops (fail-closed's 500 ms)", async () => {
+    /** What is sent and held: Redis never answers it, and the caller is let go at the command's time. */
+    type Held = (limiter: RedisLimiter, relay: { holdScripts: boolean }) => Promise<void>;
+    const heldRefund: Held = async (limiter, relay) => {
+      const req = ownLimitRequest(3);
+      expect((await limiter.take(req)).granted).toBe(3);
+      relay.holdScripts = true;
+      await limiter.refund({ tokenId: req.tokenId, bucket: req.monthly.key, units: 2, nowMs: req.nowMs });
+    };
+    const heldTake: Held = async (limiter, relay) => {
+      relay.holdScripts = true;
+      // Redis would count what it grants: the count is unknown.
+      await expect(limiter.take(ownLimitRequest(3))).rejects.toThrow('no reply from Redis within 500 ms');
+    };
+    it.each([
+      ['a refund', heldRefund, 2],
+      ['a take', heldTake, 3],
+    ] as Array<[string, Held, number]>)("waits for %s Redis holds when the stop comes, names it, and stops (fail-closed's 500 ms)", async (_, hold, units) => {
       const relay = await holdingRelay(server.port);
       const logged: string[] = [];
       const limiter = new RedisLimiter(relay.url, { commandTimeoutMs: 500, log: (line) => logged.push(line) });
       let closing: Promise<void> | null = null;
       try {
         await limiter.whenReady();
-        const req = ownLimitRequest(3);
-        expect((await limiter.take(req)).granted).toBe(3);
-        relay.holdScripts = true;
-        // Sent, and Redis never answers it: the caller is let go at the command's time.
-        await limiter.refund({ tokenId: req.tokenId, bucket: req.monthly.key, units: 2, nowMs: req.nowMs });
+        await hold(limiter, relay);
         expect(relay.held).toBeGreaterThan(0);
         closing = limiter.close();
-        // Before: the stop counted only months owed being sent, said nothing, and its QUIT waited ~5 s behind the refund.
+        // Before: the stop counted only months owed being sent, said nothing, and its QUIT waited ~5 s behind what was held.
         await until(() => logged.length > 0, 4_000);
-        expect(logged).toEqual(['limits: stopping with units Redis did not take within 2000 ms: 2 sent and never answered (Redis may have them)']);
-        const settled = await Promise.race([closing.then(() => 'stopped'), new Promise((resolve) => setTimeout(resolve, 1_000, 'waiting'))]);
-        expect(settled).toBe('stopped');
-      } finally {
-        relay.close();
-        await (closing ?? limiter.close());
-      }
-    });
-
-    it("waits for a take Redis holds when the stop comes, names it, and stops (fail-closed's 500 ms)", async () => {
-      const relay = await holdingRelay(server.port);
-      const logged: string[] = [];
-      const limiter = new RedisLimiter(relay.url, { commandTimeoutMs: 500, log: (line) => logged.push(line) });
-      let closing: Promise<void> | null = null;
-      try {
-        await limiter.whenReady();
-        relay.holdScripts = true;
-        // Redis would count what it grants: the caller is let go at the command's time, the count unknown.
-        await expect(limiter.take(ownLimitRequest(3))).rejects.toThrow('no reply from Redis within 500 ms');
-        closing = limiter.close();
-        // Before: the take was not counted as out, the stop said nothing, and its QUIT waited ~5 s behind it.
-        await until(() => logged.length > 0, 4_000);
-        expect(logged).toEqual(['limits: stopping with units Redis did not take within 2000 ms: 3 sent and never answered (Redis may have them)']);
+        expect(logged).toEqual([`limits: stopping with units Redis did not take within 2000 ms: ${units} sent and never answered (Redis may have them)`]);
         const settled = await Promise.race([closing.then(() => 'stopped'), new Promise((resolve) => setTimeout(resolve, 1_000, 'waiting'))]);
         expect(settled).toBe('stopped');
       } finally {

@@ -24,10 +24,8 @@ afterEach(async () => {
   for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
 });
 
-/** The service in front of Solana nodes at `slots()` (each node's own slot, read at every call), its chain `sol`. */
-async function serviceOnSolanaNodes(slots: Array<() => number>, chainExtra: Record<string, unknown> = {}) {
-  const nodes = await Promise.all(slots.map((slot) => startSolanaFake(slot)));
-  opened.push(...nodes);
+/** The service in front of these Solana upstreams (`url`, and `ws` where a node pushes its slots), its chain `sol`. */
+async function serviceOn(upstreams: Array<{ url: string; ws?: string }>, chainExtra: Record<string, unknown> = {}) {
   const dir = mkdtempSync(join(tmpdir(), 'gw-sol-nodes-'));
   dirs.push(dir);
   const config = chainServiceConfig(dir, {
@@ -38,7 +36,7 @@ async function serviceOnSolanaNodes(slots: Array<() => number>, chainExtra: Reco
     jsonRpcPost: true,
     timeoutMs: 1_000,
     headPollMs: 200,
-    upstreams: nodes.map((n) => ({ url: n.url })),
+    upstreams,
     ...chainExtra,
   });
   const t: TestApp = await startTestApp({ env: config });
@@ -46,7 +44,20 @@ async function serviceOnSolanaNodes(slots: Array<() => number>, chainExtra: Reco
   const { url } = await listen(t);
   const { token } = await newToken(t, { plan: 'unlimited' });
   const heads = t.runtime.gateway!.pools.get('sol')!.heads!;
-  return { t, base: `${url}/sol/${token}`, nodes, heads };
+  return { t, base: `${url}/sol/${token}`, heads };
+}
+
+/** The service in front of Solana nodes at `slots()` (each node's own slot, read at every call). */
+async function serviceOnSolanaNodes(slots: Array<() => number>, chainExtra: Record<string, unknown> = {}) {
+  const nodes = await Promise.all(slots.map((slot) => startSolanaFake(slot)));
+  opened.push(...nodes);
+  return {
+    ...(await serviceOn(
+      nodes.map((n) => ({ url: n.url })),
+      chainExtra,
+    )),
+    nodes,
+  };
 }
 
 /** Three nodes at SOLANA's slot, the third `lag` slots behind (within the bound), once the gateway has polled them; the nodes' calls forgotten. */
@@ -226,24 +237,9 @@ describe('Solana nodes followed by slot', () => {
   it("follows a node's slots as it pushes them (slotSubscribe), between polls", async () => {
     const node = await startFakeSolanaWsUpstream();
     opened.push(node);
-    const dir = mkdtempSync(join(tmpdir(), 'gw-sol-push-'));
-    dirs.push(dir);
     // Polled once, at the first call, then not for 10 minutes.
-    const config = chainServiceConfig(dir, {
-      id: 'sol',
-      name: 'Solana',
-      protocol: 'rest',
-      rest: 'solana',
-      jsonRpcPost: true,
-      headPollMs: 600_000,
-      upstreams: [{ url: node.httpUrl, ws: node.wsUrl }],
-    });
-    const t = await startTestApp({ env: config });
-    opened.push(t);
-    const { url } = await listen(t);
-    const { token } = await newToken(t, { plan: 'unlimited' });
-    const heads = t.runtime.gateway!.pools.get('sol')!.heads!;
-    const slotOf = async () => ((await (await fetch(`${url}/sol/${token}/getSlot?commitment=processed`)).json()) as { result: { slot: number } }).result.slot;
+    const { base, heads } = await serviceOn([{ url: node.httpUrl, ws: node.wsUrl }], { headPollMs: 600_000 });
+    const slotOf = async () => ((await (await fetch(`${base}/getSlot?commitment=processed`)).json()) as { result: { slot: number } }).result.slot;
     const first = await slotOf();
     await until(() => heads.upstreams[0]?.status === 'ok', 10_000);
     // Before: the node's slots were only polled, and the head stayed where the first poll put it.
@@ -259,17 +255,9 @@ describe('Solana nodes followed by slot', () => {
     const slot = SOLANA.slot;
     const node = await startSolanaFake(() => slot, { finalTx: SOLANA.finalizedSlot - 10, newTx: slot - 2 });
     opened.push(node);
-    const dir = mkdtempSync(join(tmpdir(), 'gw-sol-cache-'));
-    dirs.push(dir);
-    const t = await startTestApp({
-      env: chainServiceConfig(dir, { id: 'sol', name: 'Solana', protocol: 'rest', rest: 'solana', jsonRpcPost: true, upstreams: [{ url: node.url }] }),
-    });
-    opened.push(t);
-    const { url } = await listen(t);
-    const { token } = await newToken(t, { plan: 'unlimited' });
-    const heads = t.runtime.gateway!.pools.get('sol')!.heads!;
+    const { base, heads } = await serviceOn([{ url: node.url }]);
     const call = async (method: string, params: unknown[]) => {
-      const r = await fetch(`${url}/sol/${token}`, {
+      const r = await fetch(base, {
         method: 'POST',
         headers: { 'content-type': 'application/json' },
         body: JSON.stringify({ jsonrpc: '2.0', id: 7, method, params }),

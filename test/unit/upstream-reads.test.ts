@@ -10,6 +10,9 @@ import { RECENT_CALL, solanaShapeOf } from '../../src/gateway/upstreams/solanaCa
 
 const TRACKING = { family: 'evm' as const, finality: 'finalized' as const, maxLagBlocks: 5, fullNodeHistoryBlocks: 128, pollMs: 1_000 };
 const noProbe = async (): Promise<Buffer | null> => null;
+/** A block as `eth_getBlockByNumber` gives it (its number and hash), and a node's answer holding it. */
+const blockOf = (n: number) => ({ number: `0x${n.toString(16)}`, hash: `0xh${n}` });
+const blockAnswer = (n: number): Buffer => Buffer.from(JSON.stringify({ jsonrpc: '2.0', id: 1, result: blockOf(n) }));
 
 describe('shapeOf', () => {
   it.each([
@@ -194,6 +197,42 @@ function pushedNode(probe: (index: number, body: string) => Promise<Buffer | nul
   return { h, push: (head: { number: number; hash: string | null }) => pushHead(head) };
 }
 
+/** pushedNode on a devnet (its finalized block is its head, `head()`, answered to every poll), started and polled once. */
+async function polledDevnet(head: () => number, now: () => number) {
+  const node = pushedNode(async () => blockAnswer(head()), now);
+  node.h.touch();
+  await node.h.poll();
+  return node;
+}
+
+const RATE_LIMITED = '{"jsonrpc":"2.0","id":null,"error":{"code":-32005,"message":"rate limit exceeded"}}';
+
+/**
+ * A Solana node polled `polls` times: its single probes answered (processed 1,000, finalized 968),
+ * its probe batches by `batch(n)` (the n-th batch, from 1; null: answered in full). The batches
+ * sent, and the node's status, best and finalized slot after each poll.
+ */
+async function solanaPolled(polls: number, batch: (n: number) => string | null) {
+  type Probe = { id: number; params: [{ commitment: string }] };
+  let batches = 0;
+  const answer = (c: Probe) => ({ jsonrpc: '2.0', id: c.id, result: c.params[0].commitment === 'finalized' ? 968 : 1_000 });
+  const probe = async (_: number, body: string): Promise<Buffer> => {
+    const calls = JSON.parse(body) as Probe[] | Probe;
+    if (!Array.isArray(calls)) return Buffer.from(JSON.stringify(answer(calls)));
+    batches++;
+    return Buffer.from(batch(batches) ?? JSON.stringify(calls.map(answer)));
+  };
+  const h = new ChainHeads({ ...TRACKING, family: 'solana', maxLagBlocks: 50 }, ['sol'], probe);
+  h.touch();
+  const states: Array<[string | undefined, number | null, number | null]> = [];
+  for (let i = 0; i < polls; i++) {
+    await h.poll();
+    states.push([h.upstreams[0]?.status, h.best, h.finalized]);
+  }
+  h.stop();
+  return { h, batches, states };
+}
+
 describe('head tracking', () => {
   it('finds the best head, a lagging node and a liar, and moves the epoch when the best head changes', () => {
     const h = new ChainHeads(TRACKING, ['a', 'b', 'c'], noProbe);
@@ -245,13 +284,12 @@ describe('head tracking', () => {
 
   it("keeps a finalized block an answer raised while a pushed node's finalized probe was out", async () => {
     let now = 100_000;
-    const block = (n: number): Buffer => Buffer.from(JSON.stringify({ jsonrpc: '2.0', id: 1, result: { number: `0x${n.toString(16)}`, hash: `0xh${n}` } }));
     // Polls are answered at once (head 100, finalized 90) until `hold`: then a finalized probe waits in `held`.
     let hold = false;
     const held: Array<(body: Buffer) => void> = [];
     const probe = (_: number, body: string): Promise<Buffer | null> => {
       const finalized = body.includes('"finalized"');
-      return hold && finalized ? new Promise((resolve) => held.push(resolve)) : Promise.resolve(block(finalized ? 90 : 100));
+      return hold && finalized ? new Promise((resolve) => held.push(resolve)) : Promise.resolve(blockAnswer(finalized ? 90 : 100));
     };
     const { h, push } = pushedNode(probe, () => now);
     h.touch();
@@ -264,7 +302,7 @@ describe('head tracking', () => {
     expect(held).toHaveLength(1);
     now += 5;
     h.sawFinalized(0, 95, '0xf95');
-    (held[0] as (body: Buffer) => void)(block(90));
+    (held[0] as (body: Buffer) => void)(blockAnswer(90));
     await polled;
     expect([h.upstreams[0]?.finalized, h.finalized]).toEqual([95, 95]);
   });
@@ -297,9 +335,7 @@ describe('head tracking', () => {
   it('calls a pushed node a liar when two polls of its head and finalized block in a row show the finalized above the head, pushes between them or not', async () => {
     let now = 100_000;
     let finalized = 990;
-    const block = (n: number) => ({ number: `0x${n.toString(16)}`, hash: `0xh${n}` });
-    const probe = async (_: number, body: string): Promise<Buffer> =>
-      Buffer.from(JSON.stringify({ jsonrpc: '2.0', id: 1, result: block(body.includes('"finalized"') ? finalized : 1_000) }));
+    const probe = async (_: number, body: string): Promise<Buffer> => blockAnswer(body.includes('"finalized"') ? finalized : 1_000);
     const { h, push } = pushedNode(probe, () => now);
     h.touch();
     await h.poll();
@@ -320,11 +356,10 @@ describe('head tracking', () => {
   it('does not call a pushed node a liar whose socket is a block behind its HTTP answers (a chain whose finalized block is its head)', async () => {
     let now = 100_000;
     let head = 1_000;
-    const block = (n: number) => ({ number: `0x${n.toString(16)}`, hash: `0xh${n}` });
-    const probe = async (): Promise<Buffer> => Buffer.from(JSON.stringify({ jsonrpc: '2.0', id: 1, result: block(head) }));
-    const { h, push } = pushedNode(probe, () => now);
-    h.touch();
-    await h.poll();
+    const { h, push } = await polledDevnet(
+      () => head,
+      () => now,
+    );
     const statuses: string[] = [];
     for (let i = 0; i < 6; i++) {
       head += 1;
@@ -337,13 +372,16 @@ describe('head tracking', () => {
     expect(statuses).toEqual(['ok', 'ok', 'ok', 'ok', 'ok', 'ok']);
   });
 
-  it("does not take a pushed head under a finalized block an answer raised lately: the next poll asks the node's head", async () => {
+  it.each([
+    ['the next poll', false],
+    ['the next poll after one that was lost', true],
+  ])("does not take a pushed head under a finalized block an answer raised lately: %s asks the node's head", async (_, losesOne) => {
     let now = 100_000;
+    let fail = false;
     const sent: string[] = [];
-    const block = (n: number) => ({ number: `0x${n.toString(16)}`, hash: `0xh${n}` });
-    const probe = async (_: number, body: string): Promise<Buffer> => {
+    const probe = async (_: number, body: string): Promise<Buffer | null> => {
       sent.push(body);
-      return Buffer.from(JSON.stringify({ jsonrpc: '2.0', id: 1, result: block(body.includes('"finalized"') ? 95 : 100) }));
+      return fail ? null : blockAnswer(body.includes('"finalized"') ? 95 : 100);
     };
     const { h, push } = pushedNode(probe, () => now);
     h.touch();
@@ -357,6 +395,11 @@ describe('head tracking', () => {
     // The socket's backend behind the one that answered, or the node rewound: not known yet.
     push({ number: 100, hash: '0xh100' });
     expect([h.generation, h.upstreams[0]?.status, h.upstreams[0]?.head, h.upstreams[0]?.finalized]).toEqual([generation, 'ok', 102, 101]);
+    if (losesOne) {
+      fail = true;
+      await h.poll();
+      fail = false;
+    }
     sent.length = 0;
     await h.poll();
     h.stop();
@@ -366,12 +409,10 @@ describe('head tracking', () => {
   it('sees a pushed devnet rewind under a finalized block an answer raised (evm_revert sent to the node directly)', async () => {
     let now = 100_000;
     let head = 100;
-    const block = (n: number) => ({ number: `0x${n.toString(16)}`, hash: `0xh${n}` });
-    // A devnet: its finalized block is its head.
-    const probe = async (): Promise<Buffer> => Buffer.from(JSON.stringify({ jsonrpc: '2.0', id: 1, result: block(head) }));
-    const { h, push } = pushedNode(probe, () => now);
-    h.touch();
-    await h.poll();
+    const { h, push } = await polledDevnet(
+      () => head,
+      () => now,
+    );
     now += 10;
     head = 102;
     push({ number: 101, hash: '0xh101' });
@@ -386,85 +427,24 @@ describe('head tracking', () => {
     expect([h.generation, h.upstreams[0]?.head, h.finalized]).toEqual([generation + 1, 100, 100]);
   });
 
-  it('asks a pushed node its head again at the next poll when the poll meant to was lost', async () => {
-    let now = 100_000;
-    let fail = false;
-    const sent: string[] = [];
-    const block = (n: number) => ({ number: `0x${n.toString(16)}`, hash: `0xh${n}` });
-    const probe = async (_: number, body: string): Promise<Buffer | null> => {
-      sent.push(body);
-      return fail ? null : Buffer.from(JSON.stringify({ jsonrpc: '2.0', id: 1, result: block(body.includes('"finalized"') ? 95 : 100) }));
-    };
-    const { h, push } = pushedNode(probe, () => now);
-    h.touch();
-    await h.poll();
-    now += 10;
-    push({ number: 101, hash: '0xh101' });
-    h.sawHead(0, 102, '0xh102');
-    h.sawFinalized(0, 101, '0xf101');
-    now += 10;
-    push({ number: 100, hash: '0xh100' });
-    fail = true;
-    await h.poll();
-    fail = false;
-    sent.length = 0;
-    await h.poll();
-    h.stop();
-    expect(sent.some((body) => body.includes('"latest"'))).toBe(true);
-  });
-
   it('sends a Solana node its probes in a batch again after an error that is not about batches', async () => {
-    const batches: string[] = [];
-    const slotOf = (c: { params: [{ commitment: string }] }) => (c.params[0].commitment === 'finalized' ? 968 : 1_000);
-    const probe = async (_: number, body: string): Promise<Buffer> => {
-      const calls = JSON.parse(body) as Array<{ id: number; params: [{ commitment: string }] }> | { id: number; params: [{ commitment: string }] };
-      if (!Array.isArray(calls)) return Buffer.from(JSON.stringify({ jsonrpc: '2.0', id: calls.id, result: slotOf(calls) }));
-      batches.push(body);
-      if (batches.length === 1) return Buffer.from('{"jsonrpc":"2.0","id":null,"error":{"code":-32005,"message":"rate limit exceeded"}}');
-      return Buffer.from(JSON.stringify(calls.map((c) => ({ jsonrpc: '2.0', id: c.id, result: slotOf(c) }))));
-    };
-    const h = new ChainHeads({ ...TRACKING, family: 'solana', maxLagBlocks: 50 }, ['sol'], probe);
-    h.touch();
-    for (let i = 0; i < 4; i++) await h.poll();
-    h.stop();
-    expect([batches.length, h.best, h.finalized]).toEqual([4, 1_000, 968]);
+    const { h, batches } = await solanaPolled(4, (n) => (n === 1 ? RATE_LIMITED : null));
+    expect([batches, h.best, h.finalized]).toEqual([4, 1_000, 968]);
   });
 
   it.each([
     ['-32600', '{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"batch requests are not supported"}}'],
     ['-32700 (a proxy that cannot read an array)', '{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error"}}'],
   ])('polls a Solana node that answers the batch %s one probe at a time, and stops sending the batch after 3 such polls', async (_, refusal) => {
-    const sent: string[] = [];
-    const probe = async (_: number, body: string): Promise<Buffer> => {
-      sent.push(body);
-      const call = JSON.parse(body) as { id: number; params: [{ commitment: string }] } | unknown[];
-      if (Array.isArray(call)) return Buffer.from(refusal);
-      return Buffer.from(JSON.stringify({ jsonrpc: '2.0', id: call.id, result: call.params[0].commitment === 'finalized' ? 968 : 1_000 }));
-    };
-    const h = new ChainHeads({ ...TRACKING, family: 'solana', maxLagBlocks: 50 }, ['sol'], probe);
-    h.touch();
-    await h.poll();
+    const { batches, states } = await solanaPolled(4, () => refusal);
     // Tracked from the first poll.
-    expect([h.upstreams[0]?.status, h.best, h.finalized]).toEqual(['ok', 1_000, 968]);
-    for (let i = 0; i < 3; i++) await h.poll();
-    h.stop();
-    expect(sent.filter((body) => body.startsWith('['))).toHaveLength(3);
+    expect(states[0]).toEqual(['ok', 1_000, 968]);
+    expect(batches).toBe(3);
   });
 
   it('keeps sending a Solana node its probes in a batch through polls where a rate limit answered it', async () => {
-    const batches: string[] = [];
-    const slotOf = (c: { params: [{ commitment: string }] }) => (c.params[0].commitment === 'finalized' ? 968 : 1_000);
-    const probe = async (_: number, body: string): Promise<Buffer> => {
-      const calls = JSON.parse(body) as Array<{ id: number; params: [{ commitment: string }] }> | { id: number; params: [{ commitment: string }] };
-      if (!Array.isArray(calls)) return Buffer.from(JSON.stringify({ jsonrpc: '2.0', id: calls.id, result: slotOf(calls) }));
-      batches.push(body);
-      return Buffer.from('{"jsonrpc":"2.0","id":null,"error":{"code":-32005,"message":"rate limit exceeded"}}');
-    };
-    const h = new ChainHeads({ ...TRACKING, family: 'solana', maxLagBlocks: 50 }, ['sol'], probe);
-    h.touch();
-    for (let i = 0; i < 5; i++) await h.poll();
-    h.stop();
-    expect([batches.length, h.best]).toEqual([5, 1_000]);
+    const { h, batches } = await solanaPolled(5, () => RATE_LIMITED);
+    expect([batches, h.best]).toEqual([5, 1_000]);
   });
 
   it("asks a Solana node's processed and finalized slots in one batch: one backend answers both", async () => {
@@ -490,7 +470,6 @@ describe('head tracking', () => {
     /** EVM nodes at these heads, each answering eth_syncing with its `syncing` (false, or an object with the network's head); polled `polls` times. */
     async function nodesAt(nodes: Array<{ head: number; syncing?: false | { highestBlock: number } }>, polls = 1) {
       const asked: number[] = [];
-      const block = (n: number) => ({ number: `0x${n.toString(16)}`, hash: `0xh${n}` });
       const probe = async (index: number, body: string): Promise<Buffer> => {
         const node = nodes[index] as (typeof nodes)[number];
         const method = (JSON.parse(body) as { method: string }).method;
@@ -498,7 +477,7 @@ describe('head tracking', () => {
         const syncing = node.syncing
           ? { startingBlock: '0x0', currentBlock: `0x${node.head.toString(16)}`, highestBlock: `0x${node.syncing.highestBlock.toString(16)}` }
           : false;
-        const result = method === 'eth_syncing' ? syncing : block(body.includes('"finalized"') ? Math.max(0, node.head - 64) : node.head);
+        const result = method === 'eth_syncing' ? syncing : blockOf(body.includes('"finalized"') ? Math.max(0, node.head - 64) : node.head);
         return Buffer.from(JSON.stringify({ jsonrpc: '2.0', id: 1, result }));
       };
       const h = new ChainHeads(
@@ -548,10 +527,9 @@ describe('head tracking', () => {
       ];
       let liarHead: number | null = null;
       const bests: Array<number | null> = [];
-      const block = (n: number) => ({ number: `0x${n.toString(16)}`, hash: `0xh${n}` });
       const probe = async (index: number, body: string): Promise<Buffer | null> => {
         const method = (JSON.parse(body) as { method: string }).method;
-        if (index === 2) return liarHead === null ? null : Buffer.from(JSON.stringify({ jsonrpc: '2.0', id: 1, result: block(liarHead) }));
+        if (index === 2) return liarHead === null ? null : blockAnswer(liarHead);
         const node = nodes[index] as (typeof nodes)[number];
         if (method === 'eth_syncing') {
           // As the node thinks over it: what the gateway has made of the poll by then.
@@ -560,7 +538,7 @@ describe('head tracking', () => {
           const result = node.syncing ? { currentBlock: `0x${node.head.toString(16)}`, highestBlock: `0x${node.syncing.highestBlock.toString(16)}` } : false;
           return Buffer.from(JSON.stringify({ jsonrpc: '2.0', id: 1, result }));
         }
-        return Buffer.from(JSON.stringify({ jsonrpc: '2.0', id: 1, result: block(body.includes('"finalized"') ? Math.max(0, node.head - 64) : node.head) }));
+        return blockAnswer(body.includes('"finalized"') ? Math.max(0, node.head - 64) : node.head);
       };
       const h = new ChainHeads(TRACKING, ['a', 'b', 'liar'], probe);
       h.touch();
