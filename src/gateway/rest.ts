@@ -1,5 +1,5 @@
 import { type Answer, type CallScope, chargedFailure, draft, localError, refusedRest, type UsageDraft } from './answer.js';
-import { judgeSingle } from './cache/rpcReads.js';
+import { judgeSingle, keepableResult, mayKeep, readKey } from './cache/rpcReads.js';
 import { AUTH_QUERY_PARAMS } from './credentials.js';
 import { errorInBody } from './errorBody.js';
 import { JSON_CONTENT_TYPE, RpcCode, restError, upstreamFailureCodes } from './errors.js';
@@ -7,6 +7,7 @@ import { decodeUtf8, errorInfoFrom } from './jsonrpc.js';
 import { arrayElements, documentStart, JsonScanError, objectMembers } from './jsonScan.js';
 import type { UpstreamAnswer, UpstreamFailure, UpstreamRequest } from './upstream.js';
 import { callShapeOf } from './upstreams/callShape.js';
+import type { CallShape } from './upstreams/evmCalls.js';
 import { headAnswerOf } from './upstreams/headAnswers.js';
 import type { ChainHeads } from './upstreams/heads.js';
 
@@ -184,7 +185,11 @@ async function passthrough(scope: CallScope, req: RestRequest, decoded: string[]
 }
 
 /** What a call sent as JSON-RPC on a followed chain adds to its request: its shape, its head answer (Solana's getSlot), its answer judged as a JSON-RPC call's. */
-function followedRequest(heads: ChainHeads, method: string, paramsText: string): Pick<UpstreamRequest, 'shape' | 'headAnswer' | 'judge' | 'answerId'> {
+function followedRequest(
+  heads: ChainHeads,
+  method: string,
+  paramsText: string,
+): Pick<UpstreamRequest, 'headAnswer' | 'judge' | 'answerId'> & { shape: CallShape } {
   const shape = callShapeOf(heads, method, paramsText);
   return { shape, headAnswer: headAnswerOf(method, shape), judge: judgeSingle, answerId: '1' };
 }
@@ -279,18 +284,41 @@ async function rpcOverRest(scope: CallScope, req: RestRequest, decoded: string[]
   const admission = await scope.admit(1);
   if (!admission.ok) return refusedRest(admission, method);
   if (admission.granted < 1) return limitAnswer(admission, method);
+  const resultName = chain.restFlavour === 'solana' ? SOLANA_RESULT_NAMES[method] : undefined;
+  // A followed chain (Solana, by slot): no node lagging behind it, and one past the call's minContextSlot first; its answers judged as a JSON-RPC call's.
+  const followed = pool.heads === null ? null : followedRequest(pool.heads, method, params.text);
+  // A final answer (Solana's finalized blocks and transactions) comes from the cache, as over JSON-RPC.
+  const kept = followed === null ? null : keptRead(scope, method, params.text, followed.shape);
+  const hit = kept?.cache.get(kept.key);
+  if (hit !== undefined) {
+    const d = draft(method, null, null);
+    d.charged = true;
+    d.cache = 'hit';
+    return { status: 200, body: restResultBody(hit, resultName), contentType: JSON_CONTENT_TYPE, admission, usage: [d] };
+  }
   const outcome = await pool.send({
     method: 'POST',
     path: '',
     body: `{"jsonrpc":"2.0","id":1,"method":${JSON.stringify(method)},"params":${params.text}}`,
     retriable: !chain.isWriteMethod(method),
-    // A followed chain (Solana, by slot): no node lagging behind it, and one past the call's minContextSlot first; its answers judged as a JSON-RPC call's.
-    ...(pool.heads === null ? {} : followedRequest(pool.heads, method, params.text)),
+    ...followed,
   });
   if (!outcome.ok) return failureAnswer(outcome, method, admission);
-  const answer = restAnswerFromRpc(outcome, chain.restFlavour === 'solana' ? SOLANA_RESULT_NAMES[method] : undefined);
+  const answer = restAnswerFromRpc(outcome, resultName);
+  if (kept !== null && kept.heads !== null && outcome.status === 200 && answer.status === 200) {
+    const result = keepableResult(outcome.body, method, kept.shape, kept.heads, kept.epoch, outcome.upstream);
+    if (result !== null) kept.cache.set(kept.key, result);
+  }
   const d = forwardedDraft(method, answer.rpcErrorCode, answer.errorMessage, outcome, !answer.invalid);
   return { status: answer.status, body: answer.body, contentType: JSON_CONTENT_TYPE, admission, usage: [d] };
+}
+
+/** Where a REST read's answer may be kept: the pool's cache and the read's key (null: it may not be kept now). */
+function keptRead(scope: CallScope, method: string, paramsText: string, shape: CallShape) {
+  const { pool, chain } = scope;
+  const heads = pool.heads;
+  if (heads === null || pool.cache === null || !mayKeep(shape, heads)) return null;
+  return { cache: pool.cache, heads, shape, epoch: heads.epoch, key: readKey(chain.id, method, paramsText, shape, heads.epoch, heads.generation) };
 }
 
 interface RestFromRpc {
@@ -331,12 +359,16 @@ export function restAnswerFromRpc(outcome: UpstreamAnswer, resultName: string | 
     }
     const resultSpan = members.get('result');
     if (!resultSpan) return invalid();
-    const result = text.slice(resultSpan[0], resultSpan[1]);
-    const isScalar = !result.startsWith('{') && !result.startsWith('[');
-    const body = resultName !== undefined && isScalar ? `{"result":{${JSON.stringify(resultName)}:${result}}}` : `{"result":${result}}`;
+    const body = restResultBody(text.slice(resultSpan[0], resultSpan[1]), resultName);
     return { status: 200, body, rpcErrorCode: null, errorMessage: null, invalid: false };
   } catch (err) {
     if (err instanceof JsonScanError || err instanceof SyntaxError) return invalid();
     throw err;
   }
+}
+
+/** A REST answer's body around a JSON-RPC result: a bare value under the method's name where it has one (Solana's `{"result":{"slot":…}}`). */
+function restResultBody(result: string, resultName: string | undefined): string {
+  const isScalar = !result.startsWith('{') && !result.startsWith('[');
+  return resultName !== undefined && isScalar ? `{"result":{${JSON.stringify(resultName)}:${result}}}` : `{"result":${result}}`;
 }

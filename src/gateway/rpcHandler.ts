@@ -14,7 +14,7 @@ import {
   type UsageDraft,
 } from './answer.js';
 import type { ResponseCache } from './cache/responseCache.js';
-import { answerWithResult, judgeBatch, judgeSingle, keepableResult, neverChanges, readKey } from './cache/rpcReads.js';
+import { answerWithResult, judgeBatch, judgeSingle, keepableResult, mayKeep, neverChanges, readKey } from './cache/rpcReads.js';
 import { sharedKey } from './cache/sharedCache.js';
 import { admissionRpcCode, JSON_CONTENT_TYPE, RpcCode, rpcError, rpcErrorFor, upstreamFailureCodes } from './errors.js';
 import {
@@ -37,7 +37,6 @@ import { callShapeOf } from './upstreams/callShape.js';
 import { type CallShape, isShareable, rewritesHistory, shapeOfAll } from './upstreams/evmCalls.js';
 import { createsFilter, FILTER_NOT_FOUND, filterRoute, tagFilterAnswer, usesFilter } from './upstreams/filters.js';
 import { type AnswerHead, type HeadAnswerKind, headAnswerOf, headOfAnswerText } from './upstreams/headAnswers.js';
-import type { ChainHeads } from './upstreams/heads.js';
 import { knownBlocksOf, logsSubParams, readSplitLogs } from './upstreams/logsSplit.js';
 import { isMinContextSlotNotReached } from './upstreams/solanaCalls.js';
 
@@ -353,14 +352,6 @@ function sendLed(
     }
     return forwardedSingle(m, admission, outcome, outcome.hedged ? 'hedged' : 'miss');
   });
-}
-
-/** Whether an answer to a call of this shape could be kept now: no key is built, and no lookup made, for one that could not. */
-function mayKeep(shape: CallShape, heads: ChainHeads): boolean {
-  if (!shape.cacheable) return false;
-  if (shape.kind === 'head') return heads.best !== null;
-  if (shape.kind === 'number' || shape.kind === 'recent') return heads.finalized !== null && shape.high <= heads.finalized;
-  return shape.kind === 'static' || heads.finalized !== null;
 }
 
 /** A read answered from the cache: a granted call (quota, limits, metering) with the caller's id and no upstream. */

@@ -274,8 +274,15 @@ describe('Solana nodes followed by slot', () => {
       expect((await call('getBlock', [SOLANA.finalizedSlot, config])).result).toMatchObject({ blockhash: `block${SOLANA.finalizedSlot}` });
       expect((await call('getBlock', [slot - 1, config])).result).toMatchObject({ blockhash: `block${slot - 1}` });
     }
-    // Before: 3 and 3, every call to the node.
-    expect([asked('getTransaction'), asked('getBlock')]).toEqual([1 + 3, 1 + 3]);
+    // Over REST too (its own params, so its own entries).
+    for (let i = 0; i < 3; i++) {
+      const tx = (await (await fetch(`${base}/getTransaction/finalTx`)).json()) as { result: unknown };
+      expect(tx.result).toMatchObject({ slot: SOLANA.finalizedSlot - 10 });
+      const block = (await (await fetch(`${base}/getBlock?params=[${SOLANA.finalizedSlot}]`)).json()) as { result: unknown };
+      expect(block.result).toMatchObject({ blockhash: `block${SOLANA.finalizedSlot}` });
+    }
+    // Before: every call to the node (6 and 6).
+    expect([asked('getTransaction'), asked('getBlock')]).toEqual([1 + 3 + 1, 1 + 3 + 1]);
   });
 
   it('polls no node while the chain has no traffic, and none with `finality: "none"`', async () => {

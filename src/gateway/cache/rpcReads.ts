@@ -289,6 +289,14 @@ export function keepableResult(
   }
 }
 
+/** Whether an answer to a call of this shape could be kept now: no key is built, and no lookup made, for one that could not. */
+export function mayKeep(shape: CallShape, heads: ChainHeads): boolean {
+  if (!shape.cacheable) return false;
+  if (shape.kind === 'head') return heads.best !== null;
+  if (shape.kind === 'number' || shape.kind === 'recent') return heads.finalized !== null && shape.high <= heads.finalized;
+  return shape.kind === 'static' || heads.finalized !== null;
+}
+
 /** The `slot` a Solana result names (a transaction's), or null. */
 function slotOfResultText(resultText: string): number | null {
   let result: unknown;
