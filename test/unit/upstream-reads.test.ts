@@ -234,11 +234,13 @@ async function solanaPolled(polls: number, batch: (n: number) => string | null) 
 }
 
 describe('head tracking', () => {
-  it('finds the best head, a lagging node and a liar, and moves the epoch when the best head changes', () => {
+  it('finds the best head, a lagging node and a liar, and moves the epoch when the best head changes', async () => {
     const h = new ChainHeads(TRACKING, ['a', 'b', 'c'], noProbe);
     h.observe(0, { head: 100, hash: '0x1', finalized: 90 });
     h.observe(1, { head: 92, hash: '0x2', finalized: 85 });
     h.observe(2, { head: 100 + 1e9, hash: '0x3', finalized: 1e9 });
+    // The two it leads are asked whether they sync (no answer: not syncing).
+    await new Promise((resolve) => setImmediate(resolve));
     expect(h.upstreams.map((u) => u.status)).toEqual(['ok', 'lagging', 'liar']);
     expect([h.best, h.finalized]).toEqual([100, 90]);
     const epoch = h.epoch;
@@ -468,12 +470,25 @@ describe('head tracking', () => {
 
   describe('nodes far apart (a node syncing from scratch, or a liar)', () => {
     /** EVM nodes at these heads, each answering eth_syncing with its `syncing` (false, or an object with the network's head); polled `polls` times. */
-    async function nodesAt(nodes: Array<{ head: number; syncing?: false | { highestBlock: number } }>, polls = 1) {
+    type FarNode = { head: number; syncing?: false | { highestBlock: number } };
+    /**
+     * EVM nodes at these heads (changeable), each answering eth_syncing with its `syncing` (false,
+     * or an object with the network's head), on a clock `advance` moves: the nodes asked, and
+     * what the gateway made of the heads while they were asked.
+     */
+    function farApart(nodes: FarNode[]) {
+      let now = 1_000_000;
       const asked: number[] = [];
+      const whileAsked: Array<{ statuses: string[]; best: number | null }> = [];
       const probe = async (index: number, body: string): Promise<Buffer> => {
-        const node = nodes[index] as (typeof nodes)[number];
+        const node = nodes[index] as FarNode;
         const method = (JSON.parse(body) as { method: string }).method;
-        if (method === 'eth_syncing') asked.push(index);
+        if (method === 'eth_syncing') {
+          asked.push(index);
+          // As the node thinks over it: what the gateway has made of the poll by then.
+          await new Promise((resolve) => setImmediate(resolve));
+          whileAsked.push({ statuses: h.upstreams.map((u) => u.status), best: h.best });
+        }
         const syncing = node.syncing
           ? { startingBlock: '0x0', currentBlock: `0x${node.head.toString(16)}`, highestBlock: `0x${node.syncing.highestBlock.toString(16)}` }
           : false;
@@ -484,11 +499,29 @@ describe('head tracking', () => {
         TRACKING,
         nodes.map((_, i) => `n${i}`),
         probe,
+        () => now,
       );
       h.touch();
-      for (let i = 0; i < polls; i++) await h.poll();
-      h.stop();
-      return { h, asked, statuses: () => h.upstreams.map((u) => u.status) };
+      return {
+        h,
+        asked,
+        whileAsked,
+        statuses: () => h.upstreams.map((u) => u.status),
+        poll: async (times = 1) => {
+          for (let i = 0; i < times; i++) await h.poll();
+        },
+        /** Time passes, and a call comes (the chain is in use). */
+        advance: (ms: number) => {
+          now += ms;
+          h.touch();
+        },
+      };
+    }
+    async function nodesAt(nodes: FarNode[], polls = 1) {
+      const far = farApart(nodes);
+      await far.poll(polls);
+      far.h.stop();
+      return far;
     }
     const NETWORK = 20_000_000;
 
@@ -517,6 +550,37 @@ describe('head tracking', () => {
 
     it('calls a node far past the network head a node syncing reports a liar', async () => {
       const { h, statuses } = await nodesAt([{ head: NETWORK + 1e9 }, { head: 1_000, syncing: { highestBlock: NETWORK } }], 2);
+      expect([statuses(), h.best]).toEqual([['liar', 'ok'], 1_000]);
+    });
+
+    it('does not call the one at the head a liar while two nodes far behind it are asked whether they sync', async () => {
+      const { whileAsked, statuses, h } = await nodesAt(
+        [{ head: NETWORK }, { head: 500, syncing: { highestBlock: NETWORK } }, { head: 400, syncing: { highestBlock: NETWORK } }],
+        1,
+      );
+      // Before: the liar for the round trip, the best head 500.
+      expect(whileAsked.length).toBeGreaterThan(0);
+      expect(whileAsked.filter((w) => w.statuses[0] === 'liar' || w.best === 500)).toEqual([]);
+      expect([statuses(), h.best]).toEqual([['ok', 'lagging', 'lagging'], NETWORK]);
+    });
+
+    it('asks a node syncing again when the one at the head has moved past the network head it said, a minute on', async () => {
+      const nodes: FarNode[] = [{ head: NETWORK }, { head: 1_000, syncing: { highestBlock: NETWORK } }];
+      const far = farApart(nodes);
+      await far.poll();
+      expect(far.statuses()).toEqual(['ok', 'lagging']);
+      // ~40 minutes of Arbitrum's blocks later (the clock moved a minute here): the head is past what it said by more than 10,000.
+      (nodes[0] as FarNode).head = NETWORK + 10_001;
+      (nodes[1] as FarNode).syncing = { highestBlock: NETWORK + 10_001 };
+      far.advance(61_000);
+      await far.poll();
+      far.h.stop();
+      // Before: the one at the head was the liar for good, every call to the one syncing.
+      expect([far.statuses(), far.h.best, far.asked]).toEqual([['ok', 'lagging'], NETWORK + 10_001, [1, 1]]);
+    });
+
+    it('measures a node syncing that knows no network head by its own head: a liar beside it is a liar', async () => {
+      const { h, statuses } = await nodesAt([{ head: NETWORK + 1e9 }, { head: 1_000, syncing: { highestBlock: 1_000 } }], 2);
       expect([statuses(), h.best]).toEqual([['liar', 'ok'], 1_000]);
     });
 
@@ -611,7 +675,7 @@ describe('Solana calls', () => {
     expect(headOfAnswerText('{"jsonrpc":"2.0","result":18446744073709551615,"id":1}', 'slot')).toBeNull();
   });
 
-  it('keep a block, a block time, a closed range of blocks at a finalized slot, and a transaction whose slot is finalized; nothing else', () => {
+  it('keep a block and a block time at a finalized slot, and a transaction whose slot is finalized; nothing else', () => {
     const h = new ChainHeads({ ...TRACKING, family: 'solana', maxLagBlocks: 50 }, ['sol'], noProbe);
     h.observe(0, { head: 1_032, hash: null, finalized: 1_000 }, 1);
     const kept = (method: string, params: string, result: unknown) =>
@@ -619,8 +683,8 @@ describe('Solana calls', () => {
     expect(kept('getBlock', '[1000,{"maxSupportedTransactionVersion":0}]', { blockhash: 'b1000' })).toBe(true);
     expect(kept('getBlock', '[1001]', { blockhash: 'b1001' })).toBe(false);
     expect(kept('getBlockTime', '[990]', 1_732_000_000)).toBe(true);
-    expect(kept('getBlocks', '[900,1000]', [900, 901])).toBe(true);
-    // No end: up to the newest finalized block, which moves.
+    // A node whose ledger starts after 900 answers a shorter list, or none, with no error: never kept.
+    expect(kept('getBlocks', '[900,1000]', [900, 901])).toBe(false);
     expect(kept('getBlocks', '[900]', [900, 901])).toBe(false);
     expect(kept('getBlocksWithLimit', '[900,10]', [900, 901])).toBe(false);
     expect(kept('getBlockCommitment', '[900]', { totalStake: 1 })).toBe(false);

@@ -150,17 +150,18 @@ const refusesBatches = (error: { code?: unknown; message?: unknown }): boolean =
 
 const SYNCING_PROBE = '{"jsonrpc":"2.0","id":1,"method":"eth_syncing","params":[]}';
 
-/** What a node said of syncing: whether it is, and the network's head as it knows it from its peers (null: it knows none above its own). */
+/** What a node said of syncing: whether it is, and the network's head as it knows it from its peers (null: it knows none above its own); when (ms). */
 interface SyncState {
   syncing: boolean;
   networkHead: number | null;
+  at: number;
 }
 
 /**
  * An `eth_syncing` result: an object while syncing (its `highestBlock` the network's head, when
  * above its `currentBlock`), `false` when not; an error or no answer counts as not syncing.
  */
-function syncStateOf(result: unknown): SyncState {
+function syncStateOf(result: unknown): Omit<SyncState, 'at'> {
   if (typeof result !== 'object' || result === null) return { syncing: false, networkHead: null };
   const progress = result as { currentBlock?: unknown; highestBlock?: unknown };
   const highest = blockNumberOf(progress.highestBlock);
@@ -168,10 +169,8 @@ function syncStateOf(result: unknown): SyncState {
   return { syncing: true, networkHead: highest !== null && (current === null || highest > current) ? highest : null };
 }
 
-/** Whether two or more heads are all within `bound` of each other. */
-function agree(heads: number[], bound: number): boolean {
-  return heads.length >= 2 && Math.max(...heads) - Math.min(...heads) <= bound;
-}
+/** A syncing node's network head is asked again, when a verdict rests on it, past this age: chains move 10,000 blocks in 40 minutes (Arbitrum) to hours. */
+const SYNC_ANSWER_MAX_AGE_MS = 60_000;
 
 /** Polls in a row whose batch was refused as such while the single probes answered: past this, the node is polled with singles only. */
 const BATCH_REFUSALS_TO_STOP = 3;
@@ -354,14 +353,20 @@ export class ChainHeads {
    * `false` when not); an error or no answer counts as not (the lead rule then stands). Heads are
    * judged again once all have answered.
    */
+  /** Whether node `index` is to be asked whether it syncs: never asked, or a syncing answer older than SYNC_ANSWER_MAX_AGE_MS (the network moved on). */
+  private toAskSyncing(index: number): boolean {
+    const said = this.syncing[index];
+    return said == null || (said.syncing && this.now() - said.at >= SYNC_ANSWER_MAX_AGE_MS);
+  }
+
   private checkSyncing(): Promise<void> {
     if (this.syncCheck !== null) return this.syncCheck;
     // One asked while an earlier asking was out has answered since.
-    const due = [...this.syncCheckDue].filter((index) => this.syncing[index] === null);
+    const due = [...this.syncCheckDue].filter((index) => this.toAskSyncing(index));
     this.syncCheckDue.clear();
     this.syncCheck = Promise.all(
       due.map(async (index) => {
-        this.syncing[index] = syncStateOf(resultsOf(await this.probe(index, SYNCING_PROBE)).get(1));
+        this.syncing[index] = { ...syncStateOf(resultsOf(await this.probe(index, SYNCING_PROBE)).get(1)), at: this.now() };
       }),
     ).then(() => {
       this.syncCheck = null;
@@ -640,27 +645,22 @@ export class ChainHeads {
     }
     const indexOf = (u: UpstreamHead): number => this.upstreams.indexOf(u);
     // What a node's head is measured against: another node's head; for one that says it is syncing, the network head it reports (none: no measure).
-    const measureOf = (o: UpstreamHead): number | null => {
+    const measureOf = (o: UpstreamHead): number => {
       const said = this.syncing[indexOf(o)];
-      return said?.syncing === true ? said.networkHead : (o.head as number);
+      return said?.syncing === true ? (said.networkHead ?? (o.head as number)) : (o.head as number);
     };
+    const toAsk = (o: UpstreamHead): boolean => this.toAskSyncing(indexOf(o));
     const undecided = new Set<UpstreamHead>();
     const statuses = new Map<UpstreamHead, HeadStatus>();
     for (const u of fresh) {
       const head = u.head as number;
       const others = fresh.filter((o) => o !== u);
-      const othersBest = others.reduce((best, o) => Math.max(best, measureOf(o) ?? -1), -1);
+      const othersBest = others.reduce((best, o) => Math.max(best, measureOf(o)), -1);
       const leadsImplausibly = othersBest >= 0 && head - othersBest > this.maxLead;
-      // The nodes it leads may be syncing (a new node, a resync): they are asked. Two or more that agree call it a liar meanwhile; one alone does not.
-      const unasked = leadsImplausibly && this.asksSyncing ? others.filter((o) => this.syncing[indexOf(o)] === null) : [];
-      for (const o of unasked) this.syncCheckDue.add(indexOf(o));
-      if (
-        unasked.length > 0 &&
-        !agree(
-          others.map((o) => o.head as number),
-          this.maxLead,
-        )
-      ) {
+      // The nodes it leads may be syncing (a new node, a resync): they are asked, and it is not judged until they answer.
+      const unasked = leadsImplausibly && this.asksSyncing ? others.filter(toAsk) : [];
+      if (unasked.length > 0) {
+        for (const o of unasked) this.syncCheckDue.add(indexOf(o));
         undecided.add(u);
         continue;
       }

@@ -4,9 +4,9 @@ import type { CallShape } from './evmCalls.js';
  * What a Solana call depends on, for routing by slot (heads.ts follows Solana nodes' slots): the
  * node's newest state, no lagging node (`recent`); where the call names a slot (a block's, or a
  * `minContextSlot`), preferably a node whose slot is known to have reached it (`high`); whether it
- * is a head call (`getSlot` at `processed` or `finalized`); and whether its answer may be kept
- * once final (`cacheable`: a block's, a block time, a closed range of blocks, at a finalized
- * slot; a transaction, once the slot its answer names is finalized). Pure.
+ * is a head call (`getSlot` at `processed`, `confirmed` or `finalized`); and whether its answer
+ * may be kept once final (`cacheable`: a block's, a block time, at a finalized slot; a
+ * transaction, once the slot its answer names is finalized). Pure.
  */
 
 /** A call on a Solana chain that names no slot. */
@@ -20,8 +20,11 @@ const FINALIZED_SLOT_CALL: CallShape = { kind: 'recent', low: -1, high: -1, cach
 /** Methods whose first param is a slot (getBlocks: a range's start, its end the second). */
 const SLOT_FIRST = new Set(['getBlock', 'getBlockTime', 'getBlockCommitment', 'getBlocks', 'getBlocksWithLimit']);
 
-/** Methods answered the same for ever once the slot they name is finalized (getBlocks: when it names its end). */
-const FINAL_AT_SLOT = new Set(['getBlock', 'getBlockTime', 'getBlocks']);
+/**
+ * Methods answered the same for ever once the slot they name is finalized. Not getBlocks: a node
+ * whose ledger starts after the range's start answers a shorter list, or none, and no error.
+ */
+const FINAL_AT_SLOT = new Set(['getBlock', 'getBlockTime']);
 
 /** A transaction by its signature: the same for ever once the slot its answer names is finalized (keepableResult reads it). */
 const TRANSACTION_CALL: CallShape = { kind: 'recent', low: -1, high: -1, cacheable: true };
@@ -51,14 +54,13 @@ export function solanaShapeOf(method: string, paramsText: string | undefined): C
           : RECENT_CALL;
   }
   let high = slotFirst && isSlot(params[0]) ? params[0] : -1;
-  const closed = method !== 'getBlocks' || isSlot(params[1]);
   if (method === 'getBlocks' && isSlot(params[1])) high = Math.max(high, params[1]);
   for (const p of params) {
     const min = typeof p === 'object' && p !== null ? (p as { minContextSlot?: unknown }).minContextSlot : undefined;
     if (isSlot(min)) high = Math.max(high, min);
   }
   if (high < 0) return RECENT_CALL;
-  return { kind: 'recent', low: -1, high, cacheable: FINAL_AT_SLOT.has(method) && closed && isSlot(params[0]) };
+  return { kind: 'recent', low: -1, high, cacheable: FINAL_AT_SLOT.has(method) && isSlot(params[0]) };
 }
 
 const isSlot = (v: unknown): v is number => typeof v === 'number' && Number.isSafeInteger(v) && v >= 0;
