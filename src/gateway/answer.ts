@@ -70,6 +70,9 @@ export const draft = (method: string, rpcErrorCode: number | null, errorMessage:
   cache: null,
 });
 
+/** A granted call served from the cache: charged, no node asked. */
+export const cacheHitDraft = (method: string): UsageDraft => ({ ...draft(method, null, null), charged: true, cache: 'hit' });
+
 /**
  * Whether a granted call the nodes failed is charged (docs/decisions.md, "A call the gateway
  * failed to serve is not charged"): a 504 is (a node worked on it until the deadline, and a caller

@@ -1,4 +1,4 @@
-import { type Answer, type CallScope, chargedFailure, draft, localError, refusedRest, type UsageDraft } from './answer.js';
+import { type Answer, type CallScope, cacheHitDraft, chargedFailure, draft, localError, refusedRest, type UsageDraft } from './answer.js';
 import { judgeSingle, keepableResult, mayKeep, readKey } from './cache/rpcReads.js';
 import { AUTH_QUERY_PARAMS } from './credentials.js';
 import { errorInBody } from './errorBody.js';
@@ -290,12 +290,8 @@ async function rpcOverRest(scope: CallScope, req: RestRequest, decoded: string[]
   // A final answer (Solana's finalized blocks and transactions) comes from the cache, as over JSON-RPC.
   const kept = followed === null ? null : keptRead(scope, method, params.text, followed.shape);
   const hit = kept?.cache.get(kept.key);
-  if (hit !== undefined) {
-    const d = draft(method, null, null);
-    d.charged = true;
-    d.cache = 'hit';
-    return { status: 200, body: restResultBody(hit, resultName), contentType: JSON_CONTENT_TYPE, admission, usage: [d] };
-  }
+  if (hit !== undefined)
+    return { status: 200, body: restResultBody(hit, resultName), contentType: JSON_CONTENT_TYPE, admission, usage: [cacheHitDraft(method)] };
   const outcome = await pool.send({
     method: 'POST',
     path: '',
@@ -305,7 +301,7 @@ async function rpcOverRest(scope: CallScope, req: RestRequest, decoded: string[]
   });
   if (!outcome.ok) return failureAnswer(outcome, method, admission);
   const answer = restAnswerFromRpc(outcome, resultName);
-  if (kept !== null && kept.heads !== null && outcome.status === 200 && answer.status === 200) {
+  if (kept !== null && outcome.status === 200 && answer.status === 200) {
     const result = keepableResult(outcome.body, method, kept.shape, kept.heads, kept.epoch, outcome.upstream);
     if (result !== null) kept.cache.set(kept.key, result);
   }

@@ -4,6 +4,7 @@ import {
   type Answer,
   type CacheUse,
   type CallScope,
+  cacheHitDraft,
   chargedFailure,
   draft,
   INVALID_METHOD,
@@ -356,10 +357,7 @@ function sendLed(
 
 /** A read answered from the cache: a granted call (quota, limits, metering) with the caller's id and no upstream. */
 function cachedAnswer(m: RpcCall, admission: Admission, resultText: string): Answer {
-  const d = draft(m.method, null, null);
-  d.charged = true;
-  d.cache = 'hit';
-  return { status: 200, body: answerWithResult(m.idText ?? 'null', resultText), contentType: JSON_CONTENT_TYPE, admission, usage: [d] };
+  return { status: 200, body: answerWithResult(m.idText ?? 'null', resultText), contentType: JSON_CONTENT_TYPE, admission, usage: [cacheHitDraft(m.method)] };
 }
 
 /** A single call's answer from what its upstream did; `use` says how it was served. */

@@ -116,29 +116,31 @@ const IDLE_MS = 60_000;
 
 /** The results of a JSON-RPC answer (a batch's by id, a single one's under 1); empty when it is none. */
 function resultsOf(body: Buffer | null): Map<unknown, unknown> {
-  const results = new Map<unknown, unknown>();
-  if (body === null) return results;
+  return resultsIn(parsedAnswer(body));
+}
+
+/** An answer's JSON; undefined when there is none or it is not JSON. */
+function parsedAnswer(body: Buffer | null): unknown {
+  if (body === null) return undefined;
   try {
-    const parsed: unknown = JSON.parse(body.toString('utf8'));
-    for (const a of Array.isArray(parsed) ? parsed : [parsed]) {
-      if (typeof a === 'object' && a !== null && 'result' in a)
-        results.set(Array.isArray(parsed) ? (a as { id?: unknown }).id : 1, (a as { result: unknown }).result);
-    }
+    return JSON.parse(body.toString('utf8'));
   } catch {
-    // Not JSON: no result.
+    return undefined;
+  }
+}
+
+/** resultsOf of an answer already parsed. */
+function resultsIn(parsed: unknown): Map<unknown, unknown> {
+  const results = new Map<unknown, unknown>();
+  for (const a of Array.isArray(parsed) ? parsed : [parsed]) {
+    if (typeof a === 'object' && a !== null && 'result' in a)
+      results.set(Array.isArray(parsed) ? (a as { id?: unknown }).id : 1, (a as { result: unknown }).result);
   }
   return results;
 }
 
-/** The error of an answer to a batch that is one JSON-RPC error object (-32600, -32700, "batch not supported", a rate limit…), not the batch's answers; null otherwise. */
-function oneErrorOf(body: Buffer | null): { code?: unknown; message?: unknown } | null {
-  if (body === null) return null;
-  let parsed: unknown;
-  try {
-    parsed = JSON.parse(body.toString('utf8'));
-  } catch {
-    return null;
-  }
+/** The error of an answer (parsed) to a batch that is one JSON-RPC error object (-32600, -32700, "batch not supported", a rate limit…), not the batch's answers; null otherwise. */
+function oneErrorOf(parsed: unknown): { code?: unknown; message?: unknown } | null {
   if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed) || !('error' in parsed)) return null;
   const error = (parsed as { error: unknown }).error;
   return typeof error === 'object' && error !== null ? (error as { code?: unknown; message?: unknown }) : {};
@@ -406,11 +408,11 @@ export class ChainHeads {
     const all = byTag && (this.batchRefusals[index] as number) < BATCH_REFUSALS_TO_STOP ? probes.all : undefined;
     let refused = false;
     if (all !== undefined) {
-      const answer = await this.probe(index, all);
+      const answer = parsedAnswer(await this.probe(index, all));
       const error = oneErrorOf(answer);
       if (error === null) {
         this.batchRefusals[index] = 0;
-        const results = resultsOf(answer);
+        const results = resultsIn(answer);
         return { head: probes.read(results.get(1)), finalized: probes.read(results.get(2)), confirmed: probes.read(results.get(3)) };
       }
       refused = refusesBatches(error);

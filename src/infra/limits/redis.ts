@@ -87,12 +87,6 @@ const madeCounter = (reply: unknown, i: number): boolean => Array.isArray(reply)
  */
 const bucketOfMonthKey = (key: string): string | null => /^m[qa]:\{(.+)\}:\d{6}$/.exec(key)?.[1] ?? null;
 
-/** A moment of the month before `nowMs`'s (UTC). */
-const previousMonthMs = (nowMs: number): number => {
-  const d = new Date(nowMs);
-  return Date.UTC(d.getUTCFullYear(), d.getUTCMonth() - 1, 1);
-};
-
 /** The same counter's key in the month before: its `YYYYMM` suffix one month back. */
 const previousMonthKey = (key: string): string => {
   const year = Number(key.slice(-6, -2));
@@ -435,14 +429,15 @@ export class RedisLimiter implements LeaseSource {
     const sent: Array<Promise<unknown>> = [];
     for (const { request } of takes) {
       const bucket = request.monthly.key;
+      const month = monthKey(bucket, request.nowMs);
       sent.push(
         // In the ledger too: Redis counts what it grants, whether or not its reply comes.
         this.sent(
           request.cost,
           commands.limiterTake(
             rateKey(bucket, request.tokenId, request.nowMs),
-            monthKey(bucket, request.nowMs),
-            monthKey(bucket, previousMonthMs(request.nowMs)),
+            month,
+            previousMonthKey(month),
             request.cost,
             request.rps,
             request.monthly.limit ?? -1,
