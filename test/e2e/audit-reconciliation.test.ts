@@ -665,12 +665,15 @@ describe('exports are complete and stable', () => {
     const rm = t.runtime.readModels;
     const range = rm.range.bind(rm);
     let reads = 0;
+    // Who read, for the message of a failure (seen once in CI, never reproduced: issue notes).
+    const readers: string[] = [];
     let duringId: string | null = null;
     let racing: Promise<string | null> | null = null;
     rm.range = (async (collection: string, options?: RangeOptions) => {
       const page = await range(collection, options);
       if (collection === USAGE_METRICS.requestBlocks && options?.gte?.startsWith(`${e.accountId}/`)) {
         reads++;
+        readers.push(`${options.gte} ${new Error().stack?.split('\n').slice(2, 5).join(' < ')}`);
         if (reads === 1) {
           duringId = await served(rpc(token.token, batchOf(1000)));
           await settled();
@@ -688,7 +691,12 @@ describe('exports are complete and stable', () => {
     const racingId = await racing;
     const rows = csvRows(text);
     const membersOf = (id: string | null) => rows.filter((r) => r.request_id.startsWith(`${id}:`)).length;
-    expect(membersOf(duringId)).toBe(100);
+    if (membersOf(duringId) !== 100) {
+      const logged = (await recordedCalls(t.runtime.store, e.accountId)).filter((r) => r.requestId.startsWith(`${duringId}:`));
+      const first = logged[0];
+      const message = { duringId, logged: logged.length, at: first?.at, exported: rows.length, readers };
+      expect.fail(`the batch served during the export is not in it: ${JSON.stringify(message, null, 1)}`);
+    }
     expect([0, 100]).toContain(membersOf(racingId));
     expect(rows.filter((r) => r.request_id.startsWith('old-')).length).toBe(OLD_CALLS);
     expect(new Set(rows.map((r) => r.request_id)).size).toBe(rows.length);
