@@ -308,7 +308,11 @@ export async function openRuntime(config: Config, clock?: () => Date, options: R
     const chains = loadChains({ env: config.env });
     const tokens = new TokenCache(queries);
     await tokens.listen(feed);
-    const pools = new UpstreamPools(chains, { cacheBytes: config.responseCacheBytes, filterIdSecret: config.filterIdSecret });
+    const pools = new UpstreamPools(chains, {
+      cacheBytes: config.responseCacheBytes,
+      filterIdSecret: config.filterIdSecret,
+      warn: (message) => console.error(message),
+    });
     // Not waited for at start: a lookup Redis cannot answer goes to the node (fail open).
     if (config.responseCacheRedisUrl && pools.cache) {
       sharedCache = openSharedCache(config.responseCacheRedisUrl);

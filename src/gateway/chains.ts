@@ -170,6 +170,16 @@ const ChainConfig = z
     getLogsMaxBlockRange: z.number().int().min(1).max(10_000_000).optional(),
     /** The most sub-ranges one eth_getLogs is split into; one needing more goes to the node whole. */
     getLogsMaxSplits: z.number().int().min(2).max(1_000).optional(),
+    /**
+     * The EVM network the chain's nodes must be on, as `eth_chainId` says it (1: Ethereum): a
+     * node on another gets no call. Unset: the one more than half of the nodes say.
+     */
+    chainId: z.number().int().min(1).max(Number.MAX_SAFE_INTEGER).optional(),
+    /** The Solana cluster the chain's nodes must be on, by its genesis hash (`getGenesisHash`); unset: the one most nodes say. */
+    genesisHash: z
+      .string()
+      .regex(/^[1-9A-HJ-NP-Za-km-z]{32,44}$/, { message: 'must be a base58 hash, as getGenesisHash answers' })
+      .optional(),
   })
   .strict()
   .superRefine((c, ctx) => {
@@ -195,6 +205,19 @@ const ChainConfig = z
         path: ['getLogsMaxSplits'],
         message: '"getLogsMaxSplits" bounds the splitting "getLogsMaxBlockRange" turns on: give both',
       });
+    }
+    // Nodes say their network to head tracking: not asked where nothing is followed.
+    const family = c.protocol === 'jsonrpc' ? 'evm' : c.rest === 'solana' ? 'solana' : null;
+    if (c.chainId !== undefined && family !== 'evm') {
+      ctx.addIssue({ code: 'custom', path: ['chainId'], message: 'only jsonrpc (EVM) chains take "chainId"; a Solana chain takes "genesisHash"' });
+    }
+    if (c.genesisHash !== undefined && family !== 'solana') {
+      ctx.addIssue({ code: 'custom', path: ['genesisHash'], message: 'only "rest": "solana" chains take "genesisHash"; an EVM chain takes "chainId"' });
+    }
+    for (const key of ['chainId', 'genesisHash'] as const) {
+      if (c[key] !== undefined && c.finality === 'none') {
+        ctx.addIssue({ code: 'custom', path: [key], message: `head tracking asks the nodes' network: "${key}" needs a "finality" other than "none"` });
+      }
     }
     for (const key of ['jsonRpcPath', 'errorBody'] as const) {
       if (c[key] !== undefined && c.rest !== 'passthrough') {
@@ -251,6 +274,8 @@ export interface HeadTracking {
   maxLagBlocks: number;
   fullNodeHistoryBlocks: number;
   pollMs: number;
+  /** The network its nodes must be on (an EVM chain id in decimal, a Solana genesis hash); absent: the one most of them say. */
+  network?: string;
 }
 
 export type RestFlavour = 'solana' | 'sui' | 'passthrough';
@@ -399,6 +424,7 @@ function headTrackingOf(c: ChainConfig, flavour: RestFlavour | null): HeadTracki
     maxLagBlocks: c.maxLagBlocks ?? (family === 'solana' ? SOLANA_MAX_LAG_SLOTS : 10),
     fullNodeHistoryBlocks: c.fullNodeHistoryBlocks,
     pollMs: c.headPollMs,
+    ...(c.chainId !== undefined ? { network: String(c.chainId) } : c.genesisHash !== undefined ? { network: c.genesisHash } : {}),
   };
 }
 

@@ -7,7 +7,7 @@ import { startsLikeJson } from './jsonScan.js';
 import type { CallShape } from './upstreams/evmCalls.js';
 import { filterKeys } from './upstreams/filters.js';
 import { type AnswerHead, type HeadAnswerKind, headOfAnswer, withHeadNumberText } from './upstreams/headAnswers.js';
-import { ChainHeads, type HeadStatus } from './upstreams/heads.js';
+import { ChainHeads, type HeadStatus, takesNoCall } from './upstreams/heads.js';
 import { LatencyWindow } from './upstreams/latency.js';
 import { HEAD_PUSH_DIALECTS, PushedHeads, type PushedHeadsHandlers } from './upstreams/pushedHeads.js';
 
@@ -127,6 +127,8 @@ export interface UpstreamPoolOptions {
   filterIdSecret?: string | null;
   random?: () => number;
   now?: () => number;
+  /** Where a pool says what an operator should know (a node on another network than its chain's); unset: nowhere. */
+  warn?: (message: string) => void;
 }
 
 export interface HedgeOptions {
@@ -350,6 +352,7 @@ export class UpstreamPool {
             (index, body) => this.probe(index, body),
             this.now,
             (index, handlers) => this.followHeads(index, handlers),
+            (message) => options.warn?.(`chain ${chain.id}: ${message}`),
           )
         : null;
   }
@@ -378,7 +381,7 @@ export class UpstreamPool {
       const h = heads?.upstreams[i];
       return {
         label: m.upstream.label,
-        healthy: m.ejectedUntil === null && h?.status !== 'liar',
+        healthy: m.ejectedUntil === null && !takesNoCall(h?.status),
         consecutiveFailures: m.consecutiveFailures,
         ejectedUntil: m.ejectedUntil,
         head: h?.head ?? null,
@@ -415,7 +418,7 @@ export class UpstreamPool {
     const heads = this.heads;
     const shape = call.request.shape;
     if (heads === null) return !call.archiveOnly || m.upstream.archive;
-    if (heads.isLiar(m.index)) return false;
+    if (heads.takesNoCall(m.index)) return false;
     if (call.archiveOnly && !m.upstream.archive) return false;
     if (shape === undefined) return true;
     if ((shape.kind === 'head' || shape.kind === 'volatile' || shape.kind === 'recent') && !heads.servesHead(m.index)) return false;

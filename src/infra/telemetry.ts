@@ -71,7 +71,7 @@ export interface UpstreamSnapshot {
 }
 
 const REDIS_STATES: readonly RedisState[] = ['up', 'down', 'stalled', 'refusing'];
-const HEAD_STATES = ['ok', 'lagging', 'liar', 'unknown'] as const;
+const HEAD_STATES = ['ok', 'lagging', 'liar', 'wrong_network', 'unknown'] as const;
 /** How a served read was answered, in the order of the counts kept per chain. */
 const CACHE_RESULTS = ['hit', 'miss', 'coalesced', 'hedged'] as const;
 
@@ -444,7 +444,7 @@ export class Telemetry {
     headGauge('gateway_upstream_lag_blocks', 'Blocks (Solana: slots) the upstream is behind the best head of its chain', (u) => u.lag);
     new Gauge({
       name: 'gateway_upstream_head_state',
-      help: '1 for the head state the upstream is in: ok, lagging (no head calls), liar (no calls), unknown (not answering polls)',
+      help: '1 for the head state the upstream is in: ok, lagging (no head calls), liar (no calls), wrong_network (on another network than its chain: no calls), unknown (not answering polls)',
       labelNames: ['chain', 'upstream', 'state'],
       registers,
       collect() {

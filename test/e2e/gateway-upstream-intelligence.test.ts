@@ -24,11 +24,12 @@ afterEach(async () => {
 
 async function setUp(
   nodes: number,
-  options: { chain?: FakeEvmChain; pool?: UpstreamPoolOptions; extra?: Record<string, unknown>; archive?: number[] } = {},
+  options: { chain?: FakeEvmChain; pool?: UpstreamPoolOptions; extra?: Record<string, unknown>; archive?: number[]; chainIds?: string[] } = {},
 ): Promise<{ chain: FakeEvmChain; fakes: EvmNodeFake[]; gateway: TestGateway; poll: () => Promise<void> }> {
   const chain = options.chain ?? new FakeEvmChain(200, 8);
   const fakes = await Promise.all(Array.from({ length: nodes }, () => startEvmNodeFake(chain)));
   opened.push(...fakes);
+  for (const [i, chainId] of (options.chainIds ?? []).entries()) (fakes[i] as EvmNodeFake).chainId = chainId;
   const entry = chainEntry(
     'evm',
     fakes.map((f) => f.url),
@@ -586,6 +587,29 @@ describe('bad upstreams', () => {
     // Before: the good node was the liar, and every call went to the one syncing (eth_blockNumber 0x1f4).
     for (let i = 0; i < 4; i++) expect((await rpc(gateway, 'eth_blockNumber', [])).body.result).toBe(hex(chain.head));
     expect(syncing.calls).toHaveLength(0);
+  });
+
+  it('sends no call to a node on another network than the chain names (chainId), shows it, and serves it again once it is back on it', async () => {
+    const warnings: string[] = [];
+    // The first node's URL reaches a BNB Smart Chain node: before, it got the calls (random 0), and a cached eth_chainId could be its 0x38.
+    const { fakes, gateway, poll } = await setUp(2, { extra: { chainId: 42 }, pool: { warn: (m) => warnings.push(m) }, chainIds: ['0x38'] });
+    const [other, good] = fakes as [EvmNodeFake, EvmNodeFake];
+    expect(gateway.pools.health().evm!.map((h) => [h.label, h.state, h.healthy])).toEqual([
+      ['evm-1', 'wrong_network', false],
+      ['evm-2', 'ok', true],
+    ]);
+    expect(warnings).toEqual([expect.stringMatching(/^chain evm: node evm-1 is on network 56, not the chain's 42 \(chainId in its config\)/)]);
+    for (let i = 0; i < 4; i++) expect((await rpc(gateway, 'eth_getBalance', [`0x0${i}`, 'latest'])).status).toBe(200);
+    expect(other.calls).toHaveLength(0);
+    expect(good.calls).toHaveLength(4);
+    const telemetry = new Telemetry({ upstreams: () => gateway.pools.health() });
+    opened.push({ close: async () => telemetry.close() });
+    expect(await telemetry.metrics()).toContain('gateway_upstream_head_state{chain="evm",upstream="evm-1",state="wrong_network"} 1');
+
+    other.chainId = '0x2a';
+    await poll();
+    expect(gateway.pools.health().evm!.map((h) => h.state)).toEqual(['ok', 'ok']);
+    expect(warnings[1]).toMatch(/node evm-1 is on the chain's network \(42\) again/);
   });
 
   it('answers from another node when one answers garbage, another call id, or nothing in time', async () => {

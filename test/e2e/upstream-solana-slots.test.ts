@@ -127,6 +127,23 @@ describe('Solana nodes followed by slot', () => {
     expect(callsTo(nodes)).toEqual([10, 0]);
   });
 
+  it("sends no call to a node of another cluster than the chain's genesisHash names, over REST or JSON-RPC", async () => {
+    const DEVNET = 'EtWTRABZaYq6iMfeYKouRu166VU2xqa1wcaWoxPkrZBG';
+    const nodes = await Promise.all([startSolanaFake(undefined, {}, DEVNET), startSolanaFake()]);
+    opened.push(...nodes);
+    const { base, heads } = await serviceOn(
+      nodes.map((n) => ({ url: n.url })),
+      { genesisHash: SOLANA.genesisHash },
+    );
+    await balances(base, 1);
+    await until(() => heads.upstreams.every((u) => u.status !== 'unknown'), 10_000);
+    // Before: a devnet RPC under `sol` took its share of the calls (devnet balances, devnet blocks).
+    expect(heads.upstreams.map((u) => u.status)).toEqual(['wrong_network', 'ok']);
+    for (const n of nodes) n.calls.length = 0;
+    await balances(base, 10);
+    expect(callsTo(nodes)).toEqual([0, 10]);
+  });
+
   it('sends a call naming a minContextSlot to a node known to be past it', async () => {
     // Within the lag bound (50): no node is lagging, but the third has not reached the slot the calls name.
     const { base, nodes, slot } = await serviceWithThirdNodeBehind(20);

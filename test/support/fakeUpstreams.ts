@@ -191,14 +191,27 @@ export function startEvmFake(): Promise<FakeUpstream> {
   return startFake(jsonRpcRoute(methods));
 }
 
-export const SOLANA = { blockHeight: 289_012_345, slot: 301_234_567, finalizedSlot: 301_234_535, lamports: 709_301_491_443, apiVersion: '2.1.21' };
+export const SOLANA = {
+  blockHeight: 289_012_345,
+  slot: 301_234_567,
+  finalizedSlot: 301_234_535,
+  lamports: 709_301_491_443,
+  apiVersion: '2.1.21',
+  /** mainnet-beta's. */
+  genesisHash: '5eykt4UsFv8P8NJdTREpY1vzqKqZKvdpKuc147dw2N9d',
+};
 
 /**
  * A Solana node: getBlockHeight and getSlot answer bare integers, getBalance a context/value pair.
  * `slot`: its slot at `processed` (`getSlot` at `finalized`, the default: as far under it as SOLANA's).
  * `transactions`: the slot of each signature getTransaction knows (null for any other).
  */
-export function startSolanaFake(slot: () => number = () => SOLANA.slot, transactions: Record<string, number> = {}): Promise<FakeUpstream> {
+export function startSolanaFake(
+  slot: () => number = () => SOLANA.slot,
+  transactions: Record<string, number> = {},
+  /** The cluster it is on, by its genesis hash (`getGenesisHash`): mainnet-beta's unless given. */
+  genesisHash: string = SOLANA.genesisHash,
+): Promise<FakeUpstream> {
   // Agave's default commitment is `finalized`.
   const commitmentOf = (params: unknown): unknown => (Array.isArray(params) ? (params[0] as { commitment?: unknown } | undefined)?.commitment : undefined);
   const finalized = (params: unknown): boolean => commitmentOf(params) === undefined || commitmentOf(params) === 'finalized';
@@ -210,6 +223,7 @@ export function startSolanaFake(slot: () => number = () => SOLANA.slot, transact
         result: finalized(params) ? slot() - (SOLANA.slot - SOLANA.finalizedSlot) : commitmentOf(params) === 'confirmed' ? slot() - 1 : slot(),
       }),
       getHealth: () => ({ result: 'ok' }),
+      getGenesisHash: () => ({ result: genesisHash }),
       // A block up to its slot (every slot has one here); past it, Agave's "not available".
       getBlock: (params) => {
         const at = Array.isArray(params) ? params[0] : undefined;
@@ -554,6 +568,8 @@ export interface EvmNodeFake extends FakeUpstream {
   syncing: boolean;
   /** A full node: state older than this many blocks under its head answers "missing trie node". */
   historyBlocks: number | null;
+  /** What `eth_chainId` says (0x2a unless set): another network's node behind the same URL. */
+  chainId: string;
 }
 
 const STATE_METHODS = new Set(['eth_getBalance', 'eth_call', 'eth_getCode', 'eth_getStorageAt', 'eth_getTransactionCount']);
@@ -603,8 +619,8 @@ export async function startEvmNodeFake(chain: FakeEvmChain): Promise<EvmNodeFake
       return { result: hash32(`${method} ${JSON.stringify(args[0])} at ${block.hash}`) };
     };
   const methods: MethodTable = {
-    eth_chainId: () => ({ result: '0x2a' }),
-    net_version: () => ({ result: '42' }),
+    eth_chainId: () => ({ result: node.chainId }),
+    net_version: () => ({ result: BigInt(node.chainId).toString() }),
     eth_blockNumber: () => ({ result: hex(blockAt('latest')?.number ?? 0) }),
     eth_syncing: () => ({ result: node.syncing ? { startingBlock: '0x0', currentBlock: hex(headOf()), highestBlock: hex(chain.head) } : false }),
     eth_getBlockByNumber: (p) => ({ result: blockJson(blockAt(params(p)[0]), params(p)[1]) }),
@@ -633,6 +649,12 @@ export async function startEvmNodeFake(chain: FakeEvmChain): Promise<EvmNodeFake
     },
     ...Object.fromEntries([...STATE_METHODS].map((m) => [m, state(m)])),
   };
-  node = Object.assign(await startFake(jsonRpcRoute(methods)), { behaviour: 'honest' as const, lagBlocks: 0, syncing: false, historyBlocks: null });
+  node = Object.assign(await startFake(jsonRpcRoute(methods)), {
+    behaviour: 'honest' as const,
+    lagBlocks: 0,
+    syncing: false,
+    historyBlocks: null,
+    chainId: '0x2a',
+  });
   return node;
 }

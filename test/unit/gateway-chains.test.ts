@@ -142,6 +142,15 @@ describe('errors name the bad field', () => {
       { chains: [jsonrpcChain({ protocol: 'rest', rest: 'passthrough', jsonRpcPath: 'a/b', allowedMethods: ['eth_*'] })] },
       'chains[0] (eth).jsonRpcPath: must be one path segment',
     ],
+    [{ chains: [jsonrpcChain({ chainId: 0 })] }, 'chains[0] (eth).chainId: Too small'],
+    [{ chains: [jsonrpcChain({ chainId: '0x1' })] }, 'chains[0] (eth).chainId: Invalid input: expected number'],
+    [{ chains: [jsonrpcChain({ genesisHash: 'abc' })] }, 'chains[0] (eth).genesisHash: must be a base58 hash'],
+    [
+      { chains: [jsonrpcChain({ genesisHash: '5eykt4UsFv8P8NJdTREpY1vzqKqZKvdpKuc147dw2N9d' })] },
+      'chains[0] (eth).genesisHash: only "rest": "solana" chains take',
+    ],
+    [{ chains: [jsonrpcChain({ protocol: 'rest', rest: 'sui', chainId: 1 })] }, 'chains[0] (eth).chainId: only jsonrpc (EVM) chains take "chainId"'],
+    [{ chains: [jsonrpcChain({ chainId: 1, finality: 'none' })] }, "chains[0] (eth).chainId: head tracking asks the nodes' network"],
   ])('%#', (config, message) => {
     expect(errorOf(() => parseChainsConfig(config, 'test.json'))).toContain(message);
   });
@@ -165,6 +174,13 @@ describe('head tracking', () => {
     expect(headsOf(jsonrpcChain())).toMatchObject({ family: 'evm', finality: 'finalized', maxLagBlocks: 10 });
     expect(headsOf(solana())).toMatchObject({ family: 'solana', finality: 'finalized', maxLagBlocks: 50 });
     expect(headsOf(solana({ maxLagBlocks: 150, finality: 32 }))).toMatchObject({ family: 'solana', finality: 32, maxLagBlocks: 150 });
+  });
+
+  it('names the network the nodes must be on where the config says it: an EVM chain id in decimal, a Solana genesis hash', () => {
+    expect(headsOf(jsonrpcChain())?.network).toBeUndefined();
+    expect(headsOf(jsonrpcChain({ chainId: 56 }))?.network).toBe('56');
+    const hash = '5eykt4UsFv8P8NJdTREpY1vzqKqZKvdpKuc147dw2N9d';
+    expect(headsOf(solana({ genesisHash: hash }))?.network).toBe(hash);
   });
 
   it('follows nothing with `finality: "none"`, nor on the other REST chains', () => {

@@ -205,6 +205,9 @@ async function polledDevnet(head: () => number, now: () => number) {
   return node;
 }
 
+/** A Solana node's answer to the network probe (upstream-network.test.ts): mainnet-beta's genesis hash. */
+const GENESIS_ANSWER = Buffer.from('{"jsonrpc":"2.0","id":1,"result":"5eykt4UsFv8P8NJdTREpY1vzqKqZKvdpKuc147dw2N9d"}');
+
 const RATE_LIMITED = '{"jsonrpc":"2.0","id":null,"error":{"code":-32005,"message":"rate limit exceeded"}}';
 
 /**
@@ -217,6 +220,7 @@ async function solanaPolled(polls: number, batch: (n: number) => string | null) 
   let batches = 0;
   const answer = (c: Probe) => ({ jsonrpc: '2.0', id: c.id, result: c.params[0].commitment === 'finalized' ? 968 : 1_000 });
   const probe = async (_: number, body: string): Promise<Buffer> => {
+    if (body.includes('getGenesisHash')) return GENESIS_ANSWER;
     const calls = JSON.parse(body) as Probe[] | Probe;
     if (!Array.isArray(calls)) return Buffer.from(JSON.stringify(answer(calls)));
     batches++;
@@ -453,6 +457,7 @@ describe('head tracking', () => {
     // A public endpoint whose backends are 13 s (~32 slots) apart: separate requests could read processed from the one behind.
     const sent: string[] = [];
     const probe = async (_: number, body: string): Promise<Buffer> => {
+      if (body.includes('getGenesisHash')) return GENESIS_ANSWER;
       sent.push(body);
       const calls = JSON.parse(body) as Array<{ id: number; params: [{ commitment: string }] }> | { id: number; params: [{ commitment: string }] };
       const slotOf = (c: { params: [{ commitment: string }] }, base: number) => (c.params[0].commitment === 'finalized' ? base - 32 : base);

@@ -12,6 +12,8 @@ import type { PushedHeadsHandlers } from './pushedHeads.js';
  * call at all until its answers are plausible again. The nodes it leads are asked whether they
  * are syncing (EVM `eth_syncing`): one catching up from scratch is lagging, measured by the
  * network head it reports; with one node against one, neither is judged until it answers.
+ * Each node is asked its network too (EVM `eth_chainId`, Solana `getGenesisHash`): one on
+ * another than the chain's (configured, else what most of its nodes say) gets no call at all.
  *
  * Where a node offers it (a WebSocket URL), its head is pushed (EVM `newHeads`, Solana
  * `slotSubscribe`: pushedHeads.ts): a new head counts at once, not at the next poll, and the poll asks that node only for its
@@ -22,7 +24,10 @@ import type { PushedHeadsHandlers } from './pushedHeads.js';
  * call nodes.
  */
 
-export type HeadStatus = 'unknown' | 'ok' | 'lagging' | 'liar';
+export type HeadStatus = 'unknown' | 'ok' | 'lagging' | 'liar' | 'wrong_network';
+
+/** Statuses that take no call at all: a node lying about its head, or on another network than its chain's. */
+export const takesNoCall = (status: HeadStatus | undefined): boolean => status === 'liar' || status === 'wrong_network';
 
 export interface UpstreamHead {
   label: string;
@@ -110,6 +115,28 @@ const SOLANA_PROBES: HeadProbes = {
   all: '[{"jsonrpc":"2.0","id":1,"method":"getSlot","params":[{"commitment":"processed"}]},{"jsonrpc":"2.0","id":2,"method":"getSlot","params":[{"commitment":"finalized"}]},{"jsonrpc":"2.0","id":3,"method":"getSlot","params":[{"commitment":"confirmed"}]}]',
   read: slotOfResult,
 };
+
+/** What a node is asked of the network it is on: EVM's chain id, Solana's genesis hash (a cluster's). */
+const NETWORK_PROBES = {
+  evm: '{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}',
+  solana: '{"jsonrpc":"2.0","id":1,"method":"getGenesisHash","params":[]}',
+} as const;
+
+/** A node's network is asked again this long after it last was (the backends behind a URL may change), besides after a failed poll. */
+const NETWORK_RECHECK_MS = 10 * 60_000;
+
+/** A genesis hash: 32 bytes in base58. */
+const BASE58_HASH = /^[1-9A-HJ-NP-Za-km-z]{32,44}$/;
+
+/**
+ * The network an answer to the network probe names, as the config writes it: an EVM chain id in
+ * decimal (`0x01` and `0x1` are the same), a Solana genesis hash as given; null when it names none.
+ */
+export function networkOf(family: HeadTracking['family'], result: unknown): string | null {
+  if (typeof result !== 'string') return null;
+  if (family === 'solana') return BASE58_HASH.test(result) ? result : null;
+  return /^0x[0-9a-fA-F]{1,64}$/.test(result) ? BigInt(result).toString() : null;
+}
 
 /** Polling stops this long after the chain's last call. */
 const IDLE_MS = 60_000;
@@ -245,6 +272,20 @@ export class ChainHeads {
   private readonly batchRefusals: number[];
   private readonly probes: HeadProbes;
   private readonly maxLead: number;
+  /**
+   * The network the chain's nodes must be on (decimal chain id, genesis hash): the configured
+   * one, else the first one more than half of all its nodes said; null until known.
+   */
+  network: string | null;
+  /** What each node last said of its network (null: nothing yet), and when it was last asked (ms). */
+  private readonly networks: Array<string | null>;
+  private readonly networkAskedAt: number[];
+  /** Each node whose network is asked at its next poll whatever the time: it failed a poll, or gave no answer. */
+  private readonly networkDue: boolean[];
+  /** Each node found on another network, as last said in a warning. */
+  private readonly offNetwork: boolean[];
+  /** Whether the nodes' disagreement on the network (none configured, no majority) was said. */
+  private disagreementSaid = false;
 
   constructor(
     readonly tracking: HeadTracking,
@@ -252,6 +293,8 @@ export class ChainHeads {
     private readonly probe: Probe,
     private readonly now: () => number = Date.now,
     private readonly follow: Follow | null = null,
+    /** Says what an operator should know: a node on another network, or nodes that disagree on it. */
+    private readonly warn: (message: string) => void = () => {},
   ) {
     this.upstreams = labels.map((label) => ({
       label,
@@ -277,6 +320,11 @@ export class ChainHeads {
     this.byLabel = new Map(labels.map((label, i) => [label, i]));
     this.probes = tracking.family === 'solana' ? SOLANA_PROBES : EVM_PROBES;
     this.maxLead = MAX_PLAUSIBLE_LEAD[tracking.family];
+    this.network = tracking.network ?? null;
+    this.networks = labels.map(() => null);
+    this.networkAskedAt = labels.map(() => Number.NEGATIVE_INFINITY);
+    this.networkDue = labels.map(() => true);
+    this.offNetwork = labels.map(() => false);
   }
 
   /** A call arrived: keeps polling going (and starts it, and the pushes, after a quiet spell). */
@@ -377,7 +425,87 @@ export class ChainHeads {
     return this.syncCheck;
   }
 
+  /** A node's heads, and its network when that is due. */
   private async pollOne(index: number): Promise<void> {
+    await Promise.all([this.pollHeadsOf(index), this.networkToAsk(index) ? this.askNetwork(index) : null]);
+  }
+
+  /** Whether node `index`'s network is to be asked now: never said, a failed poll since, 10 minutes passed, or found on another (asked each poll, to serve again at once). */
+  private networkToAsk(index: number): boolean {
+    return this.networkDue[index] === true || this.offNetwork[index] === true || this.now() - (this.networkAskedAt[index] as number) >= NETWORK_RECHECK_MS;
+  }
+
+  /** Asks node `index` its network; no answer leaves it due, an answer naming none leaves what it said before. */
+  private async askNetwork(index: number): Promise<void> {
+    this.networkDue[index] = false;
+    this.networkAskedAt[index] = this.now();
+    const family = this.tracking.family;
+    const body = await this.probe(index, NETWORK_PROBES[family]);
+    if (body === null) {
+      this.networkDue[index] = true;
+      return;
+    }
+    const said = networkOf(family, resultsOf(body).get(1));
+    if (said === null || said === this.networks[index]) return;
+    this.networks[index] = said;
+    this.learnNetwork();
+    this.recompute();
+  }
+
+  /**
+   * With none configured, the chain's network is the first one more than half of all its nodes
+   * say (of two, both): never one node's word against another's. Nodes that have all said and do
+   * not make such a majority are named once, for an operator to set the network.
+   */
+  private learnNetwork(): void {
+    if (this.network !== null) return;
+    const counts = new Map<string, number>();
+    for (const said of this.networks) if (said !== null) counts.set(said, (counts.get(said) ?? 0) + 1);
+    for (const [network, count] of counts) {
+      if (count * 2 > this.networks.length) {
+        this.network = network;
+        return;
+      }
+    }
+    // Said once no network can make a majority any more, whatever the nodes yet to say will.
+    const unsaid = this.networks.filter((said) => said === null).length;
+    const most = Math.max(...counts.values());
+    if (counts.size > 1 && (most + unsaid) * 2 <= this.networks.length && !this.disagreementSaid) {
+      this.disagreementSaid = true;
+      const said = this.upstreams.flatMap((u, i) => (this.networks[i] === null ? [] : [`${u.label} says ${this.networks[i]}`]));
+      this.warn(`nodes disagree on the network: ${said.join(', ')}; set the chain's network in its config (chainId, genesisHash) to tell which is right`);
+    }
+  }
+
+  /** Whether node `index` said a network other than the chain's. */
+  private isOffNetwork(index: number): boolean {
+    const said = this.networks[index] ?? null;
+    return this.network !== null && said !== null && said !== this.network;
+  }
+
+  /** Warns when a node goes off the chain's network or comes back to it. */
+  private sayNetworkChanges(): void {
+    for (let i = 0; i < this.upstreams.length; i++) {
+      const off = this.isOffNetwork(i);
+      if (off === this.offNetwork[i]) continue;
+      this.offNetwork[i] = off;
+      // What it answered may be kept (eth_chainId, blocks by number: kept by generation, for ever): dropped with the rest.
+      if (off) {
+        this.rewound();
+        this.epoch++;
+      }
+      const label = this.upstreams[i]?.label;
+      const source =
+        this.tracking.network === undefined ? 'what most of its nodes say' : `${this.tracking.family === 'solana' ? 'genesisHash' : 'chainId'} in its config`;
+      this.warn(
+        off
+          ? `node ${label} is on network ${this.networks[i]}, not the chain's ${this.network} (${source}): it gets no call until it says ${this.network}`
+          : `node ${label} is on the chain's network (${this.network}) again`,
+      );
+    }
+  }
+
+  private async pollHeadsOf(index: number): Promise<void> {
     const byTag = this.tracking.finality === 'finalized';
     if (this.pushIsLive(index) && this.upstreams[index]?.head != null && !this.headPollDue[index]) {
       await this.refreshPushed(index, byTag);
@@ -619,7 +747,7 @@ export class ChainHeads {
    * chain's finality does not do this).
    */
   private rewinds(u: UpstreamHead, sample: HeadSample): boolean {
-    if (u.status === 'liar' || u.finalized === null) return false;
+    if (takesNoCall(u.status) || u.finalized === null) return false;
     if (sample.head < u.finalized) return true;
     const hash = sample.finalizedHash ?? null;
     return sample.finalized === u.finalized && hash !== null && u.finalizedHash !== null && hash !== u.finalizedHash;
@@ -629,6 +757,8 @@ export class ChainHeads {
   failed(index: number): void {
     const u = this.upstreams[index];
     if (!u) return;
+    // Back, it may be another machine behind the URL.
+    this.networkDue[index] = true;
     u.okAt = Math.min(u.okAt, this.now() - this.staleAfterMs());
     // Back after an outage its head may rightly be far ahead of the last one it gave.
     u.believedHead = null;
@@ -641,11 +771,14 @@ export class ChainHeads {
 
   private recompute(): void {
     const now = this.now();
-    const fresh = this.upstreams.filter((u) => u.head !== null && now - u.okAt < this.staleAfterMs());
-    for (const u of this.upstreams) {
-      if (!fresh.includes(u)) u.status = 'unknown';
-    }
     const indexOf = (u: UpstreamHead): number => this.upstreams.indexOf(u);
+    this.sayNetworkChanges();
+    // A node on another network counts for nothing: not for the head, not against the others.
+    const fresh = this.upstreams.filter((u, i) => !this.offNetwork[i] && u.head !== null && now - u.okAt < this.staleAfterMs());
+    for (const [i, u] of this.upstreams.entries()) {
+      if (this.offNetwork[i]) u.status = 'wrong_network';
+      else if (!fresh.includes(u)) u.status = 'unknown';
+    }
     // What a node's head is measured against: another node's head; for one that says it is syncing, the network head it reports (none: no measure).
     const measureOf = (o: UpstreamHead): number => {
       const said = this.syncing[indexOf(o)];
@@ -701,11 +834,12 @@ export class ChainHeads {
   /** Whether upstream `index` may take a call that depends on the head. */
   servesHead(index: number): boolean {
     const status = this.upstreams[index]?.status;
-    return status !== 'lagging' && status !== 'liar';
+    return status !== 'lagging' && !takesNoCall(status);
   }
 
-  isLiar(index: number): boolean {
-    return this.upstreams[index]?.status === 'liar';
+  /** Whether upstream `index` may take no call at all: a liar, or on another network. */
+  takesNoCall(index: number): boolean {
+    return takesNoCall(this.upstreams[index]?.status);
   }
 
   /** Whether upstream `index` is known not to have block `n` yet. */
