@@ -612,6 +612,29 @@ describe('bad upstreams', () => {
     expect(warnings[1]).toMatch(/node evm-1 is on the chain's network \(42\) again/);
   });
 
+  it('takes a node stalled far behind (not syncing, its head a day and a half old) for a lagging one, with two nodes: the other, current, serves the calls', async () => {
+    const chain = new FakeEvmChain(12_000, 8);
+    chain.headAt(Date.now());
+    const { fakes, gateway } = await setUp(2, { chain });
+    const [good, stalled] = fakes as [EvmNodeFake, EvmNodeFake];
+    // Lost its peers 11,500 blocks (38 h of 12 s blocks) ago and says it is not syncing: past the lie bound of 10,000.
+    stalled.behaviour = 'behind';
+    stalled.lagBlocks = 11_500;
+    const heads = gateway.pools.get('evm')!.heads!;
+    heads.touch();
+    await heads.poll();
+    await until(() => gateway.pools.health().evm!.every((h) => h.state !== 'unknown'), 5_000);
+    expect(gateway.pools.health().evm!.map((h) => [h.state, h.healthy])).toEqual([
+      ['ok', true],
+      ['lagging', true],
+    ]);
+    good.calls.length = 0;
+    stalled.calls.length = 0;
+    // Before: the current node was the liar, and every call went to the stalled one (its head 38 h old).
+    for (let i = 0; i < 4; i++) expect((await rpc(gateway, 'eth_blockNumber', [])).body.result).toBe(hex(chain.head));
+    expect(stalled.calls).toHaveLength(0);
+  });
+
   it('answers from another node when one answers garbage, another call id, or nothing in time', async () => {
     // 300 ms a node, 600 ms the call: time for another node after one that answers nothing in time.
     const { fakes, gateway } = await setUp(2, { extra: { timeoutMs: 300, callTimeoutMs: 600 }, pool: { hedge: false } });

@@ -511,6 +511,8 @@ const hash32 = (seed: string): string => `0x${createHash('sha256').update(seed).
 export class FakeEvmChain {
   readonly blocks: FakeBlock[] = [];
   private forks = 0;
+  /** Block 0's time (s); a block every 12 s after it. Old (November 2023) unless set: `headAt` makes the head current. */
+  genesisTime = 1_700_000_000;
 
   constructor(
     height: number,
@@ -521,6 +523,15 @@ export class FakeEvmChain {
 
   get head(): number {
     return this.blocks.length - 1;
+  }
+
+  /** Times the blocks so that the head's is `ms` (a current head: Date.now()). */
+  headAt(ms: number): void {
+    this.genesisTime = Math.floor(ms / 1000) - this.head * 12;
+  }
+
+  timeOf(n: number): number {
+    return this.genesisTime + n * 12;
   }
 
   get finalized(): number {
@@ -603,7 +614,7 @@ export async function startEvmNodeFake(chain: FakeEvmChain): Promise<EvmNodeFake
           number: hex(b.number),
           hash: b.hash,
           parentHash: b.parentHash,
-          timestamp: hex(1_700_000_000 + b.number * 12),
+          timestamp: hex(chain.timeOf(b.number)),
           transactions: full === true ? b.transactions.map((h) => ({ hash: h, blockNumber: hex(b.number), blockHash: b.hash })) : b.transactions,
         }
       : null;

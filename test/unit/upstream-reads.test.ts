@@ -4,6 +4,7 @@ import { parseJsonRpc, type RpcCall, splitBatchAnswer } from '../../src/gateway/
 import { shapeOf, shapeOfAll } from '../../src/gateway/upstreams/evmCalls.js';
 import { type AnswerHead, headOfAnswerText, withHeadNumberText } from '../../src/gateway/upstreams/headAnswers.js';
 import { ChainHeads } from '../../src/gateway/upstreams/heads.js';
+import { HEAD_PUSH_DIALECTS } from '../../src/gateway/upstreams/pushedHeads.js';
 import { RECENT_CALL, solanaShapeOf } from '../../src/gateway/upstreams/solanaCalls.js';
 
 /** What a read depends on, whether a node's answer is one to the call sent, and what may be kept. */
@@ -187,11 +188,23 @@ describe('what may be kept', () => {
   });
 });
 
+describe('pushed heads', () => {
+  it("read an EVM header's number, hash and time (its timestamp, in ms), and a Solana slot with neither", () => {
+    expect(HEAD_PUSH_DIALECTS.evm.headOf({ number: '0x10', hash: '0xab', timestamp: '0x6763a880', parentHash: '0x01' })).toEqual({
+      number: 16,
+      hash: '0xab',
+      time: Date.parse('2024-12-19T05:00:48Z'),
+    });
+    expect(HEAD_PUSH_DIALECTS.evm.headOf({ number: '0x10', hash: '0xab' })).toEqual({ number: 16, hash: '0xab', time: null });
+    expect(HEAD_PUSH_DIALECTS.solana.headOf({ slot: 301, parent: 300, root: 269 })).toEqual({ number: 301, hash: null, time: null });
+  });
+});
+
 /** Head tracking of one node whose heads are pushed (polled every minute by `probe`, on `now`'s clock), and its push. */
 function pushedNode(probe: (index: number, body: string) => Promise<Buffer | null>, now: () => number) {
   let pushHead: (head: { number: number; hash: string | null }) => void = () => {};
   const h = new ChainHeads({ ...TRACKING, pollMs: 60_000 }, ['pushed'], probe, now, (_, handlers) => {
-    pushHead = (head) => handlers.head(head);
+    pushHead = (head) => handlers.head({ ...head, time: null });
     return { live: true, stop: () => {} };
   });
   return { h, push: (head: { number: number; hash: string | null }) => pushHead(head) };
@@ -475,14 +488,14 @@ describe('head tracking', () => {
 
   describe('nodes far apart (a node syncing from scratch, or a liar)', () => {
     /** EVM nodes at these heads, each answering eth_syncing with its `syncing` (false, or an object with the network's head); polled `polls` times. */
-    type FarNode = { head: number; syncing?: false | { highestBlock: number } };
+    type FarNode = { head: number; syncing?: false | { highestBlock: number }; ageMs?: number };
     /**
      * EVM nodes at these heads (changeable), each answering eth_syncing with its `syncing` (false,
      * or an object with the network's head), on a clock `advance` moves: the nodes asked, and
      * what the gateway made of the heads while they were asked.
      */
     function farApart(nodes: FarNode[]) {
-      let now = 1_000_000;
+      let now = Date.parse('2026-11-29T12:00:00Z');
       const asked: number[] = [];
       const whileAsked: Array<{ statuses: string[]; best: number | null }> = [];
       const probe = async (index: number, body: string): Promise<Buffer> => {
@@ -497,7 +510,10 @@ describe('head tracking', () => {
         const syncing = node.syncing
           ? { startingBlock: '0x0', currentBlock: `0x${node.head.toString(16)}`, highestBlock: `0x${node.syncing.highestBlock.toString(16)}` }
           : false;
-        const result = method === 'eth_syncing' ? syncing : blockOf(body.includes('"finalized"') ? Math.max(0, node.head - 64) : node.head);
+        // Its head block's time, where the node has one: `ageMs` before the clock.
+        const latest =
+          node.ageMs === undefined ? blockOf(node.head) : { ...blockOf(node.head), timestamp: `0x${Math.floor((now - node.ageMs) / 1000).toString(16)}` };
+        const result = method === 'eth_syncing' ? syncing : body.includes('"finalized"') ? blockOf(Math.max(0, node.head - 64)) : latest;
         return Buffer.from(JSON.stringify({ jsonrpc: '2.0', id: 1, result }));
       };
       const h = new ChainHeads(
@@ -542,6 +558,39 @@ describe('head tracking', () => {
       const { h, asked, statuses } = await nodesAt([{ head: NETWORK + 1e9 }, { head: NETWORK, syncing: false }], 4);
       expect([statuses(), h.best]).toEqual([['liar', 'ok'], NETWORK]);
       expect(asked).toEqual([1]);
+    });
+
+    const MINUTE = 60_000;
+    const DAY = 24 * 60 * MINUTE;
+
+    it('takes a node far behind whose head block is days old for a stalled one, when it says it is not syncing, not the one ahead for a liar (two nodes)', async () => {
+      // A node that lost its peers a week ago, beside one whose head is 12 s old.
+      const { h, asked, statuses } = await nodesAt(
+        [
+          { head: NETWORK, ageMs: 12_000 },
+          { head: NETWORK - 50_400, syncing: false, ageMs: 7 * DAY },
+        ],
+        4,
+      );
+      // Before: the one ahead was the liar, and every call went to the stalled one.
+      expect([statuses(), h.best]).toEqual([['ok', 'lagging'], NETWORK]);
+      expect(asked).toEqual([1]);
+    });
+
+    it.each([
+      ['its own head is not current (2 h old)', { ageMs: 2 * 60 * MINUTE }, { ageMs: 7 * DAY }],
+      ['its head block is an hour past the clock', { ageMs: -60 * MINUTE }, { ageMs: 7 * DAY }],
+      ["the other's head is current too (one of them lies about its number)", { ageMs: 12_000 }, { ageMs: 30_000 }],
+      ['the other says no time', { ageMs: 12_000 }, {}],
+    ])('still calls the one ahead a liar when %s', async (_, ahead, behind) => {
+      const { statuses } = await nodesAt(
+        [
+          { head: NETWORK, ...ahead },
+          { head: NETWORK - 50_400, syncing: false, ...behind },
+        ],
+        2,
+      );
+      expect(statuses()).toEqual(['liar', 'ok']);
     });
 
     it('with two nodes syncing far behind a third, believes the third and asks each of them once', async () => {

@@ -112,6 +112,12 @@ export function blockNumberOf(value: unknown): number | null {
   return Number.parseInt(value.slice(2), 16);
 }
 
+/** A block's `timestamp` (seconds, a quantity) as ms, or null. */
+export function blockTimeOf(value: unknown): number | null {
+  const seconds = blockNumberOf(value);
+  return seconds === null ? null : seconds * 1000;
+}
+
 function blockArgument(value: unknown, spec: MethodSpec): CallShape {
   if (value === undefined || value === 'latest') return spec.cacheable ? HEAD_CACHED : HEAD_UNCACHED;
   if (value === 'finalized') return FINALIZED_TAG;

@@ -1,5 +1,5 @@
 import type { HeadTracking } from '../chains.js';
-import { blockNumberOf } from './evmCalls.js';
+import { blockNumberOf, blockTimeOf } from './evmCalls.js';
 import type { PushedHeadsHandlers } from './pushedHeads.js';
 
 /**
@@ -33,6 +33,8 @@ export interface UpstreamHead {
   label: string;
   head: number | null;
   hash: string | null;
+  /** Its head block's time (ms), where its answers say it (EVM's `timestamp`); null: not known. */
+  headTime: number | null;
   finalized: number | null;
   /** Its finalized block's hash, where the chain has the tag (null: not known). */
   finalizedHash: string | null;
@@ -49,6 +51,8 @@ export interface UpstreamHead {
 export interface HeadSample {
   head: number;
   hash: string | null;
+  /** The head block's time (ms), where the answer says it; absent or null: not known. */
+  time?: number | null;
   finalized: number | null;
   /** The finalized block's hash, where it was asked (the `finalized` tag). */
   finalizedHash?: string | null;
@@ -81,6 +85,8 @@ export type Follow = (index: number, handlers: PushedHeadsHandlers) => HeadPush 
 interface BlockRef {
   number: number;
   hash: string | null;
+  /** Its time (ms), where the answer says it (EVM's `timestamp`). */
+  time?: number | null;
 }
 
 /** What a poll asks a node of a chain family, and how an answer's `result` is read. */
@@ -137,6 +143,16 @@ export function networkOf(family: HeadTracking['family'], result: unknown): stri
   if (family === 'solana') return BASE58_HASH.test(result) ? result : null;
   return /^0x[0-9a-fA-F]{1,64}$/.test(result) ? BigInt(result).toString() : null;
 }
+
+/**
+ * A head block at most this old (its `timestamp`) is current: the node follows its chain. One
+ * 10,000 blocks behind another is hours old (Ethereum: 33 h; Arbitrum at 4 blocks a second, 40
+ * minutes): a node that far behind one whose head is current, with its own not current and
+ * saying it is not syncing, is stalled (no peers, a stuck database), and the other is no liar.
+ */
+const CURRENT_HEAD_MS = 10 * 60_000;
+/** A block time this far past the gateway's clock is still current (clocks differ). */
+const CLOCK_SKEW_MS = 2 * 60_000;
 
 /** Polling stops this long after the chain's last call. */
 const IDLE_MS = 60_000;
@@ -209,7 +225,7 @@ function blockOfResult(result: unknown): BlockRef | null {
   if (typeof result !== 'object' || result === null) return null;
   const r = result as Record<string, unknown>;
   const number = blockNumberOf(r.number);
-  return number === null ? null : { number, hash: typeof r.hash === 'string' ? r.hash : null };
+  return number === null ? null : { number, hash: typeof r.hash === 'string' ? r.hash : null, time: blockTimeOf(r.timestamp) };
 }
 
 /** The slot a Solana `getSlot` result is (a bare integer), or null. */
@@ -300,6 +316,7 @@ export class ChainHeads {
       label,
       head: null,
       hash: null,
+      headTime: null,
       finalized: null,
       finalizedHash: null,
       confirmed: null,
@@ -343,18 +360,18 @@ export class ChainHeads {
   private startPushes(): void {
     if (this.follow === null) return;
     for (let i = 0; i < this.pushes.length; i++) {
-      this.pushes[i] ??= this.follow(i, { head: (h) => this.pushed(i, h.number, h.hash) });
+      this.pushes[i] ??= this.follow(i, { head: (h) => this.pushed(i, h.number, h.hash, h.time) });
     }
   }
 
   /** A node pushed a new head: counted at once; its finalized block follows from the depth, or stays until the next poll asks. */
-  private pushed(index: number, head: number, hash: string | null): void {
+  private pushed(index: number, head: number, hash: string | null, time: number | null = null): void {
     const u = this.upstreams[index];
     if (!u) return;
     this.pushedAt[index] = this.now();
     const depth = this.tracking.finality;
     const finalized = typeof depth === 'number' ? Math.max(0, head - depth) : u.finalized;
-    this.observe(index, { head, hash, finalized, finalizedHash: typeof depth === 'number' ? null : u.finalizedHash });
+    this.observe(index, { head, hash, time, finalized, finalizedHash: typeof depth === 'number' ? null : u.finalizedHash });
   }
 
   /** Whether node `index`'s heads arrive by push now: subscribed, and a head pushed within two poll intervals. */
@@ -525,7 +542,14 @@ export class ChainHeads {
     const final = typeof depth === 'number' ? Math.max(0, head.number - depth) : (tagged?.number ?? null);
     this.observe(
       index,
-      { head: head.number, hash: head.hash, finalized: final, finalizedHash: tagged?.hash ?? null, confirmed: confirmed?.number ?? null },
+      {
+        head: head.number,
+        hash: head.hash,
+        time: head.time ?? null,
+        finalized: final,
+        finalizedHash: tagged?.hash ?? null,
+        confirmed: confirmed?.number ?? null,
+      },
       sentAt,
     );
   }
@@ -584,6 +608,7 @@ export class ChainHeads {
       {
         head: u.head,
         hash: u.hash,
+        time: u.headTime,
         finalized: typeof depth === 'number' ? Math.max(0, u.head - depth) : (finalized ?? u.finalized),
         finalizedHash: tagged?.hash ?? null,
       },
@@ -622,6 +647,7 @@ export class ChainHeads {
     if (!older) {
       u.head = sample.head;
       u.hash = sample.hash;
+      u.headTime = sample.time ?? null;
     }
     if (!olderFinalized) {
       u.finalized = sample.finalized;
@@ -785,6 +811,9 @@ export class ChainHeads {
       return said?.syncing === true ? (said.networkHead ?? (o.head as number)) : (o.head as number);
     };
     const toAsk = (o: UpstreamHead): boolean => this.toAskSyncing(indexOf(o));
+    const isCurrent = (o: UpstreamHead): boolean => o.headTime !== null && now - o.headTime <= CURRENT_HEAD_MS && o.headTime - now <= CLOCK_SKEW_MS;
+    // Behind for hours by their own head's time, and not syncing (they said so): stalled.
+    const stalled = (o: UpstreamHead): boolean => o.headTime !== null && !isCurrent(o) && this.syncing[indexOf(o)]?.syncing === false;
     const undecided = new Set<UpstreamHead>();
     const statuses = new Map<UpstreamHead, HeadStatus>();
     for (const u of fresh) {
@@ -801,7 +830,9 @@ export class ChainHeads {
       }
       // A jump that lands where the others are is a node catching up (after a resync), not a lie.
       const jumped = u.believedHead !== null && head - u.believedHead > this.maxLead && !(othersBest >= 0 && head - othersBest <= this.maxLead);
-      statuses.set(u, leadsImplausibly || jumped || (u.finalized !== null && u.finalized > head) ? 'liar' : 'ok');
+      // Far ahead of stalled nodes only, with a head block minutes old: the one that follows the chain.
+      const aheadOfStalled = leadsImplausibly && isCurrent(u) && others.every(stalled);
+      statuses.set(u, (leadsImplausibly && !aheadOfStalled) || jumped || (u.finalized !== null && u.finalized > head) ? 'liar' : 'ok');
     }
     if (this.syncCheckDue.size > 0) void this.checkSyncing();
     // Until they say: every status and the best head stay as they were (a round trip; a probe's 5 s at most).

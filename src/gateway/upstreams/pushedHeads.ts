@@ -1,5 +1,5 @@
 import WebSocket from 'ws';
-import { blockNumberOf } from './evmCalls.js';
+import { blockNumberOf, blockTimeOf } from './evmCalls.js';
 
 /**
  * One upstream's head pushed over its WebSocket, instead of waiting for the next poll: an EVM
@@ -13,6 +13,8 @@ import { blockNumberOf } from './evmCalls.js';
 export interface PushedHead {
   number: number;
   hash: string | null;
+  /** The block's time (ms), where the header says it (EVM's `timestamp`); null otherwise. */
+  time: number | null;
 }
 
 export interface PushedHeadsHandlers {
@@ -31,9 +33,9 @@ export const HEAD_PUSH_DIALECTS: Record<'evm' | 'solana', HeadPushDialect> = {
     subscribe: '{"jsonrpc":"2.0","id":1,"method":"eth_subscribe","params":["newHeads"]}',
     notification: 'eth_subscription',
     headOf(result) {
-      const header = result as { number?: unknown; hash?: unknown } | null | undefined;
+      const header = result as { number?: unknown; hash?: unknown; timestamp?: unknown } | null | undefined;
       const number = blockNumberOf(header?.number);
-      return number === null ? null : { number, hash: typeof header?.hash === 'string' ? header.hash : null };
+      return number === null ? null : { number, hash: typeof header?.hash === 'string' ? header.hash : null, time: blockTimeOf(header?.timestamp) };
     },
   },
   solana: {
@@ -41,7 +43,7 @@ export const HEAD_PUSH_DIALECTS: Record<'evm' | 'solana', HeadPushDialect> = {
     notification: 'slotNotification',
     headOf(result) {
       const slot = (result as { slot?: unknown } | null | undefined)?.slot;
-      return typeof slot === 'number' && Number.isSafeInteger(slot) && slot >= 0 ? { number: slot, hash: null } : null;
+      return typeof slot === 'number' && Number.isSafeInteger(slot) && slot >= 0 ? { number: slot, hash: null, time: null } : null;
     },
   },
 };
