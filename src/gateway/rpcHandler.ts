@@ -189,7 +189,8 @@ function filterCall(scope: CallScope, m: RpcCall, admission: Admission): Promise
   const { pool } = scope;
   const tokenId = admission.ok ? admission.caller.tokenId : '';
   const found = usesFilter(m.method) ? filterRoute(m.paramsText, pool.filterKeys, tokenId) : 'none';
-  if (found === 'unknown') return Promise.resolve(unknownFilter(m, admission));
+  // A filter of a node that now takes no call (a liar, on another network) is lost, as when a node forgets one: the caller makes another.
+  if (found === 'unknown' || (found !== 'none' && pool.heads?.takesNoCall(found.node) === true)) return Promise.resolve(unknownFilter(m, admission));
   const route = found === 'none' ? null : found;
   const sent: RpcCall = route === null ? m : { ...m, paramsText: route.paramsText };
   const request = {

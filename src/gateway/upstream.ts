@@ -414,8 +414,8 @@ export class UpstreamPool {
    */
   private isEligible(m: Member, call: PoolCall, now: number, strict: boolean): boolean {
     if (call.hasTried(m) || !isInRotation(m, now)) return false;
-    if (call.request.pinned !== undefined) return m.index === call.request.pinned;
     const heads = this.heads;
+    if (call.request.pinned !== undefined) return m.index === call.request.pinned && !(heads?.takesNoCall(m.index) ?? false);
     const shape = call.request.shape;
     if (heads === null) return !call.archiveOnly || m.upstream.archive;
     if (heads.takesNoCall(m.index)) return false;

@@ -489,7 +489,7 @@ export class Telemetry {
     });
     new Gauge({
       name: 'gateway_upstream_healthy',
-      help: '1 when the upstream is in rotation, 0 when ejected',
+      help: '1 when the upstream is in rotation, 0 when ejected, a liar or on another network than its chain',
       labelNames: ['chain', 'upstream'],
       registers,
       collect() {

@@ -612,6 +612,48 @@ describe('bad upstreams', () => {
     expect(warnings[1]).toMatch(/node evm-1 is on the chain's network \(42\) again/);
   });
 
+  it('answers "filter not found" for a filter of a node found on another network since, and sends that node nothing', async () => {
+    const { fakes, gateway, poll } = await setUp(2, { extra: { chainId: 42 } });
+    const [first, second] = fakes as [EvmNodeFake, EvmNodeFake];
+    for (const f of [first, second]) {
+      f.rewrite = (body, call) => {
+        const req = JSON.parse(call.body) as { id: unknown; method: string };
+        if (req.method === 'eth_newBlockFilter') return JSON.stringify({ jsonrpc: '2.0', id: req.id, result: '0x1' });
+        if (req.method === 'eth_getFilterChanges') return JSON.stringify({ jsonrpc: '2.0', id: req.id, result: [] });
+        return body;
+      };
+    }
+    const id = (await rpc(gateway, 'eth_newBlockFilter')).body.result as string;
+    expect(calledMethods(first)).toEqual(['eth_newBlockFilter']);
+    // Its URL now reaches a BNB Smart Chain node, found after a failed poll.
+    first.chainId = '0x38';
+    first.mode = 'fail';
+    await poll();
+    first.mode = 'ok';
+    await poll();
+    expect(gateway.pools.health().evm!.map((h) => h.state)).toEqual(['wrong_network', 'ok']);
+    first.calls.length = 0;
+    // Before: the call went to it, and the caller got the other chain's blocks.
+    const changes = await rpc(gateway, 'eth_getFilterChanges', [id]);
+    expect([changes.status, changes.body.error]).toEqual([200, { code: -32000, message: 'filter not found' }]);
+    expect(first.calls).toHaveLength(0);
+  });
+
+  it("serves the chain's eth_chainId once the network is learned, not one a node on another kept while the two disagreed", async () => {
+    const warnings: string[] = [];
+    const { fakes, gateway, poll } = await setUp(2, { pool: { warn: (m) => warnings.push(m) }, chainIds: ['0x38'] });
+    const [other] = fakes as [EvmNodeFake, EvmNodeFake];
+    expect(warnings).toEqual([expect.stringMatching(/nodes disagree on the network/)]);
+    expect((await rpc(gateway, 'eth_chainId')).body.result).toBe('0x38');
+    other.chainId = '0x2a';
+    other.mode = 'fail';
+    await poll();
+    other.mode = 'ok';
+    await poll();
+    expect(gateway.pools.get('evm')!.heads!.network).toBe('42');
+    expect((await rpc(gateway, 'eth_chainId')).body.result).toBe('0x2a');
+  });
+
   it('takes a node stalled far behind (not syncing, its head a day and a half old) for a lagging one, with two nodes: the other, current, serves the calls', async () => {
     const chain = new FakeEvmChain(12_000, 8);
     chain.headAt(Date.now());

@@ -13,11 +13,16 @@ const HEAD = 5_000;
 const answer = (result: unknown): Buffer => Buffer.from(JSON.stringify({ jsonrpc: '2.0', id: 1, result }));
 const block = (n: number) => ({ number: `0x${n.toString(16)}`, hash: `0xh${n}` });
 
-/** A node: the chain id it says (a hex string; null answers eth_chainId with an error), and whether it answers at all. */
+/**
+ * A node: the chain id it says (a hex string; null: it has no eth_chainId, -32601; or another error
+ * it answers, at 200), its head (HEAD unless given), and whether it answers at all.
+ */
 interface Node {
-  chainId: string | null;
+  chainId: string | null | { code: number; message: string };
+  head?: number;
   down?: boolean;
 }
+const RATE_LIMITED = { code: -32005, message: 'rate limit exceeded' };
 
 /** EVM nodes at the same head, each saying its chain id, on a clock the test moves. */
 function evmNodes(nodes: Node[], network?: string) {
@@ -30,12 +35,14 @@ function evmNodes(nodes: Node[], network?: string) {
     const method = (JSON.parse(body) as { method: string }).method;
     if (method === 'eth_chainId') {
       asked.push(index);
-      return node.chainId === null
-        ? Buffer.from(JSON.stringify({ jsonrpc: '2.0', id: 1, error: { code: -32601, message: 'the method eth_chainId does not exist' } }))
-        : answer(node.chainId);
+      if (typeof node.chainId === 'string') return answer(node.chainId);
+      const error = node.chainId ?? { code: -32601, message: 'the method eth_chainId does not exist' };
+      return Buffer.from(JSON.stringify({ jsonrpc: '2.0', id: 1, error }));
     }
+    if (method === 'eth_syncing') return answer(false);
     if (body.startsWith('[')) return null; // EVM polls are single calls
-    return answer(block(body.includes('"finalized"') ? HEAD - 64 : HEAD));
+    const head = node.head ?? HEAD;
+    return answer(block(body.includes('"finalized"') ? head - 64 : head));
   };
   const h = new ChainHeads(
     { ...EVM, ...(network === undefined ? {} : { network }) },
@@ -147,6 +154,46 @@ describe("a node on another network than the chain's", () => {
     advance(10 * 60_000);
     await poll();
     expect(asked).toEqual([0, 1, 0, 0, 1]);
+  });
+
+  it('asks a node again at the next poll when it answered with another error (a rate limit): a Sepolia node beside a mainnet one is caught then', async () => {
+    const nodes: Node[] = [
+      { chainId: '0x1', head: 21_000_000 },
+      { chainId: RATE_LIMITED, head: 7_000_000 },
+    ];
+    const { statuses, poll, advance, asked } = evmNodes(nodes, '1');
+    await poll();
+    nodes[1] = { chainId: '0xaa36a7', head: 7_000_000 };
+    advance(1_000);
+    await poll();
+    // Before: not asked for 10 minutes, and the mainnet node, 14M blocks ahead of one not syncing, was the liar meanwhile.
+    expect(asked).toEqual([0, 1, 1]);
+    expect(statuses()).toEqual(['ok', 'wrong_network']);
+  });
+
+  it('does not measure nodes that said different networks against each other: two that disagree both serve', async () => {
+    const { statuses, poll, warnings } = evmNodes([
+      { chainId: '0x1', head: 21_000_000 },
+      { chainId: '0xaa36a7', head: 7_000_000 },
+    ]);
+    await poll();
+    await poll();
+    expect(warnings).toEqual([expect.stringMatching(/nodes disagree on the network/)]);
+    // Before: the one ahead was the liar for good (14M blocks past one not syncing), and every call went to the other.
+    expect(statuses().map((s) => s === 'ok' || s === 'lagging')).toEqual([true, true]);
+  });
+
+  it('drops what a node answered while it said another network, once it says the chain’s (the network learned then)', async () => {
+    const nodes: Node[] = [{ chainId: '0x1' }, { chainId: '0x38' }];
+    const { h, statuses, poll, advance } = evmNodes(nodes);
+    await poll();
+    expect(statuses()).toEqual(['ok', 'ok']);
+    const generation = h.generation;
+    nodes[1] = { chainId: '0x1' };
+    advance(10 * 60_000);
+    await poll();
+    expect(h.network).toBe('1');
+    expect(h.generation).toBeGreaterThan(generation);
   });
 
   it('reads a Solana node’s cluster by its genesis hash', async () => {

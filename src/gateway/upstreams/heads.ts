@@ -128,6 +128,9 @@ const NETWORK_PROBES = {
   solana: '{"jsonrpc":"2.0","id":1,"method":"getGenesisHash","params":[]}',
 } as const;
 
+/** JSON-RPC's "method not found". */
+const METHOD_NOT_FOUND = -32601;
+
 /** A node's network is asked again this long after it last was (the backends behind a URL may change), besides after a failed poll. */
 const NETWORK_RECHECK_MS = 10 * 60_000;
 
@@ -462,8 +465,19 @@ export class ChainHeads {
       this.networkDue[index] = true;
       return;
     }
-    const said = networkOf(family, resultsOf(body).get(1));
-    if (said === null || said === this.networks[index]) return;
+    const parsed = parsedAnswer(body);
+    const said = networkOf(family, resultsIn(parsed).get(1));
+    if (said === null) {
+      // A rate limit or a node busy: asked again at the next poll. A node without the method is asked every 10 minutes.
+      if (oneErrorOf(parsed)?.code !== METHOD_NOT_FOUND) this.networkDue[index] = true;
+      return;
+    }
+    if (said === this.networks[index]) return;
+    // It served while saying another network (none known yet, or not judged): what it answered then may be kept.
+    if (this.networks[index] !== null && !this.offNetwork[index]) {
+      this.rewound();
+      this.epoch++;
+    }
     this.networks[index] = said;
     this.learnNetwork();
     this.recompute();
@@ -816,9 +830,14 @@ export class ChainHeads {
     const stalled = (o: UpstreamHead): boolean => o.headTime !== null && !isCurrent(o) && this.syncing[indexOf(o)]?.syncing === false;
     const undecided = new Set<UpstreamHead>();
     const statuses = new Map<UpstreamHead, HeadStatus>();
+    // Nodes that said different networks (none known for the chain: they disagree) are not measured against each other.
+    const sameNetwork = (a: UpstreamHead, b: UpstreamHead): boolean => {
+      const [x, y] = [this.networks[indexOf(a)] ?? null, this.networks[indexOf(b)] ?? null];
+      return x === null || y === null || x === y;
+    };
     for (const u of fresh) {
       const head = u.head as number;
-      const others = fresh.filter((o) => o !== u);
+      const others = fresh.filter((o) => o !== u && sameNetwork(u, o));
       const othersBest = others.reduce((best, o) => Math.max(best, measureOf(o)), -1);
       const leadsImplausibly = othersBest >= 0 && head - othersBest > this.maxLead;
       // The nodes it leads may be syncing (a new node, a resync): they are asked, and it is not judged until they answer.
