@@ -32,6 +32,10 @@ export interface FakeWsUpstream {
   replayLatestOnSubscribe: boolean;
   /** Answers the next eth_subscribe calls this much later (a node busy for a while); 0: at once. */
   subscribeAnswerDelayMs: number;
+  /** What eth_chainId says (0x539, ganache's, unless set): another network's node behind the same URL. */
+  chainId: string;
+  /** Answers every HTTP call with a 503 while set (a node restarting). */
+  httpDown: boolean;
   close(): Promise<void>;
 }
 
@@ -85,8 +89,8 @@ export async function startFakeWsUpstream(): Promise<FakeWsUpstream> {
   /** What a call sends after its answer, in the same turn (so in the same TCP chunk, as a node may). */
   const followUps: Array<() => void> = [];
   const answer = (method: string, params: unknown[], socket: WebSocket | null): { result?: unknown; error?: { code: number; message: string } } => {
-    if (method === 'eth_chainId') return { result: '0x539' };
-    if (method === 'net_version') return { result: '1337' };
+    if (method === 'eth_chainId') return { result: fake.chainId };
+    if (method === 'net_version') return { result: BigInt(fake.chainId).toString() };
     if (method === 'eth_blockNumber') return { result: (chain.at(-1) as Block).number };
     if (method === 'eth_getBlockByNumber') {
       const tag = params[0];
@@ -118,6 +122,11 @@ export async function startFakeWsUpstream(): Promise<FakeWsUpstream> {
     const chunks: Buffer[] = [];
     req.on('data', (c: Buffer) => chunks.push(c));
     req.on('end', () => {
+      if (fake.httpDown) {
+        res.statusCode = 503;
+        res.end();
+        return;
+      }
       res.setHeader('content-type', 'application/json');
       const text = Buffer.concat(chunks).toString('utf8');
       fake.httpMethods.push((JSON.parse(text) as { method: string }).method);
@@ -152,6 +161,8 @@ export async function startFakeWsUpstream(): Promise<FakeWsUpstream> {
     liveSubscriptions: () => subscriptions.size,
     replayLatestOnSubscribe: false,
     subscribeAnswerDelayMs: 0,
+    chainId: '0x539',
+    httpDown: false,
     httpMethods: [],
     mine(options = {}) {
       const parent = chain.at(-1) as Block;

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { Observable } from 'rxjs';
-import type { Chain } from '../chains.js';
+import type { Chain, Upstream } from '../chains.js';
 import { RpcCode } from '../errors.js';
 import {
   type ChainFeeds,
@@ -93,7 +93,7 @@ export const EVM_PUBSUB: PubSubDialect = {
   unsubscribeIdOf: (params) => (Array.isArray(params) && typeof params[0] === 'string' ? JSON.stringify(params[0]) : null),
   notSubscribed: () => ({ result: false }),
   heartbeatCalls: ['net_version', 'eth_chainId'],
-  feedsFor: (chain, log) => new EvmFeeds(chain, log),
+  feedsFor: (chain, log, takesNoCall) => new EvmFeeds(chain, log, takesNoCall),
 };
 
 const EVM_SUBSCRIBE = { method: 'eth_subscribe', unsubscribeMethod: 'eth_unsubscribe' };
@@ -107,8 +107,8 @@ class EvmFeeds implements ChainFeeds {
   private readonly socket: UpstreamSocket;
   private readonly feeds = new SharedFeeds();
 
-  constructor(chain: Chain, log: UpstreamSocketLog) {
-    this.socket = UpstreamSocket.forChain(chain, log);
+  constructor(chain: Chain, log: UpstreamSocketLog, takesNoCall: (node: Upstream) => boolean) {
+    this.socket = UpstreamSocket.forChain(chain, log, takesNoCall);
   }
 
   open(method: string, params: unknown): OpenedFeed | FeedRefusal {

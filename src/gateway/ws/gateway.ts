@@ -187,7 +187,12 @@ export class WebSocketGateway implements SessionHost {
     if (!chain.isMethodAllowed(method)) return { error: `Method not found: ${name} is not available on ${chain.id}`, code: RpcCode.methodNotFound };
     let feeds = this.feeds.get(chain.id);
     if (!feeds) {
-      feeds = dialect.feedsFor(chain, { warn: (details, message) => this.calls.log.error(details, message) });
+      const heads = scope.pool.heads;
+      feeds = dialect.feedsFor(
+        chain,
+        { warn: (details, message) => this.calls.log.error(details, message) },
+        (node) => heads?.takesNoCall(chain.upstreams.indexOf(node)) ?? false,
+      );
       this.feeds.set(chain.id, feeds);
     }
     return feeds.open(method, params);

@@ -1,5 +1,5 @@
 import { Observable, share } from 'rxjs';
-import type { Chain } from '../chains.js';
+import type { Chain, Upstream } from '../chains.js';
 import type { UpstreamSocket, UpstreamSocketLog, UpstreamSubscription } from './upstreamSocket.js';
 
 /**
@@ -63,7 +63,8 @@ export interface PubSubDialect {
    * node's answer, one such call per heartbeat interval is answered from it, metered, uncharged.
    */
   heartbeatCalls?: readonly string[];
-  feedsFor(chain: Chain, log: UpstreamSocketLog): ChainFeeds;
+  /** `takesNoCall`: whether a node takes no call now (head tracking's verdict), for the socket to leave it. */
+  feedsFor(chain: Chain, log: UpstreamSocketLog, takesNoCall: (node: Upstream) => boolean): ChainFeeds;
 }
 
 /** Recent items remembered per feed to drop what a resubscription delivers twice. */

@@ -56,7 +56,9 @@ const MAX_UPSTREAM_FRAME_BYTES = 16 * 1024 * 1024;
  * when there are several (after a backoff from 100 ms to 5 s), and subscribes again to all it
  * had; `onReconnect` lets the feeds fetch what they missed meanwhile. Any notification frame (a
  * `method` and `params.subscription`: `eth_subscription`, `slotNotification`…) goes to the
- * subscription of that id.
+ * subscription of that id. A node head tracking says takes no call (a liar, one on another
+ * network) is not connected to, and the socket leaves one that becomes such at its next frame,
+ * delivering nothing of it.
  */
 export class UpstreamSocket {
   private socket: WebSocket | null = null;
@@ -71,19 +73,24 @@ export class UpstreamSocket {
   private readonly wanted = new Set<Wanted>();
   private readonly byUpstreamId = new Map<UpstreamId, Wanted>();
   private readonly pending = new Map<number, Pending>();
+  /** The node of the current connection; null while none. */
+  private node: Upstream | null = null;
 
   constructor(
     private readonly nodes: Upstream[],
     private readonly timeoutMs: number,
     private readonly log: UpstreamSocketLog,
+    /** Whether a node takes no call now (head tracking's verdict: a liar, on another network). */
+    private readonly takesNoCall: (node: Upstream) => boolean = () => false,
   ) {}
 
   /** The socket a chain's feeds share: over its upstreams that have a WebSocket URL. */
-  static forChain(chain: Chain, log: UpstreamSocketLog): UpstreamSocket {
+  static forChain(chain: Chain, log: UpstreamSocketLog, takesNoCall?: (node: Upstream) => boolean): UpstreamSocket {
     return new UpstreamSocket(
       chain.upstreams.filter((u) => u.ws !== null),
       chain.timeoutMs,
       log,
+      takesNoCall,
     );
   }
 
@@ -146,7 +153,13 @@ export class UpstreamSocket {
 
   private connect(): void {
     if (this.socket || this.closed || this.reconnectTimer) return;
-    const node = this.nodes[this.next % this.nodes.length] as Upstream;
+    const node = this.nextNode();
+    if (node === null) {
+      // Every node takes no call now: asked again after the backoff, as after a drop.
+      this.retryLater();
+      return;
+    }
+    this.node = node;
     const url = node.ws as URL;
     const socket = new WebSocket(url, { headers: node.headers, maxPayload: MAX_UPSTREAM_FRAME_BYTES, handshakeTimeout: this.timeoutMs });
     this.socket = socket;
@@ -178,6 +191,21 @@ export class UpstreamSocket {
     }
     if (this.closed || this.wanted.size === 0) return;
     this.next++;
+    this.retryLater();
+  }
+
+  /** The next node in turn that may take calls; null when none may. */
+  private nextNode(): Upstream | null {
+    for (let i = 0; i < this.nodes.length; i++) {
+      const node = this.nodes[(this.next + i) % this.nodes.length] as Upstream;
+      if (this.takesNoCall(node)) continue;
+      this.next += i;
+      return node;
+    }
+    return null;
+  }
+
+  private retryLater(): void {
     this.reconnectTimer = setTimeout(() => {
       this.reconnectTimer = null;
       this.connect();
@@ -227,6 +255,13 @@ export class UpstreamSocket {
   }
 
   private received(text: string): void {
+    const node = this.node;
+    if (node !== null && this.takesNoCall(node)) {
+      // Found lying or on another network since the socket opened: nothing more of it reaches a client.
+      this.log.warn({ upstream: node.label }, 'upstream websocket node takes no call now (a liar, or on another network): moving to another');
+      this.socket?.terminate();
+      return;
+    }
     let message: unknown;
     try {
       message = JSON.parse(text);
