@@ -425,7 +425,9 @@ export class UpstreamPool {
     // Asked again because a node answered a `latest` block under the best head: only a node at it.
     if (call.atBestOnly && !heads.reachesBest(m.index)) return false;
     // Asked again because a node answered a `finalized` block under the chain's: only a node that has it.
-    if (call.atFinalizedOnly && !heads.reachesFinalized(m.index)) return false;
+    if (call.atTagOnly === 'finalized' && !heads.reachesFinalized(m.index)) return false;
+    // Asked again because a node answered a `safe` block under the chain's: only a node known to have it.
+    if (call.atTagOnly === 'safe' && !heads.reachesSafe(m.index)) return false;
     if (!strict) return true;
     // The head, and blocks named by hash (maybe the newest), from a node at the best head while one can take it: a
     // node a few blocks behind would answer an older `latest` than the caller saw a call before (the head going back)
@@ -630,6 +632,7 @@ export class UpstreamPool {
     const heads = this.heads;
     if (heads === null) return;
     if (head.kind === 'finalized' || head.kind === 'finalizedSlot') heads.sawFinalized(m.index, head.number, head.hash);
+    else if (head.kind === 'safe') heads.sawSafe(m.index, head.number);
     else if (head.kind === 'confirmedSlot') heads.sawConfirmed(m.index, head.number);
     else heads.sawHead(m.index, head.number, head.hash);
   }
@@ -651,6 +654,10 @@ export class UpstreamPool {
       const finalized = heads.finalized;
       if (!heads.followsFinalizedTag || finalized === null || head.number >= finalized) return null;
       return head.kind === 'finalizedSlot' ? { text: withHeadNumberText(head, finalized) } : 'again';
+    }
+    if (head.kind === 'safe') {
+      const floor = heads.safeFloor;
+      return floor === null || head.number >= floor ? null : 'again';
     }
     if (head.kind === 'confirmedSlot') {
       const confirmed = heads.confirmed;
@@ -726,8 +733,8 @@ class PoolCall implements Settles {
   archiveOnly = false;
   /** A node answered a `latest` block under the best head: only nodes at the best head from now on. */
   atBestOnly = false;
-  /** A node answered a `finalized` block under the chain's: only nodes whose finalized block is the chain's from now on. */
-  atFinalizedOnly = false;
+  /** A node answered a `finalized` (`safe`) block under the chain's: only nodes whose finalized (safe) block is the chain's from now on. */
+  atTagOnly: 'finalized' | 'safe' | null = null;
   /** When (performance.now(), ms) the caller must have its answer: the request's, or set at the first attempt; -1 until then. */
   deadline: number;
 
@@ -742,9 +749,14 @@ class PoolCall implements Settles {
     this.deadline = request.deadline ?? -1;
     if (request.behind !== undefined) {
       this.behind = request.behind;
-      if (request.headAnswer === 'finalized') this.atFinalizedOnly = true;
-      else this.atBestOnly = true;
+      this.askAgainOf(request.headAnswer);
     }
+  }
+
+  /** A head call answered under what is known (`kind`): only nodes at the chain's level of it from now on. */
+  private askAgainOf(kind: HeadAnswerKind | undefined): void {
+    if (kind === 'finalized' || kind === 'safe') this.atTagOnly = kind;
+    else this.atBestOnly = true;
   }
 
   /** Whether `m` was asked already: by this call, or, for a call asked again, the node whose answer was behind. */
@@ -817,8 +829,7 @@ class PoolCall implements Settles {
       // A `latest` block under the best head: asked of a node at it (within the attempts and the time left), this one the answer otherwise.
       // The same for a `finalized` block under the chain's, of a node that has it.
       this.behind = outcome;
-      if (kind === 'finalized') this.atFinalizedOnly = true;
-      else this.atBestOnly = true;
+      this.askAgainOf(kind);
       this.next();
       return;
     }

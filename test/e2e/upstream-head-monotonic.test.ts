@@ -239,6 +239,17 @@ describe('the finalized block', () => {
     expect(got.filter(([n, finalized]) => n !== finalized)).toEqual([]);
   });
 
+  it('never answers a `safe` block under the finalized block, nor under a safe block a node answered: asked again of a node that has it', async () => {
+    // The fake nodes' safe block is their finalized block (a devnet's, a chain at rest).
+    const got = await finalizedAnswers(async (url) => {
+      const numbers: number[] = [];
+      for (let i = 0; i < 4; i++) numbers.push(numberOf(await resultOf(url, 'eth_getBlockByNumber', ['safe', i % 2 === 0])));
+      return numbers;
+    });
+    // Before: the node behind's answers, a block under the chain's finalized block, about half the time.
+    expect(got.filter(([n, finalized]) => n !== finalized)).toEqual([]);
+  });
+
   it("raises what the gateway knows of the answering node's finalized block", async () => {
     const { t, url, chain } = await started.serviceOnEvmNodes(2, { headPollMs: 600_000 });
     const heads = t.runtime.gateway!.pools.get('evm')!.heads!;

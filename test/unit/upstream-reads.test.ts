@@ -266,6 +266,26 @@ describe('head tracking', () => {
     expect(h.servesHead(1)).toBe(false);
   });
 
+  it("learns each node's safe block from answers to the tag: upward only, never past its head, only a believed node's; the chain's is the highest, the finalized block its floor", () => {
+    const h = new ChainHeads(TRACKING, ['a', 'b'], noProbe);
+    h.observe(0, { head: 100, hash: '0x1', finalized: 90 });
+    h.observe(1, { head: 100, hash: '0x1', finalized: 88 });
+    // None answered yet: the floor of a safe answer is the finalized block, and the node whose finalized block it is has it.
+    expect([h.safe, h.safeFloor, h.reachesSafe(0), h.reachesSafe(1)]).toEqual([null, 90, true, false]);
+    h.sawSafe(1, 95);
+    h.sawSafe(1, 93);
+    h.sawSafe(0, 101);
+    expect([h.safe, h.safeFloor, h.reachesSafe(0), h.reachesSafe(1)]).toEqual([95, 95, false, true]);
+    // A node that goes back under the safe block it named learns it again.
+    h.observe(1, { head: 94, hash: '0x2', finalized: 88 });
+    expect([h.safe, h.safeFloor]).toEqual([null, 90]);
+    h.sawSafe(0, 96);
+    expect(h.safe).toBe(96);
+    // A rewind (a devnet's evm_revert) forgets them all.
+    h.observe(0, { head: 80, hash: '0x3', finalized: 80 });
+    expect(h.safe).toBeNull();
+  });
+
   it("raises a node's finalized block from an answer to the tag: upward only, never past the node's head, and not by an older poll", () => {
     let now = 1_000;
     const h = new ChainHeads(TRACKING, ['a', 'b'], noProbe, () => now);

@@ -23,8 +23,8 @@ export interface CallShape {
   high: number;
   /** Whether an answer may be kept (subject to the kind's finality rule). */
   cacheable: boolean;
-  /** The block argument is the `finalized` tag (a volatile call whose answer names the node's finalized block). */
-  finalizedTag?: true;
+  /** The block argument is the `finalized` or `safe` tag (a volatile call whose answer names the node's block of that level). */
+  blockTag?: 'finalized' | 'safe';
   /** A head call not read from its method alone (Solana's `getSlot`, by its commitment). */
   headAnswer?: HeadAnswerKind;
 }
@@ -34,7 +34,8 @@ const STATIC: CallShape = { kind: 'static', low: -1, high: -1, cacheable: true }
 const HEAD_CACHED: CallShape = { kind: 'head', low: -1, high: -1, cacheable: true };
 const HEAD_UNCACHED: CallShape = { kind: 'head', low: -1, high: -1, cacheable: false };
 const VOLATILE: CallShape = { kind: 'volatile', low: -1, high: -1, cacheable: false };
-const FINALIZED_TAG: CallShape = { kind: 'volatile', low: -1, high: -1, cacheable: false, finalizedTag: true };
+const FINALIZED_TAG: CallShape = { kind: 'volatile', low: -1, high: -1, cacheable: false, blockTag: 'finalized' };
+const SAFE_TAG: CallShape = { kind: 'volatile', low: -1, high: -1, cacheable: false, blockTag: 'safe' };
 const HASH_CACHED: CallShape = { kind: 'hash', low: -1, high: -1, cacheable: true };
 const HASH_UNCACHED: CallShape = { kind: 'hash', low: -1, high: -1, cacheable: false };
 
@@ -121,7 +122,8 @@ export function blockTimeOf(value: unknown): number | null {
 function blockArgument(value: unknown, spec: MethodSpec): CallShape {
   if (value === undefined || value === 'latest') return spec.cacheable ? HEAD_CACHED : HEAD_UNCACHED;
   if (value === 'finalized') return FINALIZED_TAG;
-  if (value === 'pending' || value === 'safe') return VOLATILE;
+  if (value === 'safe') return SAFE_TAG;
+  if (value === 'pending') return VOLATILE;
   if (value === 'earliest') return { kind: 'number', low: 0, high: 0, cacheable: spec.cacheable };
   if (typeof value === 'object' && value !== null && !Array.isArray(value)) {
     // EIP-1898: { blockNumber } or { blockHash, requireCanonical }.

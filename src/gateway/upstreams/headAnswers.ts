@@ -9,17 +9,17 @@ import { blockNumberOf, type CallShape } from './evmCalls.js';
 
 /**
  * Which head call an answer is to: `eth_blockNumber` (a quantity), a `latest` block, or the
- * `finalized` block (objects); Solana's `getSlot` at `processed` (`slot`), `confirmed`
+ * `finalized` or `safe` block (objects); Solana's `getSlot` at `processed` (`slot`), `confirmed`
  * (`confirmedSlot`) or `finalized` (`finalizedSlot`), a bare integer.
  */
-export type HeadAnswerKind = 'number' | 'block' | 'finalized' | 'slot' | 'confirmedSlot' | 'finalizedSlot';
+export type HeadAnswerKind = 'number' | 'block' | 'finalized' | 'safe' | 'slot' | 'confirmedSlot' | 'finalizedSlot';
 
-/** Which head call `method` (of `shape`) is, if one: `eth_blockNumber`, or `eth_getBlockByNumber` of `latest` (or no block) or `finalized`. */
+/** Which head call `method` (of `shape`) is, if one: `eth_blockNumber`, or `eth_getBlockByNumber` of `latest` (or no block), `finalized` or `safe`. */
 export function headAnswerOf(method: string, shape: CallShape): HeadAnswerKind | undefined {
   if (shape.headAnswer !== undefined) return shape.headAnswer;
   if (method === 'eth_blockNumber') return 'number';
   if (method !== 'eth_getBlockByNumber') return undefined;
-  return shape.kind === 'head' ? 'block' : shape.finalizedTag === true ? 'finalized' : undefined;
+  return shape.kind === 'head' ? 'block' : shape.blockTag;
 }
 
 export interface AnswerHead {

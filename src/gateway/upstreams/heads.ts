@@ -251,6 +251,13 @@ export class ChainHeads {
   finalized: number | null = null;
   /** The highest confirmed slot a believed node reports (Solana; never above the best head); null: none known. */
   confirmed: number | null = null;
+  /**
+   * The highest `safe` block a believed node's answers named (EVM; never above the best head):
+   * not polled, learnt from the calls that ask it. Null: none known.
+   */
+  safe: number | null = null;
+  /** The highest `safe` block each node's answers named; null: none, or dropped by a rewind. */
+  private readonly safeBlocks: Array<number | null>;
   /** Moves whenever the best head's number or hash does: answers that depend on the head are kept per epoch. */
   epoch = 0;
   /**
@@ -332,6 +339,7 @@ export class ChainHeads {
     this.raisedAt = labels.map(() => 0);
     this.finalizedRaisedAt = labels.map(() => 0);
     this.confirmedRaisedAt = labels.map(() => 0);
+    this.safeBlocks = labels.map(() => null);
     this.finalizedAboveHead = labels.map(() => 0);
     this.headPollDue = labels.map(() => false);
     this.batchRefusals = labels.map(() => 0);
@@ -662,6 +670,8 @@ export class ChainHeads {
       u.head = sample.head;
       u.hash = sample.hash;
       u.headTime = sample.time ?? null;
+      // A safe block is never past the head: one the node went back under is learnt again.
+      if ((this.safeBlocks[index] ?? -1) > sample.head) this.safeBlocks[index] = null;
     }
     if (!olderFinalized) {
       u.finalized = sample.finalized;
@@ -716,6 +726,38 @@ export class ChainHeads {
   }
 
   /**
+   * Node `index` answered `eth_getBlockByNumber("safe")` with block `safe`: the node's safe block,
+   * upward only, for a believed node, never past its own head.
+   */
+  sawSafe(index: number, safe: number): void {
+    const u = this.upstreams[index];
+    const known = this.safeBlocks[index] ?? null;
+    if (u === undefined || u.head === null || (known !== null && safe <= known) || safe > u.head) return;
+    if (u.status !== 'ok' && u.status !== 'lagging') return;
+    this.safeBlocks[index] = safe;
+    this.recompute();
+  }
+
+  /**
+   * The block a `safe` answer may not be under: the chain's safe block, or its finalized one where
+   * that is the nodes' tag (a safe block is never under the finalized one). Null: none known.
+   */
+  get safeFloor(): number | null {
+    const finalized = this.followsFinalizedTag ? this.finalized : null;
+    if (finalized === null) return this.safe;
+    return this.safe === null ? finalized : Math.max(this.safe, finalized);
+  }
+
+  /** Whether upstream `index` is known to have the chain's safe block (its safe or finalized block at or past safeFloor). */
+  reachesSafe(index: number): boolean {
+    const floor = this.safeFloor;
+    const u = this.upstreams[index];
+    if (floor === null || u === undefined) return false;
+    const own = Math.max(this.safeBlocks[index] ?? -1, this.followsFinalizedTag ? (u.finalized ?? -1) : -1);
+    return own >= floor;
+  }
+
+  /**
    * Node `index` answered `getSlot` at `confirmed` with slot `confirmed` (Solana): raised as
    * sawHead raises a head, upward only, for a believed node, and never past its own head.
    */
@@ -737,6 +779,9 @@ export class ChainHeads {
     this.headFloor = null;
     this.generation++;
     this.rewoundAt = this.now();
+    // The safe blocks answers named may be gone with the rest (a devnet's evm_revert): learnt again.
+    this.safeBlocks.fill(null);
+    this.safe = null;
   }
 
   /**
@@ -874,6 +919,8 @@ export class ChainHeads {
     const finalized = believed.reduce((f, u) => (u.finalized === null ? f : Math.max(f, u.finalized)), -1);
     const confirmed = believed.reduce((c, u) => (u.confirmed === null ? c : Math.max(c, u.confirmed)), -1);
     this.confirmed = confirmed < 0 ? null : Math.min(confirmed, bestHead);
+    const safe = believed.reduce((s, u) => Math.max(s, this.safeBlocks[indexOf(u)] ?? -1), -1);
+    this.safe = safe < 0 ? null : Math.min(safe, bestHead);
     if (bestHead !== this.best || best.hash !== this.bestHash) this.epoch++;
     this.headFloor = bestHead;
     this.best = bestHead;
