@@ -250,6 +250,22 @@ describe('the finalized block', () => {
     expect(got.filter(([n, finalized]) => n !== finalized)).toEqual([]);
   });
 
+  it('never answers a `safe` block under it inside a batch either', async () => {
+    const got = await finalizedAnswers(async (url) => {
+      const numbers: number[] = [];
+      for (let i = 0; i < 2; i++) {
+        const [block, chainId] = await batchResults(url, [
+          ['eth_getBlockByNumber', ['safe', false]],
+          ['eth_chainId', []],
+        ]);
+        expect(chainId).toBe('0x2a');
+        numbers.push(numberOf(block));
+      }
+      return numbers;
+    });
+    expect(got.filter(([n, finalized]) => n !== finalized)).toEqual([]);
+  });
+
   it("raises what the gateway knows of the answering node's finalized block", async () => {
     const { t, url, chain } = await started.serviceOnEvmNodes(2, { headPollMs: 600_000 });
     const heads = t.runtime.gateway!.pools.get('evm')!.heads!;
