@@ -597,6 +597,48 @@ describe('head tracking', () => {
       expect(asked).toEqual([1]);
     });
 
+    it('takes an error or no answer to eth_syncing for no word of the node: the one ahead stays the liar, and it is asked again a poll on', async () => {
+      const behindAnswering = async (answer: 'false' | 'error' | 'none') => {
+        const now = Date.parse('2026-11-29T12:00:00Z');
+        const nodes = [
+          { head: NETWORK, ageMs: 12_000 },
+          { head: NETWORK - 50_400, ageMs: 7 * DAY },
+        ];
+        let asked = 0;
+        const probe = async (index: number, body: string): Promise<Buffer | null> => {
+          const node = nodes[index] as { head: number; ageMs: number };
+          if (body.includes('eth_syncing')) {
+            asked++;
+            if (answer === 'none') return null;
+            return Buffer.from(
+              answer === 'error' ? '{"jsonrpc":"2.0","id":1,"error":{"code":-32005,"message":"rate limited"}}' : '{"jsonrpc":"2.0","id":1,"result":false}',
+            );
+          }
+          const n = body.includes('"finalized"') ? node.head - 64 : node.head;
+          return Buffer.from(
+            JSON.stringify({ jsonrpc: '2.0', id: 1, result: { ...blockOf(n), timestamp: `0x${Math.floor((now - node.ageMs) / 1000).toString(16)}` } }),
+          );
+        };
+        let clock = now;
+        const h = new ChainHeads(TRACKING, ['ahead', 'behind'], probe, () => clock);
+        h.touch();
+        for (let i = 0; i < 3; i++) {
+          await h.poll();
+          clock += TRACKING.pollMs;
+          h.touch();
+        }
+        h.stop();
+        return { statuses: h.upstreams.map((u) => u.status), asked };
+      };
+      expect(await behindAnswering('false')).toEqual({ statuses: ['ok', 'lagging'], asked: 1 });
+      // Before: a rate limit or a timeout counted as the node saying it is not syncing, for good.
+      for (const answer of ['error', 'none'] as const) {
+        const { statuses, asked } = await behindAnswering(answer);
+        expect([answer, statuses]).toEqual([answer, ['liar', 'ok']]);
+        expect(asked).toBeGreaterThan(1);
+      }
+    });
+
     it.each([
       ['its own head is not current (2 h old)', { ageMs: 2 * 60 * MINUTE }, { ageMs: 7 * DAY }],
       ['its head block is an hour past the clock', { ageMs: -60 * MINUTE }, { ageMs: 7 * DAY }],

@@ -202,19 +202,22 @@ const SYNCING_PROBE = '{"jsonrpc":"2.0","id":1,"method":"eth_syncing","params":[
 interface SyncState {
   syncing: boolean;
   networkHead: number | null;
+  /** It answered `false`: an error or no answer is no word of its own (counted as not syncing for the lead rule, asked again a poll later). */
+  saidNot: boolean;
   at: number;
 }
 
 /**
  * An `eth_syncing` result: an object while syncing (its `highestBlock` the network's head, when
- * above its `currentBlock`), `false` when not; an error or no answer counts as not syncing.
+ * above its `currentBlock`), `false` when not; an error or no answer counts as not syncing, but
+ * is not the node saying so.
  */
 function syncStateOf(result: unknown): Omit<SyncState, 'at'> {
-  if (typeof result !== 'object' || result === null) return { syncing: false, networkHead: null };
+  if (typeof result !== 'object' || result === null) return { syncing: false, networkHead: null, saidNot: result === false };
   const progress = result as { currentBlock?: unknown; highestBlock?: unknown };
   const highest = blockNumberOf(progress.highestBlock);
   const current = blockNumberOf(progress.currentBlock);
-  return { syncing: true, networkHead: highest !== null && (current === null || highest > current) ? highest : null };
+  return { syncing: true, networkHead: highest !== null && (current === null || highest > current) ? highest : null, saidNot: false };
 }
 
 /** A syncing node's network head is asked again, when a verdict rests on it, past this age: chains move 10,000 blocks in 40 minutes (Arbitrum) to hours. */
@@ -434,7 +437,10 @@ export class ChainHeads {
   /** Whether node `index` is to be asked whether it syncs: never asked, or a syncing answer older than SYNC_ANSWER_MAX_AGE_MS (the network moved on). */
   private toAskSyncing(index: number): boolean {
     const said = this.syncing[index];
-    return said == null || (said.syncing && this.now() - said.at >= SYNC_ANSWER_MAX_AGE_MS);
+    if (said == null) return true;
+    const age = this.now() - said.at;
+    // No word of its own (an error, no answer): asked again a poll interval on, the lead rule standing meanwhile.
+    return said.syncing ? age >= SYNC_ANSWER_MAX_AGE_MS : !said.saidNot && age >= this.tracking.pollMs;
   }
 
   private checkSyncing(): Promise<void> {
@@ -872,7 +878,7 @@ export class ChainHeads {
     const toAsk = (o: UpstreamHead): boolean => this.toAskSyncing(indexOf(o));
     const isCurrent = (o: UpstreamHead): boolean => o.headTime !== null && now - o.headTime <= CURRENT_HEAD_MS && o.headTime - now <= CLOCK_SKEW_MS;
     // Behind for hours by their own head's time, and not syncing (they said so): stalled.
-    const stalled = (o: UpstreamHead): boolean => o.headTime !== null && !isCurrent(o) && this.syncing[indexOf(o)]?.syncing === false;
+    const stalled = (o: UpstreamHead): boolean => o.headTime !== null && !isCurrent(o) && this.syncing[indexOf(o)]?.saidNot === true;
     const undecided = new Set<UpstreamHead>();
     const statuses = new Map<UpstreamHead, HeadStatus>();
     // Nodes that said different networks (none known for the chain: they disagree) are not measured against each other.

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { Observable } from 'rxjs';
-import type { Chain, Upstream } from '../chains.js';
+import type { Chain } from '../chains.js';
 import { RpcCode } from '../errors.js';
 import {
   type ChainFeeds,
@@ -13,7 +13,7 @@ import {
   Recent,
   SharedFeeds,
 } from './pubsub.js';
-import { UpstreamSocket, type UpstreamSocketLog } from './upstreamSocket.js';
+import { type NodeVerdicts, UpstreamSocket, type UpstreamSocketLog } from './upstreamSocket.js';
 
 /**
  * EVM subscriptions (`eth_subscribe`), one upstream subscription per distinct (chain, kind,
@@ -93,7 +93,7 @@ export const EVM_PUBSUB: PubSubDialect = {
   unsubscribeIdOf: (params) => (Array.isArray(params) && typeof params[0] === 'string' ? JSON.stringify(params[0]) : null),
   notSubscribed: () => ({ result: false }),
   heartbeatCalls: ['net_version', 'eth_chainId'],
-  feedsFor: (chain, log, takesNoCall) => new EvmFeeds(chain, log, takesNoCall),
+  feedsFor: (chain, log, verdicts) => new EvmFeeds(chain, log, verdicts),
 };
 
 const EVM_SUBSCRIBE = { method: 'eth_subscribe', unsubscribeMethod: 'eth_unsubscribe' };
@@ -107,8 +107,8 @@ class EvmFeeds implements ChainFeeds {
   private readonly socket: UpstreamSocket;
   private readonly feeds = new SharedFeeds();
 
-  constructor(chain: Chain, log: UpstreamSocketLog, takesNoCall: (node: Upstream) => boolean) {
-    this.socket = UpstreamSocket.forChain(chain, log, takesNoCall);
+  constructor(chain: Chain, log: UpstreamSocketLog, verdicts: NodeVerdicts) {
+    this.socket = UpstreamSocket.forChain(chain, log, verdicts);
   }
 
   open(method: string, params: unknown): OpenedFeed | FeedRefusal {

@@ -16,6 +16,7 @@ import { EVM_PUBSUB } from './feeds.js';
 import type { ChainFeeds, FeedRefusal, OpenedFeed, PubSubDialect } from './pubsub.js';
 import { Session, type SessionHost, WS_CLOSE } from './session.js';
 import { SOLANA_PUBSUB } from './solanaFeeds.js';
+import { verdictsOf } from './upstreamSocket.js';
 
 export { WS_CLOSE } from './session.js';
 
@@ -187,12 +188,7 @@ export class WebSocketGateway implements SessionHost {
     if (!chain.isMethodAllowed(method)) return { error: `Method not found: ${name} is not available on ${chain.id}`, code: RpcCode.methodNotFound };
     let feeds = this.feeds.get(chain.id);
     if (!feeds) {
-      const heads = scope.pool.heads;
-      feeds = dialect.feedsFor(
-        chain,
-        { warn: (details, message) => this.calls.log.error(details, message) },
-        (node) => heads?.takesNoCall(chain.upstreams.indexOf(node)) ?? false,
-      );
+      feeds = dialect.feedsFor(chain, { warn: (details, message) => this.calls.log.error(details, message) }, verdictsOf(chain, scope.pool.heads));
       this.feeds.set(chain.id, feeds);
     }
     return feeds.open(method, params);

@@ -1,6 +1,6 @@
 import { Observable, share } from 'rxjs';
-import type { Chain, Upstream } from '../chains.js';
-import type { UpstreamSocket, UpstreamSocketLog, UpstreamSubscription } from './upstreamSocket.js';
+import type { Chain } from '../chains.js';
+import type { NodeVerdicts, UpstreamSocket, UpstreamSocketLog, UpstreamSubscription } from './upstreamSocket.js';
 
 /**
  * What the EVM and Solana subscriptions have in common: a chain's dialect (which calls the socket
@@ -63,8 +63,8 @@ export interface PubSubDialect {
    * node's answer, one such call per heartbeat interval is answered from it, metered, uncharged.
    */
   heartbeatCalls?: readonly string[];
-  /** `takesNoCall`: whether a node takes no call now (head tracking's verdict), for the socket to leave it. */
-  feedsFor(chain: Chain, log: UpstreamSocketLog, takesNoCall: (node: Upstream) => boolean): ChainFeeds;
+  /** `verdicts`: head tracking's word on each node, for the chain's socket to choose one. */
+  feedsFor(chain: Chain, log: UpstreamSocketLog, verdicts: NodeVerdicts): ChainFeeds;
 }
 
 /** Recent items remembered per feed to drop what a resubscription delivers twice. */

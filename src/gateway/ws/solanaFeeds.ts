@@ -1,8 +1,8 @@
 import { randomInt } from 'node:crypto';
-import type { Chain, Upstream } from '../chains.js';
+import type { Chain } from '../chains.js';
 import { RpcCode } from '../errors.js';
 import { type ChainFeeds, type Deliver, type FeedRefusal, type OpenedFeed, type PubSubDialect, passthrough, SharedFeeds } from './pubsub.js';
-import { UpstreamSocket, type UpstreamSocketLog } from './upstreamSocket.js';
+import { type NodeVerdicts, UpstreamSocket, type UpstreamSocketLog } from './upstreamSocket.js';
 
 /**
  * Solana's pubsub (`slotSubscribe`, `rootSubscribe`, `slotsUpdatesSubscribe`, `accountSubscribe`,
@@ -55,7 +55,7 @@ export const SOLANA_PUBSUB: PubSubDialect = {
       : { code: RpcCode.invalidParams, message: 'Invalid subscription id.' },
   // @solana/web3.js sends {"jsonrpc":"2.0","method":"ping"} every 5 s; an Agave node reads it and answers nothing.
   keepAlive: 'ping',
-  feedsFor: (chain, log, takesNoCall) => new SolanaFeeds(chain, log, takesNoCall),
+  feedsFor: (chain, log, verdicts) => new SolanaFeeds(chain, log, verdicts),
 };
 
 const COMMITMENTS = new Set(['processed', 'confirmed', 'finalized']);
@@ -251,8 +251,8 @@ class SolanaFeeds implements ChainFeeds {
   /** What each open signature feed does after a reconnect. */
   private readonly onReconnect = new Set<() => void>();
 
-  constructor(chain: Chain, log: UpstreamSocketLog, takesNoCall: (node: Upstream) => boolean) {
-    this.socket = UpstreamSocket.forChain(chain, log, takesNoCall);
+  constructor(chain: Chain, log: UpstreamSocketLog, verdicts: NodeVerdicts) {
+    this.socket = UpstreamSocket.forChain(chain, log, verdicts);
     this.socket.onReconnect = () => {
       for (const fetch of [...this.onReconnect]) fetch();
     };

@@ -1,5 +1,6 @@
 import WebSocket from 'ws';
 import type { Chain, Upstream } from '../chains.js';
+import type { ChainHeads } from '../upstreams/heads.js';
 import { rawResultOf } from './rawJson.js';
 
 /** Where the upstream socket tells what happened to it (the gateway's logger fits). */
@@ -44,6 +45,39 @@ interface Pending {
   timer: NodeJS.Timeout;
 }
 
+/**
+ * What head tracking says of a node, for the socket to choose one: `none`, it takes no call (a
+ * liar, on another network); `behind`, it is lagging (taken when no node is `good`); `good`.
+ */
+export type NodeStanding = 'good' | 'behind' | 'none';
+
+/** Head tracking's verdicts, as the socket reads them. */
+export interface NodeVerdicts {
+  standing(node: Upstream): NodeStanding;
+  /** Keeps the verdicts current while subscriptions rest on them (head polls stop a minute after a chain's last call). */
+  touch(): void;
+}
+
+/** Every node good, nothing to keep going: a chain whose heads are not followed. */
+export const NO_VERDICTS: NodeVerdicts = { standing: () => 'good', touch: () => undefined };
+
+/** A chain's verdicts, from its head tracking (none: every node good). */
+export function verdictsOf(chain: Chain, heads: ChainHeads | null): NodeVerdicts {
+  if (heads === null) return NO_VERDICTS;
+  return {
+    standing: (node) => {
+      const index = chain.upstreams.indexOf(node);
+      return heads.takesNoCall(index) ? 'none' : heads.servesHead(index) ? 'good' : 'behind';
+    },
+    touch: () => heads.touch(),
+  };
+}
+
+/** How often an open socket reads its node's standing (and keeps the verdicts current). */
+const VERDICT_CHECK_MS = 1_000;
+/** Checks in a row a node stays `behind` while another is `good` before the socket leaves it (a node a block too far behind for a moment stays). */
+const BEHIND_CHECKS_TO_LEAVE = 3;
+
 const RECONNECT_MIN_MS = 100;
 const RECONNECT_MAX_MS = 5000;
 /** An upstream frame larger than this is refused by ws (a block header or a log is a few KB). */
@@ -56,9 +90,11 @@ const MAX_UPSTREAM_FRAME_BYTES = 16 * 1024 * 1024;
  * when there are several (after a backoff from 100 ms to 5 s), and subscribes again to all it
  * had; `onReconnect` lets the feeds fetch what they missed meanwhile. Any notification frame (a
  * `method` and `params.subscription`: `eth_subscription`, `slotNotification`…) goes to the
- * subscription of that id. A node head tracking says takes no call (a liar, one on another
- * network) is not connected to, and the socket leaves one that becomes such at its next frame,
- * delivering nothing of it.
+ * subscription of that id. Head tracking's verdicts choose the node: one that takes no call (a
+ * liar, one on another network) is never connected to, and left as soon as it is found so (at
+ * its next frame or the next second's check), delivering nothing more of it; a lagging one only
+ * when no node is at the head, and left for one that is after 3 s. While it has subscriptions the
+ * socket keeps the chain's heads followed.
  */
 export class UpstreamSocket {
   private socket: WebSocket | null = null;
@@ -75,22 +111,24 @@ export class UpstreamSocket {
   private readonly pending = new Map<number, Pending>();
   /** The node of the current connection; null while none. */
   private node: Upstream | null = null;
+  private verdictTimer: NodeJS.Timeout | null = null;
+  /** Checks in a row the current node was `behind` while another was `good`. */
+  private behindChecks = 0;
 
   constructor(
     private readonly nodes: Upstream[],
     private readonly timeoutMs: number,
     private readonly log: UpstreamSocketLog,
-    /** Whether a node takes no call now (head tracking's verdict: a liar, on another network). */
-    private readonly takesNoCall: (node: Upstream) => boolean = () => false,
+    private readonly verdicts: NodeVerdicts = NO_VERDICTS,
   ) {}
 
   /** The socket a chain's feeds share: over its upstreams that have a WebSocket URL. */
-  static forChain(chain: Chain, log: UpstreamSocketLog, takesNoCall?: (node: Upstream) => boolean): UpstreamSocket {
+  static forChain(chain: Chain, log: UpstreamSocketLog, verdicts?: NodeVerdicts): UpstreamSocket {
     return new UpstreamSocket(
       chain.upstreams.filter((u) => u.ws !== null),
       chain.timeoutMs,
       log,
-      takesNoCall,
+      verdicts,
     );
   }
 
@@ -153,6 +191,7 @@ export class UpstreamSocket {
 
   private connect(): void {
     if (this.socket || this.closed || this.reconnectTimer) return;
+    this.verdicts.touch();
     const node = this.nextNode();
     if (node === null) {
       // Every node takes no call now: asked again after the backoff, as after a drop.
@@ -167,12 +206,15 @@ export class UpstreamSocket {
     socket.on('open', () => {
       this.open = true;
       this.reconnectMs = RECONNECT_MIN_MS;
+      this.behindChecks = 0;
+      this.verdictTimer = setInterval(() => this.checkNode(), VERDICT_CHECK_MS);
+      this.verdictTimer.unref();
       for (const w of this.wanted) this.sendSubscribe(w);
       if (reconnected) this.onReconnect();
       this.hadConnection = true;
     });
     socket.on('message', (data, isBinary) => {
-      if (!isBinary) this.received(data.toString());
+      if (!isBinary) this.received(socket, data.toString());
     });
     socket.on('error', (err) => this.log.warn({ err: err.message, upstream: node.label }, 'upstream websocket failed'));
     socket.on('close', () => this.dropped(socket));
@@ -182,6 +224,7 @@ export class UpstreamSocket {
     if (this.socket !== socket) return;
     this.socket = null;
     this.open = false;
+    this.stopChecks();
     this.byUpstreamId.clear();
     for (const w of this.wanted) w.upstreamId = null;
     for (const [id, p] of this.pending) {
@@ -194,15 +237,47 @@ export class UpstreamSocket {
     this.retryLater();
   }
 
-  /** The next node in turn that may take calls; null when none may. */
+  /** The next node in turn at the head, else the next one lagging; null when every node takes no call. */
   private nextNode(): Upstream | null {
-    for (let i = 0; i < this.nodes.length; i++) {
-      const node = this.nodes[(this.next + i) % this.nodes.length] as Upstream;
-      if (this.takesNoCall(node)) continue;
-      this.next += i;
-      return node;
+    for (const wanted of ['good', 'behind'] as const) {
+      for (let i = 0; i < this.nodes.length; i++) {
+        const node = this.nodes[(this.next + i) % this.nodes.length] as Upstream;
+        if (this.verdicts.standing(node) !== wanted) continue;
+        this.next += i;
+        return node;
+      }
     }
     return null;
+  }
+
+  /** Each second while open: the verdicts kept current, and the node left when it takes no call, or lags while another is at the head. */
+  private checkNode(): void {
+    this.verdicts.touch();
+    const node = this.node;
+    if (node === null || !this.open) return;
+    const standing = this.verdicts.standing(node);
+    if (standing === 'none') {
+      this.leave('takes no call now (a liar, or on another network)');
+      return;
+    }
+    const anotherAhead = standing === 'behind' && this.nodes.some((n) => n !== node && this.verdicts.standing(n) === 'good');
+    this.behindChecks = anotherAhead ? this.behindChecks + 1 : 0;
+    if (this.behindChecks >= BEHIND_CHECKS_TO_LEAVE) this.leave('lags behind another node that is at the head');
+  }
+
+  /** Leaves the current node for the next one (its subscriptions asked again there), saying why once. */
+  private leave(why: string): void {
+    const socket = this.socket;
+    if (socket === null) return;
+    this.log.warn({ upstream: this.node?.label }, `upstream websocket node ${why}: moving to another`);
+    // Dropped now: frames it already sent are not read, and its close is not a second drop.
+    this.dropped(socket);
+    socket.terminate();
+  }
+
+  private stopChecks(): void {
+    if (this.verdictTimer !== null) clearInterval(this.verdictTimer);
+    this.verdictTimer = null;
   }
 
   private retryLater(): void {
@@ -219,6 +294,7 @@ export class UpstreamSocket {
     const socket = this.socket;
     this.socket = null;
     this.open = false;
+    this.stopChecks();
     this.hadConnection = false;
     this.byUpstreamId.clear();
     for (const p of this.pending.values()) {
@@ -254,12 +330,13 @@ export class UpstreamSocket {
     });
   }
 
-  private received(text: string): void {
+  private received(socket: WebSocket, text: string): void {
+    // A socket left or dropped: what it still had in its buffers reaches no one.
+    if (socket !== this.socket) return;
     const node = this.node;
-    if (node !== null && this.takesNoCall(node)) {
+    if (node !== null && this.verdicts.standing(node) === 'none') {
       // Found lying or on another network since the socket opened: nothing more of it reaches a client.
-      this.log.warn({ upstream: node.label }, 'upstream websocket node takes no call now (a liar, or on another network): moving to another');
-      this.socket?.terminate();
+      this.leave('takes no call now (a liar, or on another network)');
       return;
     }
     let message: unknown;
