@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import WebSocket, { WebSocketServer } from 'ws';
+import { HEAD_POLL_HEADER } from '../../src/gateway/upstream.js';
 
 /**
  * An EVM node on a loopback port, over HTTP and WebSocket, that the test drives: `mine()` makes a
@@ -17,6 +18,12 @@ export interface FakeWsUpstream {
   connectionsAccepted: number;
   /** eth_subscribe calls received so far. */
   subscribeCalls: number;
+  /**
+   * eth_subscribe calls received so far on connections other than the gateway's head tracker's
+   * (which carries the head-poll header): its client feeds'. The tracker follows the heads while
+   * the chain has calls or subscriptions.
+   */
+  feedSubscribeCalls: number;
   /**
    * newHeads subscriptions the node holds now. The gateway's head tracker holds one of its own
    * (src/gateway/upstreams/newHeads.ts), so a subscribe call seen is not yet a client feed's.
@@ -88,6 +95,8 @@ export async function startFakeWsUpstream(): Promise<FakeWsUpstream> {
 
   /** What a call sends after its answer, in the same turn (so in the same TCP chunk, as a node may). */
   const followUps: Array<() => void> = [];
+  /** The head tracker's connections (the head-poll header on their upgrade). */
+  const trackers = new WeakSet<WebSocket>();
   const answer = (method: string, params: unknown[], socket: WebSocket | null): { result?: unknown; error?: { code: number; message: string } } => {
     if (method === 'eth_chainId') return { result: fake.chainId };
     if (method === 'net_version') return { result: BigInt(fake.chainId).toString() };
@@ -99,6 +108,7 @@ export async function startFakeWsUpstream(): Promise<FakeWsUpstream> {
     }
     if (socket && method === 'eth_subscribe' && params[0] === 'newHeads') {
       fake.subscribeCalls++;
+      if (!trackers.has(socket)) fake.feedSubscribeCalls++;
       const id = `0x${(nextSubscription++).toString(16)}`;
       subscriptions.set(id, socket);
       if (fake.replayLatestOnSubscribe) followUps.push(() => notify(id, socket, chain.at(-1) as Block));
@@ -134,8 +144,9 @@ export async function startFakeWsUpstream(): Promise<FakeWsUpstream> {
     });
   });
   const wss = new WebSocketServer({ server });
-  wss.on('connection', (socket) => {
+  wss.on('connection', (socket, req) => {
     fake.connectionsAccepted++;
+    if (req.headers[HEAD_POLL_HEADER] !== undefined) trackers.add(socket);
     socket.on('message', (data) => {
       const text = data.toString();
       const answer = reply(text, socket);
@@ -158,6 +169,7 @@ export async function startFakeWsUpstream(): Promise<FakeWsUpstream> {
     wsUrl: `ws://127.0.0.1:${port}`,
     connectionsAccepted: 0,
     subscribeCalls: 0,
+    feedSubscribeCalls: 0,
     liveSubscriptions: () => subscriptions.size,
     replayLatestOnSubscribe: false,
     subscribeAnswerDelayMs: 0,

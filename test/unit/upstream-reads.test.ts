@@ -639,6 +639,49 @@ describe('head tracking', () => {
       }
     });
 
+    it('judges the one ahead while nodes it leads answer eth_syncing slowly with no word, at different speeds; one without the method is not asked again', async () => {
+      // Two nodes far behind whose eth_syncing fails slowly: an error after 1.25 poll intervals, no answer after 2.5.
+      const pollMs = 200;
+      const nodes = [
+        { head: NETWORK, ageMs: 12_000 },
+        { head: NETWORK - 50_400, ageMs: 7 * DAY },
+        { head: NETWORK - 50_400, ageMs: 7 * DAY },
+      ];
+      const syncingAsked = [0, 0, 0];
+      let lacksMethod = false;
+      const probe = async (index: number, body: string): Promise<Buffer | null> => {
+        const node = nodes[index] as { head: number; ageMs: number };
+        if (body.includes('eth_syncing')) {
+          syncingAsked[index] = (syncingAsked[index] as number) + 1;
+          if (lacksMethod) return Buffer.from('{"jsonrpc":"2.0","id":1,"error":{"code":-32601,"message":"the method eth_syncing does not exist"}}');
+          await new Promise((resolve) => setTimeout(resolve, index === 1 ? 250 : 500));
+          return index === 1 ? Buffer.from('{"jsonrpc":"2.0","id":1,"error":{"code":-32005,"message":"rate limited"}}') : null;
+        }
+        const n = body.includes('"finalized"') ? node.head - 64 : node.head;
+        return Buffer.from(
+          JSON.stringify({ jsonrpc: '2.0', id: 1, result: { ...blockOf(n), timestamp: `0x${Math.floor((Date.now() - node.ageMs) / 1000).toString(16)}` } }),
+        );
+      };
+      const run = async () => {
+        const h = new ChainHeads({ ...TRACKING, pollMs }, ['ahead', 'behind1', 'behind2'], probe);
+        const seen = new Set<string>();
+        const end = Date.now() + 2_000;
+        while (Date.now() < end) {
+          h.touch();
+          await h.poll();
+          seen.add(h.upstreams.map((u) => u.status).join(','));
+        }
+        h.stop();
+        return { seen: [...seen], best: h.best };
+      };
+      // Before: each answer made the other one due again, the verdict waited for ever (statuses and best head frozen).
+      expect(await run()).toMatchObject({ seen: expect.arrayContaining(['liar,ok,ok']), best: NETWORK - 50_400 });
+      syncingAsked.fill(0);
+      lacksMethod = true;
+      await run();
+      expect(syncingAsked).toEqual([0, 1, 1]);
+    });
+
     it.each([
       ['its own head is not current (2 h old)', { ageMs: 2 * 60 * MINUTE }, { ageMs: 7 * DAY }],
       ['its head block is an hour past the clock', { ageMs: -60 * MINUTE }, { ageMs: 7 * DAY }],

@@ -1,3 +1,5 @@
+import { createServer } from 'node:net';
+import type { AddressInfo } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { HeadTracking, Upstream } from '../../src/gateway/chains.js';
 import { ChainHeads } from '../../src/gateway/upstreams/heads.js';
@@ -123,6 +125,39 @@ describe('the upstream socket and head tracking’s verdicts', () => {
     const before = touched();
     await sleep(1_200);
     expect(touched()).toBeGreaterThan(before);
+  });
+
+  it('falls back to a lagging node when the one at the head cannot be connected to, and stays there', async () => {
+    const a = await startFakeWsUpstream();
+    opened.push(a);
+    // A port nothing listens on: the node's WebSocket endpoint is down, its HTTP polls fine.
+    const server = createServer();
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const { port } = server.address() as AddressInfo;
+    await new Promise((resolve) => server.close(resolve));
+    const lagging = upstreamOf(a, 'a');
+    const atHead: Upstream = { ...lagging, label: 'b', url: new URL(`http://127.0.0.1:${port}`), ws: new URL(`ws://127.0.0.1:${port}`) };
+    const standings = new Map<Upstream, NodeStanding>([
+      [lagging, 'behind'],
+      [atHead, 'good'],
+    ]);
+    const socket = new UpstreamSocket(
+      [lagging, atHead],
+      2_000,
+      { warn: () => undefined },
+      { standing: (node) => standings.get(node) ?? 'good', touch: () => undefined },
+    );
+    opened.push(socket);
+    socket.subscribe(
+      NEW_HEADS,
+      () => undefined,
+      () => undefined,
+    );
+    // Before: the one at the head asked again and again, the lagging one never.
+    await until(() => a.liveSubscriptions() === 1, 5_000);
+    // Not left for the one that could not be connected to.
+    await sleep(3_500);
+    expect([a.liveSubscriptions(), a.connectionsAccepted]).toEqual([1, 1]);
   });
 
   it('sees a verdict change on a chain with only WebSocket calls: its subscriptions keep the heads polled', async () => {

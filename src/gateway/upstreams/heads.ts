@@ -204,6 +204,8 @@ interface SyncState {
   networkHead: number | null;
   /** It answered `false`: an error or no answer is no word of its own (counted as not syncing for the lead rule, asked again a poll later). */
   saidNot: boolean;
+  /** It answered -32601 (no `eth_syncing`): not asked again for want of a word. */
+  lacksMethod: boolean;
   at: number;
 }
 
@@ -212,7 +214,7 @@ interface SyncState {
  * above its `currentBlock`), `false` when not; an error or no answer counts as not syncing, but
  * is not the node saying so.
  */
-function syncStateOf(result: unknown): Omit<SyncState, 'at'> {
+function syncStateOf(result: unknown): Omit<SyncState, 'at' | 'lacksMethod'> {
   if (typeof result !== 'object' || result === null) return { syncing: false, networkHead: null, saidNot: result === false };
   const progress = result as { currentBlock?: unknown; highestBlock?: unknown };
   const highest = blockNumberOf(progress.highestBlock);
@@ -430,27 +432,39 @@ export class ChainHeads {
   }
 
   /**
+   * Whether the node ahead of node `index` waits for it to say whether it syncs: never asked, or a
+   * syncing answer older than SYNC_ANSWER_MAX_AGE_MS (the network moved on).
+   */
+  private verdictWaitsOnSyncing(index: number): boolean {
+    const said = this.syncing[index];
+    return said == null || (said.syncing && this.now() - said.at >= SYNC_ANSWER_MAX_AGE_MS);
+  }
+
+  /**
+   * Whether node `index`, which gave no word of its own (an error, no answer), is asked again: a
+   * poll interval on, while the lead rule stands (nobody waits for it). A node without the method
+   * (-32601) is not.
+   */
+  private syncingWordDue(index: number): boolean {
+    const said = this.syncing[index];
+    return said != null && !said.syncing && !said.saidNot && !said.lacksMethod && this.now() - said.at >= this.tracking.pollMs;
+  }
+
+  /**
    * Asks each node in `syncCheckDue` whether it is syncing (`eth_syncing`: an object while it is,
    * `false` when not); an error or no answer counts as not (the lead rule then stands). Heads are
    * judged again once all have answered.
    */
-  /** Whether node `index` is to be asked whether it syncs: never asked, or a syncing answer older than SYNC_ANSWER_MAX_AGE_MS (the network moved on). */
-  private toAskSyncing(index: number): boolean {
-    const said = this.syncing[index];
-    if (said == null) return true;
-    const age = this.now() - said.at;
-    // No word of its own (an error, no answer): asked again a poll interval on, the lead rule standing meanwhile.
-    return said.syncing ? age >= SYNC_ANSWER_MAX_AGE_MS : !said.saidNot && age >= this.tracking.pollMs;
-  }
-
   private checkSyncing(): Promise<void> {
     if (this.syncCheck !== null) return this.syncCheck;
     // One asked while an earlier asking was out has answered since.
-    const due = [...this.syncCheckDue].filter((index) => this.toAskSyncing(index));
+    const due = [...this.syncCheckDue].filter((index) => this.verdictWaitsOnSyncing(index) || this.syncingWordDue(index));
     this.syncCheckDue.clear();
     this.syncCheck = Promise.all(
       due.map(async (index) => {
-        this.syncing[index] = { ...syncStateOf(resultsOf(await this.probe(index, SYNCING_PROBE)).get(1)), at: this.now() };
+        const parsed = parsedAnswer(await this.probe(index, SYNCING_PROBE));
+        const lacksMethod = oneErrorOf(parsed)?.code === METHOD_NOT_FOUND;
+        this.syncing[index] = { ...syncStateOf(resultsIn(parsed).get(1)), lacksMethod, at: this.now() };
       }),
     ).then(() => {
       this.syncCheck = null;
@@ -875,7 +889,7 @@ export class ChainHeads {
       const said = this.syncing[indexOf(o)];
       return said?.syncing === true ? (said.networkHead ?? (o.head as number)) : (o.head as number);
     };
-    const toAsk = (o: UpstreamHead): boolean => this.toAskSyncing(indexOf(o));
+    const waitsOn = (o: UpstreamHead): boolean => this.verdictWaitsOnSyncing(indexOf(o));
     const isCurrent = (o: UpstreamHead): boolean => o.headTime !== null && now - o.headTime <= CURRENT_HEAD_MS && o.headTime - now <= CLOCK_SKEW_MS;
     // Behind for hours by their own head's time, and not syncing (they said so): stalled.
     const stalled = (o: UpstreamHead): boolean => o.headTime !== null && !isCurrent(o) && this.syncing[indexOf(o)]?.saidNot === true;
@@ -892,7 +906,9 @@ export class ChainHeads {
       const othersBest = others.reduce((best, o) => Math.max(best, measureOf(o)), -1);
       const leadsImplausibly = othersBest >= 0 && head - othersBest > this.maxLead;
       // The nodes it leads may be syncing (a new node, a resync): they are asked, and it is not judged until they answer.
-      const unasked = leadsImplausibly && this.asksSyncing ? others.filter(toAsk) : [];
+      const unasked = leadsImplausibly && this.asksSyncing ? others.filter(waitsOn) : [];
+      // Those that gave no word are asked again, nobody waiting: the rule stands meanwhile.
+      if (leadsImplausibly && this.asksSyncing) for (const o of others) if (this.syncingWordDue(indexOf(o))) this.syncCheckDue.add(indexOf(o));
       if (unasked.length > 0) {
         for (const o of unasked) this.syncCheckDue.add(indexOf(o));
         undecided.add(u);

@@ -46,10 +46,11 @@ interface Pending {
 }
 
 /**
- * What head tracking says of a node, for the socket to choose one: `none`, it takes no call (a
- * liar, on another network); `behind`, it is lagging (taken when no node is `good`); `good`.
+ * What head tracking says of a node, for the socket to choose one, best first: `good`, at the
+ * head; `unknown`, not answering its polls, or not polled yet; `behind`, lagging; `none`, it takes
+ * no call (a liar, on another network).
  */
-export type NodeStanding = 'good' | 'behind' | 'none';
+export type NodeStanding = 'good' | 'unknown' | 'behind' | 'none';
 
 /** Head tracking's verdicts, as the socket reads them. */
 export interface NodeVerdicts {
@@ -67,7 +68,8 @@ export function verdictsOf(chain: Chain, heads: ChainHeads | null): NodeVerdicts
   return {
     standing: (node) => {
       const index = chain.upstreams.indexOf(node);
-      return heads.takesNoCall(index) ? 'none' : heads.servesHead(index) ? 'good' : 'behind';
+      const status = heads.upstreams[index]?.status;
+      return heads.takesNoCall(index) ? 'none' : status === 'lagging' ? 'behind' : status === 'ok' ? 'good' : 'unknown';
     },
     touch: () => heads.touch(),
   };
@@ -77,6 +79,9 @@ export function verdictsOf(chain: Chain, heads: ChainHeads | null): NodeVerdicts
 const VERDICT_CHECK_MS = 1_000;
 /** Checks in a row a node stays `behind` while another is `good` before the socket leaves it (a node a block too far behind for a moment stays). */
 const BEHIND_CHECKS_TO_LEAVE = 3;
+
+/** A node whose connection failed is tried after the others this long (then, from a lagging node, tried again). */
+const UNREACHABLE_MS = 30_000;
 
 const RECONNECT_MIN_MS = 100;
 const RECONNECT_MAX_MS = 5000;
@@ -114,6 +119,8 @@ export class UpstreamSocket {
   private verdictTimer: NodeJS.Timeout | null = null;
   /** Checks in a row the current node was `behind` while another was `good`. */
   private behindChecks = 0;
+  /** When each node's last connection failed before it opened (ms): tried after the others for UNREACHABLE_MS. */
+  private readonly failedAt = new Map<Upstream, number>();
 
   constructor(
     private readonly nodes: Upstream[],
@@ -205,6 +212,7 @@ export class UpstreamSocket {
     const reconnected = this.hadConnection;
     socket.on('open', () => {
       this.open = true;
+      this.failedAt.delete(node);
       this.reconnectMs = RECONNECT_MIN_MS;
       this.behindChecks = 0;
       this.verdictTimer = setInterval(() => this.checkNode(), VERDICT_CHECK_MS);
@@ -222,6 +230,7 @@ export class UpstreamSocket {
 
   private dropped(socket: WebSocket): void {
     if (this.socket !== socket) return;
+    if (!this.open && this.node !== null) this.failedAt.set(this.node, Date.now());
     this.socket = null;
     this.open = false;
     this.stopChecks();
@@ -237,14 +246,19 @@ export class UpstreamSocket {
     this.retryLater();
   }
 
-  /** The next node in turn at the head, else the next one lagging; null when every node takes no call. */
+  /**
+   * The next node in turn of the best standing (at the head, else not known, else lagging), those
+   * whose connection failed lately after the others; null when every node takes no call.
+   */
   private nextNode(): Upstream | null {
-    for (const wanted of ['good', 'behind'] as const) {
-      for (let i = 0; i < this.nodes.length; i++) {
-        const node = this.nodes[(this.next + i) % this.nodes.length] as Upstream;
-        if (this.verdicts.standing(node) !== wanted) continue;
-        this.next += i;
-        return node;
+    for (const reachable of [true, false]) {
+      for (const wanted of ['good', 'unknown', 'behind'] as const) {
+        for (let i = 0; i < this.nodes.length; i++) {
+          const node = this.nodes[(this.next + i) % this.nodes.length] as Upstream;
+          if (this.failedLately(node) === reachable || this.verdicts.standing(node) !== wanted) continue;
+          this.next += i;
+          return node;
+        }
       }
     }
     return null;
@@ -260,7 +274,8 @@ export class UpstreamSocket {
       this.leave('takes no call now (a liar, or on another network)');
       return;
     }
-    const anotherAhead = standing === 'behind' && this.nodes.some((n) => n !== node && this.verdicts.standing(n) === 'good');
+    // Left only for a node known at the head (not one unknown, maybe down) that could be connected to.
+    const anotherAhead = standing === 'behind' && this.nodes.some((n) => n !== node && !this.failedLately(n) && this.verdicts.standing(n) === 'good');
     this.behindChecks = anotherAhead ? this.behindChecks + 1 : 0;
     if (this.behindChecks >= BEHIND_CHECKS_TO_LEAVE) this.leave('lags behind another node that is at the head');
   }
@@ -273,6 +288,12 @@ export class UpstreamSocket {
     // Dropped now: frames it already sent are not read, and its close is not a second drop.
     this.dropped(socket);
     socket.terminate();
+  }
+
+  /** Whether a connection to `node` failed before opening within UNREACHABLE_MS. */
+  private failedLately(node: Upstream): boolean {
+    const at = this.failedAt.get(node);
+    return at !== undefined && Date.now() - at < UNREACHABLE_MS;
   }
 
   private stopChecks(): void {
