@@ -1,4 +1,4 @@
-import type { CDPSession, Page, Request, Response } from 'playwright-core';
+import type { CDPSession, Page, Request, Response, Route } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { TokenMetrics, TokenRecord, UserMetrics } from '../../src/api/types.js';
 import { fmtInt, fmtMs, fmtPct } from '../../src/web/format.js';
@@ -591,10 +591,17 @@ describe('an owner walks through the dashboard', () => {
     await go(`/tokens/${tokenId}`);
     const edit = page.getByRole('form', { name: 'Edit token' });
     await edit.getByLabel('Description').fill('saved after logging in again');
-    clockSkewMs = 8 * 86_400_000; // sessions last 7 days
+    // The session expires as the Save reaches the service (sessions last 7 days), not before: a
+    // background request's 401 in between opened the dialog over the button (CI, once, loaded).
+    const expireOnSave = async (route: Route): Promise<void> => {
+      if (route.request().method() === 'PATCH') clockSkewMs = 8 * 86_400_000;
+      await route.continue();
+    };
+    await page.route(`**/api/v1/tokens/${tokenId}`, expireOnSave);
     await edit.getByRole('button', { name: 'Save' }).click();
     const relogin = page.getByTestId('session-lost');
     await relogin.waitFor();
+    await page.unroute(`**/api/v1/tokens/${tokenId}`, expireOnSave);
     provokedLoads.push(`401 PATCH /api/v1/tokens/${tokenId}`);
     clockSkewMs = 0;
     await checkAccessible('the log-in-again dialog');
