@@ -403,8 +403,8 @@ export class ChainHeads {
   invalidate(rewrites = false): void {
     // Solana's slots move on their own every 400 ms, and nothing is kept by them: a submission changes nothing here.
     if (this.tracking.family === 'solana') return;
-    this.epoch++;
     if (rewrites) this.rewound();
+    else this.epoch++;
     void this.poll();
   }
 
@@ -502,10 +502,7 @@ export class ChainHeads {
     }
     if (said === this.networks[index]) return;
     // It served while saying another network (none known yet, or not judged): what it answered then may be kept.
-    if (this.networks[index] !== null && !this.offNetwork[index]) {
-      this.rewound();
-      this.epoch++;
-    }
+    if (this.networks[index] !== null && !this.offNetwork[index]) this.rewound();
     this.networks[index] = said;
     this.learnNetwork();
     this.recompute();
@@ -549,10 +546,7 @@ export class ChainHeads {
       if (off === this.offNetwork[i]) continue;
       this.offNetwork[i] = off;
       // What it answered may be kept (eth_chainId, blocks by number: kept by generation, for ever): dropped with the rest.
-      if (off) {
-        this.rewound();
-        this.epoch++;
-      }
+      if (off) this.rewound();
       const label = this.upstreams[i]?.label;
       const source =
         this.tracking.network === undefined ? 'what most of its nodes say' : `${this.tracking.family === 'solana' ? 'genesisHash' : 'chainId'} in its config`;
@@ -681,10 +675,7 @@ export class ChainHeads {
     const keptHead = older ? (u.head as number) : sample.head;
     const olderFinalized =
       finalizedRaisedSince && u.finalized !== null && sample.finalized !== null && sample.finalized < u.finalized && u.finalized <= keptHead;
-    if (!older && !finalizedRaisedSince && this.rewinds(u, sample)) {
-      this.rewound();
-      this.epoch++;
-    }
+    if (!older && !finalizedRaisedSince && this.rewinds(u, sample)) this.rewound();
     const previous = { finalized: u.finalized, hash: u.finalizedHash };
     if (!older) {
       u.head = sample.head;
@@ -795,7 +786,9 @@ export class ChainHeads {
     return this.tracking.finality === 'finalized';
   }
 
+  /** Every answer kept, final (by generation) or for the head (by epoch), is dropped. */
   private rewound(): void {
+    this.epoch++;
     this.headFloor = null;
     this.generation++;
     this.rewoundAt = this.now();
