@@ -63,6 +63,15 @@ const usageMethods = async (accountId: string): Promise<string[]> => (await reco
 
 const count = (methods: string[], method: string) => methods.filter((m) => m === method).length;
 
+/**
+ * The subscribe calls the node got since `before`, once it has `n` of them: a client's subscribe
+ * is answered before the node is asked (the upstream socket may still be connecting).
+ */
+async function subscribesSince(before: number, n: number): Promise<Array<{ method: string; params: unknown[] }>> {
+  await until(() => node.subscribeCalls.length >= before + n);
+  return node.subscribeCalls.slice(before);
+}
+
 /** Closes the clients and waits for the gateway to count none. */
 async function closeAll(...clients: WsClient[]): Promise<void> {
   for (const c of clients) c.close();
@@ -79,7 +88,7 @@ describe('slotSubscribe', () => {
     const ids = [(await one.call('slotSubscribe')).result, (await two.call('slotSubscribe')).result];
     for (const id of ids) expect(Number.isSafeInteger(id)).toBe(true);
     expect(ids[0]).not.toBe(ids[1]);
-    expect(node.subscribeCalls.slice(subscribedBefore)).toEqual([{ method: 'slotSubscribe', params: [] }]);
+    expect(await subscribesSince(subscribedBefore, 1)).toEqual([{ method: 'slotSubscribe', params: [] }]);
     expect(sockets()).toMatchObject({ subscriptions: 2, upstreamSubscriptions: 1 });
 
     const slots = [node.nextSlot(), node.nextSlot()];
@@ -133,7 +142,7 @@ describe('rootSubscribe and slotsUpdatesSubscribe', () => {
       });
     const ids = [(await one.call(subscribe)).result, (await two.call(subscribe, [])).result];
     for (const id of ids) expect(Number.isSafeInteger(id)).toBe(true);
-    expect(node.subscribeCalls.slice(subscribedBefore)).toEqual([{ method: subscribe, params: [] }]);
+    expect(await subscribesSince(subscribedBefore, 1)).toEqual([{ method: subscribe, params: [] }]);
     expect(sockets()).toMatchObject({ subscriptions: 2, upstreamSubscriptions: 1 });
     await until(() => node.activeSubscriptions === 1);
 
@@ -208,7 +217,7 @@ describe('accountSubscribe and logsSubscribe', () => {
     const finalized = (await two.call('accountSubscribe', [alice, { encoding: 'base64', commitment: 'finalized' }])).result;
     const mentions = (await one.call('logsSubscribe', [{ mentions: [alice] }, { commitment: 'confirmed' }])).result;
     const all = (await two.call('logsSubscribe', ['all'])).result;
-    expect(node.subscribeCalls.slice(subscribedBefore)).toEqual([
+    expect(await subscribesSince(subscribedBefore, 4)).toEqual([
       { method: 'accountSubscribe', params: [alice, { encoding: 'base64', commitment: 'confirmed' }] },
       { method: 'accountSubscribe', params: [alice, { encoding: 'base64', commitment: 'finalized' }] },
       { method: 'logsSubscribe', params: [{ mentions: [alice] }, { commitment: 'confirmed' }] },
@@ -274,7 +283,7 @@ describe('programSubscribe', () => {
       ])
     ).result;
     const every = (await two.call('programSubscribe', [program])).result;
-    expect(node.subscribeCalls.slice(subscribedBefore)).toEqual([
+    expect(await subscribesSince(subscribedBefore, 2)).toEqual([
       { method: 'programSubscribe', params: [program, { encoding: 'base64', commitment: 'confirmed', filters }] },
       { method: 'programSubscribe', params: [program] },
     ]);
@@ -321,7 +330,7 @@ describe('signatureSubscribe', () => {
       // enableReceivedNotification false is the node's default: the same feed.
       (await two.call('signatureSubscribe', [sig, { enableReceivedNotification: false, commitment: 'confirmed' }])).result,
     ];
-    expect(node.subscribeCalls.slice(subscribedBefore)).toEqual([{ method: 'signatureSubscribe', params: [sig, { commitment: 'confirmed' }] }]);
+    expect(await subscribesSince(subscribedBefore, 1)).toEqual([{ method: 'signatureSubscribe', params: [sig, { commitment: 'confirmed' }] }]);
     expect(sockets()).toMatchObject({ subscriptions: 2, upstreamSubscriptions: 1 });
 
     const slot = node.nextSlot().slot;
@@ -347,7 +356,7 @@ describe('signatureSubscribe', () => {
 
     // The ended feed is forgotten: the same signature again is a new subscription at the node.
     const again = (await one.call('signatureSubscribe', [sig, { commitment: 'confirmed' }])).result;
-    expect(node.subscribeCalls.slice(subscribedBefore)).toHaveLength(2);
+    expect(await subscribesSince(subscribedBefore, 2)).toHaveLength(2);
     await until(() => node.activeSubscriptions === 1);
     node.processSignature(sig, { err: { InstructionError: [0, 'Custom'] } });
     await until(() => notifications(one, 'signatureNotification', again).length === 1);
@@ -524,6 +533,8 @@ describe('the node dropping the socket', () => {
       { method: 'logsSubscribe', params: [{ mentions: [alice] }] },
     ];
     const [slotId, accountId, logsId] = await Promise.all(wanted.map(async (w) => (await client.call(w.method, w.params)).result));
+    // Counted once the node holds all three (the answers came before it was asked).
+    await until(() => node.activeSubscriptions === 3);
     const connections = node.connectionsAccepted;
     const subscribedBefore = node.subscribeCalls.length;
     node.drop();
