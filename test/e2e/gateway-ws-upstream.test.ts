@@ -96,6 +96,31 @@ describe('with the default timeouts', () => {
     await until(() => sockets()?.connections === 0);
   });
 
+  it('answers a subscribe once the node has it: a head made right after the answer reaches the client, from a slow node too', async () => {
+    const { token } = await newToken(g, 'unlimited');
+    const client = await WsClient.open(`${g.wsBase}/local/${token}`);
+    expect(sockets()?.upstreamSubscriptions).toBe(0);
+    // The node takes 300 ms to subscribe (it has no subscription before it answers).
+    node.subscribeAnswerDelayMs = 300;
+    try {
+      const id = (await client.call('eth_subscribe', ['newHeads'])).result;
+      const made = node.mine();
+      await until(() => client.notifications(id).length === 1);
+      expect(client.notifications(id)[0]?.result).toMatchObject({ hash: made.hash });
+      // A second client of the live feed is answered at once (no second subscribe at the node).
+      const subscribedBefore = node.feedSubscribeCalls;
+      const again = (await client.call('eth_subscribe', ['newHeads'])).result;
+      expect(node.feedSubscribeCalls).toBe(subscribedBefore);
+      const next = node.mine();
+      await until(() => client.notifications(again).length === 1);
+      expect(client.notifications(again)[0]?.result).toMatchObject({ hash: next.hash });
+    } finally {
+      node.subscribeAnswerDelayMs = 0;
+    }
+    client.close();
+    await until(() => sockets()?.connections === 0);
+  });
+
   it('closes with 4029 when the monthly quota runs out during a subscription, after an error notification on each subscription', async () => {
     // Developer allows a token's own limit: 4 calls, two of them the subscribes, one head to each subscription.
     const { token } = await newToken(g, 'developer', { monthly_limit: 4 });
@@ -164,6 +189,49 @@ describe('with the default timeouts', () => {
     await until(() => sockets()?.connections === 0);
     raw.resume();
     expect(await client.whenClosed()).toMatchObject({ code: WS_CLOSE.messageTooBig });
+  });
+});
+
+describe('a node that does not answer the subscribe', () => {
+  let g: Gateway;
+  beforeAll(async () => {
+    // The chain's node timeout, 400 ms: a subscribe answer waits that long for the node at most.
+    const chains = join(mkdtempSync(join(tmpdir(), 'ws-upstream-chains-')), 'chains.json');
+    writeFileSync(
+      chains,
+      JSON.stringify({
+        chains: [{ id: 'slow', name: 'slow', protocol: 'jsonrpc', timeoutMs: 400, upstreams: [{ url: node.httpUrl, ws: node.wsUrl, label: 'slow' }] }],
+      }),
+    );
+    const t = await startTestApp({ env: { CHAINS_CONFIG: chains, PLANS_CONFIG: plansFile } });
+    g = { t, wsBase: (await listen(t)).wsBase };
+  });
+  afterAll(async () => {
+    await g?.t.close();
+  });
+  const sockets = () => g.t.runtime.telemetry.webSockets();
+
+  it("is answered after the chain's node timeout, and served once the node answers one", async () => {
+    const { token } = await newToken(g, 'unlimited');
+    const client = await WsClient.open(`${g.wsBase}/slow/${token}`);
+    node.subscribeAnswerDelayMs = 2_000;
+    let id: unknown;
+    try {
+      const started = performance.now();
+      id = (await client.call('eth_subscribe', ['newHeads'])).result;
+      expect(id).toEqual(expect.stringMatching(/^0x[0-9a-f]{32}$/));
+      // Not held for the node: answered at its timeout (the upstream socket asks again on a new connection meanwhile).
+      expect(performance.now() - started).toBeLessThan(1_500);
+    } finally {
+      node.subscribeAnswerDelayMs = 0;
+    }
+    const subscribedBefore = node.feedSubscribeCalls;
+    await until(() => node.feedSubscribeCalls > subscribedBefore);
+    await new Promise((r) => setTimeout(r, 100));
+    const made = node.mine();
+    await until(() => client.notifications(id).some((n) => (n.result as { hash?: string } | undefined)?.hash === made.hash));
+    client.close();
+    await until(() => sockets()?.connections === 0);
   });
 });
 

@@ -149,9 +149,10 @@ export async function startFakeWsUpstream(): Promise<FakeWsUpstream> {
     if (req.headers[HEAD_POLL_HEADER] !== undefined) trackers.add(socket);
     socket.on('message', (data) => {
       const text = data.toString();
-      const answer = reply(text, socket);
+      // A slow subscribe is handled late as a whole: a node has no subscription before it answers one.
       const send = () => {
-        if (socket.readyState === WebSocket.OPEN) socket.send(answer);
+        if (socket.readyState !== WebSocket.OPEN) return;
+        socket.send(reply(text, socket));
         for (const followUp of followUps.splice(0)) followUp();
       };
       if (fake.subscribeAnswerDelayMs > 0 && text.includes('"eth_subscribe"')) setTimeout(send, fake.subscribeAnswerDelayMs);

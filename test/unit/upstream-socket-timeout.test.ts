@@ -30,11 +30,11 @@ it('asks again on a new connection when the node answers a subscribe after the t
     (message) => refusals.push(message),
   );
   try {
-    await until(() => node.subscribeCalls === 1);
     await until(() => warnings.some((w) => w.includes('eth_subscribe failed')));
     node.subscribeAnswerDelayMs = 0;
-    // Asked again, on a new connection (the old one, and the node's late subscription on it, are gone).
-    await until(() => node.subscribeCalls === 2, 5_000);
+    // Asked again, on a new connection: the old one is gone before the node's late answer (a
+    // subscription the fake makes only as it answers), so the node handled one subscribe.
+    await until(() => node.subscribeCalls === 1, 5_000);
     expect(node.connectionsAccepted).toBe(2);
     // The second answer is in once a head mined now reaches the subscription.
     await until(() => {

@@ -4,9 +4,12 @@ import type { Chain } from '../chains.js';
 import { RpcCode } from '../errors.js';
 import {
   type ChainFeeds,
+  type FeedEvent,
   type FeedItem,
   type FeedRefusal,
   FeedRefused,
+  LIVE,
+  liveWithinMsOf,
   type OpenedFeed,
   type PubSubDialect,
   passthrough,
@@ -106,20 +109,27 @@ const EVM_SUBSCRIBE = { method: 'eth_subscribe', unsubscribeMethod: 'eth_unsubsc
 class EvmFeeds implements ChainFeeds {
   private readonly socket: UpstreamSocket;
   private readonly feeds = new SharedFeeds();
+  private readonly liveWithinMs: number;
 
   constructor(chain: Chain, log: UpstreamSocketLog, verdicts: NodeVerdicts) {
     this.socket = UpstreamSocket.forChain(chain, log, verdicts);
+    this.liveWithinMs = liveWithinMsOf(chain);
   }
 
   open(method: string, params: unknown): OpenedFeed | FeedRefusal {
     if (method !== 'eth_subscribe') return { error: `Method not found: ${method.slice(0, 64)}`, code: RpcCode.methodNotFound };
     const request = parseSubscribeParams(params);
     if ('error' in request) return { error: `Invalid params: ${request.error}`, code: RpcCode.invalidParams };
-    return { feed: this.feed(request), notification: 'eth_subscription', usageMethod: `eth_subscription:${request.kind}` };
+    return {
+      feed: this.feed(request),
+      notification: 'eth_subscription',
+      usageMethod: `eth_subscription:${request.kind}`,
+      liveWithinMs: this.liveWithinMs,
+    };
   }
 
   /** The shared feed for a request: the same Observable for the same kind and filter while anyone holds it. */
-  private feed(request: FeedRequest): Observable<FeedItem> {
+  private feed(request: FeedRequest): Observable<FeedEvent> {
     const key = request.filter === null ? request.kind : `${request.kind}:${JSON.stringify(request.filter)}`;
     return this.feeds.get(key, () => {
       if (request.kind === 'newHeads') return this.heads();
@@ -138,8 +148,8 @@ class EvmFeeds implements ChainFeeds {
     this.feeds.clear();
   }
 
-  private heads(): Observable<FeedItem> {
-    return new Observable<FeedItem>((subscriber) => {
+  private heads(): Observable<FeedEvent> {
+    return new Observable<FeedEvent>((subscriber) => {
       const recent = new Recent();
       let last: Head | null = null;
       // Heads are handled one after another: a gap's fetch finishes before the next head is looked at.
@@ -168,6 +178,7 @@ class EvmFeeds implements ChainFeeds {
           queue = queue.then(() => handle(result, text)).catch(() => undefined);
         },
         (message) => subscriber.error(new FeedRefused(message)),
+        () => subscriber.next(LIVE),
       );
     });
   }

@@ -1,4 +1,4 @@
-import { Observable, share } from 'rxjs';
+import { Observable, share, tap } from 'rxjs';
 import type { Chain } from '../chains.js';
 import type { NodeVerdicts, UpstreamSocket, UpstreamSocketLog, UpstreamSubscription } from './upstreamSocket.js';
 
@@ -11,10 +11,29 @@ import type { NodeVerdicts, UpstreamSocket, UpstreamSocketLog, UpstreamSubscript
 /** One notification's result as JSON text, the same for every client of its feed. */
 export type FeedItem = string;
 
+/**
+ * What a feed emits besides its items, once: the node has its subscription, so every notification
+ * from then on reaches the feed's clients. A client joining a feed already live gets it at once.
+ * A client's subscribe is answered only then (or after a bound): answered earlier, a block made
+ * while the node was still being asked would reach nobody.
+ */
+export const LIVE: unique symbol = Symbol('live');
+
+/** What a feed's Observable emits: items, and LIVE once. */
+export type FeedEvent = FeedItem | typeof LIVE;
+
+/** A subscribe answer waits for LIVE at most the chain's node timeout, and never more than this. */
+const LIVE_WAIT_MAX_MS = 5_000;
+
+/** How long a chain's clients' subscribe answers wait for LIVE at most. */
+export const liveWithinMsOf = (chain: Chain): number => Math.min(chain.timeoutMs, LIVE_WAIT_MAX_MS);
+
 /** A subscription a client may open: its shared feed, and how its notifications are named. */
 export interface OpenedFeed {
   /** Completes when the node ends the subscription itself: each client's subscription ends with it, without an unsubscribe. */
-  feed: Observable<FeedItem>;
+  feed: Observable<FeedEvent>;
+  /** How long a client's subscribe answer waits for LIVE at most (the chain's node timeout, at most 5 s): a node down meanwhile does not hold the client. */
+  liveWithinMs: number;
   /** The `method` of its notification frames: `eth_subscription`, `slotNotification`… */
   notification: string;
   /** What each delivered notification is metered as. */
@@ -90,14 +109,18 @@ export class Recent {
  * limit, a client gone) holds nothing, or each distinct filter would be kept for the process's life.
  */
 export class SharedFeeds {
-  private readonly feeds = new Map<string, Observable<FeedItem>>();
+  private readonly feeds = new Map<string, SharedFeed>();
 
-  get(key: string, make: () => Observable<FeedItem>): Observable<FeedItem> {
-    return new Observable<FeedItem>((subscriber) => {
+  get(key: string, make: () => Observable<FeedEvent>): Observable<FeedEvent> {
+    return new Observable<FeedEvent>((subscriber) => {
       let feed = this.feeds.get(key);
       if (!feed) {
+        const made: SharedFeed = { events: new Observable<FeedEvent>(), live: false };
         // A feed that ends (a one-shot subscription's last notification) is forgotten as one nobody holds.
-        const made: Observable<FeedItem> = make().pipe(
+        made.events = make().pipe(
+          tap((event) => {
+            if (event === LIVE) made.live = true;
+          }),
           share({
             resetOnRefCountZero: () => this.forget(key, made),
             resetOnComplete: () => this.forget(key, made),
@@ -107,7 +130,11 @@ export class SharedFeeds {
         this.feeds.set(key, made);
         feed = made;
       }
-      return feed.subscribe(subscriber);
+      // Joined after the node answered: LIVE was shared before, so this client gets it now.
+      const joinedLive = feed.live;
+      const subscription = feed.events.subscribe(subscriber);
+      if (joinedLive) subscriber.next(LIVE);
+      return subscription;
     });
   }
 
@@ -116,10 +143,16 @@ export class SharedFeeds {
   }
 
   /** rxjs resets the share at once after this (an Observable that emits at once). */
-  private forget(key: string, feed: Observable<FeedItem>): Observable<void> {
+  private forget(key: string, feed: SharedFeed): Observable<void> {
     if (this.feeds.get(key) === feed) this.feeds.delete(key);
     return new Observable<void>((s) => s.next());
   }
+}
+
+/** One shared feed: its events, and whether its LIVE went by. */
+interface SharedFeed {
+  events: Observable<FeedEvent>;
+  live: boolean;
 }
 
 /** The node refused a feed's subscription: each client's subscription ends with an error notification. */
@@ -143,8 +176,8 @@ export function passthrough(
   keyOf: ((result: unknown) => string | null) | null,
   isLast?: (result: unknown) => boolean,
   watch?: (deliver: Deliver) => () => void,
-): Observable<FeedItem> {
-  return new Observable<FeedItem>((subscriber) => {
+): Observable<FeedEvent> {
+  return new Observable<FeedEvent>((subscriber) => {
     const recent = new Recent();
     // The node ends a subscription whose last notification came: asking it to cancel one would only get an error.
     let endedByNode = false;
@@ -165,6 +198,7 @@ export function passthrough(
       request,
       (result, text) => deliver(result, text, true),
       (message) => subscriber.error(new FeedRefused(message)),
+      () => subscriber.next(LIVE),
     );
     const unwatch = watch?.((result, text) => deliver(result, text, false));
     return () => {

@@ -9,7 +9,7 @@ import type { ChainCalls, ChainRequest, ChainResponse } from '../chainCalls.js';
 import { JSON_CONTENT_TYPE, RpcCode, rpcError } from '../errors.js';
 import { parseJsonRpc, type RpcMember } from '../jsonrpc.js';
 import { arrayElements, documentStart, objectMembers, type Span } from '../jsonScan.js';
-import type { CallRole, FeedItem, FeedRefusal, OpenedFeed, PubSubDialect } from './pubsub.js';
+import { type CallRole, type FeedEvent, type FeedItem, type FeedRefusal, LIVE, type OpenedFeed, type PubSubDialect } from './pubsub.js';
 
 /** Close codes a client may see, documented for clients (docs: "WebSocket close codes"). */
 export const WS_CLOSE = {
@@ -86,7 +86,7 @@ interface Opening {
 
 /**
  * Where a subscribe or unsubscribe call's answer goes: sent alone, or kept for its batch's answer.
- * `start` opens the subscription, once its answer was sent (null: nothing to open).
+ * `start` sends what the subscription's feed gave before its answer, once the answer was sent (null: nothing to send).
  */
 type LocalReply = (body: string | Buffer | null, start: (() => void) | null) => void;
 
@@ -259,7 +259,7 @@ export class Session {
    * A batch with subscribe or unsubscribe calls (geth takes them in a batch too): each such member
    * is answered here as a single call would be (admitted and metered on its own), the other
    * members go through ChainCalls as one batch, and the answers leave in one frame, in the
-   * members' order; the subscriptions open after it.
+   * members' order; each subscription's notifications follow it.
    */
   private batch({ text, spans, members, calls }: SubscriptionBatch): void {
     const local = new Map<number, { body: string | Buffer | null; start: (() => void) | null }>();
@@ -342,18 +342,45 @@ export class Session {
     this.host.calls.serveWith(this.request(data), handler, (response) => {
       if (reserved) this.opening--;
       const o = opening as Opening | null;
-      reply(response.body, o === null || response.status !== 200 ? null : () => this.open(o));
+      if (o === null || response.status !== 200) reply(response.body, null);
+      else this.join(o, (release) => reply(response.body, release));
     });
   }
 
-  /** A granted subscription, once its id was sent: joins its feed. */
-  private open(o: Opening): void {
+  /**
+   * A granted subscription joins its feed before its answer is sent, and `answer` is called once
+   * the node has the subscription (the feed's LIVE), refused or ended it, or the feed's bound
+   * passed (a node down: the subscription is served once one is back). What the feed gives before
+   * the answer has left is held, and sent by `release`, after it. Answered before the node had it,
+   * a head made meanwhile would never reach the client.
+   */
+  private join(o: Opening, answer: (release: () => void) => void): void {
     if (this.closing) return;
+    let held: Array<() => void> | null = [];
+    const later = (deliver: () => void): void => {
+      if (held === null) deliver();
+      else held.push(deliver);
+    };
+    const release = (): void => {
+      const queued = held ?? [];
+      held = null;
+      for (const deliver of queued) deliver();
+    };
+    let answered = false;
+    const ready = (): void => {
+      if (answered) return;
+      answered = true;
+      clearTimeout(bound);
+      answer(release);
+    };
+    const bound = setTimeout(ready, o.opened.liveWithinMs);
+    bound.unref();
     // A feed the node ended (a signature's one notification was its last): the id is free, as on the node.
     let live: Live | null = null;
     let ended = false;
     const end = (): void => {
       ended = true;
+      ready();
       if (live === null || this.subscriptions.get(o.id) !== live) return;
       this.subscriptions.delete(o.id);
       this.host.subscriptionsChanged(this, -1);
@@ -361,12 +388,18 @@ export class Session {
     // The node refused the subscription: the client hears why, in the subscription's own notification, and it ends.
     const refused = (err: unknown): void => {
       const message = `The node refused the subscription: ${err instanceof Error ? err.message.slice(0, 200) : 'unknown error'}`;
-      this.send(
-        `{"jsonrpc":"2.0","method":"${o.opened.notification}","params":{"subscription":${o.id},"error":{"code":${RpcCode.upstreamUnavailable},"message":${JSON.stringify(message)}}}}`,
+      later(() =>
+        this.send(
+          `{"jsonrpc":"2.0","method":"${o.opened.notification}","params":{"subscription":${o.id},"error":{"code":${RpcCode.upstreamUnavailable},"message":${JSON.stringify(message)}}}}`,
+        ),
       );
       end();
     };
-    const subscription = o.opened.feed.subscribe({ next: (item) => this.notify(o.id, o.opened, item), complete: end, error: refused });
+    const next = (event: FeedEvent): void => {
+      if (event === LIVE) ready();
+      else later(() => this.notify(o.id, o.opened, event));
+    };
+    const subscription = o.opened.feed.subscribe({ next, complete: end, error: refused });
     if (ended) return;
     live = { subscription, notification: o.opened.notification };
     this.subscriptions.set(o.id, live);

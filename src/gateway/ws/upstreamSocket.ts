@@ -30,13 +30,19 @@ class UpstreamTimeout extends Error {}
 /** The node refused a subscription (its error message): it will not be asked again. */
 type OnRefused = (message: string) => void;
 
+/** The node answered the subscription with its id (the first time): every notification from then on is delivered. */
+type OnLive = () => void;
+
 /** One subscription the gateway wants from the node, kept across reconnects. */
 interface Wanted {
   request: UpstreamSubscription;
   onResult: OnResult;
   onRefused: OnRefused;
+  onLive: OnLive;
   /** The node's id for it on the current connection; null until it answered. */
   upstreamId: UpstreamId | null;
+  /** The node has answered it once (on any connection): `onLive` was called. */
+  live: boolean;
 }
 
 interface Pending {
@@ -144,10 +150,11 @@ export class UpstreamSocket {
    * reconnects, until the returned function is called: it cancels the subscription on the node,
    * unless told the node ended it itself (Solana's signature subscriptions end with their status).
    * A node that answers the subscribe call with an error (on the first connection or a later one)
-   * ends it: `onRefused` gets the node's message, and it is not asked for again.
+   * ends it: `onRefused` gets the node's message, and it is not asked for again. `onLive` is
+   * called once, when the node first answers it with its id.
    */
-  subscribe(request: UpstreamSubscription, onResult: OnResult, onRefused: OnRefused): (endedByNode?: boolean) => void {
-    const wanted: Wanted = { request, onResult, onRefused, upstreamId: null };
+  subscribe(request: UpstreamSubscription, onResult: OnResult, onRefused: OnRefused, onLive: OnLive = () => undefined): (endedByNode?: boolean) => void {
+    const wanted: Wanted = { request, onResult, onRefused, onLive, upstreamId: null, live: false };
     this.wanted.add(wanted);
     if (this.open) this.sendSubscribe(wanted);
     else this.connect();
@@ -348,6 +355,10 @@ export class UpstreamSocket {
       }
       wanted.upstreamId = id;
       this.byUpstreamId.set(id, wanted);
+      if (!wanted.live) {
+        wanted.live = true;
+        wanted.onLive();
+      }
     });
   }
 
