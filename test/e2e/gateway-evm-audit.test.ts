@@ -167,6 +167,9 @@ describe('filters: failures and batches', () => {
   it('a batch mixing filter calls, reads, denied, unknown and invalid calls and a notification: each answered in order as the node would, one usage record each', async () => {
     const ours = await result<string>(endpoint('two'), 'eth_newBlockFilter');
     await rpc(a.url, 'evm_mine');
+    // B kept at A's height or above: a head poll seeing A ahead would leave B out as lagging, and the pick (the last node) with it.
+    const height = async (url: string) => BigInt(await result<string>(url, 'eth_blockNumber'));
+    while ((await height(b.url)) < (await height(a.url))) await rpc(b.url, 'evm_mine');
     pick = 'last';
     const members = [
       call('eth_getFilterChanges', [ours]),
