@@ -16,10 +16,10 @@ export interface FakeWsUpstream {
   wsUrl: string;
   /** WebSocket connections accepted so far (a reconnect is one more). */
   connectionsAccepted: number;
-  /** eth_subscribe calls received so far. */
+  /** eth_subscribe calls handled so far (as it answers: a slow one counts once answered, and not if its connection closed first). */
   subscribeCalls: number;
   /**
-   * eth_subscribe calls received so far on connections other than the gateway's head tracker's
+   * eth_subscribe calls handled so far on connections other than the gateway's head tracker's
    * (which carries the head-poll header): its client feeds'. The tracker follows the heads while
    * the chain has calls or subscriptions.
    */

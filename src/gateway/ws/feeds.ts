@@ -10,6 +10,7 @@ import {
   FeedRefused,
   LIVE,
   liveWithinMsOf,
+  NOT_LIVE,
   type OpenedFeed,
   type PubSubDialect,
   passthrough,
@@ -179,6 +180,7 @@ class EvmFeeds implements ChainFeeds {
         },
         (message) => subscriber.error(new FeedRefused(message)),
         () => subscriber.next(LIVE),
+        () => subscriber.next(NOT_LIVE),
       );
     });
   }

@@ -12,15 +12,17 @@ import type { NodeVerdicts, UpstreamSocket, UpstreamSocketLog, UpstreamSubscript
 export type FeedItem = string;
 
 /**
- * What a feed emits besides its items, once: the node has its subscription, so every notification
- * from then on reaches the feed's clients. A client joining a feed already live gets it at once.
- * A client's subscribe is answered only then (or after a bound): answered earlier, a block made
- * while the node was still being asked would reach nobody.
+ * What a feed emits besides its items: the node has its subscription (LIVE, on each connection),
+ * so every notification from then on reaches the feed's clients; or the connection that held it
+ * dropped (NOT_LIVE) until the next LIVE. A client joining a feed live now gets LIVE at once. A
+ * client's subscribe is answered only on LIVE (or after a bound): answered earlier, a block made
+ * while the node was still being asked, or asked again after a drop, would reach nobody.
  */
 export const LIVE: unique symbol = Symbol('live');
+export const NOT_LIVE: unique symbol = Symbol('not live');
 
-/** What a feed's Observable emits: items, and LIVE once. */
-export type FeedEvent = FeedItem | typeof LIVE;
+/** What a feed's Observable emits: items, LIVE and NOT_LIVE. */
+export type FeedEvent = FeedItem | typeof LIVE | typeof NOT_LIVE;
 
 /** A subscribe answer waits for LIVE at most the chain's node timeout, and never more than this. */
 const LIVE_WAIT_MAX_MS = 5_000;
@@ -120,6 +122,7 @@ export class SharedFeeds {
         made.events = make().pipe(
           tap((event) => {
             if (event === LIVE) made.live = true;
+            else if (event === NOT_LIVE) made.live = false;
           }),
           share({
             resetOnRefCountZero: () => this.forget(key, made),
@@ -149,7 +152,7 @@ export class SharedFeeds {
   }
 }
 
-/** One shared feed: its events, and whether its LIVE went by. */
+/** One shared feed: its events, and whether the node holds its subscription now (LIVE, not NOT_LIVE, came last). */
 interface SharedFeed {
   events: Observable<FeedEvent>;
   live: boolean;
@@ -199,6 +202,7 @@ export function passthrough(
       (result, text) => deliver(result, text, true),
       (message) => subscriber.error(new FeedRefused(message)),
       () => subscriber.next(LIVE),
+      () => subscriber.next(NOT_LIVE),
     );
     const unwatch = watch?.((result, text) => deliver(result, text, false));
     return () => {

@@ -9,7 +9,7 @@ import type { ChainCalls, ChainRequest, ChainResponse } from '../chainCalls.js';
 import { JSON_CONTENT_TYPE, RpcCode, rpcError } from '../errors.js';
 import { parseJsonRpc, type RpcMember } from '../jsonrpc.js';
 import { arrayElements, documentStart, objectMembers, type Span } from '../jsonScan.js';
-import { type CallRole, type FeedEvent, type FeedItem, type FeedRefusal, LIVE, type OpenedFeed, type PubSubDialect } from './pubsub.js';
+import { type CallRole, type FeedEvent, type FeedItem, type FeedRefusal, LIVE, NOT_LIVE, type OpenedFeed, type PubSubDialect } from './pubsub.js';
 
 /** Close codes a client may see, documented for clients (docs: "WebSocket close codes"). */
 export const WS_CLOSE = {
@@ -94,6 +94,10 @@ type LocalReply = (body: string | Buffer | null, start: (() => void) | null) => 
 interface Live {
   subscription: Subscription;
   notification: string;
+  /** Its answer has left: the client knows its id, and frames for it may follow. */
+  answered: boolean;
+  /** The bound on the wait for the node (cleared once answered, or when the socket ends). */
+  bound: NodeJS.Timeout;
 }
 
 /**
@@ -361,7 +365,11 @@ export class Session {
       if (held === null) deliver();
       else held.push(deliver);
     };
+    // A feed live already answers inside feed.subscribe, before `live` below is made.
+    let released = false;
     const release = (): void => {
+      released = true;
+      if (live !== null) live.answered = true;
       const queued = held ?? [];
       held = null;
       for (const deliver of queued) deliver();
@@ -397,11 +405,11 @@ export class Session {
     };
     const next = (event: FeedEvent): void => {
       if (event === LIVE) ready();
-      else later(() => this.notify(o.id, o.opened, event));
+      else if (event !== NOT_LIVE) later(() => this.notify(o.id, o.opened, event));
     };
     const subscription = o.opened.feed.subscribe({ next, complete: end, error: refused });
     if (ended) return;
-    live = { subscription, notification: o.opened.notification };
+    live = { subscription, notification: o.opened.notification, answered: released, bound };
     this.subscriptions.set(o.id, live);
     this.host.subscriptionsChanged(this, 1);
   }
@@ -485,7 +493,9 @@ export class Session {
   /** Every subscription ends with an error notification, then the socket closes. */
   private quotaExhausted(): void {
     if (this.closing) return;
-    for (const [id, { notification }] of this.subscriptions) {
+    // One not answered yet gets none: its id is not the client's (the 4029 close says why).
+    for (const [id, { notification, answered }] of this.subscriptions) {
+      if (!answered) continue;
       this.send(
         `{"jsonrpc":"2.0","method":"${notification}","params":{"subscription":${id},"error":{"code":${RpcCode.limitExceeded},"message":"The monthly request limit is reached."}}}`,
       );
@@ -526,7 +536,10 @@ export class Session {
 
   private stopSubscriptions(): void {
     const n = this.subscriptions.size;
-    for (const s of this.subscriptions.values()) s.subscription.unsubscribe();
+    for (const s of this.subscriptions.values()) {
+      s.subscription.unsubscribe();
+      clearTimeout(s.bound);
+    }
     this.subscriptions.clear();
     this.outbox.length = 0;
     if (n > 0) this.host.subscriptionsChanged(this, -n);

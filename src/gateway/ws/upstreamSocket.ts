@@ -30,8 +30,11 @@ class UpstreamTimeout extends Error {}
 /** The node refused a subscription (its error message): it will not be asked again. */
 type OnRefused = (message: string) => void;
 
-/** The node answered the subscription with its id (the first time): every notification from then on is delivered. */
+/** The node answered the subscription with its id (on each connection): every notification from then on is delivered. */
 type OnLive = () => void;
+
+/** The connection that held the subscription dropped: until the next OnLive the node has none. */
+type OnDown = () => void;
 
 /** One subscription the gateway wants from the node, kept across reconnects. */
 interface Wanted {
@@ -39,10 +42,9 @@ interface Wanted {
   onResult: OnResult;
   onRefused: OnRefused;
   onLive: OnLive;
+  onDown: OnDown;
   /** The node's id for it on the current connection; null until it answered. */
   upstreamId: UpstreamId | null;
-  /** The node has answered it once (on any connection): `onLive` was called. */
-  live: boolean;
 }
 
 interface Pending {
@@ -151,10 +153,17 @@ export class UpstreamSocket {
    * unless told the node ended it itself (Solana's signature subscriptions end with their status).
    * A node that answers the subscribe call with an error (on the first connection or a later one)
    * ends it: `onRefused` gets the node's message, and it is not asked for again. `onLive` is
-   * called once, when the node first answers it with its id.
+   * called each time the node answers it with its id (once per connection), `onDown` each time
+   * the connection that held it drops.
    */
-  subscribe(request: UpstreamSubscription, onResult: OnResult, onRefused: OnRefused, onLive: OnLive = () => undefined): (endedByNode?: boolean) => void {
-    const wanted: Wanted = { request, onResult, onRefused, onLive, upstreamId: null, live: false };
+  subscribe(
+    request: UpstreamSubscription,
+    onResult: OnResult,
+    onRefused: OnRefused,
+    onLive: OnLive = () => undefined,
+    onDown: OnDown = () => undefined,
+  ): (endedByNode?: boolean) => void {
+    const wanted: Wanted = { request, onResult, onRefused, onLive, onDown, upstreamId: null };
     this.wanted.add(wanted);
     if (this.open) this.sendSubscribe(wanted);
     else this.connect();
@@ -242,7 +251,10 @@ export class UpstreamSocket {
     this.open = false;
     this.stopChecks();
     this.byUpstreamId.clear();
-    for (const w of this.wanted) w.upstreamId = null;
+    for (const w of this.wanted) {
+      if (w.upstreamId !== null) w.onDown();
+      w.upstreamId = null;
+    }
     for (const [id, p] of this.pending) {
       clearTimeout(p.timer);
       p.answered(new Error('upstream socket closed'), undefined);
@@ -355,10 +367,7 @@ export class UpstreamSocket {
       }
       wanted.upstreamId = id;
       this.byUpstreamId.set(id, wanted);
-      if (!wanted.live) {
-        wanted.live = true;
-        wanted.onLive();
-      }
+      wanted.onLive();
     });
   }
 
