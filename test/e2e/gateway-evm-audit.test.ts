@@ -170,6 +170,12 @@ describe('filters: failures and batches', () => {
     // B kept at A's height or above: a head poll seeing A ahead would leave B out as lagging, and the pick (the last node) with it.
     const height = async (url: string) => BigInt(await result<string>(url, 'eth_blockNumber'));
     while ((await height(b.url)) < (await height(a.url))) await rpc(b.url, 'evm_mine');
+    // …and seen so by head tracking (a poll in between would still see A ahead).
+    const [atA, atB] = [Number(await height(a.url)), Number(await height(b.url))];
+    await until(() => {
+      const seen = gateway.pools.get('two')?.heads?.upstreams;
+      return seen?.[0]?.head === atA && seen?.[1]?.head === atB;
+    });
     pick = 'last';
     const members = [
       call('eth_getFilterChanges', [ours]),
