@@ -41,6 +41,16 @@ const newToken = ({ t }: Gateway, plan: string, fields: Record<string, unknown> 
 
 const headNumbers = (client: WsClient, id: unknown) => client.notifications(id).map((n) => Number.parseInt((n.result as { number: string }).number, 16));
 
+/** Runs `body` with the node `ms` slow to answer each subscribe (it has none until it answers), then quick again. */
+async function withSlowSubscribes(ms: number, body: () => Promise<void>): Promise<void> {
+  node.subscribeAnswerDelayMs = ms;
+  try {
+    await body();
+  } finally {
+    node.subscribeAnswerDelayMs = 0;
+  }
+}
+
 describe('with the default timeouts', () => {
   let g: Gateway;
   beforeAll(async () => {
@@ -101,8 +111,7 @@ describe('with the default timeouts', () => {
     const client = await WsClient.open(`${g.wsBase}/local/${token}`);
     expect(sockets()?.upstreamSubscriptions).toBe(0);
     // The node takes 300 ms to subscribe (it has no subscription before it answers).
-    node.subscribeAnswerDelayMs = 300;
-    try {
+    await withSlowSubscribes(300, async () => {
       const id = (await client.call('eth_subscribe', ['newHeads'])).result;
       const made = node.mine();
       await until(() => client.notifications(id).length === 1);
@@ -114,9 +123,7 @@ describe('with the default timeouts', () => {
       const next = node.mine();
       await until(() => client.notifications(again).length === 1);
       expect(client.notifications(again)[0]?.result).toMatchObject({ hash: next.hash });
-    } finally {
-      node.subscribeAnswerDelayMs = 0;
-    }
+    });
     client.close();
     await until(() => sockets()?.connections === 0);
   });
@@ -129,8 +136,7 @@ describe('with the default timeouts', () => {
     const { token } = await newToken(g, 'developer', { monthly_limit: 2 });
     const client = await WsClient.open(`${g.wsBase}/local/${token}`);
     const heads = (await client.call('eth_subscribe', ['newHeads'])).result;
-    node.subscribeAnswerDelayMs = 1_000;
-    try {
+    await withSlowSubscribes(1_000, async () => {
       // A second feed the node is slow to answer (the fake refuses logs, 1 s later): held meanwhile.
       const call = client.send('eth_subscribe', ['logs', { address: `0x${'11'.repeat(20)}` }]);
       await new Promise((r) => setTimeout(r, 300));
@@ -143,9 +149,7 @@ describe('with the default timeouts', () => {
       // Every subscription that got a notification was answered to the client first; the held one's
       // call ends unanswered with the socket, as any call in flight at the 4029 close.
       for (const id of errored) expect(answered).toContain(id);
-    } finally {
-      node.subscribeAnswerDelayMs = 0;
-    }
+    });
     await until(() => sockets()?.connections === 0);
   });
 
@@ -185,8 +189,7 @@ describe('with the default timeouts', () => {
     const { token } = await newToken(g, 'unlimited');
     const client = await WsClient.open(`${g.wsBase}/local/${token}`);
     await client.call('eth_subscribe', ['newHeads']);
-    node.subscribeAnswerDelayMs = 800;
-    try {
+    await withSlowSubscribes(800, async () => {
       client.ws.send(
         JSON.stringify([
           { jsonrpc: '2.0', id: 'a', method: 'eth_subscribe', params: ['newHeads'] },
@@ -204,9 +207,7 @@ describe('with the default timeouts', () => {
       const first = client.frames.findIndex((f) => f.method === 'eth_subscription' && (f.params as { subscription: unknown }).subscription === a);
       expect(first).toBeGreaterThan(at);
       expect(client.notifications(a)[0]?.result).toMatchObject({ hash: made.hash });
-    } finally {
-      node.subscribeAnswerDelayMs = 0;
-    }
+    });
     client.close();
     await until(() => sockets()?.connections === 0);
   });
@@ -216,8 +217,7 @@ describe('with the default timeouts', () => {
     const { token } = await newToken(g, 'developer', { monthly_limit: 3 });
     const client = await WsClient.open(`${g.wsBase}/local/${token}`);
     await client.call('eth_subscribe', ['newHeads']);
-    node.subscribeAnswerDelayMs = 1_000;
-    try {
+    await withSlowSubscribes(1_000, async () => {
       client.ws.send(
         JSON.stringify([
           { jsonrpc: '2.0', id: 'a', method: 'eth_subscribe', params: ['newHeads'] },
@@ -234,9 +234,7 @@ describe('with the default timeouts', () => {
         .map((f) => (f.params as { subscription: unknown }).subscription)
         .filter((id) => !ids.has(id));
       expect(unknown).toEqual([]);
-    } finally {
-      node.subscribeAnswerDelayMs = 0;
-    }
+    });
     await until(() => sockets()?.connections === 0);
   });
 
@@ -333,17 +331,14 @@ describe('a node that does not answer the subscribe', () => {
   it("is answered after the chain's node timeout, and served once the node answers one", async () => {
     const { token } = await newToken(g, 'unlimited');
     const client = await WsClient.open(`${g.wsBase}/slow/${token}`);
-    node.subscribeAnswerDelayMs = 2_000;
     let id: unknown;
-    try {
+    await withSlowSubscribes(2_000, async () => {
       const started = performance.now();
       id = (await client.call('eth_subscribe', ['newHeads'])).result;
       expect(id).toEqual(expect.stringMatching(/^0x[0-9a-f]{32}$/));
       // Not held for the node: answered at its timeout (the upstream socket asks again on a new connection meanwhile).
       expect(performance.now() - started).toBeLessThan(1_500);
-    } finally {
-      node.subscribeAnswerDelayMs = 0;
-    }
+    });
     const subscribedBefore = node.feedSubscribeCalls;
     await until(() => node.feedSubscribeCalls > subscribedBefore);
     await new Promise((r) => setTimeout(r, 100));

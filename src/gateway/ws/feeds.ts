@@ -9,7 +9,6 @@ import {
   type FeedRefusal,
   FeedRefused,
   LIVE,
-  liveWithinMsOf,
   NOT_LIVE,
   type OpenedFeed,
   type PubSubDialect,
@@ -110,11 +109,9 @@ const EVM_SUBSCRIBE = { method: 'eth_subscribe', unsubscribeMethod: 'eth_unsubsc
 class EvmFeeds implements ChainFeeds {
   private readonly socket: UpstreamSocket;
   private readonly feeds = new SharedFeeds();
-  private readonly liveWithinMs: number;
 
   constructor(chain: Chain, log: UpstreamSocketLog, verdicts: NodeVerdicts) {
     this.socket = UpstreamSocket.forChain(chain, log, verdicts);
-    this.liveWithinMs = liveWithinMsOf(chain);
   }
 
   open(method: string, params: unknown): OpenedFeed | FeedRefusal {
@@ -125,7 +122,6 @@ class EvmFeeds implements ChainFeeds {
       feed: this.feed(request),
       notification: 'eth_subscription',
       usageMethod: `eth_subscription:${request.kind}`,
-      liveWithinMs: this.liveWithinMs,
     };
   }
 
@@ -179,8 +175,7 @@ class EvmFeeds implements ChainFeeds {
           queue = queue.then(() => handle(result, text)).catch(() => undefined);
         },
         (message) => subscriber.error(new FeedRefused(message)),
-        () => subscriber.next(LIVE),
-        () => subscriber.next(NOT_LIVE),
+        (live) => subscriber.next(live ? LIVE : NOT_LIVE),
       );
     });
   }

@@ -34,8 +34,6 @@ export const liveWithinMsOf = (chain: Chain): number => Math.min(chain.timeoutMs
 export interface OpenedFeed {
   /** Completes when the node ends the subscription itself: each client's subscription ends with it, without an unsubscribe. */
   feed: Observable<FeedEvent>;
-  /** How long a client's subscribe answer waits for LIVE at most (the chain's node timeout, at most 5 s): a node down meanwhile does not hold the client. */
-  liveWithinMs: number;
   /** The `method` of its notification frames: `eth_subscription`, `slotNotification`… */
   notification: string;
   /** What each delivered notification is metered as. */
@@ -201,8 +199,7 @@ export function passthrough(
       request,
       (result, text) => deliver(result, text, true),
       (message) => subscriber.error(new FeedRefused(message)),
-      () => subscriber.next(LIVE),
-      () => subscriber.next(NOT_LIVE),
+      (live) => subscriber.next(live ? LIVE : NOT_LIVE),
     );
     const unwatch = watch?.((result, text) => deliver(result, text, false));
     return () => {

@@ -9,7 +9,17 @@ import type { ChainCalls, ChainRequest, ChainResponse } from '../chainCalls.js';
 import { JSON_CONTENT_TYPE, RpcCode, rpcError } from '../errors.js';
 import { parseJsonRpc, type RpcMember } from '../jsonrpc.js';
 import { arrayElements, documentStart, objectMembers, type Span } from '../jsonScan.js';
-import { type CallRole, type FeedEvent, type FeedItem, type FeedRefusal, LIVE, NOT_LIVE, type OpenedFeed, type PubSubDialect } from './pubsub.js';
+import {
+  type CallRole,
+  type FeedEvent,
+  type FeedItem,
+  type FeedRefusal,
+  LIVE,
+  liveWithinMsOf,
+  NOT_LIVE,
+  type OpenedFeed,
+  type PubSubDialect,
+} from './pubsub.js';
 
 /** Close codes a client may see, documented for clients (docs: "WebSocket close codes"). */
 export const WS_CLOSE = {
@@ -82,6 +92,8 @@ interface Opening {
   /** The client's subscription id, as JSON text. */
   id: string;
   opened: OpenedFeed;
+  /** How long its answer waits for the node at most (the chain's node timeout, at most 5 s): a node down meanwhile does not hold the client. */
+  liveWithinMs: number;
 }
 
 /**
@@ -335,7 +347,7 @@ export class Session {
           };
         }
         const id = this.dialect.newSubscriptionId((taken) => this.subscriptions.has(taken));
-        opening = { id, opened: found };
+        opening = { id, opened: found, liveWithinMs: liveWithinMsOf(scope.chain) };
         const usage = draft(call.method, null, null);
         usage.charged = true;
         return { status: 200, body: `{"jsonrpc":"2.0","id":${idText},"result":${id}}`, contentType: JSON_CONTENT_TYPE, admission: a, usage: [usage] };
@@ -366,9 +378,7 @@ export class Session {
       else held.push(deliver);
     };
     // A feed live already answers inside feed.subscribe, before `live` below is made.
-    let released = false;
     const release = (): void => {
-      released = true;
       if (live !== null) live.answered = true;
       const queued = held ?? [];
       held = null;
@@ -381,7 +391,7 @@ export class Session {
       clearTimeout(bound);
       answer(release);
     };
-    const bound = setTimeout(ready, o.opened.liveWithinMs);
+    const bound = setTimeout(ready, o.liveWithinMs);
     bound.unref();
     // A feed the node ended (a signature's one notification was its last): the id is free, as on the node.
     let live: Live | null = null;
@@ -409,7 +419,7 @@ export class Session {
     };
     const subscription = o.opened.feed.subscribe({ next, complete: end, error: refused });
     if (ended) return;
-    live = { subscription, notification: o.opened.notification, answered: released, bound };
+    live = { subscription, notification: o.opened.notification, answered: held === null, bound };
     this.subscriptions.set(o.id, live);
     this.host.subscriptionsChanged(this, 1);
   }

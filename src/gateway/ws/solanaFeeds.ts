@@ -1,7 +1,7 @@
 import { randomInt } from 'node:crypto';
 import type { Chain } from '../chains.js';
 import { RpcCode } from '../errors.js';
-import { type ChainFeeds, type Deliver, type FeedRefusal, liveWithinMsOf, type OpenedFeed, type PubSubDialect, passthrough, SharedFeeds } from './pubsub.js';
+import { type ChainFeeds, type Deliver, type FeedRefusal, type OpenedFeed, type PubSubDialect, passthrough, SharedFeeds } from './pubsub.js';
 import { type NodeVerdicts, UpstreamSocket, type UpstreamSocketLog } from './upstreamSocket.js';
 
 /**
@@ -250,11 +250,9 @@ class SolanaFeeds implements ChainFeeds {
   private readonly feeds = new SharedFeeds();
   /** What each open signature feed does after a reconnect. */
   private readonly onReconnect = new Set<() => void>();
-  private readonly liveWithinMs: number;
 
   constructor(chain: Chain, log: UpstreamSocketLog, verdicts: NodeVerdicts) {
     this.socket = UpstreamSocket.forChain(chain, log, verdicts);
-    this.liveWithinMs = liveWithinMsOf(chain);
     this.socket.onReconnect = () => {
       for (const fetch of [...this.onReconnect]) fetch();
     };
@@ -298,7 +296,7 @@ class SolanaFeeds implements ChainFeeds {
         kind === 'signature' ? this.fetchStatusOnReconnect(parsed) : undefined,
       ),
     );
-    return { feed, notification: `${kind}Notification`, usageMethod: `${kind}Notification`, liveWithinMs: this.liveWithinMs };
+    return { feed, notification: `${kind}Notification`, usageMethod: `${kind}Notification` };
   }
 
   get upstreamSubscriptions(): number {

@@ -30,11 +30,12 @@ class UpstreamTimeout extends Error {}
 /** The node refused a subscription (its error message): it will not be asked again. */
 type OnRefused = (message: string) => void;
 
-/** The node answered the subscription with its id (on each connection): every notification from then on is delivered. */
-type OnLive = () => void;
-
-/** The connection that held the subscription dropped: until the next OnLive the node has none. */
-type OnDown = () => void;
+/**
+ * true: the node answered the subscription with its id (on each connection), so every
+ * notification from then on is delivered; false: the connection that held it dropped, and the
+ * node has none until the next true.
+ */
+type OnLive = (live: boolean) => void;
 
 /** One subscription the gateway wants from the node, kept across reconnects. */
 interface Wanted {
@@ -42,7 +43,6 @@ interface Wanted {
   onResult: OnResult;
   onRefused: OnRefused;
   onLive: OnLive;
-  onDown: OnDown;
   /** The node's id for it on the current connection; null until it answered. */
   upstreamId: UpstreamId | null;
 }
@@ -152,18 +152,12 @@ export class UpstreamSocket {
    * reconnects, until the returned function is called: it cancels the subscription on the node,
    * unless told the node ended it itself (Solana's signature subscriptions end with their status).
    * A node that answers the subscribe call with an error (on the first connection or a later one)
-   * ends it: `onRefused` gets the node's message, and it is not asked for again. `onLive` is
-   * called each time the node answers it with its id (once per connection), `onDown` each time
-   * the connection that held it drops.
+   * ends it: `onRefused` gets the node's message, and it is not asked for again. `onLive(true)` is
+   * called each time the node answers it with its id (once per connection), `onLive(false)` each
+   * time the connection that held it drops.
    */
-  subscribe(
-    request: UpstreamSubscription,
-    onResult: OnResult,
-    onRefused: OnRefused,
-    onLive: OnLive = () => undefined,
-    onDown: OnDown = () => undefined,
-  ): (endedByNode?: boolean) => void {
-    const wanted: Wanted = { request, onResult, onRefused, onLive, onDown, upstreamId: null };
+  subscribe(request: UpstreamSubscription, onResult: OnResult, onRefused: OnRefused, onLive: OnLive = () => undefined): (endedByNode?: boolean) => void {
+    const wanted: Wanted = { request, onResult, onRefused, onLive, upstreamId: null };
     this.wanted.add(wanted);
     if (this.open) this.sendSubscribe(wanted);
     else this.connect();
@@ -252,7 +246,7 @@ export class UpstreamSocket {
     this.stopChecks();
     this.byUpstreamId.clear();
     for (const w of this.wanted) {
-      if (w.upstreamId !== null) w.onDown();
+      if (w.upstreamId !== null) w.onLive(false);
       w.upstreamId = null;
     }
     for (const [id, p] of this.pending) {
@@ -367,7 +361,7 @@ export class UpstreamSocket {
       }
       wanted.upstreamId = id;
       this.byUpstreamId.set(id, wanted);
-      wanted.onLive();
+      wanted.onLive(true);
     });
   }
 
