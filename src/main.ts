@@ -1,9 +1,8 @@
 import { accessSync, constants, mkdirSync, statSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { startExpiryScheduler } from './commands/expiryScheduler.js';
 import { type Config, ConfigError, loadConfig } from './config.js';
 import { ChainConfigError } from './gateway/chains.js';
-import { type Devnet, startDevnet } from './infra/devnet.js';
+import { type Devnet, startDevnetPreferring } from './infra/devnet.js';
 import { EventStoreError } from './infra/eventstore/errors.js';
 import { DependencyUnreachableError } from './infra/startup.js';
 import { openRuntime } from './runtime.js';
@@ -11,17 +10,10 @@ import { buildServer } from './server.js';
 
 const DEVNET_PORT = 8545;
 
-const portIsFree = (port: number): Promise<boolean> =>
-  new Promise((resolve) => {
-    const probe = createServer();
-    probe.once('error', () => resolve(false));
-    probe.listen(port, '127.0.0.1', () => probe.close(() => resolve(true)));
-  });
-
 /** The `local` chain gets an in-process EVM devnet unless an upstream is configured for it. */
 async function maybeStartDevnet(config: Config): Promise<Devnet | null> {
   if (config.role !== 'all' || !config.localDevnet || config.env.UPSTREAM_LOCAL) return null;
-  const devnet = await startDevnet({ port: (await portIsFree(DEVNET_PORT)) ? DEVNET_PORT : 0 });
+  const devnet = await startDevnetPreferring(DEVNET_PORT);
   // ganache speaks WebSocket (eth_subscribe) on its HTTP port.
   config.env = { ...config.env, UPSTREAM_LOCAL: devnet.url, UPSTREAM_LOCAL_WS: devnet.url.replace(/^http/, 'ws') };
   return devnet;

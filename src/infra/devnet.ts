@@ -23,3 +23,17 @@ export async function startDevnet(options: { port?: number; chainId?: number } =
   await server.listen(options.port ?? 0, '127.0.0.1');
   return { url: `http://127.0.0.1:${server.address().port}`, close: () => server.close() };
 }
+
+/**
+ * A devnet on `port`, or on any free port when it is taken (another gateway's devnet, or one
+ * starting at this very moment). The port is asked for, not probed first: two processes that
+ * both probed it free would both try it, and one would die with EADDRINUSE.
+ */
+export async function startDevnetPreferring(port: number, options: { chainId?: number } = {}): Promise<Devnet> {
+  try {
+    return await startDevnet({ ...options, port });
+  } catch (e) {
+    if ((e as { code?: unknown }).code !== 'EADDRINUSE') throw e;
+    return startDevnet({ ...options, port: 0 });
+  }
+}
