@@ -212,6 +212,50 @@ describe('with the default timeouts', () => {
     await until(() => sockets()?.connections === 0);
   });
 
+  it('a batch: a member holding more than the send bound while a slow member is awaited ends with an error, after what it held', async () => {
+    const { token } = await newToken(g, 'unlimited');
+    const client = await WsClient.open(`${g.wsBase}/local/${token}`);
+    const single = (await client.call('eth_subscribe', ['newHeads'])).result;
+    const heads = 1_500;
+    await withSlowSubscribes(3_000, async () => {
+      client.ws.send(
+        JSON.stringify([
+          { jsonrpc: '2.0', id: 'a', method: 'eth_subscribe', params: ['newHeads'] },
+          { jsonrpc: '2.0', id: 'b', method: 'eth_subscribe', params: ['logs', { address: `0x${'44'.repeat(20)}` }] },
+        ]),
+      );
+      await new Promise((r) => setTimeout(r, 200));
+      // ~1.5 MB of heads while the batch waits for b: more than the 1 MiB a client's unread frames may take.
+      for (let i = 0; i < heads; i++) node.mine();
+      await until(() => client.notifications(single).length === heads, 20_000);
+      await until(() => client.frames.some((f) => Array.isArray(f)), 10_000);
+    });
+    const batch = client.frames.find((f) => Array.isArray(f)) as unknown as Array<Record<string, unknown>>;
+    const a = batch.find((m) => m.id === 'a')?.result;
+    await until(() =>
+      client.frames.some((f) => (f.params as { subscription?: unknown; error?: unknown } | undefined)?.subscription === a && 'error' in (f.params as object)),
+    );
+    const ofA = client.frames.filter((f) => f.method === 'eth_subscription' && (f.params as { subscription: unknown }).subscription === a);
+    const held = ofA.filter((f) => 'result' in (f.params as object));
+    const heldBytes = held.reduce((sum, f) => sum + JSON.stringify((f.params as { result: unknown }).result).length, 0);
+    expect({
+      // What it held came, in order, then the error, and nothing after it.
+      last: (ofA.at(-1)?.params as { error?: { code: number } }).error?.code,
+      errors: ofA.length - held.length,
+      heldSome: held.length > 0,
+      heldWithinBound: heldBytes <= 1024 * 1024,
+      endedEarly: held.length < heads,
+      single: client.notifications(single).length,
+    }).toEqual({ last: -32005, errors: 1, heldSome: true, heldWithinBound: true, endedEarly: true, single: heads });
+    // Its id is free again: unsubscribing it says so; the socket and its other subscription go on.
+    expect((await client.call('eth_unsubscribe', [a])).result).toBe(false);
+    node.mine();
+    await until(() => client.notifications(single).length === heads + 1);
+    expect(client.closed).toBeNull();
+    client.close();
+    await until(() => sockets()?.connections === 0);
+  }, 60_000);
+
   it('a batch, quota exhausted while its answer waits for a slow member: no notification for a member before the batch answer', async () => {
     // 3 calls: the first subscribe and the batch's two subscribes; the next head exhausts the quota.
     const { token } = await newToken(g, 'developer', { monthly_limit: 3 });

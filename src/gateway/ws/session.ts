@@ -136,6 +136,8 @@ export class Session {
   private allowedSubscriptions = 0;
   /** performance.now() of the client's last frame (a call or a pong). */
   lastHeardAt = performance.now();
+  /** Bytes of notifications held for subscriptions whose answers have not left (their batch waits for a slower member). */
+  private heldBytes = 0;
   /** The node's answers to the dialect's heartbeat calls on this socket, as result JSON text by method. */
   private readonly heartbeatAnswers = new Map<string, string>();
   /** performance.now() of the last heartbeat call answered uncharged. */
@@ -373,6 +375,7 @@ export class Session {
   private join(o: Opening, answer: (release: () => void) => void): void {
     if (this.closing) return;
     let held: Array<() => void> | null = [];
+    let heldBytes = 0;
     const later = (deliver: () => void): void => {
       if (held === null) deliver();
       else held.push(deliver);
@@ -382,6 +385,7 @@ export class Session {
       if (live !== null) live.answered = true;
       const queued = held ?? [];
       held = null;
+      this.heldBytes -= heldBytes;
       for (const deliver of queued) deliver();
     };
     let answered = false;
@@ -403,21 +407,40 @@ export class Session {
       this.subscriptions.delete(o.id);
       this.host.subscriptionsChanged(this, -1);
     };
-    // The node refused the subscription: the client hears why, in the subscription's own notification, and it ends.
-    const refused = (err: unknown): void => {
-      const message = `The node refused the subscription: ${err instanceof Error ? err.message.slice(0, 200) : 'unknown error'}`;
+    // The client hears why its subscription ended in the subscription's own notification, after what it held.
+    const endWithError = (code: number, message: string): void => {
       later(() =>
-        this.send(
-          `{"jsonrpc":"2.0","method":"${o.opened.notification}","params":{"subscription":${o.id},"error":{"code":${RpcCode.upstreamUnavailable},"message":${JSON.stringify(message)}}}}`,
+        this.sendAfterNotifications(
+          `{"jsonrpc":"2.0","method":"${o.opened.notification}","params":{"subscription":${o.id},"error":{"code":${code},"message":${JSON.stringify(message)}}}}`,
         ),
       );
       end();
     };
+    const refused = (err: unknown): void =>
+      endWithError(RpcCode.upstreamUnavailable, `The node refused the subscription: ${err instanceof Error ? err.message.slice(0, 200) : 'unknown error'}`);
+    // What waits for an answer is memory the client cannot drain: held as its send buffer would be, no more.
+    let cut = false;
+    const overflowed = (): void => {
+      cut = true;
+      live?.subscription.unsubscribe();
+      endWithError(
+        RpcCode.limitExceeded,
+        `Subscription ended: its notifications while its answer waited for the rest of its batch passed ${this.host.maxSendBufferBytes} bytes; subscribe outside a batch with slow calls`,
+      );
+    };
     const next = (event: FeedEvent): void => {
       if (event === LIVE) ready();
-      else if (event !== NOT_LIVE) later(() => this.notify(o.id, o.opened, event));
+      else if (event === NOT_LIVE || cut) return;
+      else if (held === null) this.notify(o.id, o.opened, event);
+      else if (this.heldBytes + event.length > this.host.maxSendBufferBytes) overflowed();
+      else {
+        heldBytes += event.length;
+        this.heldBytes += event.length;
+        held.push(() => this.notify(o.id, o.opened, event));
+      }
     };
     const subscription = o.opened.feed.subscribe({ next, complete: end, error: refused });
+    if (cut) subscription.unsubscribe();
     if (ended) return;
     live = { subscription, notification: o.opened.notification, answered: held === null, bound };
     this.subscriptions.set(o.id, live);
@@ -511,6 +534,13 @@ export class Session {
       );
     }
     this.close(WS_CLOSE.quotaExhausted, 'monthly request limit reached');
+  }
+
+  /** A frame that leaves after the notifications before it, which may still be being admitted. */
+  private sendAfterNotifications(frame: string): void {
+    if (this.closing) return;
+    this.outbox.push({ frame, done: true });
+    this.flush();
   }
 
   private flush(): void {
