@@ -240,7 +240,7 @@ describe('with the default timeouts', () => {
     const heldBytes = held.reduce((sum, f) => sum + JSON.stringify((f.params as { result: unknown }).result).length, 0);
     expect({
       // What it held came, in order, then the error, and nothing after it.
-      last: (ofA.at(-1)?.params as { error?: { code: number } }).error?.code,
+      last: (ofA.at(-1)?.params as { error?: { code: number } } | undefined)?.error?.code,
       errors: ofA.length - held.length,
       heldSome: held.length > 0,
       heldWithinBound: heldBytes <= 1024 * 1024,
