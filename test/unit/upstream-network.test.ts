@@ -1,5 +1,7 @@
 import { describe, expect, it } from 'vitest';
+import { keepableResult } from '../../src/gateway/cache/rpcReads.js';
 import type { HeadTracking } from '../../src/gateway/chains.js';
+import { callShapeOf } from '../../src/gateway/upstreams/callShape.js';
 import { ChainHeads, networkOf } from '../../src/gateway/upstreams/heads.js';
 
 /**
@@ -194,6 +196,17 @@ describe("a node on another network than the chain's", () => {
     await poll();
     expect(h.network).toBe('1');
     expect(h.generation).toBeGreaterThan(generation);
+  });
+
+  it('keeps no answer of a node until it said the chain’s network: one asked before its first poll, or on another, is served but not cached', async () => {
+    const nodes: Node[] = [{ chainId: '0x539' }, { chainId: '0x1' }];
+    const { h, poll } = evmNodes(nodes, '1337');
+    const chainId = callShapeOf(h, 'eth_chainId', '[]');
+    const keptFrom = (label: string, result: string) => keepableResult(answer(result), 'eth_chainId', chainId, h, h.epoch, label);
+    // Before any poll: no node said its network yet.
+    expect([keptFrom('n0', '0x539'), keptFrom('n1', '0x1')]).toEqual([null, null]);
+    await poll();
+    expect([keptFrom('n0', '0x539'), keptFrom('n1', '0x1')]).toEqual(['"0x539"', null]);
   });
 
   it('reads a Solana node’s cluster by its genesis hash', async () => {

@@ -239,7 +239,7 @@ export function keepableResult(
   epochAsked: number,
   upstream: string,
 ): string | null {
-  if (!shape.cacheable) return null;
+  if (!shape.cacheable || !heads.saidChainNetwork(upstream)) return null;
   let resultText: string;
   try {
     const text = typeof body === 'string' ? body : body.toString('utf8');

@@ -811,6 +811,18 @@ export class ChainHeads {
    * fork the others dropped, answers a height they finalized with its fork's block), never above
    * the chain's. Null: not known.
    */
+  /**
+   * Whether node `label` said the chain's network: until it has (a node asked nothing yet, at
+   * start), its answers are served but not kept. Kept, one from a node on another network
+   * (`eth_chainId`, a block) would be served from the cache, and from the shared one by every
+   * gateway, after the node itself takes no call any more.
+   */
+  saidChainNetwork(label: string): boolean {
+    const index = this.byLabel.get(label);
+    if (index === undefined || this.network === null) return false;
+    return this.networks[index] === this.network;
+  }
+
   finalizedBy(label: string): number | null {
     const index = this.byLabel.get(label);
     const own = index === undefined ? null : (this.upstreams[index]?.finalized ?? null);
