@@ -99,6 +99,12 @@ const Env = z.object({
    */
   USAGE_SEND_MS: wholeNumber(1, 10_000).default(20),
   /**
+   * How long the projector lets a live batch of usage events gather more before it commits it:
+   * each roll-up a batch touches is written once for all its calls (shorter: fresher metrics for
+   * more writes). Nobody waits on it but a reader of the metrics.
+   */
+  USAGE_LINGER_MS: wholeNumber(0, 10_000).default(250),
+  /**
    * The embedded default's usage journal (DATA_DIR/usage-journal) outlives a killed process as
    * it is; `always` syncs each event-loop turn's write to the disk, so it outlives a power loss too.
    */
@@ -191,6 +197,8 @@ export interface Config {
   storageThread: boolean;
   /** How long the embedded gateway gathers usage records before sending them on together to the storage thread (USAGE_SEND_MS). */
   usageSendEveryMs: number;
+  /** How long a live batch of usage events gathers more before the projector commits it (USAGE_LINGER_MS). */
+  usageLingerMs: number;
   /** Sync the usage journal's writes to the disk (USAGE_JOURNAL_FSYNC=always). */
   usageJournalFsync: boolean;
   /** How long to wait at start for the production services (STARTUP_TIMEOUT_SECONDS). */
@@ -309,6 +317,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     limitsFailClosed: e.LIMITS_FAIL_CLOSED === 'true',
     storageThread: e.STORAGE_THREAD === 'on',
     usageSendEveryMs: e.USAGE_SEND_MS,
+    usageLingerMs: e.USAGE_LINGER_MS,
     usageJournalFsync: e.USAGE_JOURNAL_FSYNC === 'always',
     startupTimeoutMs: e.STARTUP_TIMEOUT_SECONDS * 1000,
     http: { headersTimeoutMs: e.HEADERS_TIMEOUT_MS, requestTimeoutMs: e.REQUEST_TIMEOUT_MS, keepAliveTimeoutMs: e.KEEP_ALIVE_TIMEOUT_MS },

@@ -113,6 +113,7 @@ export async function openRuntime(config: Config, clock?: () => Date, options: R
           consumer,
           plans: config.plans,
           usageSendEveryMs: config.usageSendEveryMs,
+          usageLingerMs: config.usageLingerMs,
           // Without its stores the process can serve nothing well: it stops, for its supervisor to start it again.
           onFailure: (error) => {
             console.error(`storage thread failed: ${error.message}`);
@@ -178,7 +179,7 @@ export async function openRuntime(config: Config, clock?: () => Date, options: R
       redisClients.push(planChanges);
     }
     const project = (): void => {
-      const parts = startProjecting({ store, readModels, feed, usageQueue: openedQueue, plans: config.plans, now });
+      const parts = startProjecting({ store, readModels, feed, usageQueue: openedQueue, plans: config.plans, now, lingerMs: config.usageLingerMs });
       ({ projector, ingester, retention } = parts);
       if (planChanges) parts.projector.follow(planChanges);
       // ROLE=all on PostgreSQL: a projection stopped by a store error starts anew once its lock is taken again.

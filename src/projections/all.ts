@@ -44,12 +44,14 @@ export function startProjecting(options: {
   usageQueue: UsageQueue;
   plans: PlanCatalog;
   now: () => Date;
+  /** How long a live usage batch gathers more before its commit (default USAGE_LINGER_MS). */
+  lingerMs?: number;
 }): ProjectingParts {
   const { store, readModels, now } = options;
   return {
     projector: new ProjectionRunner(store, readModels, PROJECTIONS, options.feed, () => now().getTime(), {
       types: USAGE_EVENT_TYPES,
-      ms: USAGE_LINGER_MS,
+      ms: options.lingerMs ?? USAGE_LINGER_MS,
     }),
     ingester: new UsageIngester({ queue: options.usageQueue, store }),
     retention: startRetentionJob({ readModels, store, plans: options.plans, now, onError: (e) => console.error('usage retention pass failed:', e) }),

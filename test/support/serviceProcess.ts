@@ -1,5 +1,6 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
+import { TEST_TIMERS } from './testTimers.js';
 
 const MAIN = fileURLToPath(new URL('../../src/main.ts', import.meta.url));
 
@@ -18,7 +19,7 @@ export interface ServiceProcess {
 export function startService(env: Record<string, string>, options: { preload?: string[] } = {}): ServiceProcess {
   const preloads = (options.preload ?? []).flatMap((name) => ['--import', new URL(`./${name}`, import.meta.url).href]);
   const child = spawn(process.execPath, ['--import', 'tsx', ...preloads, MAIN], {
-    env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', PORT: '0', LOG_LEVEL: 'info', ...env },
+    env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', PORT: '0', LOG_LEVEL: 'info', ...TEST_TIMERS, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let text = '';

@@ -7,6 +7,7 @@ import { INVALIDATION_TOPIC } from '../../src/projections/runner.js';
 import { openRuntime, type Runtime } from '../../src/runtime.js';
 import { buildServer } from '../../src/server.js';
 import { until } from './eventually.js';
+import { TEST_TIMERS } from './testTimers.js';
 
 export const ADMIN_TOKEN = 'test-admin-token-0123456789';
 
@@ -22,7 +23,7 @@ export interface TestApp {
 export async function startTestApp(options: { dataDir?: string; env?: Record<string, string>; now?: () => Date } = {}): Promise<TestApp> {
   const dataDir = options.dataDir ?? mkdtempSync(join(tmpdir(), 'gw-test-'));
   // Test files sign up many owners from one address: the sign-up limit is tested on its own (login-limits).
-  const config = loadConfig({ DATA_DIR: dataDir, ADMIN_TOKEN, LOCAL_DEVNET: 'off', SIGNUP_MAX_PER_ADDRESS: '100000', ...options.env });
+  const config = loadConfig({ DATA_DIR: dataDir, ADMIN_TOKEN, LOCAL_DEVNET: 'off', SIGNUP_MAX_PER_ADDRESS: '100000', ...TEST_TIMERS, ...options.env });
   const runtime = await openRuntime(config, options.now);
   await runtime.projector?.start();
   runtime.ingester?.start();

@@ -45,6 +45,8 @@ export interface StorageThreadOptions {
   onFailure?: (error: Error) => void;
   /** How long usage records gather on this side before they go over (default USAGE_SEND_EVERY_MS). */
   usageSendEveryMs?: number;
+  /** How long the projector there lets a live usage batch gather more (default USAGE_LINGER_MS). */
+  usageLingerMs?: number;
 }
 
 /** The worker's entry: compiled JavaScript in a build; under the test runner the TypeScript source, through tsx. */
@@ -156,7 +158,13 @@ export const startStorageWorker: StartWorker = (entry, options) => {
 
 export async function openStorageThread(options: StorageThreadOptions, start: StartWorker = startStorageWorker): Promise<StorageThread> {
   const { port1, port2 } = new MessageChannel();
-  const data: StorageThreadData = { port: port2, dataDir: options.dataDir, consumer: options.consumer, plans: options.plans };
+  const data: StorageThreadData = {
+    port: port2,
+    dataDir: options.dataDir,
+    consumer: options.consumer,
+    plans: options.plans,
+    usageLingerMs: options.usageLingerMs,
+  };
   const worker = start(workerEntry(), { workerData: data, transferList: [port2] });
   const feed = new MemoryChangeFeed();
   let projector: RemoteProjector | null = null;

@@ -21,6 +21,7 @@ export interface StorageThreadData {
   dataDir: string;
   consumer: string;
   plans: PlanCatalog;
+  usageLingerMs?: number;
 }
 
 /** How often the projector's state (caught up, lag) is sent to the main thread, when it changed. */
@@ -56,6 +57,7 @@ function serve(store: EventStore, readModels: ReadModelStore): void {
     usageQueue: queue,
     plans: data.plans,
     now: () => new Date(),
+    lingerMs: data.usageLingerMs,
   });
 
   let sentState = '';
