@@ -1,4 +1,4 @@
-import { describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { judgeBatch, judgeSingle, keepableResult, readKey } from '../../src/gateway/cache/rpcReads.js';
 import { parseJsonRpc, type RpcCall, splitBatchAnswer } from '../../src/gateway/jsonrpc.js';
 import { shapeOf, shapeOfAll } from '../../src/gateway/upstreams/evmCalls.js';
@@ -161,8 +161,11 @@ describe('judging a batch answer', () => {
 });
 
 describe('what may be kept', () => {
-  const heads = new ChainHeads(TRACKING, ['a'], noProbe);
-  heads.observe(0, { head: 100, hash: '0xh100', finalized: 90 });
+  const heads = new ChainHeads(TRACKING, ['a'], networkOnlyProbe);
+  beforeAll(async () => {
+    await saidItsNetwork(heads);
+    heads.observe(0, { head: 100, hash: '0xh100', finalized: 90 });
+  });
   const body = (result: unknown): Buffer => Buffer.from(JSON.stringify({ jsonrpc: '2.0', id: 1, result }));
   const keep = (method: string, params: string, result: unknown, epoch = heads.epoch): string | null =>
     keepableResult(body(result), method, shapeOf(method, params), heads, epoch, 'a');
@@ -220,6 +223,18 @@ async function polledDevnet(head: () => number, now: () => number) {
 
 /** A Solana node's answer to the network probe (upstream-network.test.ts): mainnet-beta's genesis hash. */
 const GENESIS_ANSWER = Buffer.from('{"jsonrpc":"2.0","id":1,"result":"5eykt4UsFv8P8NJdTREpY1vzqKqZKvdpKuc147dw2N9d"}');
+
+/** A node that answers only what it is asked of its network (chain id 1, mainnet-beta): what is kept is kept only from a node that said it. */
+async function networkOnlyProbe(_: number, body: string): Promise<Buffer | null> {
+  if (body.includes('eth_chainId')) return Buffer.from('{"jsonrpc":"2.0","id":1,"result":"0x1"}');
+  return body.includes('getGenesisHash') ? GENESIS_ANSWER : null;
+}
+
+/** One poll of `heads`, whose nodes answer only networkOnlyProbe: each says its network (its heads come by `observe`). */
+async function saidItsNetwork(heads: ChainHeads): Promise<void> {
+  heads.touch();
+  await heads.poll();
+}
 
 const RATE_LIMITED = '{"jsonrpc":"2.0","id":null,"error":{"code":-32005,"message":"rate limit exceeded"}}';
 
@@ -834,8 +849,9 @@ describe('Solana calls', () => {
     expect(headOfAnswerText('{"jsonrpc":"2.0","result":18446744073709551615,"id":1}', 'slot')).toBeNull();
   });
 
-  it('keep a block and a block time at a finalized slot, and a transaction whose slot is finalized; nothing else', () => {
-    const h = new ChainHeads({ ...TRACKING, family: 'solana', maxLagBlocks: 50 }, ['sol'], noProbe);
+  it('keep a block and a block time at a finalized slot, and a transaction whose slot is finalized; nothing else', async () => {
+    const h = new ChainHeads({ ...TRACKING, family: 'solana', maxLagBlocks: 50 }, ['sol'], networkOnlyProbe);
+    await saidItsNetwork(h);
     h.observe(0, { head: 1_032, hash: null, finalized: 1_000 }, 1);
     const kept = (method: string, params: string, result: unknown) =>
       keepableResult(Buffer.from(JSON.stringify({ jsonrpc: '2.0', id: 1, result })), method, solanaShapeOf(method, params), h, h.epoch, 'sol') !== null;
