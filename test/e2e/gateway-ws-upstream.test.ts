@@ -252,6 +252,24 @@ describe('with the default timeouts', () => {
     node.mine();
     await until(() => client.notifications(single).length === heads + 1);
     expect(client.closed).toBeNull();
+    // What the socket held was given back: the next such batch holds its member's heads again, and ends nothing.
+    const framesBefore = client.frames.length;
+    await withSlowSubscribes(800, async () => {
+      client.ws.send(
+        JSON.stringify([
+          { jsonrpc: '2.0', id: 'c', method: 'eth_subscribe', params: ['newHeads'] },
+          { jsonrpc: '2.0', id: 'd', method: 'eth_subscribe', params: ['logs', { address: `0x${'55'.repeat(20)}` }] },
+        ]),
+      );
+      await new Promise((r) => setTimeout(r, 200));
+      node.mine();
+      await until(() => client.frames.slice(framesBefore).some((f) => Array.isArray(f)), 5_000);
+    });
+    const second = client.frames.slice(framesBefore).find((f) => Array.isArray(f)) as unknown as Array<Record<string, unknown>>;
+    const c = second.find((m) => m.id === 'c')?.result;
+    await until(() => client.notifications(c).length === 1);
+    const errorsOfC = client.frames.filter((f) => (f.params as { subscription?: unknown } | undefined)?.subscription === c && 'error' in (f.params as object));
+    expect(errorsOfC).toEqual([]);
     client.close();
     await until(() => sockets()?.connections === 0);
   }, 60_000);

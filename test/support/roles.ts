@@ -4,6 +4,7 @@ import { loadConfig } from '../../src/config.js';
 import { openRuntime, type Runtime } from '../../src/runtime.js';
 import { buildServer } from '../../src/server.js';
 import { newToken, startTestApp, type TestApp } from './testApp.js';
+import { TEST_TIMERS } from './testTimers.js';
 
 /**
  * The service split by role on shared stores, processes' worth of parts in one test process: the
@@ -42,7 +43,7 @@ export async function callChain(base: string, token: string, chain = 'local'): P
 
 /** One role's runtime and server on a loopback port, its data directory `dataDir`; a projector is caught up when this resolves. */
 export async function startRole(role: 'gateway' | 'projector', env: Record<string, string>, dataDir: string): Promise<Role> {
-  const runtime = await openRuntime(loadConfig({ ...env, ROLE: role, DATA_DIR: dataDir }));
+  const runtime = await openRuntime(loadConfig({ ...TEST_TIMERS, ...env, ROLE: role, DATA_DIR: dataDir }));
   if (role === 'projector') {
     await runtime.projector?.start();
     runtime.ingester?.start();

@@ -209,6 +209,22 @@ describe("a node on another network than the chain's", () => {
     expect([keptFrom('n0', '0x539'), keptFrom('n1', '0x1')]).toEqual(['"0x539"', null]);
   });
 
+  it('with no network configured or learned yet, keeps what a node answers while no other node said another network', async () => {
+    const chainIdOf = (h: ChainHeads) => (label: string) =>
+      keepableResult(answer('0x1'), 'eth_chainId', callShapeOf(h, 'eth_chainId', '[]'), h, h.epoch, label);
+    // Its partner has no eth_chainId, or is down: no majority, and nothing against the one that said.
+    for (const partner of [{ chainId: null }, { chainId: '0x1', down: true }]) {
+      const { h, poll } = evmNodes([{ chainId: '0x1' }, partner]);
+      await poll();
+      expect(h.network).toBeNull();
+      expect([chainIdOf(h)('n0'), chainIdOf(h)('n1')]).toEqual(['"0x1"', null]);
+    }
+    // Two that disagree: neither is kept from.
+    const { h, poll } = evmNodes([{ chainId: '0x1' }, { chainId: '0x38' }]);
+    await poll();
+    expect([chainIdOf(h)('n0'), chainIdOf(h)('n1')]).toEqual([null, null]);
+  });
+
   it('reads a Solana node’s cluster by its genesis hash', async () => {
     const MAINNET = '5eykt4UsFv8P8NJdTREpY1vzqKqZKvdpKuc147dw2N9d';
     const DEVNET = 'EtWTRABZaYq6iMfeYKouRu166VU2xqa1wcaWoxPkrZBG';

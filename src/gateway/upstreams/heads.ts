@@ -807,22 +807,26 @@ export class ChainHeads {
   }
 
   /**
+   * Whether node `label`'s answers may be kept: it said the chain's network, or, none known yet
+   * (none configured, and no majority: a node down, or one without the method), a network no node
+   * contradicts. Until it said one (a node asked nothing yet, at start), its answers are served
+   * but not kept: kept, one from a node on another network (`eth_chainId`, a block) would be
+   * served from the cache, and from the shared one by every gateway, after the node itself takes
+   * no call any more.
+   */
+  saidChainNetwork(label: string): boolean {
+    const index = this.byLabel.get(label);
+    const said = index === undefined ? null : (this.networks[index] ?? null);
+    if (said === null) return false;
+    if (this.network !== null) return said === this.network;
+    return this.networks.every((other) => other === null || other === said);
+  }
+
+  /**
    * The finalized block to judge node `label`'s answer by: its own (a node behind, still on a
    * fork the others dropped, answers a height they finalized with its fork's block), never above
    * the chain's. Null: not known.
    */
-  /**
-   * Whether node `label` said the chain's network: until it has (a node asked nothing yet, at
-   * start), its answers are served but not kept. Kept, one from a node on another network
-   * (`eth_chainId`, a block) would be served from the cache, and from the shared one by every
-   * gateway, after the node itself takes no call any more.
-   */
-  saidChainNetwork(label: string): boolean {
-    const index = this.byLabel.get(label);
-    if (index === undefined || this.network === null) return false;
-    return this.networks[index] === this.network;
-  }
-
   finalizedBy(label: string): number | null {
     const index = this.byLabel.get(label);
     const own = index === undefined ? null : (this.upstreams[index]?.finalized ?? null);

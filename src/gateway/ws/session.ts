@@ -386,6 +386,7 @@ export class Session {
       const queued = held ?? [];
       held = null;
       this.heldBytes -= heldBytes;
+      heldBytes = 0;
       for (const deliver of queued) deliver();
     };
     let answered = false;
@@ -425,17 +426,21 @@ export class Session {
       live?.subscription.unsubscribe();
       endWithError(
         RpcCode.limitExceeded,
-        `Subscription ended: its notifications while its answer waited for the rest of its batch passed ${this.host.maxSendBufferBytes} bytes; subscribe outside a batch with slow calls`,
+        `Subscription ended: the notifications this socket held while answers waited (the rest of a batch, or the node) passed ${this.host.maxSendBufferBytes} bytes; subscribe outside a batch with slow calls`,
       );
     };
     const next = (event: FeedEvent): void => {
       if (event === LIVE) ready();
       else if (event === NOT_LIVE || cut) return;
       else if (held === null) this.notify(o.id, o.opened, event);
-      else if (this.heldBytes + event.length > this.host.maxSendBufferBytes) overflowed();
       else {
-        heldBytes += event.length;
-        this.heldBytes += event.length;
+        const bytes = Buffer.byteLength(event);
+        if (this.heldBytes + bytes > this.host.maxSendBufferBytes) {
+          overflowed();
+          return;
+        }
+        heldBytes += bytes;
+        this.heldBytes += bytes;
         held.push(() => this.notify(o.id, o.opened, event));
       }
     };
