@@ -8,6 +8,7 @@ import {
   type FeedItem,
   type FeedRefusal,
   FeedRefused,
+  type ItemKey,
   LIVE,
   NOT_LIVE,
   type OpenedFeed,
@@ -149,16 +150,19 @@ class EvmFeeds implements ChainFeeds {
     return new Observable<FeedEvent>((subscriber) => {
       const recent = new Recent();
       let last: Head | null = null;
+      // The next head is the first on a new subscription: a node may send its latest again, one already sent.
+      let firstSinceLive = false;
       // Heads are handled one after another: a gap's fetch finishes before the next head is looked at.
       let queue: Promise<void> = Promise.resolve();
       const deliver = (header: FeedItem, head: Head): void => {
-        recent.add(head.hash);
+        recent.repeats(head.hash);
         last = head;
         subscriber.next(header);
       };
-      const handle = async (result: unknown, text: string): Promise<void> => {
+      const handle = async (result: unknown, text: string, first: boolean): Promise<void> => {
         const head = headOf(result);
-        if (!head || recent.has(head.hash)) return;
+        // A head sent before comes again after a reorg back to it (A, B, A): only the last one sent, or a new subscription's replay, is a repeat.
+        if (!head || head.hash === last?.hash || (first && recent.has(head.hash))) return;
         if (last !== null && head.number > last.number + 1n && head.number - last.number <= BigInt(MAX_GAP_FILL)) {
           for (let n = last.number + 1n; n < head.number; n++) {
             const block = await this.socket.request('eth_getBlockByNumber', [`0x${n.toString(16)}`, false]).catch(() => null);
@@ -172,10 +176,15 @@ class EvmFeeds implements ChainFeeds {
       return this.socket.subscribe(
         { ...EVM_SUBSCRIBE, params: ['newHeads'] },
         (result, text) => {
-          queue = queue.then(() => handle(result, text)).catch(() => undefined);
+          const first = firstSinceLive;
+          firstSinceLive = false;
+          queue = queue.then(() => handle(result, text, first)).catch(() => undefined);
         },
         (message) => subscriber.error(new FeedRefused(message)),
-        (live) => subscriber.next(live ? LIVE : NOT_LIVE),
+        (live) => {
+          if (live) firstSinceLive = true;
+          subscriber.next(live ? LIVE : NOT_LIVE);
+        },
       );
     });
   }
@@ -194,9 +203,12 @@ function headerOf(block: Record<string, unknown>): object {
   return header;
 }
 
-/** A log's identity: the same log delivered again after a resubscription is dropped; a removed (reorged) one is not the same. */
-function logKey(result: unknown): string | null {
+/**
+ * A log's identity and state: the same log delivered again in the state it was last sent in (after
+ * a resubscription) is dropped; removed (reorged out), or back in after that, it is sent.
+ */
+function logKey(result: unknown): ItemKey | null {
   if (typeof result !== 'object' || result === null) return null;
   const { blockHash, logIndex, removed } = result as { blockHash?: unknown; logIndex?: unknown; removed?: unknown };
-  return typeof blockHash === 'string' && typeof logIndex === 'string' ? `${blockHash}:${logIndex}:${removed === true}` : null;
+  return typeof blockHash === 'string' && typeof logIndex === 'string' ? { id: `${blockHash}:${logIndex}`, state: String(removed === true) } : null;
 }

@@ -89,16 +89,31 @@ export interface PubSubDialect {
 /** Recent items remembered per feed to drop what a resubscription delivers twice. */
 const RECENT = 256;
 
-/** A small insertion-ordered set that forgets its oldest entries. */
+/**
+ * The items a feed sent lately, each with the state it was last sent in (a log's `removed`), in
+ * a small map that forgets the oldest. An item sent again in the same state is a repeat (a
+ * resubscription's); in another state it is news (a log reorged out, then back in: geth sends
+ * all three, and a client that missed the last would hold a canonical log as removed).
+ */
 export class Recent {
-  private readonly keys = new Set<string>();
+  private readonly states = new Map<string, string>();
   has(key: string): boolean {
-    return this.keys.has(key);
+    return this.states.has(key);
   }
-  add(key: string): void {
-    this.keys.add(key);
-    if (this.keys.size > RECENT) this.keys.delete(this.keys.values().next().value as string);
+  /** Whether `key` was last sent in `state`; if not, it is remembered so. */
+  repeats(key: string, state = ''): boolean {
+    if (this.states.get(key) === state) return true;
+    this.states.delete(key);
+    this.states.set(key, state);
+    if (this.states.size > RECENT) this.states.delete(this.states.keys().next().value as string);
+    return false;
   }
+}
+
+/** An item's identity for the repeat check, and its state: the same identity in another state is sent. */
+export interface ItemKey {
+  id: string;
+  state?: string;
 }
 
 /**
@@ -164,7 +179,7 @@ export type Deliver = (result: unknown, text: string) => void;
 
 /**
  * The node's notifications as they come, as the node wrote them; `keyOf` names an item so that
- * one delivered again (after a resubscription) is dropped; null: no such check. `isLast` names the
+ * one delivered again in the same state (after a resubscription) is dropped; null: no such check. `isLast` names the
  * notification after which the node ends the subscription itself (Solana's signatureSubscribe):
  * the feed completes with it, so every client's subscription ends. `watch`, called when the feed
  * opens, may deliver what the node will not send (a status reached while the socket was down);
@@ -174,7 +189,7 @@ export type Deliver = (result: unknown, text: string) => void;
 export function passthrough(
   socket: UpstreamSocket,
   request: UpstreamSubscription,
-  keyOf: ((result: unknown) => string | null) | null,
+  keyOf: ((result: unknown) => ItemKey | null) | null,
   isLast?: (result: unknown) => boolean,
   watch?: (deliver: Deliver) => () => void,
 ): Observable<FeedEvent> {
@@ -185,10 +200,7 @@ export function passthrough(
     const deliver = (result: unknown, text: string, sentByNode: boolean): void => {
       if (subscriber.closed) return;
       const key = keyOf?.(result) ?? null;
-      if (key !== null) {
-        if (recent.has(key)) return;
-        recent.add(key);
-      }
+      if (key !== null && recent.repeats(key.id, key.state)) return;
       subscriber.next(text);
       if (isLast?.(result)) {
         endedByNode = sentByNode;

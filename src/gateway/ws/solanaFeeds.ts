@@ -291,7 +291,10 @@ class SolanaFeeds implements ChainFeeds {
       passthrough(
         this.socket,
         { method, params: parsed, unsubscribeMethod: `${kind}Unsubscribe` },
-        KEY_OF[kind],
+        (result) => {
+          const id = KEY_OF[kind](result);
+          return id === null ? null : { id };
+        },
         kind === 'signature' ? isSignatureStatus : undefined,
         kind === 'signature' ? this.fetchStatusOnReconnect(parsed) : undefined,
       ),

@@ -51,6 +51,8 @@ interface Pending {
   /** Called synchronously with the answer: a subscription's id must be known before the next frame, which may be its first notification. */
   answered: (err: Error | null, result: unknown) => void;
   timer: NodeJS.Timeout;
+  /** What an answer arriving after the timeout still needs done (a subscription the node made late is cancelled there). */
+  late?: (result: unknown) => void;
 }
 
 /**
@@ -122,6 +124,8 @@ export class UpstreamSocket {
   private readonly wanted = new Set<Wanted>();
   private readonly byUpstreamId = new Map<UpstreamId, Wanted>();
   private readonly pending = new Map<number, Pending>();
+  /** Calls timed out on this connection whose late answer still needs handling, by request id. */
+  private readonly lateAnswers = new Map<number, (result: unknown) => void>();
   /** The node of the current connection; null while none. */
   private node: Upstream | null = null;
   private verdictTimer: NodeJS.Timeout | null = null;
@@ -169,7 +173,7 @@ export class UpstreamSocket {
     return new Promise((resolve, reject) => this.call(method, params, (err, result) => (err ? reject(err) : resolve(result))));
   }
 
-  private call(method: string, params: unknown[], answered: Pending['answered']): void {
+  private call(method: string, params: unknown[], answered: Pending['answered'], late?: Pending['late']): void {
     const socket = this.socket;
     if (!socket || !this.open) {
       answered(new Error('upstream socket not connected'), undefined);
@@ -178,9 +182,10 @@ export class UpstreamSocket {
     const id = this.nextRequestId++;
     const timer = setTimeout(() => {
       this.pending.delete(id);
+      if (late !== undefined) this.lateAnswers.set(id, late);
       answered(new UpstreamTimeout(`upstream ${method} timed out after ${this.timeoutMs} ms`), undefined);
     }, this.timeoutMs);
-    this.pending.set(id, { answered, timer });
+    this.pending.set(id, { answered, timer, late });
     socket.send(JSON.stringify({ jsonrpc: '2.0', id, method, params }));
   }
 
@@ -254,6 +259,7 @@ export class UpstreamSocket {
       p.answered(new Error('upstream socket closed'), undefined);
       this.pending.delete(id);
     }
+    this.lateAnswers.clear();
     if (this.closed || this.wanted.size === 0) return;
     this.next++;
     this.retryLater();
@@ -336,33 +342,42 @@ export class UpstreamSocket {
       p.answered(new Error('upstream socket closed'), undefined);
     }
     this.pending.clear();
+    this.lateAnswers.clear();
     socket?.terminate();
   }
 
   private sendSubscribe(wanted: Wanted): void {
     const { method, params, unsubscribeMethod } = wanted.request;
-    this.call(method, params, (err, id) => {
-      if (err !== null || !(typeof id === 'string' || typeof id === 'number')) {
-        const message = err?.message ?? `answered ${JSON.stringify(id)}`;
-        this.log.warn({ err: message, params }, `upstream ${method} failed`);
-        // A dropped socket or a timeout is asked again on the next connection; a refusal would be refused again.
-        if ((err instanceof UpstreamRefusal || err === null) && this.wanted.has(wanted)) {
-          this.unsubscribe(wanted, true);
-          wanted.onRefused(message);
+    this.call(
+      method,
+      params,
+      (err, id) => {
+        if (err !== null || !(typeof id === 'string' || typeof id === 'number')) {
+          const message = err?.message ?? `answered ${JSON.stringify(id)}`;
+          this.log.warn({ err: message, params }, `upstream ${method} failed`);
+          // A dropped socket or a timeout is asked again on the next connection; a refusal would be refused again.
+          if ((err instanceof UpstreamRefusal || err === null) && this.wanted.has(wanted)) {
+            this.unsubscribe(wanted, true);
+            wanted.onRefused(message);
+          }
+          // A timed-out subscribe would never be asked again while this socket stays up (its late answer
+          // is dropped, so the node's heads go to no one): the socket is ended and the next one asks.
+          if (err instanceof UpstreamTimeout && this.wanted.has(wanted)) this.socket?.terminate();
+          return;
         }
-        // A timed-out subscribe would never be asked again while this socket stays up (its late answer
-        // is dropped, so the node's heads go to no one): the socket is ended and the next one asks.
-        if (err instanceof UpstreamTimeout && this.wanted.has(wanted)) this.socket?.terminate();
-        return;
-      }
-      if (!this.wanted.has(wanted)) {
-        this.request(unsubscribeMethod, [id]).catch(() => undefined);
-        return;
-      }
-      wanted.upstreamId = id;
-      this.byUpstreamId.set(id, wanted);
-      wanted.onLive(true);
-    });
+        if (!this.wanted.has(wanted)) {
+          this.request(unsubscribeMethod, [id]).catch(() => undefined);
+          return;
+        }
+        wanted.upstreamId = id;
+        this.byUpstreamId.set(id, wanted);
+        wanted.onLive(true);
+      },
+      (lateId) => {
+        // Made by the node after the timeout, on a connection kept (no client wanted it any more): it would stream to no one.
+        if (typeof lateId === 'string' || typeof lateId === 'number') this.request(unsubscribeMethod, [lateId]).catch(() => undefined);
+      },
+    );
   }
 
   private received(socket: WebSocket, text: string): void {
@@ -390,7 +405,12 @@ export class UpstreamSocket {
     };
     if (typeof m.id === 'number') {
       const p = this.pending.get(m.id);
-      if (!p) return;
+      if (!p) {
+        const late = this.lateAnswers.get(m.id);
+        this.lateAnswers.delete(m.id);
+        if (late !== undefined && !m.error) late(m.result);
+        return;
+      }
       this.pending.delete(m.id);
       clearTimeout(p.timer);
       if (m.error) p.answered(new UpstreamRefusal(String(m.error.message ?? 'upstream error')), undefined);
