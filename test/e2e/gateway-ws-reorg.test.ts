@@ -23,7 +23,11 @@ const held = new Map<string, { socket: WebSocket; kind: string }>();
 const made = new Map<string, number>();
 /** Subscribe kinds the scripted node answers this late (ms). */
 const slowKinds = new Map<string, number>();
+/** What the scripted node answers to eth_blockNumber and eth_getLogs (by block range) on the feeds' socket. */
+const chain = { head: 0, logs: [] as Array<{ blockNumber: string; [field: string]: unknown }> };
 let nextId = 1;
+/** The ranges the feeds asked eth_getLogs for. */
+const getLogsCalls: Array<{ fromBlock: string; toBlock: string }> = [];
 const server = createServer();
 const wss = new WebSocketServer({ server });
 let httpNode: FakeWsUpstream;
@@ -58,7 +62,12 @@ beforeAll(async () => {
         if (delay > 0) setTimeout(make, delay);
         else make();
       } else if (call.method === 'eth_unsubscribe') answer({ result: held.delete(String(call.params[0])) });
-      else answer({ result: null });
+      else if (call.method === 'eth_blockNumber' && !tracker) answer({ result: `0x${chain.head.toString(16)}` });
+      else if (call.method === 'eth_getLogs' && !tracker) {
+        getLogsCalls.push(call.params[0] as { fromBlock: string; toBlock: string });
+        const { fromBlock, toBlock } = call.params[0] as { fromBlock: string; toBlock: string };
+        answer({ result: chain.logs.filter((l) => Number(l.blockNumber) >= Number(fromBlock) && Number(l.blockNumber) <= Number(toBlock)) });
+      } else answer({ result: null });
     });
     socket.on('close', () => {
       for (const [id, s] of held) if (s.socket === socket) held.delete(id);
@@ -162,6 +171,47 @@ describe('a subscribe the node answers after the chain’s timeout', () => {
       slowKinds.delete('logs');
       keeper.close();
     }
+    await until(() => sockets()?.connections === 0);
+  });
+});
+
+describe('across a reconnect of the socket to the node', () => {
+  it('delivers the logs of the blocks made while it was down (eth_getLogs from the head known at the drop), once each and in order', async () => {
+    const { token } = await newToken(t, { plan: 'unlimited' });
+    const client = await WsClient.open(`${wsBase}/evm/${token}`);
+    const address = `0x${'33'.repeat(20)}`;
+    const id = (await client.call('eth_subscribe', ['logs', { address }])).result;
+    await until(() => feedHeld('logs') === 1);
+    // Head tracking (over HTTP, the fake node) at block 3.
+    for (let i = 0; i < 3; i++) httpNode.mine();
+    const heads = t.runtime.gateway?.pools.get('evm')?.heads;
+    await until(() => heads?.best === 3, 5_000);
+    const log = (n: number) => ({
+      address,
+      topics: [],
+      data: '0x',
+      blockNumber: `0x${n.toString(16)}`,
+      blockHash: hash(n.toString(16)),
+      transactionHash: hash('f'),
+      transactionIndex: '0x0',
+      logIndex: '0x0',
+      removed: false,
+    });
+    chain.logs = [log(3), log(4), log(5)];
+    chain.head = 5;
+    push('logs', log(3));
+    await until(() => client.notifications(id).length === 1);
+    // The node's socket drops; blocks 4 and 5 are made before the gateway is back on it.
+    const subscribedBefore = made.get('logs') ?? 0;
+    for (const socket of new Set([...held.values()].map((h) => h.socket))) socket.terminate();
+    await until(() => (made.get('logs') ?? 0) > subscribedBefore, 5_000);
+    await until(() => client.notifications(id).length >= 3, 5_000);
+    push('logs', log(6));
+    await until(() => client.notifications(id).length >= 4);
+    await new Promise((r) => setTimeout(r, 200));
+    expect(client.notifications(id).map((n) => Number((n.result as { blockNumber: string }).blockNumber))).toEqual([3, 4, 5, 6]);
+    expect(getLogsCalls.at(-1)).toMatchObject({ address, fromBlock: '0x3', toBlock: '0x5' });
+    client.close();
     await until(() => sockets()?.connections === 0);
   });
 });

@@ -89,6 +89,8 @@ interface Head {
 
 /** Heads a feed fetches at most to fill a gap after a reconnect (older ones are not worth a burst to every client). */
 const MAX_GAP_FILL = 128;
+/** Blocks whose logs a feed asks for at most after a reconnect (one eth_getLogs; providers refuse wide ranges). */
+const MAX_LOG_GAP_BLOCKS = 1_000;
 
 /** `eth_subscribe` and `eth_unsubscribe`; ids are 16 random bytes in hex; an unknown id unsubscribes to `false`, as on geth. */
 export const EVM_PUBSUB: PubSubDialect = {
@@ -111,7 +113,11 @@ class EvmFeeds implements ChainFeeds {
   private readonly socket: UpstreamSocket;
   private readonly feeds = new SharedFeeds();
 
-  constructor(chain: Chain, log: UpstreamSocketLog, verdicts: NodeVerdicts) {
+  constructor(
+    chain: Chain,
+    private readonly log: UpstreamSocketLog,
+    private readonly verdicts: NodeVerdicts,
+  ) {
     this.socket = UpstreamSocket.forChain(chain, log, verdicts);
   }
 
@@ -131,8 +137,8 @@ class EvmFeeds implements ChainFeeds {
     const key = request.filter === null ? request.kind : `${request.kind}:${JSON.stringify(request.filter)}`;
     return this.feeds.get(key, () => {
       if (request.kind === 'newHeads') return this.heads();
-      const params: unknown[] = request.filter === null ? [request.kind] : [request.kind, request.filter];
-      return passthrough(this.socket, { ...EVM_SUBSCRIBE, params }, request.kind === 'logs' ? logKey : null);
+      if (request.kind === 'logs') return this.logs(request.filter);
+      return passthrough(this.socket, { ...EVM_SUBSCRIBE, params: [request.kind] }, null);
     });
   }
 
@@ -144,6 +150,60 @@ class EvmFeeds implements ChainFeeds {
   close(): void {
     this.socket.close();
     this.feeds.clear();
+  }
+
+  /**
+   * A logs feed: the node's logs as it sends them, and, once the socket to the node is back after
+   * a drop, the logs of the blocks made meanwhile (one eth_getLogs from the head known at the drop,
+   * at most MAX_LOG_GAP_BLOCKS), delivered before any later one. The client's own socket stayed
+   * up: nothing would tell it what it missed. What was sent already is dropped (Recent).
+   */
+  private logs(filter: LogFilter | null): Observable<FeedEvent> {
+    return new Observable<FeedEvent>((subscriber) => {
+      const recent = new Recent();
+      // The chain's head when the socket dropped; null: live, or not known (no head tracking).
+      let droppedAt: number | null = null;
+      let wasLive = false;
+      let queue: Promise<void> = Promise.resolve();
+      const deliver = (result: unknown, text: string): void => {
+        const key = logKey(result);
+        if (key !== null && recent.repeats(key.id, key.state)) return;
+        subscriber.next(text);
+      };
+      const refill = async (from: number): Promise<void> => {
+        const latest = Number(await this.socket.request('eth_blockNumber', []).catch(() => Number.NaN));
+        if (!Number.isSafeInteger(latest) || latest < from) return;
+        if (latest - from + 1 > MAX_LOG_GAP_BLOCKS) {
+          this.log.warn(
+            { from, latest },
+            `logs of blocks ${from}-${latest} made while the node's socket was down are not asked for: more than ${MAX_LOG_GAP_BLOCKS} blocks`,
+          );
+          return;
+        }
+        const range = { ...(filter ?? {}), fromBlock: `0x${from.toString(16)}`, toBlock: `0x${latest.toString(16)}` };
+        const logs = await this.socket.request('eth_getLogs', [range]).catch(() => null);
+        if (Array.isArray(logs)) for (const log of logs) deliver(log, JSON.stringify(log));
+      };
+      const params: unknown[] = filter === null ? ['logs'] : ['logs', filter];
+      return this.socket.subscribe(
+        { ...EVM_SUBSCRIBE, params },
+        (result, text) => {
+          queue = queue.then(() => deliver(result, text));
+        },
+        (message) => subscriber.error(new FeedRefused(message)),
+        (live) => {
+          if (!live && wasLive) droppedAt ??= this.verdicts.head();
+          else if (live && droppedAt !== null) {
+            const from = droppedAt;
+            droppedAt = null;
+            // Before the notifications of the new subscription: they are of later blocks.
+            queue = queue.then(() => refill(from)).catch(() => undefined);
+          }
+          wasLive = wasLive || live;
+          subscriber.next(live ? LIVE : NOT_LIVE);
+        },
+      );
+    });
   }
 
   private heads(): Observable<FeedEvent> {

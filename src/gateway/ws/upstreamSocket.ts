@@ -65,12 +65,14 @@ export type NodeStanding = 'good' | 'unknown' | 'behind' | 'none';
 /** Head tracking's verdicts, as the socket reads them. */
 export interface NodeVerdicts {
   standing(node: Upstream): NodeStanding;
+  /** The chain's best head as head tracking knows it; null: not known (or not followed). */
+  head(): number | null;
   /** Keeps the verdicts current while subscriptions rest on them (head polls stop a minute after a chain's last call). */
   touch(): void;
 }
 
 /** Every node good, nothing to keep going: a chain whose heads are not followed. */
-export const NO_VERDICTS: NodeVerdicts = { standing: () => 'good', touch: () => undefined };
+export const NO_VERDICTS: NodeVerdicts = { standing: () => 'good', head: () => null, touch: () => undefined };
 
 /** A chain's verdicts, from its head tracking (none: every node good). */
 export function verdictsOf(chain: Chain, heads: ChainHeads | null): NodeVerdicts {
@@ -81,6 +83,7 @@ export function verdictsOf(chain: Chain, heads: ChainHeads | null): NodeVerdicts
       const status = heads.upstreams[index]?.status;
       return heads.takesNoCall(index) ? 'none' : status === 'lagging' ? 'behind' : status === 'ok' ? 'good' : 'unknown';
     },
+    head: () => heads.best,
     touch: () => heads.touch(),
   };
 }
