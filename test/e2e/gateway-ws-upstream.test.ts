@@ -185,6 +185,23 @@ describe('with the default timeouts', () => {
     await until(() => sockets()?.connections === 0);
   });
 
+  it('a subscribe whose method name is written with a JSON escape is a subscribe, alone and in a batch', async () => {
+    const { token } = await newToken(g, 'unlimited');
+    const client = await WsClient.open(`${g.wsBase}/local/${token}`);
+    // "eth_s\u0075bscribe" is eth_subscribe to any JSON parser.
+    client.ws.send('{"jsonrpc":"2.0","id":1,"method":"eth_s\\u0075bscribe","params":["newHeads"]}');
+    client.ws.send('[{"jsonrpc":"2.0","id":2,"method":"eth_s\\u0075bscribe","params":["newHeads"]}]');
+    await until(() => client.frames.some((f) => f.id === 1) && client.frames.some((f) => Array.isArray(f)));
+    const single = client.frames.find((f) => f.id === 1)?.result;
+    const batched = (client.frames.find((f) => Array.isArray(f)) as unknown as Array<Record<string, unknown>>)[0]?.result;
+    expect([single, batched]).toEqual([expect.stringMatching(/^0x[0-9a-f]{32}$/), expect.stringMatching(/^0x[0-9a-f]{32}$/)]);
+    const made = node.mine();
+    await until(() => client.notifications(single).length === 1 && client.notifications(batched).length === 1);
+    expect(client.notifications(single)[0]?.result).toMatchObject({ hash: made.hash });
+    client.close();
+    await until(() => sockets()?.connections === 0);
+  });
+
   it('a batch: a member on a live feed gets its heads after the batch answer (and none is lost)', async () => {
     const { token } = await newToken(g, 'unlimited');
     const client = await WsClient.open(`${g.wsBase}/local/${token}`);

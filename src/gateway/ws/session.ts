@@ -657,11 +657,20 @@ const MAX_KEEP_ALIVE_BYTES = 128;
  * A single subscribe or unsubscribe call of the dialect (answered here), or the dialect's
  * heartbeat (dropped here); null for everything else (ChainCalls answers it).
  */
+/**
+ * Whether a frame may call a subscribe or unsubscribe method: the common part of their names
+ * (eth_subscribe, slotUnsubscribe…), or an escape, which may spell any name ("eth_s\u0075bscribe"
+ * is eth_subscribe to a JSON parser, and went to the node as an ordinary call).
+ */
+function mayNameSubscription(data: Buffer): boolean {
+  return data.indexOf('ubscribe') >= 0 || data.indexOf('\\u') >= 0;
+}
+
 function localCall(data: Buffer, dialect: PubSubDialect): LocalCall | null {
   // Most frames are other calls: look for the common part of the method names (eth_subscribe, slotUnsubscribe…) before parsing anything.
   const keepAlive = dialect.keepAlive;
   const maybeKeepAlive = keepAlive !== undefined && data.length <= MAX_KEEP_ALIVE_BYTES && data.indexOf(keepAlive) >= 0;
-  if (!maybeKeepAlive && data.indexOf('ubscribe') < 0) return null;
+  if (!maybeKeepAlive && !mayNameSubscription(data)) return null;
   const text = data.toString('utf8');
   const call = singleCallIn(text);
   if (call === null) return null;
@@ -699,7 +708,7 @@ interface SubscriptionBatch {
  * over the limit or unreadable included).
  */
 function subscriptionBatch(data: Buffer, dialect: PubSubDialect, maxBatch: number): SubscriptionBatch | null {
-  if (data.indexOf('ubscribe') < 0) return null;
+  if (!mayNameSubscription(data)) return null;
   const parsed = parseJsonRpc(data, maxBatch);
   if (parsed.kind !== 'batch') return null;
   const calls = parsed.members.map((m) => localOf(m, dialect));
