@@ -24,7 +24,12 @@ const made = new Map<string, number>();
 /** Subscribe kinds the scripted node answers this late (ms). */
 const slowKinds = new Map<string, number>();
 /** What the scripted node answers to eth_blockNumber and eth_getLogs (by block range) on the feeds' socket. */
-const chain = { head: 0, logs: [] as Array<{ blockNumber: string; [field: string]: unknown }> };
+const chain = {
+  head: 0,
+  logs: [] as Array<{ blockNumber: string; [field: string]: unknown }>,
+  /** eth_getLogs is answered once this resolves. */
+  getLogsHeld: Promise.resolve(),
+};
 let nextId = 1;
 /** The ranges the feeds asked eth_getLogs for. */
 const getLogsCalls: Array<{ fromBlock: string; toBlock: string }> = [];
@@ -52,6 +57,7 @@ beforeAll(async () => {
         const kind = String(call.params[0]);
         const id = `0x${(nextId++).toString(16)}`;
         const make = () => {
+          if (socket.readyState !== WebSocket.OPEN) return;
           if (!tracker) {
             held.set(id, { socket, kind });
             made.set(kind, (made.get(kind) ?? 0) + 1);
@@ -66,7 +72,8 @@ beforeAll(async () => {
       else if (call.method === 'eth_getLogs' && !tracker) {
         getLogsCalls.push(call.params[0] as { fromBlock: string; toBlock: string });
         const { fromBlock, toBlock } = call.params[0] as { fromBlock: string; toBlock: string };
-        answer({ result: chain.logs.filter((l) => Number(l.blockNumber) >= Number(fromBlock) && Number(l.blockNumber) <= Number(toBlock)) });
+        const logs = chain.logs.filter((l) => Number(l.blockNumber) >= Number(fromBlock) && Number(l.blockNumber) <= Number(toBlock));
+        void chain.getLogsHeld.then(() => answer({ result: logs }));
       } else answer({ result: null });
     });
     socket.on('close', () => {
@@ -161,10 +168,11 @@ describe('a subscribe the node answers after the chain’s timeout', () => {
       const client = await WsClient.open(`${wsBase}/evm/${token}`);
       client.send('eth_subscribe', ['logs', { address: `0x${'22'.repeat(20)}` }]);
       await new Promise((r) => setTimeout(r, 100));
+      const madeBefore = made.get('logs') ?? 0;
       client.close();
       await until(() => sockets()?.connections === 1);
       // The node makes it at 700 ms, after the gateway gave it up at 400 ms.
-      await until(() => made.get('logs') === 1, 3_000);
+      await until(() => (made.get('logs') ?? 0) > madeBefore, 3_000);
       await until(() => feedHeld('logs') === 0, 3_000);
       expect(feedHeld('newHeads')).toBe(1);
     } finally {
@@ -201,16 +209,55 @@ describe('across a reconnect of the socket to the node', () => {
     chain.head = 5;
     push('logs', log(3));
     await until(() => client.notifications(id).length === 1);
-    // The node's socket drops; blocks 4 and 5 are made before the gateway is back on it.
+    // The node's socket drops; blocks 4 and 5 are made before the gateway is back on it. Block 6's log comes
+    // on the new subscription while the gateway still waits for its eth_getLogs: it follows them.
+    let answerGetLogs = () => {};
+    chain.getLogsHeld = new Promise<void>((resolve) => {
+      answerGetLogs = resolve;
+    });
     const subscribedBefore = made.get('logs') ?? 0;
+    const askedBefore = getLogsCalls.length;
     for (const socket of new Set([...held.values()].map((h) => h.socket))) socket.terminate();
     await until(() => (made.get('logs') ?? 0) > subscribedBefore, 5_000);
-    await until(() => client.notifications(id).length >= 3, 5_000);
     push('logs', log(6));
-    await until(() => client.notifications(id).length >= 4);
+    await until(() => getLogsCalls.length > askedBefore, 5_000);
+    answerGetLogs();
+    chain.getLogsHeld = Promise.resolve();
+    await until(() => client.notifications(id).length >= 4, 5_000);
     await new Promise((r) => setTimeout(r, 200));
     expect(client.notifications(id).map((n) => Number((n.result as { blockNumber: string }).blockNumber))).toEqual([3, 4, 5, 6]);
-    expect(getLogsCalls.at(-1)).toMatchObject({ address, fromBlock: '0x3', toBlock: '0x5' });
+    // From a little under the node's head at the drop (3), to its head.
+    expect(getLogsCalls.at(-1)).toMatchObject({ address, fromBlock: '0x1', toBlock: '0x5' });
+    client.close();
+    await until(() => sockets()?.connections === 0);
+  });
+});
+
+describe('heads across a reconnect', () => {
+  it('a node that sends again heads it had sent (up to date, or a few blocks behind) gives each once', async () => {
+    const { token } = await newToken(t, { plan: 'unlimited' });
+    const client = await WsClient.open(`${wsBase}/evm/${token}`);
+    const id = (await client.call('eth_subscribe', ['newHeads'])).result;
+    await until(() => feedHeld('newHeads') === 1);
+    const head = (h: string, parent: string, n: number) => ({ number: `0x${n.toString(16)}`, hash: hash(h), parentHash: hash(parent) });
+    push('newHeads', head('a', '9', 32));
+    push('newHeads', head('b', 'a', 33));
+    push('newHeads', head('c', 'b', 34));
+    await until(() => client.notifications(id).length === 3);
+    const subscribedBefore = made.get('newHeads') ?? 0;
+    for (const socket of new Set([...held.values()].map((h) => h.socket))) socket.terminate();
+    await until(() => (made.get('newHeads') ?? 0) > subscribedBefore, 5_000);
+    // The node the gateway is back on was three blocks behind: it sends them again, then the next.
+    for (const [h, parent, n] of [
+      ['a', '9', 32],
+      ['b', 'a', 33],
+      ['c', 'b', 34],
+      ['d', 'c', 35],
+    ] as const)
+      push('newHeads', head(h, parent, n));
+    await until(() => client.notifications(id).length >= 4);
+    await new Promise((r) => setTimeout(r, 200));
+    expect(client.notifications(id).map((n) => (n.result as { hash: string }).hash.slice(2, 3))).toEqual(['a', 'b', 'c', 'd']);
     client.close();
     await until(() => sockets()?.connections === 0);
   });

@@ -45,7 +45,7 @@ async function twoNodes() {
     { warn: (_details, message) => warnings.push(message) },
     {
       standing: (node) => standings.get(node) ?? 'good',
-      head: () => null,
+      headOf: () => null,
       touch: () => {
         touched++;
       },
@@ -146,7 +146,7 @@ describe('the upstream socket and head tracking’s verdicts', () => {
       [lagging, atHead],
       2_000,
       { warn: () => undefined },
-      { standing: (node) => standings.get(node) ?? 'good', head: () => null, touch: () => undefined },
+      { standing: (node) => standings.get(node) ?? 'good', headOf: () => null, touch: () => undefined },
     );
     opened.push(socket);
     socket.subscribe(
@@ -188,7 +188,7 @@ describe('the upstream socket and head tracking’s verdicts', () => {
       { warn: () => undefined },
       {
         standing: (node) => (h.takesNoCall(nodes.indexOf(node)) ? 'none' : 'good'),
-        head: () => null,
+        headOf: () => null,
         touch: () => h.touch(),
       },
     );

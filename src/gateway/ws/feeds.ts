@@ -89,8 +89,14 @@ interface Head {
 
 /** Heads a feed fetches at most to fill a gap after a reconnect (older ones are not worth a burst to every client). */
 const MAX_GAP_FILL = 128;
-/** Blocks whose logs a feed asks for at most after a reconnect (one eth_getLogs; providers refuse wide ranges). */
+/** Blocks whose logs a feed asks for at most after a reconnect (providers refuse wide ranges; older ones are not worth a burst). */
 const MAX_LOG_GAP_BLOCKS = 1_000;
+/** Blocks per eth_getLogs of that refill: an unfiltered feed's answer for many blocks of a busy chain could pass the 16 MB frame bound. */
+const LOG_GAP_CHUNK_BLOCKS = 25;
+/** Blocks under the node's polled head the refill starts at: its last notifications may still have been on their way. */
+const LOG_GAP_MARGIN_BLOCKS = 2;
+/** Heights a heads feed remembers the hash it sent at. */
+const RECENT_HEIGHTS = 256;
 
 /** `eth_subscribe` and `eth_unsubscribe`; ids are 16 random bytes in hex; an unknown id unsubscribes to `false`, as on geth. */
 export const EVM_PUBSUB: PubSubDialect = {
@@ -116,7 +122,7 @@ class EvmFeeds implements ChainFeeds {
   constructor(
     chain: Chain,
     private readonly log: UpstreamSocketLog,
-    private readonly verdicts: NodeVerdicts,
+    verdicts: NodeVerdicts,
   ) {
     this.socket = UpstreamSocket.forChain(chain, log, verdicts);
   }
@@ -154,53 +160,75 @@ class EvmFeeds implements ChainFeeds {
 
   /**
    * A logs feed: the node's logs as it sends them, and, once the socket to the node is back after
-   * a drop, the logs of the blocks made meanwhile (one eth_getLogs from the head known at the drop,
-   * at most MAX_LOG_GAP_BLOCKS), delivered before any later one. The client's own socket stayed
-   * up: nothing would tell it what it missed. What was sent already is dropped (Recent).
+   * a drop, the logs of the blocks made meanwhile (eth_getLogs from the head of the node it was on
+   * at the drop, in ranges of LOG_GAP_CHUNK_BLOCKS, MAX_LOG_GAP_BLOCKS in all), delivered before any
+   * later one. The client's own socket stayed up: nothing would tell it what it missed. What was
+   * sent already is dropped (Recent); a gap not filled (the socket dropped again, an error) is
+   * asked again, from its start, at the next reconnect.
    */
   private logs(filter: LogFilter | null): Observable<FeedEvent> {
     return new Observable<FeedEvent>((subscriber) => {
       const recent = new Recent();
-      // The chain's head when the socket dropped; null: live, or not known (no head tracking).
-      let droppedAt: number | null = null;
-      let wasLive = false;
+      // The first block whose logs may be missing; null: none (live since, or no head known at the drop).
+      let gapFrom: number | null = null;
+      let live = false;
       let queue: Promise<void> = Promise.resolve();
       const deliver = (result: unknown, text: string): void => {
         const key = logKey(result);
         if (key !== null && recent.repeats(key.id, key.state)) return;
         subscriber.next(text);
       };
-      const refill = async (from: number): Promise<void> => {
-        const latest = Number(await this.socket.request('eth_blockNumber', []).catch(() => Number.NaN));
-        if (!Number.isSafeInteger(latest) || latest < from) return;
+      /** Whether the gap from `from` was asked for in full (or is not to be). */
+      const refill = async (from: number): Promise<boolean> => {
+        const latest = Number(await this.socket.request('eth_blockNumber', []));
+        if (!Number.isSafeInteger(latest) || latest < from) return true;
         if (latest - from + 1 > MAX_LOG_GAP_BLOCKS) {
           this.log.warn(
             { from, latest },
             `logs of blocks ${from}-${latest} made while the node's socket was down are not asked for: more than ${MAX_LOG_GAP_BLOCKS} blocks`,
           );
-          return;
+          return true;
         }
-        const range = { ...(filter ?? {}), fromBlock: `0x${from.toString(16)}`, toBlock: `0x${latest.toString(16)}` };
-        const logs = await this.socket.request('eth_getLogs', [range]).catch(() => null);
-        if (Array.isArray(logs)) for (const log of logs) deliver(log, JSON.stringify(log));
+        for (let low = from; low <= latest; low += LOG_GAP_CHUNK_BLOCKS) {
+          const high = Math.min(latest, low + LOG_GAP_CHUNK_BLOCKS - 1);
+          const range = { ...(filter ?? {}), fromBlock: `0x${low.toString(16)}`, toBlock: `0x${high.toString(16)}` };
+          const logs = await this.socket.request('eth_getLogs', [range]);
+          if (!Array.isArray(logs)) throw new Error('eth_getLogs answered no list');
+          for (const log of logs) deliver(log, JSON.stringify(log));
+        }
+        return true;
       };
       const params: unknown[] = filter === null ? ['logs'] : ['logs', filter];
       return this.socket.subscribe(
         { ...EVM_SUBSCRIBE, params },
         (result, text) => {
-          queue = queue.then(() => deliver(result, text));
+          queue = queue.then(() => deliver(result, text)).catch(() => undefined);
         },
         (message) => subscriber.error(new FeedRefused(message)),
-        (live) => {
-          if (!live && wasLive) droppedAt ??= this.verdicts.head();
-          else if (live && droppedAt !== null) {
-            const from = droppedAt;
-            droppedAt = null;
+        (isLive) => {
+          live = isLive;
+          if (!isLive) {
+            // A little under the node's polled head: its last notifications may have been on their way.
+            const head = this.socket.nodeHead();
+            if (head !== null) gapFrom = Math.min(gapFrom ?? head, Math.max(0, head - LOG_GAP_MARGIN_BLOCKS));
+          } else if (gapFrom !== null) {
+            const from = gapFrom;
             // Before the notifications of the new subscription: they are of later blocks.
-            queue = queue.then(() => refill(from)).catch(() => undefined);
+            queue = queue
+              .then(() => refill(from))
+              .then(
+                () => {
+                  // Dropped again meanwhile: the next reconnect asks from the same start.
+                  if (live && gapFrom === from) gapFrom = null;
+                },
+                (err: unknown) =>
+                  this.log.warn(
+                    { from, err: err instanceof Error ? err.message : String(err) },
+                    "logs missed while the node's socket was down: asking failed; asked again at the next reconnect",
+                  ),
+              );
           }
-          wasLive = wasLive || live;
-          subscriber.next(live ? LIVE : NOT_LIVE);
+          subscriber.next(isLive ? LIVE : NOT_LIVE);
         },
       );
     });
@@ -208,26 +236,31 @@ class EvmFeeds implements ChainFeeds {
 
   private heads(): Observable<FeedEvent> {
     return new Observable<FeedEvent>((subscriber) => {
-      const recent = new Recent();
+      // The hash last sent at each recent height. A head is a repeat only when it is the one last sent at its
+      // height: a node's replay after a reconnect (up to date, or a few blocks behind) is dropped, and a chain
+      // going back to a block sent before (A, B, A) sends it again.
+      const sentAt = new Map<bigint, string>();
+      const isRepeat = (head: Head): boolean => sentAt.get(head.number) === head.hash;
       let last: Head | null = null;
-      // The next head is the first on a new subscription: a node may send its latest again, one already sent.
-      let firstSinceLive = false;
       // Heads are handled one after another: a gap's fetch finishes before the next head is looked at.
       let queue: Promise<void> = Promise.resolve();
       const deliver = (header: FeedItem, head: Head): void => {
-        recent.repeats(head.hash);
+        // A chain gone back to a lower head: what was sent above it is not the chain's any more.
+        for (const n of sentAt.keys()) if (n > head.number) sentAt.delete(n);
+        sentAt.delete(head.number);
+        sentAt.set(head.number, head.hash);
+        if (sentAt.size > RECENT_HEIGHTS) sentAt.delete(sentAt.keys().next().value as bigint);
         last = head;
         subscriber.next(header);
       };
-      const handle = async (result: unknown, text: string, first: boolean): Promise<void> => {
+      const handle = async (result: unknown, text: string): Promise<void> => {
         const head = headOf(result);
-        // A head sent before comes again after a reorg back to it (A, B, A): only the last one sent, or a new subscription's replay, is a repeat.
-        if (!head || head.hash === last?.hash || (first && recent.has(head.hash))) return;
+        if (!head || isRepeat(head)) return;
         if (last !== null && head.number > last.number + 1n && head.number - last.number <= BigInt(MAX_GAP_FILL)) {
           for (let n = last.number + 1n; n < head.number; n++) {
             const block = await this.socket.request('eth_getBlockByNumber', [`0x${n.toString(16)}`, false]).catch(() => null);
             const missed = headOf(block);
-            if (!missed || recent.has(missed.hash)) continue;
+            if (!missed || isRepeat(missed)) continue;
             deliver(JSON.stringify(headerOf(block as Record<string, unknown>)), missed);
           }
         }
@@ -236,15 +269,10 @@ class EvmFeeds implements ChainFeeds {
       return this.socket.subscribe(
         { ...EVM_SUBSCRIBE, params: ['newHeads'] },
         (result, text) => {
-          const first = firstSinceLive;
-          firstSinceLive = false;
-          queue = queue.then(() => handle(result, text, first)).catch(() => undefined);
+          queue = queue.then(() => handle(result, text)).catch(() => undefined);
         },
         (message) => subscriber.error(new FeedRefused(message)),
-        (live) => {
-          if (live) firstSinceLive = true;
-          subscriber.next(live ? LIVE : NOT_LIVE);
-        },
+        (live) => subscriber.next(live ? LIVE : NOT_LIVE),
       );
     });
   }

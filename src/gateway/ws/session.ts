@@ -654,10 +654,6 @@ function singleCallIn(text: string): { method: string; params: unknown; id: unkn
 const MAX_KEEP_ALIVE_BYTES = 128;
 
 /**
- * A single subscribe or unsubscribe call of the dialect (answered here), or the dialect's
- * heartbeat (dropped here); null for everything else (ChainCalls answers it).
- */
-/**
  * Whether a frame may call a subscribe or unsubscribe method: the common part of their names
  * (eth_subscribe, slotUnsubscribe…), or an escape, which may spell any name ("eth_s\u0075bscribe"
  * is eth_subscribe to a JSON parser, and went to the node as an ordinary call).
@@ -666,6 +662,10 @@ function mayNameSubscription(data: Buffer): boolean {
   return data.indexOf('ubscribe') >= 0 || data.indexOf('\\u') >= 0;
 }
 
+/**
+ * A single subscribe or unsubscribe call of the dialect (answered here), or the dialect's
+ * heartbeat (dropped here); null for everything else (ChainCalls answers it).
+ */
 function localCall(data: Buffer, dialect: PubSubDialect): LocalCall | null {
   // Most frames are other calls: look for the common part of the method names (eth_subscribe, slotUnsubscribe…) before parsing anything.
   const keepAlive = dialect.keepAlive;

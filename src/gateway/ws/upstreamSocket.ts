@@ -65,14 +65,14 @@ export type NodeStanding = 'good' | 'unknown' | 'behind' | 'none';
 /** Head tracking's verdicts, as the socket reads them. */
 export interface NodeVerdicts {
   standing(node: Upstream): NodeStanding;
-  /** The chain's best head as head tracking knows it; null: not known (or not followed). */
-  head(): number | null;
+  /** Node `node`'s head as head tracking last polled it; null: not known (or not followed). */
+  headOf(node: Upstream): number | null;
   /** Keeps the verdicts current while subscriptions rest on them (head polls stop a minute after a chain's last call). */
   touch(): void;
 }
 
 /** Every node good, nothing to keep going: a chain whose heads are not followed. */
-export const NO_VERDICTS: NodeVerdicts = { standing: () => 'good', head: () => null, touch: () => undefined };
+export const NO_VERDICTS: NodeVerdicts = { standing: () => 'good', headOf: () => null, touch: () => undefined };
 
 /** A chain's verdicts, from its head tracking (none: every node good). */
 export function verdictsOf(chain: Chain, heads: ChainHeads | null): NodeVerdicts {
@@ -83,7 +83,7 @@ export function verdictsOf(chain: Chain, heads: ChainHeads | null): NodeVerdicts
       const status = heads.upstreams[index]?.status;
       return heads.takesNoCall(index) ? 'none' : status === 'lagging' ? 'behind' : status === 'ok' ? 'good' : 'unknown';
     },
-    head: () => heads.best,
+    headOf: (node) => heads.upstreams[chain.upstreams.indexOf(node)]?.head ?? null,
     touch: () => heads.touch(),
   };
 }
@@ -95,6 +95,9 @@ const BEHIND_CHECKS_TO_LEAVE = 3;
 
 /** A node whose connection failed is tried after the others this long (then, from a lagging node, tried again). */
 const UNREACHABLE_MS = 30_000;
+
+/** Timed-out subscribe calls whose late answer a connection still waits for, at most. */
+const MAX_LATE_ANSWERS = 1_000;
 
 const RECONNECT_MIN_MS = 100;
 const RECONNECT_MAX_MS = 5000;
@@ -185,11 +188,20 @@ export class UpstreamSocket {
     const id = this.nextRequestId++;
     const timer = setTimeout(() => {
       this.pending.delete(id);
-      if (late !== undefined) this.lateAnswers.set(id, late);
+      if (late !== undefined) {
+        this.lateAnswers.set(id, late);
+        // A node that never answers them, on a connection other feeds keep up: the oldest are forgotten.
+        if (this.lateAnswers.size > MAX_LATE_ANSWERS) this.lateAnswers.delete(this.lateAnswers.keys().next().value as number);
+      }
       answered(new UpstreamTimeout(`upstream ${method} timed out after ${this.timeoutMs} ms`), undefined);
     }, this.timeoutMs);
     this.pending.set(id, { answered, timer, late });
     socket.send(JSON.stringify({ jsonrpc: '2.0', id, method, params }));
+  }
+
+  /** The head of the node this socket is (or was last) on, as head tracking last polled it; null: not known. */
+  nodeHead(): number | null {
+    return this.node === null ? null : this.verdicts.headOf(this.node);
   }
 
   /** Subscriptions the node is asked for now (one per distinct kind and filter). */
@@ -376,11 +388,19 @@ export class UpstreamSocket {
         this.byUpstreamId.set(id, wanted);
         wanted.onLive(true);
       },
-      (lateId) => {
-        // Made by the node after the timeout, on a connection kept (no client wanted it any more): it would stream to no one.
-        if (typeof lateId === 'string' || typeof lateId === 'number') this.request(unsubscribeMethod, [lateId]).catch(() => undefined);
-      },
+      this.cancelLate(unsubscribeMethod),
     );
+  }
+
+  /**
+   * What a subscribe's answer after its timeout does: the node made it on a connection kept up (no
+   * client wanted it any more, or the socket would have been ended), so it would stream to no one.
+   * Made apart from sendSubscribe's scope, whose `wanted` (its filter, its feed) it need not keep.
+   */
+  private cancelLate(unsubscribeMethod: string): (lateId: unknown) => void {
+    return (lateId) => {
+      if (typeof lateId === 'string' || typeof lateId === 'number') this.request(unsubscribeMethod, [lateId]).catch(() => undefined);
+    };
   }
 
   private received(socket: WebSocket, text: string): void {
