@@ -104,6 +104,16 @@ afterAll(async () => {
 const sockets = () => t.runtime.telemetry.webSockets();
 const hash = (c: string) => `0x${c.repeat(64)}`;
 const feedHeld = (kind: string) => [...held.values()].filter((s) => s.kind === kind).length;
+const madeOf = (kind: string) => made.get(kind) ?? 0;
+/** A newHeads notification's header: hash and parent as one repeated character each. */
+const head = (h: string, parent: string, n: number) => ({ number: `0x${n.toString(16)}`, hash: hash(h), parentHash: hash(parent) });
+
+/** Cuts the gateway's feed sockets to the scripted node and waits until it has subscribed to `kind` again. */
+async function dropFeedSockets(kind: string): Promise<void> {
+  const before = madeOf(kind);
+  for (const socket of new Set([...held.values()].map((h) => h.socket))) socket.terminate();
+  await until(() => madeOf(kind) > before, 5_000);
+}
 
 describe('after a reorg', () => {
   it('a log reorged out and back in reaches the client all three times, as geth sends it; one sent twice alike once', async () => {
@@ -143,7 +153,6 @@ describe('after a reorg', () => {
     const client = await WsClient.open(`${wsBase}/evm/${token}`);
     const id = (await client.call('eth_subscribe', ['newHeads'])).result;
     await until(() => feedHeld('newHeads') === 1);
-    const head = (h: string, parent: string, n: number) => ({ number: `0x${n.toString(16)}`, hash: hash(h), parentHash: hash(parent) });
     push('newHeads', head('a', '0', 16));
     push('newHeads', head('b', '0', 16));
     push('newHeads', head('a', '0', 16));
@@ -168,11 +177,11 @@ describe('a subscribe the node answers after the chain’s timeout', () => {
       const client = await WsClient.open(`${wsBase}/evm/${token}`);
       client.send('eth_subscribe', ['logs', { address: `0x${'22'.repeat(20)}` }]);
       await new Promise((r) => setTimeout(r, 100));
-      const madeBefore = made.get('logs') ?? 0;
+      const madeBefore = madeOf('logs');
       client.close();
       await until(() => sockets()?.connections === 1);
       // The node makes it at 700 ms, after the gateway gave it up at 400 ms.
-      await until(() => (made.get('logs') ?? 0) > madeBefore, 3_000);
+      await until(() => madeOf('logs') > madeBefore, 3_000);
       await until(() => feedHeld('logs') === 0, 3_000);
       expect(feedHeld('newHeads')).toBe(1);
     } finally {
@@ -215,10 +224,8 @@ describe('across a reconnect of the socket to the node', () => {
     chain.getLogsHeld = new Promise<void>((resolve) => {
       answerGetLogs = resolve;
     });
-    const subscribedBefore = made.get('logs') ?? 0;
     const askedBefore = getLogsCalls.length;
-    for (const socket of new Set([...held.values()].map((h) => h.socket))) socket.terminate();
-    await until(() => (made.get('logs') ?? 0) > subscribedBefore, 5_000);
+    await dropFeedSockets('logs');
     push('logs', log(6));
     await until(() => getLogsCalls.length > askedBefore, 5_000);
     answerGetLogs();
@@ -239,14 +246,11 @@ describe('heads across a reconnect', () => {
     const client = await WsClient.open(`${wsBase}/evm/${token}`);
     const id = (await client.call('eth_subscribe', ['newHeads'])).result;
     await until(() => feedHeld('newHeads') === 1);
-    const head = (h: string, parent: string, n: number) => ({ number: `0x${n.toString(16)}`, hash: hash(h), parentHash: hash(parent) });
     push('newHeads', head('a', '9', 32));
     push('newHeads', head('b', 'a', 33));
     push('newHeads', head('c', 'b', 34));
     await until(() => client.notifications(id).length === 3);
-    const subscribedBefore = made.get('newHeads') ?? 0;
-    for (const socket of new Set([...held.values()].map((h) => h.socket))) socket.terminate();
-    await until(() => (made.get('newHeads') ?? 0) > subscribedBefore, 5_000);
+    await dropFeedSockets('newHeads');
     // The node the gateway is back on was three blocks behind: it sends them again, then the next.
     for (const [h, parent, n] of [
       ['a', '9', 32],

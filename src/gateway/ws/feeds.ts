@@ -178,16 +178,16 @@ class EvmFeeds implements ChainFeeds {
         if (key !== null && recent.repeats(key.id, key.state)) return;
         subscriber.next(text);
       };
-      /** Whether the gap from `from` was asked for in full (or is not to be). */
-      const refill = async (from: number): Promise<boolean> => {
+      /** Asks the logs of the gap from `from`; rejects when a call failed (the socket dropped again, an error). */
+      const refill = async (from: number): Promise<void> => {
         const latest = Number(await this.socket.request('eth_blockNumber', []));
-        if (!Number.isSafeInteger(latest) || latest < from) return true;
+        if (!Number.isSafeInteger(latest) || latest < from) return;
         if (latest - from + 1 > MAX_LOG_GAP_BLOCKS) {
           this.log.warn(
             { from, latest },
             `logs of blocks ${from}-${latest} made while the node's socket was down are not asked for: more than ${MAX_LOG_GAP_BLOCKS} blocks`,
           );
-          return true;
+          return;
         }
         for (let low = from; low <= latest; low += LOG_GAP_CHUNK_BLOCKS) {
           const high = Math.min(latest, low + LOG_GAP_CHUNK_BLOCKS - 1);
@@ -196,7 +196,6 @@ class EvmFeeds implements ChainFeeds {
           if (!Array.isArray(logs)) throw new Error('eth_getLogs answered no list');
           for (const log of logs) deliver(log, JSON.stringify(log));
         }
-        return true;
       };
       const params: unknown[] = filter === null ? ['logs'] : ['logs', filter];
       return this.socket.subscribe(

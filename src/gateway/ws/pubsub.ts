@@ -97,9 +97,6 @@ const RECENT = 256;
  */
 export class Recent {
   private readonly states = new Map<string, string>();
-  has(key: string): boolean {
-    return this.states.has(key);
-  }
   /** Whether `key` was last sent in `state`; if not, it is remembered so. */
   repeats(key: string, state = ''): boolean {
     if (this.states.get(key) === state) return true;

@@ -389,10 +389,11 @@ export class Session {
       heldBytes = 0;
       for (const deliver of queued) deliver();
     };
-    let answered = false;
+    // `answer` is called once; its answer leaves later (release).
+    let answerCalled = false;
     const ready = (): void => {
-      if (answered) return;
-      answered = true;
+      if (answerCalled) return;
+      answerCalled = true;
       clearTimeout(bound);
       answer(release);
     };

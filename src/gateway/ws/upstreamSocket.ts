@@ -51,9 +51,10 @@ interface Pending {
   /** Called synchronously with the answer: a subscription's id must be known before the next frame, which may be its first notification. */
   answered: (err: Error | null, result: unknown) => void;
   timer: NodeJS.Timeout;
-  /** What an answer arriving after the timeout still needs done (a subscription the node made late is cancelled there). */
-  late?: (result: unknown) => void;
 }
+
+/** What an answer arriving after its call's timeout still needs done (a subscription the node made late is cancelled there). */
+type LateAnswer = (result: unknown) => void;
 
 /**
  * What head tracking says of a node, for the socket to choose one, best first: `good`, at the
@@ -131,7 +132,7 @@ export class UpstreamSocket {
   private readonly byUpstreamId = new Map<UpstreamId, Wanted>();
   private readonly pending = new Map<number, Pending>();
   /** Calls timed out on this connection whose late answer still needs handling, by request id. */
-  private readonly lateAnswers = new Map<number, (result: unknown) => void>();
+  private readonly lateAnswers = new Map<number, LateAnswer>();
   /** The node of the current connection; null while none. */
   private node: Upstream | null = null;
   private verdictTimer: NodeJS.Timeout | null = null;
@@ -179,7 +180,7 @@ export class UpstreamSocket {
     return new Promise((resolve, reject) => this.call(method, params, (err, result) => (err ? reject(err) : resolve(result))));
   }
 
-  private call(method: string, params: unknown[], answered: Pending['answered'], late?: Pending['late']): void {
+  private call(method: string, params: unknown[], answered: Pending['answered'], late?: LateAnswer): void {
     const socket = this.socket;
     if (!socket || !this.open) {
       answered(new Error('upstream socket not connected'), undefined);
@@ -195,7 +196,7 @@ export class UpstreamSocket {
       }
       answered(new UpstreamTimeout(`upstream ${method} timed out after ${this.timeoutMs} ms`), undefined);
     }, this.timeoutMs);
-    this.pending.set(id, { answered, timer, late });
+    this.pending.set(id, { answered, timer });
     socket.send(JSON.stringify({ jsonrpc: '2.0', id, method, params }));
   }
 
@@ -397,7 +398,7 @@ export class UpstreamSocket {
    * client wanted it any more, or the socket would have been ended), so it would stream to no one.
    * Made apart from sendSubscribe's scope, whose `wanted` (its filter, its feed) it need not keep.
    */
-  private cancelLate(unsubscribeMethod: string): (lateId: unknown) => void {
+  private cancelLate(unsubscribeMethod: string): LateAnswer {
     return (lateId) => {
       if (typeof lateId === 'string' || typeof lateId === 'number') this.request(unsubscribeMethod, [lateId]).catch(() => undefined);
     };
